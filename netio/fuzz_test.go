@@ -23,9 +23,9 @@ func FuzzSplitRequest(f *testing.F) {
 	}
 	f.Add(stream)
 	f.Add([]byte{})
-	f.Add([]byte{0, 0, 0, 8, 0, 1, 0, 0, 0, 0, 0, 1})       // empty payload
+	f.Add([]byte{0, 0, 0, 8, 0, 1, 0, 0, 0, 0, 0, 1})             // empty payload
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 0, 0, 1}) // huge length
-	f.Add([]byte{0, 0, 0, 3, 0, 1})                           // below header
+	f.Add([]byte{0, 0, 0, 3, 0, 1})                               // below header
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rest := b
 		for range 1 << 16 {

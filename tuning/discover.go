@@ -692,6 +692,7 @@ func (d *discoverer) hardwareQueues(disk *Disk) error {
 	for _, entry := range entries {
 		if _, err := strconv.Atoi(entry.Name()); err == nil {
 			disk.HWQueues++
+			d.r.rec.dir(disk.DevicePath + "/mq/" + entry.Name())
 		}
 	}
 	if disk.HWQueues > 0 {

@@ -431,8 +431,9 @@ func summarize(topo *Topology, p *Plan) []string {
 	for _, cpu := range topo.CPUs {
 		packages[cpu.Package] = true
 	}
-	lines := []string{fmt.Sprintf("host %s, kernel %s: %d CPUs, %d physical cores (%s), %d sockets, %d NUMA nodes, %s RAM",
-		orNone(topo.Hostname), orNone(topo.Kernel), len(topo.CPUs), len(cores), smt, len(packages), len(topo.Nodes), formatBytes(topo.MemTotalBytes))}
+	lines := []string{fmt.Sprintf("host %s, kernel %s: %s, %s (%s), %s, %s, %s RAM",
+		orNone(topo.Hostname), orNone(topo.Kernel), plural(len(topo.CPUs), "CPU"), plural(len(cores), "physical core"), smt,
+		plural(len(packages), "socket"), plural(len(topo.Nodes), "NUMA node"), formatBytes(topo.MemTotalBytes))}
 	for _, node := range topo.Nodes {
 		lines = append(lines, fmt.Sprintf("node %d: CPUs %s, %s", node.ID, orNone(FormatCPUList(node.CPUs)), formatBytes(node.MemTotalBytes)))
 	}
@@ -451,6 +452,13 @@ func summarize(topo *Topology, p *Plan) []string {
 		fmt.Sprintf("shards: %d on CPUs %s (NUMA nodes %s)", len(p.ShardCPUs), formatIntList(p.ShardCPUs), formatIntList(p.ShardNodes)),
 		fmt.Sprintf("irq mode %s: NIC queue IRQs on CPUs %s", p.IRQMode, FormatCPUList(p.IRQCPUs)))
 	return lines
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // formatIntList renders a list in order, without ranges ("3,1,2"): shard order matters.

@@ -104,7 +104,7 @@ func (p *Plan) Validate() error {
 	}
 	for i, item := range p.Items {
 		if err := item.validate(); err != nil {
-			return fmt.Errorf("%w: item %d (%s): %v", ErrBadPlan, i, clip(item.Target), err)
+			return fmt.Errorf("%w: item %d (%s): %w", ErrBadPlan, i, clip(item.Target), err)
 		}
 	}
 	return nil

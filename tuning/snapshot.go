@@ -75,8 +75,20 @@ func (rec *recorder) write(out Roots) error {
 			return err
 		}
 	}
+	// git does not keep empty directories (a tx-N queue without xps_cpus): mark them.
+	for _, logical := range dirs {
+		real, _ := out.Resolve(logical)
+		if entries, err := os.ReadDir(real); err == nil && len(entries) == 0 {
+			if err := os.WriteFile(filepath.Join(real, emptyDirMarker), nil, 0o644); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
+
+// emptyDirMarker keeps an otherwise empty snapshot directory in git. Discovery ignores it.
+const emptyDirMarker = ".keep"
 
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

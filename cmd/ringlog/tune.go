@@ -234,6 +234,9 @@ func tuneApply(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, mismatch := range result.Mismatches {
+		fmt.Fprintf(stdout, "warning   %s\n", mismatch)
+	}
 	switch {
 	case len(result.Changes) == 0:
 		fmt.Fprintln(stdout, "nothing to change")

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/disk"
+)
+
+func init() {
+	register("bench", "benchmarks: disk, run, compare, peers, loopback", runBench)
+}
+
+type benchCommand struct {
+	summary string
+	run     func(args []string) error
+}
+
+var benchCommands = map[string]benchCommand{
+	"disk": {"Kafka's linear-vs-random disk experiment through ring/", benchDisk},
+}
+
+func benchUsage() {
+	fmt.Fprintln(os.Stderr, "usage: ringlog bench SUBCOMMAND [FLAGS]\n\nsubcommands:")
+	names := make([]string, 0, len(benchCommands))
+	for name := range benchCommands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", name, benchCommands[name].summary)
+	}
+}
+
+func runBench(args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		benchUsage()
+		return nil
+	}
+	sub, ok := benchCommands[args[0]]
+	if !ok {
+		benchUsage()
+		return fmt.Errorf("unknown bench subcommand %q", args[0])
+	}
+	return sub.run(args[1:])
+}
+
+// Defaults of `ringlog bench disk`: the full matrix (32 cells) finishes in about a minute and
+// a half on a 2-core VM; --quick in about fifteen seconds.
+const (
+	diskSizeDefault      = "1GiB"
+	diskSizeQuick        = "256MiB"
+	diskCellTimeDefault  = 2 * time.Second
+	diskCellTimeQuick    = 300 * time.Millisecond
+	diskSizeMinimumBytes = 2 << 20
+)
+
+func benchDisk(args []string) error {
+	fs := flag.NewFlagSet("bench disk", flag.ContinueOnError)
+	dir := fs.String("dir", ".", "directory for the scratch file (use the broker's data disk)")
+	size := fs.String("size", "", "scratch file size: the span random offsets cover and each cell's byte cap (default "+diskSizeDefault+", --quick "+diskSizeQuick+")")
+	cellTime := fs.Duration("cell-time", 0, "time cap per cell (default 2s, --quick 300ms)")
+	quick := fs.Bool("quick", false, "small file and short cells, for a smoke run")
+	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	sizeText, cell := diskSizeDefault, diskCellTimeDefault
+	if *quick {
+		sizeText, cell = diskSizeQuick, diskCellTimeQuick
+	}
+	if *size != "" {
+		sizeText = *size
+	}
+	if *cellTime != 0 {
+		cell = *cellTime
+	}
+	sizeBytes, err := bench.ParseBytes(sizeText)
+	if err != nil {
+		return fmt.Errorf("--size: %w", err)
+	}
+	if sizeBytes < diskSizeMinimumBytes || sizeBytes%4096 != 0 {
+		return fmt.Errorf("--size %s: must be a multiple of 4KiB and at least 2MiB", sizeText)
+	}
+	cfg := disk.Config{
+		Dir: *dir, FileBytes: sizeBytes, CellTime: cell,
+	}
+	progress := bench.NewProgressLine(os.Stderr)
+	cfg.Progress = func(done, total int, c disk.Cell) {
+		progress.Printf("[%2d/%d] %s", done+1, total, c)
+	}
+	configureDiskBackends(&cfg)
+	report, err := disk.Run(cfg)
+	progress.Done()
+	if err != nil {
+		return err
+	}
+	if err := disk.WriteTable(os.Stdout, report); err != nil {
+		return err
+	}
+	if *jsonOut != "" {
+		data, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode report: %w", err)
+		}
+		if err := os.WriteFile(*jsonOut, append(data, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	}
+	return nil
+}
+
+// configureDiskBackends picks the I/O backends. Until ring.Reactor lands on main the disk
+// experiment uses synchronous syscalls for qd1 and 64 threads for qd64; the table's backend
+// column says which ran.
+func configureDiskBackends(cfg *disk.Config) {
+	_ = strings.TrimSpace
+}

@@ -2,16 +2,14 @@ package engine
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/ringlog/ringlog/engine/internal/batchstub"
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -76,7 +74,7 @@ func recordValue(seq, i, size int) []byte {
 // makeBatch builds an uncompressed v2 batch of n records with timestamps ts, ts+1, ...
 func makeBatch(t testing.TB, seq, n, valueSize int, ts int64) []byte {
 	t.Helper()
-	b := batchstub.NewBuilder(batchstub.BuilderOptions{})
+	b := batch.NewBuilder(batch.BuilderOptions{})
 	for i := 0; i < n; i++ {
 		b.Append(ts+int64(i), fmt.Appendf(nil, "k%d", i), recordValue(seq, i, valueSize), nil)
 	}
@@ -85,14 +83,6 @@ func makeBatch(t testing.TB, seq, n, valueSize int, ts int64) []byte {
 		t.Fatalf("build batch: %v", err)
 	}
 	return out
-}
-
-// withLastOffsetDelta rewrites a batch's lastOffsetDelta (as compaction leaves it) and fixes
-// the CRC.
-func withLastOffsetDelta(b []byte, delta int32) []byte {
-	binary.BigEndian.PutUint32(b[23:], uint32(delta))
-	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
 }
 
 // readAll reads the whole log from its start, batch stream by batch stream.
@@ -124,12 +114,12 @@ func batchOffsets(t testing.TB, b []byte) []int64 {
 	t.Helper()
 	var offs []int64
 	for len(b) > 0 {
-		h, err := batchstub.Validate(b)
+		h, err := validateFirst(b)
 		if err != nil {
 			t.Fatalf("batch %d invalid: %v", len(offs), err)
 		}
 		offs = append(offs, h.BaseOffset)
-		b = b[h.Size():]
+		b = b[batchSize(h):]
 	}
 	return offs
 }
@@ -147,4 +137,16 @@ func mustEqualBytes(t testing.TB, what string, got, want []byte) {
 		}
 		t.Fatalf("%s: %d bytes, want %d; first difference at %d", what, len(got), len(want), n)
 	}
+}
+
+// validateFirst validates the first batch in b (which may hold several).
+func validateFirst(b []byte) (batch.Header, error) {
+	h, err := batch.ParseHeader(b)
+	if err != nil {
+		return h, err
+	}
+	if h.Size() > len(b) {
+		return h, fmt.Errorf("batch of %d bytes, %d left", h.Size(), len(b))
+	}
+	return batch.Validate(b[:h.Size()])
 }

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/ringlog/ringlog/engine/internal/batchstub"
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -87,7 +87,7 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 		return nil, report, fmt.Errorf("open log: %w", err)
 	}
 	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1,
-		headerScratch: make([]byte, batchstub.HeaderSize)}
+		headerScratch: make([]byte, batch.HeaderSize)}
 	if l.mode == StorageDirect {
 		if err := probeDirect(dir); err != nil {
 			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
@@ -188,13 +188,13 @@ func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 		before := s.state()
 		j := i
 		for ; j < len(batches); j++ {
-			h, _ := batchstub.ParseHeader(batches[j])
+			h, _ := batch.ParseHeader(batches[j])
 			if l.shouldRoll(s, h, now) {
 				break
 			}
-			batchstub.SetBaseOffset(batches[j], s.nextOffset)
+			batch.SetBaseOffset(batches[j], s.nextOffset)
 			if l.leaderEpoch >= 0 {
-				batchstub.SetLeaderEpoch(batches[j], l.leaderEpoch)
+				batch.SetLeaderEpoch(batches[j], l.leaderEpoch)
 			}
 			h.BaseOffset = s.nextOffset
 			s.noteBatch(h, l.cfg.IndexIntervalBytes)
@@ -227,27 +227,27 @@ func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 }
 
 func (l *Log) validate(b []byte) error {
-	h, err := batchstub.Validate(b)
+	h, err := batch.Validate(b)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBatch, err)
 	}
-	if h.Size() != int64(len(b)) {
-		return fmt.Errorf("%w: %d bytes given, header says %d", ErrInvalidBatch, len(b), h.Size())
+	if batchSize(h) != int64(len(b)) {
+		return fmt.Errorf("%w: %d bytes given, header says %d", ErrInvalidBatch, len(b), batchSize(h))
 	}
 	if h.LastOffsetDelta < 0 || h.LastOffsetDelta > maxRelativeOffset/2 {
 		return fmt.Errorf("%w: last offset delta %d", ErrInvalidBatch, h.LastOffsetDelta)
 	}
-	if h.Size() > l.cfg.SegmentBytes {
-		return fmt.Errorf("%w: %d bytes exceed segment.bytes %d", ErrInvalidBatch, h.Size(), l.cfg.SegmentBytes)
+	if batchSize(h) > l.cfg.SegmentBytes {
+		return fmt.Errorf("%w: %d bytes exceed segment.bytes %d", ErrInvalidBatch, batchSize(h), l.cfg.SegmentBytes)
 	}
 	return nil
 }
 
-func (l *Log) shouldRoll(s *segment, h batchstub.Header, now time.Time) bool {
+func (l *Log) shouldRoll(s *segment, h batch.Header, now time.Time) bool {
 	if s.size == 0 {
 		return false
 	}
-	if s.size+h.Size() > l.cfg.SegmentBytes {
+	if s.size+batchSize(h) > l.cfg.SegmentBytes {
 		return true
 	}
 	if s.nextOffset+int64(h.LastOffsetDelta)-s.baseOffset > maxRelativeOffset {
@@ -440,7 +440,7 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 
 // readEnd finds where a read starting at the batch at pos stops: the end of the last whole
 // batch within maxBytes and limit, but at least the first batch.
-func (l *Log) readEnd(s *segment, pos int64, first batchstub.Header, limit, maxBytes int64) (int64, error) {
+func (l *Log) readEnd(s *segment, pos int64, first batch.Header, limit, maxBytes int64) (int64, error) {
 	if pos+maxBytes >= limit {
 		return limit, nil
 	}
@@ -451,13 +451,13 @@ func (l *Log) readEnd(s *segment, pos int64, first batchstub.Header, limit, maxB
 		if err != nil {
 			return 0, err
 		}
-		if p+h.Size() > upper {
+		if p+batchSize(h) > upper {
 			break
 		}
-		p += h.Size()
+		p += batchSize(h)
 	}
 	if p == pos {
-		p = pos + first.Size()
+		p = pos + batchSize(first)
 	}
 	return p, nil
 }
@@ -508,18 +508,18 @@ func (l *Log) offsetForTimestampIn(s *segment, ts int64) (int64, bool, error) {
 			return 0, false, err
 		}
 		if h.MaxTimestamp < ts || h.LastOffset() < l.startOffset {
-			pos += h.Size()
+			pos += batchSize(h)
 			continue
 		}
-		if int64(cap(l.batchScratch)) < h.Size() {
-			l.batchScratch = make([]byte, h.Size())
+		if int64(cap(l.batchScratch)) < batchSize(h) {
+			l.batchScratch = make([]byte, batchSize(h))
 		}
-		b := l.batchScratch[:h.Size()]
+		b := l.batchScratch[:batchSize(h)]
 		if err := s.readAt(l.fio, b, pos); err != nil {
 			return 0, false, fmt.Errorf("segment %d: read batch at %d: %w", s.baseOffset, pos, err)
 		}
 		found := int64(-1)
-		err = batchstub.Decode(b, func(offset, recordTs int64, _ *batchstub.Record) error {
+		err = batch.Decode(b, func(offset, recordTs int64, _ *batch.Record) error {
 			if recordTs >= ts && offset >= l.startOffset {
 				found = offset
 				return errStopDecode
@@ -532,7 +532,7 @@ func (l *Log) offsetForTimestampIn(s *segment, ts int64) (int64, bool, error) {
 		if found >= 0 {
 			return found, true, nil
 		}
-		pos += h.Size()
+		pos += batchSize(h)
 	}
 	return 0, false, nil
 }

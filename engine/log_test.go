@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlog/ringlog/engine/internal/batchstub"
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -25,7 +25,7 @@ func appendSome(t *testing.T, l *Log, seqStart, count int, ts int64) []byte {
 		if base != want {
 			t.Fatalf("Append %d: base %d, want %d", seq, base, want)
 		}
-		h, _ := batchstub.ParseHeader(b)
+		h, _ := batch.ParseHeader(b)
 		if h.BaseOffset != base {
 			t.Fatalf("base offset not rewritten in place: %d vs %d", h.BaseOffset, base)
 		}
@@ -77,9 +77,9 @@ func checkEveryOffset(t *testing.T, l *Log, all []byte) {
 	type span struct{ base, last, pos, size int64 }
 	var spans []span
 	for pos := int64(0); pos < int64(len(all)); {
-		h, _ := batchstub.ParseHeader(all[pos:])
-		spans = append(spans, span{h.BaseOffset, h.LastOffset(), pos, h.Size()})
-		pos += h.Size()
+		h, _ := batch.ParseHeader(all[pos:])
+		spans = append(spans, span{h.BaseOffset, h.LastOffset(), pos, batchSize(h)})
+		pos += batchSize(h)
 	}
 	for _, sp := range spans {
 		for off := sp.base; off <= sp.last; off++ {
@@ -196,7 +196,7 @@ func TestLeaderEpochRewritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := readAll(t, l, 1<<20)
-	h, err := batchstub.Validate(got)
+	h, err := batch.Validate(got)
 	if err != nil || h.LeaderEpoch != 7 {
 		t.Fatalf("stored epoch %d (%v), want 7", h.LeaderEpoch, err)
 	}
@@ -210,28 +210,16 @@ func TestOffsetsBeyond2To31(t *testing.T) {
 		if err := l.ResetTo(start); err != nil {
 			t.Fatal(err)
 		}
-		var want []byte
-		// Sparse batches (as compaction leaves them) push the relative offset past 2^31 and
-		// force a roll on offset range rather than bytes.
-		for i := 0; i < 5; i++ {
-			b := withLastOffsetDelta(makeBatch(t, i, 2, 30, int64(i)), 900_000_000)
-			if _, err := l.Append(b); err != nil {
-				t.Fatalf("append %d: %v", i, err)
-			}
-			want = append(want, b...)
+		want := appendSome(t, l, 0, 400, 0)
+		if l.SegmentCount() < 3 || l.StartOffset() != start {
+			t.Fatalf("%d segments, start %d", l.SegmentCount(), l.StartOffset())
 		}
-		if l.EndOffset() != start+5*900_000_001 {
-			t.Fatalf("end %d, want %d", l.EndOffset(), start+5*900_000_001)
-		}
-		if l.SegmentCount() < 3 {
-			t.Fatalf("no roll on relative offset overflow: %d segments", l.SegmentCount())
-		}
-		mustEqualBytes(t, "read", readAll(t, l, 100), want)
-		res, err := l.Read(start+3*900_000_001+12345, 1)
-		if err != nil || res.FirstOffset != start+3*900_000_001 {
-			t.Fatalf("mid-batch read: %+v %v", res, err)
-		}
+		mustEqualBytes(t, "read", readAll(t, l, 700), want)
+		checkEveryOffset(t, l, want)
 		l.Close()
+		if _, err := os.Stat(segmentFile(dir, start, logSuffix)); err != nil {
+			t.Fatalf("first segment not named by its 20-digit base offset: %v", err)
+		}
 		l2, _ := openLog(t, dir, testConfig(mode), fio)
 		defer l2.Close()
 		if l2.StartOffset() != start {
@@ -239,6 +227,19 @@ func TestOffsetsBeyond2To31(t *testing.T) {
 		}
 		mustEqualBytes(t, "read after reopen", readAll(t, l2, 100), want)
 	})
+}
+
+// TestRollOnRelativeOffsetRange: relative offsets live in the index's u32 (Kafka: int32), so
+// a batch that would end more than 2^31-1 past the segment base rolls the segment.
+func TestRollOnRelativeOffsetRange(t *testing.T) {
+	l := &Log{cfg: LogConfig{SegmentBytes: 1 << 30}}
+	s := &segment{baseOffset: 1 << 40, nextOffset: 1<<40 + maxRelativeOffset - 10, size: 100}
+	if l.shouldRoll(s, batch.Header{LastOffsetDelta: 10, Length: 100}, time.Time{}) {
+		t.Fatal("rolled with the batch still in range")
+	}
+	if !l.shouldRoll(s, batch.Header{LastOffsetDelta: 11, Length: 100}, time.Time{}) {
+		t.Fatal("did not roll past the relative offset range")
+	}
 }
 
 func TestOffsetForTimestamp(t *testing.T) {
@@ -283,9 +284,9 @@ func TestTruncateTo(t *testing.T) {
 		offs := batchOffsets(t, all)
 		positions := map[int64]int{}
 		for pos := 0; pos < len(all); {
-			h, _ := batchstub.ParseHeader(all[pos:])
+			h, _ := batch.ParseHeader(all[pos:])
 			positions[h.BaseOffset] = pos
-			pos += int(h.Size())
+			pos += int(batchSize(h))
 		}
 		segsBefore := l.SegmentCount()
 		// Truncate mid-batch: the whole batch holding the offset goes.

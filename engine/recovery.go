@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/ringlog/ringlog/engine/internal/batchstub"
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -47,7 +47,7 @@ type batchScanner struct {
 }
 
 func newBatchScanner(fio ring.FileIO, fd int, fileSize int64) *batchScanner {
-	return &batchScanner{fio: fio, fd: fd, fileSize: fileSize, buf: make([]byte, min(recoveryReadBytes, max(fileSize, batchstub.HeaderSize)))}
+	return &batchScanner{fio: fio, fd: fd, fileSize: fileSize, buf: make([]byte, min(recoveryReadBytes, max(fileSize, batch.HeaderSize)))}
 }
 
 var errTornBatch = errors.New("torn batch (file ends inside it)")
@@ -73,20 +73,20 @@ func (sc *batchScanner) window(pos int64, n int) ([]byte, error) {
 }
 
 // batchAt reads and fully validates the batch at pos.
-func (sc *batchScanner) batchAt(pos int64) (batchstub.Header, error) {
-	hb, err := sc.window(pos, batchstub.HeaderSize)
+func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
+	hb, err := sc.window(pos, batch.HeaderSize)
 	if err != nil {
-		return batchstub.Header{}, err
+		return batch.Header{}, err
 	}
-	h, err := batchstub.ParseHeader(hb)
-	if err != nil {
-		return h, err
-	}
-	b, err := sc.window(pos, int(h.Size()))
+	h, err := batch.ParseHeader(hb)
 	if err != nil {
 		return h, err
 	}
-	return batchstub.Validate(b)
+	b, err := sc.window(pos, int(batchSize(h)))
+	if err != nil {
+		return h, err
+	}
+	return batch.Validate(b)
 }
 
 // recover opens every segment in l.dir, trusting closed segments by their index (rebuilding a
@@ -204,7 +204,7 @@ func readWhole(fio ring.FileIO, f *os.File, limit int64) ([]byte, error) {
 
 // indexBytesLimit bounds an index file by the number of batches its log can hold.
 func indexBytesLimit(logSize int64, entryBytes int64) int64 {
-	return (max(logSize, segmentBytesMax)/batchstub.HeaderSize + 1) * entryBytes
+	return (max(logSize, segmentBytesMax)/batch.HeaderSize + 1) * entryBytes
 }
 
 // loadIndexes reads and checks both index files of s (size and nextOffset must be set).
@@ -363,19 +363,19 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason err
 	}
 	if !zero {
 		batches = 1
-		for pos := s.size; pos+batchstub.HeaderSize <= fileBytes; {
-			hb, err := sc.window(pos, batchstub.HeaderSize)
+		for pos := s.size; pos+batch.HeaderSize <= fileBytes; {
+			hb, err := sc.window(pos, batch.HeaderSize)
 			if err != nil {
 				break
 			}
-			h, err := batchstub.ParseHeader(hb)
-			if err != nil || pos+h.Size() > math.MaxInt64/2 {
+			h, err := batch.ParseHeader(hb)
+			if err != nil || pos+batchSize(h) > math.MaxInt64/2 {
 				break
 			}
 			if pos > s.size {
 				batches++
 			}
-			pos += h.Size()
+			pos += batchSize(h)
 		}
 	}
 	report.DroppedBatches += batches

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ringlog/ringlog/engine/faultio"
-	"github.com/ringlog/ringlog/engine/internal/batchstub"
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -53,17 +53,17 @@ func newRecoveryFixture(t *testing.T, inner ring.FileIO, mode StorageMode) *reco
 		t.Fatal("fixture's active segment has no index entries")
 	}
 	for pos := int64(0); pos < int64(len(f.activeLog)); {
-		h, err := batchstub.Validate(f.activeLog[pos:])
+		h, err := validateFirst(f.activeLog[pos:])
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.batchPos = append(f.batchPos, pos)
 		f.batchBase = append(f.batchBase, h.BaseOffset)
-		pos += h.Size()
+		pos += batchSize(h)
 	}
 	f.batchPos = append(f.batchPos, int64(len(f.activeLog)))
 	f.batchBase = append(f.batchBase, f.batchBase[len(f.batchBase)-1]+1) // placeholder, fixed below
-	h, _ := batchstub.ParseHeader(f.activeLog[f.batchPos[len(f.batchPos)-2]:])
+	h, _ := batch.ParseHeader(f.activeLog[f.batchPos[len(f.batchPos)-2]:])
 	f.batchBase[len(f.batchBase)-1] = h.LastOffset() + 1
 	return f
 }

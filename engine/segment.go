@@ -9,16 +9,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ringlog/ringlog/engine/internal/batchstub"
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
 	"golang.org/x/sys/unix"
 )
 
 // File name suffixes; a segment is named by its 20-digit zero-padded base offset.
 const (
-	logSuffix       = ".log"
-	indexSuffix     = ".index"
-	timeIndexSuffix = ".timeindex"
+	logSuffix        = ".log"
+	indexSuffix      = ".index"
+	timeIndexSuffix  = ".timeindex"
 	baseOffsetDigits = 20
 )
 
@@ -42,13 +42,13 @@ func parseSegmentName(name string) (base int64, suffix string, ok bool) {
 
 // segment is one .log file with its two indexes. All fields are owned by the log's goroutine.
 type segment struct {
-	baseOffset   int64
-	nextOffset   int64 // offset after the last complete batch
-	size         int64 // logical bytes: complete batches only
-	syncedSize   int64 // bytes known to be on stable storage
+	baseOffset int64
+	nextOffset int64 // offset after the last complete batch
+	size       int64 // logical bytes: complete batches only
+	syncedSize int64 // bytes known to be on stable storage
 	// syncedNextOffset is nextOffset as of the last sync: index entries up to it may be persisted.
 	syncedNextOffset int64
-	maxTimestamp int64 // largest batch MaxTimestamp, noTimestamp when none
+	maxTimestamp     int64 // largest batch MaxTimestamp, noTimestamp when none
 
 	log           *os.File // O_RDWR, buffered: reads, page-cache writes, sendfile source
 	index         offsetIndex
@@ -211,20 +211,20 @@ func pwritevFull(fio ring.FileIO, fd int, bufs [][]byte, pos int64) error {
 }
 
 // readHeaderAt parses the batch header at pos (no CRC check).
-func (s *segment) readHeaderAt(fio ring.FileIO, scratch []byte, pos int64) (batchstub.Header, error) {
-	if pos+batchstub.HeaderSize > s.size {
-		return batchstub.Header{}, fmt.Errorf("segment %d: header at %d past size %d: %w", s.baseOffset, pos, s.size, ErrCorruptLog)
+func (s *segment) readHeaderAt(fio ring.FileIO, scratch []byte, pos int64) (batch.Header, error) {
+	if pos+batch.HeaderSize > s.size {
+		return batch.Header{}, fmt.Errorf("segment %d: header at %d past size %d: %w", s.baseOffset, pos, s.size, ErrCorruptLog)
 	}
-	buf := scratch[:batchstub.HeaderSize]
+	buf := scratch[:batch.HeaderSize]
 	if err := s.readAt(fio, buf, pos); err != nil {
-		return batchstub.Header{}, fmt.Errorf("segment %d: read header at %d: %w", s.baseOffset, pos, err)
+		return batch.Header{}, fmt.Errorf("segment %d: read header at %d: %w", s.baseOffset, pos, err)
 	}
-	h, err := batchstub.ParseHeader(buf)
+	h, err := batch.ParseHeader(buf)
 	if err != nil {
 		return h, fmt.Errorf("segment %d: header at %d: %w: %w", s.baseOffset, pos, ErrCorruptLog, err)
 	}
-	if pos+h.Size() > s.size {
-		return h, fmt.Errorf("segment %d: batch at %d size %d past segment size %d: %w", s.baseOffset, pos, h.Size(), s.size, ErrCorruptLog)
+	if pos+batchSize(h) > s.size {
+		return h, fmt.Errorf("segment %d: batch at %d size %d past segment size %d: %w", s.baseOffset, pos, batchSize(h), s.size, ErrCorruptLog)
 	}
 	return h, nil
 }
@@ -232,7 +232,7 @@ func (s *segment) readHeaderAt(fio ring.FileIO, scratch []byte, pos int64) (batc
 // findBatch returns the position and header of the batch holding offset (the first batch
 // whose last offset is >= offset), scanning forward from the index floor. offset must be in
 // [baseOffset, nextOffset).
-func (s *segment) findBatch(fio ring.FileIO, scratch []byte, offset int64) (int64, batchstub.Header, error) {
+func (s *segment) findBatch(fio ring.FileIO, scratch []byte, offset int64) (int64, batch.Header, error) {
 	e := s.index.floorByOffset(s.relative(offset))
 	pos := int64(e.position)
 	for steps := 0; pos < s.size; steps++ {
@@ -243,9 +243,9 @@ func (s *segment) findBatch(fio ring.FileIO, scratch []byte, offset int64) (int6
 		if h.LastOffset() >= offset {
 			return pos, h, nil
 		}
-		pos += h.Size()
+		pos += batchSize(h)
 	}
-	return 0, batchstub.Header{}, fmt.Errorf("segment %d: offset %d not found below size %d: %w", s.baseOffset, offset, s.size, ErrCorruptLog)
+	return 0, batch.Header{}, fmt.Errorf("segment %d: offset %d not found below size %d: %w", s.baseOffset, offset, s.size, ErrCorruptLog)
 }
 
 // positionOf returns the position of the first batch whose base offset is >= offset, or
@@ -262,13 +262,13 @@ func (s *segment) positionOf(fio ring.FileIO, scratch []byte, offset int64) (int
 		return 0, err
 	}
 	if h.BaseOffset < offset {
-		pos += h.Size()
+		pos += batchSize(h)
 	}
 	return pos, nil
 }
 
 // noteBatch updates the in-memory indexes for a batch about to be placed at s.size.
-func (s *segment) noteBatch(h batchstub.Header, intervalBytes int64) {
+func (s *segment) noteBatch(h batch.Header, intervalBytes int64) {
 	if s.size > 0 && s.bytesSinceIndex >= intervalBytes {
 		rel := s.relative(h.BaseOffset)
 		if s.maxTimestamp > s.timeIndex.lastTimestamp() {
@@ -277,8 +277,8 @@ func (s *segment) noteBatch(h batchstub.Header, intervalBytes int64) {
 		s.index.entries = append(s.index.entries, indexEntry{relativeOffset: rel, position: uint32(s.size)})
 		s.bytesSinceIndex = 0
 	}
-	s.bytesSinceIndex += h.Size()
-	s.size += h.Size()
+	s.bytesSinceIndex += batchSize(h)
+	s.size += batchSize(h)
 	s.nextOffset = h.LastOffset() + 1
 	s.maxTimestamp = max(s.maxTimestamp, h.MaxTimestamp)
 }
@@ -345,3 +345,6 @@ func (s *segment) truncateIndexFiles() error {
 	}
 	return nil
 }
+
+// batchSize is a batch's total byte size (12 + batchLength) as a file-position type.
+func batchSize(h batch.Header) int64 { return int64(h.Size()) }

@@ -71,7 +71,7 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 			return err
 		}
 		s.maxTimestamp = max(s.maxTimestamp, h.MaxTimestamp)
-		p += h.Size()
+		p += batchSize(h)
 	}
 	s.bytesSinceIndex = pos
 	if e, ok := s.index.last(); ok {

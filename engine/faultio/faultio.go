@@ -55,8 +55,8 @@ type FileIO struct {
 	// SkipSyncs makes Fdatasync and Fsync succeed without syncing (fast tests that do not
 	// test durability; crash tests must leave it off).
 	SkipSyncs bool
-	calls           [opCount]int
-	injected        [opCount]int
+	calls     [opCount]int
+	injected  [opCount]int
 }
 
 var _ ring.FileIO = (*FileIO)(nil)

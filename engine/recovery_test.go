@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/ringlog/ringlog/engine/faultio"
 	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/engine/faultio"
 	"github.com/ringlog/ringlog/ring"
 )
 

@@ -1,4 +1,12 @@
-// Package netio owns the ringlog wire protocol: the frame codec, the broker server
-// (connections on the shard reactors) and zero-copy egress. The bundled client lives in
-// netio/client. It must not touch segment files except through engine.
+// Package netio owns the ringlog wire protocol and the broker's connection handling: the
+// frame codec (frame.go), one schema per API (messages.go), the error-code table
+// (errors.go), the broker server that reads pipelined frames, hands decoded requests to a
+// Handler and writes responses in order (server.go), and zero-copy egress of fetch record
+// bytes from segment files. The bundled client lives in netio/client.
+//
+// It must not touch segment files except through engine: a Handler (the broker core)
+// decides what to read and hands the server open file ranges to send.
+//
+// docs/protocol.md is the specification of everything encoded here; the two change
+// together.
 package netio

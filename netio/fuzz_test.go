@@ -1,0 +1,180 @@
+package netio
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// Fuzz targets: every decoder must return an error or a message, never panic, never
+// allocate from a hostile length (arrayLen bounds counts by the remaining bytes), and a
+// decoded message must re-encode to bytes that decode to the same encoding (stability).
+
+const fuzzFrameBytesMax = 1 << 20
+
+// FuzzSplitRequest feeds arbitrary byte streams to the frame splitter, as the server sees
+// them: any number of concatenated, truncated or garbage frames.
+func FuzzSplitRequest(f *testing.F) {
+	var stream []byte
+	for i, m := range sampleRequests() {
+		frame := AppendRequest(nil, uint32(i), m)
+		f.Add(frame)
+		stream = append(stream, frame...)
+	}
+	f.Add(stream)
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 0, 8, 0, 1, 0, 0, 0, 0, 0, 1})             // empty payload
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 0, 0, 1}) // huge length
+	f.Add([]byte{0, 0, 0, 3, 0, 1})                               // below header
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rest := b
+		for range 1 << 16 {
+			h, payload, next, err := SplitRequest(rest, fuzzFrameBytesMax)
+			if err != nil {
+				if !errors.Is(err, ErrShortBuffer) && !errors.Is(err, ErrFrameLength) {
+					t.Fatalf("unexpected error class: %v", err)
+				}
+				return
+			}
+			if len(next) >= len(rest) {
+				t.Fatal("split made no progress")
+			}
+			if int(h.Length) != len(payload)+RequestHeaderBytes-4 {
+				t.Fatalf("length %d, payload %d", h.Length, len(payload))
+			}
+			if m := NewRequest(h.API); m != nil {
+				checkStable(t, m, payload)
+			}
+			rest = next
+		}
+	})
+}
+
+// FuzzSplitResponse does the same for the client's side of the stream.
+func FuzzSplitResponse(f *testing.F) {
+	var stream []byte
+	for i, m := range sampleResponses() {
+		frame := AppendResponse(nil, RequestHeader{API: m.API(), CorrelationID: uint32(i)}, m)
+		f.Add(frame)
+		stream = append(stream, frame...)
+	}
+	f.Add(stream)
+	f.Add(AppendErrorResponse(nil, RequestHeader{API: 77, CorrelationID: 3}, ErrUnknownAPI, "no such api"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rest := b
+		for range 1 << 16 {
+			h, payload, next, err := SplitResponse(rest, fuzzFrameBytesMax)
+			if err != nil {
+				return
+			}
+			if len(next) >= len(rest) {
+				t.Fatal("split made no progress")
+			}
+			if h.ErrorCode != ErrNone {
+				_, _ = DecodeErrorPayload(payload)
+			} else if m := NewResponse(h.API); m != nil {
+				checkStable(t, m, payload)
+			}
+			rest = next
+		}
+	})
+}
+
+// checkStable decodes payload into m; on success the encoding must be a fixed point.
+func checkStable(t *testing.T, m Message, payload []byte) {
+	t.Helper()
+	if err := m.ReadFrom(payload); err != nil {
+		return
+	}
+	first := m.AppendTo(nil)
+	again := NewSame(m)
+	if err := again.ReadFrom(first); err != nil {
+		t.Fatalf("%T: re-decoding own encoding failed: %v", m, err)
+	}
+	if second := again.AppendTo(nil); !bytes.Equal(first, second) {
+		t.Fatalf("%T: encoding not stable\n%x\n%x", m, first, second)
+	}
+}
+
+// fuzzMessage is the body of one per-API fuzz target: payload bytes straight into the
+// decoder of one schema.
+func fuzzMessage(f *testing.F, newMsg func() Message, samples []Message) {
+	key := newMsg().API()
+	for _, m := range samples {
+		if m.API() == key {
+			enc := m.AppendTo(nil)
+			f.Add(enc)
+			if len(enc) > 1 {
+				f.Add(enc[:len(enc)/2])
+			}
+		}
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0x7f, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 0x7f, 0xff})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		checkStable(t, newMsg(), payload)
+	})
+}
+
+func FuzzApiVersionsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(APIVersionsRequest) }, sampleRequests())
+}
+func FuzzApiVersionsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(APIVersionsResponse) }, sampleResponses())
+}
+func FuzzProduceRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ProduceRequest) }, sampleRequests())
+}
+func FuzzProduceResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ProduceResponse) }, sampleResponses())
+}
+func FuzzFetchRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(FetchRequest) }, sampleRequests())
+}
+func FuzzFetchResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(FetchResponse) }, sampleResponses())
+}
+func FuzzListOffsetsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ListOffsetsRequest) }, sampleRequests())
+}
+func FuzzListOffsetsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ListOffsetsResponse) }, sampleResponses())
+}
+func FuzzMetadataRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(MetadataRequest) }, sampleRequests())
+}
+func FuzzMetadataResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(MetadataResponse) }, sampleResponses())
+}
+func FuzzCreateTopicsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(CreateTopicsRequest) }, sampleRequests())
+}
+func FuzzCreateTopicsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(CreateTopicsResponse) }, sampleResponses())
+}
+func FuzzDeleteTopicsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DeleteTopicsRequest) }, sampleRequests())
+}
+func FuzzDeleteTopicsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DeleteTopicsResponse) }, sampleResponses())
+}
+func FuzzDescribeTopicsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeTopicsRequest) }, sampleRequests())
+}
+func FuzzDescribeTopicsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeTopicsResponse) }, sampleResponses())
+}
+func FuzzDescribeConfigsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeConfigsRequest) }, sampleRequests())
+}
+func FuzzDescribeConfigsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeConfigsResponse) }, sampleResponses())
+}
+func FuzzAlterConfigsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(AlterConfigsRequest) }, sampleRequests())
+}
+func FuzzAlterConfigsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(AlterConfigsResponse) }, sampleResponses())
+}

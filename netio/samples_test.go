@@ -1,0 +1,60 @@
+package netio
+
+// sampleRequests and sampleResponses hold one populated message per API; tests and fuzz
+// seeds are built from them.
+func sampleRequests() []Message {
+	return []Message{
+		&APIVersionsRequest{ClientID: "ringlog-go"},
+		&ProduceRequest{Acks: AcksAll, TimeoutMs: 5000, Topics: []ProduceTopic{
+			{Topic: "orders", Partitions: []ProducePartition{{Partition: 0, Records: []byte("batch-0")}, {Partition: 3, Records: nil}}},
+			{Topic: "payments", Partitions: []ProducePartition{{Partition: 1, Records: []byte{}}}},
+		}},
+		&FetchRequest{MaxWaitMs: 500, MinBytes: 1, MaxBytes: 1 << 20, Topics: []FetchTopic{
+			{Topic: "orders", Partitions: []FetchPartition{{Partition: 0, FetchOffset: 42, MaxBytes: 1 << 20}, {Partition: 7, FetchOffset: 0, MaxBytes: 4096}}},
+		}},
+		&ListOffsetsRequest{Topics: []ListOffsetsTopic{
+			{Topic: "orders", Partitions: []ListOffsetsPartition{{0, TimestampEarliest}, {1, TimestampLatest}, {2, 1_700_000_000_000}}},
+		}},
+		&MetadataRequest{Topics: []string{"orders", "payments"}},
+		&MetadataRequest{},
+		&CreateTopicsRequest{TimeoutMs: 1000, ValidateOnly: true, Topics: []CreateTopic{
+			{Topic: "orders", Partitions: 8, ReplicationFactor: 1, Configs: []ConfigEntry{{"retention.ms", "86400000"}, {"cleanup.policy", "delete"}}},
+		}},
+		&DeleteTopicsRequest{TimeoutMs: 1000, Topics: []string{"orders"}},
+		&DescribeTopicsRequest{Topics: []string{"orders"}},
+		&DescribeConfigsRequest{Topics: []DescribeConfigsTopic{{Topic: "orders", Keys: []string{"retention.ms"}}, {Topic: "payments"}}},
+		&AlterConfigsRequest{ValidateOnly: false, Topics: []AlterConfigsTopic{
+			{Topic: "orders", Configs: []AlterConfig{{"retention.ms", AlterConfigSet, "1000"}, {"segment.bytes", AlterConfigDelete, ""}}},
+		}},
+	}
+}
+
+func sampleResponses() []Message {
+	return []Message{
+		&APIVersionsResponse{APIs: []APIVersionRange{{APIProduce, 0, 0}, {APIFetch, 0, 0}}, FrameBytesMax: FrameBytesMaxDefault, InflightPerConnMax: 64, BrokerVersion: "ringlog 0.1"},
+		&ProduceResponse{ThrottleMs: 0, Topics: []ProduceResponseTopic{
+			{Topic: "orders", Partitions: []ProduceResponsePartition{
+				{Partition: 0, BaseOffset: 100, LogAppendTime: -1, LogStartOffset: 0},
+				{Partition: 3, ErrorCode: ErrCorruptMessage, ErrorMessage: "crc mismatch at batch 0", BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1},
+			}},
+		}},
+		&FetchResponse{ThrottleMs: 3, Topics: []FetchResponseTopic{
+			{Topic: "orders", Partitions: []FetchResponsePartition{
+				{Partition: 0, HighWatermark: 200, LogStartOffset: 10, Records: []byte("some batches")},
+				{Partition: 7, ErrorCode: ErrOffsetOutOfRange, ErrorMessage: "offset 9 below log start 10", HighWatermark: 200, LogStartOffset: 10},
+			}},
+		}},
+		&ListOffsetsResponse{Topics: []ListOffsetsResponseTopic{
+			{Topic: "orders", Partitions: []ListOffsetsResponsePartition{{Partition: 0, Timestamp: -1, Offset: 10}, {Partition: 9, ErrorCode: ErrUnknownTopicOrPartition, ErrorMessage: "no partition 9", Timestamp: -1, Offset: -1}}},
+		}},
+		&MetadataResponse{BrokerID: 1, Shards: []MetadataShard{{0, "127.0.0.1:9400"}, {1, "127.0.0.1:9401"}}, Topics: []MetadataTopic{
+			{Topic: "orders", Partitions: []MetadataPartition{{0, ErrNone, 0, 0}, {1, ErrNone, 1, 0}}},
+			{Topic: "nope", ErrorCode: ErrUnknownTopicOrPartition, ErrorMessage: "unknown topic"},
+		}},
+		&CreateTopicsResponse{Topics: []TopicResult{{"orders", ErrNone, ""}, {"dup", ErrTopicAlreadyExists, "topic dup already exists"}}},
+		&DeleteTopicsResponse{Topics: []TopicResult{{"orders", ErrNone, ""}}},
+		&DescribeTopicsResponse{Topics: []DescribeTopic{{Topic: "orders", Partitions: []DescribePartition{{0, ErrNone, 0, 0, 100, 100, 65536}}}}},
+		&DescribeConfigsResponse{Topics: []DescribeConfigsResult{{Topic: "orders", Configs: []ConfigDescription{{"retention.ms", "86400000", ConfigSourceTopic, false}, {"segment.bytes", "1073741824", ConfigSourceDefault, false}}}}},
+		&AlterConfigsResponse{Topics: []TopicResult{{"orders", ErrInvalidConfig, "retention.ms: not a number"}}},
+	}
+}

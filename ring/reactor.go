@@ -1,0 +1,700 @@
+package ring
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reactor is one shard's event loop over its own Ring. It is created on, and afterwards
+// used only from, one locked OS thread (see StartPinned), except Post and Stop, which any
+// goroutine may call.
+//
+// Completions are dispatched to the callback given at submission, in the loop, never
+// re-entrantly: a blocking FileIO call made from inside a callback queues every other
+// completion it reaps into a backlog that the loop dispatches afterwards.
+//
+// User data layout (64 bits): bit 63 marks reactor-internal requests (wake-up read,
+// blocking FileIO ops, ignored CQEs); otherwise bits 32..62 are the slot generation and
+// bits 0..31 the slot index, so a stale completion for a reused slot is detected.
+type Reactor struct {
+	ring  Ring
+	probe *Probe
+	cfg   Config
+
+	// Owned by the loop thread.
+	slots     []opSlot
+	freeSlots []uint32
+	cqes      []CQE // reap batch for the loop
+	syncCQEs  []CQE // reap batch for blocking FileIO waits
+	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
+	syncSeq   uint64
+	syncPin   runtime.Pinner
+	iovs      []Iovec
+	timers    timerHeap
+	now       func() time.Time
+	wakeArmed bool
+	running   bool
+	scratch   *[8]byte // eventfd read target; heap, pinned for the reactor's life
+	scratchP  runtime.Pinner
+
+	// Shared with other goroutines.
+	mailbox     mailbox
+	wakeFd      int
+	wakePending atomic.Bool
+	stopping    atomic.Bool
+	closed      atomic.Bool
+}
+
+type opSlot struct {
+	done   func(res int32, flags uint32)
+	gen    uint32
+	busy   bool
+	pinned bool
+	pinner runtime.Pinner
+}
+
+const (
+	tokenInternal  = uint64(1) << 63
+	tokenSync      = tokenInternal | uint64(1)<<62
+	tokenWake      = tokenInternal | 1
+	tokenIgnore    = tokenInternal | 2
+	slotGenMask    = 0x7fffffff
+	reapBatch      = 256
+	reapRoundsMax  = 16 // reap rounds per loop turn before giving timers/mailbox a go
+	inflightDflt   = 65536
+	mailboxDefault = 4096
+)
+
+// NewReactor creates a reactor with its ring (Open). Call it on the locked OS thread that
+// will run the loop: with SingleIssuer/DeferTaskrun only that thread may submit and reap.
+func NewReactor(cfg Config) (*Reactor, error) {
+	cfg = cfg.withDefaults()
+	if cfg.InflightMax <= 0 {
+		cfg.InflightMax = inflightDflt
+	}
+	if cfg.MailboxEntries == 0 {
+		cfg.MailboxEntries = mailboxDefault
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	rg, err := Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		rg.Close()
+		return nil, fmt.Errorf("ring: reactor wake eventfd: %w", err)
+	}
+	r := &Reactor{
+		ring:     rg,
+		probe:    rg.Probe(),
+		cfg:      cfg,
+		cqes:     make([]CQE, reapBatch),
+		syncCQEs: make([]CQE, reapBatch),
+		now:      cfg.Now,
+		wakeFd:   efd,
+		scratch:  new([8]byte),
+	}
+	r.scratchP.Pin(r.scratch)
+	r.mailbox.init(roundPow2(cfg.MailboxEntries))
+	return r, nil
+}
+
+// StartPinned starts a goroutine that locks its OS thread, pins it to cpu (cpu < 0: no
+// pinning), creates a Reactor on it and calls fn(r). It returns once the reactor exists (or
+// failed). The reactor is closed when fn returns; the thread is never unlocked, so it exits
+// with the goroutine instead of returning to Go's pool with a narrowed affinity.
+func StartPinned(cpu int, cfg Config, fn func(r *Reactor)) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if cpu >= 0 {
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errc <- fmt.Errorf("ring: pin loop thread to cpu %d: %w", cpu, err)
+				return
+			}
+		}
+		r, err := NewReactor(cfg)
+		errc <- err
+		if err != nil {
+			return
+		}
+		defer r.Close()
+		fn(r)
+	}()
+	return <-errc
+}
+
+// Ring returns the reactor's ring (owning thread only).
+func (r *Reactor) Ring() Ring { return r.ring }
+
+// Backend returns the ring's backend name.
+func (r *Reactor) Backend() string { return r.ring.Backend() }
+
+// Probe returns the ring's op/feature probe.
+func (r *Reactor) Probe() *Probe { return r.probe }
+
+// Op is a reserved submission: fill SQE() with a Prep helper, Pin any Go memory it points
+// to, then Submit (or Abort). Zero allocations; an Op is a value and must not be reused.
+type Op struct {
+	r   *Reactor
+	sqe *SQE
+	idx uint32
+}
+
+// Begin reserves an SQE and a completion slot for an async op whose CQEs go to done
+// (multishot ops: once per CQE while CQEFMore is set). done may be nil.
+func (r *Reactor) Begin(done func(res int32, flags uint32)) (Op, error) {
+	if r.closed.Load() {
+		return Op{}, ErrClosed
+	}
+	idx, err := r.allocSlot()
+	if err != nil {
+		return Op{}, err
+	}
+	sqe, err := r.getSQE()
+	if err != nil {
+		r.releaseSlot(idx)
+		return Op{}, err
+	}
+	sqe.PrepNop()
+	r.slots[idx].done = done
+	return Op{r: r, sqe: sqe, idx: idx}, nil
+}
+
+// SQE is the entry to prepare.
+func (o Op) SQE() *SQE { return o.sqe }
+
+// Pin keeps Go heap memory that the SQE points to pinned until the op's final completion.
+func (o Op) Pin(p any) {
+	s := &o.r.slots[o.idx]
+	s.pinner.Pin(p)
+	s.pinned = true
+}
+
+// Submit queues the prepared op; the loop hands it to the kernel on its next turn. An op
+// the backend does not support is turned into an ignored NOP and reported as
+// ErrUnsupported naming the op and the kernel it needs.
+func (o Op) Submit() error {
+	r := o.r
+	op := o.sqe.Opcode
+	if !r.probe.Supported(op) {
+		o.Abort()
+		return fmt.Errorf("%w: op %s (needs Linux %s) on backend %s", ErrUnsupported, op, op.MinKernel(), r.ring.Backend())
+	}
+	o.sqe.UserData = uint64(r.slots[o.idx].gen)<<32 | uint64(o.idx)
+	return nil
+}
+
+// Abort releases a reserved op; its SQE becomes a NOP whose completion is ignored.
+func (o Op) Abort() {
+	o.sqe.PrepNop()
+	o.sqe.UserData = tokenIgnore
+	o.r.releaseSlot(o.idx)
+}
+
+// Submit reserves an SQE, lets prep fill it, and queues it; done receives its completions
+// (multishot: one call per CQE while CQEFMore is set). When the SQE points at Go heap
+// memory, use Begin and Op.Pin instead, or the *Async helpers, so the memory stays pinned.
+func (r *Reactor) Submit(prep func(sqe *SQE), done func(res int32, flags uint32)) error {
+	op, err := r.Begin(done)
+	if err != nil {
+		return err
+	}
+	prep(op.sqe)
+	return op.Submit()
+}
+
+// ReadAsync reads into b at off and calls done with the result; b is pinned until then.
+func (r *Reactor) ReadAsync(fd int, b []byte, off int64, done func(res int32, flags uint32)) error {
+	return r.bufOp(OpRead, fd, b, uint64(off), done)
+}
+
+// WriteAsync writes b at off and calls done with the result; b is pinned until then.
+func (r *Reactor) WriteAsync(fd int, b []byte, off int64, done func(res int32, flags uint32)) error {
+	return r.bufOp(OpWrite, fd, b, uint64(off), done)
+}
+
+// SendAsync sends b on a socket; b is pinned until done runs.
+func (r *Reactor) SendAsync(fd int, b []byte, done func(res int32, flags uint32)) error {
+	return r.bufOp(OpSend, fd, b, 0, done)
+}
+
+// RecvAsync receives into b from a socket; b is pinned until done runs.
+func (r *Reactor) RecvAsync(fd int, b []byte, done func(res int32, flags uint32)) error {
+	return r.bufOp(OpRecv, fd, b, 0, done)
+}
+
+func (r *Reactor) bufOp(code Opcode, fd int, b []byte, off uint64, done func(res int32, flags uint32)) error {
+	op, err := r.Begin(done)
+	if err != nil {
+		return err
+	}
+	switch code {
+	case OpRead:
+		op.sqe.PrepRead(fd, b, off)
+	case OpWrite:
+		op.sqe.PrepWrite(fd, b, off)
+	case OpSend:
+		op.sqe.PrepSend(fd, b, 0)
+	case OpRecv:
+		op.sqe.PrepRecv(fd, b, 0)
+	}
+	if len(b) > 0 {
+		op.Pin(&b[0])
+	}
+	return op.Submit()
+}
+
+func (r *Reactor) allocSlot() (uint32, error) {
+	if n := len(r.freeSlots); n > 0 {
+		idx := r.freeSlots[n-1]
+		r.freeSlots = r.freeSlots[:n-1]
+		r.slots[idx].busy = true
+		return idx, nil
+	}
+	if len(r.slots) >= r.cfg.InflightMax {
+		return 0, fmt.Errorf("%w (limit %d)", ErrTooManyInflight, r.cfg.InflightMax)
+	}
+	r.slots = append(r.slots, opSlot{busy: true})
+	return uint32(len(r.slots) - 1), nil
+}
+
+func (r *Reactor) releaseSlot(idx uint32) {
+	s := &r.slots[idx]
+	if s.pinned {
+		s.pinner.Unpin()
+		s.pinned = false
+	}
+	s.done = nil
+	s.busy = false
+	s.gen = (s.gen + 1) & slotGenMask
+	r.freeSlots = append(r.freeSlots, idx)
+}
+
+// getSQE returns a free SQE, flushing the SQ to the kernel once if it is full.
+func (r *Reactor) getSQE() (*SQE, error) {
+	if sqe := r.ring.GetSQE(); sqe != nil {
+		return sqe, nil
+	}
+	if _, err := r.ring.Submit(); err != nil {
+		r.reapInto(&r.backlog)
+		if _, err = r.ring.Submit(); err != nil {
+			return nil, fmt.Errorf("ring: flush full SQ: %w", err)
+		}
+	}
+	if sqe := r.ring.GetSQE(); sqe != nil {
+		return sqe, nil
+	}
+	return nil, fmt.Errorf("%w (%s backend): reap completions and retry", ErrSQFull, r.ring.Backend())
+}
+
+// reapInto appends every available completion to dst.
+func (r *Reactor) reapInto(dst *[]CQE) {
+	for round := 0; round < reapRoundsMax; round++ {
+		n := r.ring.PeekCQEs(r.syncCQEs)
+		*dst = append(*dst, r.syncCQEs[:n]...)
+		if n < len(r.syncCQEs) {
+			return
+		}
+	}
+}
+
+// dispatch delivers one completion to its callback.
+func (r *Reactor) dispatch(c *CQE) {
+	tok := c.UserData
+	if tok&tokenInternal != 0 {
+		if tok == tokenWake {
+			r.wakeArmed = false
+			r.wakePending.Store(false)
+		}
+		return
+	}
+	idx, gen := uint32(tok), uint32(tok>>32)
+	if int(idx) >= len(r.slots) || !r.slots[idx].busy || r.slots[idx].gen != gen {
+		panic(fmt.Sprintf("ring: completion for unknown op (user data %#x, res %d)", tok, c.Res))
+	}
+	done := r.slots[idx].done
+	if c.Flags&CQEFMore == 0 {
+		r.releaseSlot(idx)
+	}
+	if done != nil {
+		done(c.Res, c.Flags)
+	}
+}
+
+// Post runs fn on the loop. Any goroutine may call it. It never blocks: a full mailbox
+// returns ErrMailboxFull (back-pressure: the caller retries later or sheds load).
+func (r *Reactor) Post(fn func()) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	if !r.mailbox.push(fn) {
+		return ErrMailboxFull
+	}
+	r.wake()
+	return nil
+}
+
+// wake makes the loop return from its wait: one eventfd write per drain cycle.
+func (r *Reactor) wake() {
+	if r.wakePending.CompareAndSwap(false, true) {
+		var one [8]byte
+		one[0] = 1
+		unix.Write(r.wakeFd, one[:])
+	}
+}
+
+// Stop makes Run return after the current loop turn. Any goroutine may call it.
+func (r *Reactor) Stop() {
+	r.stopping.Store(true)
+	r.wakePending.Store(false)
+	r.wake()
+}
+
+// Run runs the loop until Stop. Call it on the owning thread.
+func (r *Reactor) Run() error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	r.running = true
+	defer func() { r.running = false }()
+	for !r.stopping.Load() {
+		if err := r.RunOnce(true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunOnce runs one loop turn: dispatch queued completions, mailbox messages and due timers,
+// submit, wait (when block is set and nothing is runnable) until a completion, wake-up or
+// the next timer, then dispatch what arrived. Tests with an injected clock call it with
+// block=false.
+func (r *Reactor) RunOnce(block bool) error {
+	r.dispatchBacklog()
+	r.drainMailbox()
+	r.runTimers()
+	if !r.wakeArmed {
+		if err := r.armWake(); err != nil {
+			return err
+		}
+	}
+	var err error
+	if block && len(r.backlog) == 0 && r.mailbox.empty() && !r.stopping.Load() {
+		_, err = r.ring.SubmitAndWait(1, r.untilNextTimer())
+	} else {
+		_, err = r.ring.Submit()
+	}
+	if err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+		return fmt.Errorf("ring: reactor submit: %w", err)
+	}
+	for round := 0; round < reapRoundsMax; round++ {
+		n := r.ring.PeekCQEs(r.cqes)
+		for i := 0; i < n; i++ {
+			r.dispatch(&r.cqes[i])
+		}
+		if n < len(r.cqes) {
+			break
+		}
+	}
+	r.dispatchBacklog()
+	return nil
+}
+
+func (r *Reactor) dispatchBacklog() {
+	for i := 0; i < len(r.backlog); i++ {
+		c := r.backlog[i]
+		r.dispatch(&c)
+	}
+	r.backlog = r.backlog[:0]
+}
+
+func (r *Reactor) armWake() error {
+	sqe, err := r.getSQE()
+	if err != nil {
+		return err
+	}
+	sqe.PrepRead(r.wakeFd, r.scratch[:], noOffset)
+	sqe.UserData = tokenWake
+	r.wakeArmed = true
+	return nil
+}
+
+func (r *Reactor) drainMailbox() {
+	for i := 0; i < len(r.mailbox.slots); i++ {
+		fn := r.mailbox.pop()
+		if fn == nil {
+			return
+		}
+		fn()
+	}
+}
+
+// Close releases the ring and the wake-up fd. Pending ops are dropped without callbacks.
+func (r *Reactor) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	err := r.ring.Close()
+	unix.Close(r.wakeFd)
+	for i := range r.slots {
+		if r.slots[i].pinned {
+			r.slots[i].pinner.Unpin()
+		}
+	}
+	r.scratchP.Unpin()
+	return err
+}
+
+// ---- FileIO: blocking ops on the owning thread ----
+
+var _ FileIO = (*Reactor)(nil)
+
+// syncSQE reserves an SQE for a blocking op.
+func (r *Reactor) syncSQE() (*SQE, uint64, error) {
+	if r.closed.Load() {
+		return nil, 0, ErrClosed
+	}
+	sqe, err := r.getSQE()
+	if err != nil {
+		return nil, 0, err
+	}
+	r.syncSeq++
+	return sqe, tokenSync | (r.syncSeq & (1<<62 - 1)), nil
+}
+
+// syncWait submits and waits for the completion tagged tok; other completions reaped on
+// the way go to the backlog.
+func (r *Reactor) syncWait(tok uint64) (int32, error) {
+	for {
+		if _, err := r.ring.SubmitAndWait(1, 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+			return 0, err
+		}
+		for round := 0; round < reapRoundsMax; round++ {
+			n := r.ring.PeekCQEs(r.syncCQEs)
+			found, res := false, int32(0)
+			for i := 0; i < n; i++ {
+				if r.syncCQEs[i].UserData == tok {
+					found, res = true, r.syncCQEs[i].Res
+					continue
+				}
+				r.backlog = append(r.backlog, r.syncCQEs[i])
+			}
+			if found {
+				return res, nil
+			}
+			if n < len(r.syncCQEs) {
+				break
+			}
+		}
+	}
+}
+
+func resErr(res int32) error {
+	if res < 0 {
+		return unix.Errno(-res)
+	}
+	return nil
+}
+
+func (r *Reactor) Pread(fd int, p []byte, off int64) (int, error) {
+	return r.syncRW(OpRead, fd, p, off)
+}
+
+func (r *Reactor) Pwrite(fd int, p []byte, off int64) (int, error) {
+	return r.syncRW(OpWrite, fd, p, off)
+}
+
+func (r *Reactor) syncRW(code Opcode, fd int, p []byte, off int64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	sqe, tok, err := r.syncSQE()
+	if err != nil {
+		return 0, fmt.Errorf("%s fd %d off %d: %w", code, fd, off, err)
+	}
+	if code == OpRead {
+		sqe.PrepRead(fd, p, uint64(off))
+	} else {
+		sqe.PrepWrite(fd, p, uint64(off))
+	}
+	sqe.UserData = tok
+	r.syncPin.Pin(&p[0])
+	res, err := r.syncWait(tok)
+	r.syncPin.Unpin()
+	if err == nil {
+		err = resErr(res)
+	}
+	if err != nil {
+		name := "pwrite"
+		if code == OpRead {
+			name = "pread"
+		}
+		return 0, fmt.Errorf("%s fd %d off %d: %w", name, fd, off, err)
+	}
+	return int(res), nil
+}
+
+func (r *Reactor) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
+	r.iovs = r.iovs[:0]
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		var v Iovec
+		v.Base = (*byte)(unsafe.Pointer(&b[0]))
+		v.SetLen(len(b))
+		r.iovs = append(r.iovs, v)
+		r.syncPin.Pin(&b[0])
+	}
+	if len(r.iovs) == 0 {
+		return 0, nil
+	}
+	if len(r.iovs) > iovMax {
+		r.syncPin.Unpin()
+		return 0, fmt.Errorf("pwritev fd %d off %d: %d buffers (max %d): %w", fd, off, len(r.iovs), iovMax, unix.EINVAL)
+	}
+	sqe, tok, err := r.syncSQE()
+	if err != nil {
+		r.syncPin.Unpin()
+		return 0, fmt.Errorf("pwritev fd %d off %d: %w", fd, off, err)
+	}
+	sqe.PrepWritev(fd, r.iovs, uint64(off))
+	sqe.UserData = tok
+	res, err := r.syncWait(tok)
+	r.syncPin.Unpin()
+	if err == nil {
+		err = resErr(res)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pwritev fd %d off %d: %w", fd, off, err)
+	}
+	return int(res), nil
+}
+
+const iovMax = 1024 // IOV_MAX
+
+func (r *Reactor) Fdatasync(fd int) error { return r.syncFsync(fd, true) }
+func (r *Reactor) Fsync(fd int) error     { return r.syncFsync(fd, false) }
+
+func (r *Reactor) syncFsync(fd int, datasync bool) error {
+	name := "fsync"
+	if datasync {
+		name = "fdatasync"
+	}
+	sqe, tok, err := r.syncSQE()
+	if err != nil {
+		return fmt.Errorf("%s fd %d: %w", name, fd, err)
+	}
+	sqe.PrepFsync(fd, datasync)
+	sqe.UserData = tok
+	res, err := r.syncWait(tok)
+	if err == nil {
+		err = resErr(res)
+	}
+	if err != nil {
+		return fmt.Errorf("%s fd %d: %w", name, fd, err)
+	}
+	return nil
+}
+
+func (r *Reactor) Fallocate(fd int, mode uint32, off, size int64) error {
+	sqe, tok, err := r.syncSQE()
+	if err != nil {
+		return fmt.Errorf("fallocate fd %d: %w", fd, err)
+	}
+	sqe.PrepFallocate(fd, mode, off, size)
+	sqe.UserData = tok
+	res, err := r.syncWait(tok)
+	if err == nil {
+		err = resErr(res)
+	}
+	if err != nil {
+		return fmt.Errorf("fallocate fd %d off %d size %d: %w", fd, off, size, err)
+	}
+	return nil
+}
+
+// ---- timers ----
+
+// Timer is a callback scheduled on the loop by AfterFunc.
+type Timer struct {
+	r     *Reactor
+	when  time.Time
+	fn    func()
+	index int // in the heap, -1 when not scheduled
+}
+
+// AfterFunc runs fn on the loop once d has elapsed on the reactor's clock. Loop thread only.
+func (r *Reactor) AfterFunc(d time.Duration, fn func()) *Timer {
+	t := &Timer{r: r, when: r.now().Add(d), fn: fn, index: -1}
+	heap.Push(&r.timers, t)
+	return t
+}
+
+// Stop cancels the timer; it reports whether the timer was still pending. Loop thread only.
+func (t *Timer) Stop() bool {
+	if t.index < 0 {
+		return false
+	}
+	heap.Remove(&t.r.timers, t.index)
+	return true
+}
+
+func (r *Reactor) runTimers() {
+	if len(r.timers) == 0 {
+		return
+	}
+	now := r.now()
+	for len(r.timers) > 0 && !r.timers[0].when.After(now) {
+		t := heap.Pop(&r.timers).(*Timer)
+		t.fn()
+	}
+}
+
+// untilNextTimer is the wait timeout: 0 (none) without timers, else at least 1µs.
+func (r *Reactor) untilNextTimer() time.Duration {
+	if len(r.timers) == 0 {
+		return 0
+	}
+	d := r.timers[0].when.Sub(r.now())
+	if d < time.Microsecond {
+		d = time.Microsecond
+	}
+	return d
+}
+
+type timerHeap []*Timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].when.Before(h[j].when) }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*Timer)
+	t.index = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	t.index = -1
+	*h = old[:len(old)-1]
+	return t
+}

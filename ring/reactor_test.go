@@ -1,0 +1,220 @@
+package ring
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func TestReactorTimers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		clk := &fakeClock{t: time.Unix(1000, 0)}
+		r := newReactor(t, backend, Config{Now: clk.now})
+		var fired []int
+		r.AfterFunc(3*time.Second, func() { fired = append(fired, 3) })
+		r.AfterFunc(1*time.Second, func() { fired = append(fired, 1) })
+		stopped := r.AfterFunc(2*time.Second, func() { fired = append(fired, 2) })
+		if !stopped.Stop() || stopped.Stop() {
+			t.Fatal("Stop should report true once, then false")
+		}
+		if err := r.RunOnce(false); err != nil {
+			t.Fatal(err)
+		}
+		if len(fired) != 0 {
+			t.Fatalf("fired early: %v", fired)
+		}
+		clk.advance(1500 * time.Millisecond)
+		r.RunOnce(false)
+		clk.advance(5 * time.Second)
+		r.RunOnce(false)
+		if len(fired) != 2 || fired[0] != 1 || fired[1] != 3 {
+			t.Fatalf("fired %v, want [1 3]", fired)
+		}
+	})
+}
+
+// TestReactorRunPostStop drives a real loop on its own pinned thread: Post from many
+// goroutines, async file ops with callbacks, a timer on the real clock, then Stop.
+func TestReactorRunPostStop(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		f, path := tempFile(t)
+		fd := int(f.Fd())
+		var (
+			r       *Reactor
+			ran     atomic.Int64
+			runErr  = make(chan error, 1)
+			ready   = make(chan struct{})
+			timerCh = make(chan struct{})
+		)
+		err := StartPinned(0, Config{Backend: backend, SingleIssuer: true, DeferTaskrun: true, MailboxEntries: 64}, func(rr *Reactor) {
+			r = rr
+			close(ready)
+			runErr <- rr.Run()
+		})
+		if err != nil {
+			t.Fatalf("StartPinned: %v", err)
+		}
+		<-ready
+		if r.Backend() != map[string]string{"uring": BackendUring, "syscall": BackendSyscall}[backend] {
+			t.Fatalf("backend %s", r.Backend())
+		}
+		const posters, perPoster = 4, 200
+		var wg sync.WaitGroup
+		for p := 0; p < posters; p++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < perPoster; i++ {
+					for attempt := 0; ; attempt++ {
+						err := r.Post(func() { ran.Add(1) })
+						if err == nil {
+							break
+						}
+						if !errors.Is(err, ErrMailboxFull) || attempt > 1_000_000 {
+							t.Errorf("Post: %v", err)
+							return
+						}
+						runtime.Gosched() // back-pressure: let the loop drain
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		// Async writes submitted from the loop, completions via callbacks, then a blocking
+		// FileIO read from inside a callback.
+		result := make(chan string, 1)
+		r.Post(func() {
+			var pending atomic.Int32
+			for i := 0; i < 8; i++ {
+				pending.Add(1)
+				b := bytes.Repeat([]byte{byte('a' + i)}, 512)
+				err := r.WriteAsync(fd, b, int64(i*512), func(res int32, _ uint32) {
+					if res != 512 {
+						t.Errorf("async write res %d", res)
+					}
+					if pending.Add(-1) == 0 {
+						got := make([]byte, 8*512)
+						n, err := r.Pread(fd, got, 0)
+						if err != nil || n != len(got) {
+							t.Errorf("Pread in callback: %d %v", n, err)
+						}
+						result <- string(got[0]) + string(got[7*512])
+					}
+				})
+				if err != nil {
+					t.Errorf("WriteAsync: %v", err)
+				}
+			}
+		})
+		if got := <-result; got != "ah" {
+			t.Fatalf("read back %q", got)
+		}
+		r.Post(func() { r.AfterFunc(time.Millisecond, func() { close(timerCh) }) })
+		<-timerCh
+		r.Stop()
+		if err := <-runErr; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if ran.Load() != posters*perPoster {
+			t.Fatalf("ran %d posted closures, want %d", ran.Load(), posters*perPoster)
+		}
+		disk, _ := os.ReadFile(path)
+		if len(disk) != 8*512 || disk[512] != 'b' {
+			t.Fatalf("disk content len %d", len(disk))
+		}
+	})
+}
+
+func TestMailboxFull(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{MailboxEntries: 4})
+		n := 0
+		for i := 0; i < 4; i++ {
+			if err := r.Post(func() { n++ }); err != nil {
+				t.Fatalf("Post %d: %v", i, err)
+			}
+		}
+		if err := r.Post(func() {}); !errors.Is(err, ErrMailboxFull) {
+			t.Fatalf("5th Post: %v, want ErrMailboxFull", err)
+		}
+		r.RunOnce(false)
+		if n != 4 {
+			t.Fatalf("ran %d", n)
+		}
+		if err := r.Post(func() {}); err != nil {
+			t.Fatalf("Post after drain: %v", err)
+		}
+		r.Close()
+		if err := r.Post(func() {}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Post after Close: %v", err)
+		}
+	})
+}
+
+func TestArena(t *testing.T) {
+	a, err := NewArena(5000, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.BufSize() != 8192 {
+		t.Fatalf("BufSize %d, want page-rounded 8192", a.BufSize())
+	}
+	var got [][]byte
+	for i := 0; i < 3; i++ {
+		b, idx, err := a.Get()
+		if err != nil || idx != i || len(b) != 8192 {
+			t.Fatalf("Get %d: idx %d len %d %v", i, idx, len(b), err)
+		}
+		if a.Index(b[100:]) != i {
+			t.Fatalf("Index of sub-slice")
+		}
+		if uintptrOf(b)%4096 != 0 {
+			t.Fatal("buffer not page-aligned")
+		}
+		got = append(got, b)
+	}
+	if _, _, err := a.Get(); !errors.Is(err, ErrArenaExhausted) {
+		t.Fatalf("Get on empty arena: %v", err)
+	}
+	if err := a.Release(); err == nil {
+		t.Fatal("Release with buffers out should fail")
+	}
+	a.Put(got[1])
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("double Put did not panic")
+			}
+		}()
+		a.Put(got[1])
+	}()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("foreign Put did not panic")
+			}
+		}()
+		a.Put(make([]byte, 10))
+	}()
+	a.Put(got[0])
+	a.Put(got[2])
+	if allocs := testing.AllocsPerRun(100, func() {
+		b, _, _ := a.Get()
+		a.Put(b)
+	}); allocs != 0 {
+		t.Fatalf("Get/Put allocate %.1f per op", allocs)
+	}
+	if err := a.Release(); err != nil {
+		t.Fatal(err)
+	}
+}

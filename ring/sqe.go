@@ -1,0 +1,187 @@
+package ring
+
+import "unsafe"
+
+// Prep helpers fill an SQE the way liburing's io_uring_prep_* do. Every helper zeroes the
+// whole SQE first (a reused slot must not carry a stale addr3, personality or buffer index),
+// so set flags and UserData after calling it.
+//
+// Pointers passed in (buffers, iovecs, paths, sockaddrs, timespecs) must point to memory
+// that stays reachable and unmoved until the completion arrives: mmap'd arena memory, or Go
+// heap memory pinned with runtime.Pinner (Reactor.Pin). Never pass the address of a slice
+// header or of a stack variable.
+
+// noOffset is (u64)-1: "use and advance the file position" for read/write and "no offset"
+// for splice.
+const noOffset = ^uint64(0)
+
+func (s *SQE) prepRW(op Opcode, fd int32, addr uintptr, length uint32, off uint64) {
+	*s = SQE{Opcode: op, Fd: fd, Addr: uint64(addr), Len: length, Off: off}
+}
+
+func bufAddr(b []byte) uintptr {
+	if len(b) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+// PrepNop prepares a no-op (completes with res 0).
+func (s *SQE) PrepNop() { *s = SQE{Opcode: OpNop, Fd: -1} }
+
+// PrepRead prepares a pread of len(b) bytes at off (off = ^uint64(0) uses the file position).
+func (s *SQE) PrepRead(fd int, b []byte, off uint64) {
+	s.prepRW(OpRead, int32(fd), bufAddr(b), uint32(len(b)), off)
+}
+
+// PrepWrite prepares a pwrite of b at off.
+func (s *SQE) PrepWrite(fd int, b []byte, off uint64) {
+	s.prepRW(OpWrite, int32(fd), bufAddr(b), uint32(len(b)), off)
+}
+
+// PrepReadv prepares a preadv into the iovec array (the array itself must stay put too).
+func (s *SQE) PrepReadv(fd int, iovecs []Iovec, off uint64) {
+	s.prepRW(OpReadv, int32(fd), iovAddr(iovecs), uint32(len(iovecs)), off)
+}
+
+// PrepWritev prepares a pwritev of the iovec array at off.
+func (s *SQE) PrepWritev(fd int, iovecs []Iovec, off uint64) {
+	s.prepRW(OpWritev, int32(fd), iovAddr(iovecs), uint32(len(iovecs)), off)
+}
+
+// PrepReadFixed reads into b, which must lie inside registered buffer bufIndex.
+func (s *SQE) PrepReadFixed(fd int, b []byte, off uint64, bufIndex uint16) {
+	s.prepRW(OpReadFixed, int32(fd), bufAddr(b), uint32(len(b)), off)
+	s.BufIndex = bufIndex
+}
+
+// PrepWriteFixed writes b, which must lie inside registered buffer bufIndex.
+func (s *SQE) PrepWriteFixed(fd int, b []byte, off uint64, bufIndex uint16) {
+	s.prepRW(OpWriteFixed, int32(fd), bufAddr(b), uint32(len(b)), off)
+	s.BufIndex = bufIndex
+}
+
+// PrepFsync prepares an fsync, or an fdatasync when datasync is set.
+func (s *SQE) PrepFsync(fd int, datasync bool) {
+	s.prepRW(OpFsync, int32(fd), 0, 0, 0)
+	if datasync {
+		s.OpFlags = FsyncDatasync
+	}
+}
+
+// PrepFallocate prepares fallocate(fd, mode, off, length).
+func (s *SQE) PrepFallocate(fd int, mode uint32, off, length int64) {
+	s.prepRW(OpFallocate, int32(fd), uintptr(length), mode, uint64(off))
+}
+
+// PrepOpenat prepares openat(dirfd, path, flags, mode). path must be NUL-terminated
+// (see CString) and stay put until completion.
+func (s *SQE) PrepOpenat(dirfd int, path *byte, flags int, mode uint32) {
+	s.prepRW(OpOpenat, int32(dirfd), uintptr(unsafe.Pointer(path)), mode, 0)
+	s.OpFlags = uint32(flags)
+}
+
+// PrepClose prepares close(fd).
+func (s *SQE) PrepClose(fd int) { s.prepRW(OpClose, int32(fd), 0, 0, 0) }
+
+// PrepStatx prepares statx(dirfd, path, flags, mask, out).
+func (s *SQE) PrepStatx(dirfd int, path *byte, flags int, mask uint32, out *Statx) {
+	s.prepRW(OpStatx, int32(dirfd), uintptr(unsafe.Pointer(path)), mask, uint64(uintptr(unsafe.Pointer(out))))
+	s.OpFlags = uint32(flags)
+}
+
+// PrepSend prepares send(fd, b, flags).
+func (s *SQE) PrepSend(fd int, b []byte, flags int) {
+	s.prepRW(OpSend, int32(fd), bufAddr(b), uint32(len(b)), 0)
+	s.OpFlags = uint32(flags)
+}
+
+// PrepRecv prepares recv(fd, b, flags).
+func (s *SQE) PrepRecv(fd int, b []byte, flags int) {
+	s.prepRW(OpRecv, int32(fd), bufAddr(b), uint32(len(b)), 0)
+	s.OpFlags = uint32(flags)
+}
+
+// PrepSendmsg prepares sendmsg(fd, msg, flags).
+func (s *SQE) PrepSendmsg(fd int, msg *Msghdr, flags int) {
+	s.prepRW(OpSendmsg, int32(fd), uintptr(unsafe.Pointer(msg)), 1, 0)
+	s.OpFlags = uint32(flags)
+}
+
+// PrepRecvmsg prepares recvmsg(fd, msg, flags).
+func (s *SQE) PrepRecvmsg(fd int, msg *Msghdr, flags int) {
+	s.prepRW(OpRecvmsg, int32(fd), uintptr(unsafe.Pointer(msg)), 1, 0)
+	s.OpFlags = uint32(flags)
+}
+
+// PrepAccept prepares accept4(fd, addr, addrLen, flags); addr and addrLen may be nil.
+func (s *SQE) PrepAccept(fd int, addr *RawSockaddrAny, addrLen *uint32, flags int) {
+	s.prepRW(OpAccept, int32(fd), uintptr(unsafe.Pointer(addr)), 0, uint64(uintptr(unsafe.Pointer(addrLen))))
+	s.OpFlags = uint32(flags)
+}
+
+// PrepMultishotAccept is PrepAccept that stays armed (5.19): one CQE per accepted
+// connection, each with CQEFMore while the request is still armed.
+func (s *SQE) PrepMultishotAccept(fd int, addr *RawSockaddrAny, addrLen *uint32, flags int) {
+	s.PrepAccept(fd, addr, addrLen, flags)
+	s.IoPrio |= AcceptMultishot
+}
+
+// PrepConnect prepares connect(fd, addr, addrLen).
+func (s *SQE) PrepConnect(fd int, addr *RawSockaddrAny, addrLen uint32) {
+	s.prepRW(OpConnect, int32(fd), uintptr(unsafe.Pointer(addr)), 0, uint64(addrLen))
+}
+
+// PrepSplice prepares splice(fdIn, offIn, fdOut, offOut, n, flags). An offset of -1 means
+// "no offset" (required for pipes and sockets).
+func (s *SQE) PrepSplice(fdIn int, offIn int64, fdOut int, offOut int64, n uint32, flags uint32) {
+	s.prepRW(OpSplice, int32(fdOut), uintptr(offIn), n, uint64(offOut))
+	s.SpliceFdIn = int32(fdIn)
+	s.OpFlags = flags
+}
+
+// PrepTimeout prepares a timeout that completes with -ETIME when ts elapses, or with 0
+// once count other completions have been posted (count 0 = time only).
+func (s *SQE) PrepTimeout(ts *Timespec, count uint32, flags uint32) {
+	s.prepRW(OpTimeout, -1, uintptr(unsafe.Pointer(ts)), 1, uint64(count))
+	s.OpFlags = flags
+}
+
+// PrepLinkTimeout prepares a timeout for the previous, IOSQE_IO_LINK-ed request: if it does
+// not complete within ts it is cancelled (-ECANCELED) and this one completes with -ETIME.
+func (s *SQE) PrepLinkTimeout(ts *Timespec, flags uint32) {
+	s.prepRW(OpLinkTimeout, -1, uintptr(unsafe.Pointer(ts)), 1, 0)
+	s.OpFlags = flags
+}
+
+// PrepCancel cancels the in-flight request whose user data is target (res 0, or -ENOENT /
+// -EALREADY when it could not be found or stopped).
+func (s *SQE) PrepCancel(target uint64, flags uint32) {
+	s.prepRW(OpAsyncCancel, -1, uintptr(target), 0, 0)
+	s.OpFlags = flags
+}
+
+// PrepMsgRing posts a CQE {UserData: userData, Res: res} into the ring whose fd is
+// ringFd (Ring.Fd) — a cross-core wake-up with a payload (5.18).
+func (s *SQE) PrepMsgRing(ringFd int, res uint32, userData uint64, flags uint32) {
+	s.prepRW(OpMsgRing, int32(ringFd), uintptr(msgData), res, userData)
+	s.OpFlags = flags
+}
+
+// PrepPollAdd completes once fd reports one of the poll events (res = revents).
+func (s *SQE) PrepPollAdd(fd int, events uint32) {
+	s.prepRW(OpPollAdd, int32(fd), 0, 0, 0)
+	s.OpFlags = events
+}
+
+// SetLink chains the next SQE after this one (IOSQE_IO_LINK).
+func (s *SQE) SetLink() { s.Flags |= SQEIOLink }
+
+// SetHardlink chains the next SQE after this one even if it fails (IOSQE_IO_HARDLINK).
+func (s *SQE) SetHardlink() { s.Flags |= SQEIOHardlink }
+
+// SetDrain makes this SQE wait for every earlier one (IOSQE_IO_DRAIN).
+func (s *SQE) SetDrain() { s.Flags |= SQEIODrain }
+
+// SetFixedFile marks Fd as an index into the registered file table (IOSQE_FIXED_FILE).
+func (s *SQE) SetFixedFile() { s.Flags |= SQEFixedFile }

@@ -1,0 +1,1080 @@
+package ring
+
+import (
+	"container/heap"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// sysRing is the syscall backend: it interprets the same SQEs as io_uring with plain system
+// calls on the owning thread. File ops (read, write, fsync, fallocate, openat, statx, ...)
+// run synchronously during Submit. Socket ops run non-blocking (MSG_DONTWAIT, O_NONBLOCK for
+// accept/connect); one that would block is parked on epoll and retried when its fd is ready,
+// so one slow peer never stalls the loop. Timeouts and link timeouts live in a deadline heap.
+// Links, hardlinks, drain, CQE_SKIP_SUCCESS, fixed files and fixed buffers behave as in the
+// kernel. The CQ is bounded like io_uring's; completions beyond it wait in an overflow list
+// and are never dropped.
+//
+// Only MSG_RING targets (inject) are touched from other threads.
+type sysRing struct {
+	sq     []SQE
+	sqMask uint32
+	sqHead uint32 // next SQE Submit interprets
+	sqTail uint32 // next SQE GetSQE hands out
+
+	cq       []CQE
+	cqMask   uint32
+	cqHead   uint32
+	cqTail   uint32
+	overflow []CQE
+
+	free      *sysOp
+	inflight  int // parked ops and pending timeouts
+	drainQ    []*sysOp
+	pumping   bool
+	waiters   map[int32]*fdWait
+	timers    opHeap
+	counted   []*sysOp // TIMEOUTs with a completion count
+	posted    uint64   // CQEs posted, for counted timeouts
+	epfd      int
+	evfd      int // wake-up fd; also this ring's Fd() for MSG_RING
+	events    []unix.EpollEvent
+	pollFds   [2]unix.PollFd
+	wakeBuf   [8]byte
+	notifyFd  int // registered eventfd, -1 if none
+	files     []int32
+	bufs      [][]byte
+	probe     Probe
+	closed    bool
+	inboxMu   sync.Mutex
+	inbox     []CQE // MSG_RING completions from other rings, guarded by inboxMu
+	inboxSpar []CQE // swapped with inbox while draining (owner only)
+	inboxN    atomic.Int32
+}
+
+type sysOp struct {
+	sqe         SQE
+	next        *sysOp // the linked successor, started when this one completes
+	linkTimeout *sysOp // LINK_TIMEOUT guarding this op
+	target      *sysOp // for a LINK_TIMEOUT: the op it guards
+	waitNext    *sysOp // fd wait list
+	fd          int32  // resolved descriptor (fixed files looked up)
+	events      uint32 // epoll events it waits for
+	parkFd      int32
+	deadline    int64 // monotonic ns, timers only
+	heapIndex   int   // -1 when not in the heap
+	countAt     uint64
+	offIn       int64
+	offOut      int64
+	connecting  bool
+}
+
+type fdWait struct {
+	head, tail *sysOp
+	mask       uint32
+}
+
+// syscallOps lists the ops the syscall backend interprets.
+var syscallOps = []Opcode{OpNop, OpRead, OpWrite, OpReadv, OpWritev, OpReadFixed, OpWriteFixed, OpFsync,
+	OpFallocate, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
+	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd}
+
+var (
+	sysRingsMu sync.Mutex
+	sysRings   = map[int]*sysRing{} // by evfd, for MSG_RING
+)
+
+const sysEventsBatch = 128
+
+func newSysRing(cfg Config) (*sysRing, error) {
+	cfg = cfg.withDefaults()
+	r := &sysRing{
+		sq:       make([]SQE, cfg.Entries),
+		sqMask:   cfg.Entries - 1,
+		cq:       make([]CQE, cfg.CQEntries),
+		cqMask:   cfg.CQEntries - 1,
+		waiters:  map[int32]*fdWait{},
+		events:   make([]unix.EpollEvent, sysEventsBatch),
+		notifyFd: -1,
+		probe:    Probe{Backend: BackendSyscall, LastOp: OpPollAdd},
+	}
+	for _, op := range syscallOps {
+		r.probe.ops[op] = true
+	}
+	var err error
+	if r.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("ring: syscall backend: epoll_create1: %w", err)
+	}
+	if r.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		unix.Close(r.epfd)
+		return nil, fmt.Errorf("ring: syscall backend: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(r.evfd)}
+	if err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, r.evfd, &ev); err != nil {
+		unix.Close(r.evfd)
+		unix.Close(r.epfd)
+		return nil, fmt.Errorf("ring: syscall backend: epoll add eventfd: %w", err)
+	}
+	sysRingsMu.Lock()
+	sysRings[r.evfd] = r
+	sysRingsMu.Unlock()
+	return r, nil
+}
+
+func (r *sysRing) Backend() string { return BackendSyscall }
+func (r *sysRing) Probe() *Probe   { return &r.probe }
+func (r *sysRing) Fd() int         { return r.evfd }
+
+func (r *sysRing) GetSQE() *SQE {
+	if r.closed || r.sqTail-r.sqHead >= uint32(len(r.sq)) {
+		return nil
+	}
+	sqe := &r.sq[r.sqTail&r.sqMask]
+	r.sqTail++
+	return sqe
+}
+
+func (r *sysRing) SQSpace() int { return len(r.sq) - int(r.sqTail-r.sqHead) }
+
+// Submit interprets every pending SQE, chain by chain.
+func (r *sysRing) Submit() (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	n := 0
+	var head, last *sysOp
+	for r.sqHead != r.sqTail {
+		sqe := &r.sq[r.sqHead&r.sqMask]
+		r.sqHead++
+		n++
+		op := r.newOp(sqe)
+		switch {
+		case head == nil:
+			head, last = op, op
+		case op.sqe.Opcode == OpLinkTimeout && last.linkTimeout == nil && last.sqe.Opcode != OpLinkTimeout:
+			// A link timeout guards the request before it; the chain goes on from that one.
+			last.linkTimeout = op
+			op.target = last
+		default:
+			last.next = op
+			last = op
+		}
+		if op.sqe.Flags&(SQEIOLink|SQEIOHardlink) == 0 {
+			r.dispatch(head)
+			head, last = nil, nil
+		}
+	}
+	if head != nil {
+		r.dispatch(head) // a chain cut by the end of the submission ends here, as in the kernel
+	}
+	if r.inflight > 0 {
+		r.progress(0)
+	}
+	return n, nil
+}
+
+func (r *sysRing) newOp(sqe *SQE) *sysOp {
+	op := r.free
+	if op != nil {
+		r.free = op.next
+		*op = sysOp{}
+	} else {
+		op = &sysOp{}
+	}
+	op.sqe = *sqe
+	op.heapIndex = -1
+	op.fd = sqe.Fd
+	return op
+}
+
+func (r *sysRing) freeOp(op *sysOp) {
+	*op = sysOp{next: r.free}
+	r.free = op
+}
+
+func (r *sysRing) dispatch(head *sysOp) {
+	if len(r.drainQ) > 0 || (head.sqe.Flags&SQEIODrain != 0 && r.inflight > 0) {
+		r.drainQ = append(r.drainQ, head)
+		return
+	}
+	r.run(head)
+}
+
+func (r *sysRing) pumpDrain() {
+	if r.pumping {
+		return
+	}
+	r.pumping = true
+	for len(r.drainQ) > 0 {
+		h := r.drainQ[0]
+		if h.sqe.Flags&SQEIODrain != 0 && r.inflight > 0 {
+			break
+		}
+		copy(r.drainQ, r.drainQ[1:])
+		r.drainQ[len(r.drainQ)-1] = nil
+		r.drainQ = r.drainQ[:len(r.drainQ)-1]
+		r.run(h)
+	}
+	r.pumping = false
+}
+
+// run starts op: it completes now, parks on its fd, or (timeouts) enters the timer heap.
+func (r *sysRing) run(op *sysOp) {
+	if op.sqe.Flags&SQEFixedFile != 0 && op.sqe.Opcode != OpMsgRing {
+		if int(op.sqe.Fd) < 0 || int(op.sqe.Fd) >= len(r.files) || r.files[op.sqe.Fd] < 0 {
+			r.complete(op, -int32(unix.EBADF), 0)
+			return
+		}
+		op.fd = r.files[op.sqe.Fd]
+	}
+	switch op.sqe.Opcode {
+	case OpTimeout:
+		r.armTimeout(op)
+		return
+	case OpLinkTimeout:
+		r.complete(op, -int32(unix.EINVAL), 0) // not attached to a linked request
+		return
+	}
+	r.attempt(op)
+}
+
+// attempt executes op once; on EAGAIN it parks op (and arms its link timeout).
+func (r *sysRing) attempt(op *sysOp) {
+	for burst := 0; ; burst++ {
+		res, flags, parkFd, events := r.exec(op)
+		if parkFd >= 0 {
+			r.park(op, parkFd, events)
+			return
+		}
+		if flags&CQEFMore != 0 { // multishot: post and go again
+			if burst >= acceptBurstMax {
+				r.post(op.sqe.UserData, res, flags)
+				r.park(op, op.fd, unix.EPOLLIN) // level-triggered: retried on the next turn
+				return
+			}
+			r.post(op.sqe.UserData, res, flags)
+			continue
+		}
+		r.complete(op, res, flags)
+		return
+	}
+}
+
+func errRes(errno unix.Errno) int32 { return -int32(errno) }
+
+// sysRes turns a raw syscall result into a CQE res.
+func sysRes(n uintptr, errno unix.Errno) int32 {
+	if errno != 0 {
+		return errRes(errno)
+	}
+	return int32(n)
+}
+
+// addrPtr reinterprets an SQE address word as a pointer without a uintptr round trip.
+func addrPtr(a *uint64) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(a)) }
+
+func isAgain(res int32) bool { return res == errRes(unix.EAGAIN) }
+
+// exec performs op's system call. parkFd >= 0 means "would block: wait for events on it".
+func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events uint32) {
+	s := &op.sqe
+	fd := uintptr(int(op.fd))
+	parkFd = -1
+	switch s.Opcode {
+	case OpNop:
+		return 0, 0, -1, 0
+	case OpRead, OpReadFixed, OpWrite, OpWriteFixed:
+		if s.Opcode == OpReadFixed || s.Opcode == OpWriteFixed {
+			if !r.fixedRangeOK(s) {
+				return errRes(unix.EFAULT), 0, -1, 0
+			}
+		}
+		write := s.Opcode == OpWrite || s.Opcode == OpWriteFixed
+		res = r.rw(write, fd, uintptr(s.Addr), uintptr(s.Len), s.Off)
+		if isAgain(res) {
+			if write {
+				return res, 0, op.fd, unix.EPOLLOUT
+			}
+			return res, 0, op.fd, unix.EPOLLIN
+		}
+		return res, 0, -1, 0
+	case OpReadv, OpWritev:
+		return r.rwv(op)
+	case OpFsync:
+		nr := uintptr(unix.SYS_FSYNC)
+		if s.OpFlags&FsyncDatasync != 0 {
+			nr = unix.SYS_FDATASYNC
+		}
+		return sysRes(retryEINTR1(nr, fd)), 0, -1, 0
+	case OpFallocate:
+		_, _, e := unix.Syscall6(unix.SYS_FALLOCATE, fd, uintptr(s.Len), uintptr(s.Off), uintptr(s.Addr), 0, 0)
+		return sysRes(0, e), 0, -1, 0
+	case OpOpenat:
+		n, _, e := unix.Syscall6(unix.SYS_OPENAT, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), 0, 0)
+		return sysRes(n, e), 0, -1, 0
+	case OpClose:
+		_, _, e := unix.Syscall(unix.SYS_CLOSE, fd, 0, 0)
+		return sysRes(0, e), 0, -1, 0
+	case OpStatx:
+		_, _, e := unix.Syscall6(unix.SYS_STATX, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), uintptr(addrPtr(&s.Off)), 0)
+		return sysRes(0, e), 0, -1, 0
+	case OpSend:
+		n, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL), 0, 0)
+		return r.sockResult(op, sysRes(n, e), unix.EPOLLOUT)
+	case OpRecv:
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT), 0, 0)
+		return r.sockResult(op, sysRes(n, e), unix.EPOLLIN)
+	case OpSendmsg:
+		n, _, e := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL))
+		return r.sockResult(op, sysRes(n, e), unix.EPOLLOUT)
+	case OpRecvmsg:
+		n, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags|unix.MSG_DONTWAIT))
+		return r.sockResult(op, sysRes(n, e), unix.EPOLLIN)
+	case OpAccept:
+		return r.accept(op)
+	case OpConnect:
+		return r.connect(op)
+	case OpSplice:
+		return r.splice(op)
+	case OpAsyncCancel:
+		return r.cancel(s.Addr, s.OpFlags, s.Fd), 0, -1, 0
+	case OpMsgRing:
+		return r.msgRing(op), 0, -1, 0
+	case OpPollAdd:
+		r.pollFds[0] = unix.PollFd{Fd: op.fd, Events: int16(s.OpFlags)}
+		n, _, e := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0)
+		if e != 0 {
+			return errRes(e), 0, -1, 0
+		}
+		if n == 1 {
+			return int32(uint16(r.pollFds[0].Revents)), 0, -1, 0
+		}
+		return 0, 0, op.fd, s.OpFlags & (unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLPRI | unix.EPOLLRDHUP)
+	default:
+		return errRes(unix.EINVAL), 0, -1, 0
+	}
+}
+
+func (r *sysRing) sockResult(op *sysOp, res int32, events uint32) (int32, uint32, int32, uint32) {
+	if isAgain(res) {
+		return res, 0, op.fd, events
+	}
+	return res, 0, -1, 0
+}
+
+func retryEINTR1(nr, a1 uintptr) (uintptr, unix.Errno) {
+	for {
+		n, _, e := unix.Syscall(nr, a1, 0, 0)
+		if e != unix.EINTR {
+			return n, e
+		}
+	}
+}
+
+func (r *sysRing) rw(write bool, fd, addr, n uintptr, off uint64) int32 {
+	var nr uintptr
+	switch {
+	case write && off == noOffset:
+		nr = unix.SYS_WRITE
+	case write:
+		nr = unix.SYS_PWRITE64
+	case off == noOffset:
+		nr = unix.SYS_READ
+	default:
+		nr = unix.SYS_PREAD64
+	}
+	for {
+		res, _, e := unix.Syscall6(nr, fd, addr, n, uintptr(off), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		return sysRes(res, e)
+	}
+}
+
+func (r *sysRing) rwv(op *sysOp) (int32, uint32, int32, uint32) {
+	s := &op.sqe
+	write := s.Opcode == OpWritev
+	var nr uintptr
+	switch {
+	case write && s.Off == noOffset:
+		nr = unix.SYS_WRITEV
+	case write:
+		nr = unix.SYS_PWRITEV
+	case s.Off == noOffset:
+		nr = unix.SYS_READV
+	default:
+		nr = unix.SYS_PREADV
+	}
+	for {
+		// preadv/pwritev(fd, iov, cnt, pos_l, pos_h): on 64-bit pos_l carries the whole offset.
+		n, _, e := unix.Syscall6(nr, uintptr(int(op.fd)), uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.Off), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		res := sysRes(n, e)
+		if isAgain(res) {
+			if write {
+				return res, 0, op.fd, unix.EPOLLOUT
+			}
+			return res, 0, op.fd, unix.EPOLLIN
+		}
+		return res, 0, -1, 0
+	}
+}
+
+func (r *sysRing) fixedRangeOK(s *SQE) bool {
+	if int(s.BufIndex) >= len(r.bufs) {
+		return false
+	}
+	b := r.bufs[s.BufIndex]
+	start := uint64(uintptr(unsafe.Pointer(&b[0])))
+	return s.Addr >= start && s.Addr+uint64(s.Len) <= start+uint64(len(b))
+}
+
+// setNonblock puts fd in O_NONBLOCK mode so accept/connect never block the loop.
+func setNonblock(fd int) int32 {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return errRes(err.(unix.Errno))
+	}
+	if fl&unix.O_NONBLOCK == 0 {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+			return errRes(err.(unix.Errno))
+		}
+	}
+	return 0
+}
+
+const acceptBurstMax = 64 // multishot accepts per readiness event before yielding
+
+func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
+	s := &op.sqe
+	if res := setNonblock(int(op.fd)); res < 0 {
+		return res, 0, -1, 0
+	}
+	n, _, e := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(int(op.fd)), uintptr(addrPtr(&s.Addr)), uintptr(addrPtr(&s.Off)), uintptr(s.OpFlags), 0, 0)
+	res := sysRes(n, e)
+	if isAgain(res) || e == unix.EINTR {
+		return res, 0, op.fd, unix.EPOLLIN
+	}
+	if s.IoPrio&AcceptMultishot != 0 && res >= 0 {
+		return res, CQEFMore, -1, 0
+	}
+	return res, 0, -1, 0
+}
+
+func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
+	s := &op.sqe
+	fd := int(op.fd)
+	if op.connecting {
+		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return errRes(err.(unix.Errno)), 0, -1, 0
+		}
+		return -int32(v), 0, -1, 0
+	}
+	if res := setNonblock(fd); res < 0 {
+		return res, 0, -1, 0
+	}
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(addrPtr(&s.Addr)), uintptr(s.Off))
+	if e == unix.EINPROGRESS || e == unix.EALREADY || e == unix.EINTR {
+		op.connecting = true
+		return 0, 0, op.fd, unix.EPOLLOUT
+	}
+	return sysRes(0, e), 0, -1, 0
+}
+
+func (r *sysRing) splice(op *sysOp) (int32, uint32, int32, uint32) {
+	s := &op.sqe
+	fdIn := s.SpliceFdIn
+	if s.OpFlags&SpliceFdInFixed != 0 {
+		if int(fdIn) < 0 || int(fdIn) >= len(r.files) {
+			return errRes(unix.EBADF), 0, -1, 0
+		}
+		fdIn = r.files[fdIn]
+	}
+	var pIn, pOut unsafe.Pointer
+	if s.Addr != noOffset {
+		op.offIn = int64(s.Addr)
+		pIn = unsafe.Pointer(&op.offIn)
+	}
+	if s.Off != noOffset {
+		op.offOut = int64(s.Off)
+		pOut = unsafe.Pointer(&op.offOut)
+	}
+	flags := uintptr(s.OpFlags&^SpliceFdInFixed) | unix.SPLICE_F_NONBLOCK
+	n, _, e := unix.Syscall6(unix.SYS_SPLICE, uintptr(int(fdIn)), uintptr(pIn), uintptr(int(op.fd)), uintptr(pOut), uintptr(s.Len), flags)
+	res := sysRes(n, e)
+	if !isAgain(res) {
+		return res, 0, -1, 0
+	}
+	// Which side would block? Wait on the input if it has nothing, else on the output.
+	r.pollFds[0] = unix.PollFd{Fd: fdIn, Events: unix.POLLIN}
+	unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0)
+	if r.pollFds[0].Revents == 0 {
+		return res, 0, fdIn, unix.EPOLLIN
+	}
+	return res, 0, op.fd, unix.EPOLLOUT
+}
+
+func (r *sysRing) msgRing(op *sysOp) int32 {
+	s := &op.sqe
+	sysRingsMu.Lock()
+	target := sysRings[int(op.fd)]
+	sysRingsMu.Unlock()
+	if target == nil {
+		return errRes(unix.EBADFD)
+	}
+	if s.OpFlags&MsgRingCQESkip != 0 {
+		return 0
+	}
+	if target == r {
+		r.post(s.Off, int32(s.Len), 0)
+		return 0
+	}
+	target.inject(CQE{UserData: s.Off, Res: int32(s.Len)})
+	return 0
+}
+
+// inject queues a completion from another thread and wakes the owner.
+func (r *sysRing) inject(c CQE) {
+	r.inboxMu.Lock()
+	r.inbox = append(r.inbox, c)
+	r.inboxN.Store(int32(len(r.inbox)))
+	r.inboxMu.Unlock()
+	var one [8]byte
+	one[0] = 1
+	unix.Write(r.evfd, one[:])
+}
+
+func (r *sysRing) drainInbox() {
+	if r.inboxN.Load() == 0 {
+		return
+	}
+	r.inboxMu.Lock()
+	r.inbox, r.inboxSpar = r.inboxSpar[:0], r.inbox
+	r.inboxN.Store(0)
+	r.inboxMu.Unlock()
+	for _, c := range r.inboxSpar {
+		r.post(c.UserData, c.Res, c.Flags)
+	}
+}
+
+// park queues op on fd until epoll reports one of events.
+func (r *sysRing) park(op *sysOp, fd int32, events uint32) {
+	op.parkFd = fd
+	op.events = events
+	op.waitNext = nil
+	w := r.waiters[fd]
+	if w == nil {
+		w = &fdWait{}
+		r.waiters[fd] = w
+	}
+	if w.tail == nil {
+		w.head = op
+	} else {
+		w.tail.waitNext = op
+	}
+	w.tail = op
+	r.inflight++
+	if lt := op.linkTimeout; lt != nil && lt.heapIndex < 0 {
+		r.armLinkTimeout(lt)
+	}
+	r.updateInterest(fd, w)
+}
+
+func (r *sysRing) updateInterest(fd int32, w *fdWait) {
+	var mask uint32
+	for op := w.head; op != nil; op = op.waitNext {
+		mask |= op.events
+	}
+	if mask == w.mask {
+		return
+	}
+	ev := unix.EpollEvent{Events: mask, Fd: fd}
+	var err error
+	switch {
+	case mask == 0:
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+		delete(r.waiters, fd)
+	case w.mask == 0:
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		if err == unix.EEXIST {
+			err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+		}
+	default:
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+	}
+	w.mask = mask
+	if err != nil && mask != 0 {
+		// The fd cannot be polled (closed, or a regular file): fail every waiter.
+		r.failWaiters(fd, w, err.(unix.Errno))
+	}
+}
+
+func (r *sysRing) failWaiters(fd int32, w *fdWait, errno unix.Errno) {
+	list := w.head
+	w.head, w.tail, w.mask = nil, nil, 0
+	delete(r.waiters, fd)
+	for op := list; op != nil; {
+		next := op.waitNext
+		r.inflight--
+		r.complete(op, errRes(errno), 0)
+		op = next
+	}
+}
+
+// unpark removes op from its fd's wait list.
+func (r *sysRing) unpark(op *sysOp) bool {
+	w := r.waiters[op.parkFd]
+	if w == nil {
+		return false
+	}
+	var prev *sysOp
+	for cur := w.head; cur != nil; prev, cur = cur, cur.waitNext {
+		if cur != op {
+			continue
+		}
+		if prev == nil {
+			w.head = cur.waitNext
+		} else {
+			prev.waitNext = cur.waitNext
+		}
+		if w.tail == cur {
+			w.tail = prev
+		}
+		r.inflight--
+		r.updateInterest(op.parkFd, w)
+		return true
+	}
+	return false
+}
+
+// ready retries the ops parked on fd after epoll reported revents.
+func (r *sysRing) ready(fd int32, revents uint32) {
+	w := r.waiters[fd]
+	if w == nil {
+		return
+	}
+	list := w.head
+	w.head, w.tail = nil, nil
+	for op := list; op != nil; {
+		next := op.waitNext
+		r.inflight--
+		if op.events&revents != 0 || revents&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+			r.attempt(op)
+		} else {
+			r.requeue(w, op)
+		}
+		op = next
+	}
+	if cur := r.waiters[fd]; cur == w {
+		r.updateInterest(fd, w)
+	}
+	r.pumpDrain()
+}
+
+func (r *sysRing) requeue(w *fdWait, op *sysOp) {
+	op.waitNext = nil
+	if w.tail == nil {
+		w.head = op
+	} else {
+		w.tail.waitNext = op
+	}
+	w.tail = op
+	r.inflight++
+}
+
+// complete posts op's CQE, then continues or cancels its chain and frees it.
+func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
+	if lt := op.linkTimeout; lt != nil {
+		op.linkTimeout = nil
+		if lt.heapIndex >= 0 {
+			heap.Remove(&r.timers, lt.heapIndex)
+		}
+		r.postOp(op, res, flags)
+		r.complete(lt, errRes(unix.ECANCELED), 0)
+	} else {
+		r.postOp(op, res, flags)
+	}
+	if next := op.next; next != nil {
+		if op.sqe.Flags&SQEIOHardlink == 0 && r.failsLink(op, res) {
+			r.cancelChain(next)
+		} else {
+			r.run(next)
+		}
+	}
+	r.freeOp(op)
+}
+
+func (r *sysRing) postOp(op *sysOp, res int32, flags uint32) {
+	if res >= 0 && op.sqe.Flags&SQECQESkipSuccess != 0 {
+		return
+	}
+	r.post(op.sqe.UserData, res, flags)
+}
+
+// failsLink reports whether res breaks an IOSQE_IO_LINK chain: an error, or a short
+// transfer for reads, writes, sends, receives and splices.
+func (r *sysRing) failsLink(op *sysOp, res int32) bool {
+	if res < 0 {
+		return true
+	}
+	switch op.sqe.Opcode {
+	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSend, OpRecv, OpSplice:
+		return uint32(res) < op.sqe.Len
+	}
+	return false
+}
+
+func (r *sysRing) cancelChain(op *sysOp) {
+	for op != nil {
+		next := op.next
+		op.next = nil
+		r.complete(op, errRes(unix.ECANCELED), 0)
+		op = next
+	}
+}
+
+func (r *sysRing) post(userData uint64, res int32, flags uint32) {
+	if r.cqTail-r.cqHead >= uint32(len(r.cq)) {
+		r.overflow = append(r.overflow, CQE{UserData: userData, Res: res, Flags: flags})
+	} else {
+		r.cq[r.cqTail&r.cqMask] = CQE{UserData: userData, Res: res, Flags: flags}
+		r.cqTail++
+	}
+	r.posted++
+	if r.notifyFd >= 0 {
+		var one [8]byte
+		one[0] = 1
+		unix.Write(r.notifyFd, one[:])
+	}
+	if len(r.counted) > 0 {
+		r.checkCounted()
+	}
+}
+
+func (r *sysRing) checkCounted() {
+	for i := 0; i < len(r.counted); i++ {
+		op := r.counted[i]
+		if r.posted < op.countAt {
+			continue
+		}
+		r.counted = append(r.counted[:i], r.counted[i+1:]...)
+		i--
+		if op.heapIndex >= 0 {
+			heap.Remove(&r.timers, op.heapIndex)
+		}
+		r.inflight--
+		r.complete(op, 0, 0)
+	}
+}
+
+func monoNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+func (r *sysRing) armTimeout(op *sysOp) {
+	ts := (*Timespec)(addrPtr(&op.sqe.Addr))
+	if ts == nil {
+		r.complete(op, errRes(unix.EFAULT), 0)
+		return
+	}
+	d := ts.Sec*1e9 + ts.Nsec
+	if op.sqe.OpFlags&TimeoutAbs != 0 {
+		op.deadline = d
+	} else {
+		op.deadline = monoNow() + d
+	}
+	if op.sqe.Off > 0 {
+		op.countAt = r.posted + op.sqe.Off
+		r.counted = append(r.counted, op)
+	}
+	heap.Push(&r.timers, op)
+	r.inflight++
+}
+
+func (r *sysRing) armLinkTimeout(lt *sysOp) {
+	ts := (*Timespec)(addrPtr(&lt.sqe.Addr))
+	lt.deadline = monoNow()
+	if ts != nil {
+		lt.deadline += ts.Sec*1e9 + ts.Nsec
+	}
+	heap.Push(&r.timers, lt)
+}
+
+// fireTimers completes every timer whose deadline passed.
+func (r *sysRing) fireTimers() {
+	if len(r.timers) == 0 {
+		return
+	}
+	now := monoNow()
+	for len(r.timers) > 0 && r.timers[0].deadline <= now {
+		op := heap.Pop(&r.timers).(*sysOp)
+		if op.sqe.Opcode == OpLinkTimeout {
+			target := op.target
+			target.linkTimeout = nil
+			if r.unpark(target) {
+				r.complete(target, errRes(unix.ECANCELED), 0)
+			}
+			r.complete(op, errRes(unix.ETIME), 0)
+			continue
+		}
+		r.removeCounted(op)
+		r.inflight--
+		res := errRes(unix.ETIME)
+		if op.sqe.OpFlags&TimeoutETimeSuccess != 0 {
+			res = 0
+		}
+		r.complete(op, res, 0)
+	}
+	r.pumpDrain()
+}
+
+func (r *sysRing) removeCounted(op *sysOp) {
+	for i, c := range r.counted {
+		if c == op {
+			r.counted = append(r.counted[:i], r.counted[i+1:]...)
+			return
+		}
+	}
+}
+
+// cancel completes in-flight requests matching the ASYNC_CANCEL arguments with -ECANCELED.
+func (r *sysRing) cancel(userData uint64, flags uint32, fd int32) int32 {
+	match := func(op *sysOp) bool {
+		switch {
+		case flags&CancelAny != 0:
+			return true
+		case flags&CancelFd != 0:
+			return op.fd == fd
+		default:
+			return op.sqe.UserData == userData
+		}
+	}
+	var found []*sysOp
+	for _, w := range r.waiters {
+		for op := w.head; op != nil; op = op.waitNext {
+			if match(op) {
+				found = append(found, op)
+			}
+		}
+	}
+	for _, op := range r.timers {
+		if op.sqe.Opcode == OpTimeout && match(op) {
+			found = append(found, op)
+		}
+	}
+	if len(found) == 0 {
+		return errRes(unix.ENOENT)
+	}
+	if flags&(CancelAll|CancelAny) == 0 || flags&CancelAny != 0 {
+		found = found[:1]
+	}
+	for _, op := range found {
+		if op.sqe.Opcode == OpTimeout {
+			heap.Remove(&r.timers, op.heapIndex)
+			r.removeCounted(op)
+			r.inflight--
+		} else {
+			r.unpark(op)
+		}
+		r.complete(op, errRes(unix.ECANCELED), 0)
+	}
+	r.pumpDrain()
+	if flags&CancelAll != 0 {
+		return int32(len(found))
+	}
+	return 0
+}
+
+// progress waits up to timeoutNs (0 = poll, <0 = forever) for fd readiness, timers or
+// injected completions, and handles what arrived.
+func (r *sysRing) progress(timeoutNs int64) error {
+	if len(r.timers) > 0 {
+		untilTimer := r.timers[0].deadline - monoNow()
+		if untilTimer < 0 {
+			untilTimer = 0
+		}
+		if timeoutNs < 0 || untilTimer < timeoutNs {
+			timeoutNs = untilTimer
+		}
+	}
+	msec := -1
+	if timeoutNs >= 0 {
+		msec = int((timeoutNs + 999_999) / 1_000_000)
+	}
+	n, err := unix.EpollWait(r.epfd, r.events, msec)
+	if err != nil && err != unix.EINTR {
+		return fmt.Errorf("ring: syscall backend: epoll_wait: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		ev := r.events[i]
+		if int(ev.Fd) == r.evfd {
+			unix.Read(r.evfd, r.wakeBuf[:])
+			continue
+		}
+		r.ready(ev.Fd, ev.Events)
+	}
+	r.fireTimers()
+	r.drainInbox()
+	return nil
+}
+
+func (r *sysRing) cqReady() int { return int(r.cqTail-r.cqHead) + len(r.overflow) }
+
+func (r *sysRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, error) {
+	n, err := r.Submit()
+	if err != nil || waitNr == 0 {
+		return n, err
+	}
+	var deadline int64
+	if timeout > 0 {
+		deadline = monoNow() + int64(timeout)
+	}
+	r.drainInbox()
+	for r.cqReady() < int(waitNr) {
+		wait := int64(-1)
+		if timeout > 0 {
+			wait = deadline - monoNow()
+			if wait <= 0 {
+				break
+			}
+		}
+		if err := r.progress(wait); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (r *sysRing) PeekCQEs(dst []CQE) int {
+	if r.closed {
+		return 0
+	}
+	r.drainInbox()
+	n := 0
+	for n < len(dst) && r.cqHead != r.cqTail {
+		dst[n] = r.cq[r.cqHead&r.cqMask]
+		r.cqHead++
+		n++
+	}
+	if len(r.overflow) > 0 {
+		moved := 0
+		for moved < len(r.overflow) && r.cqTail-r.cqHead < uint32(len(r.cq)) {
+			r.cq[r.cqTail&r.cqMask] = r.overflow[moved]
+			r.cqTail++
+			moved++
+		}
+		r.overflow = r.overflow[:copy(r.overflow, r.overflow[moved:])]
+		if n < len(dst) {
+			n += r.PeekCQEs(dst[n:])
+		}
+	}
+	return n
+}
+
+func (r *sysRing) RegisterBuffers(bufs [][]byte) error {
+	if len(bufs) == 0 {
+		return fmt.Errorf("ring: RegisterBuffers: no buffers: %w", unix.EINVAL)
+	}
+	for i, b := range bufs {
+		if len(b) == 0 {
+			return fmt.Errorf("ring: RegisterBuffers: buffer %d is empty: %w", i, unix.EINVAL)
+		}
+	}
+	r.bufs = append([][]byte(nil), bufs...)
+	return nil
+}
+
+func (r *sysRing) UnregisterBuffers() error {
+	if r.bufs == nil {
+		return fmt.Errorf("ring: unregister buffers: %w", unix.ENXIO)
+	}
+	r.bufs = nil
+	return nil
+}
+
+func (r *sysRing) RegisterFiles(fds []int32) error {
+	if len(fds) == 0 {
+		return fmt.Errorf("ring: RegisterFiles: no files: %w", unix.EINVAL)
+	}
+	r.files = append([]int32(nil), fds...)
+	return nil
+}
+
+func (r *sysRing) UpdateFiles(offset uint32, fds []int32) error {
+	if int(offset)+len(fds) > len(r.files) {
+		return fmt.Errorf("ring: update files at %d: %w", offset, unix.EINVAL)
+	}
+	copy(r.files[offset:], fds)
+	return nil
+}
+
+func (r *sysRing) UnregisterFiles() error {
+	if r.files == nil {
+		return fmt.Errorf("ring: unregister files: %w", unix.ENXIO)
+	}
+	r.files = nil
+	return nil
+}
+
+func (r *sysRing) RegisterEventfd(fd int) error {
+	if r.notifyFd >= 0 {
+		return fmt.Errorf("ring: register eventfd %d: %w", fd, unix.EBUSY)
+	}
+	r.notifyFd = fd
+	return nil
+}
+
+func (r *sysRing) UnregisterEventfd() error {
+	if r.notifyFd < 0 {
+		return fmt.Errorf("ring: unregister eventfd: %w", unix.ENXIO)
+	}
+	r.notifyFd = -1
+	return nil
+}
+
+func (r *sysRing) Close() error {
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	sysRingsMu.Lock()
+	delete(sysRings, r.evfd)
+	sysRingsMu.Unlock()
+	unix.Close(r.epfd)
+	return unix.Close(r.evfd)
+}
+
+// opHeap is a min-heap of timers by deadline.
+type opHeap []*sysOp
+
+func (h opHeap) Len() int           { return len(h) }
+func (h opHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h opHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex = i
+	h[j].heapIndex = j
+}
+func (h *opHeap) Push(x any) {
+	op := x.(*sysOp)
+	op.heapIndex = len(*h)
+	*h = append(*h, op)
+}
+func (h *opHeap) Pop() any {
+	old := *h
+	op := old[len(old)-1]
+	old[len(old)-1] = nil
+	op.heapIndex = -1
+	*h = old[:len(old)-1]
+	return op
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
@@ -22,8 +21,14 @@ type benchCommand struct {
 	run     func(args []string) error
 }
 
-var benchCommands = map[string]benchCommand{
-	"disk": {"Kafka's linear-vs-random disk experiment through ring/", benchDisk},
+var benchCommands = map[string]benchCommand{}
+
+func init() {
+	benchCommands["disk"] = benchCommand{"Kafka's linear-vs-random disk experiment through ring/", benchDisk}
+	benchCommands["run"] = benchCommand{"run a workload file against a broker (or the mem driver)", benchRun}
+	benchCommands["compare"] = benchCommand{"side-by-side table of two result files, with ratios", benchCompare}
+	benchCommands["loopback"] = benchCommand{"loopback TCP bandwidth probe (iperf3-style, in Go)", benchLoopback}
+	benchCommands["peers"] = benchCommand{"run a workload on ringlog and on NATS JetStream, report our/peer ratios", benchPeers}
 }
 
 func benchUsage() {
@@ -122,6 +127,4 @@ func benchDisk(args []string) error {
 // configureDiskBackends picks the I/O backends. Until ring.Reactor lands on main the disk
 // experiment uses synchronous syscalls for qd1 and 64 threads for qd64; the table's backend
 // column says which ran.
-func configureDiskBackends(cfg *disk.Config) {
-	_ = strings.TrimSpace
-}
+func configureDiskBackends(cfg *disk.Config) {}

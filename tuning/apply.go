@@ -58,6 +58,9 @@ type ApplyResult struct {
 	Unchanged    []Item
 	RevertScript string
 	Applied      bool
+	// Mismatches lists targets that, read back after a successful write, hold something
+	// other than the proposed value (the kernel clamped or ignored it).
+	Mismatches []string
 }
 
 // Apply writes the plan's set items. Without opts.Yes it is a dry run. With it, Apply first
@@ -117,7 +120,25 @@ func Apply(plan *Plan, opts ApplyOptions) (*ApplyResult, error) {
 		}
 	}
 	result.Applied = true
+	result.Mismatches = readBack(result.Changes)
 	return result, nil
+}
+
+// readBack re-reads every written target: a write the kernel accepted can still be clamped
+// (nr_requests above the tag depth) or ignored.
+func readBack(changes []Change) []string {
+	var mismatches []string
+	for _, change := range changes {
+		data, err := os.ReadFile(change.RealPath)
+		if err != nil {
+			mismatches = append(mismatches, fmt.Sprintf("%s: read back: %v", change.Item.Path, err))
+			continue
+		}
+		if got := normalizeValue(change.Item, data); got != change.Item.Proposed {
+			mismatches = append(mismatches, fmt.Sprintf("%s: wrote %q, reads back %q", change.Item.Path, change.Item.Proposed, got))
+		}
+	}
+	return mismatches
 }
 
 func prepareChange(roots Roots, item Item) (Change, bool, error) {

@@ -146,6 +146,25 @@ func TestApplyFailurePartWay(t *testing.T) {
 	mustEqualTrees(t, filepath.Join("testdata", "hosts", "vm2"), tree)
 }
 
+// TestApplyReadBack: a write the "kernel" adjusts is reported, not silently trusted.
+func TestApplyReadBack(t *testing.T) {
+	roots, _ := copyTree(t, "vm2")
+	plan := planFor(t, roots, PlanOptions{})
+	clamping := func(real string, data []byte) error {
+		if strings.HasSuffix(real, "read_ahead_kb") {
+			data = []byte("512\n")
+		}
+		return writeTunable(real, data)
+	}
+	result, err := Apply(plan, ApplyOptions{Roots: roots, Yes: true, RevertScript: filepath.Join(t.TempDir(), "r.sh"), writeFile: clamping})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(result.Mismatches) != 1 || !strings.Contains(result.Mismatches[0], `reads back "512"`) {
+		t.Errorf("mismatches %q, want read_ahead_kb reading back 512", result.Mismatches)
+	}
+}
+
 func TestApplyRevertScriptMustBeNew(t *testing.T) {
 	roots, tree := copyTree(t, "vm2")
 	plan := planFor(t, roots, PlanOptions{})

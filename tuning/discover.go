@@ -421,7 +421,10 @@ func (d *discoverer) interrupts() error {
 // deviceIRQs finds the MSI/MSI-X interrupts of the device at dir (a logical path under
 // /sys/devices) by walking up to the first ancestor with msi_irqs, and returns those whose
 // action name passes keep, sorted by queue then IRQ number.
-func (d *discoverer) deviceIRQs(dir string, keep func(action string) bool, managed bool) ([]QueueIRQ, error) {
+//
+// Without msi_irqs (legacy INTx, some virtual functions) every row of /proc/interrupts is a
+// candidate, so only names containing fallbackName (the NIC or controller name) are kept.
+func (d *discoverer) deviceIRQs(dir string, keep func(action string) bool, managed bool, fallbackName string) ([]QueueIRQ, error) {
 	msiDir := ""
 	for current := dir; strings.HasPrefix(current, "/sys/devices/"); current = path.Dir(current) {
 		if d.r.exists(current + "/msi_irqs") {
@@ -446,9 +449,11 @@ func (d *discoverer) deviceIRQs(dir string, keep func(action string) bool, manag
 			}
 			numbers = append(numbers, n)
 		}
-	} else {
+	} else if fallbackName != "" {
 		for _, irq := range d.topo.Interrupts.IRQs {
-			numbers = append(numbers, irq.Number)
+			if strings.Contains(irq.Actions, fallbackName) {
+				numbers = append(numbers, irq.Number)
+			}
 		}
 	}
 	var irqs []QueueIRQ
@@ -588,14 +593,7 @@ func (d *discoverer) nic(name, dev string) (NIC, error) {
 	sort.Slice(nic.RXQueues, byIndex(nic.RXQueues))
 	sort.Slice(nic.TXQueues, byIndex(nic.TXQueues))
 	virtio := ancestorNamed(dev, "virtio")
-	nic.IRQs, err = d.deviceIRQs(dev, func(action string) bool {
-		if virtio == "" && !strings.Contains(action, "@") && !strings.Contains(action, name) &&
-			!strings.Contains(strings.ToLower(action), "comp") {
-			// Without msi_irqs the search covers every IRQ: only names that mention the NIC.
-			return false
-		}
-		return nicQueueIRQ(action, virtio)
-	}, false)
+	nic.IRQs, err = d.deviceIRQs(dev, func(action string) bool { return nicQueueIRQ(action, virtio) }, false, name+"-")
 	return nic, err
 }
 
@@ -677,7 +675,7 @@ func (d *discoverer) disk(name, dev string) (Disk, error) {
 			return false
 		}
 		return action != prefix+"0" || !strings.HasPrefix(prefix, "nvme") // nvmeNq0 is the admin queue
-	}, true)
+	}, true, prefix)
 	return disk, err
 }
 

@@ -23,8 +23,17 @@ type Roots struct {
 func DefaultRoots() Roots { return Roots{Sys: "/sys", Proc: "/proc"} }
 
 // Live reports whether either root is the live kernel tree.
+// A root that is a symlink to the live tree counts as live.
 func (r Roots) Live() bool {
-	return filepath.Clean(r.Sys) == "/sys" || filepath.Clean(r.Proc) == "/proc"
+	return isLiveTree(r.Sys, "/sys") || isLiveTree(r.Proc, "/proc")
+}
+
+func isLiveTree(root, live string) bool {
+	if filepath.Clean(root) == live {
+		return true
+	}
+	resolved, err := filepath.EvalSymlinks(root)
+	return err == nil && resolved == live
 }
 
 // ErrBadPath reports a logical path outside /sys and /proc, or one that climbs out of them.

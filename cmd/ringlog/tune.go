@@ -223,7 +223,7 @@ func tuneApply(args []string, stdout io.Writer) error {
 	if result != nil {
 		for _, change := range result.Changes {
 			fmt.Fprintf(stdout, "%-9s %s: %s -> %s\n", verb(result.Applied, *yes), change.Item.Path,
-				strings.TrimSpace(string(change.Original)), change.Item.Proposed)
+				strings.Join(strings.Fields(string(change.Original)), " "), change.Item.Proposed)
 		}
 		for _, item := range plan.Items {
 			if item.Action == tuning.ActionAdvise {
@@ -233,6 +233,9 @@ func tuneApply(args []string, stdout io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	for _, mismatch := range result.Mismatches {
+		fmt.Fprintf(stdout, "warning   %s\n", mismatch)
 	}
 	switch {
 	case len(result.Changes) == 0:

@@ -1,11 +1,8 @@
 package batch
 
 import (
-	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/klauspost/compress/zstd"
 )
 
 // recordHeadersMax bounds the headers of one record. Each header takes at least 2 bytes on
@@ -59,17 +56,12 @@ func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
 
 	records := b[HeaderSize:]
 	if h.Compression() == CodecZstd {
-		_, decoder := zstdCodecs()
-		out, err := decoder.DecodeAll(records, state.decompressed[:0])
-		if cap(out) <= decompressBufferBytesMax {
+		out, err := decompressZstd(state.decompressed, records)
+		if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
 			state.decompressed = out[:0]
 		}
 		if err != nil {
-			if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
-				return fmt.Errorf("%w: batch at offset %d: zstd records decompress to more than %d bytes",
-					ErrInvalidRecord, h.BaseOffset, MaxDecompressedBytes)
-			}
-			return fmt.Errorf("%w: batch at offset %d: zstd: %v", ErrInvalidRecord, h.BaseOffset, err)
+			return fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
 		}
 		records = out
 	}

@@ -280,8 +280,7 @@ func TestDecodeZstdStreamingFrames(t *testing.T) {
 		t.Fatalf("streamed frame should carry no content size: %+v %v", frameHeader, err)
 	}
 
-	encoder, _ := zstdCodecs()
-	twoFrames := encoder.EncodeAll(raw[len(raw)/3:], encoder.EncodeAll(raw[:len(raw)/3], nil))
+	twoFrames := compressZstd(compressZstd(nil, raw[:len(raw)/3]), raw[len(raw)/3:])
 
 	for name, section := range map[string][]byte{"streamed": streamed.Bytes(), "two frames": twoFrames} {
 		b := wrapRecords(int16(CodecZstd), count, section)
@@ -296,6 +295,32 @@ func TestDecodeZstdStreamingFrames(t *testing.T) {
 		})
 		if err != nil || n != count {
 			t.Fatalf("%s: decoded %d of %d records: %v", name, n, count, err)
+		}
+	}
+}
+
+// TestDecodeHeaderKeysAcrossRecordsAndCalls checks header key interning: keys that repeat,
+// swap places, shrink in count, or exceed the pooled bounds still decode exactly.
+func TestDecodeHeaderKeysAcrossRecordsAndCalls(t *testing.T) {
+	long := strings.Repeat("k", internedKeyBytesMax+1)
+	many := make([]RecordHeader, pooledHeadersMax+1)
+	for i := range many {
+		many[i] = RecordHeader{Key: fmt.Sprintf("h%d", i), Value: []byte{byte(i)}}
+	}
+	batches := [][]testRecord{
+		{
+			{ts: 1, headers: []RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "b"}}},
+			{ts: 2, headers: []RecordHeader{{Key: "b", Value: []byte("2")}, {Key: "a"}}},
+			{ts: 3, headers: []RecordHeader{{Key: long, Value: []byte{}}}},
+			{ts: 4},
+		},
+		{{ts: 5, headers: many}},
+		{{ts: 6, headers: []RecordHeader{{Key: "a", Value: []byte("x")}}}, {ts: 7, headers: []RecordHeader{{Key: long}}}},
+	}
+	for i, records := range batches {
+		tb := testBatch{name: fmt.Sprintf("batch %d", i), records: records}
+		for range 2 { // the second pass runs on pooled state left by the first
+			checkDecoded(t, tb.name, decodeAll(t, buildOurs(t, tb)), records, 0)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -29,20 +30,21 @@ type Reactor struct {
 	cfg   Config
 
 	// Owned by the loop thread.
-	slots     []opSlot
-	freeSlots []uint32
-	cqes      []CQE // reap batch for the loop
-	syncCQEs  []CQE // reap batch for blocking FileIO waits
-	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
-	syncSeq   uint64
-	syncPin   runtime.Pinner
-	iovs      []Iovec
-	timers    timerHeap
-	now       func() time.Time
-	wakeArmed bool
-	running   bool
-	scratch   *[8]byte // eventfd read target; heap, pinned for the reactor's life
-	scratchP  runtime.Pinner
+	slots       []opSlot
+	freeSlots   []uint32
+	cqes        []CQE // reap batch for the loop
+	syncCQEs    []CQE // reap batch for blocking FileIO waits
+	backlog     []CQE // completions reaped during a blocking wait, dispatched by the loop
+	syncSeq     uint64
+	syncPin     runtime.Pinner
+	iovs        []Iovec
+	timers      timerHeap
+	now         func() time.Time
+	wakeArmed   bool
+	running     bool
+	scratch     *[8]byte // eventfd read target; heap, pinned for the reactor's life
+	scratchP    runtime.Pinner
+	unknownCQEs uint64 // completions whose user data matched no op (see dispatch)
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -323,7 +325,13 @@ func (r *Reactor) dispatch(c *CQE) {
 	}
 	idx, gen := uint32(tok), uint32(tok>>32)
 	if int(idx) >= len(r.slots) || !r.slots[idx].busy || r.slots[idx].gen != gen {
-		panic(fmt.Sprintf("ring: completion for unknown op (user data %#x, res %d)", tok, c.Res))
+		// Only an SQE queued behind the reactor's back (Ring().GetSQE with arbitrary user
+		// data) gets here. Drop it, count it, say so once.
+		r.unknownCQEs++
+		if r.unknownCQEs == 1 {
+			slog.Warn("ring: reactor dropped a completion it did not submit", "user_data", tok, "res", c.Res)
+		}
+		return
 	}
 	done := r.slots[idx].done
 	if c.Flags&CQEFMore == 0 {

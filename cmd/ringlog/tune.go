@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ringlog/ringlog/tuning"
 )
 
@@ -28,7 +30,7 @@ commands:
   snapshot  copy the /sys and /proc files discovery reads into --out DIR (for bug reports, fixtures)
 
 common flags: --shards N|all --irq-mode dedicated|shared --cpus LIST --nic NAME[,NAME]
-              --disk NAME[,NAME] --sys-root DIR --proc-root DIR
+              --disk NAME[,NAME] --data-dir DIR --sys-root DIR --proc-root DIR
 `
 
 // errTuneCheckFailed makes `ringlog tune check` exit non-zero.
@@ -41,6 +43,7 @@ type tuneFlags struct {
 	cpus     string
 	nics     string
 	disks    string
+	dataDir  string
 	sysRoot  string
 	procRoot string
 }
@@ -53,6 +56,7 @@ func newTuneFlags(name string, output io.Writer) *tuneFlags {
 	f.set.StringVar(&f.cpus, "cpus", "", "shard CPUs to use instead of choosing (kernel list format, e.g. 2-5,8)")
 	f.set.StringVar(&f.nics, "nic", "", "comma-separated NICs to tune (default: every physical NIC)")
 	f.set.StringVar(&f.disks, "disk", "", "comma-separated block devices to tune (default: every physical disk)")
+	f.set.StringVar(&f.dataDir, "data-dir", "", "the broker's data directory: tune only the disk holding it and prefer its NUMA node")
 	f.set.StringVar(&f.sysRoot, "sys-root", "/sys", "where sysfs is (a snapshot directory's sys/ for testing)")
 	f.set.StringVar(&f.procRoot, "proc-root", "/proc", "where procfs is")
 	return f
@@ -80,6 +84,13 @@ func (f *tuneFlags) planOptions() (tuning.PlanOptions, error) {
 	}
 	opts.NICs = splitNames(f.nics)
 	opts.Disks = splitNames(f.disks)
+	if f.dataDir != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(f.dataDir, &st); err != nil {
+			return opts, fmt.Errorf("--data-dir %s: %w", f.dataDir, err)
+		}
+		opts.DataDevice = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	}
 	return opts, nil
 }
 

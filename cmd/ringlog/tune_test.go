@@ -110,3 +110,10 @@ func TestTuneApplyYesOnSnapshot(t *testing.T) {
 		t.Errorf("swappiness after revert %q, want %q", after, before)
 	}
 }
+
+func TestTuneDataDirMissing(t *testing.T) {
+	_, err := runTuneOutput(t, append([]string{"plan", "--data-dir", filepath.Join(t.TempDir(), "absent")}, fixtureFlags("vm2")...)...)
+	if err == nil || !strings.Contains(err.Error(), "--data-dir") {
+		t.Errorf("absent data dir: %v", err)
+	}
+}

@@ -98,7 +98,7 @@ func TestRecoveryCutAtEveryByte(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, inner ring.FileIO, mode StorageMode) {
 		f := newRecoveryFixture(t, inner, mode)
 		n := len(f.batchPos) - 1
-		from := f.batchPos[max(0, n-3)]
+		from := f.batchPos[max(0, n-2)]
 		for cut := from; cut <= int64(len(f.activeLog)); cut++ {
 			f.install(t, f.activeLog[:cut])
 			k := n

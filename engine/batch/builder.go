@@ -135,8 +135,7 @@ func (b *Builder) Build(dst []byte) ([]byte, error) {
 	case CodecNone:
 		dst = append(dst, b.records...)
 	case CodecZstd:
-		encoder, _ := zstdCodecs()
-		dst = encoder.EncodeAll(b.records, dst)
+		dst = compressZstd(dst, b.records)
 	}
 	size := len(dst) - start
 	if size > MaxBatchBytes {

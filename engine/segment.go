@@ -335,13 +335,23 @@ func (s *segment) markSynced() {
 	s.syncedNextOffset = s.nextOffset
 }
 
-// truncateIndexFiles cuts the index files to the entries marked on disk.
+// truncateIndexFiles cuts the index files to the entries marked on disk (only when they are
+// longer: a needless truncate-to-zero makes ext4 flush the file on close).
 func (s *segment) truncateIndexFiles() error {
-	if err := s.indexFile.Truncate(int64(s.index.onDisk) * indexEntryBytes); err != nil {
-		return fmt.Errorf("segment %d: truncate index: %w", s.baseOffset, err)
-	}
-	if err := s.timeIndexFile.Truncate(int64(s.timeIndex.onDisk) * timeIndexEntryBytes); err != nil {
-		return fmt.Errorf("segment %d: truncate time index: %w", s.baseOffset, err)
+	for _, x := range []struct {
+		f    *os.File
+		size int64
+	}{{s.indexFile, int64(s.index.onDisk) * indexEntryBytes}, {s.timeIndexFile, int64(s.timeIndex.onDisk) * timeIndexEntryBytes}} {
+		have, err := fileSize(x.f)
+		if err != nil {
+			return fmt.Errorf("segment %d: %w", s.baseOffset, err)
+		}
+		if have == x.size {
+			continue
+		}
+		if err := x.f.Truncate(x.size); err != nil {
+			return fmt.Errorf("segment %d: truncate %s: %w", s.baseOffset, x.f.Name(), err)
+		}
 	}
 	return nil
 }

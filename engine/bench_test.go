@@ -271,4 +271,3 @@ func BenchmarkRecovery(b *testing.B) {
 		b.StartTimer()
 	}
 }
-

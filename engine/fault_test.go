@@ -113,18 +113,33 @@ func TestFsyncFailureFailsLog(t *testing.T) {
 	})
 }
 
-// TestRollSyncFailureFailsLog: the sync that closes a segment on roll is an fdatasync too.
-func TestRollSyncFailureFailsLog(t *testing.T) {
+// TestRollDefersSyncAndFailureFailsLog: a roll does not stall on the old segment's writeback;
+// the next Sync fdatasyncs sealed segments first, and if that fails the log fails and the
+// synced offset stays where it was.
+func TestRollDefersSyncAndFailureFailsLog(t *testing.T) {
 	fio := faultio.New(ring.Syscalls{})
 	l, _ := openLog(t, t.TempDir(), testConfig(StoragePageCache), fio)
 	defer l.Close()
-	fio.Inject(faultio.Rule{Op: faultio.OpFdatasync, Errno: unix.EIO})
-	var err error
-	for i := 0; i < 1000 && err == nil; i++ {
-		_, err = l.Append(makeBatch(t, i, 4, 200, 0))
+	syncs := fio.Calls(faultio.OpFdatasync)
+	for i := 0; l.SegmentCount() < 4; i++ {
+		if _, err := l.Append(makeBatch(t, i, 4, 200, 0)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if fio.Calls(faultio.OpFdatasync) != syncs || l.SyncedOffset() != 0 {
+		t.Fatalf("rolls synced inline (%d syncs) or synced offset moved (%d)", fio.Calls(faultio.OpFdatasync)-syncs, l.SyncedOffset())
+	}
+	// The first sealed segment syncs, the second fails.
+	fio.Inject(faultio.Rule{Op: faultio.OpFdatasync, Errno: unix.EIO, After: 1})
+	err := l.Sync()
 	if !errors.Is(err, ErrLogFailed) || !errors.Is(err, unix.EIO) {
-		t.Fatalf("append across a roll with failing fdatasync: %v", err)
+		t.Fatalf("Sync with failing fdatasync: %v", err)
+	}
+	if got, want := l.SyncedOffset(), l.segments[1].baseOffset; got != want {
+		t.Fatalf("synced offset %d, want %d (end of the one segment that synced)", got, want)
+	}
+	if _, err := l.Append(makeBatch(t, 0, 1, 10, 0)); !errors.Is(err, ErrLogFailed) {
+		t.Fatalf("append after failed sync: %v", err)
 	}
 }
 

@@ -358,3 +358,11 @@ func (s *segment) truncateIndexFiles() error {
 
 // batchSize is a batch's total byte size (12 + batchLength) as a file-position type.
 func batchSize(h batch.Header) int64 { return int64(h.Size()) }
+
+// addFinalTimeEntry appends (max timestamp, next offset) when the time index does not yet
+// carry the segment's maximum: the last entry of a closed segment holds its max timestamp.
+func (s *segment) addFinalTimeEntry() {
+	if s.maxTimestamp > s.timeIndex.lastTimestamp() {
+		s.timeIndex.entries = append(s.timeIndex.entries, timeIndexEntry{timestamp: s.maxTimestamp, relativeOffset: s.relative(s.nextOffset)})
+	}
+}

@@ -35,7 +35,6 @@ type conn struct {
 	wmu    sync.Mutex // serialises frame writes with their enqueue into pending
 	corr   uint32     // guarded by wmu
 	wbuf   []byte     // guarded by wmu
-	bw     *bufio.Writer
 	closed chan struct{}
 
 	emu sync.Mutex
@@ -52,7 +51,6 @@ func dialConn(addr string, timeout time.Duration, inflightMax int, frameBytesMax
 		nc:            nc,
 		frameBytesMax: frameBytesMax,
 		pending:       make(chan *call, inflightMax),
-		bw:            bufio.NewWriterSize(nc, 64<<10),
 		closed:        make(chan struct{}),
 	}
 	go c.readLoop()
@@ -81,11 +79,8 @@ func (c *conn) send(req netio.Message, resp netio.Message, done func(netio.Messa
 			return
 		}
 	}
-	_, err := c.bw.Write(c.wbuf)
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	if cap(c.wbuf) > 1<<20 {
+	_, err := c.nc.Write(c.wbuf) // one frame, one write: pipelining needs no extra buffering
+	if cap(c.wbuf) > 8<<20 {
 		c.wbuf = nil
 	}
 	c.wmu.Unlock()

@@ -301,7 +301,7 @@ func (p *Producer) sealLocked(ps *partState) {
 	}
 	records := ps.open
 	ps.open = nil
-	data, err := ps.builder.Build(nil)
+	data, err := ps.builder.Build(getBatchBuffer(ps.builder.Len()))
 	ps.builder.Reset()
 	if sp, ok := p.sticky[ps.topic]; ok && sp == ps.partition {
 		delete(p.sticky, ps.topic)
@@ -469,6 +469,7 @@ func (p *Producer) complete(rq *produceRequest, sent []*sealedBatch, resp *netio
 			}
 			ps.sealed = ps.sealed[1:]
 			p.finishLocked(b.records, nil)
+			putBatchBuffer(b.data)
 			continue
 		}
 		retriable := code.Retriable() || errors.Is(batchErr, ErrConnClosed)
@@ -481,6 +482,7 @@ func (p *Producer) complete(rq *produceRequest, sent []*sealedBatch, resp *netio
 			continue
 		}
 		ps.sealed = ps.sealed[1:]
+		putBatchBuffer(b.data)
 		p.finishLocked(b.records, fmt.Errorf("produce to %s/%d after %d attempts: %w", ps.topic, ps.partition, b.attempts+1, batchErr))
 	}
 	p.mu.Unlock()
@@ -556,4 +558,25 @@ func (p *Producer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Batch buffers are recycled once their produce request has completed: by then the
+// connection has written (copied) them and nothing else refers to them.
+var batchBuffers sync.Pool
+
+func getBatchBuffer(sizeHint int) []byte {
+	if v := batchBuffers.Get(); v != nil {
+		if b := *(v.(*[]byte)); cap(b) >= sizeHint {
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, sizeHint)
+}
+
+func putBatchBuffer(b []byte) {
+	if cap(b) == 0 || cap(b) > 16<<20 {
+		return
+	}
+	b = b[:0]
+	batchBuffers.Put(&b)
 }

@@ -234,6 +234,16 @@ func TestBuilderReuseAndLimits(t *testing.T) {
 		t.Fatalf("after Reset: %+v (base timestamp must follow the new first record)", h)
 	}
 
+	b.ResetWith(BuilderOptions{ProducerID: 77, ProducerEpoch: 2, BaseSequence: 100})
+	b.Append(11, nil, []byte("c"), nil)
+	third, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := Validate(third); h.ProducerID != 77 || h.ProducerEpoch != 2 || h.BaseSequence != 100 || h.RecordCount != 1 {
+		t.Fatalf("after ResetWith: %+v", h)
+	}
+
 	huge := NewBuilder(BuilderOptions{})
 	huge.Append(0, nil, make([]byte, MaxBatchBytes), nil)
 	if _, err := huge.Build(nil); !errors.Is(err, ErrLength) {

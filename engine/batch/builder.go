@@ -160,5 +160,10 @@ func (b *Builder) Build(dst []byte) ([]byte, error) {
 	out := dst[start:]
 	putHeader(out, &h)
 	binary.BigEndian.PutUint32(out[offsetCRC:], crc32.Checksum(out[offsetAttributes:], castagnoli))
+	if invariantsEnabled {
+		if err := Decode(out, nil); err != nil {
+			panic(fmt.Sprintf("batch: Build wrote a batch its own decoder rejects: %v", err))
+		}
+	}
 	return dst, nil
 }

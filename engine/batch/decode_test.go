@@ -170,8 +170,8 @@ func TestZstdFrameHelperIsRealZstd(t *testing.T) {
 }
 
 func TestBuilderAndDecodeDoNotAllocate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocation counts")
+	if testing.Short() || raceEnabled {
+		t.Skip("allocation counts need a normal build")
 	}
 	for _, codec := range []Codec{CodecNone, CodecZstd} {
 		value := bytes.Repeat([]byte("0123456789abcdef"), 64)

@@ -244,6 +244,17 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// commentSafe keeps plan text (which may come from a hand-edited plan file) from ending a
+// shell comment: control characters become '?'.
+func commentSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 // RevertScriptText renders the script that undoes changes, newest first.
 func RevertScriptText(changes []Change, at time.Time) string {
 	var b strings.Builder
@@ -260,7 +271,7 @@ fail() { echo "revert: could not restore $1" >&2; status=1; }
 `, at.UTC().Format(time.RFC3339), len(changes), "THIS_FILE")
 	for i := len(changes) - 1; i >= 0; i-- {
 		change := changes[i]
-		fmt.Fprintf(&b, "\n# %s: %s -> %s\n", change.Item.Target, change.Item.Current, change.Item.Proposed)
+		fmt.Fprintf(&b, "\n# %s: %s -> %s\n", commentSafe(change.Item.Target), commentSafe(change.Item.Current), commentSafe(change.Item.Proposed))
 		path := shellQuote(change.RealPath)
 		if change.FallbackPath != "" {
 			fmt.Fprintf(&b, "put %s %s 2>/dev/null || put %s %s || fail %s\n", path, shellQuote(string(change.Original)),

@@ -84,18 +84,22 @@ type Queue struct {
 
 // Disk is one physical block device.
 type Disk struct {
-	Name         string     `json:"name"`
-	DevicePath   string     `json:"device_path"`
-	Node         int        `json:"node"`
-	Rotational   bool       `json:"rotational"`
-	Scheduler    string     `json:"scheduler"`
-	Schedulers   []string   `json:"schedulers"`
-	NrRequests   int        `json:"nr_requests"`
-	ReadAheadKB  int        `json:"read_ahead_kb"`
-	RQAffinity   int        `json:"rq_affinity"` // -1 when absent
-	HWQueues     int        `json:"hw_queues"`
-	HWQueueDepth int        `json:"hw_queue_depth"` // mq/0/nr_tags, 0 when unknown
-	IRQs         []QueueIRQ `json:"irqs"`
+	Name       string `json:"name"`
+	DevicePath string `json:"device_path"`
+	// Dev is the disk's device number ("259:0") and PartitionDevs its partitions'; they
+	// match st_dev of files stored on the disk (see PlanOptions.DataDevice).
+	Dev           string     `json:"dev,omitempty"`
+	PartitionDevs []string   `json:"partition_devs,omitempty"`
+	Node          int        `json:"node"`
+	Rotational    bool       `json:"rotational"`
+	Scheduler     string     `json:"scheduler"`
+	Schedulers    []string   `json:"schedulers"`
+	NrRequests    int        `json:"nr_requests"`
+	ReadAheadKB   int        `json:"read_ahead_kb"`
+	RQAffinity    int        `json:"rq_affinity"` // -1 when absent
+	HWQueues      int        `json:"hw_queues"`
+	HWQueueDepth  int        `json:"hw_queue_depth"` // mq/0/nr_tags, 0 when unknown
+	IRQs          []QueueIRQ `json:"irqs"`
 }
 
 // Setting is one single-value knob: a sysctl under /proc/sys or a sysfs file.
@@ -664,6 +668,9 @@ func (d *discoverer) disk(name, dev string) (Disk, error) {
 	if err := d.hardwareQueues(&disk); err != nil {
 		return Disk{}, err
 	}
+	if err := d.deviceNumbers(&disk); err != nil {
+		return Disk{}, err
+	}
 	prefix := ""
 	if controller := ancestorNamed(dev, "nvme"); controller != "" {
 		prefix = controller + "q"
@@ -699,6 +706,38 @@ func (d *discoverer) hardwareQueues(disk *Disk) error {
 			return err
 		}
 		disk.HWQueueDepth = depth
+	}
+	return nil
+}
+
+// deviceNumbers reads the disk's dev file and those of its partitions (subdirectories
+// holding a partition file).
+func (d *discoverer) deviceNumbers(disk *Disk) error {
+	var err error
+	if disk.Dev, _, err = d.r.readOptional(disk.DevicePath + "/dev"); err != nil {
+		return err
+	}
+	real, err := d.r.resolve(disk.DevicePath)
+	if err != nil {
+		return err
+	}
+	entries, err := d.r.fsys.ReadDir(real)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", disk.DevicePath, err)
+	}
+	for _, entry := range entries {
+		partition := disk.DevicePath + "/" + entry.Name()
+		if !entry.IsDir() || !d.r.exists(partition+"/partition") {
+			continue
+		}
+		dev, err := d.r.readString(partition + "/dev")
+		if err != nil {
+			return err
+		}
+		if _, err := d.r.readFile(partition + "/partition"); err != nil {
+			return err
+		}
+		disk.PartitionDevs = append(disk.PartitionDevs, dev)
 	}
 	return nil
 }

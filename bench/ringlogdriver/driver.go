@@ -42,9 +42,9 @@ func init() {
 type Driver struct {
 	client     *client.Client
 	address    string
-	durability string // the workload's, applied to every topic created
-	mu      sync.Mutex        // guards configs
-	configs map[string]string // storage-related configs of the last topic created, for Info
+	durability string            // the workload's, applied to every topic created
+	mu         sync.Mutex        // guards configs
+	configs    map[string]string // storage-related configs of the last topic created, for Info
 }
 
 // Open connects to a ringlog broker.

@@ -89,12 +89,8 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 }
 
 func (r *run) execute(ctx context.Context) (*Result, error) {
-	info := r.opts.Driver.Info()
-	if r.opts.BrokerPID != 0 {
-		info.BrokerPID = r.opts.BrokerPID
-	}
 	result := &Result{
-		Workload: r.w, Driver: info, Hardware: DetectHardware(r.opts.DataDir),
+		Workload: r.w, Hardware: DetectHardware(r.opts.DataDir),
 		Started: time.Now().UTC(), Version: resultFormat,
 	}
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
@@ -104,6 +100,11 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("create topic %s: %w", name, err)
 		}
 		r.topics = append(r.topics, name)
+	}
+	// Drivers learn storage settings from the topics they create: describe again.
+	result.Driver = r.opts.Driver.Info()
+	if r.opts.BrokerPID != 0 {
+		result.Driver.BrokerPID = r.opts.BrokerPID
 	}
 	producers, err := r.openProducers(ctx)
 	if err != nil {
@@ -364,14 +365,20 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 	warmupTimer := time.NewTimer(warmup)
 	defer warmupTimer.Stop()
 	var (
-		samples                                      []Sample
-		win                                          window
-		rss                                          = RSSStats{PID: r.opts.BrokerPID}
-		last                                         = time.Now()
-		prevPub, prevPubBytes, prevCon, prevConBytes int64
+		samples  []Sample
+		win      window
+		rss      = RSSStats{PID: r.opts.BrokerPID}
+		last     = time.Now()
+		runStart = last
+		// Counters start from what the backlog fill left, so the first sample is a rate.
+		prevPub, prevPubBytes = r.totals.published.Load(), r.totals.publishedBytes.Load()
+		prevCon, prevConBytes = r.totals.consumed.Load(), r.totals.consumedBytes.Load()
 	)
 	if rss.PID == 0 {
 		rss.PID = r.opts.Driver.Info().BrokerPID
+	}
+	if rss.PID == 0 && r.opts.Driver.Info().Address != "" {
+		rss.PID, _ = PIDListeningOn(r.opts.Driver.Info().Address)
 	}
 	rss.Source = "broker process"
 	if rss.PID == 0 {
@@ -389,7 +396,6 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 		defer endTimer.Stop()
 		endC = endTimer.C
 	}
-	runStart := time.Now()
 	for {
 		select {
 		case <-ctx.Done():

@@ -46,14 +46,25 @@ type Request struct {
 	Body   Message // the decoded request schema (e.g. *ProduceRequest)
 	Conn   ConnInfo
 
-	conn     *conn
+	owner    requestOwner
 	frame    *[]byte // pooled payload buffer; returned when the request is released
 	charged  int64   // bytes charged to the connection and server budgets
 	silent   bool    // acks=0 produce: no response is written
 	fatal    bool    // close the connection after writing this response
 	replied  atomic.Bool
-	ready    bool     // guarded by conn.mu: resp is set
-	response Response // guarded by conn.mu until ready, then owned by the writer
+	ready    bool     // guarded by the owner's lock: resp is set
+	response Response // guarded by the owner's lock until ready, then owned by the writer
+}
+
+// requestOwner is the connection (of whichever I/O driver) a request belongs to.
+type requestOwner interface {
+	complete(req *Request, resp Response)
+}
+
+// serverConn is what Shutdown and Close need from a connection of any driver.
+type serverConn interface {
+	stopReading()
+	fail(err error)
 }
 
 // Response is a handler's answer. Either Body is set (the API's response schema), or
@@ -73,7 +84,7 @@ func (r *Request) Reply(resp Response) {
 	if r.replied.Swap(true) {
 		panic(fmt.Sprintf("netio: Reply called twice for %s correlation id %d", r.Header.API, r.Header.CorrelationID))
 	}
-	r.conn.complete(r, resp)
+	r.owner.complete(r, resp)
 }
 
 // ReplyMessage completes the request with a response body.
@@ -179,7 +190,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{} // guarded by mu
-	conns     map[*conn]struct{}        // guarded by mu
+	conns     map[serverConn]struct{}   // guarded by mu
 	closed    bool                      // guarded by mu
 	connsWG   sync.WaitGroup
 	closeOnce sync.Once
@@ -199,7 +210,7 @@ func NewServer(h Handler, cfg Config) *Server {
 		closing:   make(chan struct{}),
 		killed:    make(chan struct{}),
 		listeners: map[net.Listener]struct{}{},
-		conns:     map[*conn]struct{}{},
+		conns:     map[serverConn]struct{}{},
 	}
 }
 
@@ -274,31 +285,39 @@ func (s *Server) Serve(ln net.Listener, shard int) error {
 
 func (s *Server) startConn(nc net.Conn, shard int) {
 	c := newConn(s, nc, ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: nc.RemoteAddr().String()})
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.addConn(c, c.info) {
 		s.connCount.Add(-1)
 		nc.Close()
 		return
 	}
-	s.conns[c] = struct{}{}
-	s.connsWG.Add(1)
-	s.mu.Unlock()
-	if s.cfg.ConnState != nil {
-		s.cfg.ConnState(c.info, true)
-	}
 	c.start()
 }
 
-func (s *Server) connDone(c *conn) {
+func (s *Server) connDone(c serverConn, info ConnInfo) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.connCount.Add(-1)
 	if s.cfg.ConnState != nil {
-		s.cfg.ConnState(c.info, false)
+		s.cfg.ConnState(info, false)
 	}
 	s.connsWG.Done()
+}
+
+// addConn registers a connection of any driver; false if the server is closing.
+func (s *Server) addConn(c serverConn, info ConnInfo) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.connsWG.Add(1)
+	s.mu.Unlock()
+	if s.cfg.ConnState != nil {
+		s.cfg.ConnState(info, true)
+	}
+	return true
 }
 
 // Stats are cumulative counters since the server started.
@@ -368,7 +387,7 @@ func (s *Server) beginClose() {
 		for ln := range s.listeners {
 			ln.Close()
 		}
-		conns := make([]*conn, 0, len(s.conns))
+		conns := make([]serverConn, 0, len(s.conns))
 		for c := range s.conns {
 			conns = append(conns, c)
 		}
@@ -384,7 +403,7 @@ func (s *Server) kill() {
 	s.killOnce.Do(func() {
 		close(s.killed)
 		s.mu.Lock()
-		conns := make([]*conn, 0, len(s.conns))
+		conns := make([]serverConn, 0, len(s.conns))
 		for c := range s.conns {
 			conns = append(conns, c)
 		}
@@ -423,6 +442,17 @@ func (b *budget) acquire(n int64, stop func() bool) bool {
 		b.cond.Wait()
 	}
 	if b.aborted || stop() {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+// tryAcquire takes n bytes if they fit now (or nothing else is held).
+func (b *budget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.aborted || b.used > 0 && b.used+n > b.max {
 		return false
 	}
 	b.used += n

@@ -173,28 +173,31 @@ func (c *Config) setDefaults() {
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("netio: server closed")
 
-// Server accepts connections and drives the protocol on them. The I/O driver today is Go's
-// net package: one reader and one writer goroutine per connection (conn_net.go). Requests
-// reach the Handler from the reader goroutine; the Handler is where a shard hand-off
-// (ring.Reactor.Post) belongs.
+// Server accepts connections and drives the protocol on them, with one of two I/O drivers
+// per listener: Serve uses Go's net package (a reader and a writer goroutine per
+// connection, conn_net.go; the Handler is called on the reader goroutine), ServeRing runs
+// the listener and its connections on a shard's ring.Reactor (conn_ring.go; the Handler is
+// called on the loop thread).
 type Server struct {
 	cfg     Config
 	handler Handler
 	budget  *budget // server-wide request bytes
 
-	nextConnID atomic.Uint64
-	connCount  atomic.Int64
-	stats      serverStats
-	closing    chan struct{} // closed by Shutdown/Close: stop accepting and reading
-	killed     chan struct{} // closed by Close or an expired Shutdown: drop everything
+	nextConnID       atomic.Uint64
+	connCount        atomic.Int64
+	stats            serverStats
+	closing          chan struct{} // closed by Shutdown/Close: stop accepting and reading
+	stoppedAccepting chan struct{} // closed once every listener is closed
+	killed           chan struct{} // closed by Close or an expired Shutdown: drop everything
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{} // guarded by mu
-	conns     map[serverConn]struct{}   // guarded by mu
-	closed    bool                      // guarded by mu
-	connsWG   sync.WaitGroup
-	closeOnce sync.Once
-	killOnce  sync.Once
+	mu            sync.Mutex
+	listeners     map[net.Listener]struct{} // guarded by mu
+	ringListeners []*ringListener           // guarded by mu
+	conns         map[serverConn]struct{}   // guarded by mu
+	closed        bool                      // guarded by mu
+	connsWG       sync.WaitGroup
+	closeOnce     sync.Once
+	killOnce      sync.Once
 }
 
 // NewServer returns a server that hands requests to h.
@@ -204,13 +207,14 @@ func NewServer(h Handler, cfg Config) *Server {
 		panic(fmt.Sprintf("netio: ConnBufferBytesMax %d below FrameBytesMax %d: a maximal frame could never be read", cfg.ConnBufferBytesMax, cfg.FrameBytesMax))
 	}
 	return &Server{
-		cfg:       cfg,
-		handler:   h,
-		budget:    newBudget(cfg.ServerBufferBytesMax),
-		closing:   make(chan struct{}),
-		killed:    make(chan struct{}),
-		listeners: map[net.Listener]struct{}{},
-		conns:     map[serverConn]struct{}{},
+		cfg:              cfg,
+		handler:          h,
+		budget:           newBudget(cfg.ServerBufferBytesMax),
+		closing:          make(chan struct{}),
+		stoppedAccepting: make(chan struct{}),
+		killed:           make(chan struct{}),
+		listeners:        map[net.Listener]struct{}{},
+		conns:            map[serverConn]struct{}{},
 	}
 }
 
@@ -324,7 +328,7 @@ func (s *Server) addConn(c serverConn, info ConnInfo) bool {
 type Stats struct {
 	Requests        int64 // request frames read
 	Responses       int64 // response frames written
-	SendfileBytes   int64 // file bytes sent with sendfile (zero-copy)
+	SendfileBytes   int64 // file bytes sent with sendfile or splice (zero-copy)
 	CopiedFileBytes int64 // file bytes sent by pread + write (EgressCopy)
 	RefusedConns    int64 // connections closed at accept by ConnectionsMax
 }
@@ -343,6 +347,9 @@ func (s *Server) Stats() Stats {
 		RefusedConns:    s.stats.refusedConns.Load(),
 	}
 }
+
+// StoppedAccepting is closed once Shutdown or Close has closed every listener.
+func (s *Server) StoppedAccepting() <-chan struct{} { return s.stoppedAccepting }
 
 // ConnCount returns the number of open connections.
 func (s *Server) ConnCount() int { return int(s.connCount.Load()) }
@@ -387,11 +394,17 @@ func (s *Server) beginClose() {
 		for ln := range s.listeners {
 			ln.Close()
 		}
+		ringListeners := s.ringListeners
 		conns := make([]serverConn, 0, len(s.conns))
 		for c := range s.conns {
 			conns = append(conns, c)
 		}
 		s.mu.Unlock()
+		// Not under mu: a ring listener's stop waits for its loop, which may be taking mu.
+		for _, l := range ringListeners {
+			l.stop()
+		}
+		close(s.stoppedAccepting)
 		for _, c := range conns {
 			c.stopReading()
 		}

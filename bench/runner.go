@@ -89,12 +89,8 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 }
 
 func (r *run) execute(ctx context.Context) (*Result, error) {
-	info := r.opts.Driver.Info()
-	if r.opts.BrokerPID != 0 {
-		info.BrokerPID = r.opts.BrokerPID
-	}
 	result := &Result{
-		Workload: r.w, Driver: info, Hardware: DetectHardware(r.opts.DataDir),
+		Workload: r.w, Hardware: DetectHardware(r.opts.DataDir),
 		Started: time.Now().UTC(), Version: resultFormat,
 	}
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
@@ -104,6 +100,11 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("create topic %s: %w", name, err)
 		}
 		r.topics = append(r.topics, name)
+	}
+	// Drivers learn storage settings from the topics they create: describe again.
+	result.Driver = r.opts.Driver.Info()
+	if r.opts.BrokerPID != 0 {
+		result.Driver.BrokerPID = r.opts.BrokerPID
 	}
 	producers, err := r.openProducers(ctx)
 	if err != nil {
@@ -372,6 +373,9 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 	)
 	if rss.PID == 0 {
 		rss.PID = r.opts.Driver.Info().BrokerPID
+	}
+	if rss.PID == 0 && r.opts.Driver.Info().Address != "" {
+		rss.PID, _ = PIDListeningOn(r.opts.Driver.Info().Address)
 	}
 	rss.Source = "broker process"
 	if rss.PID == 0 {

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -85,11 +87,11 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 			return err
 		}
 	}
+	l.forgetUnsynced(s)
 	if err := l.fio.Fdatasync(s.logFd()); err != nil {
 		return l.fail(fmt.Errorf("segment %d: sync truncation: %w", s.baseOffset, err))
 	}
 	s.markSynced()
-	l.unsyncedMessages = 0
 	return nil
 }
 
@@ -119,6 +121,9 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 	l.segments = append(l.segments, s)
 	l.startOffset = offset
 	l.unsyncedMessages = 0
+	if err := os.Remove(filepath.Join(l.dir, startOffsetFileName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return l.fail(err)
+	}
 	if err := l.activate(s); err != nil {
 		return l.fail(err)
 	}
@@ -132,6 +137,7 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 func (l *Log) deleteSegment(i int) error {
 	s := l.segments[i]
 	l.segments = append(l.segments[:i], l.segments[i+1:]...)
+	l.forgetUnsynced(s)
 	if err := s.closeFiles(); err != nil {
 		l.cfg.Logger.Warn("close deleted segment", "dir", l.dir, "segment", s.baseOffset, "err", err)
 	}
@@ -186,8 +192,8 @@ func (l *Log) expired(s *segment, now time.Time) (bool, error) {
 
 // DeleteRecordsBefore advances the log start offset to offset (Kafka's DeleteRecords) and
 // deletes closed segments that lie wholly below it. Reads below the new start fail with
-// ErrOffsetOutOfRange. The new start offset is not persisted: after a restart the log starts
-// at its first segment again.
+// ErrOffsetOutOfRange. The new start offset is persisted (log-start-offset) before the call
+// returns.
 func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	if l.closed {
 		return 0, ErrClosed
@@ -197,6 +203,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	}
 	if offset <= l.startOffset {
 		return 0, nil
+	}
+	if err := writeStartOffset(l.dir, offset); err != nil {
+		return 0, err
 	}
 	l.startOffset = offset
 	deleted := 0

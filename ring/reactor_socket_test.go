@@ -41,7 +41,7 @@ func TestReactorSockets(t *testing.T) {
 		clients := []int{newSocket(t), newSocket(t)}
 		connected := 0
 		for _, c := range clients {
-			err := r.Submit(func(s *SQE) { s.PrepConnect(c, asAny(addr), unix.SizeofSockaddrInet4) },
+			err := r.Submit(func(s *SQE) { s.PrepConnect(c, addr, unix.SizeofSockaddrInet4) },
 				func(res int32, _ uint32) {
 					if res != 0 {
 						t.Errorf("connect res %d", res)

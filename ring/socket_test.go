@@ -11,7 +11,7 @@ import (
 )
 
 // listenLoopback returns a listening TCP socket on 127.0.0.1 and its address.
-func listenLoopback(t testing.TB) (int, *unix.RawSockaddrInet4) {
+func listenLoopback(t testing.TB) (int, *RawSockaddrAny) {
 	t.Helper()
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -29,9 +29,12 @@ func listenLoopback(t testing.TB) (int, *unix.RawSockaddrInet4) {
 		t.Fatal(err)
 	}
 	port := sa.(*unix.SockaddrInet4).Port
-	raw := &unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: [4]byte{127, 0, 0, 1}}
+	var storage RawSockaddrAny // full-size storage: the kernel and checkptr both see 112 bytes
+	raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(&storage))
+	raw.Family = unix.AF_INET
+	raw.Addr = [4]byte{127, 0, 0, 1}
 	raw.Port = uint16(port>>8) | uint16(port&0xff)<<8 // network byte order
-	return fd, raw
+	return fd, &storage
 }
 
 func newSocket(t testing.TB) int {
@@ -44,10 +47,8 @@ func newSocket(t testing.TB) int {
 	return fd
 }
 
-func asAny(sa *unix.RawSockaddrInet4) *RawSockaddrAny { return (*RawSockaddrAny)(unsafe.Pointer(sa)) }
-
 // connectPair accepts and connects through the ring, returning (server, client) fds.
-func connectPair(t testing.TB, r Ring, lfd int, addr *unix.RawSockaddrInet4) (int, int) {
+func connectPair(t testing.TB, r Ring, lfd int, addr *RawSockaddrAny) (int, int) {
 	t.Helper()
 	cfd := newSocket(t)
 	var peer RawSockaddrAny
@@ -56,7 +57,7 @@ func connectPair(t testing.TB, r Ring, lfd int, addr *unix.RawSockaddrInet4) (in
 	sqe.PrepAccept(lfd, &peer, &peerLen, unix.SOCK_CLOEXEC)
 	sqe.UserData = 100
 	sqe = mustSQE(t, r)
-	sqe.PrepConnect(cfd, asAny(addr), unix.SizeofSockaddrInet4)
+	sqe.PrepConnect(cfd, addr, unix.SizeofSockaddrInet4)
 	sqe.UserData = 101
 	m := byUserData(t, waitCQEs(t, r, 2))
 	if m[100].Res < 0 || m[101].Res != 0 {
@@ -211,7 +212,7 @@ func TestMultishotAccept(t *testing.T) {
 		const clients = 3
 		for i := 0; i < clients; i++ {
 			sqe = mustSQE(t, r)
-			sqe.PrepConnect(newSocket(t), asAny(addr), unix.SizeofSockaddrInet4)
+			sqe.PrepConnect(newSocket(t), addr, unix.SizeofSockaddrInet4)
 			sqe.UserData = uint64(10 + i)
 		}
 		accepted := 0

@@ -419,3 +419,32 @@ func TestRootsLive(t *testing.T) {
 		}
 	}
 }
+
+// TestDiscoverLiveHost reads the machine the tests run on (read only) and plans for it, so
+// that real sysfs quirks (xps_cpus that refuses reads, dangling class links) are exercised.
+func TestDiscoverLiveHost(t *testing.T) {
+	if _, err := os.Stat("/sys/devices/system/cpu/online"); err != nil {
+		t.Skipf("no sysfs here: %v", err)
+	}
+	topo, err := Discover(DiscoverOptions{})
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("this sandbox's sysfs lacks a required file: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("discover the live host: %v", err)
+	}
+	if len(topo.CPUs) == 0 || len(topo.Nodes) == 0 || topo.Interrupts == nil || len(topo.Interrupts.CPUs) == 0 {
+		t.Fatalf("live topology incomplete: %d cpus, %d nodes", len(topo.CPUs), len(topo.Nodes))
+	}
+	for _, node := range topo.Nodes {
+		for _, cpu := range node.CPUs {
+			got, err := NUMANodeOfCPU("/sys", cpu)
+			if _, online := topo.CPU(cpu); online && (err != nil || got != node.ID) {
+				t.Errorf("NUMANodeOfCPU(%d) = %d, %v; discovery says node %d", cpu, got, err, node.ID)
+			}
+		}
+	}
+	if _, err := BuildPlan(topo, PlanOptions{IRQMode: IRQModeShared}); err != nil {
+		t.Errorf("plan for the live host: %v", err)
+	}
+}

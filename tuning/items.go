@@ -286,7 +286,7 @@ func (b *planBuilder) services() {
 	if len(b.topo.IRQBalancePIDs) > 0 {
 		b.add(Item{Kind: "service", Target: "irqbalance",
 			Current: "running (pid " + formatIntList(b.topo.IRQBalancePIDs) + ")", Proposed: "stopped",
-			Why:       "irqbalance rewrites IRQ affinity every 10 s and would undo this plan: systemctl disable --now irqbalance (or list the IRQs in IRQBALANCE_BANNED_CPULIST)",
+			Why:       "irqbalance rewrites IRQ affinity every 10 s and would undo this plan: systemctl disable --now irqbalance, or run it with --banirq=N for each NIC queue IRQ",
 			Important: true})
 	}
 	current := "none"

@@ -169,6 +169,9 @@ func TestRatiosAndExplanation(t *testing.T) {
 	if len(flash.Ratios) != 2 || !flash.Ratios[0].Headline || flash.Ratios[0].Value != 50 || flash.Ratios[1].Value != 1.5 {
 		t.Fatalf("ratios %+v", flash.Ratios)
 	}
+	if flash.Ratios[0].ByMedian != (float64(largeBlockBytes)/600)/(float64(smallBlockBytes)/100) {
+		t.Fatalf("by-median ratio %v", flash.Ratios[0].ByMedian)
+	}
 	if why := Explain(flash); !strings.Contains(why, "50×") || !strings.Contains(why, "no moving head") || !strings.Contains(why, "1.5×") {
 		t.Fatalf("flash explanation: %s", why)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,7 @@ commands:
   check     report what is off; exit status 1 when an important item is
   plan      print the plan (--format text|json; json is the file --tune-plan and apply --plan read)
   apply     show what would change (dry run); --yes writes, after saving a revert script (needs root)
+  show      print what discovery found (CPUs, nodes, NICs, disks, IRQs, settings) as JSON
   snapshot  copy the /sys and /proc files discovery reads into --out DIR (for bug reports, fixtures)
 
 common flags: --shards N|all --irq-mode dedicated|shared --cpus LIST --nic NAME[,NAME]
@@ -131,10 +133,12 @@ func runTune(args []string, stdout io.Writer) error {
 		return tunePlan(args[1:], stdout)
 	case "apply":
 		return tuneApply(args[1:], stdout)
+	case "show":
+		return tuneShow(args[1:], stdout)
 	case "snapshot":
 		return tuneSnapshot(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown tune command %q (want check, plan, apply or snapshot)", args[0])
+	return fmt.Errorf("unknown tune command %q (want check, plan, apply, show or snapshot)", args[0])
 }
 
 func parseTuneFlags(f *tuneFlags, args []string) error {
@@ -267,6 +271,23 @@ func verb(applied, yes bool) string {
 		return "planned"
 	}
 	return "would set"
+}
+
+func tuneShow(args []string, stdout io.Writer) error {
+	f := newTuneFlags("show", stdout)
+	if err := parseTuneFlags(f, args); err != nil {
+		return err
+	}
+	topo, err := tuning.Discover(tuning.DiscoverOptions{Roots: f.roots()})
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(topo, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode topology: %w", err)
+	}
+	_, err = stdout.Write(append(data, '\n'))
+	return err
 }
 
 func tuneSnapshot(args []string, stdout io.Writer) error {

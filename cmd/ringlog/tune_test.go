@@ -117,3 +117,15 @@ func TestTuneDataDirMissing(t *testing.T) {
 		t.Errorf("absent data dir: %v", err)
 	}
 }
+
+func TestTuneShow(t *testing.T) {
+	out, err := runTuneOutput(t, append([]string{"show"}, fixtureFlags("isol8")...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"isolated": [`, `"name": "eth0-TxRx-3"`, `"name": "nvme0n1"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show output lacks %s", want)
+		}
+	}
+}

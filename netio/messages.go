@@ -321,11 +321,26 @@ type FileRange struct {
 	Length int64
 }
 
-// Splice marks where, in an encoded frame buffer, the bytes of a file range belong.
+// Splice marks where, in an encoded frame buffer, bytes that are not in the buffer belong:
+// either a file range (sent with sendfile) or a memory slice (sent with writev, not copied
+// into the buffer). Exactly one of Range.File and Data is set.
 type Splice struct {
-	At    int // byte offset in the frame buffer; the range goes before buf[At]
+	At    int // byte offset in the frame buffer; these bytes go before buf[At]
 	Range FileRange
+	Data  []byte
 }
+
+// Len is the number of bytes the splice contributes to the frame.
+func (s Splice) Len() int64 {
+	if s.Range.File != nil {
+		return s.Range.Length
+	}
+	return int64(len(s.Data))
+}
+
+// spliceBytesMin is the smallest in-memory records field that AppendResponseSpliced leaves
+// out of the frame buffer: below a few KiB a copy is cheaper than another iovec.
+const spliceBytesMin = 4 << 10
 
 func (*FetchRequest) API() APIKey  { return APIFetch }
 func (*FetchResponse) API() APIKey { return APIFetch }
@@ -370,14 +385,14 @@ func (m *FetchRequest) ReadFrom(b []byte) error {
 // AppendTo encodes the response with its records in memory. It panics if a partition
 // carries RecordsFile: such a response is encoded with AppendResponseSpliced.
 func (m *FetchResponse) AppendTo(dst []byte) []byte {
-	dst, splices := m.appendSpliced(dst, nil)
+	dst, splices := m.appendSpliced(dst, nil, false)
 	if len(splices) != 0 {
 		panic("netio: FetchResponse with RecordsFile must be encoded with AppendResponseSpliced")
 	}
 	return dst
 }
 
-func (m *FetchResponse) appendSpliced(dst []byte, splices []Splice) ([]byte, []Splice) {
+func (m *FetchResponse) appendSpliced(dst []byte, splices []Splice, spliceMemory bool) ([]byte, []Splice) {
 	dst = appendInt32(dst, m.ThrottleMs)
 	dst = appendArrayLen(dst, len(m.Topics), false, false)
 	for i := range m.Topics {
@@ -392,6 +407,11 @@ func (m *FetchResponse) appendSpliced(dst []byte, splices []Splice) ([]byte, []S
 			dst = appendInt64(dst, p.HighWatermark)
 			dst = appendInt64(dst, p.LogStartOffset)
 			if len(p.RecordsFile) == 0 {
+				if spliceMemory && len(p.Records) >= spliceBytesMin {
+					dst = appendInt32(dst, int32(len(p.Records)))
+					splices = append(splices, Splice{At: len(dst), Data: p.Records})
+					continue
+				}
 				dst = appendBytes(dst, p.Records)
 				continue
 			}
@@ -433,20 +453,21 @@ func (m *FetchResponse) ReadFrom(b []byte) error {
 }
 
 // AppendResponseSpliced appends a successful response frame for m to dst and returns the
-// file ranges that belong inside it. The frame length counts the file bytes; the sender
-// writes buf[:s[0].At], s[0].Range, buf[s[0].At:s[1].At], ..., buf[s[n-1].At:].
+// file ranges (and large in-memory record slices) that belong inside it. The frame length
+// counts the spliced bytes; the sender writes buf[:s[0].At], s[0], buf[s[0].At:s[1].At],
+// ..., buf[s[n-1].At:].
 func AppendResponseSpliced(dst []byte, h RequestHeader, m Message, splices []Splice) ([]byte, []Splice) {
 	start := len(dst)
 	dst = appendResponseHeader(dst, h, ErrNone)
 	first := len(splices)
 	if f, ok := m.(*FetchResponse); ok {
-		dst, splices = f.appendSpliced(dst, splices)
+		dst, splices = f.appendSpliced(dst, splices, true)
 	} else {
 		dst = m.AppendTo(dst)
 	}
 	length := int64(len(dst) - start - frameLengthBytes)
 	for _, s := range splices[first:] {
-		length += s.Range.Length
+		length += s.Len()
 	}
 	if length > 1<<32-1 {
 		panic(fmt.Sprintf("netio: response frame of %d bytes exceeds u32", length))

@@ -124,18 +124,23 @@ func TestFetchResponseSplicedLayout(t *testing.T) {
 	resp := &FetchResponse{Topics: []FetchResponseTopic{{Topic: "t", Partitions: []FetchResponsePartition{
 		{Partition: 0, HighWatermark: 5, RecordsFile: []FileRange{{f, 2, 5}, {f, 10, 3}}},
 		{Partition: 1, HighWatermark: 6, Records: []byte("mem")},
+		{Partition: 2, HighWatermark: 7, Records: bytes.Repeat([]byte("z"), spliceBytesMin)},
 	}}}}
 	h := RequestHeader{API: APIFetch, CorrelationID: 77}
 	buf, splices := AppendResponseSpliced(nil, h, resp, nil)
-	if len(splices) != 2 {
-		t.Fatalf("got %d splices, want 2", len(splices))
+	if len(splices) != 3 {
+		t.Fatalf("got %d splices, want 3", len(splices))
 	}
 	// Materialise the frame the way a sender would and decode it as a client would.
 	var frame []byte
 	prev := 0
 	for _, s := range splices {
 		frame = append(frame, buf[prev:s.At]...)
-		frame = append(frame, content[s.Range.Offset:s.Range.Offset+s.Range.Length]...)
+		if s.Range.File != nil {
+			frame = append(frame, content[s.Range.Offset:s.Range.Offset+s.Range.Length]...)
+		} else {
+			frame = append(frame, s.Data...)
+		}
 		prev = s.At
 	}
 	frame = append(frame, buf[prev:]...)
@@ -155,6 +160,9 @@ func TestFetchResponseSplicedLayout(t *testing.T) {
 	}
 	if r := string(got.Topics[0].Partitions[1].Records); r != "mem" {
 		t.Fatalf("memory records %q", r)
+	}
+	if r := got.Topics[0].Partitions[2].Records; !bytes.Equal(r, bytes.Repeat([]byte("z"), spliceBytesMin)) {
+		t.Fatalf("spliced memory records: %d bytes", len(r))
 	}
 	defer func() {
 		if recover() == nil {

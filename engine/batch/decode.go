@@ -44,10 +44,11 @@ var decodeStatePool = sync.Pool{New: func() any { return new(decodeState) }}
 // slice in it are reused: they are valid only until fn returns. A zstd batch is
 // decompressed into a pooled buffer, refusing more than MaxDecompressedBytes.
 //
-// Decode checks every record: lengths in bounds, varints well formed, offset deltas
-// 0, 1, 2, ... (what Kafka requires of a produced batch), exactly RecordCount records and no trailing
-// bytes. fn may be nil to only check. If Decode fails part way, fn has already seen the
-// records before the bad one. An error returned by fn is returned unchanged.
+// Decode checks every record: lengths in bounds, varints well formed, offset deltas 0, 1,
+// 2, ... (what Kafka requires of a produced batch), exactly RecordCount records and no
+// trailing bytes. fn may be nil to only check. If Decode fails part way, fn has already
+// seen the records before the bad one. An error returned by fn is returned unchanged.
+// Decode is safe for concurrent use; its scratch state comes from a pool.
 func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
 	h, err := Validate(b)
 	if err != nil {

@@ -149,7 +149,9 @@ func (h Header) Control() bool { return h.Attributes&attributesControl != 0 }
 // ParseHeader decodes the header at the start of b. It checks that b holds a whole header,
 // that the magic is 2, and that Length is within [HeaderSize-12, MaxBatchBytes-12]. It does
 // not look past the header and does not check the CRC: b may hold a partial batch (use
-// Size to learn how many bytes the whole batch needs) or several batches.
+// Size to learn how many bytes the whole batch needs) or several batches. On error the
+// returned Header holds the fields read so far (zero if b is shorter than a header), which
+// is enough to log what was found.
 func ParseHeader(b []byte) (Header, error) {
 	if len(b) < HeaderSize {
 		return Header{}, fmt.Errorf("%w: header needs %d bytes, have %d", ErrLength, HeaderSize, len(b))

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+)
+
+// StorageMode selects how a partition log writes its segment files.
+type StorageMode string
+
+const (
+	// StoragePageCache writes through the kernel page cache (buffered pwritev) and serves
+	// fetches as file ranges for sendfile/splice. Kafka's model; the default.
+	StoragePageCache StorageMode = "page-cache"
+	// StorageDirect writes with O_DIRECT from block-aligned buffers, keeps the partial tail
+	// block in memory and rewrites it, and serves recent data from its own chunk cache.
+	StorageDirect StorageMode = "direct"
+)
+
+// Defaults and limits. Sizes are bytes, durations milliseconds unless the name says otherwise.
+const (
+	segmentBytesDefault       = 1 << 30 // 1 GiB, Kafka's segment.bytes
+	segmentBytesMin           = 1 << 10
+	segmentBytesMax           = math.MaxInt32 // index positions are u32; Kafka caps at Int.Max too
+	indexIntervalBytesDefault = 4096
+	retentionMsDefault        = 7 * 24 * 60 * 60 * 1000
+
+	// directChunkBytesDefault is the size of one aligned staging chunk in direct mode. 1 MiB
+	// keeps a 1 MiB produce batch in at most two pwritev iovecs.
+	directChunkBytesDefault = 1 << 20
+	// directCacheChunksDefault is how many written chunks per partition stay in memory to serve
+	// tail reads (8 MiB per partition with the default chunk size).
+	directCacheChunksDefault = 8
+	// blockBytes is the O_DIRECT alignment for buffer address, file offset and length. 4096
+	// covers every logical block size we expect (ext4/xfs on NVMe report 512 or 4096).
+	blockBytes = 4096
+	// iovecsPerWriteMax bounds one pwritev call (Linux UIO_MAXIOV).
+	iovecsPerWriteMax = 1024
+)
+
+// LogConfig configures one partition log. The zero value means "defaults"; see each field.
+type LogConfig struct {
+	// SegmentBytes rolls the active segment when the next batch would make it larger.
+	// 0 means 1 GiB. Must be in [1 KiB, 2 GiB).
+	SegmentBytes int64
+	// SegmentMs rolls the active segment once it is this old (measured from its first append).
+	// 0 disables time-based rolling.
+	SegmentMs int64
+	// IndexIntervalBytes is the spacing of sparse .index entries. 0 means 4096.
+	IndexIntervalBytes int64
+	// RetentionMs deletes closed segments whose newest timestamp is older than this.
+	// 0 means 7 days; -1 means keep forever.
+	RetentionMs int64
+	// RetentionBytes deletes the oldest closed segments while the log stays at least this
+	// large without them. 0 or -1 means no size limit.
+	RetentionBytes int64
+	// FlushMessages: Flush syncs once this many messages are unsynced. <= 0 disables.
+	FlushMessages int64
+	// FlushMs: Flush syncs once the oldest unsynced append is this old. <= 0 disables.
+	FlushMs int64
+	// FlushAlways: every Flush with unsynced data calls fdatasync, so an append is durable
+	// before it is acknowledged.
+	FlushAlways bool
+	// Storage selects page-cache (default) or direct mode. Direct falls back to page-cache
+	// (with a log line) when the directory's file system lacks O_DIRECT.
+	Storage StorageMode
+	// DirectChunkBytes and DirectCacheChunks size the direct-mode staging chunks and the
+	// in-memory cache of recently written chunks. 0 means 1 MiB and 8.
+	DirectChunkBytes  int
+	DirectCacheChunks int
+	// Clock is injectable for tests; nil means time.Now.
+	Clock func() time.Time
+	// Logger receives recovery and fallback notices; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c LogConfig) withDefaults() (LogConfig, error) {
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = segmentBytesDefault
+	}
+	if c.SegmentBytes < segmentBytesMin || c.SegmentBytes > segmentBytesMax {
+		return c, fmt.Errorf("segment.bytes %d out of range [%d, %d]", c.SegmentBytes, segmentBytesMin, segmentBytesMax)
+	}
+	if c.SegmentMs < 0 {
+		return c, fmt.Errorf("segment.ms %d is negative", c.SegmentMs)
+	}
+	if c.IndexIntervalBytes == 0 {
+		c.IndexIntervalBytes = indexIntervalBytesDefault
+	}
+	if c.IndexIntervalBytes < 0 {
+		return c, fmt.Errorf("index.interval.bytes %d is negative", c.IndexIntervalBytes)
+	}
+	if c.RetentionMs == 0 {
+		c.RetentionMs = retentionMsDefault
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = -1
+	}
+	switch c.Storage {
+	case "":
+		c.Storage = StoragePageCache
+	case StoragePageCache, StorageDirect:
+	default:
+		return c, fmt.Errorf("storage mode %q: want %q or %q", c.Storage, StoragePageCache, StorageDirect)
+	}
+	if c.DirectChunkBytes == 0 {
+		c.DirectChunkBytes = directChunkBytesDefault
+	}
+	if c.DirectChunkBytes < blockBytes || c.DirectChunkBytes%blockBytes != 0 {
+		return c, fmt.Errorf("direct chunk bytes %d: want a positive multiple of %d", c.DirectChunkBytes, blockBytes)
+	}
+	if c.DirectCacheChunks == 0 {
+		c.DirectCacheChunks = directCacheChunksDefault
+	}
+	if c.DirectCacheChunks < 0 {
+		return c, fmt.Errorf("direct cache chunks %d is negative", c.DirectCacheChunks)
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Topic configuration keys understood by LogConfigFromMap (Kafka's names where Kafka has one).
+const (
+	ConfigSegmentBytes       = "segment.bytes"
+	ConfigSegmentMs          = "segment.ms"
+	ConfigIndexIntervalBytes = "index.interval.bytes"
+	ConfigRetentionMs        = "retention.ms"
+	ConfigRetentionBytes     = "retention.bytes"
+	ConfigFlushMessages      = "flush.messages"
+	ConfigFlushMs            = "flush.ms"
+	ConfigFlushAlways        = "flush.always"
+	ConfigStorageMode        = "storage.mode"
+)
+
+// LogConfigFromMap parses a topic's config map (as stored in the catalog) over base.
+// Unknown keys are an error so that a typo never silently means "default".
+func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
+	c := base
+	for k, v := range m {
+		var err error
+		switch k {
+		case ConfigSegmentBytes:
+			c.SegmentBytes, err = strconv.ParseInt(v, 10, 64)
+		case ConfigSegmentMs:
+			c.SegmentMs, err = strconv.ParseInt(v, 10, 64)
+		case ConfigIndexIntervalBytes:
+			c.IndexIntervalBytes, err = strconv.ParseInt(v, 10, 64)
+		case ConfigRetentionMs:
+			c.RetentionMs, err = strconv.ParseInt(v, 10, 64)
+		case ConfigRetentionBytes:
+			c.RetentionBytes, err = strconv.ParseInt(v, 10, 64)
+		case ConfigFlushMessages:
+			c.FlushMessages, err = strconv.ParseInt(v, 10, 64)
+		case ConfigFlushMs:
+			c.FlushMs, err = strconv.ParseInt(v, 10, 64)
+		case ConfigFlushAlways:
+			c.FlushAlways, err = strconv.ParseBool(v)
+		case ConfigStorageMode:
+			c.Storage = StorageMode(v)
+		default:
+			return base, fmt.Errorf("unknown topic config %q", k)
+		}
+		if err != nil {
+			return base, fmt.Errorf("topic config %s=%q: %w", k, v, err)
+		}
+	}
+	if _, err := c.withDefaults(); err != nil {
+		return base, err
+	}
+	return c, nil
+}

@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
+)
+
+// Direct mode.
+//
+// The active segment's bytes are staged in block-aligned chunks (DirectChunkBytes each).
+// An append copies batches into the active chunk (rolling to a fresh chunk when it fills)
+// and issues one pwritev on an O_DIRECT descriptor that starts at the block holding the old
+// end of the log, so the partial tail block is rewritten together with the new bytes and the
+// last block is zero-padded:
+//
+//	file:   |blk|blk|blk|blk|blk|blk|
+//	chunk:          [=====tail==|.......]   active chunk, start block-aligned
+//	                        ^ old end   ^ new end, padded up to the block boundary
+//	write:          <-- one aligned pwritev --->
+//
+// Written chunks stay in a per-segment cache (DirectCacheChunks, oldest evicted) and serve
+// reads of recent data; older bytes are read through the file's ordinary descriptor. Bytes
+// below a chunk's fill are never modified again (truncation makes a fresh chunk), so slices
+// handed to readers stay valid. The file is ftruncate'd to its logical length when the
+// segment is closed; after a crash, recovery drops the zero padding like any torn tail.
+
+type chunk struct {
+	buf   []byte // block-aligned address, len == chunk size; immutable below fill
+	start int64  // file position of buf[0], block-aligned
+	fill  int
+}
+
+func (c *chunk) end() int64 { return c.start + int64(c.fill) }
+
+type directWriter struct {
+	file       *os.File // opened O_RDWR|O_DIRECT
+	chunkBytes int
+	cacheMax   int
+	cache      []*chunk // written full chunks, contiguous, oldest first, ending at active.start
+	active     *chunk
+	iovecs     [][]byte // reused
+}
+
+func alignDown(n int64) int64 { return n &^ (blockBytes - 1) }
+func alignUp(n int64) int64   { return (n + blockBytes - 1) &^ (blockBytes - 1) }
+
+// alignedBuffer returns n zeroed bytes whose address is block-aligned (heap memory: the Go
+// heap does not move objects, and a FileIO call holds the slice until its completion).
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+blockBytes)
+	off := int(uintptr(unsafe.Pointer(&b[0])) & (blockBytes - 1))
+	if off != 0 {
+		off = blockBytes - off
+	}
+	return b[off : off+n : off+n]
+}
+
+// openDirectWriter opens path with O_DIRECT and loads the partial tail block [alignDown(size),
+// size) through the buffered descriptor bufferedFd.
+func openDirectWriter(fio ring.FileIO, path string, bufferedFd int, size int64, chunkBytes, cacheMax int) (*directWriter, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s with O_DIRECT: %w", path, err)
+	}
+	w := &directWriter{file: f, chunkBytes: chunkBytes, cacheMax: cacheMax}
+	if err := w.reset(fio, bufferedFd, size); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// reset drops all cached chunks and starts a fresh active chunk at the block holding size.
+func (w *directWriter) reset(fio ring.FileIO, bufferedFd int, size int64) error {
+	w.cache = nil
+	c := &chunk{buf: alignedBuffer(w.chunkBytes), start: alignDown(size)}
+	c.fill = int(size - c.start)
+	if err := preadFull(fio, bufferedFd, c.buf[:c.fill], c.start); err != nil {
+		return fmt.Errorf("load tail block at %d: %w", c.start, err)
+	}
+	w.active = c
+	return nil
+}
+
+func (w *directWriter) close() error { return w.file.Close() }
+
+// memoryStart is the lowest file position held in memory.
+func (w *directWriter) memoryStart() int64 {
+	if len(w.cache) > 0 {
+		return w.cache[0].start
+	}
+	return w.active.start
+}
+
+// forEachChunk calls fn for cached chunks then the active one, oldest first.
+func (w *directWriter) chunkAt(pos int64) *chunk {
+	for _, c := range w.cache {
+		if pos < c.start+int64(w.chunkBytes) {
+			return c
+		}
+	}
+	return w.active
+}
+
+// copyOut copies p from memory at pos; the range must lie within [memoryStart, end).
+func (w *directWriter) copyOut(p []byte, pos int64) {
+	for len(p) > 0 {
+		c := w.chunkAt(pos)
+		n := copy(p, c.buf[pos-c.start:c.fill])
+		if n == 0 {
+			panic(fmt.Sprintf("engine: direct copyOut at %d outside memory", pos))
+		}
+		p = p[n:]
+		pos += int64(n)
+	}
+}
+
+// appendPieces appends in-memory pieces covering [pos, end) to dst.
+func (w *directWriter) appendPieces(dst []Piece, pos, end int64) []Piece {
+	for pos < end {
+		c := w.chunkAt(pos)
+		stop := min(end, c.end())
+		if stop <= pos {
+			panic(fmt.Sprintf("engine: direct piece at %d outside memory", pos))
+		}
+		dst = append(dst, Piece{Position: pos, Size: stop - pos, Data: c.buf[pos-c.start : stop-c.start]})
+		pos = stop
+	}
+	return dst
+}
+
+// write copies batches to the end of the staged data (which must be at pos) and writes them
+// with one aligned pwritev. On error nothing changes in memory.
+func (w *directWriter) write(fio ring.FileIO, batches [][]byte, pos int64) error {
+	orig := w.active
+	if orig.end() != pos {
+		panic(fmt.Sprintf("engine: direct write at %d, staged end %d", pos, orig.end()))
+	}
+	origFill := orig.fill
+	chunks := []*chunk{orig}
+	c := orig
+	for _, b := range batches {
+		for len(b) > 0 {
+			if c.fill == w.chunkBytes {
+				c = &chunk{buf: alignedBuffer(w.chunkBytes), start: c.start + int64(w.chunkBytes)}
+				chunks = append(chunks, c)
+			}
+			n := copy(c.buf[c.fill:], b)
+			c.fill += n
+			b = b[n:]
+		}
+	}
+	iov := w.iovecs[:0]
+	from := alignDown(int64(origFill))
+	for i, c := range chunks {
+		lo := int64(0)
+		if i == 0 {
+			lo = from
+		}
+		if hi := alignUp(int64(c.fill)); hi > lo {
+			iov = append(iov, c.buf[lo:hi])
+		}
+	}
+	w.iovecs = iov
+	if err := pwritevFull(fio, int(w.file.Fd()), iov, orig.start+from); err != nil {
+		clear(orig.buf[origFill:orig.fill])
+		orig.fill = origFill
+		return err
+	}
+	for _, c := range chunks[:len(chunks)-1] {
+		w.cache = append(w.cache, c)
+	}
+	if over := len(w.cache) - w.cacheMax; over > 0 {
+		clear(w.cache[:over])
+		w.cache = w.cache[over:]
+	}
+	w.active = chunks[len(chunks)-1]
+	return nil
+}
+
+// directSupport caches the O_DIRECT probe per data directory.
+var directSupport sync.Map // dir -> error (nil = supported)
+
+var errNoDirectIO = errors.New("O_DIRECT not supported")
+
+// probeDirect checks that dir's file system accepts an aligned O_DIRECT write (tmpfs does not).
+func probeDirect(dir string) error {
+	if v, ok := directSupport.Load(dir); ok {
+		if v == nil {
+			return nil
+		}
+		return v.(error)
+	}
+	err := probeDirectUncached(dir)
+	if err == nil {
+		directSupport.Store(dir, nil)
+	} else {
+		directSupport.Store(dir, err)
+	}
+	return err
+}
+
+func probeDirectUncached(dir string) error {
+	path := filepath.Join(dir, ".direct-probe")
+	defer os.Remove(path)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_DIRECT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w in %s: open: %w", errNoDirectIO, dir, err)
+	}
+	defer unix.Close(fd)
+	buf := alignedBuffer(blockBytes)
+	if _, err := unix.Pwrite(fd, buf, 0); err != nil {
+		return fmt.Errorf("%w in %s: aligned write: %w", errNoDirectIO, dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// fileIOCase is one FileIO implementation every log test runs under.
+type fileIOCase struct {
+	name string
+	fio  func(t testing.TB) ring.FileIO
+}
+
+func fileIOCases() []fileIOCase {
+	return []fileIOCase{
+		{"syscalls", func(testing.TB) ring.FileIO { return ring.Syscalls{} }},
+	}
+}
+
+var storageModes = []StorageMode{StoragePageCache, StorageDirect}
+
+// forEachBackend runs fn for every (FileIO, storage mode) pair.
+func forEachBackend(t *testing.T, fn func(t *testing.T, fio ring.FileIO, mode StorageMode)) {
+	for _, fc := range fileIOCases() {
+		for _, mode := range storageModes {
+			t.Run(fc.name+"/"+string(mode), func(t *testing.T) {
+				fn(t, fc.fio(t), mode)
+			})
+		}
+	}
+}
+
+var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// fakeClock is an injectable clock.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time          { return c.now }
+func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.UnixMilli(1_700_000_000_000)} }
+
+func testConfig(mode StorageMode) LogConfig {
+	return LogConfig{Storage: mode, SegmentBytes: 64 << 10, IndexIntervalBytes: 512,
+		DirectChunkBytes: 16 << 10, DirectCacheChunks: 2, Logger: quietLogger}
+}
+
+func openLog(t testing.TB, dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport) {
+	t.Helper()
+	l, rep, err := OpenLog(dir, cfg, fio)
+	if err != nil {
+		t.Fatalf("OpenLog(%s): %v", dir, err)
+	}
+	return l, rep
+}
+
+// recordValue is the deterministic value of record i of batch seq.
+func recordValue(seq, i, size int) []byte {
+	v := fmt.Appendf(nil, "batch-%d-record-%d|", seq, i)
+	for len(v) < size {
+		v = append(v, byte('a'+(seq+i+len(v))%26))
+	}
+	return v[:max(size, 1)]
+}
+
+// makeBatch builds an uncompressed v2 batch of n records with timestamps ts, ts+1, ...
+func makeBatch(t testing.TB, seq, n, valueSize int, ts int64) []byte {
+	t.Helper()
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	for i := 0; i < n; i++ {
+		b.Append(ts+int64(i), fmt.Appendf(nil, "k%d", i), recordValue(seq, i, valueSize), nil)
+	}
+	out, err := b.Build(nil)
+	if err != nil {
+		t.Fatalf("build batch: %v", err)
+	}
+	return out
+}
+
+// readAll reads the whole log from its start, batch stream by batch stream.
+func readAll(t testing.TB, l *Log, maxBytes int) []byte {
+	t.Helper()
+	var out []byte
+	off := l.StartOffset()
+	for steps := 0; off < l.EndOffset(); steps++ {
+		if steps > 1_000_000 {
+			t.Fatalf("readAll does not progress at %d", off)
+		}
+		res, err := l.Read(off, maxBytes)
+		if err != nil {
+			t.Fatalf("Read(%d): %v", off, err)
+		}
+		if res.Size == 0 || res.NextOffset <= off {
+			t.Fatalf("Read(%d) returned no progress: %+v", off, res)
+		}
+		if out, err = res.AppendTo(out); err != nil {
+			t.Fatalf("AppendTo: %v", err)
+		}
+		off = res.NextOffset
+	}
+	return out
+}
+
+// batchOffsets walks concatenated batches and returns their base offsets.
+func batchOffsets(t testing.TB, b []byte) []int64 {
+	t.Helper()
+	var offs []int64
+	for len(b) > 0 {
+		h, err := validateFirst(b)
+		if err != nil {
+			t.Fatalf("batch %d invalid: %v", len(offs), err)
+		}
+		offs = append(offs, h.BaseOffset)
+		b = b[batchSize(h):]
+	}
+	return offs
+}
+
+func segmentFile(dir string, base int64, suffix string) string {
+	return filepath.Join(dir, fmt.Sprintf("%020d%s", base, suffix))
+}
+
+func mustEqualBytes(t testing.TB, what string, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		n := 0
+		for n < min(len(got), len(want)) && got[n] == want[n] {
+			n++
+		}
+		t.Fatalf("%s: %d bytes, want %d; first difference at %d", what, len(got), len(want), n)
+	}
+}
+
+// validateFirst validates the first batch in b (which may hold several).
+func validateFirst(b []byte) (batch.Header, error) {
+	h, err := batch.ParseHeader(b)
+	if err != nil {
+		return h, err
+	}
+	if h.Size() > len(b) {
+		return h, fmt.Errorf("batch of %d bytes, %d left", h.Size(), len(b))
+	}
+	return batch.Validate(b[:h.Size()])
+}

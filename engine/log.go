@@ -1,0 +1,572 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// Sentinel errors callers act on.
+var (
+	// ErrOffsetOutOfRange: a read or truncation below the log start offset or above the log
+	// end offset.
+	ErrOffsetOutOfRange = errors.New("offset out of range")
+	// ErrLogFailed: an fdatasync (or a roll's sync) failed. The kernel may have dropped the
+	// dirty pages, so retrying could report durability that does not exist; the log accepts
+	// no more appends and must be reopened (which re-runs recovery).
+	ErrLogFailed = errors.New("log failed: a sync failed, the partition accepts no more writes")
+	// ErrInvalidBatch: an append was given bytes that are not one valid v2 batch.
+	ErrInvalidBatch = errors.New("invalid batch")
+	// ErrCorruptLog: stored bytes failed a check on read.
+	ErrCorruptLog = errors.New("corrupt log data")
+	// ErrTimestampNotFound: no record has a timestamp at or after the one asked for.
+	ErrTimestampNotFound = errors.New("no record at or after timestamp")
+	// ErrClosed: the log was closed.
+	ErrClosed = errors.New("log closed")
+)
+
+// Special timestamps for OffsetForTimestamp (Kafka's ListOffsets values).
+const (
+	TimestampLatest   int64 = -1
+	TimestampEarliest int64 = -2
+)
+
+// Log is one partition's log: an ordered list of segments, the last one active.
+//
+// A Log is owned by one goroutine (its shard); no method may be called concurrently, and
+// no method takes a lock.
+//
+// Durability: AppendBatches returns after its bytes are written to the file (page cache in
+// page-cache mode, the device in direct mode) and are readable. They are durable once
+// SyncedOffset() is past them, which Flush (per the flush policy) or Sync makes happen with one
+// fdatasync for everything appended since the last sync — the group commit. With FlushAlways,
+// call Flush after a loop turn's appends and acknowledge them when it returns nil.
+type Log struct {
+	dir  string
+	cfg  LogConfig
+	fio  ring.FileIO
+	mode StorageMode
+
+	segments    []*segment // sorted by base offset, contiguous; the last is active
+	startOffset int64      // log start offset: >= segments[0].baseOffset
+
+	unsyncedMessages int64
+	oldestUnsynced   time.Time // time of the first append since the last sync
+	leaderEpoch      int32     // rewritten into appended batches when >= 0
+	failed           error     // sticky, wraps ErrLogFailed
+	closed           bool
+
+	headerScratch []byte // HeaderSize bytes for header reads
+	batchScratch  []byte // whole batches for timestamp lookups
+	indexScratch  []byte
+	iovecs        [][]byte
+	one           [1][]byte
+}
+
+// AppendResult describes a successful (or partially successful) AppendBatches.
+type AppendResult struct {
+	FirstOffset int64 // base offset given to the first batch
+	LastOffset  int64 // last offset of the last batch appended
+	Batches     int   // batches appended; < len(batches) only together with an error
+}
+
+// OpenLog opens (creating if needed) the log in dir, running recovery. The report says what
+// recovery found and dropped.
+func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, error) {
+	var report RecoveryReport
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, report, fmt.Errorf("open log: %w", err)
+	}
+	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1,
+		headerScratch: make([]byte, batch.HeaderSize)}
+	if l.mode == StorageDirect {
+		if err := probeDirect(dir); err != nil {
+			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
+			l.mode = StoragePageCache
+		}
+	}
+	start := cfg.Clock()
+	if err := l.recover(&report); err != nil {
+		l.closeFiles()
+		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	report.Duration = cfg.Clock().Sub(start)
+	if report.DroppedBytes > 0 || len(report.RebuiltIndexes) > 0 || len(report.DeletedSegments) > 0 {
+		cfg.Logger.Warn("log recovered with losses", "dir", dir, "dropped_batches", report.DroppedBatches,
+			"dropped_bytes", report.DroppedBytes, "rebuilt_indexes", len(report.RebuiltIndexes),
+			"deleted_segments", len(report.DeletedSegments), "reason", report.Corruption)
+	}
+	return l, report, nil
+}
+
+// Mode is the storage mode in effect (direct may have fallen back to page-cache).
+func (l *Log) Mode() StorageMode { return l.mode }
+
+// Dir is the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+func (l *Log) active() *segment { return l.segments[len(l.segments)-1] }
+
+// StartOffset is the first offset that can be read.
+func (l *Log) StartOffset() int64 { return l.startOffset }
+
+// EndOffset is the offset the next appended record will get (log end offset).
+func (l *Log) EndOffset() int64 { return l.active().nextOffset }
+
+// SyncedOffset is the offset below which every record is on stable storage.
+func (l *Log) SyncedOffset() int64 { return l.active().syncedNextOffset }
+
+// Size is the total byte size of all segments.
+func (l *Log) Size() int64 {
+	var n int64
+	for _, s := range l.segments {
+		n += s.size
+	}
+	return n
+}
+
+// SegmentCount is the number of segments, the active one included.
+func (l *Log) SegmentCount() int { return len(l.segments) }
+
+// SetLeaderEpoch makes appends rewrite each batch's partition leader epoch to epoch; a
+// negative epoch keeps the producer's value.
+func (l *Log) SetLeaderEpoch(epoch int32) { l.leaderEpoch = epoch }
+
+// Err returns the sticky failure, if any (wraps ErrLogFailed).
+func (l *Log) Err() error { return l.failed }
+
+func (l *Log) writable() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.failed
+}
+
+func (l *Log) fail(err error) error {
+	if l.failed == nil {
+		l.failed = fmt.Errorf("%w: %w", ErrLogFailed, err)
+		l.cfg.Logger.Error("log failed, refusing further writes", "dir", l.dir, "err", err)
+	}
+	return l.failed
+}
+
+// Append appends one batch; see AppendBatches.
+func (l *Log) Append(batch []byte) (int64, error) {
+	l.one[0] = batch
+	res, err := l.AppendBatches(l.one[:])
+	l.one[0] = nil
+	return res.FirstOffset, err
+}
+
+// AppendBatches validates every batch (CRC-32C, sizes) before writing any, then assigns
+// offsets by rewriting each batch's base offset (and leader epoch, see SetLeaderEpoch) in
+// place and writes them with one pwritev per segment touched. The callers' slices are not
+// retained. A roll in the middle syncs the old segment first. On error the log is as before
+// the failed write: batches [0, res.Batches) were appended, the rest were not.
+func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
+	res := AppendResult{FirstOffset: l.EndOffset(), LastOffset: l.EndOffset() - 1}
+	if err := l.writable(); err != nil {
+		return res, err
+	}
+	for i, b := range batches {
+		if err := l.validate(b); err != nil {
+			return res, fmt.Errorf("append batch %d of %d: %w", i, len(batches), err)
+		}
+	}
+	now := l.cfg.Clock()
+	for i := 0; i < len(batches); {
+		s := l.active()
+		before := s.state()
+		j := i
+		for ; j < len(batches); j++ {
+			h, _ := batch.ParseHeader(batches[j])
+			if l.shouldRoll(s, h, now) {
+				break
+			}
+			batch.SetBaseOffset(batches[j], s.nextOffset)
+			if l.leaderEpoch >= 0 {
+				batch.SetLeaderEpoch(batches[j], l.leaderEpoch)
+			}
+			h.BaseOffset = s.nextOffset
+			s.noteBatch(h, l.cfg.IndexIntervalBytes)
+		}
+		if j == i {
+			if err := l.roll(); err != nil {
+				return res, fmt.Errorf("append: %w", err)
+			}
+			continue
+		}
+		if err := l.writeBatches(s, batches[i:j], before.size); err != nil {
+			s.restore(before)
+			if terr := s.log.Truncate(before.size); terr != nil {
+				l.cfg.Logger.Warn("truncate after failed write", "dir", l.dir, "err", terr)
+			}
+			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, err)
+		}
+		if s.firstAppendAt.IsZero() {
+			s.firstAppendAt = now
+		}
+		if l.unsyncedMessages == 0 {
+			l.oldestUnsynced = now
+		}
+		l.unsyncedMessages += s.nextOffset - before.nextOffset
+		res.Batches += j - i
+		res.LastOffset = s.nextOffset - 1
+		i = j
+	}
+	return res, nil
+}
+
+func (l *Log) validate(b []byte) error {
+	h, err := batch.Validate(b)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidBatch, err)
+	}
+	if batchSize(h) != int64(len(b)) {
+		return fmt.Errorf("%w: %d bytes given, header says %d", ErrInvalidBatch, len(b), batchSize(h))
+	}
+	if h.LastOffsetDelta < 0 || h.LastOffsetDelta > maxRelativeOffset/2 {
+		return fmt.Errorf("%w: last offset delta %d", ErrInvalidBatch, h.LastOffsetDelta)
+	}
+	if batchSize(h) > l.cfg.SegmentBytes {
+		return fmt.Errorf("%w: %d bytes exceed segment.bytes %d", ErrInvalidBatch, batchSize(h), l.cfg.SegmentBytes)
+	}
+	return nil
+}
+
+func (l *Log) shouldRoll(s *segment, h batch.Header, now time.Time) bool {
+	if s.size == 0 {
+		return false
+	}
+	if s.size+batchSize(h) > l.cfg.SegmentBytes {
+		return true
+	}
+	if s.nextOffset+int64(h.LastOffsetDelta)-s.baseOffset > maxRelativeOffset {
+		return true
+	}
+	return l.cfg.SegmentMs > 0 && !s.firstAppendAt.IsZero() && now.Sub(s.firstAppendAt) >= time.Duration(l.cfg.SegmentMs)*time.Millisecond
+}
+
+func (l *Log) writeBatches(s *segment, batches [][]byte, pos int64) error {
+	if s.direct != nil {
+		return s.direct.write(l.fio, batches, pos)
+	}
+	l.iovecs = append(l.iovecs[:0], batches...)
+	err := pwritevFull(l.fio, s.logFd(), l.iovecs, pos)
+	clear(l.iovecs)
+	return err
+}
+
+// Flush syncs if the flush policy says a sync is due (FlushAlways with anything unsynced,
+// FlushMessages reached, or FlushMs elapsed since the oldest unsynced append). The owner
+// calls it after each loop turn's appends and on a FlushMs timer.
+func (l *Log) Flush() error {
+	if err := l.writable(); err != nil {
+		return err
+	}
+	if l.unsyncedMessages == 0 {
+		return nil
+	}
+	due := l.cfg.FlushAlways ||
+		(l.cfg.FlushMessages > 0 && l.unsyncedMessages >= l.cfg.FlushMessages) ||
+		(l.cfg.FlushMs > 0 && l.cfg.Clock().Sub(l.oldestUnsynced) >= time.Duration(l.cfg.FlushMs)*time.Millisecond)
+	if !due {
+		return nil
+	}
+	return l.Sync()
+}
+
+// Sync makes everything appended so far durable with one fdatasync. A failed fdatasync fails
+// the log for good (ErrLogFailed).
+func (l *Log) Sync() error {
+	if err := l.writable(); err != nil {
+		return err
+	}
+	s := l.active()
+	if s.syncedSize == s.size && l.unsyncedMessages == 0 {
+		return nil
+	}
+	if err := l.fio.Fdatasync(s.logFd()); err != nil {
+		return l.fail(fmt.Errorf("fdatasync segment %d: %w", s.baseOffset, err))
+	}
+	s.markSynced()
+	l.unsyncedMessages = 0
+	var err error
+	if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
+		// The index is advisory: recovery rescans from the last entry that made it.
+		l.cfg.Logger.Warn("index write failed", "dir", l.dir, "err", err)
+	}
+	return nil
+}
+
+// roll closes the active segment (sync, final time-index entry, index fsync) and starts a
+// new one at the log end offset.
+func (l *Log) roll() error {
+	old := l.active()
+	if err := l.closeSegment(old); err != nil {
+		return err
+	}
+	s, err := openSegmentFiles(l.dir, old.nextOffset, true)
+	if err != nil {
+		return err
+	}
+	s.markSynced()
+	if err := l.activate(s); err != nil {
+		s.closeFiles()
+		s.removeFiles(l.dir)
+		return err
+	}
+	l.segments = append(l.segments, s)
+	if err := syncDir(l.dir); err != nil {
+		return l.fail(fmt.Errorf("roll to segment %d: %w", s.baseOffset, err))
+	}
+	return nil
+}
+
+// closeSegment makes s durable and complete so that it can be trusted by its index later:
+// direct-mode files are cut to their logical length, the log is synced, the final time-index
+// entry is added, and both indexes are written and fsync'ed.
+func (l *Log) closeSegment(s *segment) error {
+	if s.direct != nil {
+		if err := s.log.Truncate(s.size); err != nil {
+			return fmt.Errorf("close segment %d: truncate: %w", s.baseOffset, err)
+		}
+	}
+	if err := l.fio.Fdatasync(s.logFd()); err != nil {
+		return l.fail(fmt.Errorf("close segment %d: fdatasync: %w", s.baseOffset, err))
+	}
+	s.markSynced()
+	l.unsyncedMessages = 0
+	if s.maxTimestamp > s.timeIndex.lastTimestamp() {
+		s.timeIndex.entries = append(s.timeIndex.entries, timeIndexEntry{timestamp: s.maxTimestamp, relativeOffset: s.relative(s.nextOffset)})
+	}
+	var err error
+	if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
+		return fmt.Errorf("close segment %d: %w", s.baseOffset, err)
+	}
+	for _, f := range []*os.File{s.indexFile, s.timeIndexFile} {
+		if err := l.fio.Fsync(int(f.Fd())); err != nil {
+			return l.fail(fmt.Errorf("close segment %d: fsync index: %w", s.baseOffset, err))
+		}
+	}
+	if s.direct != nil {
+		err := s.direct.close()
+		s.direct = nil
+		if err != nil {
+			return fmt.Errorf("close segment %d: %w", s.baseOffset, err)
+		}
+	}
+	return nil
+}
+
+// activate prepares s to take appends.
+func (l *Log) activate(s *segment) error {
+	if l.mode != StorageDirect || s.direct != nil {
+		return nil
+	}
+	w, err := openDirectWriter(l.fio, segmentPath(l.dir, s.baseOffset, logSuffix), s.logFd(), s.size,
+		l.cfg.DirectChunkBytes, l.cfg.DirectCacheChunks)
+	if err != nil {
+		return fmt.Errorf("activate segment %d: %w", s.baseOffset, err)
+	}
+	s.direct = w
+	return nil
+}
+
+// segmentFor returns the index of the segment holding offset (the last with base <= offset).
+func (l *Log) segmentFor(offset int64) int {
+	i := sort.Search(len(l.segments), func(i int) bool { return l.segments[i].baseOffset > offset })
+	return max(i-1, 0)
+}
+
+// Read returns whole batches starting with the one holding offset, up to maxBytes (at least
+// one batch, so a consumer always progresses), from a single segment.
+func (l *Log) Read(offset int64, maxBytes int) (ReadResult, error) {
+	return l.ReadBounded(offset, maxBytes, l.EndOffset())
+}
+
+// ReadBounded is Read that returns only batches whose base offset is below maxOffset (the
+// high watermark).
+func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResult, error) {
+	res := ReadResult{FirstOffset: offset, NextOffset: offset, fio: l.fio}
+	if l.closed {
+		return res, ErrClosed
+	}
+	end := l.EndOffset()
+	if offset < l.startOffset || offset > end {
+		return res, fmt.Errorf("%w: read at %d, log holds [%d, %d)", ErrOffsetOutOfRange, offset, l.startOffset, end)
+	}
+	maxOffset = min(maxOffset, end)
+	if offset >= maxOffset {
+		return res, nil
+	}
+	s := l.segments[l.segmentFor(offset)]
+	pos, first, err := s.findBatch(l.fio, l.headerScratch, offset)
+	if err != nil {
+		return res, fmt.Errorf("read at %d: %w", offset, err)
+	}
+	limit := s.size
+	if maxOffset < s.nextOffset {
+		if limit, err = s.positionOf(l.fio, l.headerScratch, maxOffset); err != nil {
+			return res, fmt.Errorf("read at %d: %w", offset, err)
+		}
+	}
+	endPos, err := l.readEnd(s, pos, first, limit, int64(max(maxBytes, 0)))
+	if err != nil {
+		return res, fmt.Errorf("read at %d: %w", offset, err)
+	}
+	res.FirstOffset = first.BaseOffset
+	res.NextOffset = s.nextOffset
+	if endPos < s.size {
+		h, err := s.readHeaderAt(l.fio, l.headerScratch, endPos)
+		if err != nil {
+			return res, fmt.Errorf("read at %d: %w", offset, err)
+		}
+		res.NextOffset = h.BaseOffset
+	}
+	res.Size = endPos - pos
+	res.Pieces = l.pieces(s, pos, endPos)
+	return res, nil
+}
+
+// readEnd finds where a read starting at the batch at pos stops: the end of the last whole
+// batch within maxBytes and limit, but at least the first batch.
+func (l *Log) readEnd(s *segment, pos int64, first batch.Header, limit, maxBytes int64) (int64, error) {
+	if pos+maxBytes >= limit {
+		return limit, nil
+	}
+	upper := pos + maxBytes
+	p := max(pos, int64(s.index.floorByPosition(uint32(upper)).position))
+	for steps := 0; p < limit; steps++ {
+		h, err := s.readHeaderAt(l.fio, l.headerScratch, p)
+		if err != nil {
+			return 0, err
+		}
+		if p+batchSize(h) > upper {
+			break
+		}
+		p += batchSize(h)
+	}
+	if p == pos {
+		p = pos + batchSize(first)
+	}
+	return p, nil
+}
+
+func (l *Log) pieces(s *segment, pos, end int64) []Piece {
+	if s.direct == nil {
+		return []Piece{{File: s.log, Position: pos, Size: end - pos}}
+	}
+	var out []Piece
+	memStart := s.direct.memoryStart()
+	if pos < memStart {
+		stop := min(end, memStart)
+		out = append(out, Piece{File: s.log, Position: pos, Size: stop - pos})
+		pos = stop
+	}
+	return s.direct.appendPieces(out, pos, end)
+}
+
+// OffsetForTimestamp returns the offset of the first record whose timestamp is >= ts
+// (TimestampEarliest and TimestampLatest return the start and end offsets).
+func (l *Log) OffsetForTimestamp(ts int64) (int64, error) {
+	switch ts {
+	case TimestampEarliest:
+		return l.startOffset, nil
+	case TimestampLatest:
+		return l.EndOffset(), nil
+	}
+	for _, s := range l.segments {
+		if s.maxTimestamp < ts || s.nextOffset <= l.startOffset {
+			continue
+		}
+		off, found, err := l.offsetForTimestampIn(s, ts)
+		if err != nil || found {
+			return off, err
+		}
+	}
+	return -1, fmt.Errorf("%w: %d", ErrTimestampNotFound, ts)
+}
+
+var errStopDecode = errors.New("stop")
+
+func (l *Log) offsetForTimestampIn(s *segment, ts int64) (int64, bool, error) {
+	rel := s.timeIndex.lowerBound(ts)
+	pos := int64(s.index.floorByOffset(rel).position)
+	for pos < s.size {
+		h, err := s.readHeaderAt(l.fio, l.headerScratch, pos)
+		if err != nil {
+			return 0, false, err
+		}
+		if h.MaxTimestamp < ts || h.LastOffset() < l.startOffset {
+			pos += batchSize(h)
+			continue
+		}
+		if int64(cap(l.batchScratch)) < batchSize(h) {
+			l.batchScratch = make([]byte, batchSize(h))
+		}
+		b := l.batchScratch[:batchSize(h)]
+		if err := s.readAt(l.fio, b, pos); err != nil {
+			return 0, false, fmt.Errorf("segment %d: read batch at %d: %w", s.baseOffset, pos, err)
+		}
+		found := int64(-1)
+		err = batch.Decode(b, func(offset, recordTs int64, _ *batch.Record) error {
+			if recordTs >= ts && offset >= l.startOffset {
+				found = offset
+				return errStopDecode
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStopDecode) {
+			return 0, false, fmt.Errorf("segment %d: decode batch at %d: %w: %w", s.baseOffset, pos, ErrCorruptLog, err)
+		}
+		if found >= 0 {
+			return found, true, nil
+		}
+		pos += batchSize(h)
+	}
+	return 0, false, nil
+}
+
+// Close syncs and closes the log. A failed log is closed without syncing.
+func (l *Log) Close() error {
+	if l.closed {
+		return nil
+	}
+	var err error
+	if l.failed == nil {
+		err = l.closeSegment(l.active())
+	}
+	l.closed = true
+	return errors.Join(err, l.closeFiles())
+}
+
+func (l *Log) closeFiles() error {
+	var errs []error
+	for _, s := range l.segments {
+		errs = append(errs, s.closeFiles())
+	}
+	return errors.Join(errs...)
+}
+
+// syncDir fsyncs a directory so that file creations, renames and removals in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return nil
+}

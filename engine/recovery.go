@@ -1,0 +1,431 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// RecoveryReport says what OpenLog found and repaired.
+type RecoveryReport struct {
+	Segments       int   // segments in the log after recovery
+	ScannedBytes   int64 // log bytes re-read with every batch CRC-checked
+	ScannedBatches int
+	// DroppedBatches and DroppedBytes describe torn or corrupt tails cut off. The batch
+	// count is best effort: headers that still parse in the dropped bytes, at least one when
+	// they are not all zero. Zero padding alone (direct mode) counts bytes but no batches.
+	DroppedBatches int
+	DroppedBytes   int64
+	// RebuiltIndexes lists base offsets of segments whose index was missing or corrupt and
+	// was rebuilt from the log.
+	RebuiltIndexes []int64
+	// DeletedSegments lists segments removed because an earlier closed segment was corrupt
+	// (the log must stay contiguous).
+	DeletedSegments []int64
+	Corruption      string // why the first tail was cut; "" when nothing was
+	Duration        time.Duration
+}
+
+// recoveryReadBytes is the read size of the recovery scanner (1 MiB: a 1 GiB segment in
+// 1024 preads).
+const recoveryReadBytes = 1 << 20
+
+// batchScanner reads a file sequentially, verifying whole batches.
+type batchScanner struct {
+	fio      ring.FileIO
+	fd       int
+	fileSize int64
+	buf      []byte
+	bufStart int64
+	bufLen   int
+}
+
+func newBatchScanner(fio ring.FileIO, fd int, fileSize int64) *batchScanner {
+	return &batchScanner{fio: fio, fd: fd, fileSize: fileSize, buf: make([]byte, min(recoveryReadBytes, max(fileSize, batch.HeaderSize)))}
+}
+
+var errTornBatch = errors.New("torn batch (file ends inside it)")
+
+// window returns [pos, pos+n) of the file, reading as needed. n is bounded by the caller.
+func (sc *batchScanner) window(pos int64, n int) ([]byte, error) {
+	if pos+int64(n) > sc.fileSize {
+		return nil, errTornBatch
+	}
+	if pos >= sc.bufStart && pos+int64(n) <= sc.bufStart+int64(sc.bufLen) {
+		return sc.buf[pos-sc.bufStart : pos-sc.bufStart+int64(n)], nil
+	}
+	if n > len(sc.buf) {
+		sc.buf = make([]byte, n)
+	}
+	want := min(int64(len(sc.buf)), sc.fileSize-pos)
+	if err := preadFull(sc.fio, sc.fd, sc.buf[:want], pos); err != nil {
+		sc.bufLen = 0
+		return nil, err
+	}
+	sc.bufStart, sc.bufLen = pos, int(want)
+	return sc.buf[:n], nil
+}
+
+// batchAt reads and fully validates the batch at pos.
+func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
+	hb, err := sc.window(pos, batch.HeaderSize)
+	if err != nil {
+		return batch.Header{}, err
+	}
+	h, err := batch.ParseHeader(hb)
+	if err != nil {
+		return h, err
+	}
+	b, err := sc.window(pos, int(batchSize(h)))
+	if err != nil {
+		return h, err
+	}
+	return batch.Validate(b)
+}
+
+// recover opens every segment in l.dir, trusting closed segments by their index (rebuilding a
+// missing or corrupt one) and re-scanning the active segment from its last index entry.
+func (l *Log) recover(report *RecoveryReport) error {
+	bases, err := l.listSegments()
+	if err != nil {
+		return err
+	}
+	for i, base := range bases {
+		s, err := openSegmentFiles(l.dir, base, false)
+		if err != nil {
+			return err
+		}
+		l.segments = append(l.segments, s)
+		last := i == len(bases)-1
+		if !last {
+			s.nextOffset = bases[i+1]
+			intact, err := l.openClosedSegment(s, report)
+			if err != nil {
+				return err
+			}
+			if intact {
+				continue
+			}
+			// A corrupt closed segment ends the log: later segments would leave a gap.
+			for _, b := range bases[i+1:] {
+				gone := &segment{baseOffset: b}
+				if err := gone.removeFiles(l.dir); err != nil {
+					return fmt.Errorf("remove segment %d after corruption: %w", b, err)
+				}
+				report.DeletedSegments = append(report.DeletedSegments, b)
+			}
+		}
+		if err := l.recoverActive(s, report); err != nil {
+			return err
+		}
+		break
+	}
+	if len(l.segments) == 0 {
+		s, err := openSegmentFiles(l.dir, 0, true)
+		if err != nil {
+			return err
+		}
+		l.segments = append(l.segments, s)
+		if err := syncDir(l.dir); err != nil {
+			return err
+		}
+	}
+	l.startOffset = l.segments[0].baseOffset
+	report.Segments = len(l.segments)
+	return l.activate(l.active())
+}
+
+// listSegments returns the base offsets of the .log files in l.dir, removing index files
+// whose log is gone (a crash during deletion).
+func (l *Log) listSegments() ([]int64, error) {
+	entries, err := os.ReadDir(l.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", l.dir, err)
+	}
+	logs := map[int64]bool{}
+	var orphans []string
+	for _, e := range entries {
+		base, suffix, ok := parseSegmentName(e.Name())
+		if !ok {
+			continue
+		}
+		if suffix == logSuffix {
+			logs[base] = true
+		}
+	}
+	for _, e := range entries {
+		base, suffix, ok := parseSegmentName(e.Name())
+		if ok && suffix != logSuffix && !logs[base] {
+			orphans = append(orphans, e.Name())
+		}
+	}
+	for _, name := range orphans {
+		if err := os.Remove(l.dir + "/" + name); err != nil {
+			return nil, fmt.Errorf("remove orphan index %s: %w", name, err)
+		}
+	}
+	bases := make([]int64, 0, len(logs))
+	for b := range logs {
+		bases = append(bases, b)
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	return bases, nil
+}
+
+func fileSize(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// readWhole reads a small file (an index) through the FileIO.
+func readWhole(fio ring.FileIO, f *os.File, limit int64) ([]byte, error) {
+	n, err := fileSize(f)
+	if err != nil {
+		return nil, err
+	}
+	if n > limit {
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than the log implies (%d)", errIndexCorrupt, f.Name(), n, limit)
+	}
+	b := make([]byte, n)
+	if err := preadFull(fio, int(f.Fd()), b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// indexBytesLimit bounds an index file by the number of batches its log can hold.
+func indexBytesLimit(logSize int64, entryBytes int64) int64 {
+	return (max(logSize, segmentBytesMax)/batch.HeaderSize + 1) * entryBytes
+}
+
+// loadIndexes reads and checks both index files of s (size and nextOffset must be set).
+func (l *Log) loadIndexes(s *segment, relativeEnd, logSizeBound int64) error {
+	if s.indexMissing {
+		return fmt.Errorf("%w: index file missing", errIndexCorrupt)
+	}
+	b, err := readWhole(l.fio, s.indexFile, indexBytesLimit(s.size, indexEntryBytes))
+	if err != nil {
+		return err
+	}
+	entries, err := decodeIndex(b, logSizeBound)
+	if err != nil {
+		return err
+	}
+	tb, err := readWhole(l.fio, s.timeIndexFile, indexBytesLimit(s.size, timeIndexEntryBytes))
+	if err != nil {
+		return err
+	}
+	timeEntries, err := decodeTimeIndex(tb, relativeEnd)
+	if err != nil {
+		return err
+	}
+	s.index = offsetIndex{entries: entries, onDisk: len(entries)}
+	s.timeIndex = timeIndex{entries: timeEntries, onDisk: len(timeEntries)}
+	return nil
+}
+
+// openClosedSegment loads a closed segment's indexes, checking that the last index entry
+// points at a batch with the offset it claims. A missing or corrupt index is rebuilt from the
+// log with every CRC checked; intact is false when that scan found corruption (the segment is
+// then cut there and becomes the active one).
+func (l *Log) openClosedSegment(s *segment, report *RecoveryReport) (intact bool, err error) {
+	if s.size, err = fileSize(s.log); err != nil {
+		return false, fmt.Errorf("segment %d: %w", s.baseOffset, err)
+	}
+	s.markSynced()
+	err = l.loadIndexes(s, s.nextOffset-s.baseOffset, s.size)
+	if err == nil && s.size == 0 {
+		err = fmt.Errorf("%w: closed segment is empty", errIndexCorrupt)
+	}
+	if err == nil {
+		if e, ok := s.index.last(); ok {
+			h, herr := s.readHeaderAt(l.fio, l.headerScratch, int64(e.position))
+			if herr != nil || h.BaseOffset != s.baseOffset+int64(e.relativeOffset) {
+				err = fmt.Errorf("%w: last entry does not point at its batch", errIndexCorrupt)
+			}
+		}
+	}
+	if err == nil {
+		s.maxTimestamp = s.timeIndex.lastTimestamp()
+		return true, nil
+	}
+	if !errors.Is(err, errIndexCorrupt) {
+		return false, fmt.Errorf("segment %d: %w", s.baseOffset, err)
+	}
+	l.cfg.Logger.Warn("rebuilding index of closed segment", "dir", l.dir, "segment", s.baseOffset, "reason", err)
+	report.RebuiltIndexes = append(report.RebuiltIndexes, s.baseOffset)
+	expectedNext := s.nextOffset
+	fileBytes := s.size
+	if err := l.rescan(s, 0, s.baseOffset, report); err != nil {
+		return false, err
+	}
+	if s.size == fileBytes && s.nextOffset == expectedNext {
+		if err := l.finishRebuiltClosed(s); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// finishRebuiltClosed writes a rebuilt closed segment's indexes (with the final time entry).
+func (l *Log) finishRebuiltClosed(s *segment) error {
+	if s.maxTimestamp > s.timeIndex.lastTimestamp() {
+		s.timeIndex.entries = append(s.timeIndex.entries, timeIndexEntry{timestamp: s.maxTimestamp, relativeOffset: s.relative(s.nextOffset)})
+	}
+	s.markSynced()
+	var err error
+	if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
+		return err
+	}
+	for _, f := range []*os.File{s.indexFile, s.timeIndexFile} {
+		if err := l.fio.Fsync(int(f.Fd())); err != nil {
+			return fmt.Errorf("segment %d: fsync rebuilt index: %w", s.baseOffset, err)
+		}
+	}
+	return nil
+}
+
+// rescan drops index state at and after startPos, then scans batches from startPos (whose base
+// offset must be expected), CRC-checking each and rebuilding index entries, and cuts the file
+// after the last intact batch. Index files are cut to the entries kept.
+func (l *Log) rescan(s *segment, startPos, expected int64, report *RecoveryReport) error {
+	fileBytes, err := fileSize(s.log)
+	if err != nil {
+		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
+	}
+	startRel := expected - s.baseOffset
+	s.index.truncateAtPosition(startPos)
+	if startPos > 0 {
+		s.index.entries = append(s.index.entries, indexEntry{relativeOffset: uint32(startRel), position: uint32(startPos)})
+		s.index.onDisk = len(s.index.entries)
+	}
+	s.timeIndex.truncateAtOffset(startRel)
+	if startPos == 0 {
+		s.timeIndex = timeIndex{}
+	}
+	s.size, s.nextOffset, s.bytesSinceIndex = startPos, expected, 0
+	s.maxTimestamp = s.timeIndex.lastTimestamp()
+	sc := newBatchScanner(l.fio, s.logFd(), fileBytes)
+	var reason error
+	for s.size < fileBytes {
+		h, err := sc.batchAt(s.size)
+		if err == nil && h.BaseOffset != s.nextOffset {
+			err = fmt.Errorf("base offset %d, expected %d", h.BaseOffset, s.nextOffset)
+		}
+		if err == nil && h.LastOffset()-s.baseOffset > maxRelativeOffset {
+			err = fmt.Errorf("last offset %d too far from segment base", h.LastOffset())
+		}
+		if err != nil {
+			reason = fmt.Errorf("segment %d at %d: %w", s.baseOffset, s.size, err)
+			break
+		}
+		s.noteBatch(h, l.cfg.IndexIntervalBytes)
+		report.ScannedBatches++
+	}
+	report.ScannedBytes += s.size - startPos
+	if s.size < fileBytes {
+		if err := l.dropTail(s, sc, fileBytes, reason, report); err != nil {
+			return err
+		}
+	}
+	return s.truncateIndexFiles()
+}
+
+// dropTail cuts the log file of s at s.size and accounts for what was dropped.
+func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason error, report *RecoveryReport) error {
+	batches, zero := 0, true
+	for pos := s.size; pos < fileBytes; {
+		n := int(min(recoveryReadBytes, fileBytes-pos))
+		b, err := sc.window(pos, n)
+		if err != nil {
+			return fmt.Errorf("segment %d: read dropped tail: %w", s.baseOffset, err)
+		}
+		for _, c := range b {
+			if c != 0 {
+				zero = false
+				break
+			}
+		}
+		if !zero {
+			break
+		}
+		pos += int64(n)
+	}
+	if !zero {
+		batches = 1
+		for pos := s.size; pos+batch.HeaderSize <= fileBytes; {
+			hb, err := sc.window(pos, batch.HeaderSize)
+			if err != nil {
+				break
+			}
+			h, err := batch.ParseHeader(hb)
+			if err != nil || pos+batchSize(h) > math.MaxInt64/2 {
+				break
+			}
+			if pos > s.size {
+				batches++
+			}
+			pos += batchSize(h)
+		}
+	}
+	report.DroppedBatches += batches
+	report.DroppedBytes += fileBytes - s.size
+	if report.Corruption == "" && reason != nil && !zero {
+		report.Corruption = reason.Error()
+	}
+	if err := s.log.Truncate(s.size); err != nil {
+		return fmt.Errorf("segment %d: cut tail at %d: %w", s.baseOffset, s.size, err)
+	}
+	return nil
+}
+
+// recoverActive re-scans the active segment from its last trustworthy index entry: the
+// last entry whose batch passes its CRC with the offset the entry claims.
+func (l *Log) recoverActive(s *segment, report *RecoveryReport) error {
+	var err error
+	if s.size, err = fileSize(s.log); err != nil {
+		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
+	}
+	// Entries past the end of the file are not corruption here: the walk below drops them.
+	if err := l.loadIndexes(s, math.MaxUint32, math.MaxUint32+1); err != nil {
+		if !errors.Is(err, errIndexCorrupt) {
+			return fmt.Errorf("segment %d: %w", s.baseOffset, err)
+		}
+		report.RebuiltIndexes = append(report.RebuiltIndexes, s.baseOffset)
+		s.index, s.timeIndex = offsetIndex{}, timeIndex{}
+	}
+	sc := newBatchScanner(l.fio, s.logFd(), s.size)
+	startPos, expected := int64(0), s.baseOffset
+	for {
+		e, ok := s.index.last()
+		if !ok {
+			break
+		}
+		h, err := sc.batchAt(int64(e.position))
+		if err == nil && h.BaseOffset == s.baseOffset+int64(e.relativeOffset) {
+			startPos, expected = int64(e.position), h.BaseOffset
+			break
+		}
+		s.index.entries = s.index.entries[:len(s.index.entries)-1]
+		s.index.onDisk = len(s.index.entries)
+	}
+	if err := l.rescan(s, startPos, expected, report); err != nil {
+		return err
+	}
+	if err := l.fio.Fdatasync(s.logFd()); err != nil {
+		return fmt.Errorf("segment %d: sync recovered log: %w", s.baseOffset, err)
+	}
+	s.markSynced()
+	l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch)
+	return err
+}

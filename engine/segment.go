@@ -1,0 +1,350 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
+)
+
+// File name suffixes; a segment is named by its 20-digit zero-padded base offset.
+const (
+	logSuffix        = ".log"
+	indexSuffix      = ".index"
+	timeIndexSuffix  = ".timeindex"
+	baseOffsetDigits = 20
+)
+
+func segmentPath(dir string, base int64, suffix string) string {
+	return filepath.Join(dir, fmt.Sprintf("%020d%s", base, suffix))
+}
+
+// parseSegmentName returns the base offset of a segment file name and its suffix.
+func parseSegmentName(name string) (base int64, suffix string, ok bool) {
+	for _, s := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if stem, found := strings.CutSuffix(name, s); found && len(stem) == baseOffsetDigits {
+			n, err := strconv.ParseInt(stem, 10, 64)
+			if err != nil || n < 0 {
+				return 0, "", false
+			}
+			return n, s, true
+		}
+	}
+	return 0, "", false
+}
+
+// segment is one .log file with its two indexes. All fields are owned by the log's goroutine.
+type segment struct {
+	baseOffset int64
+	nextOffset int64 // offset after the last complete batch
+	size       int64 // logical bytes: complete batches only
+	syncedSize int64 // bytes known to be on stable storage
+	// syncedNextOffset is nextOffset as of the last sync: index entries up to it may be persisted.
+	syncedNextOffset int64
+	maxTimestamp     int64 // largest batch MaxTimestamp, noTimestamp when none
+
+	log           *os.File // O_RDWR, buffered: reads, page-cache writes, sendfile source
+	index         offsetIndex
+	timeIndex     timeIndex
+	indexFile     *os.File
+	timeIndexFile *os.File
+
+	bytesSinceIndex int64
+	indexMissing    bool          // an index file did not exist when the segment was opened
+	firstAppendAt   time.Time     // zero until the first append into this segment (segment.ms)
+	direct          *directWriter // non-nil while this is the active segment in direct mode
+}
+
+func (s *segment) logFd() int { return int(s.log.Fd()) }
+
+func (s *segment) relative(offset int64) uint32 {
+	rel := offset - s.baseOffset
+	if rel < 0 || rel > maxRelativeOffset {
+		panic(fmt.Sprintf("engine: offset %d not relative to segment %d", offset, s.baseOffset))
+	}
+	return uint32(rel)
+}
+
+// maxRelativeOffset keeps relative offsets in the index's u32 (and Kafka's int32) range; the
+// log rolls before a batch would exceed it.
+const maxRelativeOffset = 1<<31 - 1
+
+// openSegmentFiles opens (creating if asked) the three files of a segment.
+func openSegmentFiles(dir string, base int64, create bool) (*segment, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE | os.O_EXCL
+	}
+	s := &segment{baseOffset: base, nextOffset: base, maxTimestamp: noTimestamp}
+	var err error
+	if s.log, err = os.OpenFile(segmentPath(dir, base, logSuffix), flags, 0o644); err != nil {
+		return nil, fmt.Errorf("open segment %d: %w", base, err)
+	}
+	openIdx := func(suffix string) (*os.File, error) {
+		path := segmentPath(dir, base, suffix)
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && !create {
+			s.indexMissing = true
+		}
+		return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	}
+	if s.indexFile, err = openIdx(indexSuffix); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("open index of segment %d: %w", base, err)
+	}
+	if s.timeIndexFile, err = openIdx(timeIndexSuffix); err != nil {
+		s.closeFiles()
+		return nil, fmt.Errorf("open time index of segment %d: %w", base, err)
+	}
+	return s, nil
+}
+
+func (s *segment) closeFiles() error {
+	var errs []error
+	if s.direct != nil {
+		errs = append(errs, s.direct.close())
+		s.direct = nil
+	}
+	for _, f := range []*os.File{s.log, s.indexFile, s.timeIndexFile} {
+		if f != nil {
+			errs = append(errs, f.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeFiles unlinks the indexes first and the log last, so a crash in between leaves a
+// log whose index is rebuilt rather than an index without a log.
+func (s *segment) removeFiles(dir string) error {
+	var errs []error
+	for _, suffix := range []string{indexSuffix, timeIndexSuffix, logSuffix} {
+		if err := os.Remove(segmentPath(dir, s.baseOffset, suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readAt fills p from the segment at pos, from direct-mode memory where it holds the bytes
+// and from the file otherwise. pos+len(p) must not exceed size.
+func (s *segment) readAt(fio ring.FileIO, p []byte, pos int64) error {
+	if pos < 0 || pos+int64(len(p)) > s.size {
+		panic(fmt.Sprintf("engine: readAt [%d,%d) outside segment %d size %d", pos, pos+int64(len(p)), s.baseOffset, s.size))
+	}
+	if s.direct != nil {
+		memStart := s.direct.memoryStart()
+		if pos+int64(len(p)) > memStart {
+			fileBytes := max(0, memStart-pos)
+			s.direct.copyOut(p[fileBytes:], pos+fileBytes)
+			p = p[:fileBytes]
+		}
+	}
+	return preadFull(fio, s.logFd(), p, pos)
+}
+
+func preadFull(fio ring.FileIO, fd int, p []byte, pos int64) error {
+	for len(p) > 0 {
+		n, err := fio.Pread(fd, p, pos)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("pread at %d: %w", pos, errShortFile)
+		}
+		p = p[n:]
+		pos += int64(n)
+	}
+	return nil
+}
+
+var errShortFile = errors.New("file shorter than expected")
+
+// pwriteFull writes p at pos, looping on short writes.
+func pwriteFull(fio ring.FileIO, fd int, p []byte, pos int64) error {
+	for len(p) > 0 {
+		n, err := fio.Pwrite(fd, p, pos)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return fmt.Errorf("pwrite at %d wrote %d bytes: %w", pos, n, unix.EIO)
+		}
+		p = p[n:]
+		pos += int64(n)
+	}
+	return nil
+}
+
+// pwritevFull writes every buffer in bufs at pos, at most iovecsPerWriteMax per call,
+// advancing over short writes. bufs is consumed (its elements are resliced).
+func pwritevFull(fio ring.FileIO, fd int, bufs [][]byte, pos int64) error {
+	for len(bufs) > 0 {
+		batch := bufs[:min(len(bufs), iovecsPerWriteMax)]
+		n, err := fio.Pwritev(fd, batch, pos)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return fmt.Errorf("pwritev at %d wrote %d bytes: %w", pos, n, unix.EIO)
+		}
+		pos += int64(n)
+		for n > 0 {
+			if n >= len(bufs[0]) {
+				n -= len(bufs[0])
+				bufs = bufs[1:]
+				continue
+			}
+			bufs[0] = bufs[0][n:]
+			n = 0
+		}
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+	}
+	return nil
+}
+
+// readHeaderAt parses the batch header at pos (no CRC check).
+func (s *segment) readHeaderAt(fio ring.FileIO, scratch []byte, pos int64) (batch.Header, error) {
+	if pos+batch.HeaderSize > s.size {
+		return batch.Header{}, fmt.Errorf("segment %d: header at %d past size %d: %w", s.baseOffset, pos, s.size, ErrCorruptLog)
+	}
+	buf := scratch[:batch.HeaderSize]
+	if err := s.readAt(fio, buf, pos); err != nil {
+		return batch.Header{}, fmt.Errorf("segment %d: read header at %d: %w", s.baseOffset, pos, err)
+	}
+	h, err := batch.ParseHeader(buf)
+	if err != nil {
+		return h, fmt.Errorf("segment %d: header at %d: %w: %w", s.baseOffset, pos, ErrCorruptLog, err)
+	}
+	if pos+batchSize(h) > s.size {
+		return h, fmt.Errorf("segment %d: batch at %d size %d past segment size %d: %w", s.baseOffset, pos, batchSize(h), s.size, ErrCorruptLog)
+	}
+	return h, nil
+}
+
+// findBatch returns the position and header of the batch holding offset (the first batch
+// whose last offset is >= offset), scanning forward from the index floor. offset must be in
+// [baseOffset, nextOffset).
+func (s *segment) findBatch(fio ring.FileIO, scratch []byte, offset int64) (int64, batch.Header, error) {
+	e := s.index.floorByOffset(s.relative(offset))
+	pos := int64(e.position)
+	for steps := 0; pos < s.size; steps++ {
+		h, err := s.readHeaderAt(fio, scratch, pos)
+		if err != nil {
+			return 0, h, err
+		}
+		if h.LastOffset() >= offset {
+			return pos, h, nil
+		}
+		pos += batchSize(h)
+	}
+	return 0, batch.Header{}, fmt.Errorf("segment %d: offset %d not found below size %d: %w", s.baseOffset, offset, s.size, ErrCorruptLog)
+}
+
+// positionOf returns the position of the first batch whose base offset is >= offset, or
+// size when none.
+func (s *segment) positionOf(fio ring.FileIO, scratch []byte, offset int64) (int64, error) {
+	if offset >= s.nextOffset {
+		return s.size, nil
+	}
+	if offset <= s.baseOffset {
+		return 0, nil
+	}
+	pos, h, err := s.findBatch(fio, scratch, offset)
+	if err != nil {
+		return 0, err
+	}
+	if h.BaseOffset < offset {
+		pos += batchSize(h)
+	}
+	return pos, nil
+}
+
+// noteBatch updates the in-memory indexes for a batch about to be placed at s.size.
+func (s *segment) noteBatch(h batch.Header, intervalBytes int64) {
+	if s.size > 0 && s.bytesSinceIndex >= intervalBytes {
+		rel := s.relative(h.BaseOffset)
+		if s.maxTimestamp > s.timeIndex.lastTimestamp() {
+			s.timeIndex.entries = append(s.timeIndex.entries, timeIndexEntry{timestamp: s.maxTimestamp, relativeOffset: rel})
+		}
+		s.index.entries = append(s.index.entries, indexEntry{relativeOffset: rel, position: uint32(s.size)})
+		s.bytesSinceIndex = 0
+	}
+	s.bytesSinceIndex += batchSize(h)
+	s.size += batchSize(h)
+	s.nextOffset = h.LastOffset() + 1
+	s.maxTimestamp = max(s.maxTimestamp, h.MaxTimestamp)
+}
+
+// segmentState is what an append may change, for rolling back a failed write.
+type segmentState struct {
+	size, nextOffset, maxTimestamp, bytesSinceIndex int64
+	indexEntries, timeIndexEntries                  int
+}
+
+func (s *segment) state() segmentState {
+	return segmentState{s.size, s.nextOffset, s.maxTimestamp, s.bytesSinceIndex, len(s.index.entries), len(s.timeIndex.entries)}
+}
+
+func (s *segment) restore(st segmentState) {
+	s.size, s.nextOffset, s.maxTimestamp, s.bytesSinceIndex = st.size, st.nextOffset, st.maxTimestamp, st.bytesSinceIndex
+	s.index.entries = s.index.entries[:st.indexEntries]
+	s.timeIndex.entries = s.timeIndex.entries[:st.timeIndexEntries]
+}
+
+// persistIndexes writes index entries that describe synced log bytes: the time index first,
+// then the offset index, so a crash between them can only leave the offset index behind
+// (recovery then scans a little more). scratch is returned for reuse.
+func (s *segment) persistIndexes(fio ring.FileIO, scratch []byte) ([]byte, error) {
+	syncedRel := s.syncedNextOffset - s.baseOffset
+	t := s.timeIndex.onDisk
+	for t < len(s.timeIndex.entries) && int64(s.timeIndex.entries[t].relativeOffset) <= syncedRel {
+		t++
+	}
+	if t > s.timeIndex.onDisk {
+		scratch = appendTimeIndexEntries(scratch[:0], s.timeIndex.entries[s.timeIndex.onDisk:t])
+		if err := pwriteFull(fio, int(s.timeIndexFile.Fd()), scratch, int64(s.timeIndex.onDisk)*timeIndexEntryBytes); err != nil {
+			return scratch, fmt.Errorf("segment %d: write time index: %w", s.baseOffset, err)
+		}
+		s.timeIndex.onDisk = t
+	}
+	o := s.index.onDisk
+	for o < len(s.index.entries) && int64(s.index.entries[o].position) < s.syncedSize {
+		o++
+	}
+	if o > s.index.onDisk {
+		scratch = appendIndexEntries(scratch[:0], s.index.entries[s.index.onDisk:o])
+		if err := pwriteFull(fio, int(s.indexFile.Fd()), scratch, int64(s.index.onDisk)*indexEntryBytes); err != nil {
+			return scratch, fmt.Errorf("segment %d: write index: %w", s.baseOffset, err)
+		}
+		s.index.onDisk = o
+	}
+	return scratch, nil
+}
+
+// markSynced records that everything appended so far is on stable storage.
+func (s *segment) markSynced() {
+	s.syncedSize = s.size
+	s.syncedNextOffset = s.nextOffset
+}
+
+// truncateIndexFiles cuts the index files to the entries marked on disk.
+func (s *segment) truncateIndexFiles() error {
+	if err := s.indexFile.Truncate(int64(s.index.onDisk) * indexEntryBytes); err != nil {
+		return fmt.Errorf("segment %d: truncate index: %w", s.baseOffset, err)
+	}
+	if err := s.timeIndexFile.Truncate(int64(s.timeIndex.onDisk) * timeIndexEntryBytes); err != nil {
+		return fmt.Errorf("segment %d: truncate time index: %w", s.baseOffset, err)
+	}
+	return nil
+}
+
+// batchSize is a batch's total byte size (12 + batchLength) as a file-position type.
+func batchSize(h batch.Header) int64 { return int64(h.Size()) }

@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// TruncateTo removes every batch holding an offset >= offset (a follower diverging from its
+// leader). When offset falls inside a batch, that whole batch goes, so EndOffset may end up
+// below offset. Truncating below the start of the log empties it and restarts it at offset.
+// The truncation is synced before returning.
+func (l *Log) TruncateTo(offset int64) error {
+	if err := l.writable(); err != nil {
+		return err
+	}
+	if offset < 0 {
+		return fmt.Errorf("%w: truncate to %d", ErrOffsetOutOfRange, offset)
+	}
+	if offset >= l.EndOffset() {
+		return nil
+	}
+	if offset < l.startOffset || offset <= l.segments[0].baseOffset {
+		return l.truncateFullyAndStartAt(offset)
+	}
+	i := l.segmentFor(offset)
+	if l.segments[i].baseOffset == offset {
+		i-- // offset starts segment i: keep segment i-1 whole
+	}
+	for len(l.segments) > i+1 {
+		if err := l.deleteSegment(len(l.segments) - 1); err != nil {
+			return err
+		}
+	}
+	s := l.active()
+	pos, newNext := s.size, s.nextOffset
+	if offset < s.nextOffset {
+		p, h, err := s.findBatch(l.fio, l.headerScratch, offset)
+		if err != nil {
+			return fmt.Errorf("truncate to %d: %w", offset, err)
+		}
+		pos, newNext = p, h.BaseOffset
+	}
+	if err := l.cutSegment(s, pos, newNext); err != nil {
+		return fmt.Errorf("truncate to %d: %w", offset, err)
+	}
+	return nil
+}
+
+// cutSegment shortens s (now the active segment) to pos bytes ending at offset newNext.
+func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
+	if err := s.log.Truncate(pos); err != nil {
+		return fmt.Errorf("segment %d: cut at %d: %w", s.baseOffset, pos, err)
+	}
+	s.index.truncateAtPosition(pos)
+	s.timeIndex.truncateAtOffset(newNext - s.baseOffset)
+	if err := s.truncateIndexFiles(); err != nil {
+		return err
+	}
+	s.size, s.nextOffset = pos, newNext
+	// Recompute the max timestamp: the time index covers batches before its last entry; scan
+	// the batches after it.
+	s.maxTimestamp = s.timeIndex.lastTimestamp()
+	scanFrom := int64(0)
+	if n := len(s.timeIndex.entries); n > 0 {
+		scanFrom = int64(s.index.floorByOffset(s.timeIndex.entries[n-1].relativeOffset).position)
+	}
+	for p := scanFrom; p < pos; {
+		h, err := s.readHeaderAt(l.fio, l.headerScratch, p)
+		if err != nil {
+			return err
+		}
+		s.maxTimestamp = max(s.maxTimestamp, h.MaxTimestamp)
+		p += batchSize(h)
+	}
+	s.bytesSinceIndex = pos
+	if e, ok := s.index.last(); ok {
+		s.bytesSinceIndex = pos - int64(e.position)
+	}
+	if err := l.activate(s); err != nil {
+		return err
+	}
+	if s.direct != nil {
+		if err := s.direct.reset(l.fio, s.logFd(), pos); err != nil {
+			return err
+		}
+	}
+	if err := l.fio.Fdatasync(s.logFd()); err != nil {
+		return l.fail(fmt.Errorf("segment %d: sync truncation: %w", s.baseOffset, err))
+	}
+	s.markSynced()
+	l.unsyncedMessages = 0
+	return nil
+}
+
+// ResetTo deletes every segment and starts an empty log at offset (a follower whose leader's
+// log starts beyond its own end, or a log restored at a given offset).
+func (l *Log) ResetTo(offset int64) error {
+	if err := l.writable(); err != nil {
+		return err
+	}
+	if offset < 0 {
+		return fmt.Errorf("%w: reset to %d", ErrOffsetOutOfRange, offset)
+	}
+	return l.truncateFullyAndStartAt(offset)
+}
+
+// truncateFullyAndStartAt deletes every segment and starts an empty log at offset.
+func (l *Log) truncateFullyAndStartAt(offset int64) error {
+	for len(l.segments) > 0 {
+		if err := l.deleteSegment(len(l.segments) - 1); err != nil {
+			return err
+		}
+	}
+	s, err := openSegmentFiles(l.dir, offset, true)
+	if err != nil {
+		return l.fail(err) // no segment left: the log cannot take writes
+	}
+	l.segments = append(l.segments, s)
+	l.startOffset = offset
+	l.unsyncedMessages = 0
+	if err := l.activate(s); err != nil {
+		return l.fail(err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}
+
+// deleteSegment closes and removes segment i.
+func (l *Log) deleteSegment(i int) error {
+	s := l.segments[i]
+	l.segments = append(l.segments[:i], l.segments[i+1:]...)
+	if err := s.closeFiles(); err != nil {
+		l.cfg.Logger.Warn("close deleted segment", "dir", l.dir, "segment", s.baseOffset, "err", err)
+	}
+	if err := s.removeFiles(l.dir); err != nil {
+		return fmt.Errorf("delete segment %d: %w", s.baseOffset, err)
+	}
+	return nil
+}
+
+// EnforceRetention deletes closed segments (never the active one), oldest first, while the
+// oldest one is past retention.ms (by its newest timestamp, or its file's modification time
+// when it has none) or the log without it still holds retention.bytes. The log start offset
+// advances to the first remaining segment.
+func (l *Log) EnforceRetention(now time.Time) (int, error) {
+	if l.closed {
+		return 0, ErrClosed
+	}
+	deleted := 0
+	for len(l.segments) > 1 {
+		s := l.segments[0]
+		expired, err := l.expired(s, now)
+		if err != nil {
+			return deleted, err
+		}
+		tooBig := l.cfg.RetentionBytes > 0 && l.Size()-s.size >= l.cfg.RetentionBytes
+		if !expired && !tooBig {
+			break
+		}
+		if err := l.deleteSegment(0); err != nil {
+			return deleted, err
+		}
+		deleted++
+		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
+	}
+	return deleted, nil
+}
+
+func (l *Log) expired(s *segment, now time.Time) (bool, error) {
+	if l.cfg.RetentionMs < 0 {
+		return false, nil
+	}
+	newest := s.maxTimestamp
+	if newest < 0 {
+		fi, err := os.Stat(segmentPath(l.dir, s.baseOffset, logSuffix))
+		if err != nil {
+			return false, fmt.Errorf("retention: %w", err)
+		}
+		newest = fi.ModTime().UnixMilli()
+	}
+	return now.UnixMilli()-newest > l.cfg.RetentionMs, nil
+}
+
+// DeleteRecordsBefore advances the log start offset to offset (Kafka's DeleteRecords) and
+// deletes closed segments that lie wholly below it. Reads below the new start fail with
+// ErrOffsetOutOfRange. The new start offset is not persisted: after a restart the log starts
+// at its first segment again.
+func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
+	if l.closed {
+		return 0, ErrClosed
+	}
+	if offset > l.EndOffset() {
+		return 0, fmt.Errorf("%w: delete before %d beyond end %d", ErrOffsetOutOfRange, offset, l.EndOffset())
+	}
+	if offset <= l.startOffset {
+		return 0, nil
+	}
+	l.startOffset = offset
+	deleted := 0
+	for len(l.segments) > 1 && l.segments[0].nextOffset <= offset {
+		if err := l.deleteSegment(0); err != nil {
+			return deleted, err
+		}
+		deleted++
+	}
+	return deleted, nil
+}

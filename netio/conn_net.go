@@ -1,0 +1,592 @@
+package netio
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The net-package I/O driver: per connection, a reader goroutine (frames in, requests to
+// the Handler) and a writer goroutine (responses out in request order, file ranges by
+// sendfile). Everything a different driver (io_uring on the shard reactor) would have to
+// reproduce is in dispatch, complete and release; only readLoop, writeLoop and the egress
+// functions touch the socket.
+
+// conn is one client connection.
+type conn struct {
+	srv      *Server
+	nc       net.Conn
+	raw      syscall.RawConn // nc's raw fd, for sendfile and TCP_CORK; nil if not a syscall.Conn
+	info     ConnInfo
+	budget   *budget       // this connection's request bytes
+	inflight chan struct{} // one token per request read and not yet released
+	wake     chan struct{} // cap 1: the writer has something to look at
+	stopRead chan struct{} // closed by stopReading
+	stopOnce sync.Once
+	stopped  atomic.Bool // stopRead closed or the connection failed
+
+	mu         sync.Mutex
+	queue      []*Request // guarded by mu: requests in arrival order, released by the writer
+	readerDone bool       // guarded by mu
+	dead       error      // guarded by mu: the socket failed; responses are dropped
+	writerGone bool       // guarded by mu: late replies are released by complete
+
+	// Owned by the writer goroutine.
+	batch   []*Request
+	wbuf    []byte
+	splices []Splice
+	iov     net.Buffers
+	copyBuf []byte
+}
+
+func newConn(s *Server, nc net.Conn, info ConnInfo) *conn {
+	c := &conn{
+		srv:      s,
+		nc:       nc,
+		info:     info,
+		budget:   newBudget(s.cfg.ConnBufferBytesMax),
+		inflight: make(chan struct{}, s.cfg.InflightPerConnMax),
+		wake:     make(chan struct{}, 1),
+		stopRead: make(chan struct{}),
+	}
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+		}
+	}
+	return c
+}
+
+func (c *conn) start() {
+	var exits sync.WaitGroup
+	exits.Add(2)
+	go func() { defer exits.Done(); c.readLoop() }()
+	go func() { defer exits.Done(); c.writeLoop() }()
+	go func() {
+		exits.Wait()
+		c.nc.Close()
+		c.srv.connDone(c)
+	}()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stopReading makes the reader exit after the frame it is reading; requests already read
+// are still answered. Used by Shutdown.
+func (c *conn) stopReading() {
+	c.stopOnce.Do(func() {
+		c.stopped.Store(true)
+		close(c.stopRead)
+		// Order matters: the reader clears its deadline and then checks stopRead.
+		c.nc.SetReadDeadline(time.Now())
+		c.budget.wake()
+		c.srv.budget.wake()
+	})
+}
+
+// fail marks the connection broken and closes the socket, which ends both loops.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	first := c.dead == nil
+	if first {
+		c.dead = err
+	}
+	c.mu.Unlock()
+	if !first {
+		return
+	}
+	c.stopped.Store(true)
+	c.nc.Close()
+	c.budget.wake()
+	c.srv.budget.wake()
+	c.signal()
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading
+
+func (c *conn) readLoop() {
+	defer func() {
+		c.mu.Lock()
+		c.readerDone = true
+		c.mu.Unlock()
+		c.signal()
+	}()
+	cfg := &c.srv.cfg
+	br := bufio.NewReaderSize(c.nc, readBufferBytes)
+	for {
+		select {
+		case c.inflight <- struct{}{}:
+		case <-c.stopRead:
+			return
+		}
+		req, err := c.readRequest(br, cfg)
+		if err != nil {
+			<-c.inflight
+			if !errors.Is(err, io.EOF) && !c.stopped.Load() {
+				cfg.Logf("netio: conn %d from %s: %v", c.info.ID, c.info.RemoteAddr, err)
+			}
+			return
+		}
+		c.srv.stats.requests.Add(1)
+		c.dispatch(req)
+		if req.fatal {
+			return
+		}
+	}
+}
+
+// readRequest reads one frame. It returns a request (possibly one that only carries a
+// frame-level error) or an error that ends the connection.
+func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
+	hdr, err := br.Peek(RequestHeaderBytes)
+	if err != nil {
+		if len(hdr) == 0 && errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("read frame header (%d of %d bytes): %w", len(hdr), RequestHeaderBytes, err)
+	}
+	h, herr := ParseRequestHeader(hdr, cfg.FrameBytesMax)
+	br.Discard(RequestHeaderBytes)
+	req := &Request{Header: h, Conn: c.info, conn: c}
+	if herr != nil {
+		// The stream cannot be resynchronised: answer with the correlation id we have,
+		// then close.
+		code := ErrInvalidRequest
+		if h.Length > cfg.FrameBytesMax {
+			code = ErrFrameTooLarge
+		}
+		req.fatal = true
+		req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
+		req.ready = true
+		req.replied.Store(true)
+		return req, nil
+	}
+	n := int(h.Length) - (RequestHeaderBytes - frameLengthBytes)
+	if !c.charge(int64(n)) {
+		return nil, ErrServerClosed
+	}
+	req.charged = int64(n)
+	req.frame = getFrameBuffer(n)
+	deadline := br.Buffered() < n
+	if deadline {
+		c.nc.SetReadDeadline(time.Now().Add(cfg.FrameReadTimeout))
+	}
+	_, err = io.ReadFull(br, *req.frame)
+	if deadline {
+		c.nc.SetReadDeadline(time.Time{})
+		if c.stopped.Load() {
+			c.nc.SetReadDeadline(time.Now())
+		}
+	}
+	if err != nil {
+		c.uncharge(req)
+		return nil, fmt.Errorf("read %d-byte %s payload: %w", n, h.API, noEOF(err))
+	}
+	return req, nil
+}
+
+func (c *conn) charge(n int64) bool {
+	stop := c.stopped.Load
+	if !c.budget.acquire(n, stop) {
+		return false
+	}
+	if !c.srv.budget.acquire(n, stop) {
+		c.budget.release(n)
+		return false
+	}
+	return true
+}
+
+func (c *conn) uncharge(req *Request) {
+	if req.frame != nil {
+		putFrameBuffer(req.frame)
+		req.frame = nil
+	}
+	if req.charged > 0 {
+		c.budget.release(req.charged)
+		c.srv.budget.release(req.charged)
+		req.charged = 0
+	}
+}
+
+// dispatch queues req in arrival order and hands it to the handler, or answers it here
+// (frame-level errors, ApiVersions).
+func (c *conn) dispatch(req *Request) {
+	c.mu.Lock()
+	c.queue = append(c.queue, req)
+	c.mu.Unlock()
+	if req.fatal {
+		c.signal()
+		return
+	}
+	h := req.Header
+	switch {
+	case !h.API.Known():
+		req.ReplyError(ErrUnknownAPI, fmt.Sprintf("api key %d is not known to this broker", uint16(h.API)))
+		return
+	case h.Version > h.API.VersionMax():
+		req.ReplyError(ErrUnsupportedVersion, fmt.Sprintf("%s version %d not supported (max %d)", h.API, h.Version, h.API.VersionMax()))
+		return
+	}
+	body := NewRequest(h.API)
+	if err := body.ReadFrom(*req.frame); err != nil {
+		req.ReplyError(ErrInvalidRequest, err.Error())
+		return
+	}
+	req.Body = body
+	if p, ok := body.(*ProduceRequest); ok && p.Acks == AcksNone {
+		req.silent = true
+	}
+	if h.API == APIVersions {
+		req.ReplyMessage(c.srv.apiVersions())
+		return
+	}
+	c.srv.handler.Serve(req)
+}
+
+func (s *Server) apiVersions() *APIVersionsResponse {
+	resp := &APIVersionsResponse{
+		FrameBytesMax:      int32(min(s.cfg.FrameBytesMax, 1<<31-1)),
+		InflightPerConnMax: int32(s.cfg.InflightPerConnMax),
+		BrokerVersion:      s.cfg.BrokerVersion,
+	}
+	for k := APIKey(0); k < apiKeyCount; k++ {
+		resp.APIs = append(resp.APIs, APIVersionRange{API: k, VersionMin: 0, VersionMax: k.VersionMax()})
+	}
+	return resp
+}
+
+// complete records a handler's reply and wakes the writer.
+func (c *conn) complete(req *Request, resp Response) {
+	c.mu.Lock()
+	req.response = resp
+	req.ready = true
+	gone := c.writerGone
+	if gone {
+		c.removeLocked(req)
+	}
+	c.mu.Unlock()
+	if gone {
+		c.release(req)
+		return
+	}
+	c.signal()
+}
+
+func (c *conn) removeLocked(req *Request) {
+	for i, q := range c.queue {
+		if q == req {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// release returns everything a request holds: its frame buffer, its budget charge, its
+// in-flight token, and the response's Done callback.
+func (c *conn) release(req *Request) {
+	c.uncharge(req)
+	<-c.inflight
+	if done := req.response.Done; done != nil {
+		req.response.Done = nil
+		done()
+	}
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing
+
+// writeBatchRequestsMax bounds how many responses one writev gathers.
+const writeBatchRequestsMax = 64
+
+func (c *conn) writeLoop() {
+	for {
+		c.mu.Lock()
+		n := 0
+		for n < len(c.queue) && n < writeBatchRequestsMax && c.queue[n].ready {
+			n++
+		}
+		if c.dead != nil && c.readerDone {
+			// Drop whatever is ready; replies still to come are released by complete.
+			c.writerGone = true
+			n = 0
+			var ready []*Request
+			rest := c.queue[:0]
+			for _, q := range c.queue {
+				if q.ready {
+					ready = append(ready, q)
+				} else {
+					rest = append(rest, q)
+				}
+			}
+			c.queue = rest
+			c.mu.Unlock()
+			for _, q := range ready {
+				c.release(q)
+			}
+			return
+		}
+		c.batch = append(c.batch[:0], c.queue[:n]...)
+		c.queue = c.queue[:copy(c.queue, c.queue[n:])]
+		finished := n == 0 && len(c.queue) == 0 && c.readerDone
+		dead := c.dead != nil
+		c.mu.Unlock()
+		if finished {
+			return
+		}
+		if n == 0 {
+			select {
+			case <-c.wake:
+			case <-c.srv.killed:
+				c.fail(ErrServerClosed)
+			}
+			continue
+		}
+		fatal := false
+		if !dead {
+			if err := c.writeBatch(c.batch); err != nil {
+				c.srv.cfg.Logf("netio: conn %d to %s: write: %v", c.info.ID, c.info.RemoteAddr, err)
+				c.fail(err)
+			}
+		}
+		for i, req := range c.batch {
+			fatal = fatal || req.fatal
+			c.release(req)
+			c.batch[i] = nil
+		}
+		if fatal {
+			c.fail(errors.New("closed after a fatal frame error"))
+		}
+	}
+}
+
+func (c *conn) writeBatch(batch []*Request) error {
+	buf, splices := c.wbuf[:0], c.splices[:0]
+	for _, req := range batch {
+		if req.silent {
+			continue
+		}
+		r := &req.response
+		switch {
+		case r.ErrorCode != ErrNone:
+			buf = AppendErrorResponse(buf, req.Header, r.ErrorCode, r.ErrorMessage)
+		case r.Body == nil || r.Body.API() != req.Header.API:
+			buf = AppendErrorResponse(buf, req.Header, ErrUnknown, "broker bug: handler replied without a matching response body")
+		default:
+			buf, splices = AppendResponseSpliced(buf, req.Header, r.Body, splices)
+		}
+		c.srv.stats.responses.Add(1)
+	}
+	c.wbuf, c.splices = buf, splices
+	defer func() {
+		clear(c.splices) // drop file and memory references
+		if cap(c.wbuf) > 4*c.srv.cfg.writeBatchBytesTarget {
+			c.wbuf = nil
+		}
+	}()
+	if len(buf) == 0 {
+		return nil
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	return c.emit(buf, splices)
+}
+
+// emit writes buf with the spliced ranges in place: memory pieces gathered into one
+// writev, each file range by sendfile (or a copy, per Config.Egress). The socket is corked
+// around frames with file ranges so that headers and file bytes share packets.
+func (c *conn) emit(buf []byte, splices []Splice) error {
+	corked := false
+	for _, s := range splices {
+		if s.Range.File != nil {
+			corked = c.setCork(true)
+			break
+		}
+	}
+	iov := c.iov[:0]
+	prev := 0
+	var err error
+	for _, s := range splices {
+		if s.At > prev {
+			iov = append(iov, buf[prev:s.At])
+			prev = s.At
+		}
+		if s.Range.File == nil {
+			if len(s.Data) > 0 {
+				iov = append(iov, s.Data)
+			}
+			continue
+		}
+		if iov, err = c.flush(iov); err != nil {
+			return err
+		}
+		if err = c.sendFile(s.Range); err != nil {
+			return err
+		}
+	}
+	if prev < len(buf) {
+		iov = append(iov, buf[prev:])
+	}
+	iov, err = c.flush(iov)
+	c.iov = iov
+	if corked {
+		c.setCork(false)
+	}
+	return err
+}
+
+func (c *conn) flush(iov net.Buffers) (net.Buffers, error) {
+	if len(iov) == 0 {
+		return iov, nil
+	}
+	pending := iov // WriteTo consumes its receiver
+	_, err := pending.WriteTo(c.nc)
+	clear(iov) // drop references to response memory
+	if err != nil {
+		return iov[:0], fmt.Errorf("writev: %w", err)
+	}
+	return iov[:0], nil
+}
+
+func (c *conn) setCork(on bool) bool {
+	if c.raw == nil {
+		return false
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	var serr error
+	if err := c.raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, v)
+	}); err != nil || serr != nil {
+		return false
+	}
+	return true
+}
+
+// sendfileChunkBytesMax caps one sendfile call so that a huge range does not monopolise
+// the socket's writer between deadline checks.
+const sendfileChunkBytesMax = 4 << 20
+
+// ErrShortFile means a file range ended before its length: the segment was truncated
+// under the response. The connection is closed because the frame length is already sent.
+var ErrShortFile = errors.New("netio: file range shorter than announced")
+
+func (c *conn) sendFile(fr FileRange) error {
+	if c.srv.cfg.Egress == EgressCopy || c.raw == nil {
+		return c.copyFile(fr)
+	}
+	frc, err := fr.File.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("sendfile %s: %w", fr.File.Name(), err)
+	}
+	var sendErr error
+	ctrlErr := frc.Control(func(fileFD uintptr) {
+		offset, remaining := fr.Offset, fr.Length
+		werr := c.raw.Write(func(sockFD uintptr) bool {
+			for remaining > 0 {
+				n, err := unix.Sendfile(int(sockFD), int(fileFD), &offset, int(min(remaining, sendfileChunkBytesMax)))
+				if n > 0 {
+					remaining -= int64(n)
+				}
+				switch {
+				case err == unix.EAGAIN:
+					return false // park until the socket is writable
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					sendErr = err
+					return true
+				case n == 0:
+					sendErr = ErrShortFile
+					return true
+				}
+			}
+			return true
+		})
+		if sendErr == nil {
+			sendErr = werr
+		}
+	})
+	if ctrlErr != nil {
+		return fmt.Errorf("sendfile %s: %w", fr.File.Name(), ctrlErr)
+	}
+	if sendErr != nil {
+		return fmt.Errorf("sendfile %s [%d,+%d): %w", fr.File.Name(), fr.Offset, fr.Length, sendErr)
+	}
+	c.srv.stats.sendfileBytes.Add(fr.Length)
+	return nil
+}
+
+// copyBufferBytes is the EgressCopy staging buffer per connection.
+const copyBufferBytes = 256 << 10
+
+func (c *conn) copyFile(fr FileRange) error {
+	if c.copyBuf == nil {
+		c.copyBuf = make([]byte, copyBufferBytes)
+	}
+	offset, remaining := fr.Offset, fr.Length
+	for remaining > 0 {
+		chunk := c.copyBuf[:min(remaining, int64(len(c.copyBuf)))]
+		n, err := fr.File.ReadAt(chunk, offset)
+		if n > 0 {
+			if _, werr := c.nc.Write(chunk[:n]); werr != nil {
+				return fmt.Errorf("write copied file bytes: %w", werr)
+			}
+			offset += int64(n)
+			remaining -= int64(n)
+			c.srv.stats.copiedFileBytes.Add(int64(n))
+		}
+		if err != nil && remaining > 0 {
+			if errors.Is(err, io.EOF) {
+				err = ErrShortFile
+			}
+			return fmt.Errorf("pread %s [%d,+%d): %w", fr.File.Name(), offset, remaining, err)
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------
+// Frame buffers, pooled by power-of-two size class.
+
+const frameBufferClassMin = 9 // 512 bytes
+
+var framePools [33]sync.Pool
+
+func frameClass(n int) int {
+	if n <= 1<<frameBufferClassMin {
+		return frameBufferClassMin
+	}
+	return bits.Len(uint(n - 1))
+}
+
+func getFrameBuffer(n int) *[]byte {
+	class := frameClass(n)
+	if v := framePools[class].Get(); v != nil {
+		b := v.(*[]byte)
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, 1<<class)
+	return &b
+}
+
+func putFrameBuffer(b *[]byte) {
+	framePools[frameClass(cap(*b))].Put(b)
+}

@@ -1,0 +1,499 @@
+package netio_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/fakebroker"
+)
+
+// testServer starts a netio.Server for h on 127.0.0.1 and returns its address.
+func testServer(t testing.TB, h netio.Handler, cfg netio.Config) (*netio.Server, string) {
+	t.Helper()
+	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := netio.NewServer(h, cfg)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln, 0) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, netio.ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return srv, ln.Addr().String()
+}
+
+// rawClient speaks frames over a plain TCP connection, for protocol-level tests.
+type rawClient struct {
+	t   testing.TB
+	nc  net.Conn
+	buf []byte
+}
+
+func dialRaw(t testing.TB, addr string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawClient{t: t, nc: nc}
+}
+
+func (c *rawClient) send(corr uint32, m netio.Message) {
+	c.t.Helper()
+	if _, err := c.nc.Write(netio.AppendRequest(nil, corr, m)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *rawClient) recv() (netio.ResponseHeader, []byte) {
+	c.t.Helper()
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	h, payload, buf, err := netio.ReadResponse(c.nc, c.buf, 256<<20)
+	c.buf = buf
+	if err != nil {
+		c.t.Fatalf("read response: %v", err)
+	}
+	return h, payload
+}
+
+// call sends m and decodes the response into resp.
+func (c *rawClient) call(corr uint32, m netio.Message, resp netio.Message) {
+	c.t.Helper()
+	c.send(corr, m)
+	h, payload := c.recv()
+	if h.CorrelationID != corr || h.API != m.API() {
+		c.t.Fatalf("response header %+v for request %s corr %d", h, m.API(), corr)
+	}
+	if h.ErrorCode != netio.ErrNone {
+		msg, _ := netio.DecodeErrorPayload(payload)
+		c.t.Fatalf("%s: frame error %s: %s", m.API(), h.ErrorCode.Name(), msg)
+	}
+	if err := resp.ReadFrom(payload); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// expectClosed asserts the server closes the connection (after any pending bytes).
+func (c *rawClient) expectClosed() {
+	c.t.Helper()
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, c.nc)
+	if err != nil {
+		c.t.Fatalf("connection not closed by server: %v (%d bytes)", err, n)
+	}
+}
+
+func buildBatch(t testing.TB, codec batch.Codec, first, count int) []byte {
+	t.Helper()
+	b := batch.NewBuilder(batch.BuilderOptions{Codec: codec})
+	for i := first; i < first+count; i++ {
+		b.Append(int64(1_700_000_000_000+i), []byte(fmt.Sprintf("k%d", i)), []byte(fmt.Sprintf("value-%d", i)), []batch.RecordHeader{{Key: "h", Value: []byte("v")}})
+	}
+	out, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func decodeValues(t testing.TB, records []byte, from int64) []string {
+	t.Helper()
+	var values []string
+	for len(records) > 0 {
+		h, err := batch.ParseHeader(records)
+		if err != nil || h.Size() > len(records) {
+			break // trailing partial batch
+		}
+		err = batch.Decode(records[:h.Size()], func(offset, ts int64, r *batch.Record) error {
+			if offset >= from {
+				values = append(values, string(r.Value))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		records = records[h.Size():]
+	}
+	return values
+}
+
+func createTopic(t testing.TB, c *rawClient, name string, partitions int32) {
+	t.Helper()
+	var resp netio.CreateTopicsResponse
+	c.call(1, &netio.CreateTopicsRequest{Topics: []netio.CreateTopic{{Topic: name, Partitions: partitions, ReplicationFactor: 1}}}, &resp)
+	if resp.Topics[0].ErrorCode != netio.ErrNone {
+		t.Fatalf("create %s: %s", name, resp.Topics[0].ErrorMessage)
+	}
+}
+
+func TestServerProduceFetchZeroCopy(t *testing.T) {
+	for _, egress := range []netio.Egress{netio.EgressSendfile, netio.EgressCopy} {
+		t.Run(fmt.Sprint("egress", egress), func(t *testing.T) {
+			fake := fakebroker.New(t.TempDir(), nil)
+			t.Cleanup(fake.Close)
+			srv, addr := testServer(t, fake, netio.Config{Egress: egress})
+			c := dialRaw(t, addr)
+			createTopic(t, c, "orders", 2)
+			var pr netio.ProduceResponse
+			for i := range 3 {
+				c.call(uint32(10+i), &netio.ProduceRequest{Acks: netio.AcksLeader, TimeoutMs: 1000, Topics: []netio.ProduceTopic{{Topic: "orders", Partitions: []netio.ProducePartition{
+					{Partition: 1, Records: buildBatch(t, batch.CodecZstd, i*10, 10)},
+				}}}}, &pr)
+				if p := pr.Topics[0].Partitions[0]; p.ErrorCode != netio.ErrNone || p.BaseOffset != int64(i*10) {
+					t.Fatalf("produce %d: %+v", i, p)
+				}
+			}
+			var fr netio.FetchResponse
+			c.call(20, &netio.FetchRequest{MaxBytes: 1 << 20, Topics: []netio.FetchTopic{{Topic: "orders", Partitions: []netio.FetchPartition{{Partition: 1, FetchOffset: 15, MaxBytes: 1 << 20}}}}}, &fr)
+			p := fr.Topics[0].Partitions[0]
+			if p.ErrorCode != netio.ErrNone || p.HighWatermark != 30 {
+				t.Fatalf("fetch: %+v", p)
+			}
+			values := decodeValues(t, p.Records, 15)
+			if len(values) != 15 || values[0] != "value-15" || values[14] != "value-29" {
+				t.Fatalf("fetched %d values: %v", len(values), values)
+			}
+			st := srv.Stats()
+			if egress == netio.EgressSendfile && (st.SendfileBytes == 0 || st.CopiedFileBytes != 0) ||
+				egress == netio.EgressCopy && (st.CopiedFileBytes == 0 || st.SendfileBytes != 0) {
+				t.Fatalf("egress %d: stats %+v", egress, st)
+			}
+			// Out of range gives a partition error, not a frame error.
+			c.call(21, &netio.FetchRequest{Topics: []netio.FetchTopic{{Topic: "orders", Partitions: []netio.FetchPartition{{Partition: 1, FetchOffset: 31, MaxBytes: 1 << 20}}}}}, &fr)
+			if code := fr.Topics[0].Partitions[0].ErrorCode; code != netio.ErrOffsetOutOfRange {
+				t.Fatalf("fetch above high watermark: %s", code.Name())
+			}
+		})
+	}
+}
+
+// reverseHandler holds n requests and then answers them newest first, so the server's
+// in-order guarantee is what puts the responses back in order.
+type reverseHandler struct {
+	n    int
+	mu   sync.Mutex
+	held []*netio.Request
+}
+
+func (h *reverseHandler) Serve(req *netio.Request) {
+	h.mu.Lock()
+	h.held = append(h.held, req)
+	if len(h.held) < h.n {
+		h.mu.Unlock()
+		return
+	}
+	held := h.held
+	h.held = nil
+	h.mu.Unlock()
+	for i := len(held) - 1; i >= 0; i-- {
+		req := held[i]
+		if req.Header.API == netio.APIProduce {
+			req.ReplyMessage(&netio.ProduceResponse{})
+			continue
+		}
+		req.ReplyMessage(&netio.MetadataResponse{BrokerID: int32(req.Header.CorrelationID)})
+	}
+}
+
+func TestServerPipelinedResponsesInRequestOrder(t *testing.T) {
+	const requests = 40
+	_, addr := testServer(t, &reverseHandler{n: requests}, netio.Config{})
+	c := dialRaw(t, addr)
+	// All frames concatenated in one write, with an acks=0 produce in the middle that must
+	// get no response.
+	var stream []byte
+	for i := range requests {
+		if i == requests/2 {
+			stream = netio.AppendRequest(stream, 9999, &netio.ProduceRequest{Acks: netio.AcksNone, Topics: []netio.ProduceTopic{{Topic: "t"}}})
+			continue
+		}
+		stream = netio.AppendRequest(stream, uint32(i), &netio.MetadataRequest{})
+	}
+	if _, err := c.nc.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	for i := range requests {
+		if i == requests/2 {
+			continue
+		}
+		h, payload := c.recv()
+		var m netio.MetadataResponse
+		if err := m.ReadFrom(payload); err != nil {
+			t.Fatal(err)
+		}
+		if h.CorrelationID != uint32(i) || m.BrokerID != int32(i) {
+			t.Fatalf("response %d: corr %d body %d", i, h.CorrelationID, m.BrokerID)
+		}
+	}
+}
+
+func TestServerFrameLevelErrorsKeepConnection(t *testing.T) {
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	_, addr := testServer(t, fake, netio.Config{})
+	c := dialRaw(t, addr)
+
+	frame := func(api, version uint16, corr uint32, payload []byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(8+len(payload)))
+		b = binary.BigEndian.AppendUint16(b, api)
+		b = binary.BigEndian.AppendUint16(b, version)
+		b = binary.BigEndian.AppendUint32(b, corr)
+		return append(b, payload...)
+	}
+	cases := []struct {
+		name  string
+		frame []byte
+		code  netio.ErrorCode
+	}{
+		{"unknown api", frame(999, 0, 1, []byte("whatever")), netio.ErrUnknownAPI},
+		{"unsupported version", frame(uint16(netio.APIMetadata), 7, 2, nil), netio.ErrUnsupportedVersion},
+		{"garbage payload", frame(uint16(netio.APIProduce), 0, 3, []byte{0xde, 0xad, 0xbe, 0xef, 0x7f, 0xff, 0xff, 0xff}), netio.ErrInvalidRequest},
+		{"trailing bytes", frame(uint16(netio.APIMetadata), 0, 4, []byte{0, 0, 0, 0, 1}), netio.ErrInvalidRequest},
+	}
+	for _, tc := range cases {
+		if _, err := c.nc.Write(tc.frame); err != nil {
+			t.Fatal(err)
+		}
+		h, payload := c.recv()
+		msg, err := netio.DecodeErrorPayload(payload)
+		if err != nil || h.ErrorCode != tc.code || msg == "" {
+			t.Fatalf("%s: got %s %q %v", tc.name, h.ErrorCode.Name(), msg, err)
+		}
+		// The connection still serves well-formed requests.
+		var ver netio.APIVersionsResponse
+		c.call(100, &netio.APIVersionsRequest{ClientID: "test"}, &ver)
+		if len(ver.APIs) != 10 || ver.FrameBytesMax != netio.FrameBytesMaxDefault {
+			t.Fatalf("%s: api versions after error: %+v", tc.name, ver)
+		}
+	}
+}
+
+func TestServerOversizedAndShortFramesClose(t *testing.T) {
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	srv, addr := testServer(t, fake, netio.Config{FrameBytesMax: 4096})
+	for _, tc := range []struct {
+		name   string
+		length uint32
+		code   netio.ErrorCode
+	}{
+		{"oversized", 4097, netio.ErrFrameTooLarge},
+		{"huge", 0xfffffff0, netio.ErrFrameTooLarge},
+		{"below header", 3, netio.ErrInvalidRequest},
+	} {
+		c := dialRaw(t, addr)
+		hdr := binary.BigEndian.AppendUint32(nil, tc.length)
+		hdr = append(hdr, 0, 1, 0, 0, 0, 0, 0, 42)
+		if _, err := c.nc.Write(hdr); err != nil {
+			t.Fatal(err)
+		}
+		h, payload := c.recv()
+		msg, _ := netio.DecodeErrorPayload(payload)
+		if h.ErrorCode != tc.code || h.CorrelationID != 42 {
+			t.Fatalf("%s: got %+v %q", tc.name, h, msg)
+		}
+		c.expectClosed()
+	}
+	if got := srv.BufferedBytes(); got != 0 {
+		t.Fatalf("server holds %d bytes after rejecting frames", got)
+	}
+}
+
+func TestServerTruncatedFrameReleasesEverything(t *testing.T) {
+	closed := make(chan struct{}, 1)
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	srv, addr := testServer(t, fake, netio.Config{ConnState: func(_ netio.ConnInfo, open bool) {
+		if !open {
+			closed <- struct{}{}
+		}
+	}})
+	c := dialRaw(t, addr)
+	frame := netio.AppendRequest(nil, 1, &netio.MetadataRequest{Topics: []string{"some-topic"}})
+	if _, err := c.nc.Write(frame[:len(frame)-3]); err != nil {
+		t.Fatal(err)
+	}
+	c.nc.Close()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not close the connection after a truncated frame")
+	}
+	if srv.ConnCount() != 0 || srv.BufferedBytes() != 0 {
+		t.Fatalf("after close: %d conns, %d bytes held", srv.ConnCount(), srv.BufferedBytes())
+	}
+}
+
+func TestServerMaxConnections(t *testing.T) {
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	opened := make(chan struct{}, 4)
+	_, addr := testServer(t, fake, netio.Config{ConnectionsMax: 2, ConnState: func(_ netio.ConnInfo, open bool) {
+		if open {
+			opened <- struct{}{}
+		}
+	}})
+	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	<-opened
+	<-opened
+	third := dialRaw(t, addr)
+	third.expectClosed()
+	var ver netio.APIVersionsResponse
+	a.call(1, &netio.APIVersionsRequest{}, &ver)
+	b.call(1, &netio.APIVersionsRequest{}, &ver)
+}
+
+// holdHandler keeps every request until release is called.
+type holdHandler struct {
+	served chan *netio.Request
+}
+
+func (h *holdHandler) Serve(req *netio.Request) { h.served <- req }
+
+func TestServerPerConnectionBudgetStopsReading(t *testing.T) {
+	h := &holdHandler{served: make(chan *netio.Request, 100)}
+	const frameBytesMax = 2048
+	srv, addr := testServer(t, h, netio.Config{FrameBytesMax: frameBytesMax, ConnBufferBytesMax: 2 * frameBytesMax})
+	c := dialRaw(t, addr)
+	big := strings.Repeat("x", 1900)
+	const requests = 8
+	for i := range requests {
+		c.send(uint32(i), &netio.MetadataRequest{Topics: []string{big[:1000+i]}})
+	}
+	var held []*netio.Request
+	for range 2 {
+		held = append(held, <-h.served)
+	}
+	// Each frame holds ~1 KiB, so the 4 KiB budget admits 4: the server must stop reading
+	// before all 8 and keep its holdings within the budget.
+	for len(held) < requests {
+		select {
+		case req := <-h.served:
+			held = append(held, req)
+			continue
+		case <-time.After(200 * time.Millisecond):
+		}
+		break
+	}
+	if len(held) >= requests || srv.BufferedBytes() > 2*frameBytesMax {
+		t.Fatalf("server read %d of %d requests holding %d bytes; budget is %d", len(held), requests, srv.BufferedBytes(), 2*frameBytesMax)
+	}
+	// Answering releases budget and the rest arrive, answered in order.
+	for answered := 0; answered < requests; answered++ {
+		for len(held) <= answered {
+			held = append(held, <-h.served)
+		}
+		held[answered].ReplyMessage(&netio.MetadataResponse{BrokerID: int32(answered)})
+		hdr, _ := c.recv()
+		if hdr.CorrelationID != uint32(answered) {
+			t.Fatalf("response %d has corr %d", answered, hdr.CorrelationID)
+		}
+	}
+}
+
+// bigFetchHandler answers every fetch with 256 KiB of in-memory records.
+type bigFetchHandler struct {
+	served chan struct{}
+	body   []byte
+}
+
+func (h *bigFetchHandler) Serve(req *netio.Request) {
+	h.served <- struct{}{}
+	req.ReplyMessage(&netio.FetchResponse{Topics: []netio.FetchResponseTopic{{Topic: "t", Partitions: []netio.FetchResponsePartition{{Records: h.body}}}}})
+}
+
+func TestServerClientThatStopsReading(t *testing.T) {
+	h := &bigFetchHandler{served: make(chan struct{}, 1024), body: bytes.Repeat([]byte{1}, 256<<10)}
+	closed := make(chan netio.ConnInfo, 4)
+	const inflight = 4
+	srv, addr := testServer(t, h, netio.Config{InflightPerConnMax: inflight, WriteTimeout: 300 * time.Millisecond, ConnState: func(info netio.ConnInfo, open bool) {
+		if !open {
+			closed <- info
+		}
+	}})
+	slow := dialRaw(t, addr)
+	// Pipeline many fetches and never read: 200 x 256 KiB = 50 MiB would be needed to
+	// answer them all, far beyond socket buffers.
+	go func() {
+		for i := range 200 {
+			if _, err := slow.nc.Write(netio.AppendRequest(nil, uint32(i), &netio.FetchRequest{})); err != nil {
+				return
+			}
+		}
+	}()
+	// Another client is served meanwhile.
+	fast := dialRaw(t, addr)
+	var ver netio.APIVersionsResponse
+	fast.call(1, &netio.APIVersionsRequest{}, &ver)
+	// The slow connection is dropped by the write timeout...
+	select {
+	case info := <-closed:
+		if info.ID != 1 {
+			t.Fatalf("closed connection %d, want the slow one (1)", info.ID)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("slow reader was not disconnected")
+	}
+	// ... having been served only what fits in flight plus socket buffers, not 200.
+	t.Logf("handler served %d of 200 requests before the slow client was dropped", len(h.served))
+	if served := len(h.served); served >= 100 {
+		t.Fatalf("handler served %d requests for a client that reads nothing", served)
+	}
+	fast.call(2, &netio.APIVersionsRequest{}, &ver)
+	if srv.BufferedBytes() != 0 {
+		t.Fatalf("%d bytes still held", srv.BufferedBytes())
+	}
+}
+
+func TestServerGracefulShutdownAnswersInflight(t *testing.T) {
+	h := &holdHandler{served: make(chan *netio.Request, 10)}
+	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := netio.NewServer(h, netio.Config{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln, 0) }()
+	c := dialRaw(t, ln.Addr().String())
+	c.send(7, &netio.MetadataRequest{})
+	req := <-h.served
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- srv.Shutdown(context.Background()) }()
+	if err := <-served; !errors.Is(err, netio.ErrServerClosed) {
+		t.Fatalf("Serve: %v", err)
+	}
+	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Fatal("listener still accepting after Shutdown")
+	}
+	select {
+	case err := <-shutdown:
+		t.Fatalf("Shutdown returned %v before the in-flight request was answered", err)
+	default:
+	}
+	req.ReplyMessage(&netio.MetadataResponse{BrokerID: 5})
+	hdr, _ := c.recv()
+	if hdr.CorrelationID != 7 {
+		t.Fatalf("corr %d", hdr.CorrelationID)
+	}
+	if err := <-shutdown; err != nil {
+		t.Fatal(err)
+	}
+	c.expectClosed()
+}

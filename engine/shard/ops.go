@@ -3,7 +3,9 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -118,6 +120,31 @@ type FetchResult struct {
 	LogStartOffset int64
 	Records        engine.ReadResult
 	Err            error
+}
+
+// AppendTo appends the records' bytes to dst, reading file pieces with plain pread on the
+// result's own descriptors (any goroutine may call it; it never touches a shard's ring).
+// The zero-copy path sends the pieces with sendfile/splice instead.
+func (r *FetchResult) AppendTo(dst []byte) ([]byte, error) {
+	for _, p := range r.Records.Pieces {
+		if p.File == nil {
+			dst = append(dst, p.Data...)
+			continue
+		}
+		n := len(dst)
+		dst = slices.Grow(dst, int(p.Size))[:n+int(p.Size)]
+		for done := 0; done < int(p.Size); {
+			k, err := ring.Syscalls{}.Pread(int(p.File.Fd()), dst[n+done:], p.Position+int64(done))
+			if err != nil {
+				return dst[:n], fmt.Errorf("read %s: %w", p.File.Name(), err)
+			}
+			if k == 0 {
+				return dst[:n], fmt.Errorf("read %s at %d: %w", p.File.Name(), p.Position+int64(done), io.ErrUnexpectedEOF)
+			}
+			done += k
+		}
+	}
+	return dst, nil
 }
 
 // Release closes the result's duplicated file descriptors.

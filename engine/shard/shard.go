@@ -148,8 +148,11 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 		if err != nil {
 			return fmt.Errorf("open %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
-		if report.Truncated() {
-			s.b.log.Warn("recovery truncated partition", "topic", tp.Topic, "partition", tp.Partition, "report", report.String())
+		if report.DroppedBytes > 0 || len(report.RebuiltIndexes) > 0 || len(report.DeletedSegments) > 0 {
+			s.b.log.Warn("recovery repaired partition", "topic", tp.Topic, "partition", tp.Partition,
+				"dropped_batches", report.DroppedBatches, "dropped_bytes", report.DroppedBytes,
+				"rebuilt_indexes", len(report.RebuiltIndexes), "deleted_segments", len(report.DeletedSegments),
+				"reason", report.Corruption)
 		}
 		s.parts[tp] = &partition{tp: tp, log: l, flushAlways: lc.FlushAlways, minInsync: minInsync}
 		return nil

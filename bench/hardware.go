@@ -24,6 +24,9 @@ type Hardware struct {
 	Disk        Disk   `json:"disk"`
 	GoVersion   string `json:"go_version"`
 	Revision    string `json:"ringlog_revision,omitempty"`
+	// LoadAverage is /proc/loadavg's 1-minute figure when the run started: a number measured
+	// on a machine already running other work is not a number about the system under test.
+	LoadAverage float64 `json:"load_average_1m"`
 }
 
 // Disk describes the block device under a data directory.
@@ -46,9 +49,9 @@ func (h Hardware) String() string {
 	if h.Hypervisor != "" {
 		virt = " (" + h.Hypervisor + " guest)"
 	}
-	return fmt.Sprintf("%s, %d cores%s, %s RAM, Linux %s, disk %s %s on %s (kernel rotational=%s), %s",
+	return fmt.Sprintf("%s, %d cores%s, %s RAM, Linux %s, disk %s %s on %s (kernel rotational=%s), %s, load %.1f at start",
 		h.CPUModel, h.Cores, virt, FormatBytes(h.MemoryBytes), h.Kernel,
-		orUnknown(h.Disk.Device), h.Disk.Model, h.Disk.Filesystem, rot, h.GoVersion)
+		orUnknown(h.Disk.Device), h.Disk.Model, h.Disk.Filesystem, rot, h.GoVersion, h.LoadAverage)
 }
 
 func orUnknown(s string) string {
@@ -76,6 +79,11 @@ func DetectHardware(dataDir string) Hardware {
 		}
 	}
 	h.Disk = DetectDisk(dataDir)
+	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if fields := strings.Fields(string(data)); len(fields) > 0 {
+			h.LoadAverage, _ = strconv.ParseFloat(fields[0], 64)
+		}
+	}
 	return h
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -22,7 +23,24 @@ type fileIOCase struct {
 func fileIOCases() []fileIOCase {
 	return []fileIOCase{
 		{"syscalls", func(testing.TB) ring.FileIO { return ring.Syscalls{} }},
+		{"reactor", newTestReactor},
 	}
+}
+
+// newTestReactor locks the calling goroutine (the test's) to its OS thread and returns an
+// io_uring Reactor owned by it; the test is skipped where io_uring is unavailable.
+func newTestReactor(t testing.TB) ring.FileIO {
+	runtime.LockOSThread()
+	r, err := ring.NewReactor(ring.Config{Backend: "uring", Entries: 64})
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Skipf("io_uring reactor unavailable: %v", err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		runtime.UnlockOSThread()
+	})
+	return r
 }
 
 var storageModes = []StorageMode{StoragePageCache, StorageDirect}

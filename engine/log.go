@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors callers act on.
@@ -55,6 +56,7 @@ type Log struct {
 	segments    []*segment // sorted by base offset, contiguous; the last is active
 	startOffset int64      // log start offset: >= segments[0].baseOffset
 
+	unsyncedSegments []*segment // sealed by a roll, not yet fdatasync'ed; oldest first
 	unsyncedMessages int64
 	oldestUnsynced   time.Time // time of the first append since the last sync
 	leaderEpoch      int32     // rewritten into appended batches when >= 0
@@ -123,7 +125,12 @@ func (l *Log) StartOffset() int64 { return l.startOffset }
 func (l *Log) EndOffset() int64 { return l.active().nextOffset }
 
 // SyncedOffset is the offset below which every record is on stable storage.
-func (l *Log) SyncedOffset() int64 { return l.active().syncedNextOffset }
+func (l *Log) SyncedOffset() int64 {
+	if len(l.unsyncedSegments) > 0 {
+		return l.unsyncedSegments[0].syncedNextOffset
+	}
+	return l.active().syncedNextOffset
+}
 
 // Size is the total byte size of all segments.
 func (l *Log) Size() int64 {
@@ -285,36 +292,41 @@ func (l *Log) Flush() error {
 	return l.Sync()
 }
 
-// Sync makes everything appended so far durable with one fdatasync. A failed fdatasync fails
-// the log for good (ErrLogFailed).
+// Sync makes everything appended so far durable: one fdatasync for the active segment (plus
+// one per segment sealed by a roll since the last sync). A failed fdatasync fails the log
+// for good (ErrLogFailed).
 func (l *Log) Sync() error {
 	if err := l.writable(); err != nil {
 		return err
 	}
+	for len(l.unsyncedSegments) > 0 {
+		if err := l.syncSegment(l.unsyncedSegments[0], true); err != nil {
+			return err
+		}
+		l.unsyncedSegments = l.unsyncedSegments[1:]
+	}
 	s := l.active()
-	if s.syncedSize == s.size && l.unsyncedMessages == 0 {
+	if s.syncedSize == s.size && s.syncedNextOffset == s.nextOffset {
+		l.unsyncedMessages = 0
 		return nil
 	}
-	if err := l.fio.Fdatasync(s.logFd()); err != nil {
-		return l.fail(fmt.Errorf("fdatasync segment %d: %w", s.baseOffset, err))
+	if err := l.syncSegment(s, false); err != nil {
+		return err
 	}
-	s.markSynced()
 	l.unsyncedMessages = 0
-	var err error
-	if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
-		// The index is advisory: recovery rescans from the last entry that made it.
-		l.cfg.Logger.Warn("index write failed", "dir", l.dir, "err", err)
-	}
 	return nil
 }
 
-// roll closes the active segment (sync, final time-index entry, index fsync) and starts a
-// new one at the log end offset.
+// roll seals the active segment and starts a new one at the log end offset. The sealed
+// segment is not synced here (that would stall appends for a whole segment's writeback): its
+// writeback is started and the next Sync (Flush per policy, or Close) fdatasyncs it before
+// the active segment, so SyncedOffset never passes unsynced bytes.
 func (l *Log) roll() error {
 	old := l.active()
-	if err := l.closeSegment(old); err != nil {
+	if err := l.seal(old); err != nil {
 		return err
 	}
+	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	s, err := openSegmentFiles(l.dir, old.nextOffset, true)
 	if err != nil {
 		return err
@@ -332,40 +344,50 @@ func (l *Log) roll() error {
 	return nil
 }
 
-// closeSegment makes s durable and complete so that it can be trusted by its index later:
-// direct-mode files are cut to their logical length, the log is synced, the final time-index
-// entry is added, and both indexes are written and fsync'ed.
-func (l *Log) closeSegment(s *segment) error {
+// seal ends appends to s: a direct-mode file is cut to its logical length (dropping the
+// zero padding of its last block) and its writer closed; writeback of its dirty pages starts.
+func (l *Log) seal(s *segment) error {
 	if s.direct != nil {
 		if err := s.log.Truncate(s.size); err != nil {
-			return fmt.Errorf("close segment %d: truncate: %w", s.baseOffset, err)
+			return fmt.Errorf("seal segment %d: truncate: %w", s.baseOffset, err)
 		}
-	}
-	if err := l.fio.Fdatasync(s.logFd()); err != nil {
-		return l.fail(fmt.Errorf("close segment %d: fdatasync: %w", s.baseOffset, err))
-	}
-	s.markSynced()
-	l.unsyncedMessages = 0
-	if s.maxTimestamp > s.timeIndex.lastTimestamp() {
-		s.timeIndex.entries = append(s.timeIndex.entries, timeIndexEntry{timestamp: s.maxTimestamp, relativeOffset: s.relative(s.nextOffset)})
-	}
-	var err error
-	if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
-		return fmt.Errorf("close segment %d: %w", s.baseOffset, err)
-	}
-	for _, f := range []*os.File{s.indexFile, s.timeIndexFile} {
-		if err := l.fio.Fsync(int(f.Fd())); err != nil {
-			return l.fail(fmt.Errorf("close segment %d: fsync index: %w", s.baseOffset, err))
-		}
-	}
-	if s.direct != nil {
 		err := s.direct.close()
 		s.direct = nil
 		if err != nil {
-			return fmt.Errorf("close segment %d: %w", s.baseOffset, err)
+			return fmt.Errorf("seal segment %d: %w", s.baseOffset, err)
 		}
 	}
+	// A hint: start writeback now so that the later fdatasync has little left to do.
+	_ = unix.SyncFileRange(s.logFd(), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 	return nil
+}
+
+// syncSegment fdatasyncs s and then persists its index entries (closed adds the final
+// time-index entry). A failed fdatasync fails the log.
+func (l *Log) syncSegment(s *segment, closed bool) error {
+	if err := l.fio.Fdatasync(s.logFd()); err != nil {
+		return l.fail(fmt.Errorf("fdatasync segment %d: %w", s.baseOffset, err))
+	}
+	s.markSynced()
+	if closed {
+		s.addFinalTimeEntry()
+	}
+	var err error
+	if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
+		// The index is advisory: recovery re-scans from the last entry that made it.
+		l.cfg.Logger.Warn("index write failed", "dir", l.dir, "err", err)
+	}
+	return nil
+}
+
+// forgetUnsynced removes s from the unsynced sealed segments (deleted or reactivated).
+func (l *Log) forgetUnsynced(s *segment) {
+	for i, u := range l.unsyncedSegments {
+		if u == s {
+			l.unsyncedSegments = append(l.unsyncedSegments[:i], l.unsyncedSegments[i+1:]...)
+			return
+		}
+	}
 }
 
 // activate prepares s to take appends.
@@ -544,10 +566,27 @@ func (l *Log) Close() error {
 	}
 	var err error
 	if l.failed == nil {
-		err = l.closeSegment(l.active())
+		if err = l.Sync(); err == nil {
+			err = l.finishActive()
+		}
 	}
 	l.closed = true
 	return errors.Join(err, l.closeFiles())
+}
+
+// finishActive prepares the synced active segment for a clean close: a direct-mode file is
+// cut to its logical length and the final time-index entry is persisted.
+func (l *Log) finishActive() error {
+	s := l.active()
+	if s.direct != nil {
+		if err := s.log.Truncate(s.size); err != nil {
+			return fmt.Errorf("close segment %d: truncate: %w", s.baseOffset, err)
+		}
+	}
+	s.addFinalTimeEntry()
+	var err error
+	l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch)
+	return err
 }
 
 func (l *Log) closeFiles() error {

@@ -89,8 +89,10 @@ func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
 	return batch.Validate(b)
 }
 
-// recover opens every segment in l.dir, trusting closed segments by their index (rebuilding a
-// missing or corrupt one) and re-scanning the active segment from its last index entry.
+// recover opens every segment in l.dir and re-scans each from its last trustworthy index
+// entry to its end (the bytes before that entry were fdatasync'ed before the entry was
+// written). A closed segment that does not end where the next one begins is corrupt: the log
+// ends there and later segments are deleted, so the log stays contiguous.
 func (l *Log) recover(report *RecoveryReport) error {
 	bases, err := l.listSegments()
 	if err != nil {
@@ -103,26 +105,21 @@ func (l *Log) recover(report *RecoveryReport) error {
 		}
 		l.segments = append(l.segments, s)
 		last := i == len(bases)-1
-		if !last {
-			s.nextOffset = bases[i+1]
-			intact, err := l.openClosedSegment(s, report)
-			if err != nil {
-				return err
-			}
-			if intact {
-				continue
-			}
-			// A corrupt closed segment ends the log: later segments would leave a gap.
-			for _, b := range bases[i+1:] {
-				gone := &segment{baseOffset: b}
-				if err := gone.removeFiles(l.dir); err != nil {
-					return fmt.Errorf("remove segment %d after corruption: %w", b, err)
-				}
-				report.DeletedSegments = append(report.DeletedSegments, b)
-			}
-		}
-		if err := l.recoverActive(s, report); err != nil {
+		if err := l.recoverSegment(s, !last, report); err != nil {
 			return err
+		}
+		if last || (s.nextOffset == bases[i+1] && s.size > 0) {
+			continue
+		}
+		if report.Corruption == "" {
+			report.Corruption = fmt.Sprintf("segment %d ends at offset %d, next segment starts at %d", base, s.nextOffset, bases[i+1])
+		}
+		for _, b := range bases[i+1:] {
+			gone := &segment{baseOffset: b}
+			if err := gone.removeFiles(l.dir); err != nil {
+				return fmt.Errorf("remove segment %d after corruption: %w", b, err)
+			}
+			report.DeletedSegments = append(report.DeletedSegments, b)
 		}
 		break
 	}
@@ -233,72 +230,11 @@ func (l *Log) loadIndexes(s *segment, relativeEnd, logSizeBound int64) error {
 	return nil
 }
 
-// openClosedSegment loads a closed segment's indexes, checking that the last index entry
-// points at a batch with the offset it claims. A missing or corrupt index is rebuilt from the
-// log with every CRC checked; intact is false when that scan found corruption (the segment is
-// then cut there and becomes the active one).
-func (l *Log) openClosedSegment(s *segment, report *RecoveryReport) (intact bool, err error) {
-	if s.size, err = fileSize(s.log); err != nil {
-		return false, fmt.Errorf("segment %d: %w", s.baseOffset, err)
-	}
-	s.markSynced()
-	err = l.loadIndexes(s, s.nextOffset-s.baseOffset, s.size)
-	if err == nil && s.size == 0 {
-		err = fmt.Errorf("%w: closed segment is empty", errIndexCorrupt)
-	}
-	if err == nil {
-		if e, ok := s.index.last(); ok {
-			h, herr := s.readHeaderAt(l.fio, l.headerScratch, int64(e.position))
-			if herr != nil || h.BaseOffset != s.baseOffset+int64(e.relativeOffset) {
-				err = fmt.Errorf("%w: last entry does not point at its batch", errIndexCorrupt)
-			}
-		}
-	}
-	if err == nil {
-		s.maxTimestamp = s.timeIndex.lastTimestamp()
-		return true, nil
-	}
-	if !errors.Is(err, errIndexCorrupt) {
-		return false, fmt.Errorf("segment %d: %w", s.baseOffset, err)
-	}
-	l.cfg.Logger.Warn("rebuilding index of closed segment", "dir", l.dir, "segment", s.baseOffset, "reason", err)
-	report.RebuiltIndexes = append(report.RebuiltIndexes, s.baseOffset)
-	expectedNext := s.nextOffset
-	fileBytes := s.size
-	if err := l.rescan(s, 0, s.baseOffset, report); err != nil {
-		return false, err
-	}
-	if s.size == fileBytes && s.nextOffset == expectedNext {
-		if err := l.finishRebuiltClosed(s); err != nil {
-			return false, err
-		}
-		return true, nil
-	}
-	return false, nil
-}
-
-// finishRebuiltClosed writes a rebuilt closed segment's indexes (with the final time entry).
-func (l *Log) finishRebuiltClosed(s *segment) error {
-	if s.maxTimestamp > s.timeIndex.lastTimestamp() {
-		s.timeIndex.entries = append(s.timeIndex.entries, timeIndexEntry{timestamp: s.maxTimestamp, relativeOffset: s.relative(s.nextOffset)})
-	}
-	s.markSynced()
-	var err error
-	if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
-		return err
-	}
-	for _, f := range []*os.File{s.indexFile, s.timeIndexFile} {
-		if err := l.fio.Fsync(int(f.Fd())); err != nil {
-			return fmt.Errorf("segment %d: fsync rebuilt index: %w", s.baseOffset, err)
-		}
-	}
-	return nil
-}
-
-// rescan drops index state at and after startPos, then scans batches from startPos (whose base
-// offset must be expected), CRC-checking each and rebuilding index entries, and cuts the file
-// after the last intact batch. Index files are cut to the entries kept.
-func (l *Log) rescan(s *segment, startPos, expected int64, report *RecoveryReport) error {
+// rescan drops index state after startPos, then scans batches from startPos (whose base offset
+// must be expected), CRC-checking each and rebuilding index entries, and cuts the file after
+// the last intact batch. closed adds the final time-index entry of a closed segment. Index
+// files are cut to the entries that are still valid on disk.
+func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *RecoveryReport) error {
 	fileBytes, err := fileSize(s.log)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
@@ -309,6 +245,7 @@ func (l *Log) rescan(s *segment, startPos, expected int64, report *RecoveryRepor
 		s.index.entries = append(s.index.entries, indexEntry{relativeOffset: uint32(startRel), position: uint32(startPos)})
 		s.index.onDisk = len(s.index.entries)
 	}
+	oldTime := append([]timeIndexEntry(nil), s.timeIndex.entries[:s.timeIndex.onDisk]...)
 	s.timeIndex.truncateAtOffset(startRel)
 	if startPos == 0 {
 		s.timeIndex = timeIndex{}
@@ -338,6 +275,15 @@ func (l *Log) rescan(s *segment, startPos, expected int64, report *RecoveryRepor
 			return err
 		}
 	}
+	if closed {
+		s.addFinalTimeEntry()
+	}
+	// Entries identical to those already in the file need not be rewritten.
+	n := 0
+	for n < len(oldTime) && n < len(s.timeIndex.entries) && oldTime[n] == s.timeIndex.entries[n] {
+		n++
+	}
+	s.timeIndex.onDisk = n
 	return s.truncateIndexFiles()
 }
 
@@ -389,9 +335,11 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason err
 	return nil
 }
 
-// recoverActive re-scans the active segment from its last trustworthy index entry: the
-// last entry whose batch passes its CRC with the offset the entry claims.
-func (l *Log) recoverActive(s *segment, report *RecoveryReport) error {
+// recoverSegment loads a segment's indexes (a missing or corrupt index is rebuilt from the
+// log), finds the last index entry whose batch passes its CRC with the offset the entry
+// claims, and re-scans from there to the end of the file. The recovered segment is synced and
+// its rebuilt index entries persisted.
+func (l *Log) recoverSegment(s *segment, closed bool, report *RecoveryReport) error {
 	var err error
 	if s.size, err = fileSize(s.log); err != nil {
 		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
@@ -401,7 +349,10 @@ func (l *Log) recoverActive(s *segment, report *RecoveryReport) error {
 		if !errors.Is(err, errIndexCorrupt) {
 			return fmt.Errorf("segment %d: %w", s.baseOffset, err)
 		}
-		report.RebuiltIndexes = append(report.RebuiltIndexes, s.baseOffset)
+		if s.size > 0 {
+			report.RebuiltIndexes = append(report.RebuiltIndexes, s.baseOffset)
+			l.cfg.Logger.Warn("rebuilding segment index", "dir", l.dir, "segment", s.baseOffset, "reason", err)
+		}
 		s.index, s.timeIndex = offsetIndex{}, timeIndex{}
 	}
 	sc := newBatchScanner(l.fio, s.logFd(), s.size)
@@ -419,7 +370,7 @@ func (l *Log) recoverActive(s *segment, report *RecoveryReport) error {
 		s.index.entries = s.index.entries[:len(s.index.entries)-1]
 		s.index.onDisk = len(s.index.entries)
 	}
-	if err := l.rescan(s, startPos, expected, report); err != nil {
+	if err := l.rescan(s, startPos, expected, closed, report); err != nil {
 		return err
 	}
 	if err := l.fio.Fdatasync(s.logFd()); err != nil {

@@ -335,16 +335,34 @@ func (s *segment) markSynced() {
 	s.syncedNextOffset = s.nextOffset
 }
 
-// truncateIndexFiles cuts the index files to the entries marked on disk.
+// truncateIndexFiles cuts the index files to the entries marked on disk (only when they are
+// longer: a needless truncate-to-zero makes ext4 flush the file on close).
 func (s *segment) truncateIndexFiles() error {
-	if err := s.indexFile.Truncate(int64(s.index.onDisk) * indexEntryBytes); err != nil {
-		return fmt.Errorf("segment %d: truncate index: %w", s.baseOffset, err)
-	}
-	if err := s.timeIndexFile.Truncate(int64(s.timeIndex.onDisk) * timeIndexEntryBytes); err != nil {
-		return fmt.Errorf("segment %d: truncate time index: %w", s.baseOffset, err)
+	for _, x := range []struct {
+		f    *os.File
+		size int64
+	}{{s.indexFile, int64(s.index.onDisk) * indexEntryBytes}, {s.timeIndexFile, int64(s.timeIndex.onDisk) * timeIndexEntryBytes}} {
+		have, err := fileSize(x.f)
+		if err != nil {
+			return fmt.Errorf("segment %d: %w", s.baseOffset, err)
+		}
+		if have == x.size {
+			continue
+		}
+		if err := x.f.Truncate(x.size); err != nil {
+			return fmt.Errorf("segment %d: truncate %s: %w", s.baseOffset, x.f.Name(), err)
+		}
 	}
 	return nil
 }
 
 // batchSize is a batch's total byte size (12 + batchLength) as a file-position type.
 func batchSize(h batch.Header) int64 { return int64(h.Size()) }
+
+// addFinalTimeEntry appends (max timestamp, next offset) when the time index does not yet
+// carry the segment's maximum: the last entry of a closed segment holds its max timestamp.
+func (s *segment) addFinalTimeEntry() {
+	if s.maxTimestamp > s.timeIndex.lastTimestamp() {
+		s.timeIndex.entries = append(s.timeIndex.entries, timeIndexEntry{timestamp: s.maxTimestamp, relativeOffset: s.relative(s.nextOffset)})
+	}
+}

@@ -85,11 +85,11 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 			return err
 		}
 	}
+	l.forgetUnsynced(s)
 	if err := l.fio.Fdatasync(s.logFd()); err != nil {
 		return l.fail(fmt.Errorf("segment %d: sync truncation: %w", s.baseOffset, err))
 	}
 	s.markSynced()
-	l.unsyncedMessages = 0
 	return nil
 }
 
@@ -132,6 +132,7 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 func (l *Log) deleteSegment(i int) error {
 	s := l.segments[i]
 	l.segments = append(l.segments[:i], l.segments[i+1:]...)
+	l.forgetUnsynced(s)
 	if err := s.closeFiles(); err != nil {
 		l.cfg.Logger.Warn("close deleted segment", "dir", l.dir, "segment", s.baseOffset, "err", err)
 	}

@@ -457,6 +457,14 @@ func TestServerClientThatStopsReading(t *testing.T) {
 		t.Fatalf("handler served %d requests for a client that reads nothing", served)
 	}
 	fast.call(2, &netio.APIVersionsRequest{}, &ver)
+	// A response can reach the client just before the server releases its request, so
+	// check the accounting once the fast connection has closed too.
+	fast.nc.Close()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("fast connection did not close")
+	}
 	if srv.BufferedBytes() != 0 {
 		t.Fatalf("%d bytes still held", srv.BufferedBytes())
 	}

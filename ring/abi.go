@@ -42,7 +42,7 @@ type CQE struct {
 }
 
 // More reports whether a multishot request will post further completions.
-func (c *CQE) More() bool { return c.Flags&CQEFMore != 0 }
+func (c CQE) More() bool { return c.Flags&CQEFMore != 0 }
 
 const (
 	sqeSize = 64

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -29,20 +30,21 @@ type Reactor struct {
 	cfg   Config
 
 	// Owned by the loop thread.
-	slots     []opSlot
-	freeSlots []uint32
-	cqes      []CQE // reap batch for the loop
-	syncCQEs  []CQE // reap batch for blocking FileIO waits
-	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
-	syncSeq   uint64
-	syncPin   runtime.Pinner
-	iovs      []Iovec
-	timers    timerHeap
-	now       func() time.Time
-	wakeArmed bool
-	running   bool
-	scratch   *[8]byte // eventfd read target; heap, pinned for the reactor's life
-	scratchP  runtime.Pinner
+	slots       []opSlot
+	freeSlots   []uint32
+	cqes        []CQE // reap batch for the loop
+	syncCQEs    []CQE // reap batch for blocking FileIO waits
+	backlog     []CQE // completions reaped during a blocking wait, dispatched by the loop
+	syncSeq     uint64
+	syncPin     runtime.Pinner
+	iovs        []Iovec
+	timers      timerHeap
+	now         func() time.Time
+	wakeArmed   bool
+	running     bool
+	scratch     *[8]byte // eventfd read target; heap, pinned for the reactor's life
+	scratchP    runtime.Pinner
+	unknownCQEs uint64 // completions whose user data matched no op (see dispatch)
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -65,6 +67,7 @@ const (
 	tokenSync      = tokenInternal | uint64(1)<<62
 	tokenWake      = tokenInternal | 1
 	tokenIgnore    = tokenInternal | 2
+	tokenMsgWake   = tokenInternal | 3
 	slotGenMask    = 0x7fffffff
 	reapBatch      = 256
 	reapRoundsMax  = 16 // reap rounds per loop turn before giving timers/mailbox a go
@@ -315,15 +318,24 @@ func (r *Reactor) reapInto(dst *[]CQE) {
 func (r *Reactor) dispatch(c *CQE) {
 	tok := c.UserData
 	if tok&tokenInternal != 0 {
-		if tok == tokenWake {
+		switch tok {
+		case tokenWake:
 			r.wakeArmed = false
+			r.wakePending.Store(false)
+		case tokenMsgWake:
 			r.wakePending.Store(false)
 		}
 		return
 	}
 	idx, gen := uint32(tok), uint32(tok>>32)
 	if int(idx) >= len(r.slots) || !r.slots[idx].busy || r.slots[idx].gen != gen {
-		panic(fmt.Sprintf("ring: completion for unknown op (user data %#x, res %d)", tok, c.Res))
+		// Only an SQE queued behind the reactor's back (Ring().GetSQE with arbitrary user
+		// data) gets here. Drop it, count it, say so once.
+		r.unknownCQEs++
+		if r.unknownCQEs == 1 {
+			slog.Warn("ring: reactor dropped a completion it did not submit", "user_data", tok, "res", c.Res)
+		}
+		return
 	}
 	done := r.slots[idx].done
 	if c.Flags&CQEFMore == 0 {
@@ -347,12 +359,42 @@ func (r *Reactor) Post(fn func()) error {
 	return nil
 }
 
+// PostFrom is Post for code running on another reactor's loop (src, on src's thread): the
+// wake-up travels as an IORING_OP_MSG_RING submitted with src's next loop turn instead of an
+// eventfd write system call. It falls back to the eventfd when the backends differ or src
+// lacks MSG_RING (Linux 5.18).
+func (r *Reactor) PostFrom(src *Reactor, fn func()) error {
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	if !r.mailbox.push(fn) {
+		return ErrMailboxFull
+	}
+	if !r.wakePending.CompareAndSwap(false, true) {
+		return nil
+	}
+	if src != r && src.ring.Backend() == r.ring.Backend() && src.probe.Supported(OpMsgRing) {
+		if sqe, err := src.getSQE(); err == nil {
+			sqe.PrepMsgRing(r.ring.Fd(), 0, tokenMsgWake, 0)
+			sqe.Flags |= SQECQESkipSuccess
+			sqe.UserData = tokenIgnore
+			return nil
+		}
+	}
+	r.writeWakeFd()
+	return nil
+}
+
+func (r *Reactor) writeWakeFd() {
+	var one [8]byte
+	one[0] = 1
+	unix.Write(r.wakeFd, one[:])
+}
+
 // wake makes the loop return from its wait: one eventfd write per drain cycle.
 func (r *Reactor) wake() {
 	if r.wakePending.CompareAndSwap(false, true) {
-		var one [8]byte
-		one[0] = 1
-		unix.Write(r.wakeFd, one[:])
+		r.writeWakeFd()
 	}
 }
 
@@ -410,6 +452,7 @@ func (r *Reactor) RunOnce(block bool) error {
 		}
 	}
 	r.dispatchBacklog()
+	r.drainMailbox()
 	return nil
 }
 
@@ -521,6 +564,12 @@ func (r *Reactor) syncRW(code Opcode, fd int, p []byte, off int64) (int, error) 
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if r.cfg.InlineFileIO {
+		if code == OpRead {
+			return Syscalls{}.Pread(fd, p, off)
+		}
+		return Syscalls{}.Pwrite(fd, p, off)
+	}
 	sqe, tok, err := r.syncSQE()
 	if err != nil {
 		return 0, fmt.Errorf("%s fd %d off %d: %w", code, fd, off, err)
@@ -548,6 +597,9 @@ func (r *Reactor) syncRW(code Opcode, fd int, p []byte, off int64) (int, error) 
 }
 
 func (r *Reactor) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
+	if r.cfg.InlineFileIO {
+		return Syscalls{}.Pwritev(fd, bufs, off)
+	}
 	r.iovs = r.iovs[:0]
 	for _, b := range bufs {
 		if len(b) == 0 {
@@ -590,6 +642,12 @@ func (r *Reactor) Fdatasync(fd int) error { return r.syncFsync(fd, true) }
 func (r *Reactor) Fsync(fd int) error     { return r.syncFsync(fd, false) }
 
 func (r *Reactor) syncFsync(fd int, datasync bool) error {
+	if r.cfg.InlineFileIO {
+		if datasync {
+			return Syscalls{}.Fdatasync(fd)
+		}
+		return Syscalls{}.Fsync(fd)
+	}
 	name := "fsync"
 	if datasync {
 		name = "fdatasync"
@@ -611,6 +669,9 @@ func (r *Reactor) syncFsync(fd int, datasync bool) error {
 }
 
 func (r *Reactor) Fallocate(fd int, mode uint32, off, size int64) error {
+	if r.cfg.InlineFileIO {
+		return Syscalls{}.Fallocate(fd, mode, off, size)
+	}
 	sqe, tok, err := r.syncSQE()
 	if err != nil {
 		return fmt.Errorf("fallocate fd %d: %w", fd, err)

@@ -91,9 +91,14 @@ type Config struct {
 	RequireOps []Opcode
 
 	// Reactor settings (ignored by Open).
-	MailboxEntries uint32           // Post mailbox capacity (default 4096)
-	InflightMax    int              // in-flight op limit per reactor (default 65536)
-	Now            func() time.Time // clock for AfterFunc (default time.Now); tests inject one
+	MailboxEntries uint32 // Post mailbox capacity (default 4096)
+	// InlineFileIO makes the reactor's FileIO methods issue pread/pwrite/fdatasync directly
+	// on the owning thread instead of through the ring. Both block; through io_uring a
+	// buffered ext4 write is handed to an io-wq worker (no NOWAIT support), which costs a
+	// context switch per op (see docs/ring.md for numbers). Async ops are unaffected.
+	InlineFileIO bool
+	InflightMax  int              // in-flight op limit per reactor (default 65536)
+	Now          func() time.Time // clock for AfterFunc (default time.Now); tests inject one
 }
 
 const (
@@ -206,6 +211,9 @@ func checkRequired(p *Probe, ops []Opcode) error {
 	return nil
 }
 
+// uringSetup creates an io_uring ring; tests replace it to simulate old or locked-down kernels.
+var uringSetup = newUringRing
+
 // openUringWithRetry tries the wanted setup flags, dropping optional ones on EINVAL (an
 // older kernel rejecting a flag it does not know), newest first.
 func openUringWithRetry(cfg Config) (*uringRing, string, error) {
@@ -214,7 +222,7 @@ func openUringWithRetry(cfg Config) (*uringRing, string, error) {
 	}
 	var dropped []string
 	for attempt := 0; attempt < 8; attempt++ {
-		r, err := newUringRing(cfg)
+		r, err := uringSetup(cfg)
 		if err == nil {
 			return r, strings.Join(dropped, ","), nil
 		}

@@ -234,6 +234,8 @@ func (r *uringRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, er
 			return 0, nil
 		case errors.Is(err, unix.ETIME):
 			return 0, nil
+		case errors.Is(err, unix.EEXIST) && r.flags&setupSingleIssuer != 0:
+			return 0, fmt.Errorf("%w: io_uring_enter on a SINGLE_ISSUER ring from another thread: %w", ErrWrongThread, err)
 		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EBUSY):
 			return 0, fmt.Errorf("ring: io_uring_enter: completion queue backlog, reap first: %w", err)
 		default:

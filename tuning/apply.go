@@ -58,6 +58,9 @@ type ApplyResult struct {
 	Unchanged    []Item
 	RevertScript string
 	Applied      bool
+	// Mismatches lists targets that, read back after a successful write, hold something
+	// other than the proposed value (the kernel clamped or ignored it).
+	Mismatches []string
 }
 
 // Apply writes the plan's set items. Without opts.Yes it is a dry run. With it, Apply first
@@ -117,7 +120,25 @@ func Apply(plan *Plan, opts ApplyOptions) (*ApplyResult, error) {
 		}
 	}
 	result.Applied = true
+	result.Mismatches = readBack(result.Changes)
 	return result, nil
+}
+
+// readBack re-reads every written target: a write the kernel accepted can still be clamped
+// (nr_requests above the tag depth) or ignored.
+func readBack(changes []Change) []string {
+	var mismatches []string
+	for _, change := range changes {
+		data, err := os.ReadFile(change.RealPath)
+		if err != nil {
+			mismatches = append(mismatches, fmt.Sprintf("%s: read back: %v", change.Item.Path, err))
+			continue
+		}
+		if got := normalizeValue(change.Item, data); got != change.Item.Proposed {
+			mismatches = append(mismatches, fmt.Sprintf("%s: wrote %q, reads back %q", change.Item.Path, change.Item.Proposed, got))
+		}
+	}
+	return mismatches
 }
 
 func prepareChange(roots Roots, item Item) (Change, bool, error) {
@@ -223,6 +244,17 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// commentSafe keeps plan text (which may come from a hand-edited plan file) from ending a
+// shell comment: control characters become '?'.
+func commentSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
 // RevertScriptText renders the script that undoes changes, newest first.
 func RevertScriptText(changes []Change, at time.Time) string {
 	var b strings.Builder
@@ -239,7 +271,7 @@ fail() { echo "revert: could not restore $1" >&2; status=1; }
 `, at.UTC().Format(time.RFC3339), len(changes), "THIS_FILE")
 	for i := len(changes) - 1; i >= 0; i-- {
 		change := changes[i]
-		fmt.Fprintf(&b, "\n# %s: %s -> %s\n", change.Item.Target, change.Item.Current, change.Item.Proposed)
+		fmt.Fprintf(&b, "\n# %s: %s -> %s\n", commentSafe(change.Item.Target), commentSafe(change.Item.Current), commentSafe(change.Item.Proposed))
 		path := shellQuote(change.RealPath)
 		if change.FallbackPath != "" {
 			fmt.Fprintf(&b, "put %s %s 2>/dev/null || put %s %s || fail %s\n", path, shellQuote(string(change.Original)),

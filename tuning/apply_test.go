@@ -104,16 +104,38 @@ func TestApplyMissingTargetChangesNothing(t *testing.T) {
 	if _, err := os.Stat(script); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("revert script written although nothing was applied: %v", err)
 	}
-	for _, change := range changes[:len(changes)-1] {
-		real, _ := roots.Resolve(change.Path)
-		fixture, _ := fixtureRoots("vm2").Resolve(change.Path)
-		got, _ := os.ReadFile(real)
-		want, _ := os.ReadFile(fixture)
-		if string(got) != string(want) {
-			t.Errorf("%s changed to %q although apply failed", change.Path, got)
-		}
+	// Put the removed file back as it was: every other file must be untouched.
+	fixtureLast, _ := fixtureRoots("vm2").Resolve(changes[len(changes)-1].Path)
+	original, _ := os.ReadFile(fixtureLast)
+	if err := os.WriteFile(last, original, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	_ = tree
+	mustEqualTrees(t, filepath.Join("testdata", "hosts", "vm2"), tree)
+}
+
+// TestRevertScriptCommentInjection: a hand-edited plan cannot smuggle commands into the
+// revert script through item text.
+func TestRevertScriptCommentInjection(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "value")
+	if err := os.WriteFile(target, []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pwned := filepath.Join(dir, "pwned")
+	changes := []Change{{
+		Item:     Item{Target: "x\ntouch " + pwned + "\n#", Current: "1\rtouch " + pwned, Proposed: "2"},
+		RealPath: target, Original: []byte("1\n"),
+	}}
+	script := filepath.Join(dir, "revert.sh")
+	if err := writeRevertScript(script, changes, fixedNow()); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", script).CombinedOutput(); err != nil {
+		t.Fatalf("revert: %v %s", err, out)
+	}
+	if _, err := os.Stat(pwned); err == nil {
+		t.Fatal("plan text ran as a command in the revert script")
+	}
 }
 
 // TestApplyFailurePartWay fails the third write: the first two are rolled back, the revert
@@ -144,6 +166,25 @@ func TestApplyFailurePartWay(t *testing.T) {
 		t.Errorf("revert script missing after a partial apply: %v", err)
 	}
 	mustEqualTrees(t, filepath.Join("testdata", "hosts", "vm2"), tree)
+}
+
+// TestApplyReadBack: a write the "kernel" adjusts is reported, not silently trusted.
+func TestApplyReadBack(t *testing.T) {
+	roots, _ := copyTree(t, "vm2")
+	plan := planFor(t, roots, PlanOptions{})
+	clamping := func(real string, data []byte) error {
+		if strings.HasSuffix(real, "read_ahead_kb") {
+			data = []byte("512\n")
+		}
+		return writeTunable(real, data)
+	}
+	result, err := Apply(plan, ApplyOptions{Roots: roots, Yes: true, RevertScript: filepath.Join(t.TempDir(), "r.sh"), writeFile: clamping})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(result.Mismatches) != 1 || !strings.Contains(result.Mismatches[0], `reads back "512"`) {
+		t.Errorf("mismatches %q, want read_ahead_kb reading back 512", result.Mismatches)
+	}
 }
 
 func TestApplyRevertScriptMustBeNew(t *testing.T) {

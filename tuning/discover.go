@@ -84,18 +84,22 @@ type Queue struct {
 
 // Disk is one physical block device.
 type Disk struct {
-	Name         string     `json:"name"`
-	DevicePath   string     `json:"device_path"`
-	Node         int        `json:"node"`
-	Rotational   bool       `json:"rotational"`
-	Scheduler    string     `json:"scheduler"`
-	Schedulers   []string   `json:"schedulers"`
-	NrRequests   int        `json:"nr_requests"`
-	ReadAheadKB  int        `json:"read_ahead_kb"`
-	RQAffinity   int        `json:"rq_affinity"` // -1 when absent
-	HWQueues     int        `json:"hw_queues"`
-	HWQueueDepth int        `json:"hw_queue_depth"` // mq/0/nr_tags, 0 when unknown
-	IRQs         []QueueIRQ `json:"irqs"`
+	Name       string `json:"name"`
+	DevicePath string `json:"device_path"`
+	// Dev is the disk's device number ("259:0") and PartitionDevs its partitions'; they
+	// match st_dev of files stored on the disk (see PlanOptions.DataDevice).
+	Dev           string     `json:"dev,omitempty"`
+	PartitionDevs []string   `json:"partition_devs,omitempty"`
+	Node          int        `json:"node"`
+	Rotational    bool       `json:"rotational"`
+	Scheduler     string     `json:"scheduler"`
+	Schedulers    []string   `json:"schedulers"`
+	NrRequests    int        `json:"nr_requests"`
+	ReadAheadKB   int        `json:"read_ahead_kb"`
+	RQAffinity    int        `json:"rq_affinity"` // -1 when absent
+	HWQueues      int        `json:"hw_queues"`
+	HWQueueDepth  int        `json:"hw_queue_depth"` // mq/0/nr_tags, 0 when unknown
+	IRQs          []QueueIRQ `json:"irqs"`
 }
 
 // Setting is one single-value knob: a sysctl under /proc/sys or a sysfs file.
@@ -421,7 +425,10 @@ func (d *discoverer) interrupts() error {
 // deviceIRQs finds the MSI/MSI-X interrupts of the device at dir (a logical path under
 // /sys/devices) by walking up to the first ancestor with msi_irqs, and returns those whose
 // action name passes keep, sorted by queue then IRQ number.
-func (d *discoverer) deviceIRQs(dir string, keep func(action string) bool, managed bool) ([]QueueIRQ, error) {
+//
+// Without msi_irqs (legacy INTx, some virtual functions) every row of /proc/interrupts is a
+// candidate, so only names containing fallbackName (the NIC or controller name) are kept.
+func (d *discoverer) deviceIRQs(dir string, keep func(action string) bool, managed bool, fallbackName string) ([]QueueIRQ, error) {
 	msiDir := ""
 	for current := dir; strings.HasPrefix(current, "/sys/devices/"); current = path.Dir(current) {
 		if d.r.exists(current + "/msi_irqs") {
@@ -446,9 +453,11 @@ func (d *discoverer) deviceIRQs(dir string, keep func(action string) bool, manag
 			}
 			numbers = append(numbers, n)
 		}
-	} else {
+	} else if fallbackName != "" {
 		for _, irq := range d.topo.Interrupts.IRQs {
-			numbers = append(numbers, irq.Number)
+			if strings.Contains(irq.Actions, fallbackName) {
+				numbers = append(numbers, irq.Number)
+			}
 		}
 	}
 	var irqs []QueueIRQ
@@ -588,14 +597,7 @@ func (d *discoverer) nic(name, dev string) (NIC, error) {
 	sort.Slice(nic.RXQueues, byIndex(nic.RXQueues))
 	sort.Slice(nic.TXQueues, byIndex(nic.TXQueues))
 	virtio := ancestorNamed(dev, "virtio")
-	nic.IRQs, err = d.deviceIRQs(dev, func(action string) bool {
-		if virtio == "" && !strings.Contains(action, "@") && !strings.Contains(action, name) &&
-			!strings.Contains(strings.ToLower(action), "comp") {
-			// Without msi_irqs the search covers every IRQ: only names that mention the NIC.
-			return false
-		}
-		return nicQueueIRQ(action, virtio)
-	}, false)
+	nic.IRQs, err = d.deviceIRQs(dev, func(action string) bool { return nicQueueIRQ(action, virtio) }, false, name+"-")
 	return nic, err
 }
 
@@ -666,6 +668,9 @@ func (d *discoverer) disk(name, dev string) (Disk, error) {
 	if err := d.hardwareQueues(&disk); err != nil {
 		return Disk{}, err
 	}
+	if err := d.deviceNumbers(&disk); err != nil {
+		return Disk{}, err
+	}
 	prefix := ""
 	if controller := ancestorNamed(dev, "nvme"); controller != "" {
 		prefix = controller + "q"
@@ -677,7 +682,7 @@ func (d *discoverer) disk(name, dev string) (Disk, error) {
 			return false
 		}
 		return action != prefix+"0" || !strings.HasPrefix(prefix, "nvme") // nvmeNq0 is the admin queue
-	}, true)
+	}, true, prefix)
 	return disk, err
 }
 
@@ -701,6 +706,38 @@ func (d *discoverer) hardwareQueues(disk *Disk) error {
 			return err
 		}
 		disk.HWQueueDepth = depth
+	}
+	return nil
+}
+
+// deviceNumbers reads the disk's dev file and those of its partitions (subdirectories
+// holding a partition file).
+func (d *discoverer) deviceNumbers(disk *Disk) error {
+	var err error
+	if disk.Dev, _, err = d.r.readOptional(disk.DevicePath + "/dev"); err != nil {
+		return err
+	}
+	real, err := d.r.resolve(disk.DevicePath)
+	if err != nil {
+		return err
+	}
+	entries, err := d.r.fsys.ReadDir(real)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", disk.DevicePath, err)
+	}
+	for _, entry := range entries {
+		partition := disk.DevicePath + "/" + entry.Name()
+		if !entry.IsDir() || !d.r.exists(partition+"/partition") {
+			continue
+		}
+		dev, err := d.r.readString(partition + "/dev")
+		if err != nil {
+			return err
+		}
+		if _, err := d.r.readFile(partition + "/partition"); err != nil {
+			return err
+		}
+		disk.PartitionDevs = append(disk.PartitionDevs, dev)
 	}
 	return nil
 }

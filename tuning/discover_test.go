@@ -379,3 +379,72 @@ func TestNUMANodeOfCPU(t *testing.T) {
 		t.Errorf("empty sys root: %v, want not-exist", err)
 	}
 }
+
+// TestDiscoverNICWithoutMSIDirectory: without msi_irqs the NIC's queue IRQs are found by
+// name in /proc/interrupts, and other devices' IRQs are not picked up.
+func TestDiscoverNICWithoutMSIDirectory(t *testing.T) {
+	roots := fixtureRoots("isol8")
+	patched := &patchFS{errs: map[string]error{}}
+	for _, dir := range []string{"devices/pci0000:00/0000:00:03.0/0000:03:00.0/msi_irqs", "devices/pci0000:00/0000:00:1d.0/0000:3d:00.0/msi_irqs"} {
+		patched.errs[filepath.Join(roots.Sys, dir)] = syscall.ENOENT
+	}
+	topo, err := Discover(DiscoverOptions{Roots: roots, FS: patched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := irqNumbers(topo.NICs[0].IRQs); !slices.Equal(got, []int{50, 51, 52, 53}) {
+		t.Errorf("eth0 IRQs by name %v, want 50-53", got)
+	}
+	if got := irqNumbers(topo.Disks[0].IRQs); len(got) != 8 || got[0] != 71 {
+		t.Errorf("nvme0 IRQs by name %v, want 71-78", got)
+	}
+}
+
+func TestRootsLive(t *testing.T) {
+	link := filepath.Join(t.TempDir(), "sys")
+	if err := os.Symlink("/sys", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		roots Roots
+		live  bool
+	}{
+		{DefaultRoots(), true},
+		{Roots{Sys: "/sys/", Proc: t.TempDir()}, true},
+		{Roots{Sys: link, Proc: t.TempDir()}, true},
+		{fixtureRoots("vm2"), false},
+	} {
+		if got := tc.roots.Live(); got != tc.live {
+			t.Errorf("%+v live = %v, want %v", tc.roots, got, tc.live)
+		}
+	}
+}
+
+// TestDiscoverLiveHost reads the machine the tests run on (read only) and plans for it, so
+// that real sysfs quirks (xps_cpus that refuses reads, dangling class links) are exercised.
+func TestDiscoverLiveHost(t *testing.T) {
+	if _, err := os.Stat("/sys/devices/system/cpu/online"); err != nil {
+		t.Skipf("no sysfs here: %v", err)
+	}
+	topo, err := Discover(DiscoverOptions{})
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("this sandbox's sysfs lacks a required file: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("discover the live host: %v", err)
+	}
+	if len(topo.CPUs) == 0 || len(topo.Nodes) == 0 || topo.Interrupts == nil || len(topo.Interrupts.CPUs) == 0 {
+		t.Fatalf("live topology incomplete: %d cpus, %d nodes", len(topo.CPUs), len(topo.Nodes))
+	}
+	for _, node := range topo.Nodes {
+		for _, cpu := range node.CPUs {
+			got, err := NUMANodeOfCPU("/sys", cpu)
+			if _, online := topo.CPU(cpu); online && (err != nil || got != node.ID) {
+				t.Errorf("NUMANodeOfCPU(%d) = %d, %v; discovery says node %d", cpu, got, err, node.ID)
+			}
+		}
+	}
+	if _, err := BuildPlan(topo, PlanOptions{IRQMode: IRQModeShared}); err != nil {
+		t.Errorf("plan for the live host: %v", err)
+	}
+}

@@ -156,6 +156,10 @@ func (h *hostTree) nic(name, pciDir string, node, queues int, rps, xps func(q in
 func (h *hostTree) nvme(controller, pciDir string, node, ioQueues, firstIRQ int, scheduler string, nrRequests int) {
 	disk := controller + "n1"
 	dev := fmt.Sprintf("%s/nvme/%s/%s", pciDir, controller, disk)
+	index := int(controller[len(controller)-1] - '0')
+	h.file(dev+"/dev", fmt.Sprintf("259:%d", index*8))
+	h.file(fmt.Sprintf("%s/%sp1/dev", dev, disk), fmt.Sprintf("259:%d", index*8+1))
+	h.file(fmt.Sprintf("%s/%sp1/partition", dev, disk), "1")
 	h.links["/sys/block/"+disk] = "../" + strings.TrimPrefix(dev, "/sys/")
 	h.file(pciDir+"/numa_node", fmt.Sprint(node))
 	h.file(dev+"/queue/rotational", "0")

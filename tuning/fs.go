@@ -3,6 +3,7 @@ package tuning
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -23,8 +24,17 @@ type Roots struct {
 func DefaultRoots() Roots { return Roots{Sys: "/sys", Proc: "/proc"} }
 
 // Live reports whether either root is the live kernel tree.
+// A root that is a symlink to the live tree counts as live.
 func (r Roots) Live() bool {
-	return filepath.Clean(r.Sys) == "/sys" || filepath.Clean(r.Proc) == "/proc"
+	return isLiveTree(r.Sys, "/sys") || isLiveTree(r.Proc, "/proc")
+}
+
+func isLiveTree(root, live string) bool {
+	if filepath.Clean(root) == live {
+		return true
+	}
+	resolved, err := filepath.EvalSymlinks(root)
+	return err == nil && resolved == live
 }
 
 // ErrBadPath reports a logical path outside /sys and /proc, or one that climbs out of them.
@@ -64,7 +74,21 @@ type FileSystem interface {
 
 type osFS struct{}
 
-func (osFS) ReadFile(name string) ([]byte, error)       { return os.ReadFile(name) }
+// ReadFile reads at most fileBytesMax+1 bytes, so a huge file in a fake tree cannot make
+// discovery allocate without bound; the caller reports the overflow.
+func (osFS) ReadFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, fileBytesMax+1))
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: name, Err: err}
+	}
+	return data, nil
+}
+
 func (osFS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
 func (osFS) Lstat(name string) (fs.FileInfo, error)     { return os.Lstat(name) }
 func (osFS) Readlink(name string) (string, error)       { return os.Readlink(name) }

@@ -10,15 +10,15 @@ import (
 // Proposed values and their reasons. Each is a judgement for a log broker that appends
 // sequentially and serves mostly-sequential reads; docs/tuning.md explains them.
 const (
-	readAheadKBSSD        = 256      // a catching-up consumer reads sequentially; more evicts hot tails
-	readAheadKBRotational = 1024     // a seek costs ~8 ms: read more per seek
-	socketBufferBytesMax  = 16 << 20 // 16 MiB: a 25 Gbit/s flow with 5 ms RTT needs ~15 MiB in flight
-	somaxconnMin          = 4096
-	swappinessMax         = 10
-	dirtyBackgroundMin    = 64 << 20
-	dirtyBackgroundMax    = 1 << 30
-	dirtyMin              = 256 << 20
-	dirtyMax              = 8 << 30
+	readAheadKBSSD          = 256      // a catching-up consumer reads sequentially; more evicts hot tails
+	readAheadKBRotational   = 1024     // a seek costs ~8 ms: read more per seek
+	socketBufferBytesMax    = 16 << 20 // 16 MiB: a 25 Gbit/s flow with 5 ms RTT needs ~15 MiB in flight
+	somaxconnMin            = 4096
+	swappinessMax           = 10
+	dirtyBackgroundBytesMin = 64 << 20
+	dirtyBackgroundBytesMax = 1 << 30
+	dirtyBytesMin           = 256 << 20
+	dirtyBytesMax           = 8 << 30
 )
 
 type planBuilder struct {
@@ -214,8 +214,8 @@ func (b *planBuilder) sysctls() {
 	}
 	memory := b.topo.MemTotalBytes
 	if memory > 0 {
-		background := clampUint(memory/100, dirtyBackgroundMin, dirtyBackgroundMax) &^ (1<<20 - 1)
-		dirty := clampUint(memory/10, dirtyMin, dirtyMax) &^ (1<<20 - 1)
+		background := clampUint(memory/100, dirtyBackgroundBytesMin, dirtyBackgroundBytesMax) &^ (1<<20 - 1)
+		dirty := clampUint(memory/10, dirtyBytesMin, dirtyBytesMax) &^ (1<<20 - 1)
 		b.setting("/proc/sys/vm/dirty_background_bytes", strconv.FormatUint(background, 10),
 			fmt.Sprintf("page-cache mode: start background writeback early (1%% of RAM, %s) so flushing is steady instead of bursty", formatBytes(background)), false)
 		b.setting("/proc/sys/vm/dirty_bytes", strconv.FormatUint(dirty, 10),
@@ -286,7 +286,7 @@ func (b *planBuilder) services() {
 	if len(b.topo.IRQBalancePIDs) > 0 {
 		b.add(Item{Kind: "service", Target: "irqbalance",
 			Current: "running (pid " + formatIntList(b.topo.IRQBalancePIDs) + ")", Proposed: "stopped",
-			Why:       "irqbalance rewrites IRQ affinity every 10 s and would undo this plan: systemctl disable --now irqbalance (or list the IRQs in IRQBALANCE_BANNED_CPULIST)",
+			Why:       "irqbalance rewrites IRQ affinity every 10 s and would undo this plan: systemctl disable --now irqbalance, or run it with --banirq=N for each NIC queue IRQ",
 			Important: true})
 	}
 	current := "none"

@@ -105,6 +105,9 @@ type PlanOptions struct {
 	// NICs and Disks restrict the plan to these devices; empty means every physical one.
 	NICs  []string
 	Disks []string
+	// DataDevice ("major:minor", the st_dev of the data directory) picks the data disk: the
+	// only disk tuned, and the second NUMA preference after the NIC.
+	DataDevice string
 }
 
 var (
@@ -139,7 +142,7 @@ func BuildPlan(topo *Topology, opts PlanOptions) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	disks, err := selectDisks(topo, opts.Disks)
+	disks, err := selectDisks(topo, opts.Disks, opts.DataDevice)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +183,19 @@ func selectNICs(topo *Topology, names []string) ([]NIC, error) {
 	return selected, nil
 }
 
-func selectDisks(topo *Topology, names []string) ([]Disk, error) {
+func selectDisks(topo *Topology, names []string, dataDevice string) ([]Disk, error) {
+	if dataDevice != "" {
+		if len(names) > 0 {
+			return nil, fmt.Errorf("%w: give the data disk by name or by data directory, not both", ErrUnknownDevice)
+		}
+		for _, disk := range topo.Disks {
+			if disk.Dev == dataDevice || slices.Contains(disk.PartitionDevs, dataDevice) {
+				return []Disk{disk}, nil
+			}
+		}
+		return nil, fmt.Errorf("%w: the data directory is on device %s, which is not a physical disk (LVM, RAID, tmpfs?); name its disks with --disk (found: %s)",
+			ErrUnknownDevice, dataDevice, diskNames(topo))
+	}
 	if len(names) == 0 {
 		return topo.Disks, nil
 	}

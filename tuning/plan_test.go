@@ -279,3 +279,35 @@ func TestDecodePlanRejects(t *testing.T) {
 		t.Errorf("valid plan rejected: %v", err)
 	}
 }
+
+func TestPlanDataDevice(t *testing.T) {
+	topo := discoverFixture(t, "numa2")
+	if disk := topo.Disks[1]; disk.Dev != "259:8" || !slices.Equal(disk.PartitionDevs, []string{"259:9"}) {
+		t.Fatalf("nvme1n1 dev %q partitions %v", disk.Dev, disk.PartitionDevs)
+	}
+	plan, err := BuildPlan(topo, PlanOptions{DataDevice: "259:9", IRQMode: IRQModeShared, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range plan.Items {
+		if item.Kind == "disk" && !strings.HasPrefix(item.Target, "nvme1n1") {
+			t.Errorf("data dir on nvme1n1p1 but the plan tunes %s", item.Target)
+		}
+	}
+	if !slices.Equal(plan.ShardNodes, []int{1, 1}) {
+		t.Errorf("shard nodes %v, want node 1 (NIC and data disk)", plan.ShardNodes)
+	}
+	// Data on nvme0 (node 0), NIC on node 1: with 8 shards the NIC's node fills first.
+	plan, err = BuildPlan(topo, PlanOptions{DataDevice: "259:0", IRQMode: IRQModeShared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(plan.ShardNodes, []int{1, 1, 1, 1, 0, 0, 0, 0}) {
+		t.Errorf("shard nodes %v", plan.ShardNodes)
+	}
+	for _, opts := range []PlanOptions{{DataDevice: "253:0"}, {DataDevice: "259:0", Disks: []string{"nvme0n1"}}} {
+		if _, err := BuildPlan(topo, opts); !errors.Is(err, ErrUnknownDevice) {
+			t.Errorf("%+v: %v, want ErrUnknownDevice", opts, err)
+		}
+	}
+}

@@ -13,9 +13,10 @@
 //     it moved. Random offsets are block-aligned and uniform over the whole file.
 //   - Between cells the file is fdatasync'ed and its page cache dropped (POSIX_FADV_DONTNEED),
 //     so a buffered read cell starts cold and a write cell does not inherit dirty pages.
-//   - Queue depth 1 issues one synchronous op at a time through a ring.FileIO. Queue depth 64
-//     keeps 64 ops in flight through an Async backend (io_uring when available, else 64
-//     threads each issuing synchronous syscalls); the table names the backend.
+//   - Queue depth 1 issues one synchronous op at a time through a ring.FileIO (the io_uring
+//     reactor from the CLI). Queue depth 64 keeps 64 ops in flight through an Async backend
+//     (ReactorAsync: 64 SQEs outstanding on one ring; or, without a reactor, 64 threads each
+//     issuing synchronous syscalls); the table names the backend.
 package disk
 
 import (
@@ -121,6 +122,7 @@ type Config struct {
 	CellTime  time.Duration // time cap per cell
 	Cells     []Cell        // nil means Matrix()
 	IO        ring.FileIO   // queue depth 1 path; nil means ring.Syscalls{}
+	IOName    string        // the qd1 backend's name in the table; "" = "syscalls"
 	Async     Async         // queue depth > 1 path; nil means goroutines over IO
 	Progress  func(done, total int, cell Cell)
 	Seed      uint64 // random offsets; fixed so reruns touch the same blocks
@@ -163,6 +165,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if cfg.IO == nil {
 		cfg.IO = ring.Syscalls{}
+	}
+	if cfg.IOName == "" {
+		cfg.IOName = "syscalls"
 	}
 	if cfg.Async == nil {
 		cfg.Async = threadAsync{io: cfg.IO}
@@ -265,22 +270,21 @@ func readFull(io ring.FileIO, fd int, p []byte, off int64) error {
 // alignedBuffers maps count page-aligned buffers of size bytes, filled with random bytes so
 // no layer below can compress or deduplicate them.
 func alignedBuffers(count, size int) ([][]byte, func(), error) {
-	arena, err := unix.Mmap(-1, 0, count*size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	arena, err := ring.NewArena(size, count)
 	if err != nil {
 		return nil, nil, fmt.Errorf("disk bench: map %d buffers of %d bytes: %w", count, size, err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i+8 <= len(arena); i += 8 {
-		v := rng.Uint64()
-		for b := 0; b < 8; b++ {
-			arena[i+b] = byte(v >> (8 * b))
+	buffers := arena.Buffers()
+	for _, buffer := range buffers {
+		for i := 0; i+8 <= len(buffer); i += 8 {
+			v := rng.Uint64()
+			for b := range 8 {
+				buffer[i+b] = byte(v >> (8 * b))
+			}
 		}
 	}
-	buffers := make([][]byte, count)
-	for i := range buffers {
-		buffers[i] = arena[i*size : (i+1)*size : (i+1)*size]
-	}
-	return buffers, func() { _ = unix.Munmap(arena) }, nil
+	return buffers, func() { _ = arena.Release() }, nil
 }
 
 // offsets hands out the next block offset to any slot until the byte cap or deadline.
@@ -324,7 +328,7 @@ func (o *offsets) next(slot int) (int64, bool) {
 }
 
 func runCell(path string, cell Cell, cfg Config, directOK bool) (Result, error) {
-	result := Result{Cell: cell, Name: cell.String(), Backend: "syscalls"}
+	result := Result{Cell: cell, Name: cell.String(), Backend: cfg.IOName}
 	if cell.Direct && !directOK {
 		result.Skipped = ErrDirectUnsupported.Error()
 		return result, nil

@@ -3,11 +3,15 @@ package disk
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/ring"
 )
 
 func TestMatrixCoversTheExperiment(t *testing.T) {
@@ -165,6 +169,9 @@ func TestRatiosAndExplanation(t *testing.T) {
 	if len(flash.Ratios) != 2 || !flash.Ratios[0].Headline || flash.Ratios[0].Value != 50 || flash.Ratios[1].Value != 1.5 {
 		t.Fatalf("ratios %+v", flash.Ratios)
 	}
+	if flash.Ratios[0].ByMedian != (float64(largeBlockBytes)/600)/(float64(smallBlockBytes)/100) {
+		t.Fatalf("by-median ratio %v", flash.Ratios[0].ByMedian)
+	}
 	if why := Explain(flash); !strings.Contains(why, "50×") || !strings.Contains(why, "no moving head") || !strings.Contains(why, "1.5×") {
 		t.Fatalf("flash explanation: %s", why)
 	}
@@ -175,5 +182,72 @@ func TestRatiosAndExplanation(t *testing.T) {
 	}
 	if why := Explain(&Report{}); !strings.Contains(why, "did not run") {
 		t.Fatalf("empty explanation: %s", why)
+	}
+}
+
+// TestRunOnReactor drives both queue depths through a real ring.Reactor (io_uring where the
+// kernel allows it, ring's syscall backend otherwise) on this test's locked thread.
+func TestRunOnReactor(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	reactor, err := ring.NewReactor(ring.Config{Entries: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reactor.Close()
+	cells := []Cell{
+		{Write: true, Random: true, BlockBytes: smallBlockBytes, Direct: true, QueueDepth: 1},
+		{Write: true, Random: true, BlockBytes: smallBlockBytes, Direct: true, QueueDepth: 16},
+		{Write: true, BlockBytes: smallBlockBytes, Sync: true, QueueDepth: 4},
+		{Random: true, BlockBytes: smallBlockBytes, Direct: true, QueueDepth: 16},
+	}
+	const fileBytes = 4 << 20
+	report, err := Run(Config{
+		Dir: t.TempDir(), FileBytes: fileBytes, CellTime: 40 * time.Millisecond, Cells: cells,
+		IO: reactor, IOName: reactor.Backend(), Async: ReactorAsync{Reactor: reactor},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range report.Results {
+		if r.Skipped != "" {
+			continue
+		}
+		if r.Backend != reactor.Backend() || r.Ops <= 0 || r.Latency.Count != r.Ops || r.Bytes > fileBytes {
+			t.Fatalf("%s on %s: ops %d latency count %d bytes %d", r.Name, r.Backend, r.Ops, r.Latency.Count, r.Bytes)
+		}
+	}
+}
+
+func BenchmarkReactorRandomRead4KiBQD16(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	reactor, err := ring.NewReactor(ring.Config{Entries: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer reactor.Close()
+	path := filepath.Join(b.TempDir(), "f")
+	if err := os.WriteFile(path, make([]byte, 8<<20), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Close(fd)
+	buffers, free, err := alignedBuffers(16, smallBlockBytes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer free()
+	gen := newOffsets(Cell{Random: true, BlockBytes: smallBlockBytes}, 8<<20, time.Now().Add(time.Hour), 16, 1)
+	gen.opsMax = int64(b.N)
+	b.ReportAllocs()
+	b.SetBytes(smallBlockBytes)
+	b.ResetTimer()
+	ops, err := ReactorAsync{Reactor: reactor}.Run(fd, false, false, buffers, gen.next, bench.NewLatency())
+	if err != nil || ops != int64(b.N) {
+		b.Fatalf("ops %d of %d: %v", ops, b.N, err)
 	}
 }

@@ -5,12 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
 	"github.com/ringlog/ringlog/bench/disk"
+	"github.com/ringlog/ringlog/ring"
 )
 
 func init() {
@@ -22,8 +23,14 @@ type benchCommand struct {
 	run     func(args []string) error
 }
 
-var benchCommands = map[string]benchCommand{
-	"disk": {"Kafka's linear-vs-random disk experiment through ring/", benchDisk},
+var benchCommands = map[string]benchCommand{}
+
+func init() {
+	benchCommands["disk"] = benchCommand{"Kafka's linear-vs-random disk experiment through ring/", benchDisk}
+	benchCommands["run"] = benchCommand{"run a workload file against a broker (or the mem driver)", benchRun}
+	benchCommands["compare"] = benchCommand{"side-by-side table of two result files, with ratios", benchCompare}
+	benchCommands["loopback"] = benchCommand{"loopback TCP bandwidth probe (iperf3-style, in Go)", benchLoopback}
+	benchCommands["peers"] = benchCommand{"run a workload on ringlog and on NATS JetStream, report our/peer ratios", benchPeers}
 }
 
 func benchUsage() {
@@ -68,6 +75,7 @@ func benchDisk(args []string) error {
 	cellTime := fs.Duration("cell-time", 0, "time cap per cell (default 2s, --quick 300ms)")
 	quick := fs.Bool("quick", false, "small file and short cells, for a smoke run")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	backend := fs.String("backend", "auto", "I/O path: auto (io_uring reactor, syscall fallback), uring, syscall, threads")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,7 +106,14 @@ func benchDisk(args []string) error {
 	cfg.Progress = func(done, total int, c disk.Cell) {
 		progress.Printf("[%2d/%d] %s", done+1, total, c)
 	}
-	configureDiskBackends(&cfg)
+	// The reactor belongs to this thread: every op of the run is submitted from here.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	closeBackends, err := configureDiskBackends(&cfg, *backend)
+	if err != nil {
+		return err
+	}
+	defer closeBackends()
 	report, err := disk.Run(cfg)
 	progress.Done()
 	if err != nil {
@@ -119,9 +134,22 @@ func benchDisk(args []string) error {
 	return nil
 }
 
-// configureDiskBackends picks the I/O backends. Until ring.Reactor lands on main the disk
-// experiment uses synchronous syscalls for qd1 and 64 threads for qd64; the table's backend
-// column says which ran.
-func configureDiskBackends(cfg *disk.Config) {
-	_ = strings.TrimSpace
+// configureDiskBackends picks the I/O backends: by default a ring.Reactor (io_uring, or
+// ring's syscall backend where io_uring is refused) for both queue depths; "threads" runs
+// qd1 as plain syscalls and qd64 as 64 threads, for comparison. The table's backend column
+// says which ran. The caller must hold its OS thread locked.
+func configureDiskBackends(cfg *disk.Config, backend string) (func(), error) {
+	switch backend {
+	case "threads":
+		return func() {}, nil
+	case "auto", "uring", "syscall":
+	default:
+		return nil, fmt.Errorf("--backend %q: want auto, uring, syscall or threads", backend)
+	}
+	reactor, err := ring.NewReactor(ring.Config{Entries: 256, Backend: backend})
+	if err != nil {
+		return nil, fmt.Errorf("--backend %s: %w", backend, err)
+	}
+	cfg.IO, cfg.IOName, cfg.Async = reactor, reactor.Backend(), disk.ReactorAsync{Reactor: reactor}
+	return func() { _ = reactor.Close() }, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ringlog/ringlog/tuning"
 )
@@ -25,10 +28,11 @@ commands:
   check     report what is off; exit status 1 when an important item is
   plan      print the plan (--format text|json; json is the file --tune-plan and apply --plan read)
   apply     show what would change (dry run); --yes writes, after saving a revert script (needs root)
+  show      print what discovery found (CPUs, nodes, NICs, disks, IRQs, settings) as JSON
   snapshot  copy the /sys and /proc files discovery reads into --out DIR (for bug reports, fixtures)
 
 common flags: --shards N|all --irq-mode dedicated|shared --cpus LIST --nic NAME[,NAME]
-              --disk NAME[,NAME] --sys-root DIR --proc-root DIR
+              --disk NAME[,NAME] --data-dir DIR --sys-root DIR --proc-root DIR
 `
 
 // errTuneCheckFailed makes `ringlog tune check` exit non-zero.
@@ -41,6 +45,7 @@ type tuneFlags struct {
 	cpus     string
 	nics     string
 	disks    string
+	dataDir  string
 	sysRoot  string
 	procRoot string
 }
@@ -53,6 +58,7 @@ func newTuneFlags(name string, output io.Writer) *tuneFlags {
 	f.set.StringVar(&f.cpus, "cpus", "", "shard CPUs to use instead of choosing (kernel list format, e.g. 2-5,8)")
 	f.set.StringVar(&f.nics, "nic", "", "comma-separated NICs to tune (default: every physical NIC)")
 	f.set.StringVar(&f.disks, "disk", "", "comma-separated block devices to tune (default: every physical disk)")
+	f.set.StringVar(&f.dataDir, "data-dir", "", "the broker's data directory: tune only the disk holding it and prefer its NUMA node")
 	f.set.StringVar(&f.sysRoot, "sys-root", "/sys", "where sysfs is (a snapshot directory's sys/ for testing)")
 	f.set.StringVar(&f.procRoot, "proc-root", "/proc", "where procfs is")
 	return f
@@ -80,6 +86,13 @@ func (f *tuneFlags) planOptions() (tuning.PlanOptions, error) {
 	}
 	opts.NICs = splitNames(f.nics)
 	opts.Disks = splitNames(f.disks)
+	if f.dataDir != "" {
+		var st unix.Stat_t
+		if err := unix.Stat(f.dataDir, &st); err != nil {
+			return opts, fmt.Errorf("--data-dir %s: %w", f.dataDir, err)
+		}
+		opts.DataDevice = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	}
 	return opts, nil
 }
 
@@ -120,10 +133,12 @@ func runTune(args []string, stdout io.Writer) error {
 		return tunePlan(args[1:], stdout)
 	case "apply":
 		return tuneApply(args[1:], stdout)
+	case "show":
+		return tuneShow(args[1:], stdout)
 	case "snapshot":
 		return tuneSnapshot(args[1:], stdout)
 	}
-	return fmt.Errorf("unknown tune command %q (want check, plan, apply or snapshot)", args[0])
+	return fmt.Errorf("unknown tune command %q (want check, plan, apply, show or snapshot)", args[0])
 }
 
 func parseTuneFlags(f *tuneFlags, args []string) error {
@@ -223,7 +238,7 @@ func tuneApply(args []string, stdout io.Writer) error {
 	if result != nil {
 		for _, change := range result.Changes {
 			fmt.Fprintf(stdout, "%-9s %s: %s -> %s\n", verb(result.Applied, *yes), change.Item.Path,
-				strings.TrimSpace(string(change.Original)), change.Item.Proposed)
+				strings.Join(strings.Fields(string(change.Original)), " "), change.Item.Proposed)
 		}
 		for _, item := range plan.Items {
 			if item.Action == tuning.ActionAdvise {
@@ -233,6 +248,9 @@ func tuneApply(args []string, stdout io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	for _, mismatch := range result.Mismatches {
+		fmt.Fprintf(stdout, "warning   %s\n", mismatch)
 	}
 	switch {
 	case len(result.Changes) == 0:
@@ -253,6 +271,23 @@ func verb(applied, yes bool) string {
 		return "planned"
 	}
 	return "would set"
+}
+
+func tuneShow(args []string, stdout io.Writer) error {
+	f := newTuneFlags("show", stdout)
+	if err := parseTuneFlags(f, args); err != nil {
+		return err
+	}
+	topo, err := tuning.Discover(tuning.DiscoverOptions{Roots: f.roots()})
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(topo, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode topology: %w", err)
+	}
+	_, err = stdout.Write(append(data, '\n'))
+	return err
 }
 
 func tuneSnapshot(args []string, stdout io.Writer) error {

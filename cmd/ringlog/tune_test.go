@@ -110,3 +110,22 @@ func TestTuneApplyYesOnSnapshot(t *testing.T) {
 		t.Errorf("swappiness after revert %q, want %q", after, before)
 	}
 }
+
+func TestTuneDataDirMissing(t *testing.T) {
+	_, err := runTuneOutput(t, append([]string{"plan", "--data-dir", filepath.Join(t.TempDir(), "absent")}, fixtureFlags("vm2")...)...)
+	if err == nil || !strings.Contains(err.Error(), "--data-dir") {
+		t.Errorf("absent data dir: %v", err)
+	}
+}
+
+func TestTuneShow(t *testing.T) {
+	out, err := runTuneOutput(t, append([]string{"show"}, fixtureFlags("isol8")...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"isolated": [`, `"name": "eth0-TxRx-3"`, `"name": "nvme0n1"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show output lacks %s", want)
+		}
+	}
+}

@@ -40,12 +40,19 @@ type Builder struct {
 
 // NewBuilder returns an empty Builder.
 func NewBuilder(opts BuilderOptions) *Builder {
+	b := &Builder{}
+	b.ResetWith(opts)
+	return b
+}
+
+// ResetWith drops the appended records, keeps the buffers and replaces the options. An
+// idempotent producer uses it to move BaseSequence on from one batch to the next.
+func (b *Builder) ResetWith(opts BuilderOptions) {
 	if !opts.Idempotent && opts.ProducerID == 0 && opts.ProducerEpoch == 0 && opts.BaseSequence == 0 {
 		opts.ProducerID, opts.ProducerEpoch, opts.BaseSequence = -1, -1, -1
 	}
-	b := &Builder{opts: opts}
+	b.opts = opts
 	b.Reset()
-	return b
 }
 
 // Reset drops the appended records and keeps the buffers and options.
@@ -115,8 +122,8 @@ func appendNullable(dst, p []byte) []byte {
 // Build appends the finished batch to dst and returns the extended slice. Base offset is
 // 0 and partition leader epoch -1 (the broker sets both); the CRC is computed. The builder
 // is left unchanged: call Reset to start the next batch. Build fails with ErrRecordCount
-// when no record was appended and with ErrLength when the batch would exceed
-// MaxBatchBytes.
+// when no record was appended, with ErrLength when the batch would exceed MaxBatchBytes,
+// and with ErrUnsupportedCodec for a codec other than none or zstd.
 func (b *Builder) Build(dst []byte) ([]byte, error) {
 	if b.count == 0 {
 		return dst, fmt.Errorf("build: %w: no records appended", ErrRecordCount)
@@ -135,8 +142,7 @@ func (b *Builder) Build(dst []byte) ([]byte, error) {
 	case CodecNone:
 		dst = append(dst, b.records...)
 	case CodecZstd:
-		encoder, _ := zstdCodecs()
-		dst = encoder.EncodeAll(b.records, dst)
+		dst = compressZstd(dst, b.records)
 	}
 	size := len(dst) - start
 	if size > MaxBatchBytes {
@@ -161,5 +167,10 @@ func (b *Builder) Build(dst []byte) ([]byte, error) {
 	out := dst[start:]
 	putHeader(out, &h)
 	binary.BigEndian.PutUint32(out[offsetCRC:], crc32.Checksum(out[offsetAttributes:], castagnoli))
+	if invariantsEnabled {
+		if err := Decode(out, nil); err != nil {
+			panic(fmt.Sprintf("batch: Build wrote a batch its own decoder rejects: %v", err))
+		}
+	}
 	return dst, nil
 }

@@ -1,11 +1,8 @@
 package batch
 
 import (
-	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/klauspost/compress/zstd"
 )
 
 // recordHeadersMax bounds the headers of one record. Each header takes at least 2 bytes on
@@ -59,30 +56,41 @@ func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
 
 	records := b[HeaderSize:]
 	if h.Compression() == CodecZstd {
-		_, decoder := zstdCodecs()
-		out, err := decoder.DecodeAll(records, state.decompressed[:0])
-		if cap(out) <= decompressBufferBytesMax {
+		out, err := decompressZstd(state.decompressed, records)
+		if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
 			state.decompressed = out[:0]
 		}
 		if err != nil {
-			if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
-				return fmt.Errorf("%w: batch at offset %d: zstd records decompress to more than %d bytes",
-					ErrInvalidRecord, h.BaseOffset, MaxDecompressedBytes)
-			}
-			return fmt.Errorf("%w: batch at offset %d: zstd: %v", ErrInvalidRecord, h.BaseOffset, err)
+			return fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
 		}
 		records = out
 	}
 	return decodeRecords(&h, records, &state.record, fn)
 }
 
+// Bounds on what a pooled decodeState keeps between calls, so one hostile batch (65 536
+// headers, megabyte header keys) cannot pin its memory in the pool.
+const (
+	pooledHeadersMax    = 256
+	internedKeyBytesMax = 256
+)
+
+// putDecodeState drops every reference into the caller's batch, keeps small header keys
+// for interning, and returns state to the pool.
 func putDecodeState(state *decodeState) {
 	r := &state.record
 	r.Key, r.Value = nil, nil
-	for i := range r.Headers[:cap(r.Headers)] {
-		r.Headers[:cap(r.Headers)][i].Value = nil // keep the keys for interning, drop the batch
+	headers := r.Headers[:cap(r.Headers)]
+	if len(headers) > pooledHeadersMax {
+		headers = nil
 	}
-	r.Headers = r.Headers[:0]
+	for i := range headers {
+		headers[i].Value = nil
+		if len(headers[i].Key) > internedKeyBytesMax {
+			headers[i].Key = ""
+		}
+	}
+	r.Headers = headers[:0]
 	decodeStatePool.Put(state)
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -168,8 +170,8 @@ func TestZstdFrameHelperIsRealZstd(t *testing.T) {
 }
 
 func TestBuilderAndDecodeDoNotAllocate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocation counts")
+	if testing.Short() || raceEnabled {
+		t.Skip("allocation counts need a normal build")
 	}
 	for _, codec := range []Codec{CodecNone, CodecZstd} {
 		value := bytes.Repeat([]byte("0123456789abcdef"), 64)
@@ -232,6 +234,16 @@ func TestBuilderReuseAndLimits(t *testing.T) {
 		t.Fatalf("after Reset: %+v (base timestamp must follow the new first record)", h)
 	}
 
+	b.ResetWith(BuilderOptions{ProducerID: 77, ProducerEpoch: 2, BaseSequence: 100})
+	b.Append(11, nil, []byte("c"), nil)
+	third, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := Validate(third); h.ProducerID != 77 || h.ProducerEpoch != 2 || h.BaseSequence != 100 || h.RecordCount != 1 {
+		t.Fatalf("after ResetWith: %+v", h)
+	}
+
 	huge := NewBuilder(BuilderOptions{})
 	huge.Append(0, nil, make([]byte, MaxBatchBytes), nil)
 	if _, err := huge.Build(nil); !errors.Is(err, ErrLength) {
@@ -243,3 +255,82 @@ func TestBuilderReuseAndLimits(t *testing.T) {
 }
 
 func (b *Builder) appendOne() *Builder { b.Append(0, nil, nil, nil); return b }
+
+// TestDecodeZstdStreamingFrames reads zstd the way other Kafka clients write it: the Java
+// producer compresses with a streaming encoder (no frame content size, many blocks), and
+// the format allows several concatenated frames. Decode must not depend on our encoder.
+func TestDecodeZstdStreamingFrames(t *testing.T) {
+	const count = 300
+	builder := NewBuilder(BuilderOptions{BaseTimestamp: fuzzBaseTimestamp})
+	value := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	for i := range count {
+		builder.Append(fuzzBaseTimestamp+int64(i), fmt.Appendf(nil, "key-%d", i), value, nil)
+	}
+	plain, err := builder.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := plain[HeaderSize:] // ~310 KiB: several 128 KiB blocks
+
+	var streamed bytes.Buffer
+	w, err := zstd.NewWriter(&streamed, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for chunk := range slices.Chunk(raw, 10_000) {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var frameHeader zstd.Header
+	if err := frameHeader.Decode(streamed.Bytes()); err != nil || frameHeader.HasFCS {
+		t.Fatalf("streamed frame should carry no content size: %+v %v", frameHeader, err)
+	}
+
+	twoFrames := compressZstd(compressZstd(nil, raw[:len(raw)/3]), raw[len(raw)/3:])
+
+	for name, section := range map[string][]byte{"streamed": streamed.Bytes(), "two frames": twoFrames} {
+		b := wrapRecords(int16(CodecZstd), count, section)
+		n := 0
+		err := Decode(b, func(offset, ts int64, r *Record) error {
+			if offset != fuzzBaseOffset+int64(n) || ts != fuzzBaseTimestamp+int64(n) ||
+				string(r.Key) != fmt.Sprintf("key-%d", n) || !bytes.Equal(r.Value, value) {
+				return fmt.Errorf("record %d: offset %d ts %d key %q", n, offset, ts, r.Key)
+			}
+			n++
+			return nil
+		})
+		if err != nil || n != count {
+			t.Fatalf("%s: decoded %d of %d records: %v", name, n, count, err)
+		}
+	}
+}
+
+// TestDecodeHeaderKeysAcrossRecordsAndCalls checks header key interning: keys that repeat,
+// swap places, shrink in count, or exceed the pooled bounds still decode exactly.
+func TestDecodeHeaderKeysAcrossRecordsAndCalls(t *testing.T) {
+	long := strings.Repeat("k", internedKeyBytesMax+1)
+	many := make([]RecordHeader, pooledHeadersMax+1)
+	for i := range many {
+		many[i] = RecordHeader{Key: fmt.Sprintf("h%d", i), Value: []byte{byte(i)}}
+	}
+	batches := [][]testRecord{
+		{
+			{ts: 1, headers: []RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "b"}}},
+			{ts: 2, headers: []RecordHeader{{Key: "b", Value: []byte("2")}, {Key: "a"}}},
+			{ts: 3, headers: []RecordHeader{{Key: long, Value: []byte{}}}},
+			{ts: 4},
+		},
+		{{ts: 5, headers: many}},
+		{{ts: 6, headers: []RecordHeader{{Key: "a", Value: []byte("x")}}}, {ts: 7, headers: []RecordHeader{{Key: long}}}},
+	}
+	for i, records := range batches {
+		tb := testBatch{name: fmt.Sprintf("batch %d", i), records: records}
+		for range 2 { // the second pass runs on pooled state left by the first
+			checkDecoded(t, tb.name, decodeAll(t, buildOurs(t, tb)), records, 0)
+		}
+	}
+}

@@ -33,6 +33,10 @@
 // type (1 = log append time), bit 4 transactional, bit 5 control batch. When the codec is
 // not none, the records section is one compressed blob holding the concatenated records.
 //
+// The layout above, the attribute bits and the constants HeaderSize and MagicV2 are the
+// Kafka wire format and ringlog's on-disk format: they must never change. A change would
+// make every stored segment unreadable and every Kafka client incompatible.
+//
 // # Record layout
 //
 // Each record is a zig-zag varint length (bytes that follow), then:
@@ -45,9 +49,14 @@
 //	+-----------------+-------+--------------------+------------------------------+
 //	header: keyLen varint | key | valueLen varint | value
 //
-// A length of -1 means null (key, value, header value). Varints are protobuf-style zig-zag
+// A length of -1 means null (key, value, header value); header keys may not be null. Varints are protobuf-style zig-zag
 // (sint32/sint64). A record's timestamp is baseTimestamp+tsDelta (or maxTimestamp for the
 // whole batch when the timestamp type is log append time); its offset is baseOffset+offDelta.
+//
+// # Concurrency
+//
+// ParseHeader, Validate, Decode and the Set functions are safe for concurrent use. A
+// Builder belongs to one goroutine. zstd encoders and decoders are process-wide and shared.
 //
 // # Limits and hostile input
 //

@@ -225,13 +225,23 @@ func checkCount(h Header) error {
 // SetBaseOffset rewrites the baseOffset field of the batch at the start of b. The field is
 // outside the CRC. b must hold at least a header.
 func SetBaseOffset(b []byte, off int64) {
+	mustHoldHeader(b, "SetBaseOffset")
 	binary.BigEndian.PutUint64(b[offsetBaseOffset:offsetBaseOffset+8], uint64(off))
 }
 
 // SetLeaderEpoch rewrites the partitionLeaderEpoch field of the batch at the start of b.
 // The field is outside the CRC. b must hold at least a header.
 func SetLeaderEpoch(b []byte, epoch int32) {
+	mustHoldHeader(b, "SetLeaderEpoch")
 	binary.BigEndian.PutUint32(b[offsetLeaderEpoch:offsetLeaderEpoch+4], uint32(epoch))
+}
+
+// mustHoldHeader panics when a caller hands a rewrite function less than a header: that
+// is a bug in the caller (it must have validated the batch), not bad input.
+func mustHoldHeader(b []byte, function string) {
+	if len(b) < HeaderSize {
+		panic(fmt.Sprintf("batch: %s on %d bytes, need at least a %d-byte header", function, len(b), HeaderSize))
+	}
 }
 
 // putHeader writes h into b[:HeaderSize] with the CRC field as given in h.

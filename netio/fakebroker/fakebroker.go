@@ -93,6 +93,17 @@ func (b *Broker) InjectProduceError(topicName string, partition int32, code neti
 	b.injected = append(b.injected, injectedError{topicName, partition, code, count})
 }
 
+// InjectedLeft returns how many injected produce errors have not fired yet.
+func (b *Broker) InjectedLeft() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, inj := range b.injected {
+		n += inj.remaining
+	}
+	return n
+}
+
 // ProduceRequests returns how many produce requests the fake has seen.
 func (b *Broker) ProduceRequests() int {
 	b.mu.Lock()

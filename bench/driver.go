@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// ErrNotImplemented is returned by a driver slot whose client does not exist yet.
+var ErrNotImplemented = errors.New("driver not implemented")
+
+// Driver connects the framework to one system under test. A driver owns its clients and, for
+// an embedded peer, the server; Close releases all of it.
+type Driver interface {
+	// Info names the system and how it stores data, for the result file.
+	Info() DriverInfo
+	CreateTopic(ctx context.Context, name string, partitions int) error
+	NewProducer(ctx context.Context, topic string, opts ProducerOptions) (Producer, error)
+	// NewConsumer reads the given partitions of topic from their first offset.
+	NewConsumer(ctx context.Context, topic string, partitions []int) (Consumer, error)
+	Close() error
+}
+
+// DriverInfo is what a result records about the system under test.
+type DriverInfo struct {
+	Name        string `json:"name"`
+	Version     string `json:"version"`
+	StorageMode string `json:"storage_mode"` // e.g. "page-cache", "direct", "file (sync_interval always)"
+	IOBackend   string `json:"io_backend"`   // e.g. "io_uring", "syscalls", "go runtime"
+	BrokerPID   int    `json:"broker_pid,omitempty"`
+	Address     string `json:"address,omitempty"`
+}
+
+// ProducerOptions carry the workload's producer settings to a driver.
+type ProducerOptions struct {
+	Acks        string // "0", "1", "all"
+	Compression string // "none", "zstd"
+	Durability  string // "none", "fsync"
+	MaxInFlight int
+}
+
+// Producer sends asynchronously. Send may block for back-pressure but must not wait for the
+// acknowledgement; done is called exactly once per accepted message, from any goroutine.
+// value is only valid until Send returns unless the driver copies it.
+type Producer interface {
+	Send(partition int, key, value []byte, done func(error)) error
+	// Flush waits until every accepted message's done has been called.
+	Flush(ctx context.Context) error
+	Close() error
+}
+
+// Consumer polls. Poll blocks until at least one message arrives or ctx ends, and calls
+// handle for each message received; value is only valid during the call.
+type Consumer interface {
+	Poll(ctx context.Context, handle func(partition int, value []byte)) error
+	Close() error
+}
+
+// DriverFactory opens a driver for an address (may be empty for embedded peers).
+type DriverFactory func(address string, w Workload) (Driver, error)
+
+var (
+	driversMu sync.Mutex // guards drivers
+	drivers   = map[string]DriverFactory{}
+)
+
+// RegisterDriver makes a driver available by name to `ringlog bench run --driver`.
+func RegisterDriver(name string, factory DriverFactory) {
+	driversMu.Lock()
+	defer driversMu.Unlock()
+	if _, dup := drivers[name]; dup {
+		panic("bench: driver registered twice: " + name)
+	}
+	drivers[name] = factory
+}
+
+// OpenDriver opens a registered driver.
+func OpenDriver(name, address string, w Workload) (Driver, error) {
+	driversMu.Lock()
+	factory, ok := drivers[name]
+	driversMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("unknown driver %q (have %v)", name, DriverNames())
+	}
+	return factory(address, w)
+}
+
+// DriverNames lists registered drivers.
+func DriverNames() []string {
+	driversMu.Lock()
+	defer driversMu.Unlock()
+	names := make([]string, 0, len(drivers))
+	for name := range drivers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+)
+
+// keySpaceSize is how many distinct keys the random distribution draws from.
+const keySpaceSize = 1 << 20
+
+// hotKey is the one key that the hot distribution sends HotKeyShare of messages with.
+var hotKey = []byte("hot-key-00000000")
+
+// keyChooser picks each message's key and partition. Keys map to partitions by FNV-1a
+// mod the partition count (the client's partitioner is the driver's business; the framework
+// only needs a stable mapping so that a hot key lands on one partition). Null keys go
+// round-robin. One chooser per producer goroutine.
+type keyChooser struct {
+	distribution string
+	hotShare     float64
+	partitions   int
+	next         int
+	rng          *rand.Rand
+	key          [16]byte
+}
+
+func newKeyChooser(w Workload, seed uint64) *keyChooser {
+	return &keyChooser{
+		distribution: w.KeyDistribution,
+		hotShare:     w.HotKeyShare,
+		partitions:   w.PartitionsPerTopic,
+		next:         int(seed % uint64(w.PartitionsPerTopic)),
+		rng:          rand.New(rand.NewPCG(seed, 0x6b657973)),
+	}
+}
+
+// choose returns the partition and key (nil for none). The key slice is reused by the next call.
+func (k *keyChooser) choose() (int, []byte) {
+	switch k.distribution {
+	case KeysRandom:
+		return k.forKey(k.randomKey())
+	case KeysHot:
+		if k.rng.Float64() < k.hotShare {
+			return k.forKey(hotKey)
+		}
+		return k.forKey(k.randomKey())
+	default:
+		p := k.next
+		k.next = (k.next + 1) % k.partitions
+		return p, nil
+	}
+}
+
+func (k *keyChooser) randomKey() []byte {
+	copy(k.key[:], "key-")
+	binary.BigEndian.PutUint64(k.key[8:], k.rng.Uint64N(keySpaceSize))
+	return k.key[:]
+}
+
+func (k *keyChooser) forKey(key []byte) (int, []byte) {
+	return int(fnv1a(key) % uint32(k.partitions)), key
+}
+
+func fnv1a(data []byte) uint32 {
+	hash := uint32(2166136261)
+	for _, b := range data {
+		hash ^= uint32(b)
+		hash *= 16777619
+	}
+	return hash
+}

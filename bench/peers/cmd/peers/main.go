@@ -1,0 +1,134 @@
+// Command peers runs benchmark workloads against peer systems (NATS JetStream) with the same
+// framework `ringlog bench run` uses. `ringlog bench peers` execs it; it lives in its own Go
+// module so that the broker's module never depends on a peer.
+//
+//	peers run [--driver nats] [--out DIR] [--data-dir DIR] [--duration D] [--warmup D] [--rate N] WORKLOAD
+//	peers serve-nats --store DIR [--sync-always]    (the child process the nats driver starts)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/peers/natsdriver"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: peers run|serve-nats ...")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = run(os.Args[2:])
+	case natsdriver.ServeSubcommand:
+		err = serveNATS(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "peers %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func serveNATS(args []string) error {
+	fs := flag.NewFlagSet(natsdriver.ServeSubcommand, flag.ContinueOnError)
+	store := fs.String("store", "", "JetStream store directory")
+	syncAlways := fs.Bool("sync-always", false, "fsync every message (sync_interval always)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *store == "" {
+		return errors.New("--store is required")
+	}
+	interrupt := make(chan os.Signal, 1)
+	signal.Notify(interrupt, os.Interrupt)
+	return natsdriver.Serve(*store, *syncAlways, os.Stdin, os.Stdout, interrupt)
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	driverName := fs.String("driver", "nats", "peer: nats")
+	out := fs.String("out", "bench-results", "directory for the JSON result and SVG plots")
+	dataDir := fs.String("data-dir", "", "peer store directory (default: a temporary directory, removed afterwards)")
+	resultPathFile := fs.String("result-path-file", "", "write the result's path here (used by ringlog bench peers)")
+	duration := fs.Duration("duration", 0, "override the workload's test duration")
+	warmup := fs.Duration("warmup", -1, "override the workload's warm-up")
+	rate := fs.Int("rate", -1, "override the workload's producerRate (0 = max)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("want exactly one WORKLOAD file")
+	}
+	w, err := bench.LoadWorkload(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if *duration > 0 {
+		w.Duration = bench.Duration(*duration)
+	}
+	if *warmup >= 0 {
+		w.Warmup = bench.Duration(*warmup)
+	}
+	if *rate >= 0 {
+		w.ProducerRate = *rate
+	}
+	if err := w.Validate(); err != nil {
+		return err
+	}
+	if *driverName != "nats" {
+		return fmt.Errorf("unknown peer %q (have: nats)", *driverName)
+	}
+	cfg := natsdriver.Config{DataDir: *dataDir, SyncAlways: w.Durability == "fsync"}
+	if cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "ringlog-peers-nats-")
+		if err != nil {
+			return err
+		}
+		cfg.DataDir, cfg.Temporary = dir, true
+	}
+	driver, err := natsdriver.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer driver.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	result, err := bench.Run(ctx, bench.RunOptions{
+		Workload: w, Driver: driver, DataDir: cfg.DataDir, Progress: bench.NewProgressLine(os.Stderr),
+	})
+	if err != nil {
+		return err
+	}
+	result.Command = "peers run " + strings.Join(args, " ")
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	prefix := fmt.Sprintf("%s-%s-%s", w.Name, result.Driver.Name, result.Started.Format("20060102T150405"))
+	path := filepath.Join(*out, prefix+".json")
+	if err := result.WriteJSON(path); err != nil {
+		return err
+	}
+	plots, err := bench.WritePlots(*out, prefix, result)
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteSummary(os.Stdout, result); err != nil {
+		return err
+	}
+	fmt.Printf("result: %s\nplots: %s\n", path, strings.Join(plots, " "))
+	if *resultPathFile != "" {
+		return os.WriteFile(*resultPathFile, []byte(path+"\n"), 0o644)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+// Package ringlogdriver plugs ringlog's bundled client (netio/client) into the benchmark
+// framework. It is the only part of bench/ that talks to a ringlog broker, and it talks to
+// it only over the wire, like any application would.
+//
+// Mapping: a workload topic is a ringlog topic; durability "fsync" sets the topic config
+// flush.always=true (fdatasync before the acknowledgement). Producers use the client's
+// batching producer with the workload's acks and compression; a producer that may have only
+// one record in flight (sync produce) sends without linger. Consumers assign their
+// partitions from the earliest offset and long-poll.
+package ringlogdriver
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio/client"
+)
+
+// DefaultAddress is where ringlogd listens unless told otherwise.
+const DefaultAddress = "127.0.0.1:9400"
+
+// Client settings for benchmarking.
+const (
+	connectTimeout   = 10 * time.Second
+	lingerBatching   = time.Millisecond       // OMB's Kafka driver uses linger.ms=1
+	pollWaitMax      = 100 * time.Millisecond // long-poll; short so a stopping run does not wait
+	closeTimeout     = 30 * time.Second
+	bufferBytesFloor = 64 << 20
+)
+
+func init() {
+	bench.RegisterDriver("ringlog", Open)
+}
+
+// Driver is a connection to one ringlog broker.
+type Driver struct {
+	client     *client.Client
+	address    string
+	durability string            // the workload's, applied to every topic created
+	mu         sync.Mutex        // guards configs
+	configs    map[string]string // storage-related configs of the last topic created, for Info
+}
+
+// Open connects to a ringlog broker.
+func Open(address string, w bench.Workload) (bench.Driver, error) {
+	if address == "" {
+		address = DefaultAddress
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Broker: address})
+	if err != nil {
+		return nil, fmt.Errorf("ringlog driver: connect %s: %w", address, err)
+	}
+	return &Driver{client: c, address: address, durability: w.Durability}, nil
+}
+
+// Info describes the broker as far as the wire tells: storage settings come from the
+// created topic's configuration.
+func (d *Driver) Info() bench.DriverInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	storage := "unknown until a topic exists"
+	if d.configs != nil {
+		mode := d.configs[engine.ConfigStorageMode]
+		if mode == "" {
+			mode = "broker default"
+		}
+		storage = mode
+		if d.configs[engine.ConfigFlushAlways] == "true" {
+			storage += ", flush.always (fdatasync before ack)"
+		}
+	}
+	return bench.DriverInfo{
+		Name: "ringlog", Version: "bundled client", StorageMode: storage,
+		IOBackend: "broker-side (see ringlogd's log)", Address: d.address,
+	}
+}
+
+// CreateTopic creates the topic with the workload's durability.
+func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) error {
+	configs := DurabilityConfigs(d.durability)
+	if err := d.client.CreateTopic(ctx, name, int32(partitions), configs); err != nil {
+		return fmt.Errorf("ringlog driver: create topic %s: %w", name, err)
+	}
+	described := map[string]string{}
+	if descriptions, err := d.client.DescribeConfigs(ctx, name, engine.ConfigStorageMode, engine.ConfigFlushAlways); err == nil {
+		for _, description := range descriptions {
+			described[description.Key] = description.Value
+		}
+	}
+	for k, v := range configs {
+		if _, ok := described[k]; !ok {
+			described[k] = v
+		}
+	}
+	d.mu.Lock()
+	d.configs = described
+	d.mu.Unlock()
+	return nil
+}
+
+// NewProducer returns a batching producer for topic.
+func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.ProducerOptions) (bench.Producer, error) {
+	cfg := client.ProducerConfig{Linger: lingerBatching}
+	switch opts.Acks {
+	case "0":
+		cfg.Acks = client.AckNone
+	case "1":
+		cfg.Acks = client.AckLeader
+	case "all":
+		cfg.Acks = client.AckAll
+	default:
+		return nil, fmt.Errorf("ringlog driver: acks %q", opts.Acks)
+	}
+	switch opts.Compression {
+	case "none":
+		cfg.Compression = batch.CodecNone
+	case "zstd":
+		cfg.Compression = batch.CodecZstd
+	default:
+		return nil, fmt.Errorf("ringlog driver: compression %q", opts.Compression)
+	}
+	if opts.MaxInFlight == 1 {
+		cfg.Linger = -1 // one record at a time: nothing to wait for
+	}
+	cfg.BufferBytesMax = bufferBytesFloor
+	return &producer{p: d.client.NewProducer(cfg), topic: topic}, nil
+}
+
+type producer struct {
+	p     *client.Producer
+	topic string
+}
+
+// Send queues one record; the client copies key and value before returning.
+func (p *producer) Send(partition int, key, value []byte, done func(error)) error {
+	record := &client.Record{Topic: p.topic, Partition: int32(partition), Key: key, Value: value}
+	if err := p.p.Send(context.Background(), record, func(_ *client.Record, err error) { done(err) }); err != nil {
+		return fmt.Errorf("ringlog driver: send: %w", err)
+	}
+	return nil
+}
+
+func (p *producer) Flush(ctx context.Context) error { return p.p.Flush(ctx) }
+
+func (p *producer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	return p.p.Close(ctx)
+}
+
+// NewConsumer reads partitions of topic from the earliest offset.
+func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) (bench.Consumer, error) {
+	co := d.client.NewConsumer(client.ConsumerConfig{MaxWait: pollWaitMax})
+	for _, p := range partitions {
+		co.Assign(topic, int32(p), client.Earliest())
+	}
+	return &consumer{co: co}, nil
+}
+
+type consumer struct{ co *client.Consumer }
+
+func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
+	records, err := c.co.Poll(ctx)
+	if err != nil {
+		return fmt.Errorf("ringlog driver: poll: %w", err)
+	}
+	for i := range records {
+		handle(int(records[i].Partition), records[i].Value)
+	}
+	return nil
+}
+
+func (c *consumer) Close() error { return nil }
+
+// Close disconnects.
+func (d *Driver) Close() error { return d.client.Close() }
+
+// DurabilityConfigs maps a workload's durability to topic configs.
+func DurabilityConfigs(durability string) map[string]string {
+	if durability == "fsync" {
+		return map[string]string{engine.ConfigFlushAlways: strconv.FormatBool(true)}
+	}
+	return nil
+}

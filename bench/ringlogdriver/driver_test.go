@@ -1,0 +1,122 @@
+package ringlogdriver
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/fakebroker"
+)
+
+// startFake serves netio's fake broker (a test fixture that stores topics in files) on a
+// real 127.0.0.1 socket, so the driver runs the real client over the real protocol.
+func startFake(t *testing.T) string {
+	t.Helper()
+	fake := fakebroker.New(t.TempDir(), nil)
+	srv := netio.NewServer(fake, netio.Config{})
+	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.SetShards([]netio.MetadataShard{{Shard: 0, Address: ln.Addr().String()}})
+	var served sync.WaitGroup
+	served.Add(1)
+	go func() { defer served.Done(); _ = srv.Serve(ln, 0) }()
+	t.Cleanup(func() {
+		srv.Close()
+		served.Wait()
+		fake.Close()
+	})
+	return ln.Addr().String()
+}
+
+func workload() bench.Workload {
+	w, err := bench.ParseWorkload([]byte(`
+name: driver-test
+topics: 1
+partitionsPerTopic: 3
+messageSize: 512
+keyDistribution: random
+producers: 2
+consumers: 2
+producerRate: 3000
+warmup: 50ms
+duration: 400ms
+acks: "1"
+`))
+	if err != nil {
+		panic(err)
+	}
+	return w
+}
+
+// TestRunOverTheWire runs the framework through the ringlog client against a broker on a
+// socket: every published message must come back to a consumer with its timestamp intact.
+func TestRunOverTheWire(t *testing.T) {
+	address := startFake(t)
+	w := workload()
+	driver, err := bench.OpenDriver("ringlog", address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Publish.Messages < 600 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
+		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
+	}
+	if result.Consume.Messages < result.Publish.Messages*8/10 || result.EndToEnd.Count == 0 || result.PublishDelay.Count == 0 {
+		t.Fatalf("consume %+v e2e %d delay %d", result.Consume, result.EndToEnd.Count, result.PublishDelay.Count)
+	}
+	if result.Driver.Name != "ringlog" || result.Driver.StorageMode == "" || result.BrokerRSS.PID != os.Getpid() {
+		t.Fatalf("driver info %+v rss %+v", result.Driver, result.BrokerRSS)
+	}
+}
+
+func TestSyncProduceAndZstd(t *testing.T) {
+	address := startFake(t)
+	w := workload()
+	w.MaxInFlight, w.ProducerRate, w.Compression, w.Acks = 1, 0, "zstd", "all"
+	driver, err := Open(address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Publish.Messages == 0 || result.PublishLatency.Count == 0 || result.Errors.Publish != 0 {
+		t.Fatalf("sync produce: %+v %+v", result.Publish, result.Errors)
+	}
+}
+
+func TestOpenRefusesBadSettings(t *testing.T) {
+	if _, err := Open("127.0.0.1:1", bench.Workload{}); err == nil {
+		t.Fatal("connected to a port nobody listens on")
+	}
+	address := startFake(t)
+	driver, err := Open(address, bench.Workload{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	if _, err := driver.NewProducer(context.Background(), "t", bench.ProducerOptions{Acks: "2", Compression: "none"}); err == nil {
+		t.Fatal("accepted acks=2")
+	}
+	if _, err := driver.NewProducer(context.Background(), "t", bench.ProducerOptions{Acks: "1", Compression: "lz4"}); err == nil {
+		t.Fatal("accepted lz4")
+	}
+	if got := DurabilityConfigs("fsync"); got["flush.always"] != "true" {
+		t.Fatalf("fsync configs %v", got)
+	}
+	if DurabilityConfigs("none") != nil {
+		t.Fatal("configs for durability none")
+	}
+}

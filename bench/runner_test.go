@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func memWorkload() Workload {
+	w := Workload{
+		Name: "t", Topics: 2, PartitionsPerTopic: 4, MessageSize: 256, KeyDistribution: KeysRandom,
+		Producers: 1, Consumers: 2, ProducerRate: 4000, Warmup: Duration(50 * time.Millisecond),
+		Duration: Duration(300 * time.Millisecond),
+	}
+	w.fillDefaults()
+	return w
+}
+
+// TestRunFixedRateOnMemDriver runs the whole framework (topics, producers on a schedule,
+// consumers, sampling, summaries) against the in-process driver.
+func TestRunFixedRateOnMemDriver(t *testing.T) {
+	w := memWorkload()
+	result, err := Run(context.Background(), RunOptions{Workload: w, Driver: NewMemDriver(), SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4000 msg/s for 0.3 s ≈ 1200 messages; the schedule is exact, so allow scheduling noise.
+	if m := result.Publish.Messages; m < 900 || m > 1400 {
+		t.Fatalf("published %d messages in the window, want ~1200", m)
+	}
+	if result.Consume.Messages < result.Publish.Messages*9/10 {
+		t.Fatalf("consumed %d of %d", result.Consume.Messages, result.Publish.Messages)
+	}
+	if result.PublishDelay.Count == 0 || result.EndToEnd.Count == 0 || result.PublishLatency.Count == 0 {
+		t.Fatalf("missing histograms: delay %d e2e %d publish %d", result.PublishDelay.Count, result.EndToEnd.Count, result.PublishLatency.Count)
+	}
+	if result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
+		t.Fatalf("errors %+v", result.Errors)
+	}
+	if len(result.Samples) < 3 || result.BrokerRSS.MaxBytes == 0 || result.Hardware.Cores == 0 {
+		t.Fatalf("samples %d rss %+v", len(result.Samples), result.BrokerRSS)
+	}
+	if !result.Samples[0].Warmup {
+		t.Fatal("first sample not marked as warm-up")
+	}
+}
+
+func TestRunCatchUpReportsDrain(t *testing.T) {
+	w := memWorkload()
+	w.Topics, w.Consumers, w.BacklogSize, w.Warmup = 1, 1, 4<<20, 0
+	w.Duration = Duration(500 * time.Millisecond)
+	result, err := Run(context.Background(), RunOptions{Workload: w, Driver: NewMemDriver(), SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := result.Backlog
+	if b == nil || b.WrittenBytes < 4<<20 || b.WrittenMessages < (4<<20)/256 {
+		t.Fatalf("backlog %+v", b)
+	}
+	if !b.Drained || b.BacklogReadSeconds <= 0 || b.CaughtUpSeconds < b.BacklogReadSeconds || b.BacklogReadMBPerSec <= 0 {
+		t.Fatalf("drain not reported: %+v", b)
+	}
+}
+
+func TestRunRejectsBadWorkloadAndMissingDriver(t *testing.T) {
+	if _, err := Run(context.Background(), RunOptions{Workload: Workload{}, Driver: NewMemDriver()}); err == nil {
+		t.Fatal("ran an empty workload")
+	}
+	if _, err := Run(context.Background(), RunOptions{Workload: memWorkload()}); err == nil {
+		t.Fatal("ran without a driver")
+	}
+	if _, err := OpenDriver("no-such-driver", "", memWorkload()); err == nil {
+		t.Fatal("opened an unknown driver")
+	}
+}
+
+func TestLoopbackBandwidth(t *testing.T) {
+	mbps, err := LoopbackBandwidth(context.Background(), 100*time.Millisecond, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mbps < 10 { // real loopback TCP moves GB/s; 10 MB/s means something is broken
+		t.Fatalf("loopback %.1f MB/s", mbps)
+	}
+	if _, err := LoopbackBandwidth(context.Background(), time.Second, 0); err == nil {
+		t.Fatal("accepted 0 streams")
+	}
+}

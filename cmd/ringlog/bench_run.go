@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/ringlogdriver"
+)
+
+// loopbackProbeTime is how long the same-run loopback probe measures.
+const loopbackProbeTime = 2 * time.Second
+
+type runFlags struct {
+	driver, broker, out, dataDir string
+	brokerPID                    int
+	duration, warmup             time.Duration
+	rate                         int
+	loopback                     bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.driver, "driver", "ringlog", "system under test: "+strings.Join(bench.DriverNames(), ", "))
+	fs.StringVar(&f.broker, "broker", ringlogdriver.DefaultAddress, "broker address")
+	fs.StringVar(&f.out, "out", "bench-results", "directory for the JSON result and SVG plots")
+	fs.StringVar(&f.dataDir, "data-dir", ".", "the broker's data directory (for the hardware line's disk)")
+	fs.IntVar(&f.brokerPID, "broker-pid", 0, "broker process id for RSS sampling (default: what the driver reports)")
+	fs.DurationVar(&f.duration, "duration", 0, "override the workload's test duration")
+	fs.DurationVar(&f.warmup, "warmup", -1, "override the workload's warm-up")
+	fs.IntVar(&f.rate, "rate", -1, "override the workload's producerRate (0 = max)")
+	fs.BoolVar(&f.loopback, "loopback", false, "also measure loopback TCP bandwidth in the same run (always on for backlog workloads)")
+}
+
+func loadWorkloadArg(fs *flag.FlagSet, f *runFlags) (bench.Workload, error) {
+	if fs.NArg() != 1 {
+		return bench.Workload{}, errors.New("want exactly one WORKLOAD file (see bench/workloads/)")
+	}
+	w, err := bench.LoadWorkload(fs.Arg(0))
+	if err != nil {
+		return w, err
+	}
+	if f.duration > 0 {
+		w.Duration = bench.Duration(f.duration)
+	}
+	if f.warmup >= 0 {
+		w.Warmup = bench.Duration(f.warmup)
+	}
+	if f.rate >= 0 {
+		w.ProducerRate = f.rate
+	}
+	return w, w.Validate()
+}
+
+func benchRun(args []string) error {
+	fs := flag.NewFlagSet("bench run", flag.ContinueOnError)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	w, err := loadWorkloadArg(fs, &f)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	result, err := runOne(ctx, f, w)
+	if err != nil {
+		return err
+	}
+	_, err = saveResult(f.out, result)
+	return err
+}
+
+func runOne(ctx context.Context, f runFlags, w bench.Workload) (*bench.Result, error) {
+	driver, err := bench.OpenDriver(f.driver, f.broker, w)
+	if err != nil {
+		return nil, err
+	}
+	defer driver.Close()
+	result, err := bench.Run(ctx, bench.RunOptions{
+		Workload: w, Driver: driver, BrokerPID: f.brokerPID, DataDir: f.dataDir,
+		Progress: bench.NewProgressLine(os.Stderr),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s on %s: %w", w.Name, f.driver, err)
+	}
+	result.Command = "ringlog bench run " + strings.Join(os.Args[3:], " ")
+	if f.loopback || w.BacklogSize > 0 {
+		mbps, err := bench.LoopbackBandwidth(ctx, loopbackProbeTime, 1)
+		if err != nil {
+			return nil, err
+		}
+		result.LoopbackMBps = mbps
+	}
+	return result, nil
+}
+
+func saveResult(dir string, r *bench.Result) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	prefix := fmt.Sprintf("%s-%s-%s", r.Workload.Name, r.Driver.Name, r.Started.Format("20060102T150405"))
+	path := filepath.Join(dir, prefix+".json")
+	if err := r.WriteJSON(path); err != nil {
+		return "", err
+	}
+	plots, err := bench.WritePlots(dir, prefix, r)
+	if err != nil {
+		return "", err
+	}
+	if err := bench.WriteSummary(os.Stdout, r); err != nil {
+		return "", err
+	}
+	fmt.Printf("result: %s\nplots: %s\n", path, strings.Join(plots, " "))
+	return path, nil
+}
+
+func benchCompare(args []string) error {
+	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("usage: ringlog bench compare A.json B.json")
+	}
+	a, err := bench.LoadResult(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	b, err := bench.LoadResult(fs.Arg(1))
+	if err != nil {
+		return err
+	}
+	return bench.WriteComparison(os.Stdout, fs.Arg(0), fs.Arg(1), a, b)
+}
+
+func benchLoopback(args []string) error {
+	fs := flag.NewFlagSet("bench loopback", flag.ContinueOnError)
+	duration := fs.Duration("duration", 5*time.Second, "how long to measure")
+	streams := fs.Int("streams", 1, "parallel connections")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	mbps, err := bench.LoopbackBandwidth(context.Background(), *duration, *streams)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("loopback TCP, %d stream(s), %v: %.0f MB/s (%.1f Gbit/s)\n", *streams, *duration, mbps, mbps*8/1000)
+	return nil
+}
+
+// benchPeers runs the workload on ringlog here and on each peer in its own process (the peers
+// module under bench/peers), then prints our/peer ratios from the same session.
+func benchPeers(args []string) error {
+	fs := flag.NewFlagSet("bench peers", flag.ContinueOnError)
+	var f runFlags
+	f.register(fs)
+	peersBin := fs.String("peers-bin", "", "built bench/peers binary (default: go run it from the source tree)")
+	peer := fs.String("peer", "nats", "peer driver")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	w, err := loadWorkloadArg(fs, &f)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ours, oursErr := runOne(ctx, f, w)
+	var oursPath string
+	if oursErr == nil {
+		if oursPath, err = saveResult(f.out, ours); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(os.Stderr, "ringlog side: %v\n", oursErr)
+	}
+	peerPath, err := runPeer(ctx, *peersBin, *peer, fs.Arg(0), f)
+	if err != nil {
+		return fmt.Errorf("peer %s: %w", *peer, err)
+	}
+	theirs, err := bench.LoadResult(peerPath)
+	if err != nil {
+		return err
+	}
+	if oursErr != nil {
+		if err := bench.WriteSummary(os.Stdout, theirs); err != nil {
+			return err
+		}
+		return fmt.Errorf("no ratios: the ringlog side did not run: %w", oursErr)
+	}
+	fmt.Println()
+	return bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs)
+}
+
+// runPeer execs the peers program and returns the path of the result it wrote.
+func runPeer(ctx context.Context, bin, peer, workloadPath string, f runFlags) (string, error) {
+	peerArgs := []string{"run", "--driver", peer, "--out", f.out, "--result-path-file", filepath.Join(f.out, ".peer-result")}
+	if f.duration > 0 {
+		peerArgs = append(peerArgs, "--duration", f.duration.String())
+	}
+	if f.warmup >= 0 {
+		peerArgs = append(peerArgs, "--warmup", f.warmup.String())
+	}
+	if f.rate >= 0 {
+		peerArgs = append(peerArgs, "--rate", fmt.Sprint(f.rate))
+	}
+	absWorkload, err := filepath.Abs(workloadPath)
+	if err != nil {
+		return "", err
+	}
+	absOut, err := filepath.Abs(f.out)
+	if err != nil {
+		return "", err
+	}
+	peerArgs[4], peerArgs[6] = absOut, filepath.Join(absOut, ".peer-result")
+	peerArgs = append(peerArgs, absWorkload)
+	var cmd *exec.Cmd
+	if bin != "" {
+		cmd = exec.CommandContext(ctx, bin, peerArgs...)
+	} else {
+		dir, err := peersModuleDir()
+		if err != nil {
+			return "", err
+		}
+		cmd = exec.CommandContext(ctx, "go", append([]string{"run", "./cmd/peers"}, peerArgs...)...)
+		cmd.Dir = dir
+	}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := os.MkdirAll(absOut, 0o755); err != nil {
+		return "", err
+	}
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
+	}
+	path, err := os.ReadFile(filepath.Join(absOut, ".peer-result"))
+	if err != nil {
+		return "", fmt.Errorf("peer wrote no result: %w", err)
+	}
+	return strings.TrimSpace(string(path)), nil
+}
+
+// peersModuleDir finds bench/peers by walking up from the working directory.
+func peersModuleDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for range 16 {
+		candidate := filepath.Join(dir, "bench", "peers")
+		if _, err := os.Stat(filepath.Join(candidate, "go.mod")); err == nil {
+			return candidate, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return "", errors.New("bench/peers not found above the working directory: run from the ringlog source tree or pass --peers-bin")
+}

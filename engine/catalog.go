@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Catalog file format. The catalog is one JSON document, replaced atomically (write
+// catalog.json.tmp, fsync it, rename over catalog.json, fsync the directory), so a reader
+// sees either the old or the new catalog, never a mix:
+//
+//	{
+//	  "version": 1,
+//	  "topics": {
+//	    "orders": {"partitions": 3, "config": {"retention.ms": "86400000"}, "placement": [0, 1, 0]}
+//	  }
+//	}
+//
+// placement[i] is the shard that owns partition i. version must be 1; unknown fields are
+// rejected so that a newer file is never half-understood.
+const (
+	catalogFileName    = "catalog.json"
+	catalogVersion     = 1
+	catalogBytesMax    = 64 << 20 // refuse to read a larger file: ~100 k topics with configs fit in a few MiB
+	topicNameBytesMax  = 249      // Kafka's limit (a partition directory name must fit in 255 bytes)
+	partitionsMax      = 1 << 14
+	shardIndexMax      = 1 << 12
+	configEntriesMax   = 64
+	configValueBytes   = 1024
+	partitionDirFormat = "%s-%d"
+)
+
+// Catalog errors callers act on.
+var (
+	ErrTopicExists     = errors.New("topic already exists")
+	ErrUnknownTopic    = errors.New("unknown topic")
+	ErrInvalidTopic    = errors.New("invalid topic")
+	ErrCatalogCorrupt  = errors.New("catalog file corrupt")
+	errCatalogTooLarge = errors.New("catalog file too large")
+)
+
+// TopicMeta is one topic's entry.
+type TopicMeta struct {
+	Partitions int               `json:"partitions"`
+	Config     map[string]string `json:"config,omitempty"`
+	Placement  []int             `json:"placement"`
+}
+
+type catalogFile struct {
+	Version int                  `json:"version"`
+	Topics  map[string]TopicMeta `json:"topics"`
+}
+
+// Catalog is the set of topics stored in a data directory. It is owned by one goroutine
+// (the broker's metadata owner); it is not safe for concurrent use. Every mutation is
+// persisted before it returns, and is undone in memory if persisting fails.
+type Catalog struct {
+	dir    string
+	topics map[string]TopicMeta
+}
+
+// LoadCatalog reads dir/catalog.json; a missing file is an empty catalog.
+func LoadCatalog(dir string) (*Catalog, error) {
+	c := &Catalog{dir: dir, topics: map[string]TopicMeta{}}
+	f, err := os.Open(filepath.Join(dir, catalogFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load catalog: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, catalogBytesMax+1))
+	if err != nil {
+		return nil, fmt.Errorf("load catalog: %w", err)
+	}
+	if len(b) > catalogBytesMax {
+		return nil, fmt.Errorf("load catalog: %w (over %d bytes)", errCatalogTooLarge, catalogBytesMax)
+	}
+	if c.topics, err = decodeCatalog(b); err != nil {
+		return nil, fmt.Errorf("load catalog %s: %w", f.Name(), err)
+	}
+	return c, nil
+}
+
+// decodeCatalog parses and validates a catalog document.
+func decodeCatalog(b []byte) (map[string]TopicMeta, error) {
+	if len(b) > catalogBytesMax {
+		return nil, errCatalogTooLarge
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var cf catalogFile
+	if err := dec.Decode(&cf); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCatalogCorrupt, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data", ErrCatalogCorrupt)
+	}
+	if cf.Version != catalogVersion {
+		return nil, fmt.Errorf("%w: version %d, want %d", ErrCatalogCorrupt, cf.Version, catalogVersion)
+	}
+	if cf.Topics == nil {
+		cf.Topics = map[string]TopicMeta{}
+	}
+	for name, t := range cf.Topics {
+		if err := validateTopic(name, t); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCatalogCorrupt, err)
+		}
+	}
+	return cf.Topics, nil
+}
+
+// ValidTopicName reports whether name is a legal topic name: 1 to 249 bytes of
+// [a-zA-Z0-9._-], not "." or "..".
+func ValidTopicName(name string) error {
+	if name == "" || len(name) > topicNameBytesMax || name == "." || name == ".." {
+		return fmt.Errorf("%w: name %q: want 1 to %d characters, not . or ..", ErrInvalidTopic, name, topicNameBytesMax)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: name %q: character %q not in [a-zA-Z0-9._-]", ErrInvalidTopic, name, c)
+		}
+	}
+	return nil
+}
+
+func validateTopic(name string, t TopicMeta) error {
+	if err := ValidTopicName(name); err != nil {
+		return err
+	}
+	if t.Partitions < 1 || t.Partitions > partitionsMax {
+		return fmt.Errorf("%w: topic %q: %d partitions, want 1 to %d", ErrInvalidTopic, name, t.Partitions, partitionsMax)
+	}
+	if len(t.Placement) != t.Partitions {
+		return fmt.Errorf("%w: topic %q: placement lists %d shards for %d partitions", ErrInvalidTopic, name, len(t.Placement), t.Partitions)
+	}
+	for p, shard := range t.Placement {
+		if shard < 0 || shard >= shardIndexMax {
+			return fmt.Errorf("%w: topic %q partition %d: shard %d out of range", ErrInvalidTopic, name, p, shard)
+		}
+	}
+	if len(t.Config) > configEntriesMax {
+		return fmt.Errorf("%w: topic %q: %d config entries, at most %d", ErrInvalidTopic, name, len(t.Config), configEntriesMax)
+	}
+	for k, v := range t.Config {
+		if len(v) > configValueBytes {
+			return fmt.Errorf("%w: topic %q: config %s longer than %d bytes", ErrInvalidTopic, name, k, configValueBytes)
+		}
+	}
+	if _, err := LogConfigFromMap(LogConfig{}, t.Config); err != nil {
+		return fmt.Errorf("%w: topic %q: %w", ErrInvalidTopic, name, err)
+	}
+	return nil
+}
+
+// Topic returns a copy of a topic's entry.
+func (c *Catalog) Topic(name string) (TopicMeta, bool) {
+	t, ok := c.topics[name]
+	if !ok {
+		return TopicMeta{}, false
+	}
+	return cloneTopic(t), true
+}
+
+// Names returns the topic names in order.
+func (c *Catalog) Names() []string {
+	names := make([]string, 0, len(c.topics))
+	for n := range c.topics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Create adds a topic and persists the catalog. placement may be nil: partition i then goes
+// to shard i % shards (shards <= 0 means 1).
+func (c *Catalog) Create(name string, partitions int, config map[string]string, placement []int, shards int) error {
+	if _, ok := c.topics[name]; ok {
+		return fmt.Errorf("create topic %q: %w", name, ErrTopicExists)
+	}
+	if placement == nil && partitions > 0 && partitions <= partitionsMax {
+		shards = max(shards, 1)
+		placement = make([]int, partitions)
+		for i := range placement {
+			placement[i] = i % shards
+		}
+	}
+	t := cloneTopic(TopicMeta{Partitions: partitions, Config: config, Placement: placement})
+	if err := validateTopic(name, t); err != nil {
+		return fmt.Errorf("create topic: %w", err)
+	}
+	c.topics[name] = t
+	if err := c.Save(); err != nil {
+		delete(c.topics, name)
+		return fmt.Errorf("create topic %q: %w", name, err)
+	}
+	return nil
+}
+
+// Delete removes a topic and persists the catalog. Removing its partition directories is the
+// caller's job once no shard uses them (see PartitionDir).
+func (c *Catalog) Delete(name string) error {
+	t, ok := c.topics[name]
+	if !ok {
+		return fmt.Errorf("delete topic %q: %w", name, ErrUnknownTopic)
+	}
+	delete(c.topics, name)
+	if err := c.Save(); err != nil {
+		c.topics[name] = t
+		return fmt.Errorf("delete topic %q: %w", name, err)
+	}
+	return nil
+}
+
+// Save writes the catalog atomically: temp file, fsync, rename, fsync of the directory.
+func (c *Catalog) Save() error {
+	b, err := json.MarshalIndent(catalogFile{Version: catalogVersion, Topics: c.topics}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save catalog: %w", err)
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return fmt.Errorf("save catalog: %w", err)
+	}
+	path := filepath.Join(c.dir, catalogFileName)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("save catalog: %w", err)
+	}
+	_, werr := f.Write(append(b, '\n'))
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("save catalog: write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("save catalog: %w", err)
+	}
+	return syncDir(c.dir)
+}
+
+// PartitionDir is the directory of one partition's log: <dataDir>/<topic>-<partition>.
+func PartitionDir(dataDir, topic string, partition int) string {
+	return filepath.Join(dataDir, fmt.Sprintf(partitionDirFormat, topic, partition))
+}
+
+// TopicLogConfig is the LogConfig of a topic: base overridden by the topic's config map.
+func (c *Catalog) TopicLogConfig(name string, base LogConfig) (LogConfig, error) {
+	t, ok := c.topics[name]
+	if !ok {
+		return base, fmt.Errorf("topic %q: %w", name, ErrUnknownTopic)
+	}
+	return LogConfigFromMap(base, t.Config)
+}
+
+func cloneTopic(t TopicMeta) TopicMeta {
+	out := TopicMeta{Partitions: t.Partitions, Placement: append([]int(nil), t.Placement...)}
+	if t.Config != nil {
+		out.Config = make(map[string]string, len(t.Config))
+		for k, v := range t.Config {
+			out.Config[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,201 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// The crash test runs this test binary as a child process (os.Args[0] -test.run
+// TestCrashChild) with these variables set.
+const (
+	crashChildDirEnv  = "RINGLOG_CRASH_CHILD_DIR"
+	crashChildModeEnv = "RINGLOG_CRASH_CHILD_MODE"
+	crashChildIOEnv   = "RINGLOG_CRASH_CHILD_IO"
+	crashRounds       = 24
+	crashAcksMax      = 25    // a child is killed after 1..crashAcksMax acknowledgements
+	crashChildBatches = 50000 // bound on a child's loop if nobody kills it
+)
+
+// crashValue is the value of the record at offset: a reader can check any record alone.
+func crashValue(offset int64) []byte {
+	v := fmt.Appendf(nil, "offset=%d;", offset)
+	for i := 0; i < int(offset%97); i++ {
+		v = append(v, byte('a'+(offset+int64(i))%26))
+	}
+	return v
+}
+
+// TestCrashChild is the child: it appends with flush=always and prints "ack N" once every
+// offset below N is durable. It runs only when started by TestCrashSIGKILL.
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv(crashChildDirEnv)
+	if dir == "" {
+		t.Skip("child of TestCrashSIGKILL only")
+	}
+	var fio ring.FileIO = ring.Syscalls{}
+	if os.Getenv(crashChildIOEnv) == "reactor" {
+		runtime.LockOSThread()
+		if r, err := ring.NewReactor(ring.Config{Backend: "uring", Entries: 64}); err == nil {
+			fio = r
+		}
+	}
+	cfg := LogConfig{Storage: StorageMode(os.Getenv(crashChildModeEnv)), SegmentBytes: 32 << 10,
+		IndexIntervalBytes: 1024, FlushAlways: true, Logger: quietLogger, DirectChunkBytes: 16 << 10}
+	l, _, err := OpenLog(dir, cfg, fio)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(3)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	for i := 0; i < crashChildBatches; i++ {
+		groups := 1 + rng.IntN(4)
+		batches := make([][]byte, 0, groups)
+		next := l.EndOffset()
+		for g := 0; g < groups; g++ {
+			b.Reset()
+			for r := 1 + rng.IntN(5); r > 0; r-- {
+				b.Append(next, nil, crashValue(next), nil)
+				next++
+			}
+			bb, err := b.Build(nil)
+			if err != nil {
+				fmt.Println("error", err)
+				os.Exit(3)
+			}
+			batches = append(batches, bb)
+		}
+		if _, err := l.AppendBatches(batches); err != nil {
+			fmt.Println("error", err)
+			os.Exit(3)
+		}
+		if err := l.Flush(); err != nil {
+			fmt.Println("error", err)
+			os.Exit(3)
+		}
+		fmt.Fprintf(out, "ack %d\n", l.SyncedOffset())
+		out.Flush()
+	}
+	os.Exit(0)
+}
+
+// TestCrashSIGKILL kills a real child process with SIGKILL at random moments while it appends
+// with flush=always, then reopens the log and checks that every acknowledged record is
+// present and intact and that the log is a contiguous run of valid batches.
+func TestCrashSIGKILL(t *testing.T) {
+	if os.Getenv(crashChildDirEnv) != "" {
+		t.Skip("in the child")
+	}
+	dir := t.TempDir()
+	seed := uint64(os.Getpid())
+	rng := rand.New(rand.NewPCG(seed, 2))
+	t.Logf("seed %d", seed)
+	acked := int64(0)
+	for round := 0; round < crashRounds; round++ {
+		mode := storageModes[round%2]
+		io := []string{"syscalls", "reactor"}[(round/2)%2]
+		killAfter := 1 + rng.IntN(crashAcksMax)
+		got, stderr := runCrashChild(t, dir, mode, io, killAfter)
+		if got < acked {
+			t.Fatalf("round %d: child acked %d after %d was acked before", round, got, acked)
+		}
+		acked = got
+		verifyCrashLog(t, dir, round, acked, stderr)
+	}
+	if acked < crashRounds {
+		t.Fatalf("children acknowledged only %d records in %d rounds", acked, crashRounds)
+	}
+}
+
+// runCrashChild starts the child, reads acknowledgements until killAfter of them arrived,
+// SIGKILLs it (it keeps appending in the meantime) and returns the last acknowledged offset.
+func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, killAfter int) (int64, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashChildDirEnv+"="+dir, crashChildModeEnv+"="+string(mode), crashChildIOEnv+"="+io)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var last int64
+	for acks := 0; acks < killAfter && sc.Scan(); {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "ack "); ok {
+			n, err := strconv.ParseInt(rest, 10, 64)
+			if err != nil {
+				t.Fatalf("bad ack line %q", line)
+			}
+			last = n
+			acks++
+			continue
+		}
+		if strings.HasPrefix(line, "error") {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child: %s (stderr %s)", line, stderr.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill child: %v", err)
+	}
+	err = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child did not die by SIGKILL: %v (stderr %s)", err, stderr.String())
+	}
+	return last, &stderr
+}
+
+// verifyCrashLog reopens the log and checks every record from the start.
+func verifyCrashLog(t *testing.T, dir string, round int, acked int64, stderr *bytes.Buffer) {
+	t.Helper()
+	l, rep, err := OpenLog(dir, LogConfig{SegmentBytes: 32 << 10, IndexIntervalBytes: 1024, Logger: quietLogger}, ring.Syscalls{})
+	if err != nil {
+		t.Fatalf("round %d: reopen: %v", round, err)
+	}
+	defer l.Close()
+	t.Logf("round %d: acked %d, recovered end %d, dropped %d bytes", round, acked, l.EndOffset(), rep.DroppedBytes)
+	if l.EndOffset() < acked {
+		t.Fatalf("round %d: log ends at %d but %d was acknowledged (report %+v, child stderr %s)", round, l.EndOffset(), acked, rep, stderr)
+	}
+	next := int64(0)
+	data := readAll(t, l, 1<<20)
+	for len(data) > 0 {
+		h, err := validateFirst(data)
+		if err != nil {
+			t.Fatalf("round %d: batch at offset %d: %v", round, next, err)
+		}
+		err = batch.Decode(data[:h.Size()], func(offset, ts int64, r *batch.Record) error {
+			if offset != next || ts != offset || !bytes.Equal(r.Value, crashValue(offset)) {
+				return fmt.Errorf("record at %d (want %d): ts %d value %q", offset, next, ts, r.Value)
+			}
+			next++
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		data = data[h.Size():]
+	}
+	if next != l.EndOffset() {
+		t.Fatalf("round %d: records end at %d, log end %d", round, next, l.EndOffset())
+	}
+}

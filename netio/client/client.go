@@ -1,0 +1,402 @@
+// Package client is ringlog's bundled Go client: a pipelined connection pool with
+// shard-aware routing (Client), a batching producer (Producer), a consumer without groups
+// (Consumer) and admin calls (topics and configs). It speaks the protocol in
+// docs/protocol.md through the codecs in netio and builds record batches with
+// engine/batch.
+//
+// Routing: metadata maps every partition to a shard and the shard to an address; the
+// client sends a partition's produce and fetch requests straight to that address, and
+// everything else to the seed broker address.
+//
+// It must not depend on the broker's internals (engine state, shards): only on the wire.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ringlog/ringlog/netio"
+)
+
+// Config configures a Client. Zero fields take defaults.
+type Config struct {
+	Broker             string        // seed address host:port; default 127.0.0.1:9400
+	ClientID           string        // sent in ApiVersions; default "ringlog-go"
+	DialTimeout        time.Duration // default 10s
+	RequestTimeout     time.Duration // default for calls without a deadline; default 30s
+	InflightPerConnMax int           // outstanding requests per connection; default 32
+	FrameBytesMax      uint32        // largest response frame accepted; default 256 MiB
+	ShardAware         bool          // route partition requests to the owning shard's address (NewClient sets it true unless DisableShardRouting)
+	// DisableShardRouting sends every request to Broker even when metadata names shard
+	// addresses.
+	DisableShardRouting bool
+}
+
+const (
+	defaultBroker             = "127.0.0.1:9400"
+	defaultDialTimeout        = 10 * time.Second
+	defaultRequestTimeout     = 30 * time.Second
+	defaultInflightPerConnMax = 32
+	defaultFrameBytesMax      = 256 << 20
+	metadataMaxAge            = 30 * time.Second
+)
+
+// Client is safe for concurrent use.
+type Client struct {
+	cfg Config
+
+	mu     sync.Mutex
+	conns  map[string]*conn      // guarded by mu: by address
+	topics map[string]*topicMeta // guarded by mu: metadata cache
+	shards map[int32]string      // guarded by mu: shard -> address
+	closed bool                  // guarded by mu
+}
+
+type topicMeta struct {
+	partitions []partitionMeta
+	fetchedAt  time.Time
+	stale      bool
+}
+
+type partitionMeta struct {
+	shard int32
+}
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("ringlog client: closed")
+
+// New connects to cfg.Broker and performs the ApiVersions handshake.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Broker == "" {
+		cfg.Broker = defaultBroker
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "ringlog-go"
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = defaultDialTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = defaultRequestTimeout
+	}
+	if cfg.InflightPerConnMax <= 0 {
+		cfg.InflightPerConnMax = defaultInflightPerConnMax
+	}
+	if cfg.FrameBytesMax == 0 {
+		cfg.FrameBytesMax = defaultFrameBytesMax
+	}
+	cfg.ShardAware = !cfg.DisableShardRouting
+	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}}
+	var ver netio.APIVersionsResponse
+	if err := c.Call(ctx, cfg.Broker, &netio.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
+		return nil, fmt.Errorf("handshake with %s: %w", cfg.Broker, err)
+	}
+	return c, nil
+}
+
+// Close closes every connection. Outstanding calls fail with ErrConnClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	conns := c.conns
+	c.conns = map[string]*conn{}
+	c.mu.Unlock()
+	for _, cn := range conns {
+		cn.close()
+	}
+	return nil
+}
+
+// connFor returns a live connection to addr, dialing if needed.
+func (c *Client) connFor(addr string) (*conn, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if cn := c.conns[addr]; cn != nil && cn.failure() == nil {
+		c.mu.Unlock()
+		return cn, nil
+	}
+	c.mu.Unlock()
+	cn, err := dialConn(addr, c.cfg.DialTimeout, c.cfg.InflightPerConnMax, c.cfg.FrameBytesMax)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		cn.close()
+		return nil, ErrClosed
+	}
+	if old := c.conns[addr]; old != nil && old.failure() == nil {
+		cn.close() // lost a dial race
+		return old, nil
+	}
+	c.conns[addr] = cn
+	return cn, nil
+}
+
+// CallAsync sends req to addr; done receives the decoded resp (the same value passed in)
+// or an error. A nil resp means no response is expected (acks=0 produce). done runs on an
+// internal goroutine and must not block.
+func (c *Client) CallAsync(addr string, req, resp netio.Message, done func(netio.Message, error)) {
+	cn, err := c.connFor(addr)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	cn.send(req, resp, done)
+}
+
+// Call sends req to addr and waits for the response, decoded into resp. Frame-level
+// errors come back as *netio.Error.
+func (c *Client) Call(ctx context.Context, addr string, req, resp netio.Message) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		defer cancel()
+	}
+	result := make(chan error, 1)
+	c.CallAsync(addr, req, resp, func(_ netio.Message, err error) { result <- err })
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("%s to %s: %w", req.API(), addr, ctx.Err())
+	}
+}
+
+// BrokerAddr is the seed address.
+func (c *Client) BrokerAddr() string { return c.cfg.Broker }
+
+// ---------------------------------------------------------------------------------------
+// Metadata
+
+// refreshMetadata fetches metadata for topics (nil = all) and updates the cache.
+func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*netio.MetadataResponse, error) {
+	var resp netio.MetadataResponse
+	if err := c.Call(ctx, c.cfg.Broker, &netio.MetadataRequest{Topics: topics}, &resp); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range resp.Shards {
+		c.shards[s.Shard] = s.Address
+	}
+	for _, t := range resp.Topics {
+		if t.ErrorCode != netio.ErrNone {
+			delete(c.topics, t.Topic)
+			continue
+		}
+		tm := &topicMeta{fetchedAt: now, partitions: make([]partitionMeta, len(t.Partitions))}
+		for _, p := range t.Partitions {
+			if p.Partition >= 0 && int(p.Partition) < len(tm.partitions) {
+				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard}
+			}
+		}
+		c.topics[t.Topic] = tm
+	}
+	return &resp, nil
+}
+
+// Partitions returns the topic's partition count, from cache or a metadata request.
+func (c *Client) Partitions(ctx context.Context, topic string) (int, error) {
+	c.mu.Lock()
+	tm := c.topics[topic]
+	fresh := tm != nil && !tm.stale && time.Since(tm.fetchedAt) < metadataMaxAge
+	c.mu.Unlock()
+	if fresh {
+		return len(tm.partitions), nil
+	}
+	resp, err := c.refreshMetadata(ctx, []string{topic})
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == topic {
+			if t.ErrorCode != netio.ErrNone {
+				return 0, fmt.Errorf("topic %s: %w", topic, netio.CodeError(t.ErrorCode, t.ErrorMessage))
+			}
+			return len(t.Partitions), nil
+		}
+	}
+	return 0, fmt.Errorf("topic %s: %w", topic, netio.ErrUnknownTopicOrPartition)
+}
+
+// invalidate marks a topic's metadata stale (after a routing error).
+func (c *Client) invalidate(topic string) {
+	c.mu.Lock()
+	if tm := c.topics[topic]; tm != nil {
+		tm.stale = true
+	}
+	c.mu.Unlock()
+}
+
+// leaderAddr returns the address to send topic/partition requests to: the owning shard's
+// address when metadata names one and routing is on, else the seed address.
+func (c *Client) leaderAddr(topic string, partition int32) string {
+	if !c.cfg.ShardAware {
+		return c.cfg.Broker
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tm := c.topics[topic]
+	if tm == nil || partition < 0 || int(partition) >= len(tm.partitions) {
+		return c.cfg.Broker
+	}
+	if addr := c.shards[tm.partitions[partition].shard]; addr != "" {
+		return addr
+	}
+	return c.cfg.Broker
+}
+
+// ---------------------------------------------------------------------------------------
+// Admin
+
+// TopicInfo is one topic as listed by ListTopics.
+type TopicInfo struct {
+	Name       string
+	Partitions int
+}
+
+// ListTopics returns every topic, sorted by name.
+func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
+	resp, err := c.refreshMetadata(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []TopicInfo
+	for _, t := range resp.Topics {
+		if t.ErrorCode == netio.ErrNone {
+			out = append(out, TopicInfo{Name: t.Topic, Partitions: len(t.Partitions)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// CreateTopic creates a topic with the given partition count and configs.
+func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
+	ct := netio.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: 1}
+	for _, k := range sortedKeys(configs) {
+		ct.Configs = append(ct.Configs, netio.ConfigEntry{Key: k, Value: configs[k]})
+	}
+	var resp netio.CreateTopicsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &netio.CreateTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []netio.CreateTopic{ct}}, &resp); err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	return topicResultErr("create topic", name, resp.Topics)
+}
+
+// DeleteTopic deletes a topic.
+func (c *Client) DeleteTopic(ctx context.Context, name string) error {
+	var resp netio.DeleteTopicsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &netio.DeleteTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []string{name}}, &resp); err != nil {
+		return fmt.Errorf("delete topic %s: %w", name, err)
+	}
+	c.invalidate(name)
+	return topicResultErr("delete topic", name, resp.Topics)
+}
+
+// DescribeTopics returns per-partition offsets, sizes and shards; no names means all.
+func (c *Client) DescribeTopics(ctx context.Context, names ...string) ([]netio.DescribeTopic, error) {
+	var resp netio.DescribeTopicsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &netio.DescribeTopicsRequest{Topics: names}, &resp); err != nil {
+		return nil, fmt.Errorf("describe topics: %w", err)
+	}
+	for _, t := range resp.Topics {
+		if t.ErrorCode != netio.ErrNone {
+			return resp.Topics, fmt.Errorf("describe topic %s: %w", t.Topic, netio.CodeError(t.ErrorCode, t.ErrorMessage))
+		}
+	}
+	return resp.Topics, nil
+}
+
+// DescribeConfigs returns a topic's configuration; no keys means all.
+func (c *Client) DescribeConfigs(ctx context.Context, topic string, keys ...string) ([]netio.ConfigDescription, error) {
+	var resp netio.DescribeConfigsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &netio.DescribeConfigsRequest{Topics: []netio.DescribeConfigsTopic{{Topic: topic, Keys: keys}}}, &resp); err != nil {
+		return nil, fmt.Errorf("describe configs of %s: %w", topic, err)
+	}
+	if len(resp.Topics) != 1 {
+		return nil, fmt.Errorf("describe configs of %s: %d results", topic, len(resp.Topics))
+	}
+	r := resp.Topics[0]
+	if r.ErrorCode != netio.ErrNone {
+		return nil, fmt.Errorf("describe configs of %s: %w", topic, netio.CodeError(r.ErrorCode, r.ErrorMessage))
+	}
+	return r.Configs, nil
+}
+
+// AlterConfigs sets the keys in set and removes the keys in remove, on one topic.
+func (c *Client) AlterConfigs(ctx context.Context, topic string, set map[string]string, remove []string) error {
+	at := netio.AlterConfigsTopic{Topic: topic}
+	for _, k := range sortedKeys(set) {
+		at.Configs = append(at.Configs, netio.AlterConfig{Key: k, Op: netio.AlterConfigSet, Value: set[k]})
+	}
+	for _, k := range remove {
+		at.Configs = append(at.Configs, netio.AlterConfig{Key: k, Op: netio.AlterConfigDelete})
+	}
+	var resp netio.AlterConfigsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &netio.AlterConfigsRequest{Topics: []netio.AlterConfigsTopic{at}}, &resp); err != nil {
+		return fmt.Errorf("alter configs of %s: %w", topic, err)
+	}
+	return topicResultErr("alter configs of", topic, resp.Topics)
+}
+
+// ListOffset looks up one partition's offset: ts is netio.TimestampEarliest,
+// netio.TimestampLatest or a time in ms since epoch (first offset with a timestamp >= ts;
+// -1 if none).
+func (c *Client) ListOffset(ctx context.Context, topic string, partition int32, ts int64) (int64, error) {
+	if _, err := c.Partitions(ctx, topic); err != nil {
+		return 0, err
+	}
+	var resp netio.ListOffsetsResponse
+	req := &netio.ListOffsetsRequest{Topics: []netio.ListOffsetsTopic{{Topic: topic, Partitions: []netio.ListOffsetsPartition{{Partition: partition, Timestamp: ts}}}}}
+	if err := c.Call(ctx, c.leaderAddr(topic, partition), req, &resp); err != nil {
+		return 0, fmt.Errorf("list offsets %s/%d: %w", topic, partition, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("list offsets %s/%d: malformed response", topic, partition)
+	}
+	p := resp.Topics[0].Partitions[0]
+	if p.ErrorCode != netio.ErrNone {
+		return 0, fmt.Errorf("list offsets %s/%d: %w", topic, partition, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+	}
+	return p.Offset, nil
+}
+
+func topicResultErr(what, name string, results []netio.TopicResult) error {
+	for _, r := range results {
+		if r.Topic == name && r.ErrorCode != netio.ErrNone {
+			return fmt.Errorf("%s %s: %w", what, name, netio.CodeError(r.ErrorCode, r.ErrorMessage))
+		}
+	}
+	if len(results) == 0 {
+		return fmt.Errorf("%s %s: empty response", what, name)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func timeoutMs(ctx context.Context, fallback time.Duration) int32 {
+	d := fallback
+	if deadline, ok := ctx.Deadline(); ok {
+		d = time.Until(deadline)
+	}
+	return int32(max(min(d.Milliseconds(), 1<<31-1), 0))
+}

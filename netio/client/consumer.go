@@ -1,0 +1,323 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio"
+)
+
+// Offset is where a consumer starts reading a partition.
+type Offset struct {
+	kind  offsetKind
+	value int64
+}
+
+type offsetKind uint8
+
+const (
+	offsetNone offsetKind = iota
+	offsetExact
+	offsetEarliest
+	offsetLatest
+	offsetTime
+)
+
+// AtOffset starts at an exact offset.
+func AtOffset(offset int64) Offset { return Offset{kind: offsetExact, value: offset} }
+
+// Earliest starts at the log start offset.
+func Earliest() Offset { return Offset{kind: offsetEarliest} }
+
+// Latest starts at the high watermark: only records produced from now on.
+func Latest() Offset { return Offset{kind: offsetLatest} }
+
+// AtTime starts at the first record whose timestamp is at or after t (Latest if none).
+func AtTime(t time.Time) Offset { return Offset{kind: offsetTime, value: t.UnixMilli()} }
+
+func (o Offset) String() string {
+	switch o.kind {
+	case offsetExact:
+		return fmt.Sprint(o.value)
+	case offsetEarliest:
+		return "earliest"
+	case offsetLatest:
+		return "latest"
+	case offsetTime:
+		return fmt.Sprintf("@%d", o.value)
+	}
+	return "none"
+}
+
+// ConsumerConfig configures a Consumer. Zero fields take the defaults noted.
+type ConsumerConfig struct {
+	MaxWait           time.Duration // long-poll wait when no data; default 500ms
+	MinBytes          int32         // default 1
+	MaxBytes          int32         // per fetch request; default 16 MiB
+	PartitionMaxBytes int32         // per partition; default 1 MiB
+	// OnOutOfRange is where a partition restarts when its position falls outside the log
+	// (Earliest or Latest). Unset: Poll returns an error wrapping
+	// netio.ErrOffsetOutOfRange.
+	OnOutOfRange Offset
+}
+
+// ConsumedRecord is one record returned by Poll. Its slices stay valid until the caller
+// drops them (they are not reused).
+type ConsumedRecord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+	Key       []byte
+	Value     []byte
+	Headers   []batch.RecordHeader
+}
+
+// Consumer reads assigned partitions without consumer groups. It is not safe for
+// concurrent use: one goroutine assigns, seeks and polls.
+type Consumer struct {
+	c        *Client
+	cfg      ConsumerConfig
+	assigned map[topicPartition]*assignment
+	order    []topicPartition // stable iteration order
+}
+
+type assignment struct {
+	start    Offset // pending start, resolved by the next Poll
+	position int64  // next offset to read, valid when start.kind == offsetNone
+}
+
+// NewConsumer returns a consumer reading through c.
+func (c *Client) NewConsumer(cfg ConsumerConfig) *Consumer {
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 500 * time.Millisecond
+	}
+	if cfg.MinBytes <= 0 {
+		cfg.MinBytes = 1
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 16 << 20
+	}
+	if cfg.PartitionMaxBytes <= 0 {
+		cfg.PartitionMaxBytes = 1 << 20
+	}
+	return &Consumer{c: c, cfg: cfg, assigned: map[topicPartition]*assignment{}}
+}
+
+// Assign adds (or re-positions) a partition, starting at from.
+func (co *Consumer) Assign(topic string, partition int32, from Offset) {
+	key := topicPartition{topic, partition}
+	if _, ok := co.assigned[key]; !ok {
+		co.order = append(co.order, key)
+		sort.Slice(co.order, func(i, j int) bool {
+			if co.order[i].topic != co.order[j].topic {
+				return co.order[i].topic < co.order[j].topic
+			}
+			return co.order[i].partition < co.order[j].partition
+		})
+	}
+	co.assigned[key] = &assignment{start: from}
+}
+
+// Seek moves an assigned partition (or assigns it).
+func (co *Consumer) Seek(topic string, partition int32, to Offset) { co.Assign(topic, partition, to) }
+
+// Unassign stops reading a partition.
+func (co *Consumer) Unassign(topic string, partition int32) {
+	key := topicPartition{topic, partition}
+	delete(co.assigned, key)
+	for i, k := range co.order {
+		if k == key {
+			co.order = append(co.order[:i], co.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// Position returns the next offset Poll will return for a partition, resolving a pending
+// earliest/latest/time start first.
+func (co *Consumer) Position(ctx context.Context, topic string, partition int32) (int64, error) {
+	a := co.assigned[topicPartition{topic, partition}]
+	if a == nil {
+		return -1, fmt.Errorf("%s/%d is not assigned", topic, partition)
+	}
+	if err := co.resolve(ctx, topicPartition{topic, partition}, a); err != nil {
+		return -1, err
+	}
+	return a.position, nil
+}
+
+func (co *Consumer) resolve(ctx context.Context, key topicPartition, a *assignment) error {
+	var ts int64
+	switch a.start.kind {
+	case offsetNone:
+		return nil
+	case offsetExact:
+		a.position, a.start = a.start.value, Offset{}
+		return nil
+	case offsetEarliest:
+		ts = netio.TimestampEarliest
+	case offsetLatest:
+		ts = netio.TimestampLatest
+	case offsetTime:
+		ts = a.start.value
+	}
+	off, err := co.c.ListOffset(ctx, key.topic, key.partition, ts)
+	if err != nil {
+		return err
+	}
+	if off < 0 { // no record at or after the time: start at the end
+		if off, err = co.c.ListOffset(ctx, key.topic, key.partition, netio.TimestampLatest); err != nil {
+			return err
+		}
+	}
+	a.position, a.start = off, Offset{}
+	return nil
+}
+
+// Poll fetches from every assigned partition (one request per owning shard address, in
+// parallel) and returns the records after each partition's position, advancing it. It
+// waits up to MaxWait for data (long-poll) and returns an empty slice if none arrived.
+func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
+	if len(co.order) == 0 {
+		return nil, errors.New("poll: no partitions assigned")
+	}
+	byAddr := map[string]*netio.FetchRequest{}
+	var addrs []string
+	for _, key := range co.order {
+		a := co.assigned[key]
+		if err := co.resolve(ctx, key, a); err != nil {
+			return nil, fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)
+		}
+		addr := co.c.leaderAddr(key.topic, key.partition)
+		req := byAddr[addr]
+		if req == nil {
+			req = &netio.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}
+			byAddr[addr] = req
+			addrs = append(addrs, addr)
+		}
+		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != key.topic {
+			req.Topics = append(req.Topics, netio.FetchTopic{Topic: key.topic})
+		}
+		t := &req.Topics[len(req.Topics)-1]
+		t.Partitions = append(t.Partitions, netio.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
+	}
+	type result struct {
+		resp *netio.FetchResponse
+		err  error
+	}
+	results := make([]result, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
+		resp := new(netio.FetchResponse)
+		co.c.CallAsync(addr, byAddr[addr], resp, func(_ netio.Message, err error) {
+			results[i] = result{resp, err}
+			wg.Done()
+		})
+	}
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var out []ConsumedRecord
+	for i, r := range results {
+		if r.err != nil {
+			return out, fmt.Errorf("poll: fetch from %s: %w", addrs[i], r.err)
+		}
+		var err error
+		if out, err = co.apply(r.resp, out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// apply decodes one fetch response into records and advances positions.
+func (co *Consumer) apply(resp *netio.FetchResponse, out []ConsumedRecord) ([]ConsumedRecord, error) {
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			key := topicPartition{t.Topic, p.Partition}
+			a := co.assigned[key]
+			if a == nil || a.start.kind != offsetNone {
+				continue // unassigned or re-seeked meanwhile
+			}
+			switch p.ErrorCode {
+			case netio.ErrNone:
+			case netio.ErrOffsetOutOfRange:
+				if co.cfg.OnOutOfRange.kind == offsetEarliest || co.cfg.OnOutOfRange.kind == offsetLatest {
+					a.start = co.cfg.OnOutOfRange
+					continue
+				}
+				return out, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+			default:
+				if p.ErrorCode.Retriable() {
+					co.c.invalidate(key.topic)
+					continue
+				}
+				return out, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+			}
+			var err error
+			if out, err = decodeRecords(key, p.Records, a, out); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// decodeRecords appends the records at or after a.position from whole batches in records
+// (a trailing partial batch is ignored, as the protocol allows) and advances a.position.
+func decodeRecords(key topicPartition, records []byte, a *assignment, out []ConsumedRecord) ([]ConsumedRecord, error) {
+	for len(records) > 0 {
+		h, err := batch.ParseHeader(records)
+		if err != nil {
+			if len(records) < batch.HeaderSize {
+				return out, nil // partial header at the end
+			}
+			return out, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, err)
+		}
+		if h.Size() > len(records) {
+			return out, nil // partial batch at the end
+		}
+		whole := records[:h.Size()]
+		records = records[h.Size():]
+		if h.LastOffset() < a.position {
+			continue
+		}
+		err = batch.Decode(whole, func(offset, ts int64, r *batch.Record) error {
+			if offset < a.position {
+				return nil
+			}
+			rec := ConsumedRecord{Topic: key.topic, Partition: key.partition, Offset: offset, Timestamp: time.UnixMilli(ts), Key: clone(r.Key), Value: clone(r.Value)}
+			if len(r.Headers) > 0 {
+				rec.Headers = make([]batch.RecordHeader, len(r.Headers))
+				for i, hd := range r.Headers {
+					rec.Headers[i] = batch.RecordHeader{Key: hd.Key, Value: clone(hd.Value)}
+				}
+			}
+			out = append(out, rec)
+			return nil
+		})
+		if err != nil {
+			return out, fmt.Errorf("poll %s/%d: batch at %d: %w", key.topic, key.partition, h.BaseOffset, err)
+		}
+		a.position = h.LastOffset() + 1
+	}
+	return out, nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}

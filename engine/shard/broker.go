@@ -384,7 +384,8 @@ func (b *Broker) DeleteTopic(name string) error {
 	return err
 }
 
-// AlterTopicConfig sets (and with a nil value pointer in deletes, removes) topic configs.
+// AlterTopicConfig sets the configs in set and removes the keys in deletes (their
+// defaults apply again).
 // Each partition's log is reopened with the new configuration on its shard.
 func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []string) error {
 	b.metaMu.Lock()
@@ -394,16 +395,7 @@ func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
-	config := make(map[string]string, len(t.Config)+len(set))
-	for k, v := range t.Config {
-		config[k] = v
-	}
-	for k, v := range set {
-		config[k] = v
-	}
-	for _, k := range deletes {
-		delete(config, k)
-	}
+	config := mergeConfig(t.Config, set, deletes)
 	nt, err := b.newTopic(name, t.Partitions, config)
 	if err != nil {
 		return err
@@ -492,4 +484,85 @@ func onShard(s *Shard, fn func() error) error {
 	case <-time.After(adminWaitMax):
 		return fmt.Errorf("shard %d did not answer within %s", s.index, adminWaitMax)
 	}
+}
+
+// ValidateTopic checks a create-topic request without creating anything.
+func (b *Broker) ValidateTopic(name string, partitions int, config map[string]string) error {
+	if err := ValidateTopicName(name); err != nil {
+		return err
+	}
+	if partitions < 1 || partitions > partitionsPerTopicMax {
+		return fmt.Errorf("%w: %d (must be 1..%d)", ErrInvalidPartitions, partitions, partitionsPerTopicMax)
+	}
+	if b.Topic(name) != nil {
+		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	_, err := b.newTopic(name, make([]int, partitions), config)
+	return err
+}
+
+// ValidateAlter checks an alter-config request without applying it.
+func (b *Broker) ValidateAlter(name string, set map[string]string, deletes []string) error {
+	t := b.Topic(name)
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
+	}
+	_, err := b.newTopic(name, t.Partitions, mergeConfig(t.Config, set, deletes))
+	return err
+}
+
+func mergeConfig(base, set map[string]string, deletes []string) map[string]string {
+	config := make(map[string]string, len(base)+len(set))
+	for k, v := range base {
+		config[k] = v
+	}
+	for k, v := range set {
+		config[k] = v
+	}
+	for _, k := range deletes {
+		delete(config, k)
+	}
+	return config
+}
+
+// EffectiveConfig returns every topic config key with the value in force for t: the
+// topic's own, else the broker's, else the built-in default.
+func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
+	c := t.logConfig
+	out := map[string]string{
+		engine.ConfigSegmentBytes:       strconv.FormatInt(c.SegmentBytes, 10),
+		engine.ConfigSegmentMs:          strconv.FormatInt(c.SegmentMs, 10),
+		engine.ConfigIndexIntervalBytes: strconv.FormatInt(c.IndexIntervalBytes, 10),
+		engine.ConfigRetentionMs:        strconv.FormatInt(c.RetentionMs, 10),
+		engine.ConfigRetentionBytes:     strconv.FormatInt(c.RetentionBytes, 10),
+		engine.ConfigFlushMessages:      strconv.FormatInt(c.FlushMessages, 10),
+		engine.ConfigFlushMs:            strconv.FormatInt(c.FlushMs, 10),
+		engine.ConfigFlushAlways:        strconv.FormatBool(c.FlushAlways),
+		engine.ConfigStorageMode:        string(c.Storage),
+		configMinInsyncReplica:          strconv.Itoa(t.minInsync),
+	}
+	// Zero values mean "engine default"; show the default the engine applies.
+	defaults := map[string]string{
+		engine.ConfigSegmentBytes:       "1073741824",
+		engine.ConfigIndexIntervalBytes: "4096",
+		engine.ConfigRetentionMs:        "604800000",
+		engine.ConfigStorageMode:        string(engine.StoragePageCache),
+	}
+	for k, v := range defaults {
+		if out[k] == "0" || out[k] == "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// BrokerSetsConfig reports whether the broker's own configuration (flags) sets key.
+func (b *Broker) BrokerSetsConfig(key string) bool {
+	switch key {
+	case engine.ConfigStorageMode:
+		return b.cfg.Log.Storage != ""
+	case engine.ConfigFlushAlways:
+		return b.cfg.Log.FlushAlways
+	}
+	return false
 }

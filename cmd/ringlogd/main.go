@@ -46,6 +46,7 @@ type options struct {
 	connsMax      int
 	shutdownGrace time.Duration
 	sysRoot       string
+	pin           bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -63,6 +64,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
+	fs.BoolVar(&o.pin, "pin", true, "pin shard i to CPU i when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -140,6 +142,7 @@ func run(args []string, log *slog.Logger) error {
 		DataDir: o.dataDir,
 		Shards:  shards,
 		CPUs:    cpus,
+		Pin:     o.pin,
 		Ring:    ring.Config{Backend: o.io},
 		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
 		Logger:  log,

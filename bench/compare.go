@@ -155,8 +155,17 @@ func WriteSummary(w io.Writer, r *Result) error {
 		return err
 	}
 	if b := r.Backlog; b != nil {
-		fmt.Fprintf(&out, "backlog  %s written in %.1fs; read in %.1fs (%.0f MB/s); caught up with the head after %.1fs (drained=%v)\n",
-			FormatBytes(b.WrittenBytes), b.FillSeconds, b.BacklogReadSeconds, b.BacklogReadMBPerSec, b.CaughtUpSeconds, b.Drained)
+		fmt.Fprintf(&out, "backlog  %s written in %.1fs; ", FormatBytes(b.WrittenBytes), b.FillSeconds)
+		if b.BacklogReadSeconds > 0 {
+			fmt.Fprintf(&out, "read in %.1fs (%.0f MB/s); ", b.BacklogReadSeconds, b.BacklogReadMBPerSec)
+		} else {
+			out.WriteString("not fully read before the test ended; ")
+		}
+		if b.Drained {
+			fmt.Fprintf(&out, "caught up with the head after %.1fs\n", b.CaughtUpSeconds)
+		} else {
+			out.WriteString("never caught up with the head\n")
+		}
 	}
 	fmt.Fprintf(&out, "RSS (%s, pid %d): first %s, max %s, last %s, growth %s\n", r.BrokerRSS.Source, r.BrokerRSS.PID,
 		FormatBytes(r.BrokerRSS.FirstBytes), FormatBytes(r.BrokerRSS.MaxBytes), FormatBytes(r.BrokerRSS.LastBytes), signedBytes(r.BrokerRSS.GrowthBytes))

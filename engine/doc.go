@@ -1,4 +1,68 @@
-// Package engine owns the partition log on disk: Kafka v2 record batches, segments (.log,
-// .index, .timeindex), recovery, retention, the topic catalog, and the shard-owned partition
-// state. It must not open sockets.
+// Package engine owns the partition log on disk: segments (.log, .index, .timeindex), the
+// partition Log API (append, read, flush, truncate, retention), recovery, the two storage
+// modes, and the topic catalog. Record batches themselves are engine/batch's. It must not
+// open sockets, and it must not be called concurrently: a Log belongs to one goroutine (its
+// shard), which is why nothing on the append or read path takes a lock.
+//
+// All data I/O (pread, pwrite, pwritev, fdatasync, fsync) goes through the ring.FileIO given
+// to OpenLog — ring.Syscalls or a shard's *ring.Reactor. Metadata operations (open, rename,
+// unlink, ftruncate, mkdir, stat) are plain system calls.
+//
+// # Directory layout
+//
+// One directory per partition (PartitionDir: <data>/<topic>-<partition>), one file triple per
+// segment, named by the 20-digit zero-padded base offset (the offset of its first record):
+//
+//	orders-0/
+//	  00000000000000000000.log        closed segment: batches with offsets [0, 52311)
+//	  00000000000000000000.index
+//	  00000000000000000000.timeindex
+//	  00000000000000052311.log        active segment: appends go here
+//	  00000000000000052311.index
+//	  00000000000000052311.timeindex
+//
+// # .log
+//
+// Kafka RecordBatch v2 batches back to back, exactly as produced except for the broker-owned
+// baseOffset and partitionLeaderEpoch (see engine/batch for the 61-byte header). Offsets are
+// contiguous: each batch's baseOffset is the previous batch's last offset + 1, and the first
+// batch's is the segment's base offset. Nothing else is in the file: no per-file header, no
+// padding (direct mode pads its last block while the segment is active and cuts it on close).
+//
+//	+----------------+----------------+----------------+-- - -
+//	| batch @ base   | batch          | batch          |
+//	+----------------+----------------+----------------+-- - -
+//	0                p1               p2                 positions are u32 (segments < 2 GiB)
+//
+// # .index and .timeindex
+//
+// Sparse, big-endian, no header, never preallocated (length = entries x entry size):
+//
+//	.index: one entry each time IndexIntervalBytes of log were appended since the last one
+//	+----------------------+----------------------+
+//	| relativeOffset  u32  | position        u32  |   8 bytes
+//	+----------------------+----------------------+
+//	relativeOffset = batch baseOffset - segment base offset; position = its byte position
+//
+//	.timeindex: at the same points, only when the segment's max timestamp grew
+//	+---------------------------------------------+----------------------+
+//	| timestamp                              i64  | relativeOffset  u32  |   12 bytes
+//	+---------------------------------------------+----------------------+
+//	every batch before relativeOffset has MaxTimestamp <= timestamp; a sealed segment ends
+//	with (segment max timestamp, next offset - base)
+//
+// Index entries are written only for log bytes that are already fdatasync'ed, so the last
+// entry on disk is a recovery point: recovery trusts the bytes before it and re-scans,
+// CRC-checking every batch, from there to the end of the file.
+//
+// # Durability
+//
+// AppendBatches writes (one pwritev per segment touched) before it returns; the bytes are
+// then readable. They are durable once SyncedOffset passes them: Flush syncs when the flush
+// policy says so (FlushAlways, FlushMessages, FlushMs), Sync always does. One fdatasync
+// covers every append since the last one (group commit). A failed fdatasync fails the Log
+// for good (ErrLogFailed): the kernel may have dropped the dirty pages, so a later successful
+// fdatasync would not mean the data is on disk.
+//
+// docs/storage.md has the longer story: both storage modes, flush policies and recovery.
 package engine

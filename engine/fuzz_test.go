@@ -130,3 +130,24 @@ func FuzzRecoverSegment(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeStartOffset: the checkpoint decoder accepts exactly its own encoding.
+func FuzzDecodeStartOffset(f *testing.F) {
+	f.Add([]byte("v1 0\n"))
+	f.Add([]byte("v1 9223372036854775807\n"))
+	f.Add([]byte("v1 -1\n"))
+	f.Add([]byte("v1 007\n"))
+	f.Add([]byte("v2 1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		off, err := decodeStartOffset(b)
+		if err != nil {
+			if !errors.Is(err, errStartOffsetCorrupt) {
+				t.Fatalf("error not errStartOffsetCorrupt: %v", err)
+			}
+			return
+		}
+		if off < 0 || !bytes.Equal(encodeStartOffset(off), b) {
+			t.Fatalf("accepted %q as %d", b, off)
+		}
+	})
+}

@@ -1,13 +1,18 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // appendSome appends count batches of varying sizes and returns their stored bytes.
@@ -385,24 +390,65 @@ func TestSegmentMsRoll(t *testing.T) {
 	}
 }
 
-func TestDirectFallsBackOnTmpfs(t *testing.T) {
-	const shm = "/dev/shm"
-	if st, err := os.Stat(shm); err != nil || !st.IsDir() {
-		t.Skip("no /dev/shm")
-	}
-	dir, err := os.MkdirTemp(shm, "ringlog-direct-")
-	if err != nil {
-		t.Skip(err)
-	}
-	defer os.RemoveAll(dir)
-	if probeDirectUncached(dir) == nil {
-		t.Skip("/dev/shm accepts O_DIRECT here")
-	}
-	l, _ := openLog(t, dir, testConfig(StorageDirect), ring.Syscalls{})
-	defer l.Close()
+func TestDirectFallsBackWhenUnsupported(t *testing.T) {
+	dir := t.TempDir()
+	probeDirectIO = func(dir string) error { return fmt.Errorf("%w in %s: open: %w", errNoDirectIO, dir, unix.EINVAL) }
+	defer func() { probeDirectIO = probeDirectUncached }()
+	var logged bytes.Buffer
+	cfg := testConfig(StorageDirect)
+	cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
 	if l.Mode() != StoragePageCache {
-		t.Fatalf("mode %s on tmpfs, want fallback to page-cache", l.Mode())
+		t.Fatalf("mode %s without O_DIRECT, want fallback to page-cache", l.Mode())
+	}
+	if !strings.Contains(logged.String(), "falling back to page-cache") {
+		t.Fatalf("no log line for the fallback: %q", logged.String())
 	}
 	want := appendSome(t, l, 0, 20, 0)
 	mustEqualBytes(t, "fallback read", readAll(t, l, 1<<20), want)
+	// The probe result is cached per directory.
+	l.Close()
+	probeDirectIO = func(string) error { t.Fatal("probed twice"); return nil }
+	l2, _ := openLog(t, dir+"/", cfg, ring.Syscalls{})
+	defer l2.Close()
+	if l2.Mode() != StoragePageCache {
+		t.Fatalf("mode %s on reopen", l2.Mode())
+	}
+	mustEqualBytes(t, "fallback reopen", readAll(t, l2, 1<<20), want)
+}
+
+func TestDeleteRecordsBeforePersists(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(StoragePageCache)
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	all := appendSome(t, l, 0, 300, 0)
+	offs := batchOffsets(t, all)
+	mid := offs[151] + 1 // inside a segment, inside a batch (151 holds 2 records)
+	if _, err := l.DeleteRecordsBefore(mid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.DeleteRecordsBefore(l.EndOffset() + 1); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("delete beyond end: %v", err)
+	}
+	l.Close()
+	l2, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	if l2.StartOffset() != mid {
+		t.Fatalf("start offset after reopen %d, want %d", l2.StartOffset(), mid)
+	}
+	if _, err := l2.Read(mid-1, 100); !errors.Is(err, ErrOffsetOutOfRange) {
+		t.Fatalf("read below persisted start: %v", err)
+	}
+	if res, err := l2.Read(mid, 100); err != nil || res.FirstOffset != offs[151] {
+		t.Fatalf("read at start: %+v %v", res, err)
+	}
+	// Truncating below the start resets the log, and the checkpoint with it.
+	if err := l2.TruncateTo(5); err != nil {
+		t.Fatal(err)
+	}
+	l2.Close()
+	l3, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	defer l3.Close()
+	if l3.StartOffset() != 5 || l3.EndOffset() != 5 {
+		t.Fatalf("after reset: start %d end %d", l3.StartOffset(), l3.EndOffset())
+	}
 }

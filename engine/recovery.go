@@ -134,6 +134,9 @@ func (l *Log) recover(report *RecoveryReport) error {
 		}
 	}
 	l.startOffset = l.segments[0].baseOffset
+	if err := l.loadStartOffset(); err != nil {
+		return err
+	}
 	report.Segments = len(l.segments)
 	return l.activate(l.active())
 }

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -119,6 +121,9 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 	l.segments = append(l.segments, s)
 	l.startOffset = offset
 	l.unsyncedMessages = 0
+	if err := os.Remove(filepath.Join(l.dir, startOffsetFileName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return l.fail(err)
+	}
 	if err := l.activate(s); err != nil {
 		return l.fail(err)
 	}
@@ -187,8 +192,8 @@ func (l *Log) expired(s *segment, now time.Time) (bool, error) {
 
 // DeleteRecordsBefore advances the log start offset to offset (Kafka's DeleteRecords) and
 // deletes closed segments that lie wholly below it. Reads below the new start fail with
-// ErrOffsetOutOfRange. The new start offset is not persisted: after a restart the log starts
-// at its first segment again.
+// ErrOffsetOutOfRange. The new start offset is persisted (log-start-offset) before the call
+// returns.
 func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	if l.closed {
 		return 0, ErrClosed
@@ -198,6 +203,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	}
 	if offset <= l.startOffset {
 		return 0, nil
+	}
+	if err := writeStartOffset(l.dir, offset); err != nil {
+		return 0, err
 	}
 	l.startOffset = offset
 	deleted := 0

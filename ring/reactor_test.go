@@ -218,3 +218,41 @@ func TestArena(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReactorFixedBuffers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		a, err := NewArena(4096, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := r.RegisterArena(a)
+		if err != nil || !ok {
+			t.Fatalf("RegisterArena: %v %v", ok, err)
+		}
+		f, _ := tempFile(t)
+		buf, idx, _ := a.Get()
+		copy(buf, "fixed buffer write")
+		res := int32(-1)
+		err = r.Submit(func(s *SQE) { s.PrepWriteFixed(int(f.Fd()), buf[:18], 0, uint16(idx)) },
+			func(v int32, _ uint32) { res = v })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; res == -1 && i < 1000; i++ {
+			r.RunOnce(true)
+		}
+		if res != 18 {
+			t.Fatalf("write_fixed res %d", res)
+		}
+		got, _ := os.ReadFile(f.Name())
+		if string(got) != "fixed buffer write" {
+			t.Fatalf("file %q", got)
+		}
+		a.Put(buf)
+		r.Ring().UnregisterBuffers()
+		if err := a.Release(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

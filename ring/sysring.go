@@ -51,6 +51,7 @@ type sysRing struct {
 	bufs      [][]byte
 	probe     Probe
 	closed    bool
+	skipSeen  bool // a CQE_SKIP_SUCCESS SQE was submitted: DRAIN is refused from then on
 	inboxMu   sync.Mutex
 	inbox     []CQE // MSG_RING completions from other rings, guarded by inboxMu
 	inboxSpar []CQE // swapped with inbox while draining (owner only)
@@ -153,6 +154,9 @@ func (r *sysRing) Submit() (int, error) {
 		r.sqHead++
 		n++
 		op := r.newOp(sqe)
+		if sqe.Flags&SQECQESkipSuccess != 0 {
+			r.skipSeen = true
+		}
 		switch {
 		case head == nil:
 			head, last = op, op
@@ -225,6 +229,11 @@ func (r *sysRing) pumpDrain() {
 
 // run starts op: it completes now, parks on its fd, or (timeouts) enters the timer heap.
 func (r *sysRing) run(op *sysOp) {
+	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
+		// The kernel disables draining once CQE_SKIP_SUCCESS was used on the ring.
+		r.complete(op, errRes(unix.EOPNOTSUPP), 0)
+		return
+	}
 	if op.sqe.Flags&SQEFixedFile != 0 && op.sqe.Opcode != OpMsgRing {
 		if int(op.sqe.Fd) < 0 || int(op.sqe.Fd) >= len(r.files) || r.files[op.sqe.Fd] < 0 {
 			r.complete(op, -int32(unix.EBADF), 0)
@@ -691,21 +700,24 @@ func (r *sysRing) requeue(w *fdWait, op *sysOp) {
 	r.inflight++
 }
 
-// complete posts op's CQE, then continues or cancels its chain and frees it.
+// complete posts op's CQE, then continues or cancels its chain and frees it. As in the
+// kernel (req_set_fail), a failure includes a short transfer, a failed request posts its CQE
+// even with CQE_SKIP_SUCCESS, and then the chain it cancels posts none.
 func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
+	failed := r.failsLink(op, res)
 	if lt := op.linkTimeout; lt != nil {
 		op.linkTimeout = nil
 		if lt.heapIndex >= 0 {
 			heap.Remove(&r.timers, lt.heapIndex)
 		}
-		r.postOp(op, res, flags)
+		r.postOp(op, res, flags, failed)
 		r.complete(lt, errRes(unix.ECANCELED), 0)
 	} else {
-		r.postOp(op, res, flags)
+		r.postOp(op, res, flags, failed)
 	}
 	if next := op.next; next != nil {
-		if op.sqe.Flags&SQEIOHardlink == 0 && r.failsLink(op, res) {
-			r.cancelChain(next)
+		if failed && op.sqe.Flags&SQEIOHardlink == 0 {
+			r.cancelChain(next, op.sqe.Flags&SQECQESkipSuccess != 0)
 		} else {
 			r.run(next)
 		}
@@ -713,31 +725,45 @@ func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
 	r.freeOp(op)
 }
 
-func (r *sysRing) postOp(op *sysOp, res int32, flags uint32) {
-	if res >= 0 && op.sqe.Flags&SQECQESkipSuccess != 0 {
+func (r *sysRing) postOp(op *sysOp, res int32, flags uint32, failed bool) {
+	if op.sqe.Flags&SQECQESkipSuccess != 0 && !failed {
 		return
 	}
 	r.post(op.sqe.UserData, res, flags)
 }
 
-// failsLink reports whether res breaks an IOSQE_IO_LINK chain: an error, or a short
-// transfer for reads, writes, sends, receives and splices.
+// failsLink reports whether res breaks an IOSQE_IO_LINK chain: an error, a short read,
+// write or splice, or a short send/recv with MSG_WAITALL.
 func (r *sysRing) failsLink(op *sysOp, res int32) bool {
 	if res < 0 {
 		return true
 	}
 	switch op.sqe.Opcode {
-	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSend, OpRecv, OpSplice:
+	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSplice:
 		return uint32(res) < op.sqe.Len
+	case OpSend, OpRecv:
+		return op.sqe.OpFlags&unix.MSG_WAITALL != 0 && uint32(res) < op.sqe.Len
 	}
 	return false
 }
 
-func (r *sysRing) cancelChain(op *sysOp) {
+// cancelChain completes op and its successors with -ECANCELED; quiet suppresses their CQEs
+// (the failed head had CQE_SKIP_SUCCESS).
+func (r *sysRing) cancelChain(op *sysOp, quiet bool) {
 	for op != nil {
 		next := op.next
 		op.next = nil
-		r.complete(op, errRes(unix.ECANCELED), 0)
+		if quiet {
+			op.sqe.Flags |= SQECQESkipSuccess
+			op.sqe.Opcode = OpNop // so the cancellation counts as "success" and stays silent
+			if lt := op.linkTimeout; lt != nil {
+				lt.sqe.Flags |= SQECQESkipSuccess
+				lt.sqe.Opcode = OpNop
+			}
+			r.complete(op, 0, 0)
+		} else {
+			r.complete(op, errRes(unix.ECANCELED), 0)
+		}
 		op = next
 	}
 }

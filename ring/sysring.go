@@ -902,7 +902,7 @@ func (r *sysRing) cancel(userData uint64, flags uint32, fd int32) int32 {
 	if len(found) == 0 {
 		return errRes(unix.ENOENT)
 	}
-	if flags&(CancelAll|CancelAny) == 0 || flags&CancelAny != 0 {
+	if flags&CancelAll == 0 {
 		found = found[:1]
 	}
 	for _, op := range found {

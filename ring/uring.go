@@ -201,6 +201,9 @@ func (r *uringRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, er
 		if atomic.LoadUint32(r.sqFlags)&sqNeedWakeup != 0 {
 			flags |= enterSQWakeup
 		}
+		if pending >= r.params.SQEntries {
+			flags |= enterSQWait // SQ full: wait until the SQ thread frees entries
+		}
 		pending = 0 // the SQ thread submits
 	}
 	if waitNr > 0 || r.cqNeedsFlush() {

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // served only with --debug-addr
 	"os"
 	"os/signal"
 	"runtime"
@@ -47,6 +49,7 @@ type options struct {
 	shutdownGrace time.Duration
 	sysRoot       string
 	pin           bool
+	debugAddr     string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -64,6 +67,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
+	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to CPU i when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -179,6 +183,14 @@ func run(args []string, log *slog.Logger) error {
 	log.Info("ringlogd started", "version", Version, "listen", addr, "shards", shards,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(b.Topics()))
 
+	if o.debugAddr != "" {
+		go func() {
+			log.Info("pprof listening", "addr", o.debugAddr)
+			if err := http.ListenAndServe(o.debugAddr, nil); err != nil {
+				log.Warn("pprof server failed", "err", err)
+			}
+		}()
+	}
 	errc := make(chan error, len(listeners))
 	for i, ln := range listeners {
 		go func() { errc <- srv.Serve(ln, i) }()

@@ -204,6 +204,9 @@ func (r *uringRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, er
 		}
 		pending = 0 // the SQ thread submits
 	}
+	if waitNr > 0 && pending == 0 && flags == 0 && atomic.LoadUint32(r.cqTail)-*r.cqHead >= waitNr {
+		return 0, nil // enough completions are already posted: no system call
+	}
 	if waitNr > 0 || r.cqNeedsFlush() {
 		flags |= enterGetEvents
 	}

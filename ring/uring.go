@@ -351,6 +351,25 @@ func (r *uringRing) UnregisterEventfd() error {
 	return nil
 }
 
+func (r *uringRing) RegisterBufRing(group uint16, ringMem []byte, entries uint16) error {
+	reg := &bufReg{RingAddr: uint64(uintptr(unsafe.Pointer(&ringMem[0]))), RingEntries: uint32(entries), Bgid: group}
+	if err := r.register(regPbufRing, unsafe.Pointer(reg), 1); err != nil {
+		if errors.Is(err, unix.EINVAL) && r.probe.LastOp < OpSocket {
+			return fmt.Errorf("%w: provided-buffer rings (needs Linux 5.19): %v", ErrUnsupported, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func (r *uringRing) UnregisterBufRing(group uint16) error {
+	reg := &bufReg{Bgid: group}
+	if err := r.register(regUnregPbufRing, unsafe.Pointer(reg), 1); err != nil {
+		return fmt.Errorf("ring: unregister buffer ring %d: %w", group, err)
+	}
+	return nil
+}
+
 func (r *uringRing) Probe() *Probe   { return &r.probe }
 func (r *uringRing) Fd() int         { return r.fd }
 func (r *uringRing) Backend() string { return BackendUring }

@@ -88,10 +88,10 @@ func CompareRows(a, b *Result) []Row {
 func WriteComparison(w io.Writer, nameA, nameB string, a, b *Result) error {
 	var out strings.Builder
 	fmt.Fprintf(&out, "A: %s (%s, %s)\nB: %s (%s, %s)\n", nameA, a.Driver.Name, a.Workload.Name, nameB, b.Driver.Name, b.Workload.Name)
-	if a.Hardware.String() != b.Hardware.String() {
+	if a.Hardware.Machine() != b.Hardware.Machine() {
 		fmt.Fprintf(&out, "warning: different hardware\n  A: %s\n  B: %s\n", a.Hardware, b.Hardware)
 	} else {
-		fmt.Fprintf(&out, "hardware: %s\n", a.Hardware)
+		fmt.Fprintf(&out, "hardware: %s (load at start: A %.1f, B %.1f)\n", a.Hardware.Machine(), a.Hardware.LoadAverage, b.Hardware.LoadAverage)
 	}
 	if a.Workload.Name != b.Workload.Name {
 		fmt.Fprintf(&out, "warning: different workloads (%s vs %s)\n", a.Workload.Name, b.Workload.Name)
@@ -102,7 +102,7 @@ func WriteComparison(w io.Writer, nameA, nameB string, a, b *Result) error {
 	for _, row := range CompareRows(a, b) {
 		ratio := "-"
 		if row.Ratio() != 0 {
-			ratio = fmt.Sprintf("%.2f×", row.Ratio())
+			ratio = formatRatio(row.Ratio())
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", row.Metric, formatValue(row.A, row.Unit), formatValue(row.B, row.Unit), ratio, row.Better())
 	}
@@ -113,9 +113,27 @@ func WriteComparison(w io.Writer, nameA, nameB string, a, b *Result) error {
 	return err
 }
 
+// formatRatio keeps three significant digits: 0.000312× is not 0.00×.
+func formatRatio(r float64) string {
+	if r >= 100 {
+		return fmt.Sprintf("%.0f×", r)
+	}
+	return fmt.Sprintf("%.3g×", r)
+}
+
 func formatValue(v float64, unit string) string {
 	if v == 0 {
 		return "-"
+	}
+	if unit == "µs" {
+		switch {
+		case v >= 1e6:
+			return fmt.Sprintf("%.2f s", v/1e6)
+		case v >= 1e3:
+			return fmt.Sprintf("%.2f ms", v/1e3)
+		default:
+			return fmt.Sprintf("%.0f µs", v)
+		}
 	}
 	switch {
 	case v >= 1e6:
@@ -155,8 +173,17 @@ func WriteSummary(w io.Writer, r *Result) error {
 		return err
 	}
 	if b := r.Backlog; b != nil {
-		fmt.Fprintf(&out, "backlog  %s written in %.1fs; read in %.1fs (%.0f MB/s); caught up with the head after %.1fs (drained=%v)\n",
-			FormatBytes(b.WrittenBytes), b.FillSeconds, b.BacklogReadSeconds, b.BacklogReadMBPerSec, b.CaughtUpSeconds, b.Drained)
+		fmt.Fprintf(&out, "backlog  %s written in %.1fs; ", FormatBytes(b.WrittenBytes), b.FillSeconds)
+		if b.BacklogReadSeconds > 0 {
+			fmt.Fprintf(&out, "read in %.1fs (%.0f MB/s); ", b.BacklogReadSeconds, b.BacklogReadMBPerSec)
+		} else {
+			out.WriteString("not fully read before the test ended; ")
+		}
+		if b.Drained {
+			fmt.Fprintf(&out, "caught up with the head after %.1fs\n", b.CaughtUpSeconds)
+		} else {
+			out.WriteString("never caught up with the head\n")
+		}
 	}
 	fmt.Fprintf(&out, "RSS (%s, pid %d): first %s, max %s, last %s, growth %s\n", r.BrokerRSS.Source, r.BrokerRSS.PID,
 		FormatBytes(r.BrokerRSS.FirstBytes), FormatBytes(r.BrokerRSS.MaxBytes), FormatBytes(r.BrokerRSS.LastBytes), signedBytes(r.BrokerRSS.GrowthBytes))

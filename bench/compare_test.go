@@ -44,7 +44,7 @@ func TestCompareRowsRatiosAndBetter(t *testing.T) {
 	if err := WriteComparison(&out, "a.json", "b.json", a, b); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "5.00×") || !strings.Contains(out.String(), "0.20×") {
+	if !strings.Contains(out.String(), "5×") || !strings.Contains(out.String(), "0.2×") || strings.Contains(out.String(), "warning") {
 		t.Fatalf("comparison lacks ratios:\n%s", out.String())
 	}
 }
@@ -89,4 +89,35 @@ func FuzzDecodeResult(f *testing.F) {
 		}
 		_ = CompareRows(r, r)
 	})
+}
+
+func TestFormatting(t *testing.T) {
+	for in, want := range map[float64]string{5: "5×", 0.000312: "0.000312×", 1234: "1234×", 1.23456: "1.23×"} {
+		if got := formatRatio(in); got != want {
+			t.Errorf("formatRatio(%v) = %q, want %q", in, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		v    float64
+		unit string
+		want string
+	}{{950, "µs", "950 µs"}, {11510, "µs", "11.51 ms"}, {2.5e6, "µs", "2.50 s"}, {0, "µs", "-"}, {2e6, "msg/s", "2.00M msg/s"}} {
+		if got := formatValue(tc.v, tc.unit); got != tc.want {
+			t.Errorf("formatValue(%v, %s) = %q, want %q", tc.v, tc.unit, got, tc.want)
+		}
+	}
+}
+
+func TestComparisonWarnsOnDifferentMachinesOnly(t *testing.T) {
+	a, b := sampleResult("x", 1, 1), sampleResult("y", 1, 1)
+	a.Hardware.LoadAverage, b.Hardware.LoadAverage = 1, 9
+	var out strings.Builder
+	if err := WriteComparison(&out, "a", "b", a, b); err != nil || strings.Contains(out.String(), "warning: different hardware") {
+		t.Fatalf("load alone triggered a hardware warning: %v\n%s", err, out.String())
+	}
+	b.Hardware.Cores = 64
+	out.Reset()
+	if err := WriteComparison(&out, "a", "b", a, b); err != nil || !strings.Contains(out.String(), "warning: different hardware") {
+		t.Fatalf("no warning for different machines: %v\n%s", err, out.String())
+	}
 }

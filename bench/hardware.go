@@ -41,6 +41,12 @@ type Disk struct {
 
 // String renders the one-line hardware summary printed above every table.
 func (h Hardware) String() string {
+	return fmt.Sprintf("%s, load %.1f at start", h.Machine(), h.LoadAverage)
+}
+
+// Machine is the hardware line without the load: what must match for two results to be
+// comparable.
+func (h Hardware) Machine() string {
 	rot := "?"
 	if h.Disk.Rotational != nil {
 		rot = strconv.FormatBool(*h.Disk.Rotational)
@@ -49,9 +55,9 @@ func (h Hardware) String() string {
 	if h.Hypervisor != "" {
 		virt = " (" + h.Hypervisor + " guest)"
 	}
-	return fmt.Sprintf("%s, %d cores%s, %s RAM, Linux %s, disk %s %s on %s (kernel rotational=%s), %s, load %.1f at start",
+	return fmt.Sprintf("%s, %d cores%s, %s RAM, Linux %s, disk %s %s on %s (kernel rotational=%s), %s",
 		h.CPUModel, h.Cores, virt, FormatBytes(h.MemoryBytes), h.Kernel,
-		orUnknown(h.Disk.Device), h.Disk.Model, h.Disk.Filesystem, rot, h.GoVersion, h.LoadAverage)
+		orUnknown(h.Disk.Device), h.Disk.Model, h.Disk.Filesystem, rot, h.GoVersion)
 }
 
 func orUnknown(s string) string {

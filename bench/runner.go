@@ -365,11 +365,14 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 	warmupTimer := time.NewTimer(warmup)
 	defer warmupTimer.Stop()
 	var (
-		samples                                      []Sample
-		win                                          window
-		rss                                          = RSSStats{PID: r.opts.BrokerPID}
-		last                                         = time.Now()
-		prevPub, prevPubBytes, prevCon, prevConBytes int64
+		samples  []Sample
+		win      window
+		rss      = RSSStats{PID: r.opts.BrokerPID}
+		last     = time.Now()
+		runStart = last
+		// Counters start from what the backlog fill left, so the first sample is a rate.
+		prevPub, prevPubBytes = r.totals.published.Load(), r.totals.publishedBytes.Load()
+		prevCon, prevConBytes = r.totals.consumed.Load(), r.totals.consumedBytes.Load()
 	)
 	if rss.PID == 0 {
 		rss.PID = r.opts.Driver.Info().BrokerPID
@@ -393,7 +396,6 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 		defer endTimer.Stop()
 		endC = endTimer.C
 	}
-	runStart := time.Now()
 	for {
 		select {
 		case <-ctx.Done():

@@ -60,6 +60,12 @@ func TestRunCatchUpReportsDrain(t *testing.T) {
 	if !b.Drained || b.BacklogReadSeconds <= 0 || b.CaughtUpSeconds < b.BacklogReadSeconds || b.BacklogReadMBPerSec <= 0 {
 		t.Fatalf("drain not reported: %+v", b)
 	}
+	// The backlog was written before sampling started; no sample may count it as a rate.
+	for _, sample := range result.Samples {
+		if sample.PublishMsgPerS > 10*float64(w.ProducerRate) {
+			t.Fatalf("sample at %.2fs shows %.0f msg/s published at a 4000 msg/s schedule", sample.Seconds, sample.PublishMsgPerS)
+		}
+	}
 }
 
 func TestRunRejectsBadWorkloadAndMissingDriver(t *testing.T) {

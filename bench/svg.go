@@ -266,7 +266,11 @@ type NamedSummary struct {
 func ThroughputChart(title, caption string, runs map[string][]Sample) Chart {
 	chart := Chart{Title: title, XLabel: "seconds since start", YLabel: "MB/s", Caption: caption, XFromZero: true}
 	for _, name := range sortedKeys(runs) {
-		pub, con := Series{Name: name + " publish"}, Series{Name: name + " consume", Dashed: true}
+		prefix := name + " "
+		if len(runs) == 1 {
+			prefix = "" // the caption names the system
+		}
+		pub, con := Series{Name: prefix + "publish"}, Series{Name: prefix + "consume", Dashed: true}
 		for _, s := range runs[name] {
 			pub.Points = append(pub.Points, Point{X: s.Seconds, Y: s.PublishMBPerS})
 			con.Points = append(con.Points, Point{X: s.Seconds, Y: s.ConsumeMBPerS})

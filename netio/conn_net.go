@@ -74,7 +74,7 @@ func (c *conn) start() {
 	go func() {
 		exits.Wait()
 		c.nc.Close()
-		c.srv.connDone(c)
+		c.srv.connDone(c, c.info)
 	}()
 }
 
@@ -162,7 +162,7 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 	}
 	h, herr := ParseRequestHeader(hdr, cfg.FrameBytesMax)
 	br.Discard(RequestHeaderBytes)
-	req := &Request{Header: h, Conn: c.info, conn: c}
+	req := &Request{Header: h, Conn: c.info, owner: c}
 	if herr != nil {
 		// The stream cannot be resynchronised: answer with the correlation id we have,
 		// then close.
@@ -224,8 +224,7 @@ func (c *conn) uncharge(req *Request) {
 	}
 }
 
-// dispatch queues req in arrival order and hands it to the handler, or answers it here
-// (frame-level errors, ApiVersions).
+// dispatch queues req in arrival order and hands it on.
 func (c *conn) dispatch(req *Request) {
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
@@ -234,6 +233,12 @@ func (c *conn) dispatch(req *Request) {
 		c.signal()
 		return
 	}
+	c.srv.serveRequest(req)
+}
+
+// serveRequest answers req here (frame-level errors, ApiVersions) or hands it to the
+// handler. The request must already be queued on its connection.
+func (s *Server) serveRequest(req *Request) {
 	h := req.Header
 	switch {
 	case !h.API.Known():
@@ -253,10 +258,31 @@ func (c *conn) dispatch(req *Request) {
 		req.silent = true
 	}
 	if h.API == APIVersions {
-		req.ReplyMessage(c.srv.apiVersions())
+		req.ReplyMessage(s.apiVersions())
 		return
 	}
-	c.srv.handler.Serve(req)
+	s.handler.Serve(req)
+}
+
+// encodeResponses appends the response frames of batch to buf (skipping acks=0 produce)
+// with their spliced ranges.
+func (s *Server) encodeResponses(buf []byte, splices []Splice, batch []*Request) ([]byte, []Splice) {
+	for _, req := range batch {
+		if req.silent {
+			continue
+		}
+		r := &req.response
+		switch {
+		case r.ErrorCode != ErrNone:
+			buf = AppendErrorResponse(buf, req.Header, r.ErrorCode, r.ErrorMessage)
+		case r.Body == nil || r.Body.API() != req.Header.API:
+			buf = AppendErrorResponse(buf, req.Header, ErrUnknown, "broker bug: handler replied without a matching response body")
+		default:
+			buf, splices = AppendResponseSpliced(buf, req.Header, r.Body, splices)
+		}
+		s.stats.responses.Add(1)
+	}
+	return buf, splices
 }
 
 func (s *Server) apiVersions() *APIVersionsResponse {
@@ -376,22 +402,7 @@ func (c *conn) writeLoop() {
 }
 
 func (c *conn) writeBatch(batch []*Request) error {
-	buf, splices := c.wbuf[:0], c.splices[:0]
-	for _, req := range batch {
-		if req.silent {
-			continue
-		}
-		r := &req.response
-		switch {
-		case r.ErrorCode != ErrNone:
-			buf = AppendErrorResponse(buf, req.Header, r.ErrorCode, r.ErrorMessage)
-		case r.Body == nil || r.Body.API() != req.Header.API:
-			buf = AppendErrorResponse(buf, req.Header, ErrUnknown, "broker bug: handler replied without a matching response body")
-		default:
-			buf, splices = AppendResponseSpliced(buf, req.Header, r.Body, splices)
-		}
-		c.srv.stats.responses.Add(1)
-	}
+	buf, splices := c.srv.encodeResponses(c.wbuf[:0], c.splices[:0], batch)
 	c.wbuf, c.splices = buf, splices
 	defer func() {
 		clear(c.splices) // drop file and memory references

@@ -46,14 +46,25 @@ type Request struct {
 	Body   Message // the decoded request schema (e.g. *ProduceRequest)
 	Conn   ConnInfo
 
-	conn     *conn
+	owner    requestOwner
 	frame    *[]byte // pooled payload buffer; returned when the request is released
 	charged  int64   // bytes charged to the connection and server budgets
 	silent   bool    // acks=0 produce: no response is written
 	fatal    bool    // close the connection after writing this response
 	replied  atomic.Bool
-	ready    bool     // guarded by conn.mu: resp is set
-	response Response // guarded by conn.mu until ready, then owned by the writer
+	ready    bool     // guarded by the owner's lock: resp is set
+	response Response // guarded by the owner's lock until ready, then owned by the writer
+}
+
+// requestOwner is the connection (of whichever I/O driver) a request belongs to.
+type requestOwner interface {
+	complete(req *Request, resp Response)
+}
+
+// serverConn is what Shutdown and Close need from a connection of any driver.
+type serverConn interface {
+	stopReading()
+	fail(err error)
 }
 
 // Response is a handler's answer. Either Body is set (the API's response schema), or
@@ -73,7 +84,7 @@ func (r *Request) Reply(resp Response) {
 	if r.replied.Swap(true) {
 		panic(fmt.Sprintf("netio: Reply called twice for %s correlation id %d", r.Header.API, r.Header.CorrelationID))
 	}
-	r.conn.complete(r, resp)
+	r.owner.complete(r, resp)
 }
 
 // ReplyMessage completes the request with a response body.
@@ -162,28 +173,31 @@ func (c *Config) setDefaults() {
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("netio: server closed")
 
-// Server accepts connections and drives the protocol on them. The I/O driver today is Go's
-// net package: one reader and one writer goroutine per connection (conn_net.go). Requests
-// reach the Handler from the reader goroutine; the Handler is where a shard hand-off
-// (ring.Reactor.Post) belongs.
+// Server accepts connections and drives the protocol on them, with one of two I/O drivers
+// per listener: Serve uses Go's net package (a reader and a writer goroutine per
+// connection, conn_net.go; the Handler is called on the reader goroutine), ServeRing runs
+// the listener and its connections on a shard's ring.Reactor (conn_ring.go; the Handler is
+// called on the loop thread).
 type Server struct {
 	cfg     Config
 	handler Handler
 	budget  *budget // server-wide request bytes
 
-	nextConnID atomic.Uint64
-	connCount  atomic.Int64
-	stats      serverStats
-	closing    chan struct{} // closed by Shutdown/Close: stop accepting and reading
-	killed     chan struct{} // closed by Close or an expired Shutdown: drop everything
+	nextConnID       atomic.Uint64
+	connCount        atomic.Int64
+	stats            serverStats
+	closing          chan struct{} // closed by Shutdown/Close: stop accepting and reading
+	stoppedAccepting chan struct{} // closed once every listener is closed
+	killed           chan struct{} // closed by Close or an expired Shutdown: drop everything
 
-	mu        sync.Mutex
-	listeners map[net.Listener]struct{} // guarded by mu
-	conns     map[*conn]struct{}        // guarded by mu
-	closed    bool                      // guarded by mu
-	connsWG   sync.WaitGroup
-	closeOnce sync.Once
-	killOnce  sync.Once
+	mu            sync.Mutex
+	listeners     map[net.Listener]struct{} // guarded by mu
+	ringListeners []*ringListener           // guarded by mu
+	conns         map[serverConn]struct{}   // guarded by mu
+	closed        bool                      // guarded by mu
+	connsWG       sync.WaitGroup
+	closeOnce     sync.Once
+	killOnce      sync.Once
 }
 
 // NewServer returns a server that hands requests to h.
@@ -193,13 +207,14 @@ func NewServer(h Handler, cfg Config) *Server {
 		panic(fmt.Sprintf("netio: ConnBufferBytesMax %d below FrameBytesMax %d: a maximal frame could never be read", cfg.ConnBufferBytesMax, cfg.FrameBytesMax))
 	}
 	return &Server{
-		cfg:       cfg,
-		handler:   h,
-		budget:    newBudget(cfg.ServerBufferBytesMax),
-		closing:   make(chan struct{}),
-		killed:    make(chan struct{}),
-		listeners: map[net.Listener]struct{}{},
-		conns:     map[*conn]struct{}{},
+		cfg:              cfg,
+		handler:          h,
+		budget:           newBudget(cfg.ServerBufferBytesMax),
+		closing:          make(chan struct{}),
+		stoppedAccepting: make(chan struct{}),
+		killed:           make(chan struct{}),
+		listeners:        map[net.Listener]struct{}{},
+		conns:            map[serverConn]struct{}{},
 	}
 }
 
@@ -274,38 +289,46 @@ func (s *Server) Serve(ln net.Listener, shard int) error {
 
 func (s *Server) startConn(nc net.Conn, shard int) {
 	c := newConn(s, nc, ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: nc.RemoteAddr().String()})
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.addConn(c, c.info) {
 		s.connCount.Add(-1)
 		nc.Close()
 		return
 	}
-	s.conns[c] = struct{}{}
-	s.connsWG.Add(1)
-	s.mu.Unlock()
-	if s.cfg.ConnState != nil {
-		s.cfg.ConnState(c.info, true)
-	}
 	c.start()
 }
 
-func (s *Server) connDone(c *conn) {
+func (s *Server) connDone(c serverConn, info ConnInfo) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.connCount.Add(-1)
 	if s.cfg.ConnState != nil {
-		s.cfg.ConnState(c.info, false)
+		s.cfg.ConnState(info, false)
 	}
 	s.connsWG.Done()
+}
+
+// addConn registers a connection of any driver; false if the server is closing.
+func (s *Server) addConn(c serverConn, info ConnInfo) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.connsWG.Add(1)
+	s.mu.Unlock()
+	if s.cfg.ConnState != nil {
+		s.cfg.ConnState(info, true)
+	}
+	return true
 }
 
 // Stats are cumulative counters since the server started.
 type Stats struct {
 	Requests        int64 // request frames read
 	Responses       int64 // response frames written
-	SendfileBytes   int64 // file bytes sent with sendfile (zero-copy)
+	SendfileBytes   int64 // file bytes sent with sendfile or splice (zero-copy)
 	CopiedFileBytes int64 // file bytes sent by pread + write (EgressCopy)
 	RefusedConns    int64 // connections closed at accept by ConnectionsMax
 }
@@ -324,6 +347,9 @@ func (s *Server) Stats() Stats {
 		RefusedConns:    s.stats.refusedConns.Load(),
 	}
 }
+
+// StoppedAccepting is closed once Shutdown or Close has closed every listener.
+func (s *Server) StoppedAccepting() <-chan struct{} { return s.stoppedAccepting }
 
 // ConnCount returns the number of open connections.
 func (s *Server) ConnCount() int { return int(s.connCount.Load()) }
@@ -368,11 +394,17 @@ func (s *Server) beginClose() {
 		for ln := range s.listeners {
 			ln.Close()
 		}
-		conns := make([]*conn, 0, len(s.conns))
+		ringListeners := s.ringListeners
+		conns := make([]serverConn, 0, len(s.conns))
 		for c := range s.conns {
 			conns = append(conns, c)
 		}
 		s.mu.Unlock()
+		// Not under mu: a ring listener's stop waits for its loop, which may be taking mu.
+		for _, l := range ringListeners {
+			l.stop()
+		}
+		close(s.stoppedAccepting)
 		for _, c := range conns {
 			c.stopReading()
 		}
@@ -384,7 +416,7 @@ func (s *Server) kill() {
 	s.killOnce.Do(func() {
 		close(s.killed)
 		s.mu.Lock()
-		conns := make([]*conn, 0, len(s.conns))
+		conns := make([]serverConn, 0, len(s.conns))
 		for c := range s.conns {
 			conns = append(conns, c)
 		}
@@ -423,6 +455,17 @@ func (b *budget) acquire(n int64, stop func() bool) bool {
 		b.cond.Wait()
 	}
 	if b.aborted || stop() {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+// tryAcquire takes n bytes if they fit now (or nothing else is held).
+func (b *budget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.aborted || b.used > 0 && b.used+n > b.max {
 		return false
 	}
 	b.used += n

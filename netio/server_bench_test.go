@@ -17,7 +17,13 @@ func (echoHandler) Serve(req *netio.Request) { req.ReplyMessage(&netio.MetadataR
 
 // BenchmarkServerRoundTrip: one small request and response on loopback, not pipelined.
 func BenchmarkServerRoundTrip(b *testing.B) {
-	_, addr := testServer(b, echoHandler{}, netio.Config{})
+	for _, driver := range []string{"net", "ring"} {
+		b.Run(driver, func(b *testing.B) { benchRoundTrip(b, driver) })
+	}
+}
+
+func benchRoundTrip(b *testing.B, driver string) {
+	_, addr := testServer(b, driver, echoHandler{}, netio.Config{})
 	c := dialRaw(b, addr)
 	frame := netio.AppendRequest(nil, 1, &netio.MetadataRequest{Topics: []string{}})
 	b.ReportAllocs()
@@ -57,10 +63,11 @@ func BenchmarkServerFetchEgress(b *testing.B) {
 	defer f.Close()
 	for _, mode := range []struct {
 		name   string
+		driver string
 		egress netio.Egress
-	}{{"sendfile", netio.EgressSendfile}, {"copy", netio.EgressCopy}} {
+	}{{"net-sendfile", "net", netio.EgressSendfile}, {"net-copy", "net", netio.EgressCopy}, {"ring-splice", "ring", netio.EgressSendfile}} {
 		b.Run(mode.name, func(b *testing.B) {
-			_, addr := testServer(b, &fileFetchHandler{file: f, length: recordsBytes}, netio.Config{Egress: mode.egress})
+			_, addr := testServer(b, mode.driver, &fileFetchHandler{file: f, length: recordsBytes}, netio.Config{Egress: mode.egress})
 			c := dialRaw(b, addr)
 			const depth = 4
 			frame := netio.AppendRequest(nil, 1, &netio.FetchRequest{})

@@ -16,25 +16,87 @@ import (
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/fakebroker"
+	"github.com/ringlog/ringlog/ring"
 )
 
-// testServer starts a netio.Server for h on 127.0.0.1 and returns its address.
-func testServer(t testing.TB, h netio.Handler, cfg netio.Config) (*netio.Server, string) {
+// drivers are the server's I/O drivers; every server test runs on each.
+// "ring-syscall" is the ring driver on the ring package's syscall backend (the fallback
+// where io_uring is unavailable).
+var drivers = []string{"net", "ring", "ring-syscall"}
+
+func forEachDriver(t *testing.T, test func(t *testing.T, driver string)) {
+	for _, d := range drivers {
+		t.Run(d, func(t *testing.T) { test(t, d) })
+	}
+}
+
+// testServer starts a netio.Server for h on 127.0.0.1 with the given driver and returns
+// its address. The server is closed at cleanup.
+func testServer(t testing.TB, driver string, h netio.Handler, cfg netio.Config) (*netio.Server, string) {
+	t.Helper()
+	srv, addr, stop := startServer(t, driver, h, cfg)
+	t.Cleanup(func() {
+		srv.Close()
+		stop()
+	})
+	return srv, addr
+}
+
+// startServer starts the server; stop (after Close or Shutdown) waits for the driver to
+// end: Serve's return for "net", the reactor loop for "ring".
+func startServer(t testing.TB, driver string, h netio.Handler, cfg netio.Config) (*netio.Server, string, func()) {
 	t.Helper()
 	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := netio.NewServer(h, cfg)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln, 0) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-served; !errors.Is(err, netio.ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
+	switch driver {
+	case "net":
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln, 0) }()
+		return srv, ln.Addr().String(), func() {
+			if err := <-served; !errors.Is(err, netio.ErrServerClosed) {
+				t.Errorf("Serve returned %v", err)
+			}
 		}
-	})
-	return srv, ln.Addr().String()
+	case "ring", "ring-syscall":
+		rcfg := ring.Config{Entries: 256, SingleIssuer: true, DeferTaskrun: true, Backend: "uring"}
+		if driver == "ring-syscall" {
+			rcfg = ring.Config{Entries: 256, Backend: "syscall"}
+		}
+		ready := make(chan error, 1)
+		loopDone := make(chan struct{})
+		var reactor *ring.Reactor
+		err := ring.StartPinned(-1, rcfg, func(r *ring.Reactor) {
+			defer close(loopDone)
+			reactor = r
+			if err := srv.ServeRing(r, ln.(*net.TCPListener), 0); err != nil {
+				ready <- err
+				return
+			}
+			ready <- nil
+			if err := r.Run(); err != nil {
+				t.Errorf("reactor: %v", err)
+			}
+		})
+		if err != nil && driver == "ring" {
+			t.Skipf("io_uring unavailable here: %v", err)
+		}
+		if err == nil {
+			err = <-ready
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv, ln.Addr().String(), func() {
+			reactor.Stop()
+			<-loopDone
+			ln.Close()
+		}
+	}
+	t.Fatalf("unknown driver %q", driver)
+	return nil, "", nil
 }
 
 // rawClient speaks frames over a plain TCP connection, for protocol-level tests.
@@ -143,12 +205,14 @@ func createTopic(t testing.TB, c *rawClient, name string, partitions int32) {
 	}
 }
 
-func TestServerProduceFetchZeroCopy(t *testing.T) {
+func TestServerProduceFetchZeroCopy(t *testing.T) { forEachDriver(t, testServerProduceFetchZeroCopy) }
+
+func testServerProduceFetchZeroCopy(t *testing.T, driver string) {
 	for _, egress := range []netio.Egress{netio.EgressSendfile, netio.EgressCopy} {
 		t.Run(fmt.Sprint("egress", egress), func(t *testing.T) {
 			fake := fakebroker.New(t.TempDir(), nil)
 			t.Cleanup(fake.Close)
-			srv, addr := testServer(t, fake, netio.Config{Egress: egress})
+			srv, addr := testServer(t, driver, fake, netio.Config{Egress: egress})
 			c := dialRaw(t, addr)
 			createTopic(t, c, "orders", 2)
 			var pr netio.ProduceResponse
@@ -170,15 +234,19 @@ func TestServerProduceFetchZeroCopy(t *testing.T) {
 			if len(values) != 15 || values[0] != "value-15" || values[14] != "value-29" {
 				t.Fatalf("fetched %d values: %v", len(values), values)
 			}
-			st := srv.Stats()
-			if egress == netio.EgressSendfile && (st.SendfileBytes == 0 || st.CopiedFileBytes != 0) ||
-				egress == netio.EgressCopy && (st.CopiedFileBytes == 0 || st.SendfileBytes != 0) {
-				t.Fatalf("egress %d: stats %+v", egress, st)
-			}
 			// Out of range gives a partition error, not a frame error.
 			c.call(21, &netio.FetchRequest{Topics: []netio.FetchTopic{{Topic: "orders", Partitions: []netio.FetchPartition{{Partition: 1, FetchOffset: 31, MaxBytes: 1 << 20}}}}}, &fr)
 			if code := fr.Topics[0].Partitions[0].ErrorCode; code != netio.ErrOffsetOutOfRange {
 				t.Fatalf("fetch above high watermark: %s", code.Name())
+			}
+			// Counted once the batch's last send completed, which precedes the next
+			// response.
+			// The net driver honours Egress; the ring driver always splices.
+			st := srv.Stats()
+			copied := egress == netio.EgressCopy && driver == "net"
+			if !copied && (st.SendfileBytes == 0 || st.CopiedFileBytes != 0) ||
+				copied && (st.CopiedFileBytes == 0 || st.SendfileBytes != 0) {
+				t.Fatalf("egress %d: stats %+v", egress, st)
 			}
 		})
 	}
@@ -213,8 +281,12 @@ func (h *reverseHandler) Serve(req *netio.Request) {
 }
 
 func TestServerPipelinedResponsesInRequestOrder(t *testing.T) {
+	forEachDriver(t, testServerPipelinedResponsesInRequestOrder)
+}
+
+func testServerPipelinedResponsesInRequestOrder(t *testing.T, driver string) {
 	const requests = 40
-	_, addr := testServer(t, &reverseHandler{n: requests}, netio.Config{})
+	_, addr := testServer(t, driver, &reverseHandler{n: requests}, netio.Config{})
 	c := dialRaw(t, addr)
 	// All frames concatenated in one write, with an acks=0 produce in the middle that must
 	// get no response.
@@ -245,9 +317,13 @@ func TestServerPipelinedResponsesInRequestOrder(t *testing.T) {
 }
 
 func TestServerFrameLevelErrorsKeepConnection(t *testing.T) {
+	forEachDriver(t, testServerFrameLevelErrorsKeepConnection)
+}
+
+func testServerFrameLevelErrorsKeepConnection(t *testing.T, driver string) {
 	fake := fakebroker.New(t.TempDir(), nil)
 	t.Cleanup(fake.Close)
-	_, addr := testServer(t, fake, netio.Config{})
+	_, addr := testServer(t, driver, fake, netio.Config{})
 	c := dialRaw(t, addr)
 
 	frame := func(api, version uint16, corr uint32, payload []byte) []byte {
@@ -286,9 +362,13 @@ func TestServerFrameLevelErrorsKeepConnection(t *testing.T) {
 }
 
 func TestServerOversizedAndShortFramesClose(t *testing.T) {
+	forEachDriver(t, testServerOversizedAndShortFramesClose)
+}
+
+func testServerOversizedAndShortFramesClose(t *testing.T, driver string) {
 	fake := fakebroker.New(t.TempDir(), nil)
 	t.Cleanup(fake.Close)
-	srv, addr := testServer(t, fake, netio.Config{FrameBytesMax: 4096})
+	srv, addr := testServer(t, driver, fake, netio.Config{FrameBytesMax: 4096})
 	for _, tc := range []struct {
 		name   string
 		length uint32
@@ -317,10 +397,14 @@ func TestServerOversizedAndShortFramesClose(t *testing.T) {
 }
 
 func TestServerTruncatedFrameReleasesEverything(t *testing.T) {
+	forEachDriver(t, testServerTruncatedFrameReleasesEverything)
+}
+
+func testServerTruncatedFrameReleasesEverything(t *testing.T, driver string) {
 	closed := make(chan struct{}, 1)
 	fake := fakebroker.New(t.TempDir(), nil)
 	t.Cleanup(fake.Close)
-	srv, addr := testServer(t, fake, netio.Config{ConnState: func(_ netio.ConnInfo, open bool) {
+	srv, addr := testServer(t, driver, fake, netio.Config{ConnState: func(_ netio.ConnInfo, open bool) {
 		if !open {
 			closed <- struct{}{}
 		}
@@ -341,11 +425,13 @@ func TestServerTruncatedFrameReleasesEverything(t *testing.T) {
 	}
 }
 
-func TestServerMaxConnections(t *testing.T) {
+func TestServerMaxConnections(t *testing.T) { forEachDriver(t, testServerMaxConnections) }
+
+func testServerMaxConnections(t *testing.T, driver string) {
 	fake := fakebroker.New(t.TempDir(), nil)
 	t.Cleanup(fake.Close)
 	opened := make(chan struct{}, 4)
-	_, addr := testServer(t, fake, netio.Config{ConnectionsMax: 2, ConnState: func(_ netio.ConnInfo, open bool) {
+	_, addr := testServer(t, driver, fake, netio.Config{ConnectionsMax: 2, ConnState: func(_ netio.ConnInfo, open bool) {
 		if open {
 			opened <- struct{}{}
 		}
@@ -368,9 +454,13 @@ type holdHandler struct {
 func (h *holdHandler) Serve(req *netio.Request) { h.served <- req }
 
 func TestServerPerConnectionBudgetStopsReading(t *testing.T) {
+	forEachDriver(t, testServerPerConnectionBudgetStopsReading)
+}
+
+func testServerPerConnectionBudgetStopsReading(t *testing.T, driver string) {
 	h := &holdHandler{served: make(chan *netio.Request, 100)}
 	const frameBytesMax = 2048
-	srv, addr := testServer(t, h, netio.Config{FrameBytesMax: frameBytesMax, ConnBufferBytesMax: 2 * frameBytesMax})
+	srv, addr := testServer(t, driver, h, netio.Config{FrameBytesMax: frameBytesMax, ConnBufferBytesMax: 2 * frameBytesMax})
 	c := dialRaw(t, addr)
 	big := strings.Repeat("x", 1900)
 	const requests = 8
@@ -420,10 +510,14 @@ func (h *bigFetchHandler) Serve(req *netio.Request) {
 }
 
 func TestServerClientThatStopsReading(t *testing.T) {
+	forEachDriver(t, testServerClientThatStopsReading)
+}
+
+func testServerClientThatStopsReading(t *testing.T, driver string) {
 	h := &bigFetchHandler{served: make(chan struct{}, 1024), body: bytes.Repeat([]byte{1}, 256<<10)}
 	closed := make(chan netio.ConnInfo, 4)
 	const inflight = 4
-	srv, addr := testServer(t, h, netio.Config{InflightPerConnMax: inflight, WriteTimeout: 300 * time.Millisecond, ConnState: func(info netio.ConnInfo, open bool) {
+	srv, addr := testServer(t, driver, h, netio.Config{InflightPerConnMax: inflight, WriteTimeout: 300 * time.Millisecond, ConnState: func(info netio.ConnInfo, open bool) {
 		if !open {
 			closed <- info
 		}
@@ -471,23 +565,19 @@ func TestServerClientThatStopsReading(t *testing.T) {
 }
 
 func TestServerGracefulShutdownAnswersInflight(t *testing.T) {
+	forEachDriver(t, testServerGracefulShutdownAnswersInflight)
+}
+
+func testServerGracefulShutdownAnswersInflight(t *testing.T, driver string) {
 	h := &holdHandler{served: make(chan *netio.Request, 10)}
-	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := netio.NewServer(h, netio.Config{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln, 0) }()
-	c := dialRaw(t, ln.Addr().String())
+	srv, addr, stop := startServer(t, driver, h, netio.Config{})
+	c := dialRaw(t, addr)
 	c.send(7, &netio.MetadataRequest{})
 	req := <-h.served
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- srv.Shutdown(context.Background()) }()
-	if err := <-served; !errors.Is(err, netio.ErrServerClosed) {
-		t.Fatalf("Serve: %v", err)
-	}
-	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+	<-srv.StoppedAccepting()
+	if _, err := net.Dial("tcp", addr); err == nil {
 		t.Fatal("listener still accepting after Shutdown")
 	}
 	select {
@@ -504,4 +594,5 @@ func TestServerGracefulShutdownAnswersInflight(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.expectClosed()
+	stop()
 }

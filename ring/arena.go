@@ -1,7 +1,9 @@
 package ring
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -118,4 +120,21 @@ func (a *Arena) Release() error {
 	}
 	a.released = true
 	return unix.Munmap(a.mem)
+}
+
+// RegisterArena registers a's buffers as the ring's fixed buffers (buffer i is fixed index
+// i) for PrepReadFixed/PrepWriteFixed. If the kernel refuses for lack of lockable memory
+// (ENOMEM: RLIMIT_MEMLOCK) or permission, the reason is logged and registered is false: the
+// buffers still work with the plain read/write ops. Other errors are returned.
+func (r *Reactor) RegisterArena(a *Arena) (registered bool, err error) {
+	err = r.ring.RegisterBuffers(a.Buffers())
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOMEM), errors.Is(err, unix.EPERM), errors.Is(err, unix.EFAULT):
+		slog.Warn("ring: fixed buffers not registered; using unregistered buffers", "buffers", a.count, "bytes", a.bufSize, "err", err)
+		return false, nil
+	default:
+		return false, err
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -351,6 +352,25 @@ func TestBadUse(t *testing.T) {
 		}
 		if err := re.RunOnce(false); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestSubmitAndWaitTimeout: waiting with nothing in flight returns after the timeout with no
+// error and no completions (ENTER_EXT_ARG on io_uring, epoll timeout on the syscall backend).
+func TestSubmitAndWaitTimeout(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := openRing(t, backend, Config{Entries: 4})
+		const wait = 20 * time.Millisecond
+		start := time.Now()
+		if _, err := r.SubmitAndWait(1, wait); err != nil {
+			t.Fatalf("SubmitAndWait: %v", err)
+		}
+		if el := time.Since(start); el < wait-time.Millisecond || el > 5*time.Second {
+			t.Fatalf("returned after %v, want about %v", el, wait)
+		}
+		if n := r.PeekCQEs(make([]CQE, 4)); n != 0 {
+			t.Fatalf("%d completions from nowhere", n)
 		}
 	})
 }

@@ -485,11 +485,14 @@ func (r *Reactor) drainMailbox() {
 	}
 }
 
-// Close releases the ring and the wake-up fd. Pending ops are dropped without callbacks.
+// Close cancels every in-flight op, waits (up to closeWaitMax) until the kernel has
+// released their memory, then closes the ring and the wake-up fd. Callbacks of cancelled
+// ops are not called. Call it on the owning thread, after Run returned.
 func (r *Reactor) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
+	r.cancelInflight()
 	err := r.ring.Close()
 	unix.Close(r.wakeFd)
 	for i := range r.slots {
@@ -499,6 +502,65 @@ func (r *Reactor) Close() error {
 	}
 	r.scratchP.Unpin()
 	return err
+}
+
+const closeWaitMax = time.Second
+
+// cancelInflight cancels every op the kernel may still be working on and reaps until they
+// are all gone, so that no completion writes into memory that Close unpins.
+func (r *Reactor) cancelInflight() {
+	busy := func() int {
+		n := 0
+		for i := range r.slots {
+			if r.slots[i].busy {
+				n++
+			}
+		}
+		if r.wakeArmed {
+			n++
+		}
+		return n
+	}
+	if busy() == 0 {
+		return
+	}
+	if sqe, err := r.getSQE(); err == nil {
+		sqe.PrepCancel(0, CancelAny|CancelAll)
+		sqe.UserData = tokenIgnore
+	}
+	deadline := time.Now().Add(closeWaitMax)
+	for busy() > 0 && time.Now().Before(deadline) {
+		if _, err := r.ring.SubmitAndWait(1, 10*time.Millisecond); err != nil {
+			break
+		}
+		for {
+			n := r.ring.PeekCQEs(r.syncCQEs)
+			r.backlog = append(r.backlog, r.syncCQEs[:n]...)
+			if n < len(r.syncCQEs) {
+				break
+			}
+		}
+		for _, c := range r.backlog {
+			r.retire(c)
+		}
+		r.backlog = r.backlog[:0]
+	}
+}
+
+// retire releases the slot of a completion without calling its callback.
+func (r *Reactor) retire(c CQE) {
+	tok := c.UserData
+	if tok == tokenWake {
+		r.wakeArmed = false
+		return
+	}
+	if tok&tokenInternal != 0 {
+		return
+	}
+	idx, gen := uint32(tok), uint32(tok>>32)
+	if int(idx) < len(r.slots) && r.slots[idx].busy && r.slots[idx].gen == gen && c.Flags&CQEFMore == 0 {
+		r.releaseSlot(idx)
+	}
 }
 
 // ---- FileIO: blocking ops on the owning thread ----

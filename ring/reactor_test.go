@@ -218,3 +218,86 @@ func TestArena(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReactorFixedBuffers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		a, err := NewArena(4096, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := r.RegisterArena(a)
+		if err != nil || !ok {
+			t.Fatalf("RegisterArena: %v %v", ok, err)
+		}
+		f, _ := tempFile(t)
+		buf, idx, _ := a.Get()
+		copy(buf, "fixed buffer write")
+		res := int32(-1)
+		err = r.Submit(func(s *SQE) { s.PrepWriteFixed(int(f.Fd()), buf[:18], 0, uint16(idx)) },
+			func(v int32, _ uint32) { res = v })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; res == -1 && i < 1000; i++ {
+			r.RunOnce(true)
+		}
+		if res != 18 {
+			t.Fatalf("write_fixed res %d", res)
+		}
+		got, _ := os.ReadFile(f.Name())
+		if string(got) != "fixed buffer write" {
+			t.Fatalf("file %q", got)
+		}
+		a.Put(buf)
+		r.Ring().UnregisterBuffers()
+		if err := a.Release(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestReactorCloseCancelsInflight: Close with a recv pending on a silent socket and a
+// multishot accept armed must cancel them and return promptly, on both backends.
+func TestReactorCloseCancelsInflight(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r, err := NewReactor(Config{Backend: backend, SingleIssuer: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lfd, addr := listenLoopback(t)
+		rg := r.Ring()
+		sfd, _ := connectPair(t, rg, lfd, addr)
+		buf := make([]byte, 64)
+		called := false
+		if err := r.RecvAsync(sfd, buf, func(int32, uint32) { called = true }); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Submit(func(s *SQE) { s.PrepMultishotAccept(lfd, nil, nil, 0) }, func(int32, uint32) { called = true }); err != nil {
+			t.Fatal(err)
+		}
+		r.RunOnce(false)
+		start := time.Now()
+		if err := r.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if time.Since(start) >= closeWaitMax {
+			t.Fatalf("Close waited the full %v: in-flight ops were not cancelled", closeWaitMax)
+		}
+		for i := range r.slots {
+			if r.slots[i].busy {
+				t.Fatalf("slot %d still busy after Close", i)
+			}
+		}
+		if called {
+			t.Fatal("a callback ran during Close")
+		}
+	})
+}
+
+func TestStartPinnedBadCPU(t *testing.T) {
+	err := StartPinned(1<<20, Config{}, func(*Reactor) { t.Error("fn ran") })
+	if err == nil {
+		t.Fatal("StartPinned on a nonexistent CPU succeeded")
+	}
+}

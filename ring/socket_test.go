@@ -196,6 +196,23 @@ func TestTimeoutsAndCancel(t *testing.T) {
 		if m[6].Res != -int32(unix.ECANCELED) || m[7].Res != 0 || m[8].Res != -int32(unix.ENOENT) {
 			t.Fatalf("cancel: %+v", m)
 		}
+
+		// Cancel every request on an fd at once.
+		for ud := uint64(20); ud < 23; ud++ {
+			sqe = mustSQE(t, r)
+			sqe.PrepRecv(sfd, buf, 0)
+			sqe.UserData = ud
+		}
+		if _, err := r.Submit(); err != nil {
+			t.Fatal(err)
+		}
+		sqe = mustSQE(t, r)
+		sqe.PrepCancelFd(sfd, CancelAll)
+		sqe.UserData = 23
+		m = byUserData(t, waitCQEs(t, r, 4))
+		if m[20].Res != -int32(unix.ECANCELED) || m[22].Res != -int32(unix.ECANCELED) || m[23].Res != 3 {
+			t.Fatalf("cancel all on fd: %+v", m)
+		}
 	})
 }
 

@@ -161,6 +161,13 @@ func (s *SQE) PrepCancel(target uint64, flags uint32) {
 	s.OpFlags = flags
 }
 
+// PrepCancelFd cancels in-flight requests on fd (5.19): the first one, or with CancelAll
+// every one (res = how many).
+func (s *SQE) PrepCancelFd(fd int, flags uint32) {
+	s.prepRW(OpAsyncCancel, int32(fd), 0, 0, 0)
+	s.OpFlags = flags | CancelFd
+}
+
 // PrepMsgRing posts a CQE {UserData: userData, Res: res} into the ring whose fd is
 // ringFd (Ring.Fd) — a cross-core wake-up with a payload (5.18).
 func (s *SQE) PrepMsgRing(ringFd int, res uint32, userData uint64, flags uint32) {

@@ -45,12 +45,14 @@ type sysRing struct {
 	evfd      int // wake-up fd; also this ring's Fd() for MSG_RING
 	events    []unix.EpollEvent
 	pollFds   [2]unix.PollFd
+	ctlEvent  unix.EpollEvent // epoll_ctl argument, kept here so it does not escape per call
 	wakeBuf   [8]byte
 	notifyFd  int // registered eventfd, -1 if none
 	files     []int32
 	bufs      [][]byte
 	probe     Probe
 	closed    bool
+	skipSeen  bool // a CQE_SKIP_SUCCESS SQE was submitted: DRAIN is refused from then on
 	inboxMu   sync.Mutex
 	inbox     []CQE // MSG_RING completions from other rings, guarded by inboxMu
 	inboxSpar []CQE // swapped with inbox while draining (owner only)
@@ -153,6 +155,9 @@ func (r *sysRing) Submit() (int, error) {
 		r.sqHead++
 		n++
 		op := r.newOp(sqe)
+		if sqe.Flags&SQECQESkipSuccess != 0 {
+			r.skipSeen = true
+		}
 		switch {
 		case head == nil:
 			head, last = op, op
@@ -225,6 +230,11 @@ func (r *sysRing) pumpDrain() {
 
 // run starts op: it completes now, parks on its fd, or (timeouts) enters the timer heap.
 func (r *sysRing) run(op *sysOp) {
+	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
+		// The kernel disables draining once CQE_SKIP_SUCCESS was used on the ring.
+		r.complete(op, errRes(unix.EOPNOTSUPP), 0)
+		return
+	}
 	if op.sqe.Flags&SQEFixedFile != 0 && op.sqe.Opcode != OpMsgRing {
 		if int(op.sqe.Fd) < 0 || int(op.sqe.Fd) >= len(r.files) || r.files[op.sqe.Fd] < 0 {
 			r.complete(op, -int32(unix.EBADF), 0)
@@ -597,19 +607,21 @@ func (r *sysRing) updateInterest(fd int32, w *fdWait) {
 	if mask == w.mask {
 		return
 	}
-	ev := unix.EpollEvent{Events: mask, Fd: fd}
+	// The fdWait entry stays in the map when empty (fd numbers are reused; the map is bounded
+	// by the highest fd), so parking allocates nothing in steady state.
+	r.ctlEvent = unix.EpollEvent{Events: mask, Fd: fd}
+	ev := &r.ctlEvent
 	var err error
 	switch {
 	case mask == 0:
 		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
-		delete(r.waiters, fd)
 	case w.mask == 0:
-		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, int(fd), ev)
 		if err == unix.EEXIST {
-			err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+			err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), ev)
 		}
 	default:
-		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), ev)
 	}
 	w.mask = mask
 	if err != nil && mask != 0 {
@@ -621,7 +633,7 @@ func (r *sysRing) updateInterest(fd int32, w *fdWait) {
 func (r *sysRing) failWaiters(fd int32, w *fdWait, errno unix.Errno) {
 	list := w.head
 	w.head, w.tail, w.mask = nil, nil, 0
-	delete(r.waiters, fd)
+	unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	for op := list; op != nil; {
 		next := op.waitNext
 		r.inflight--
@@ -674,9 +686,7 @@ func (r *sysRing) ready(fd int32, revents uint32) {
 		}
 		op = next
 	}
-	if cur := r.waiters[fd]; cur == w {
-		r.updateInterest(fd, w)
-	}
+	r.updateInterest(fd, w)
 	r.pumpDrain()
 }
 
@@ -691,21 +701,24 @@ func (r *sysRing) requeue(w *fdWait, op *sysOp) {
 	r.inflight++
 }
 
-// complete posts op's CQE, then continues or cancels its chain and frees it.
+// complete posts op's CQE, then continues or cancels its chain and frees it. As in the
+// kernel (req_set_fail), a failure includes a short transfer, a failed request posts its CQE
+// even with CQE_SKIP_SUCCESS, and then the chain it cancels posts none.
 func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
+	failed := r.failsLink(op, res)
 	if lt := op.linkTimeout; lt != nil {
 		op.linkTimeout = nil
 		if lt.heapIndex >= 0 {
 			heap.Remove(&r.timers, lt.heapIndex)
 		}
-		r.postOp(op, res, flags)
+		r.postOp(op, res, flags, failed)
 		r.complete(lt, errRes(unix.ECANCELED), 0)
 	} else {
-		r.postOp(op, res, flags)
+		r.postOp(op, res, flags, failed)
 	}
 	if next := op.next; next != nil {
-		if op.sqe.Flags&SQEIOHardlink == 0 && r.failsLink(op, res) {
-			r.cancelChain(next)
+		if failed && op.sqe.Flags&SQEIOHardlink == 0 {
+			r.cancelChain(next, op.sqe.Flags&SQECQESkipSuccess != 0)
 		} else {
 			r.run(next)
 		}
@@ -713,31 +726,45 @@ func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
 	r.freeOp(op)
 }
 
-func (r *sysRing) postOp(op *sysOp, res int32, flags uint32) {
-	if res >= 0 && op.sqe.Flags&SQECQESkipSuccess != 0 {
+func (r *sysRing) postOp(op *sysOp, res int32, flags uint32, failed bool) {
+	if op.sqe.Flags&SQECQESkipSuccess != 0 && !failed {
 		return
 	}
 	r.post(op.sqe.UserData, res, flags)
 }
 
-// failsLink reports whether res breaks an IOSQE_IO_LINK chain: an error, or a short
-// transfer for reads, writes, sends, receives and splices.
+// failsLink reports whether res breaks an IOSQE_IO_LINK chain: an error, a short read,
+// write or splice, or a short send/recv with MSG_WAITALL.
 func (r *sysRing) failsLink(op *sysOp, res int32) bool {
 	if res < 0 {
 		return true
 	}
 	switch op.sqe.Opcode {
-	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSend, OpRecv, OpSplice:
+	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSplice:
 		return uint32(res) < op.sqe.Len
+	case OpSend, OpRecv:
+		return op.sqe.OpFlags&unix.MSG_WAITALL != 0 && uint32(res) < op.sqe.Len
 	}
 	return false
 }
 
-func (r *sysRing) cancelChain(op *sysOp) {
+// cancelChain completes op and its successors with -ECANCELED; quiet suppresses their CQEs
+// (the failed head had CQE_SKIP_SUCCESS).
+func (r *sysRing) cancelChain(op *sysOp, quiet bool) {
 	for op != nil {
 		next := op.next
 		op.next = nil
-		r.complete(op, errRes(unix.ECANCELED), 0)
+		if quiet {
+			op.sqe.Flags |= SQECQESkipSuccess
+			op.sqe.Opcode = OpNop // so the cancellation counts as "success" and stays silent
+			if lt := op.linkTimeout; lt != nil {
+				lt.sqe.Flags |= SQECQESkipSuccess
+				lt.sqe.Opcode = OpNop
+			}
+			r.complete(op, 0, 0)
+		} else {
+			r.complete(op, errRes(unix.ECANCELED), 0)
+		}
 		op = next
 	}
 }
@@ -876,7 +903,7 @@ func (r *sysRing) cancel(userData uint64, flags uint32, fd int32) int32 {
 	if len(found) == 0 {
 		return errRes(unix.ENOENT)
 	}
-	if flags&(CancelAll|CancelAny) == 0 || flags&CancelAny != 0 {
+	if flags&CancelAll == 0 {
 		found = found[:1]
 	}
 	for _, op := range found {

@@ -1,12 +1,220 @@
-// Command ringlogd is the ringlog broker.
+// Command ringlogd is the ringlog broker: shards (one pinned loop and io_uring ring each)
+// owning partitions on a data directory, serving the ringlog protocol.
+//
+//	ringlogd [--data DIR] [--listen HOST:PORT] [--shards N] [--cpus LIST | --tune-plan FILE]
+//	         [--storage page-cache|direct] [--io auto|uring|syscall] [--flush-always]
+//
+// It stops cleanly on SIGTERM or SIGINT: it stops accepting, answers what is in flight,
+// syncs every partition and closes.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // served only with --debug-addr
 	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/ring"
+	"github.com/ringlog/ringlog/tuning"
 )
 
+// Version is the broker version, overridable at link time (-ldflags -X main.Version=...).
+var Version = "0.1.0-dev"
+
+const shutdownGraceDefault = 10 * time.Second
+
+type options struct {
+	dataDir       string
+	listen        string
+	shards        int
+	cpus          string
+	tunePlan      string
+	storage       string
+	io            string
+	flushAlways   bool
+	frameBytesMax uint
+	connsMax      int
+	shutdownGrace time.Duration
+	sysRoot       string
+	pin           bool
+	debugAddr     string
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("ringlogd", flag.ContinueOnError)
+	fs.StringVar(&o.dataDir, "data", "./data", "data directory (created if missing)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (SO_REUSEPORT)")
+	fs.IntVar(&o.shards, "shards", 0, "number of shards (default: one per CPU, or one per --cpus entry)")
+	fs.StringVar(&o.cpus, "cpus", "", "pin shard i to the i-th CPU of this list, e.g. 0-3,8")
+	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned by `ringlog tune plan --format json`")
+	fs.StringVar(&o.storage, "storage", "page-cache", "storage mode: page-cache or direct")
+	fs.StringVar(&o.io, "io", "auto", "I/O backend: auto, uring or syscall")
+	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")
+	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(netio.FrameBytesMaxDefault), "largest request frame accepted")
+	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
+	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
+	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
+	fs.BoolVar(&o.pin, "pin", true, "pin shard i to CPU i when neither --cpus nor --tune-plan is given")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch o.storage {
+	case string(engine.StoragePageCache), string(engine.StorageDirect):
+	default:
+		return o, fmt.Errorf("--storage %q: want page-cache or direct", o.storage)
+	}
+	switch o.io {
+	case "auto", "uring", "syscall":
+	default:
+		return o, fmt.Errorf("--io %q: want auto, uring or syscall", o.io)
+	}
+	if o.cpus != "" && o.tunePlan != "" {
+		return o, errors.New("--cpus and --tune-plan are exclusive")
+	}
+	return o, nil
+}
+
+func shardCPUs(o options) ([]int, error) {
+	switch {
+	case o.cpus != "":
+		cpus, err := tuning.ParseCPUList(o.cpus)
+		if err != nil {
+			return nil, fmt.Errorf("--cpus: %w", err)
+		}
+		return cpus, nil
+	case o.tunePlan != "":
+		plan, err := tuning.LoadPlan(o.tunePlan)
+		if err != nil {
+			return nil, fmt.Errorf("--tune-plan: %w", err)
+		}
+		return plan.ShardCPUs, nil
+	}
+	return nil, nil
+}
+
 func main() {
-	fmt.Fprintln(os.Stderr, "ringlogd: the broker is not built yet (see issue: single-node broker)")
-	os.Exit(1)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	if err := run(os.Args[1:], log); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "ringlogd: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, log *slog.Logger) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	cpus, err := shardCPUs(o)
+	if err != nil {
+		return err
+	}
+	for _, cpu := range cpus {
+		if _, err := tuning.NUMANodeOfCPU(o.sysRoot, cpu); err != nil {
+			return fmt.Errorf("cannot pin a shard to cpu %d: %w", cpu, err)
+		}
+	}
+	shards := o.shards
+	if shards <= 0 {
+		shards = runtime.NumCPU()
+		if len(cpus) > 0 {
+			shards = len(cpus)
+		}
+	}
+	b, err := shard.Open(shard.Config{
+		DataDir: o.dataDir,
+		Shards:  shards,
+		CPUs:    cpus,
+		Pin:     o.pin,
+		Ring:    ring.Config{Backend: o.io},
+		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
+		Logger:  log,
+	})
+	if err != nil {
+		return err
+	}
+	listeners := make([]net.Listener, 0, shards)
+	for i := 0; i < shards; i++ {
+		ln, err := netio.ListenShard(context.Background(), o.listen)
+		if err != nil {
+			b.Close()
+			return err
+		}
+		listeners = append(listeners, ln)
+	}
+	addr := listeners[0].Addr().String()
+	srv := netio.NewServer(netio.NewBrokerHandler(b, addr), netio.Config{
+		FrameBytesMax:  uint32(o.frameBytesMax),
+		ConnectionsMax: o.connsMax,
+		BrokerVersion:  Version,
+		Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
+	})
+
+	backend := "?"
+	for _, s := range b.ShardInfos() {
+		node := -1
+		if s.CPU >= 0 {
+			node, _ = tuning.NUMANodeOfCPU(o.sysRoot, s.CPU)
+		}
+		backend = s.Backend
+		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", node, "io", s.Backend)
+	}
+	log.Info("ringlogd started", "version", Version, "listen", addr, "shards", shards,
+		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(b.Topics()))
+
+	if o.debugAddr != "" {
+		go func() {
+			log.Info("pprof listening", "addr", o.debugAddr)
+			if err := http.ListenAndServe(o.debugAddr, nil); err != nil {
+				log.Warn("pprof server failed", "err", err)
+			}
+		}()
+	}
+	errc := make(chan error, len(listeners))
+	for i, ln := range listeners {
+		go func() { errc <- srv.Serve(ln, i) }()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	var serveErr error
+	select {
+	case s := <-sig:
+		log.Info("shutting down", "signal", s.String())
+	case serveErr = <-errc:
+		log.Error("listener failed, shutting down", "err", serveErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("in-flight requests cut off at shutdown", "err", err)
+	}
+	if err := b.Close(); err != nil {
+		return fmt.Errorf("close broker: %w", err)
+	}
+	log.Info("ringlogd stopped")
+	if serveErr != nil && !errors.Is(serveErr, netio.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
 }

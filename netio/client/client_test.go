@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/fakebroker"
+	"github.com/ringlog/ringlog/ring"
 )
 
 // These tests run the client against netio.Server with the fakebroker TEST FIXTURE (an
@@ -49,8 +51,13 @@ type env struct {
 	addrs  []string
 }
 
-// start runs a fake broker behind one netio.Server with one listener per shard.
-func start(t *testing.T, shards int) *env {
+// start runs a fake broker behind one netio.Server with one listener per shard, on Go's
+// net package.
+func start(t *testing.T, shards int) *env { return startDriver(t, shards, "net") }
+
+// startDriver is start with a choice of I/O driver: "net", or "ring" (one pinned reactor
+// per shard, each with its own SO_REUSEPORT-capable listener).
+func startDriver(t *testing.T, shards int, driver string) *env {
 	t.Helper()
 	fake := fakebroker.New(t.TempDir(), nil)
 	check := &shardCheck{fake: fake, seen: map[int]map[int32]bool{}}
@@ -58,6 +65,7 @@ func start(t *testing.T, shards int) *env {
 	var table []netio.MetadataShard
 	var addrs []string
 	var served sync.WaitGroup
+	var reactors []*ring.Reactor
 	for i := range shards {
 		ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
 		if err != nil {
@@ -66,7 +74,28 @@ func start(t *testing.T, shards int) *env {
 		addrs = append(addrs, ln.Addr().String())
 		table = append(table, netio.MetadataShard{Shard: int32(i), Address: ln.Addr().String()})
 		served.Add(1)
-		go func() { defer served.Done(); srv.Serve(ln, i) }()
+		if driver == "net" {
+			go func() { defer served.Done(); srv.Serve(ln, i) }()
+			continue
+		}
+		ready := make(chan *ring.Reactor, 1)
+		err = ring.StartPinned(-1, ring.Config{Entries: 256, SingleIssuer: true, DeferTaskrun: true, Backend: "uring"}, func(r *ring.Reactor) {
+			defer served.Done()
+			defer ln.Close()
+			if err := srv.ServeRing(r, ln.(*net.TCPListener), i); err != nil {
+				t.Error(err)
+				ready <- nil
+				return
+			}
+			ready <- r
+			r.Run()
+		})
+		if err != nil {
+			t.Skipf("io_uring unavailable here: %v", err)
+		}
+		if r := <-ready; r != nil {
+			reactors = append(reactors, r)
+		}
 	}
 	fake.SetShards(table)
 	c, err := client.New(context.Background(), client.Config{Broker: addrs[0]})
@@ -76,6 +105,9 @@ func start(t *testing.T, shards int) *env {
 	t.Cleanup(func() {
 		c.Close()
 		srv.Close()
+		for _, r := range reactors {
+			r.Stop()
+		}
 		served.Wait()
 		fake.Close()
 	})
@@ -111,7 +143,13 @@ func TestMurmur2KafkaVectors(t *testing.T) {
 }
 
 func TestProduceConsumeKeyedOrdered(t *testing.T) {
-	e := start(t, 2)
+	for _, driver := range []string{"net", "ring"} {
+		t.Run(driver, func(t *testing.T) { testProduceConsumeKeyedOrdered(t, driver) })
+	}
+}
+
+func testProduceConsumeKeyedOrdered(t *testing.T, driver string) {
+	e := startDriver(t, 2, driver)
 	ctx := ctxT(t)
 	const partitions, records = 8, 5000
 	if err := e.client.CreateTopic(ctx, "events", partitions, nil); err != nil {
@@ -310,7 +348,13 @@ func TestAcksNone(t *testing.T) {
 }
 
 func TestConsumerLongPollAndSeek(t *testing.T) {
-	e := start(t, 1)
+	for _, driver := range []string{"net", "ring"} {
+		t.Run(driver, func(t *testing.T) { testConsumerLongPollAndSeek(t, driver) })
+	}
+}
+
+func testConsumerLongPollAndSeek(t *testing.T, driver string) {
+	e := startDriver(t, 1, driver)
 	ctx := ctxT(t)
 	if err := e.client.CreateTopic(ctx, "poll", 1, nil); err != nil {
 		t.Fatal(err)

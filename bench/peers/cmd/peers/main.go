@@ -15,10 +15,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/ringlog/ringlog/bench"
 	"github.com/ringlog/ringlog/bench/peers/natsdriver"
 )
+
+// loopbackProbeTime matches `ringlog bench run`'s same-run loopback probe.
+const loopbackProbeTime = 2 * time.Second
 
 func main() {
 	if len(os.Args) < 2 {
@@ -111,6 +115,12 @@ func run(args []string) error {
 		return err
 	}
 	result.Command = "peers run " + strings.Join(args, " ")
+	if w.BacklogSize > 0 {
+		// The catch-up target is a share of loopback bandwidth measured in the same run.
+		if result.LoopbackMBps, err = bench.LoopbackBandwidth(ctx, loopbackProbeTime, 1); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}

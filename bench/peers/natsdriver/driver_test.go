@@ -1,0 +1,96 @@
+package natsdriver
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+)
+
+// TestMain lets the test binary be the server child that Open starts: Open re-executes
+// Config.Executable (here os.Args[0]) with ServeSubcommand.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ServeSubcommand {
+		fs := flag.NewFlagSet(ServeSubcommand, flag.ExitOnError)
+		store := fs.String("store", "", "")
+		syncAlways := fs.Bool("sync-always", false, "")
+		_ = fs.Parse(os.Args[2:])
+		interrupt := make(chan os.Signal, 1)
+		signal.Notify(interrupt, os.Interrupt)
+		if err := Serve(*store, *syncAlways, os.Stdin, os.Stdout, interrupt); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func smallWorkload(t *testing.T, durability string) bench.Workload {
+	t.Helper()
+	w, err := bench.ParseWorkload([]byte(`
+name: nats-test
+topics: 1
+partitionsPerTopic: 3
+messageSize: 256
+keyDistribution: random
+producers: 1
+consumers: 2
+producerRate: 2000
+warmup: 50ms
+duration: 400ms
+durability: ` + durability + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestRunAgainstRealServer runs the framework against nats-server in a child process with
+// file storage: messages published must come back to the consumers, and RSS must be the
+// child's.
+func TestRunAgainstRealServer(t *testing.T) {
+	for _, durability := range []string{"none", "fsync"} {
+		t.Run(durability, func(t *testing.T) {
+			w := smallWorkload(t, durability)
+			driver, err := Open(Config{DataDir: t.TempDir(), SyncAlways: durability == "fsync", Executable: os.Args[0]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer driver.Close()
+			result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if result.Publish.Messages < 300 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
+				t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
+			}
+			if result.Consume.Messages < result.Publish.Messages*8/10 || result.EndToEnd.Count == 0 {
+				t.Fatalf("consume %+v of %+v", result.Consume, result.Publish)
+			}
+			if result.BrokerRSS.PID == os.Getpid() || result.BrokerRSS.MaxBytes == 0 {
+				t.Fatalf("RSS sampled from %+v, want the server child", result.BrokerRSS)
+			}
+			if wantAlways := durability == "fsync"; strings.Contains(result.Driver.StorageMode, "always") != wantAlways {
+				t.Fatalf("storage mode %q for durability %s", result.Driver.StorageMode, durability)
+			}
+		})
+	}
+}
+
+func TestProducerRefusesCompression(t *testing.T) {
+	driver, err := Open(Config{DataDir: t.TempDir(), Executable: os.Args[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	if _, err := driver.NewProducer(context.Background(), "x", bench.ProducerOptions{Acks: "1", Compression: "zstd"}); err == nil {
+		t.Fatal("accepted zstd, which NATS has no producer-side form of")
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ringlog/ringlog/bench"
+)
+
+const cliWorkload = `
+name: cli
+topics: 1
+partitionsPerTopic: 2
+messageSize: 128
+producers: 1
+consumers: 1
+producerRate: 2000
+warmup: 0s
+duration: 300ms
+`
+
+// TestBenchRunAndCompare drives the CLI entry points: a run on the in-process driver writes
+// a result and well-formed plots, and compare reads two results back.
+func TestBenchRunAndCompare(t *testing.T) {
+	dir := t.TempDir()
+	workload := filepath.Join(dir, "cli.yaml")
+	if err := os.WriteFile(workload, []byte(cliWorkload), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "results")
+	for range 2 {
+		if err := runBench([]string{"run", "--driver", "mem", "--out", out, workload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	results, _ := filepath.Glob(filepath.Join(out, "cli-mem-*.json"))
+	plots, _ := filepath.Glob(filepath.Join(out, "cli-mem-*.svg"))
+	if len(results) == 0 || len(plots) < 2 {
+		t.Fatalf("results %v plots %v", results, plots)
+	}
+	r, err := bench.LoadResult(results[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Publish.Messages == 0 || !strings.HasPrefix(r.Command, "ringlog bench run") {
+		t.Fatalf("result %+v command %q", r.Publish, r.Command)
+	}
+	if err := runBench([]string{"compare", results[0], results[len(results)-1]}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBenchRejectsBadArguments(t *testing.T) {
+	dir := t.TempDir()
+	for name, args := range map[string][]string{
+		"unknown subcommand":  {"nope"},
+		"run without file":    {"run", "--driver", "mem"},
+		"run missing file":    {"run", "--driver", "mem", filepath.Join(dir, "missing.yaml")},
+		"unknown driver":      {"run", "--driver", "kafka", "../../bench/workloads/smoke.json"},
+		"ringlog no broker":   {"run", "--broker", "127.0.0.1:1", "../../bench/workloads/smoke.json"},
+		"compare one file":    {"compare", "a.json"},
+		"disk bad size":       {"disk", "--size", "lots", "--dir", dir},
+		"disk unaligned size": {"disk", "--size", "3000001", "--dir", dir},
+		"disk bad backend":    {"disk", "--quick", "--backend", "magic", "--dir", dir},
+		"loopback no streams": {"loopback", "--streams", "0"},
+	} {
+		if err := runBench(args); err == nil {
+			t.Errorf("%s: %v accepted", name, args)
+		}
+	}
+}
+
+func TestBenchDiskWritesJSON(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "disk.json")
+	if err := runBench([]string{"disk", "--dir", dir, "--size", "4MiB", "--cell-time", "5ms", "--json", jsonPath}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		Results []struct {
+			Backend string `json:"backend"`
+			Ops     int64  `json:"ops"`
+		} `json:"results"`
+		Explanation string `json:"explanation"`
+	}
+	if err := json.Unmarshal(data, &report); err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Results) != 32 || report.Explanation == "" {
+		t.Fatalf("%d cells, explanation %q", len(report.Results), report.Explanation)
+	}
+}

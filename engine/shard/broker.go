@@ -1,0 +1,568 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// Sentinel errors the protocol layer maps to error codes.
+var (
+	ErrUnknownTopicOrPartition = errors.New("unknown topic or partition")
+	ErrTopicExists             = errors.New("topic already exists")
+	ErrInvalidTopic            = errors.New("invalid topic")
+	ErrInvalidPartitions       = errors.New("invalid partition count")
+	ErrInvalidConfig           = errors.New("invalid topic config")
+	ErrNotEnoughReplicas       = errors.New("not enough in-sync replicas")
+	ErrThrottled               = errors.New("shard mailbox full, retry later")
+	ErrShuttingDown            = errors.New("broker is shutting down")
+)
+
+// Limits. Part of the operator-visible contract; see docs/operations.md.
+const (
+	topicNameBytesMax      = 249 // Kafka's limit
+	partitionsPerTopicMax  = 10000
+	retentionCheckDefault  = 30 * time.Second
+	flushCheckDefault      = 50 * time.Millisecond
+	adminWaitMax           = 30 * time.Second
+	configMinInsyncReplica = "min.insync.replicas"
+)
+
+// Config configures a Broker.
+type Config struct {
+	DataDir string
+	// Shards is the number of shards; 0 means one per CPU the process may run on.
+	Shards int
+	// CPUs pins shard i to CPUs[i % len(CPUs)]. Empty with Pin set pins shard i to CPU i.
+	CPUs []int
+	// Pin pins shard threads with sched_setaffinity.
+	Pin bool
+	// Ring configures each shard's reactor (backend auto|uring|syscall, entries, flags).
+	Ring ring.Config
+	// Log holds the broker-wide defaults of every partition log (storage mode, flush
+	// policy, segment size); topic configs override them per topic.
+	Log engine.LogConfig
+	// RetentionCheckInterval is how often each shard enforces retention. 0 means 30 s.
+	RetentionCheckInterval time.Duration
+	// FlushCheckInterval is how often each shard applies time-based flush policies
+	// (flush.ms). 0 means 50 ms.
+	FlushCheckInterval time.Duration
+	Logger             *slog.Logger
+}
+
+// TopicPartition names one partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Topic is an immutable snapshot of one topic's metadata.
+type Topic struct {
+	Name       string
+	Partitions []int // partition index -> shard index
+	Config     map[string]string
+	logConfig  engine.LogConfig
+	minInsync  int
+}
+
+// metadata is an immutable snapshot; replaced whole (copy-on-write) under metaMu.
+type metadata struct {
+	topics map[string]*Topic
+}
+
+// Broker owns the shards and the topic metadata.
+type Broker struct {
+	cfg    Config
+	log    *slog.Logger
+	shards []*Shard
+
+	meta   atomic.Pointer[metadata]
+	metaMu sync.Mutex // admin operations only; never taken on the data path
+	cat    *catalog   // guarded by metaMu
+
+	closing atomic.Bool
+}
+
+// Open starts the shards, loads the catalog and opens every partition on its shard.
+func Open(cfg Config) (*Broker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = runtime.NumCPU()
+	}
+	if cfg.RetentionCheckInterval <= 0 {
+		cfg.RetentionCheckInterval = retentionCheckDefault
+	}
+	if cfg.FlushCheckInterval <= 0 {
+		cfg.FlushCheckInterval = flushCheckDefault
+	}
+	if cfg.Log.Logger == nil {
+		cfg.Log.Logger = cfg.Logger
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	cat, err := loadCatalog(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat}
+	meta, err := b.metadataFromCatalog(cat)
+	if err != nil {
+		return nil, err
+	}
+	b.meta.Store(meta)
+	for i := 0; i < cfg.Shards; i++ {
+		s, err := startShard(b, i)
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		b.shards = append(b.shards, s)
+	}
+	// Open every partition on its shard, all shards in parallel.
+	var opens []func() error
+	for _, t := range meta.topics {
+		for p, shardIndex := range t.Partitions {
+			s, tp, lc := b.shards[shardIndex], TopicPartition{t.Name, int32(p)}, t.logConfig
+			opens = append(opens, func() error { return s.openPartition(tp, lc, t.minInsync) })
+		}
+	}
+	if err := runAll(opens); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func runAll(fns []func() error) error {
+	errs := make(chan error, len(fns))
+	for _, fn := range fns {
+		go func() { errs <- fn() }()
+	}
+	var first error
+	for range fns {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Shards returns the shard count.
+func (b *Broker) Shards() int { return len(b.shards) }
+
+// ShardInfo describes a running shard for start-up logs and metadata.
+type ShardInfo struct {
+	Index   int
+	CPU     int // -1 when not pinned
+	Backend string
+}
+
+// ShardInfos lists the shards.
+func (b *Broker) ShardInfos() []ShardInfo {
+	out := make([]ShardInfo, len(b.shards))
+	for i, s := range b.shards {
+		out[i] = ShardInfo{Index: i, CPU: s.cpu, Backend: s.backend}
+	}
+	return out
+}
+
+func (b *Broker) shardCPU(i int) int {
+	switch {
+	case len(b.cfg.CPUs) > 0:
+		return b.cfg.CPUs[i%len(b.cfg.CPUs)]
+	case b.cfg.Pin:
+		return i % runtime.NumCPU()
+	}
+	return -1
+}
+
+func (b *Broker) partitionDir(tp TopicPartition) string {
+	return filepath.Join(b.cfg.DataDir, tp.Topic+"-"+strconv.Itoa(int(tp.Partition)))
+}
+
+func (b *Broker) metadataFromCatalog(cat *catalog) (*metadata, error) {
+	m := &metadata{topics: map[string]*Topic{}}
+	for name, ct := range cat.Topics {
+		t, err := b.newTopic(name, ct.Shards, ct.Config)
+		if err != nil {
+			return nil, fmt.Errorf("catalog topic %q: %w", name, err)
+		}
+		m.topics[name] = t
+	}
+	return m, nil
+}
+
+func (b *Broker) newTopic(name string, shards []int, config map[string]string) (*Topic, error) {
+	engineConfig, minInsync, err := b.splitConfig(config)
+	if err != nil {
+		return nil, err
+	}
+	lc, err := engine.LogConfigFromMap(b.cfg.Log, engineConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	placed := make([]int, len(shards))
+	for i, s := range shards {
+		// A catalog written by a broker with more shards is remapped, not rejected: the
+		// partition's files do not depend on the shard that owns them.
+		placed[i] = s % b.cfg.Shards
+	}
+	return &Topic{Name: name, Partitions: placed, Config: config, logConfig: lc, minInsync: minInsync}, nil
+}
+
+// splitConfig separates broker-level topic configs (min.insync.replicas) from the ones
+// engine.LogConfigFromMap understands.
+func (b *Broker) splitConfig(config map[string]string) (map[string]string, int, error) {
+	minInsync := 1
+	engineConfig := make(map[string]string, len(config))
+	for k, v := range config {
+		if k == configMinInsyncReplica {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return nil, 0, fmt.Errorf("%w: %s=%q must be a positive integer", ErrInvalidConfig, k, v)
+			}
+			minInsync = n
+			continue
+		}
+		engineConfig[k] = v
+	}
+	return engineConfig, minInsync, nil
+}
+
+// Topic returns the topic's metadata snapshot, or nil.
+func (b *Broker) Topic(name string) *Topic { return b.meta.Load().topics[name] }
+
+// Topics returns every topic, sorted by name.
+func (b *Broker) Topics() []*Topic {
+	m := b.meta.Load()
+	out := make([]*Topic, 0, len(m.topics))
+	for _, t := range m.topics {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ShardOf returns the shard index owning tp.
+func (b *Broker) ShardOf(tp TopicPartition) (int, error) {
+	t := b.Topic(tp.Topic)
+	if t == nil || tp.Partition < 0 || int(tp.Partition) >= len(t.Partitions) {
+		return -1, fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)
+	}
+	return t.Partitions[tp.Partition], nil
+}
+
+func (b *Broker) shardFor(tp TopicPartition) (*Shard, error) {
+	if b.closing.Load() {
+		return nil, ErrShuttingDown
+	}
+	i, err := b.ShardOf(tp)
+	if err != nil {
+		return nil, err
+	}
+	return b.shards[i], nil
+}
+
+// ValidateTopicName applies Kafka's topic name rules.
+func ValidateTopicName(name string) error {
+	if name == "" || name == "." || name == ".." || len(name) > topicNameBytesMax {
+		return fmt.Errorf("%w: name %q must be 1..%d characters and not . or ..", ErrInvalidTopic, name, topicNameBytesMax)
+	}
+	for _, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return fmt.Errorf("%w: name %q may hold only [a-zA-Z0-9._-]", ErrInvalidTopic, name)
+		}
+	}
+	return nil
+}
+
+// CreateTopic creates a topic with partitions partitions spread over the shards and opens
+// their logs. The catalog is written before any partition opens, so a crash in between
+// leaves a topic whose empty logs are created on the next start.
+func (b *Broker) CreateTopic(name string, partitions int, config map[string]string) error {
+	if err := ValidateTopicName(name); err != nil {
+		return err
+	}
+	if partitions < 1 || partitions > partitionsPerTopicMax {
+		return fmt.Errorf("%w: %d (must be 1..%d)", ErrInvalidPartitions, partitions, partitionsPerTopicMax)
+	}
+	if config == nil {
+		config = map[string]string{}
+	}
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	if b.closing.Load() {
+		return ErrShuttingDown
+	}
+	old := b.meta.Load()
+	if old.topics[name] != nil {
+		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	shards := make([]int, partitions)
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	first := int(h.Sum32() % uint32(len(b.shards)))
+	for p := range shards {
+		shards[p] = (first + p) % len(b.shards)
+	}
+	t, err := b.newTopic(name, shards, config)
+	if err != nil {
+		return err
+	}
+	next := b.cat.clone()
+	next.Topics[name] = catalogTopic{Shards: shards, Config: config}
+	if err := next.save(b.cfg.DataDir); err != nil {
+		return err
+	}
+	b.cat = next
+	var opens []func() error
+	for p, si := range t.Partitions {
+		s, tp := b.shards[si], TopicPartition{name, int32(p)}
+		opens = append(opens, func() error { return s.openPartition(tp, t.logConfig, t.minInsync) })
+	}
+	if err := runAll(opens); err != nil {
+		return fmt.Errorf("create topic %q: %w", name, err)
+	}
+	b.publish(old, name, t)
+	return nil
+}
+
+// publish installs a new metadata snapshot with topic name set to t (nil deletes it).
+func (b *Broker) publish(old *metadata, name string, t *Topic) {
+	next := &metadata{topics: make(map[string]*Topic, len(old.topics)+1)}
+	for k, v := range old.topics {
+		next.topics[k] = v
+	}
+	if t == nil {
+		delete(next.topics, name)
+	} else {
+		next.topics[name] = t
+	}
+	b.meta.Store(next)
+}
+
+// DeleteTopic removes a topic: it disappears from metadata first (new requests fail with
+// unknown topic), then each shard closes and deletes its partitions, then the catalog
+// forgets it.
+func (b *Broker) DeleteTopic(name string) error {
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	old := b.meta.Load()
+	t := old.topics[name]
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
+	}
+	b.publish(old, name, nil)
+	var drops []func() error
+	for p, si := range t.Partitions {
+		s, tp := b.shards[si], TopicPartition{name, int32(p)}
+		drops = append(drops, func() error { return s.dropPartition(tp, b.partitionDir(tp)) })
+	}
+	err := runAll(drops)
+	next := b.cat.clone()
+	delete(next.Topics, name)
+	if serr := next.save(b.cfg.DataDir); serr != nil {
+		return serr
+	}
+	b.cat = next
+	return err
+}
+
+// AlterTopicConfig sets the configs in set and removes the keys in deletes (their
+// defaults apply again).
+// Each partition's log is reopened with the new configuration on its shard.
+func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []string) error {
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	old := b.meta.Load()
+	t := old.topics[name]
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
+	}
+	config := mergeConfig(t.Config, set, deletes)
+	nt, err := b.newTopic(name, t.Partitions, config)
+	if err != nil {
+		return err
+	}
+	next := b.cat.clone()
+	ct := next.Topics[name]
+	ct.Config = config
+	next.Topics[name] = ct
+	if err := next.save(b.cfg.DataDir); err != nil {
+		return err
+	}
+	b.cat = next
+	var reopens []func() error
+	for p, si := range nt.Partitions {
+		s, tp := b.shards[si], TopicPartition{name, int32(p)}
+		reopens = append(reopens, func() error { return s.reconfigurePartition(tp, nt.logConfig, nt.minInsync) })
+	}
+	if err := runAll(reopens); err != nil {
+		return fmt.Errorf("alter config of %q: %w", name, err)
+	}
+	b.publish(old, name, nt)
+	return nil
+}
+
+// PartitionState is a point-in-time view of one partition, read on its shard.
+type PartitionState struct {
+	Partition      int32
+	Shard          int
+	LogStartOffset int64
+	LogEndOffset   int64
+	HighWatermark  int64
+	SizeBytes      int64
+	Segments       int
+	Storage        string
+	Err            string // non-empty when the log has failed (sticky fdatasync error)
+}
+
+// DescribeTopic returns the state of every partition of a topic.
+func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
+	t := b.Topic(name)
+	if t == nil {
+		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
+	}
+	states := make([]PartitionState, len(t.Partitions))
+	var reads []func() error
+	for p, si := range t.Partitions {
+		s, tp, out := b.shards[si], TopicPartition{name, int32(p)}, &states[p]
+		reads = append(reads, func() error { return s.describe(tp, out) })
+	}
+	return t, states, runAll(reads)
+}
+
+// Close stops accepting work, flushes every partition, closes the logs and stops the
+// shards. Operations still queued in mailboxes run before their shard stops.
+func (b *Broker) Close() error {
+	if b.closing.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for _, s := range b.shards {
+		if err := s.stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// onShard runs fn on s's loop and waits for it (admin path only: blocks the caller).
+func onShard(s *Shard, fn func() error) error {
+	errc := make(chan error, 1)
+	post := func() { errc <- fn() }
+	deadline := time.Now().Add(adminWaitMax)
+	for {
+		err := s.r.Post(post)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ring.ErrMailboxFull) || time.Now().After(deadline) {
+			return fmt.Errorf("shard %d: %w", s.index, err)
+		}
+		time.Sleep(time.Millisecond) // admin path only: wait for the mailbox to drain
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(adminWaitMax):
+		return fmt.Errorf("shard %d did not answer within %s", s.index, adminWaitMax)
+	}
+}
+
+// ValidateTopic checks a create-topic request without creating anything.
+func (b *Broker) ValidateTopic(name string, partitions int, config map[string]string) error {
+	if err := ValidateTopicName(name); err != nil {
+		return err
+	}
+	if partitions < 1 || partitions > partitionsPerTopicMax {
+		return fmt.Errorf("%w: %d (must be 1..%d)", ErrInvalidPartitions, partitions, partitionsPerTopicMax)
+	}
+	if b.Topic(name) != nil {
+		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	_, err := b.newTopic(name, make([]int, partitions), config)
+	return err
+}
+
+// ValidateAlter checks an alter-config request without applying it.
+func (b *Broker) ValidateAlter(name string, set map[string]string, deletes []string) error {
+	t := b.Topic(name)
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
+	}
+	_, err := b.newTopic(name, t.Partitions, mergeConfig(t.Config, set, deletes))
+	return err
+}
+
+func mergeConfig(base, set map[string]string, deletes []string) map[string]string {
+	config := make(map[string]string, len(base)+len(set))
+	for k, v := range base {
+		config[k] = v
+	}
+	for k, v := range set {
+		config[k] = v
+	}
+	for _, k := range deletes {
+		delete(config, k)
+	}
+	return config
+}
+
+// EffectiveConfig returns every topic config key with the value in force for t: the
+// topic's own, else the broker's, else the built-in default.
+func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
+	c := t.logConfig
+	out := map[string]string{
+		engine.ConfigSegmentBytes:       strconv.FormatInt(c.SegmentBytes, 10),
+		engine.ConfigSegmentMs:          strconv.FormatInt(c.SegmentMs, 10),
+		engine.ConfigIndexIntervalBytes: strconv.FormatInt(c.IndexIntervalBytes, 10),
+		engine.ConfigRetentionMs:        strconv.FormatInt(c.RetentionMs, 10),
+		engine.ConfigRetentionBytes:     strconv.FormatInt(c.RetentionBytes, 10),
+		engine.ConfigFlushMessages:      strconv.FormatInt(c.FlushMessages, 10),
+		engine.ConfigFlushMs:            strconv.FormatInt(c.FlushMs, 10),
+		engine.ConfigFlushAlways:        strconv.FormatBool(c.FlushAlways),
+		engine.ConfigStorageMode:        string(c.Storage),
+		configMinInsyncReplica:          strconv.Itoa(t.minInsync),
+	}
+	// Zero values mean "engine default"; show the default the engine applies.
+	defaults := map[string]string{
+		engine.ConfigSegmentBytes:       "1073741824",
+		engine.ConfigIndexIntervalBytes: "4096",
+		engine.ConfigRetentionMs:        "604800000",
+		engine.ConfigStorageMode:        string(engine.StoragePageCache),
+	}
+	for k, v := range defaults {
+		if out[k] == "0" || out[k] == "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// BrokerSetsConfig reports whether the broker's own configuration (flags) sets key.
+func (b *Broker) BrokerSetsConfig(key string) bool {
+	switch key {
+	case engine.ConfigStorageMode:
+		return b.cfg.Log.Storage != ""
+	case engine.ConfigFlushAlways:
+		return b.cfg.Log.FlushAlways
+	}
+	return false
+}

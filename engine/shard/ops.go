@@ -1,0 +1,383 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// Acks values (the protocol's).
+const (
+	AcksNone   int16 = 0
+	AcksLeader int16 = 1
+	AcksAll    int16 = -1
+)
+
+// List-offsets special timestamps (the protocol's).
+const (
+	TimestampLatest   int64 = -1
+	TimestampEarliest int64 = -2
+)
+
+// fetchWaitMax bounds a long-poll.
+const fetchWaitMax = 5 * time.Minute
+
+// ProduceResult is the outcome of one partition's produce.
+type ProduceResult struct {
+	BaseOffset     int64
+	LogStartOffset int64
+	Err            error
+}
+
+func postErr(s *Shard, err error) error {
+	if errors.Is(err, ring.ErrMailboxFull) {
+		return fmt.Errorf("%w (shard %d)", ErrThrottled, s.index)
+	}
+	if errors.Is(err, ring.ErrClosed) {
+		return ErrShuttingDown
+	}
+	return err
+}
+
+// Produce appends batches (Kafka v2 record batches, validated by the log) to tp on its
+// shard. done runs exactly once: on the owning shard's loop, or on the caller's goroutine
+// when the request fails before reaching the shard. The batch bytes must stay untouched
+// until done runs (the log rewrites their base offsets in place and writes them).
+//
+// acks=0 and acks=1 are answered once the write completed (unless the topic has
+// flush.always); acks=all, and every produce to a flush.always topic, once an fdatasync
+// covers the batch. acks=all fails with ErrNotEnoughReplicas when min.insync.replicas > 1:
+// a lone broker never claims a replication it does not have.
+func (b *Broker) Produce(tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
+	s, err := b.shardFor(tp)
+	if err != nil {
+		done(ProduceResult{BaseOffset: -1, Err: err})
+		return
+	}
+	if err := s.r.Post(func() { s.produce(tp, batches, acks, done) }); err != nil {
+		done(ProduceResult{BaseOffset: -1, Err: postErr(s, err)})
+	}
+}
+
+func (s *Shard) produce(tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
+	p := s.parts[tp]
+	if p == nil {
+		done(ProduceResult{BaseOffset: -1, Err: fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)})
+		return
+	}
+	if acks == AcksAll && p.minInsync > 1 {
+		done(ProduceResult{BaseOffset: -1, Err: fmt.Errorf("%w: min.insync.replicas=%d, this broker holds the only replica", ErrNotEnoughReplicas, p.minInsync)})
+		return
+	}
+	res, err := p.log.AppendBatches(batches)
+	if err != nil {
+		done(ProduceResult{BaseOffset: -1, LogStartOffset: p.log.StartOffset(), Err: err})
+		if res.Batches > 0 {
+			p.wakeWaiters()
+		}
+		return
+	}
+	r := ProduceResult{BaseOffset: res.FirstOffset, LogStartOffset: p.log.StartOffset()}
+	s.markDirty(p)
+	if acks == AcksAll || p.flushAlways {
+		p.pending = append(p.pending, pendingAck{res: r, done: done})
+		return
+	}
+	done(r)
+	p.wakeWaiters()
+}
+
+// FetchPartition asks for one partition's records from Offset.
+type FetchPartition struct {
+	TopicPartition
+	Offset   int64
+	MaxBytes int32
+}
+
+// FetchRequest is a whole fetch: MinBytes and MaxWait make it a long-poll.
+type FetchRequest struct {
+	Partitions []FetchPartition
+	MinBytes   int32
+	MaxWait    time.Duration
+}
+
+// FetchResult is one partition's answer. Records holds whole batches below the high
+// watermark; its file pieces refer to duplicated descriptors owned by the result, so they
+// stay valid whatever the shard does to its segments meanwhile. Call Release once the bytes
+// are sent.
+type FetchResult struct {
+	TopicPartition
+	HighWatermark  int64
+	LogStartOffset int64
+	Records        engine.ReadResult
+	Err            error
+}
+
+// AppendTo appends the records' bytes to dst, reading file pieces with plain pread on the
+// result's own descriptors (any goroutine may call it; it never touches a shard's ring).
+// The zero-copy path sends the pieces with sendfile/splice instead.
+func (r *FetchResult) AppendTo(dst []byte) ([]byte, error) {
+	for _, p := range r.Records.Pieces {
+		if p.File == nil {
+			dst = append(dst, p.Data...)
+			continue
+		}
+		n := len(dst)
+		dst = slices.Grow(dst, int(p.Size))[:n+int(p.Size)]
+		for done := 0; done < int(p.Size); {
+			k, err := ring.Syscalls{}.Pread(int(p.File.Fd()), dst[n+done:], p.Position+int64(done))
+			if err != nil {
+				return dst[:n], fmt.Errorf("read %s: %w", p.File.Name(), err)
+			}
+			if k == 0 {
+				return dst[:n], fmt.Errorf("read %s at %d: %w", p.File.Name(), p.Position+int64(done), io.ErrUnexpectedEOF)
+			}
+			done += k
+		}
+	}
+	return dst, nil
+}
+
+// Release closes the result's duplicated file descriptors.
+func (r *FetchResult) Release() {
+	for i := range r.Records.Pieces {
+		if f := r.Records.Pieces[i].File; f != nil {
+			f.Close()
+			r.Records.Pieces[i].File = nil
+		}
+	}
+}
+
+type fetchOp struct {
+	b       *Broker
+	req     FetchRequest
+	results []FetchResult
+	shards  map[int][]int // shard index -> indexes into req.Partitions
+	pending atomic.Int32
+	final   atomic.Bool // the next read completes the op whatever it finds
+	fired   atomic.Bool // a waiter or the timer started the final read
+	timer   *time.Timer
+	done    func([]FetchResult)
+}
+
+type fetchWaiter struct{ op *fetchOp }
+
+func (w *fetchWaiter) fire() { w.op.fire() }
+
+// Fetch reads every requested partition on its shard. When fewer than MinBytes come back
+// and MaxWait > 0, it parks a waiter on each partition and answers when data arrives or the
+// wait ends. done runs exactly once, on a shard loop or a timer goroutine.
+func (b *Broker) Fetch(req FetchRequest, done func([]FetchResult)) {
+	if req.MaxWait > fetchWaitMax {
+		req.MaxWait = fetchWaitMax
+	}
+	op := &fetchOp{b: b, req: req, results: make([]FetchResult, len(req.Partitions)), shards: map[int][]int{}, done: done}
+	for i, fp := range req.Partitions {
+		op.results[i].TopicPartition = fp.TopicPartition
+		op.results[i].HighWatermark, op.results[i].LogStartOffset = -1, -1
+		si, err := b.ShardOf(fp.TopicPartition)
+		if err != nil {
+			op.results[i].Err = err
+			continue
+		}
+		op.shards[si] = append(op.shards[si], i)
+	}
+	if req.MaxWait <= 0 || len(op.shards) == 0 {
+		op.final.Store(true)
+	}
+	op.read()
+}
+
+// read posts one read to every shard involved; the last to finish calls readDone.
+func (op *fetchOp) read() {
+	if len(op.shards) == 0 {
+		op.done(op.results)
+		return
+	}
+	op.pending.Store(int32(len(op.shards)))
+	for si, idx := range op.shards {
+		s := op.b.shards[si]
+		err := s.r.Post(func() {
+			for _, i := range idx {
+				s.readInto(&op.results[i], op.req.Partitions[i])
+			}
+			op.shardDone()
+		})
+		if err != nil {
+			for _, i := range idx {
+				op.results[i].Err = postErr(s, err)
+			}
+			op.shardDone()
+		}
+	}
+}
+
+func (op *fetchOp) shardDone() {
+	if op.pending.Add(-1) != 0 {
+		return
+	}
+	if op.final.Load() || op.satisfied() {
+		op.done(op.results)
+		return
+	}
+	// Not enough yet: drop what was read and wait for data or the deadline.
+	for i := range op.results {
+		op.results[i].Release()
+		op.results[i].Records = engine.ReadResult{}
+	}
+	op.final.Store(true)
+	op.timer = time.AfterFunc(op.req.MaxWait, op.fire)
+	for si, idx := range op.shards {
+		s := op.b.shards[si]
+		if err := s.r.Post(func() { s.park(op, idx) }); err != nil {
+			op.fire()
+		}
+	}
+}
+
+func (op *fetchOp) satisfied() bool {
+	var size int64
+	for i := range op.results {
+		if op.results[i].Err != nil {
+			return true
+		}
+		size += op.results[i].Records.Size
+	}
+	return size >= int64(op.req.MinBytes) && size > 0 || op.req.MinBytes <= 0
+}
+
+func (op *fetchOp) fire() {
+	if !op.fired.CompareAndSwap(false, true) {
+		return
+	}
+	if op.timer != nil {
+		op.timer.Stop()
+	}
+	op.read()
+}
+
+// park registers op on the partitions in idx, or fires it at once when one already has
+// data past its offset. Loop goroutine.
+func (s *Shard) park(op *fetchOp, idx []int) {
+	for _, i := range idx {
+		fp := op.req.Partitions[i]
+		p := s.parts[fp.TopicPartition]
+		if p == nil || p.highWatermark() > fp.Offset {
+			op.fire()
+			return
+		}
+	}
+	for _, i := range idx {
+		p := s.parts[op.req.Partitions[i].TopicPartition]
+		p.pruneWaiters()
+		p.waiters = append(p.waiters, &fetchWaiter{op: op})
+	}
+}
+
+func (p *partition) pruneWaiters() {
+	live := p.waiters[:0]
+	for _, w := range p.waiters {
+		if !w.op.fired.Load() {
+			live = append(live, w)
+		}
+	}
+	clear(p.waiters[len(live):])
+	p.waiters = live
+}
+
+func (p *partition) wakeWaiters() {
+	if len(p.waiters) == 0 {
+		return
+	}
+	ws := p.waiters
+	p.waiters = nil
+	for _, w := range ws {
+		w.fire()
+	}
+}
+
+// readInto reads one partition up to its high watermark. Loop goroutine.
+func (s *Shard) readInto(out *FetchResult, fp FetchPartition) {
+	p := s.parts[fp.TopicPartition]
+	if p == nil {
+		out.Err = fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, fp.Topic, fp.Partition)
+		return
+	}
+	hw := p.highWatermark()
+	out.HighWatermark, out.LogStartOffset, out.Err = hw, p.log.StartOffset(), nil
+	out.Records = engine.ReadResult{}
+	if fp.Offset == hw {
+		return
+	}
+	if fp.Offset < out.LogStartOffset || fp.Offset > hw {
+		out.Err = fmt.Errorf("%w: offset %d, partition %s/%d holds [%d, %d)", engine.ErrOffsetOutOfRange, fp.Offset, fp.Topic, fp.Partition, out.LogStartOffset, hw)
+		return
+	}
+	rr, err := p.log.ReadBounded(fp.Offset, int(fp.MaxBytes), hw)
+	if err != nil {
+		out.Err = err
+		return
+	}
+	pieces := make([]engine.Piece, len(rr.Pieces))
+	copy(pieces, rr.Pieces)
+	rr.Pieces = pieces
+	for i := range rr.Pieces {
+		f := rr.Pieces[i].File
+		if f == nil {
+			continue
+		}
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			out.Records = rr
+			out.Release()
+			out.Records = engine.ReadResult{}
+			out.Err = fmt.Errorf("dup segment fd: %w", err)
+			return
+		}
+		rr.Pieces[i].File = os.NewFile(uintptr(fd), f.Name())
+	}
+	out.Records = rr
+}
+
+// ListOffset answers a list-offsets query for one partition: TimestampLatest gives the high
+// watermark, TimestampEarliest the log start offset, any other timestamp the first offset
+// whose record timestamp is at or after it (-1 when none is). done runs exactly once.
+func (b *Broker) ListOffset(tp TopicPartition, timestamp int64, done func(offset int64, err error)) {
+	s, err := b.shardFor(tp)
+	if err != nil {
+		done(-1, err)
+		return
+	}
+	err = s.r.Post(func() {
+		p := s.parts[tp]
+		if p == nil {
+			done(-1, fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition))
+			return
+		}
+		switch timestamp {
+		case TimestampLatest:
+			done(p.highWatermark(), nil)
+		case TimestampEarliest:
+			done(p.log.StartOffset(), nil)
+		default:
+			off, err := p.log.OffsetForTimestamp(timestamp)
+			if errors.Is(err, engine.ErrTimestampNotFound) || err == nil && off >= p.highWatermark() {
+				done(-1, nil)
+				return
+			}
+			done(off, err)
+		}
+	})
+	if err != nil {
+		done(-1, postErr(s, err))
+	}
+}

@@ -1,0 +1,269 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// Shard is one pinned loop goroutine with its reactor and the partitions placed on it.
+type Shard struct {
+	b       *Broker
+	index   int
+	cpu     int
+	backend string
+	r       *ring.Reactor // Post/Stop from any goroutine; everything else loop-only
+	exited  chan error    // closed (after one send) when the loop goroutine ends
+
+	// Owned by the loop goroutine.
+	parts      map[TopicPartition]*partition
+	dirty      []*partition // appended to since the last flushDirty
+	flushArmed bool
+}
+
+// partition is a partition's shard-owned state. Loop goroutine only.
+type partition struct {
+	tp          TopicPartition
+	log         *engine.Log
+	flushAlways bool
+	minInsync   int
+	dirty       bool
+	pending     []pendingAck   // produces waiting for the next fdatasync
+	waiters     []*fetchWaiter // long-polls waiting for data past their offset
+}
+
+type pendingAck struct {
+	res  ProduceResult
+	done func(ProduceResult)
+}
+
+func startShard(b *Broker, index int) (*Shard, error) {
+	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, exited: make(chan error, 1)}
+	ready := make(chan struct{})
+	err := ring.StartPinned(s.cpu, b.cfg.Ring, func(r *ring.Reactor) {
+		s.r = r
+		s.backend = r.Backend()
+		close(ready) // publishes s.r and s.backend to the starting goroutine
+		s.armTimers()
+		err := r.Run()
+		s.closePartitions()
+		s.exited <- err
+		close(s.exited)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start shard %d on cpu %d: %w", index, s.cpu, err)
+	}
+	<-ready
+	return s, nil
+}
+
+func (s *Shard) armTimers() {
+	cfg := s.b.cfg
+	var flushTick, retentionTick func()
+	flushTick = func() {
+		for _, p := range s.parts {
+			if p.log.SyncedOffset() < p.log.EndOffset() {
+				s.markDirty(p)
+			}
+		}
+		s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
+	}
+	retentionTick = func() {
+		now := time.Now()
+		for _, p := range s.parts {
+			if _, err := p.log.EnforceRetention(now); err != nil {
+				s.b.log.Warn("retention failed", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
+			}
+		}
+		s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
+	}
+	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
+	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
+}
+
+// markDirty queues p for the flush at the end of this loop turn.
+func (s *Shard) markDirty(p *partition) {
+	if !p.dirty {
+		p.dirty = true
+		s.dirty = append(s.dirty, p)
+	}
+	if !s.flushArmed {
+		s.flushArmed = true
+		// A zero-delay timer runs after this turn's mailbox drain: every produce queued in
+		// the same turn shares the flush (group commit).
+		s.r.AfterFunc(0, s.flushDirty)
+	}
+}
+
+func (s *Shard) flushDirty() {
+	s.flushArmed = false
+	dirty := s.dirty
+	s.dirty = s.dirty[:0]
+	for _, p := range dirty {
+		p.dirty = false
+		var err error
+		if len(p.pending) > 0 {
+			err = p.log.Sync() // acks=all or flush.always: durable before acknowledged
+		} else {
+			err = p.log.Flush() // flush.messages / flush.ms policy
+		}
+		for i, a := range p.pending {
+			if err != nil {
+				a.res.Err = fmt.Errorf("sync %s/%d: %w", p.tp.Topic, p.tp.Partition, err)
+			}
+			a.res.LogStartOffset = p.log.StartOffset()
+			a.done(a.res)
+			p.pending[i] = pendingAck{}
+		}
+		p.pending = p.pending[:0]
+		if err != nil {
+			s.b.log.Error("partition sync failed; it accepts no more writes", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
+		}
+		if p.flushAlways {
+			p.wakeWaiters() // the high watermark moved with the sync
+		}
+	}
+}
+
+// highWatermark is the last offset a consumer may see, plus one. With flush.always it is the
+// synced offset, so a consumer never reads a record that a crash could take back.
+func (p *partition) highWatermark() int64 {
+	if p.flushAlways {
+		return p.log.SyncedOffset()
+	}
+	return p.log.EndOffset()
+}
+
+func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync int) error {
+	return onShard(s, func() error {
+		if s.parts[tp] != nil {
+			return nil
+		}
+		dir := s.b.partitionDir(tp)
+		l, report, err := engine.OpenLog(dir, lc, s.r)
+		if err != nil {
+			return fmt.Errorf("open %s/%d: %w", tp.Topic, tp.Partition, err)
+		}
+		if report.DroppedBytes > 0 || len(report.RebuiltIndexes) > 0 || len(report.DeletedSegments) > 0 {
+			s.b.log.Warn("recovery repaired partition", "topic", tp.Topic, "partition", tp.Partition,
+				"dropped_batches", report.DroppedBatches, "dropped_bytes", report.DroppedBytes,
+				"rebuilt_indexes", len(report.RebuiltIndexes), "deleted_segments", len(report.DeletedSegments),
+				"reason", report.Corruption)
+		}
+		s.parts[tp] = &partition{tp: tp, log: l, flushAlways: lc.FlushAlways, minInsync: minInsync}
+		return nil
+	})
+}
+
+func (s *Shard) dropPartition(tp TopicPartition, dir string) error {
+	return onShard(s, func() error {
+		p := s.parts[tp]
+		delete(s.parts, tp)
+		if p != nil {
+			p.failPending(ErrUnknownTopicOrPartition)
+			if err := p.log.Close(); err != nil {
+				s.b.log.Warn("close deleted partition", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("delete %s: %w", dir, err)
+		}
+		return nil
+	})
+}
+
+func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, minInsync int) error {
+	return onShard(s, func() error {
+		p := s.parts[tp]
+		if p == nil {
+			return fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)
+		}
+		if err := p.log.Sync(); err != nil {
+			return err
+		}
+		p.completePending()
+		if err := p.log.Close(); err != nil {
+			return err
+		}
+		l, _, err := engine.OpenLog(s.b.partitionDir(tp), lc, s.r)
+		if err != nil {
+			delete(s.parts, tp)
+			return fmt.Errorf("reopen %s/%d: %w", tp.Topic, tp.Partition, err)
+		}
+		p.log, p.flushAlways, p.minInsync = l, lc.FlushAlways, minInsync
+		return nil
+	})
+}
+
+func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
+	return onShard(s, func() error {
+		p := s.parts[tp]
+		if p == nil {
+			return fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)
+		}
+		*out = PartitionState{
+			Partition: tp.Partition, Shard: s.index,
+			LogStartOffset: p.log.StartOffset(), LogEndOffset: p.log.EndOffset(),
+			HighWatermark: p.highWatermark(), SizeBytes: p.log.Size(),
+			Segments: p.log.SegmentCount(), Storage: string(p.log.Mode()),
+		}
+		if err := p.log.Err(); err != nil {
+			out.Err = err.Error()
+		}
+		return nil
+	})
+}
+
+func (p *partition) failPending(err error) {
+	for _, a := range p.pending {
+		a.res.Err = err
+		a.done(a.res)
+	}
+	p.pending = nil
+	for _, w := range p.waiters {
+		w.fire()
+	}
+	p.waiters = nil
+}
+
+func (p *partition) completePending() {
+	for _, a := range p.pending {
+		a.done(a.res)
+	}
+	p.pending = nil
+}
+
+// closePartitions syncs and closes every log. Loop goroutine, after Run returned.
+func (s *Shard) closePartitions() {
+	for tp, p := range s.parts {
+		err := p.log.Sync()
+		if err == nil {
+			p.completePending()
+		} else {
+			p.failPending(err)
+		}
+		if err := p.log.Close(); err != nil {
+			s.b.log.Warn("close partition", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+		}
+	}
+	s.parts = nil
+}
+
+// stop drains the mailbox (pending posts run), stops the loop and waits for it.
+func (s *Shard) stop() error {
+	r := s.r
+	// Post the stop so that every message queued before it still runs.
+	for {
+		err := r.Post(r.Stop)
+		if err == nil || errors.Is(err, ring.ErrClosed) {
+			break
+		}
+		time.Sleep(time.Millisecond) // shutdown only: mailbox full, let it drain
+	}
+	err, _ := <-s.exited
+	return err
+}

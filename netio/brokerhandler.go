@@ -1,0 +1,409 @@
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/engine/shard"
+)
+
+// BrokerHandler answers protocol requests from a shard.Broker: it splits each request by
+// partition, posts the work to the owning shards, gathers their answers and replies. It
+// holds no partition state of its own.
+type BrokerHandler struct {
+	b        *shard.Broker
+	address  string // advertised in metadata
+	brokerID int32
+}
+
+// NewBrokerHandler returns the handler of a broker advertising address to clients.
+func NewBrokerHandler(b *shard.Broker, address string) *BrokerHandler {
+	return &BrokerHandler{b: b, address: address}
+}
+
+// Serve dispatches one decoded request.
+func (h *BrokerHandler) Serve(req *Request) {
+	switch body := req.Body.(type) {
+	case *ProduceRequest:
+		h.produce(req, body)
+	case *FetchRequest:
+		h.fetch(req, body)
+	case *ListOffsetsRequest:
+		h.listOffsets(req, body)
+	case *MetadataRequest:
+		req.ReplyMessage(h.metadata(body))
+	case *CreateTopicsRequest:
+		req.ReplyMessage(h.createTopics(body))
+	case *DeleteTopicsRequest:
+		req.ReplyMessage(h.deleteTopics(body))
+	case *DescribeTopicsRequest:
+		req.ReplyMessage(h.describeTopics(body))
+	case *DescribeConfigsRequest:
+		req.ReplyMessage(h.describeConfigs(body))
+	case *AlterConfigsRequest:
+		req.ReplyMessage(h.alterConfigs(body))
+	default:
+		req.ReplyError(ErrUnknownAPI, fmt.Sprintf("%s is not served by this broker", req.Header.API))
+	}
+}
+
+// codeFor maps broker and engine errors to protocol error codes.
+func codeFor(err error) ErrorCode {
+	switch {
+	case err == nil:
+		return ErrNone
+	case errors.Is(err, shard.ErrUnknownTopicOrPartition):
+		return ErrUnknownTopicOrPartition
+	case errors.Is(err, shard.ErrTopicExists):
+		return ErrTopicAlreadyExists
+	case errors.Is(err, shard.ErrInvalidTopic):
+		return ErrInvalidTopic
+	case errors.Is(err, shard.ErrInvalidPartitions):
+		return ErrInvalidPartitions
+	case errors.Is(err, shard.ErrInvalidConfig):
+		return ErrInvalidConfig
+	case errors.Is(err, shard.ErrNotEnoughReplicas):
+		return ErrNotEnoughReplicas
+	case errors.Is(err, shard.ErrThrottled):
+		return ErrThrottled
+	case errors.Is(err, shard.ErrShuttingDown):
+		return ErrShuttingDown
+	case errors.Is(err, engine.ErrOffsetOutOfRange):
+		return ErrOffsetOutOfRange
+	case errors.Is(err, batch.ErrLength) && errors.Is(err, engine.ErrInvalidBatch):
+		return ErrCorruptMessage
+	case errors.Is(err, engine.ErrInvalidBatch):
+		return ErrCorruptMessage
+	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog):
+		return ErrStorage
+	}
+	return ErrUnknown
+}
+
+func errMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// splitBatches cuts a produce payload into its record batches (validated again, with CRC,
+// by the log before anything is written).
+func splitBatches(records []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(records) > 0 {
+		hdr, err := batch.ParseHeader(records)
+		if err != nil {
+			return nil, fmt.Errorf("%w: batch %d: %w", engine.ErrInvalidBatch, len(out), err)
+		}
+		size := hdr.Size()
+		if size > len(records) {
+			return nil, fmt.Errorf("%w: batch %d claims %d bytes, %d remain", engine.ErrInvalidBatch, len(out), size, len(records))
+		}
+		out = append(out, records[:size:size])
+		records = records[size:]
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no record batch", engine.ErrInvalidBatch)
+	}
+	return out, nil
+}
+
+func (h *BrokerHandler) produce(req *Request, body *ProduceRequest) {
+	if body.Acks != AcksNone && body.Acks != AcksLeader && body.Acks != AcksAll {
+		req.ReplyError(ErrInvalidRequiredAcks, fmt.Sprintf("acks must be 0, 1 or -1, got %d", body.Acks))
+		return
+	}
+	resp := &ProduceResponse{Topics: make([]ProduceResponseTopic, len(body.Topics))}
+	var pending atomic.Int32
+	total := 0
+	for i := range body.Topics {
+		total += len(body.Topics[i].Partitions)
+	}
+	if total == 0 {
+		req.ReplyMessage(resp)
+		return
+	}
+	pending.Store(int32(total))
+	finish := func() {
+		if pending.Add(-1) == 0 {
+			req.ReplyMessage(resp)
+		}
+	}
+	for i := range body.Topics {
+		t := &body.Topics[i]
+		rt := &resp.Topics[i]
+		rt.Topic = t.Topic
+		rt.Partitions = make([]ProduceResponsePartition, len(t.Partitions))
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			out := &rt.Partitions[j]
+			*out = ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+			batches, err := splitBatches(p.Records)
+			if err != nil {
+				out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error()
+				finish()
+				continue
+			}
+			h.b.Produce(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, batches, body.Acks, func(r shard.ProduceResult) {
+				out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
+				out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
+				finish()
+			})
+		}
+	}
+}
+
+func (h *BrokerHandler) fetch(req *Request, body *FetchRequest) {
+	var fr shard.FetchRequest
+	fr.MinBytes = body.MinBytes
+	fr.MaxWait = time.Duration(body.MaxWaitMs) * time.Millisecond
+	for _, t := range body.Topics {
+		for _, p := range t.Partitions {
+			maxBytes := p.MaxBytes
+			if body.MaxBytes > 0 && (maxBytes <= 0 || maxBytes > body.MaxBytes) {
+				maxBytes = body.MaxBytes
+			}
+			fr.Partitions = append(fr.Partitions, shard.FetchPartition{
+				TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: p.Partition},
+				Offset:         p.FetchOffset, MaxBytes: maxBytes,
+			})
+		}
+	}
+	h.b.Fetch(fr, func(results []shard.FetchResult) {
+		resp := &FetchResponse{Topics: make([]FetchResponseTopic, len(body.Topics))}
+		k := 0
+		for i, t := range body.Topics {
+			rt := &resp.Topics[i]
+			rt.Topic = t.Topic
+			rt.Partitions = make([]FetchResponsePartition, len(t.Partitions))
+			for j := range t.Partitions {
+				r := &results[k]
+				k++
+				out := &rt.Partitions[j]
+				*out = FetchResponsePartition{
+					Partition: r.Partition, ErrorCode: codeFor(r.Err), ErrorMessage: errMessage(r.Err),
+					HighWatermark: r.HighWatermark, LogStartOffset: r.LogStartOffset,
+				}
+				fillRecords(out, r)
+			}
+		}
+		req.Reply(Response{Body: resp, Done: func() {
+			for i := range results {
+				results[i].Release()
+			}
+		}})
+	})
+}
+
+// fillRecords hands file pieces to the sender as file ranges (zero copy) and copies
+// in-memory pieces (direct mode's block cache) into Records.
+func fillRecords(out *FetchResponsePartition, r *shard.FetchResult) {
+	pieces := r.Records.Pieces
+	allFiles := len(pieces) > 0
+	for _, p := range pieces {
+		if p.File == nil {
+			allFiles = false
+		}
+	}
+	if allFiles {
+		out.RecordsFile = make([]FileRange, len(pieces))
+		for i, p := range pieces {
+			out.RecordsFile[i] = FileRange{File: p.File, Offset: p.Position, Length: p.Size}
+		}
+		return
+	}
+	if len(pieces) > 0 {
+		data, err := r.AppendTo(make([]byte, 0, r.Records.Size))
+		if err != nil {
+			out.ErrorCode, out.ErrorMessage = ErrStorage, err.Error()
+			return
+		}
+		out.Records = data
+	}
+}
+
+func (h *BrokerHandler) listOffsets(req *Request, body *ListOffsetsRequest) {
+	resp := &ListOffsetsResponse{Topics: make([]ListOffsetsResponseTopic, len(body.Topics))}
+	var wg sync.WaitGroup
+	for i, t := range body.Topics {
+		rt := &resp.Topics[i]
+		rt.Topic = t.Topic
+		rt.Partitions = make([]ListOffsetsResponsePartition, len(t.Partitions))
+		for j, p := range t.Partitions {
+			out := &rt.Partitions[j]
+			out.Partition, out.Timestamp = p.Partition, -1
+			wg.Add(1)
+			h.b.ListOffset(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, p.Timestamp, func(off int64, err error) {
+				out.Offset, out.ErrorCode, out.ErrorMessage = off, codeFor(err), errMessage(err)
+				if p.Timestamp >= 0 && off >= 0 {
+					out.Timestamp = p.Timestamp
+				}
+				wg.Done()
+			})
+		}
+	}
+	go func() { // never block the connection's reader on shard answers
+		wg.Wait()
+		req.ReplyMessage(resp)
+	}()
+}
+
+func (h *BrokerHandler) metadata(body *MetadataRequest) *MetadataResponse {
+	resp := &MetadataResponse{BrokerID: h.brokerID}
+	for i := 0; i < h.b.Shards(); i++ {
+		resp.Shards = append(resp.Shards, MetadataShard{Shard: int32(i), Address: h.address})
+	}
+	var topics []*shard.Topic
+	if body.Topics == nil {
+		topics = h.b.Topics()
+	} else {
+		for _, name := range body.Topics {
+			t := h.b.Topic(name)
+			if t == nil {
+				resp.Topics = append(resp.Topics, MetadataTopic{Topic: name, ErrorCode: ErrUnknownTopicOrPartition,
+					ErrorMessage: fmt.Sprintf("topic %q does not exist", name)})
+				continue
+			}
+			topics = append(topics, t)
+		}
+	}
+	for _, t := range topics {
+		mt := MetadataTopic{Topic: t.Name, Partitions: make([]MetadataPartition, len(t.Partitions))}
+		for p, s := range t.Partitions {
+			mt.Partitions[p] = MetadataPartition{Partition: int32(p), Shard: int32(s)}
+		}
+		resp.Topics = append(resp.Topics, mt)
+	}
+	return resp
+}
+
+func configMap(entries []ConfigEntry) map[string]string {
+	m := make(map[string]string, len(entries))
+	for _, e := range entries {
+		m[e.Key] = e.Value
+	}
+	return m
+}
+
+func (h *BrokerHandler) createTopics(body *CreateTopicsRequest) *CreateTopicsResponse {
+	resp := &CreateTopicsResponse{}
+	for _, t := range body.Topics {
+		res := TopicResult{Topic: t.Topic}
+		var err error
+		switch {
+		case t.ReplicationFactor > 1:
+			res.ErrorCode, res.ErrorMessage = ErrInvalidReplication, fmt.Sprintf("replication factor %d: this is a single-broker cluster", t.ReplicationFactor)
+		case body.ValidateOnly:
+			err = h.b.ValidateTopic(t.Topic, int(t.Partitions), configMap(t.Configs))
+		default:
+			err = h.b.CreateTopic(t.Topic, int(t.Partitions), configMap(t.Configs))
+		}
+		if err != nil {
+			res.ErrorCode, res.ErrorMessage = codeFor(err), err.Error()
+		}
+		resp.Topics = append(resp.Topics, res)
+	}
+	return resp
+}
+
+func (h *BrokerHandler) deleteTopics(body *DeleteTopicsRequest) *DeleteTopicsResponse {
+	resp := &DeleteTopicsResponse{}
+	for _, name := range body.Topics {
+		err := h.b.DeleteTopic(name)
+		resp.Topics = append(resp.Topics, TopicResult{Topic: name, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
+	}
+	return resp
+}
+
+func (h *BrokerHandler) describeTopics(body *DescribeTopicsRequest) *DescribeTopicsResponse {
+	names := body.Topics
+	if names == nil {
+		for _, t := range h.b.Topics() {
+			names = append(names, t.Name)
+		}
+	}
+	resp := &DescribeTopicsResponse{}
+	for _, name := range names {
+		dt := DescribeTopic{Topic: name}
+		_, states, err := h.b.DescribeTopic(name)
+		if err != nil {
+			dt.ErrorCode, dt.ErrorMessage = codeFor(err), err.Error()
+		}
+		for _, s := range states {
+			dp := DescribePartition{Partition: s.Partition, Shard: int32(s.Shard), LogStartOffset: s.LogStartOffset,
+				HighWatermark: s.HighWatermark, LogEndOffset: s.LogEndOffset, SizeBytes: s.SizeBytes}
+			if s.Err != "" {
+				dp.ErrorCode = ErrStorage
+			}
+			dt.Partitions = append(dt.Partitions, dp)
+		}
+		resp.Topics = append(resp.Topics, dt)
+	}
+	return resp
+}
+
+func (h *BrokerHandler) describeConfigs(body *DescribeConfigsRequest) *DescribeConfigsResponse {
+	resp := &DescribeConfigsResponse{}
+	for _, q := range body.Topics {
+		res := DescribeConfigsResult{Topic: q.Topic}
+		t := h.b.Topic(q.Topic)
+		if t == nil {
+			res.ErrorCode, res.ErrorMessage = ErrUnknownTopicOrPartition, fmt.Sprintf("topic %q does not exist", q.Topic)
+			resp.Topics = append(resp.Topics, res)
+			continue
+		}
+		effective := h.b.EffectiveConfig(t)
+		keys := q.Keys
+		if keys == nil {
+			for k := range effective {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+		}
+		for _, k := range keys {
+			v, ok := effective[k]
+			if !ok {
+				continue
+			}
+			src := ConfigSourceDefault
+			if _, set := t.Config[k]; set {
+				src = ConfigSourceTopic
+			} else if h.b.BrokerSetsConfig(k) {
+				src = ConfigSourceBroker
+			}
+			res.Configs = append(res.Configs, ConfigDescription{Key: k, Value: v, Source: src})
+		}
+		resp.Topics = append(resp.Topics, res)
+	}
+	return resp
+}
+
+func (h *BrokerHandler) alterConfigs(body *AlterConfigsRequest) *AlterConfigsResponse {
+	resp := &AlterConfigsResponse{}
+	for _, t := range body.Topics {
+		set := map[string]string{}
+		var deletes []string
+		for _, c := range t.Configs {
+			if c.Op == AlterConfigDelete {
+				deletes = append(deletes, c.Key)
+			} else {
+				set[c.Key] = c.Value
+			}
+		}
+		var err error
+		if body.ValidateOnly {
+			err = h.b.ValidateAlter(t.Topic, set, deletes)
+		} else {
+			err = h.b.AlterTopicConfig(t.Topic, set, deletes)
+		}
+		resp.Topics = append(resp.Topics, TopicResult{Topic: t.Topic, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
+	}
+	return resp
+}

@@ -1,0 +1,761 @@
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringlog/ringlog/ring"
+)
+
+// The ring I/O driver: a shard's listener and its connections run on the shard's
+// ring.Reactor loop. Accept (multishot), recv and send are ring ops; Handler.Serve runs on
+// the loop thread, so a handler owning the shard's partitions can serve them without a
+// hand-off; replies from other goroutines reach the loop through Reactor.Post. Fetch file
+// ranges go out by two SPLICE ops linked with IOSQE_IO_LINK (file -> per-connection pipe ->
+// socket). Every field of ringConn without a lock note is owned by the loop thread.
+
+// ringListener is one shard's listener on its reactor.
+type ringListener struct {
+	srv   *Server
+	r     *ring.Reactor
+	file  *os.File // dup of the listener's socket; owns fd
+	fd    int
+	shard int
+	done  bool // loop-owned: accept ended
+}
+
+// ServeRing accepts connections on ln with reactor r and drives them on r's loop. It must
+// be called on r's loop thread (inside the function given to ring.StartPinned before
+// r.Run, or from r.Post). It returns once the accept is armed; the listener stops on
+// Shutdown or Close, which need the loop to keep running until they return.
+func (s *Server) ServeRing(r *ring.Reactor, ln *net.TCPListener, shard int) error {
+	f, err := ln.File()
+	if err != nil {
+		return fmt.Errorf("serve ring shard %d: dup listener: %w", shard, err)
+	}
+	l := &ringListener{srv: s, r: r, file: f, fd: int(f.Fd()), shard: shard}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		f.Close()
+		return ErrServerClosed
+	}
+	s.ringListeners = append(s.ringListeners, l)
+	s.mu.Unlock()
+	if err := l.arm(); err != nil {
+		f.Close()
+		return fmt.Errorf("serve ring shard %d: arm accept: %w", shard, err)
+	}
+	return nil
+}
+
+func (l *ringListener) arm() error {
+	return l.r.Submit(func(sqe *ring.SQE) { sqe.PrepMultishotAccept(l.fd, nil, nil, unix.SOCK_CLOEXEC) }, l.onAccept)
+}
+
+func (l *ringListener) onAccept(res int32, flags uint32) {
+	if res >= 0 {
+		l.srv.startRingConn(l.r, int(res), l.shard)
+	}
+	if flags&ring.CQEFMore != 0 {
+		return
+	}
+	// The multishot accept ended: shutdown, or an error such as EMFILE.
+	select {
+	case <-l.srv.closing:
+		l.done = true
+		l.file.Close()
+		return
+	default:
+	}
+	l.srv.cfg.Logf("netio: ring accept on shard %d ended (res %d); re-arming in %v", l.shard, res, acceptRetryDelay)
+	l.r.AfterFunc(acceptRetryDelay, func() {
+		if err := l.arm(); err != nil {
+			l.srv.cfg.Logf("netio: ring accept on shard %d: %v", l.shard, err)
+		}
+	})
+}
+
+const acceptRetryDelay = 10 * time.Millisecond
+
+// stop ends the accept: shutdown on a listening socket fails its pending accept and
+// refuses new connections. It waits (bounded) for the loop to do it, so that Shutdown
+// returns with the listener closed.
+func (l *ringListener) stop() {
+	stopped := make(chan struct{})
+	err := l.r.Post(func() {
+		unix.Shutdown(l.fd, unix.SHUT_RDWR)
+		close(stopped)
+	})
+	if err != nil {
+		l.file.Close() // the loop is gone
+		return
+	}
+	select {
+	case <-stopped:
+	case <-time.After(listenerStopWaitMax):
+	}
+}
+
+// listenerStopWaitMax bounds how long Shutdown waits for a busy loop to stop accepting.
+const listenerStopWaitMax = time.Second
+
+func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
+	if s.connCount.Add(1) > int64(s.cfg.ConnectionsMax) {
+		s.connCount.Add(-1)
+		s.stats.refusedConns.Add(1)
+		s.cfg.Logf("netio: refusing a connection on shard %d: %d connections open (ConnectionsMax)", shard, s.cfg.ConnectionsMax)
+		unix.Close(fd)
+		return
+	}
+	remote := ""
+	if sa, err := unix.Getpeername(fd); err == nil {
+		remote = sockaddrString(sa)
+	}
+	c := &ringConn{srv: s, r: r, fd: fd, info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote}}
+	c.rbuf = make([]byte, readBufferBytes)
+	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
+	c.onSentFn = c.onSent
+	c.drainFn = c.drainCompleted
+	if !s.addConn(c, c.info) {
+		s.connCount.Add(-1)
+		unix.Close(fd)
+		return
+	}
+	c.armRecv()
+}
+
+func sockaddrString(sa unix.Sockaddr) string {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return (&net.TCPAddr{IP: a.Addr[:], Port: a.Port}).String()
+	case *unix.SockaddrInet6:
+		return (&net.TCPAddr{IP: a.Addr[:], Port: a.Port}).String()
+	}
+	return ""
+}
+
+// ringConn is one connection driven by a reactor.
+type ringConn struct {
+	srv  *Server
+	r    *ring.Reactor
+	fd   int
+	info ConnInfo
+
+	rbuf       []byte // receive buffer; unparsed bytes are rbuf[rstart:rend]
+	rstart     int
+	rend       int
+	cur        *Request // frame whose payload is being received
+	curFilled  int
+	recvArmed  bool
+	readerDone bool // EOF, error, fatal frame or stopReading
+	stopping   bool
+	inflight   int   // requests read and not released
+	heldBytes  int64 // request bytes held (the per-connection budget)
+	queue      []*Request
+	ops        int // ring ops in flight on this connection
+	dead       bool
+	finished   bool
+	frameTimer *ring.Timer
+	retryTimer *ring.Timer
+
+	// Sending: one batch at a time, as a plan of memory and file segments.
+	sending    bool
+	batch      []*Request
+	wbuf       []byte
+	splices    []Splice
+	plan       []sendSegment
+	planIndex  int
+	segmentOff int64
+	writeTimer *ring.Timer
+	pipeR      int
+	pipeW      int
+	pipeCap    int
+	pipeBytes  int // bytes spliced into the pipe, not yet to the socket
+	spliceOps  int // splice completions still to come for the current step
+
+	onRecvBufFn    func(int32, uint32)
+	onRecvDirectFn func(int32, uint32)
+	onSentFn       func(int32, uint32)
+	drainFn        func()
+
+	mu          sync.Mutex
+	completed   []*Request // guarded by mu: replied, not yet seen by the loop
+	postPending bool       // guarded by mu
+	gone        bool       // guarded by mu: finished; late replies release themselves
+}
+
+type sendSegment struct {
+	data []byte
+	file FileRange
+}
+
+// recvDirectBytesMin: a frame still missing at least this much is received straight into
+// its own buffer instead of through rbuf (saves a copy of large produce payloads).
+const recvDirectBytesMin = 16 << 10
+
+func (c *ringConn) armRecv() {
+	if c.recvArmed || c.readerDone || c.dead || c.stopping {
+		return
+	}
+	if c.cur == nil && c.inflight >= c.srv.cfg.InflightPerConnMax {
+		return // resumed by release
+	}
+	var err error
+	if c.cur != nil && len(*c.cur.frame)-c.curFilled >= recvDirectBytesMin && c.rend == c.rstart {
+		err = c.r.RecvAsync(c.fd, (*c.cur.frame)[c.curFilled:], c.onRecvDirectFn)
+	} else {
+		if c.rstart > 0 { // compact
+			c.rend = copy(c.rbuf, c.rbuf[c.rstart:c.rend])
+			c.rstart = 0
+		}
+		if c.rend == len(c.rbuf) {
+			return // full of unparsed bytes: parse must make room first
+		}
+		err = c.r.RecvAsync(c.fd, c.rbuf[c.rend:], c.onRecvBufFn)
+	}
+	if err != nil {
+		c.failLoop(fmt.Errorf("arm recv: %w", err))
+		return
+	}
+	c.recvArmed = true
+	c.ops++
+}
+
+func (c *ringConn) onRecvBuf(res int32, _ uint32) {
+	if c.recvDone(res) {
+		c.rend += int(res)
+		c.progress()
+	}
+}
+
+func (c *ringConn) onRecvDirect(res int32, _ uint32) {
+	if c.recvDone(res) {
+		c.curFilled += int(res)
+		c.progress()
+	}
+}
+
+// recvDone handles the common part of a recv completion; true when res bytes arrived.
+func (c *ringConn) recvDone(res int32) bool {
+	c.recvArmed = false
+	c.ops--
+	if c.dead {
+		c.maybeFinish()
+		return false
+	}
+	if res <= 0 {
+		if res < 0 && !c.stopping {
+			c.srv.cfg.Logf("netio: conn %d from %s: recv: %v", c.info.ID, c.info.RemoteAddr, unix.Errno(-res))
+		}
+		c.readerDone = true
+		c.dropCurrent()
+		c.progress()
+		return false
+	}
+	return true
+}
+
+// progress parses what arrived, re-arms recv, sends what is ready and finishes the
+// connection when nothing is left.
+func (c *ringConn) progress() {
+	c.parse()
+	c.armRecv()
+	c.trySend()
+	c.maybeFinish()
+}
+
+func (c *ringConn) parse() {
+	cfg := &c.srv.cfg
+	for !c.readerDone && !c.dead {
+		if c.cur != nil {
+			frame := *c.cur.frame
+			if n := copy(frame[c.curFilled:], c.rbuf[c.rstart:c.rend]); n > 0 {
+				c.curFilled += n
+				c.rstart += n
+			}
+			if c.curFilled < len(frame) {
+				if c.frameTimer == nil {
+					c.frameTimer = c.r.AfterFunc(cfg.FrameReadTimeout, func() {
+						c.frameTimer = nil
+						c.failLoop(errors.New("frame not completed within FrameReadTimeout"))
+					})
+				}
+				return
+			}
+			if c.frameTimer != nil {
+				c.frameTimer.Stop()
+				c.frameTimer = nil
+			}
+			req := c.cur
+			c.cur = nil
+			c.dispatch(req)
+			continue
+		}
+		if c.stopping || c.inflight >= cfg.InflightPerConnMax || c.rend-c.rstart < RequestHeaderBytes {
+			return
+		}
+		h, herr := ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
+		req := &Request{Header: h, Conn: c.info, owner: c}
+		if herr != nil {
+			code := ErrInvalidRequest
+			if h.Length > cfg.FrameBytesMax {
+				code = ErrFrameTooLarge
+			}
+			req.fatal = true
+			req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
+			req.ready = true
+			req.replied.Store(true)
+			c.inflight++
+			c.queue = append(c.queue, req)
+			c.readerDone = true
+			return
+		}
+		n := int64(h.Length) - (RequestHeaderBytes - frameLengthBytes)
+		if !c.charge(n) {
+			return
+		}
+		c.rstart += RequestHeaderBytes
+		c.inflight++
+		req.charged = n
+		req.frame = getFrameBuffer(int(n))
+		c.cur, c.curFilled = req, 0
+	}
+}
+
+// charge takes n bytes from the connection's and the server's budgets without blocking
+// the loop. On failure parsing pauses: a release on this connection resumes it, and a
+// retry timer covers budget freed by other connections.
+func (c *ringConn) charge(n int64) bool {
+	if c.heldBytes > 0 && c.heldBytes+n > c.srv.cfg.ConnBufferBytesMax {
+		return false
+	}
+	if !c.srv.budget.tryAcquire(n) {
+		if c.retryTimer == nil {
+			c.retryTimer = c.r.AfterFunc(budgetRetryDelay, func() {
+				c.retryTimer = nil
+				c.progress()
+			})
+		}
+		return false
+	}
+	c.heldBytes += n
+	return true
+}
+
+const budgetRetryDelay = time.Millisecond
+
+func (c *ringConn) dispatch(req *Request) {
+	c.queue = append(c.queue, req)
+	c.srv.stats.requests.Add(1)
+	c.srv.serveRequest(req)
+}
+
+// dropCurrent releases a frame that will never complete.
+func (c *ringConn) dropCurrent() {
+	if c.cur == nil {
+		return
+	}
+	c.releaseLoop(c.cur)
+	c.cur = nil
+	if c.frameTimer != nil {
+		c.frameTimer.Stop()
+		c.frameTimer = nil
+	}
+}
+
+// complete is called by Reply from any goroutine.
+func (c *ringConn) complete(req *Request, resp Response) {
+	c.mu.Lock()
+	req.response = resp
+	if c.gone {
+		c.mu.Unlock()
+		c.releaseGone(req)
+		return
+	}
+	c.completed = append(c.completed, req)
+	post := !c.postPending
+	c.postPending = true
+	c.mu.Unlock()
+	if post {
+		c.post(c.drainFn)
+	}
+}
+
+// post runs fn on the loop, retrying off the caller's goroutine while the mailbox is full.
+func (c *ringConn) post(fn func()) {
+	err := c.r.Post(fn)
+	if err == nil {
+		return
+	}
+	if errors.Is(err, ring.ErrMailboxFull) {
+		go func() {
+			for range 1 << 20 {
+				time.Sleep(50 * time.Microsecond)
+				if err := c.r.Post(fn); !errors.Is(err, ring.ErrMailboxFull) {
+					return
+				}
+			}
+		}()
+		return
+	}
+	c.srv.cfg.Logf("netio: conn %d: reactor gone: %v", c.info.ID, err)
+}
+
+func (c *ringConn) drainCompleted() {
+	c.mu.Lock()
+	done := c.completed
+	c.completed = nil
+	c.postPending = false
+	c.mu.Unlock()
+	for _, req := range done {
+		req.ready = true
+	}
+	c.progress()
+}
+
+func (c *ringConn) trySend() {
+	for !c.sending && !c.dead {
+		n := 0
+		for n < len(c.queue) && n < writeBatchRequestsMax && c.queue[n].ready {
+			n++
+		}
+		if n == 0 {
+			return
+		}
+		c.batch = append(c.batch[:0], c.queue[:n]...)
+		c.queue = c.queue[:copy(c.queue, c.queue[n:])]
+		c.wbuf, c.splices = c.srv.encodeResponses(c.wbuf[:0], c.splices[:0], c.batch)
+		c.buildPlan()
+		if len(c.plan) == 0 {
+			c.finishBatch()
+			continue
+		}
+		c.sending = true
+		c.writeTimer = c.r.AfterFunc(c.srv.cfg.WriteTimeout, func() {
+			c.writeTimer = nil
+			c.failLoop(errors.New("write timeout: client is not reading"))
+		})
+		c.sendNext()
+	}
+}
+
+func (c *ringConn) buildPlan() {
+	c.plan, c.planIndex, c.segmentOff = c.plan[:0], 0, 0
+	prev := 0
+	for _, s := range c.splices {
+		if s.At > prev {
+			c.plan = append(c.plan, sendSegment{data: c.wbuf[prev:s.At]})
+			prev = s.At
+		}
+		if s.Range.File != nil {
+			if s.Range.Length > 0 {
+				c.plan = append(c.plan, sendSegment{file: s.Range})
+			}
+		} else if len(s.Data) > 0 {
+			c.plan = append(c.plan, sendSegment{data: s.Data})
+		}
+	}
+	if prev < len(c.wbuf) {
+		c.plan = append(c.plan, sendSegment{data: c.wbuf[prev:]})
+	}
+}
+
+// sendNext issues the next op of the plan, or finishes the batch.
+func (c *ringConn) sendNext() {
+	if c.dead {
+		c.maybeFinish()
+		return
+	}
+	if c.planIndex == len(c.plan) {
+		c.sending = false
+		if c.writeTimer != nil {
+			c.writeTimer.Stop()
+			c.writeTimer = nil
+		}
+		c.finishBatch()
+		c.progress()
+		return
+	}
+	seg := &c.plan[c.planIndex]
+	if seg.file.File == nil {
+		rest := seg.data[c.segmentOff:]
+		flags := unix.MSG_NOSIGNAL
+		if c.planIndex+1 < len(c.plan) {
+			flags |= unix.MSG_MORE
+		}
+		op, err := c.r.Begin(c.onSentFn)
+		if err != nil {
+			c.failLoop(fmt.Errorf("send: %w", err))
+			return
+		}
+		op.SQE().PrepSend(c.fd, rest, flags)
+		op.Pin(&rest[0])
+		if err := op.Submit(); err != nil {
+			c.failLoop(fmt.Errorf("send: %w", err))
+			return
+		}
+		c.ops++
+		return
+	}
+	if err := c.spliceNext(seg); err != nil {
+		c.failLoop(err)
+	}
+}
+
+func (c *ringConn) onSent(res int32, _ uint32) {
+	c.ops--
+	if c.dead {
+		c.maybeFinish()
+		return
+	}
+	if res < 0 {
+		c.failLoop(fmt.Errorf("send: %w", unix.Errno(-res)))
+		return
+	}
+	c.segmentOff += int64(res)
+	if c.segmentOff == int64(len(c.plan[c.planIndex].data)) {
+		c.planIndex++
+		c.segmentOff = 0
+	}
+	c.sendNext()
+}
+
+// spliceNext moves the next piece of a file segment: bytes already in the pipe go to the
+// socket first; otherwise up to the pipe's capacity is spliced file -> pipe -> socket as
+// two linked ops. segmentOff counts file bytes moved into the pipe.
+func (c *ringConn) spliceNext(seg *sendSegment) error {
+	if c.pipeCap == 0 {
+		if err := c.openPipe(); err != nil {
+			return err
+		}
+	}
+	fileFD := int(seg.file.File.Fd())
+	if c.pipeBytes > 0 {
+		c.spliceOps = 1
+		return c.submitSplice(c.pipeR, -1, c.fd, uint32(c.pipeBytes), false, c.onPipeToSocket)
+	}
+	n := min(seg.file.Length-c.segmentOff, int64(c.pipeCap))
+	c.spliceOps = 2
+	if err := c.submitSplice(fileFD, seg.file.Offset+c.segmentOff, c.pipeW, uint32(n), true, c.onFileToPipe); err != nil {
+		c.spliceOps = 0
+		return err
+	}
+	return c.submitSplice(c.pipeR, -1, c.fd, uint32(n), false, c.onPipeToSocket)
+}
+
+func (c *ringConn) submitSplice(in int, inOff int64, out int, n uint32, link bool, done func(int32, uint32)) error {
+	op, err := c.r.Begin(done)
+	if err != nil {
+		return fmt.Errorf("splice: %w", err)
+	}
+	op.SQE().PrepSplice(in, inOff, out, -1, n, unix.SPLICE_F_MOVE)
+	if link {
+		op.SQE().SetLink()
+	}
+	if err := op.Submit(); err != nil {
+		return fmt.Errorf("splice: %w", err)
+	}
+	c.ops++
+	return nil
+}
+
+func (c *ringConn) onFileToPipe(res int32, _ uint32) {
+	c.ops--
+	c.spliceOps--
+	switch {
+	case c.dead:
+	case res < 0:
+		c.failLoop(fmt.Errorf("splice file to pipe: %w", unix.Errno(-res)))
+	case res == 0:
+		c.failLoop(ErrShortFile)
+	default:
+		c.pipeBytes += int(res)
+		c.segmentOff += int64(res)
+	}
+	c.spliceStepDone()
+}
+
+func (c *ringConn) onPipeToSocket(res int32, _ uint32) {
+	c.ops--
+	c.spliceOps--
+	switch {
+	case c.dead:
+	case res == -int32(unix.ECANCELED): // the linked file splice ran short; retry from the pipe
+	case res < 0:
+		c.failLoop(fmt.Errorf("splice pipe to socket: %w", unix.Errno(-res)))
+	default:
+		c.pipeBytes -= int(res)
+		c.srv.stats.sendfileBytes.Add(int64(res))
+	}
+	c.spliceStepDone()
+}
+
+func (c *ringConn) spliceStepDone() {
+	if c.spliceOps > 0 {
+		return
+	}
+	if c.dead {
+		c.maybeFinish()
+		return
+	}
+	seg := &c.plan[c.planIndex]
+	if c.segmentOff == seg.file.Length && c.pipeBytes == 0 {
+		c.planIndex++
+		c.segmentOff = 0
+	}
+	c.sendNext()
+}
+
+// pipeBytesWanted is the pipe size asked for per connection: one splice moves at most this.
+const pipeBytesWanted = 1 << 20
+
+func (c *ringConn) openPipe() error {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("pipe for splice: %w", err)
+	}
+	c.pipeR, c.pipeW = p[0], p[1]
+	unix.FcntlInt(uintptr(c.pipeW), unix.F_SETPIPE_SZ, pipeBytesWanted) // best effort
+	size, err := unix.FcntlInt(uintptr(c.pipeW), unix.F_GETPIPE_SZ, 0)
+	if err != nil || size <= 0 {
+		size = 64 << 10
+	}
+	c.pipeCap = size
+	return nil
+}
+
+// finishBatch releases the requests of the batch just written.
+func (c *ringConn) finishBatch() {
+	fatal := false
+	for i, req := range c.batch {
+		fatal = fatal || req.fatal
+		c.releaseLoop(req)
+		c.batch[i] = nil
+	}
+	c.batch = c.batch[:0]
+	clear(c.splices)
+	clear(c.plan)
+	c.plan = c.plan[:0]
+	if fatal {
+		c.failLoop(errors.New("closed after a fatal frame error"))
+	}
+}
+
+// releaseLoop returns what a request holds (loop thread).
+func (c *ringConn) releaseLoop(req *Request) {
+	if req.charged > 0 {
+		c.heldBytes -= req.charged
+	}
+	c.inflight--
+	c.releaseGone(req)
+}
+
+// releaseGone returns a request's buffer, server budget and Done callback (any goroutine).
+func (c *ringConn) releaseGone(req *Request) {
+	if req.frame != nil {
+		putFrameBuffer(req.frame)
+		req.frame = nil
+	}
+	if req.charged > 0 {
+		c.srv.budget.release(req.charged)
+		req.charged = 0
+	}
+	if done := req.response.Done; done != nil {
+		req.response.Done = nil
+		done()
+	}
+}
+
+// stopReading and fail implement serverConn; they may be called from any goroutine.
+func (c *ringConn) stopReading() {
+	c.postOrFinish(func() {
+		c.stopping = true
+		unix.Shutdown(c.fd, unix.SHUT_RD) // completes a pending recv with 0
+		c.progress()
+	})
+}
+
+func (c *ringConn) fail(err error) { c.postOrFinish(func() { c.failLoop(err) }) }
+
+func (c *ringConn) postOrFinish(fn func()) {
+	if err := c.r.Post(fn); err != nil {
+		if errors.Is(err, ring.ErrClosed) {
+			// The loop is gone, so nothing else touches this connection.
+			c.dead = true
+			c.ops = 0
+			c.maybeFinish()
+			return
+		}
+		c.post(fn)
+	}
+}
+
+func (c *ringConn) failLoop(err error) {
+	if c.dead || c.finished {
+		return
+	}
+	if !c.readerDone || c.sending {
+		c.srv.cfg.Logf("netio: conn %d to %s: %v", c.info.ID, c.info.RemoteAddr, err)
+	}
+	c.dead = true
+	unix.Shutdown(c.fd, unix.SHUT_RDWR) // completes pending recv and send ops
+	for _, t := range []**ring.Timer{&c.writeTimer, &c.frameTimer, &c.retryTimer} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
+	}
+	c.maybeFinish()
+}
+
+// maybeFinish closes the connection once it is dead with no ops in flight, or once the
+// reader is done and every request has been answered.
+func (c *ringConn) maybeFinish() {
+	if c.finished {
+		return
+	}
+	idle := !c.dead && c.readerDone && len(c.queue) == 0 && !c.sending && c.cur == nil
+	if !(c.dead && c.ops == 0) && !idle {
+		return
+	}
+	c.finished = true
+	unix.Close(c.fd)
+	if c.pipeCap > 0 {
+		unix.Close(c.pipeR)
+		unix.Close(c.pipeW)
+	}
+	c.dropCurrent()
+	if c.sending {
+		c.finishBatchQuiet()
+	}
+	c.mu.Lock()
+	c.gone = true
+	replied := c.completed
+	c.completed = nil
+	c.mu.Unlock()
+	for _, req := range replied {
+		req.ready = true
+	}
+	for _, req := range c.queue {
+		if req.ready {
+			c.releaseGone(req)
+		}
+	}
+	c.queue = nil
+	c.srv.connDone(c, c.info)
+}
+
+func (c *ringConn) finishBatchQuiet() {
+	for _, req := range c.batch {
+		c.releaseGone(req)
+	}
+	c.batch = nil
+	c.sending = false
+}

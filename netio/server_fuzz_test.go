@@ -11,8 +11,8 @@ import (
 )
 
 // FuzzServerStream writes arbitrary bytes to a live server (net driver, fakebroker fixture)
-// and checks that the server answers or closes without crashing, releases what the
-// connection held, and still serves a well-formed client afterwards.
+// and checks that the server answers and closes (after the client half-closes) without
+// crashing, and still serves a well-formed client afterwards.
 func FuzzServerStream(f *testing.F) {
 	var stream []byte
 	for i, m := range []netio.Message{

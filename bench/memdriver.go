@@ -15,17 +15,20 @@ func init() {
 // broker at all) and backs the framework's tests. It is not a broker and nothing compares
 // against it.
 type MemDriver struct {
-	mu     sync.Mutex // guards topics and every partition's messages
-	topics map[string][]*memPartition
+	mu      sync.Mutex // guards topics, every partition's messages, notify and waiting
+	topics  map[string][]*memPartition
+	notify  chan struct{} // closed and replaced on an append that has waiters
+	waiting bool          // a consumer is blocked on notify
 }
 
 type memPartition struct {
 	messages [][]byte
-	notify   chan struct{} // closed and replaced on every append
 }
 
 // NewMemDriver returns an empty in-memory log.
-func NewMemDriver() *MemDriver { return &MemDriver{topics: map[string][]*memPartition{}} }
+func NewMemDriver() *MemDriver {
+	return &MemDriver{topics: map[string][]*memPartition{}, notify: make(chan struct{})}
+}
 
 // Info describes the driver.
 func (d *MemDriver) Info() DriverInfo {
@@ -41,7 +44,7 @@ func (d *MemDriver) CreateTopic(_ context.Context, name string, partitions int) 
 	}
 	parts := make([]*memPartition, partitions)
 	for i := range parts {
-		parts[i] = &memPartition{notify: make(chan struct{})}
+		parts[i] = &memPartition{}
 	}
 	d.topics[name] = parts
 	return nil
@@ -105,8 +108,10 @@ func (p *memProducer) Send(partition int, _, value []byte, done func(error)) err
 	p.driver.mu.Lock()
 	part := p.parts[partition]
 	part.messages = append(part.messages, stored)
-	close(part.notify)
-	part.notify = make(chan struct{})
+	if p.driver.waiting {
+		close(p.driver.notify)
+		p.driver.notify, p.driver.waiting = make(chan struct{}), false
+	}
 	p.driver.mu.Unlock()
 	done(nil)
 	return nil
@@ -129,14 +134,17 @@ func (c *memConsumer) Poll(ctx context.Context, handle func(int, []byte)) error 
 		var batch [][]byte
 		var batchPartitions []int
 		c.driver.mu.Lock()
-		var waits []chan struct{}
 		for i, part := range c.parts {
 			for c.next[i] < len(part.messages) && len(batch) < memPollBatchMax {
 				batch = append(batch, part.messages[c.next[i]])
 				batchPartitions = append(batchPartitions, c.ids[i])
 				c.next[i]++
 			}
-			waits = append(waits, part.notify)
+		}
+		var wait chan struct{}
+		if len(batch) == 0 {
+			c.driver.waiting = true
+			wait = c.driver.notify
 		}
 		c.driver.mu.Unlock()
 		if len(batch) > 0 {
@@ -145,43 +153,11 @@ func (c *memConsumer) Poll(ctx context.Context, handle func(int, []byte)) error 
 			}
 			return nil
 		}
-		if err := waitAny(ctx, waits); err != nil {
-			return err
-		}
-	}
-}
-
-// waitAny returns when any channel closes or ctx ends. Partitions per consumer are few in
-// tests; a goroutine per channel is acceptable for this driver.
-func waitAny(ctx context.Context, waits []chan struct{}) error {
-	if len(waits) == 1 {
 		select {
-		case <-waits[0]:
-			return nil
+		case <-wait:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
-	woken := make(chan struct{}, 1)
-	stop := make(chan struct{})
-	defer close(stop)
-	for _, ch := range waits {
-		go func() {
-			select {
-			case <-ch:
-				select {
-				case woken <- struct{}{}:
-				default:
-				}
-			case <-stop:
-			}
-		}()
-	}
-	select {
-	case <-woken:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -185,22 +185,19 @@ const (
 
 // Setup flags (IORING_SETUP_*).
 const (
-	setupIOPoll        uint32 = 1 << 0
-	setupSQPoll        uint32 = 1 << 1
-	setupSQAff         uint32 = 1 << 2
-	setupCQSize        uint32 = 1 << 3
-	setupClamp         uint32 = 1 << 4
-	setupAttachWQ      uint32 = 1 << 5
-	setupRDisabled     uint32 = 1 << 6
-	setupSubmitAll     uint32 = 1 << 7
-	setupCoopTaskrun   uint32 = 1 << 8
-	setupTaskrunFlag   uint32 = 1 << 9
-	setupSingleIssuer  uint32 = 1 << 12
-	setupDeferTaskrun  uint32 = 1 << 13
-	setupNoSQArray     uint32 = 1 << 16
-	setupFlagsAllKnown        = setupIOPoll | setupSQPoll | setupSQAff | setupCQSize | setupClamp |
-		setupAttachWQ | setupRDisabled | setupSubmitAll | setupCoopTaskrun | setupTaskrunFlag |
-		setupSingleIssuer | setupDeferTaskrun | setupNoSQArray
+	setupIOPoll       uint32 = 1 << 0
+	setupSQPoll       uint32 = 1 << 1
+	setupSQAff        uint32 = 1 << 2
+	setupCQSize       uint32 = 1 << 3
+	setupClamp        uint32 = 1 << 4
+	setupAttachWQ     uint32 = 1 << 5
+	setupRDisabled    uint32 = 1 << 6
+	setupSubmitAll    uint32 = 1 << 7
+	setupCoopTaskrun  uint32 = 1 << 8
+	setupTaskrunFlag  uint32 = 1 << 9
+	setupSingleIssuer uint32 = 1 << 12
+	setupDeferTaskrun uint32 = 1 << 13
+	setupNoSQArray    uint32 = 1 << 16
 )
 
 // Feature bits (IORING_FEAT_*) reported by io_uring_setup.

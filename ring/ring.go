@@ -102,9 +102,9 @@ type Config struct {
 }
 
 const (
-	entriesDefault   = 256
-	entriesMax       = 32768
-	sqPollIdleDefaut = time.Second
+	entriesDefault    = 256
+	entriesMax        = 32768
+	sqPollIdleDefault = time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -123,7 +123,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.CQEntries = roundPow2(c.CQEntries)
 	if c.SQPollIdle == 0 {
-		c.SQPollIdle = sqPollIdleDefaut
+		c.SQPollIdle = sqPollIdleDefault
 	}
 	if c.Backend == "" {
 		c.Backend = "auto"

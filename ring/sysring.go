@@ -45,6 +45,7 @@ type sysRing struct {
 	evfd      int // wake-up fd; also this ring's Fd() for MSG_RING
 	events    []unix.EpollEvent
 	pollFds   [2]unix.PollFd
+	ctlEvent  unix.EpollEvent // epoll_ctl argument, kept here so it does not escape per call
 	wakeBuf   [8]byte
 	notifyFd  int // registered eventfd, -1 if none
 	files     []int32
@@ -606,19 +607,21 @@ func (r *sysRing) updateInterest(fd int32, w *fdWait) {
 	if mask == w.mask {
 		return
 	}
-	ev := unix.EpollEvent{Events: mask, Fd: fd}
+	// The fdWait entry stays in the map when empty (fd numbers are reused; the map is bounded
+	// by the highest fd), so parking allocates nothing in steady state.
+	r.ctlEvent = unix.EpollEvent{Events: mask, Fd: fd}
+	ev := &r.ctlEvent
 	var err error
 	switch {
 	case mask == 0:
 		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
-		delete(r.waiters, fd)
 	case w.mask == 0:
-		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, int(fd), ev)
 		if err == unix.EEXIST {
-			err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+			err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), ev)
 		}
 	default:
-		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), ev)
 	}
 	w.mask = mask
 	if err != nil && mask != 0 {
@@ -630,7 +633,7 @@ func (r *sysRing) updateInterest(fd int32, w *fdWait) {
 func (r *sysRing) failWaiters(fd int32, w *fdWait, errno unix.Errno) {
 	list := w.head
 	w.head, w.tail, w.mask = nil, nil, 0
-	delete(r.waiters, fd)
+	unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	for op := list; op != nil; {
 		next := op.waitNext
 		r.inflight--
@@ -683,9 +686,7 @@ func (r *sysRing) ready(fd int32, revents uint32) {
 		}
 		op = next
 	}
-	if cur := r.waiters[fd]; cur == w {
-		r.updateInterest(fd, w)
-	}
+	r.updateInterest(fd, w)
 	r.pumpDrain()
 }
 

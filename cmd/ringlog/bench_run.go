@@ -199,7 +199,11 @@ func benchPeers(args []string) error {
 		return fmt.Errorf("no ratios: the ringlog side did not run: %w", oursErr)
 	}
 	fmt.Println()
-	return bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs)
+	if err := bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs); err != nil {
+		return err
+	}
+	fmt.Println()
+	return bench.WriteTargets(os.Stdout, bench.CheckTargets(ours, theirs))
 }
 
 // runPeer execs the peers program and returns the path of the result it wrote.

@@ -252,6 +252,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 		res.LastOffset = s.nextOffset - 1
 		i = j
 	}
+	l.assertInvariants()
 	return res, nil
 }
 

@@ -776,6 +776,20 @@ func (t *Timer) Stop() bool {
 	return true
 }
 
+// Reset reschedules the timer to fire d from now (whether or not it was pending), reusing
+// it without allocating. Loop thread only.
+func (t *Timer) Reset(d time.Duration) {
+	t.when = t.r.now().Add(d)
+	if t.index >= 0 {
+		heap.Fix(&t.r.timers, t.index)
+		return
+	}
+	heap.Push(&t.r.timers, t)
+}
+
+// Now is the reactor's clock (Config.Now, default time.Now).
+func (r *Reactor) Now() time.Time { return r.now() }
+
 func (r *Reactor) runTimers() {
 	if len(r.timers) == 0 {
 		return

@@ -50,6 +50,7 @@ type sysRing struct {
 	notifyFd  int // registered eventfd, -1 if none
 	files     []int32
 	bufs      [][]byte
+	bufRings  map[uint16]*sysBufRing
 	probe     Probe
 	closed    bool
 	skipSeen  bool // a CQE_SKIP_SUCCESS SQE was submitted: DRAIN is refused from then on
@@ -74,6 +75,15 @@ type sysOp struct {
 	offIn       int64
 	offOut      int64
 	connecting  bool
+}
+
+// sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
+// consumes entries from head up to the tail the owner publishes, like the kernel does.
+type sysBufRing struct {
+	ents     []bufRingEntry
+	tailWord *uint32 // entry 0's bid (low 16 bits) and the ring tail (high 16 bits)
+	mask     uint16
+	head     uint16
 }
 
 type fdWait struct {
@@ -337,6 +347,9 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 		n, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL), 0, 0)
 		return r.sockResult(op, sysRes(n, e), unix.EPOLLOUT)
 	case OpRecv:
+		if s.Flags&SQEBufferSelect != 0 {
+			return r.recvSelect(op)
+		}
 		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT), 0, 0)
 		return r.sockResult(op, sysRes(n, e), unix.EPOLLIN)
 	case OpSendmsg:
@@ -368,6 +381,66 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 	default:
 		return errRes(unix.EINVAL), 0, -1, 0
 	}
+}
+
+// recvSelect receives into the next provided buffer of the SQE's group; the buffer is
+// consumed only when data arrived (EAGAIN and EOF leave it in the ring).
+func (r *sysRing) recvSelect(op *sysOp) (int32, uint32, int32, uint32) {
+	s := &op.sqe
+	br := r.bufRings[s.BufIndex]
+	if br == nil {
+		return errRes(unix.ENOBUFS), 0, -1, 0
+	}
+	tail := uint16(atomic.LoadUint32(br.tailWord) >> 16)
+	if br.head == tail {
+		// Like the kernel, run out of buffers only when there is data to put in one.
+		r.pollFds[0] = unix.PollFd{Fd: op.fd, Events: unix.POLLIN}
+		if n, _, _ := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0); n == 0 {
+			return errRes(unix.EAGAIN), 0, op.fd, unix.EPOLLIN
+		}
+		return errRes(unix.ENOBUFS), 0, -1, 0
+	}
+	e := &br.ents[br.head&br.mask]
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(int(op.fd)), uintptr(addrPtr(&e.Addr)), uintptr(e.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT), 0, 0)
+	res := sysRes(n, errno)
+	switch {
+	case isAgain(res):
+		return res, 0, op.fd, unix.EPOLLIN
+	case res <= 0:
+		return res, 0, -1, 0
+	}
+	br.head++
+	flags := CQEFBuffer | uint32(e.Bid)<<16
+	if s.IoPrio&RecvMultishot != 0 {
+		flags |= CQEFMore
+	}
+	return res, flags, -1, 0
+}
+
+func (r *sysRing) RegisterBufRing(group uint16, ringMem []byte, entries uint16) error {
+	if entries == 0 || entries&(entries-1) != 0 || len(ringMem) < int(entries)*int(unsafe.Sizeof(bufRingEntry{})) {
+		return fmt.Errorf("ring: register buffer ring %d: %d entries in %d bytes: %w", group, entries, len(ringMem), unix.EINVAL)
+	}
+	if r.bufRings == nil {
+		r.bufRings = map[uint16]*sysBufRing{}
+	}
+	if r.bufRings[group] != nil {
+		return fmt.Errorf("ring: register buffer ring %d: %w", group, unix.EEXIST)
+	}
+	r.bufRings[group] = &sysBufRing{
+		ents:     unsafe.Slice((*bufRingEntry)(unsafe.Pointer(&ringMem[0])), entries),
+		tailWord: (*uint32)(unsafe.Pointer(&ringMem[12])),
+		mask:     entries - 1,
+	}
+	return nil
+}
+
+func (r *sysRing) UnregisterBufRing(group uint16) error {
+	if r.bufRings[group] == nil {
+		return fmt.Errorf("ring: unregister buffer ring %d: %w", group, unix.ENOENT)
+	}
+	delete(r.bufRings, group)
+	return nil
 }
 
 func (r *sysRing) sockResult(op *sysOp, res int32, events uint32) (int32, uint32, int32, uint32) {
@@ -461,7 +534,7 @@ func setNonblock(fd int) int32 {
 	return 0
 }
 
-const acceptBurstMax = 64 // multishot accepts per readiness event before yielding
+const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness event before yielding
 
 func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe

@@ -252,6 +252,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 		res.LastOffset = s.nextOffset - 1
 		i = j
 	}
+	l.assertInvariants()
 	return res, nil
 }
 
@@ -312,6 +313,15 @@ func (l *Log) Flush() error {
 		return nil
 	}
 	return l.Sync()
+}
+
+// FlushDeadline is when Flush becomes due under flush.ms for what is unsynced now; ok is false
+// when flush.ms is off or nothing is unsynced. The owner arms its timer with it.
+func (l *Log) FlushDeadline() (deadline time.Time, ok bool) {
+	if l.cfg.FlushMs <= 0 || l.unsyncedMessages == 0 || l.failed != nil || l.closed {
+		return time.Time{}, false
+	}
+	return l.oldestUnsynced.Add(time.Duration(l.cfg.FlushMs) * time.Millisecond), true
 }
 
 // Sync makes everything appended so far durable: one fdatasync for the active segment (plus

@@ -504,3 +504,28 @@ func TestReadHugeMaxBytes(t *testing.T) {
 	got, _ := res.AppendTo(nil)
 	mustEqualBytes(t, "max int read", got, all[h.Size():])
 }
+
+func TestInvariantsCatchDamage(t *testing.T) {
+	l, _ := openLog(t, t.TempDir(), testConfig(StoragePageCache), ring.Syscalls{})
+	defer l.Close()
+	appendSome(t, l, 0, 300, 0)
+	mustInvariants(t, l)
+	damage := []func(){
+		func() { l.segments[0].nextOffset++ },
+		func() { l.active().syncedSize = l.active().size + 1 },
+		func() { l.startOffset = l.EndOffset() + 1 },
+		func() { l.segments[0].index.entries[0].position = uint32(l.segments[0].size) }, // last: not restored
+	}
+	for i, d := range damage {
+		saved := *l.segments[0]
+		savedActive := *l.active()
+		start := l.startOffset
+		d()
+		if l.checkInvariants() == nil {
+			t.Errorf("damage %d not caught", i)
+		}
+		*l.segments[0], *l.active(), l.startOffset = saved, savedActive, start
+	}
+	l.closeFiles()
+	l.closed = true
+}

@@ -46,6 +46,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.cutSegment(s, pos, newNext); err != nil {
 		return fmt.Errorf("truncate to %d: %w", offset, err)
 	}
+	l.assertInvariants()
 	return nil
 }
 
@@ -174,6 +175,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 		deleted++
 		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
 	}
+	l.assertInvariants()
 	return deleted, nil
 }
 

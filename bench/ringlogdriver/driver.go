@@ -76,7 +76,7 @@ func (d *Driver) Info() bench.DriverInfo {
 		if d.configs[engine.ConfigFlushAlways] == "true" {
 			storage += ", flush.always (fdatasync before ack)"
 		}
-		if retention := d.configs[engine.ConfigRetentionBytes]; retention != "" {
+		if retention := d.configs[engine.ConfigRetentionBytes]; retention != "" && retention != "0" && retention != "-1" {
 			storage += ", retention.bytes " + retention
 		}
 	}

@@ -46,6 +46,21 @@ type directWriter struct {
 	cache      []*chunk // written full chunks, contiguous, oldest first, ending at active.start
 	active     *chunk
 	iovecs     [][]byte // reused
+	// allocatedEnd is how far the file has been fallocate'd ahead (KEEP_SIZE).
+	allocatedEnd int64
+}
+
+// directFallocateBytes is how far ahead direct mode allocates file blocks: 32 MiB keeps the
+// fallocate calls to one per 32 appends of 1 MiB. Sealing the segment truncates the file,
+// which frees what was not used.
+const directFallocateBytes = 32 << 20
+
+func iovecBytes(iov [][]byte) int64 {
+	var n int64
+	for _, b := range iov {
+		n += int64(len(b))
+	}
+	return n
 }
 
 func alignDown(n int64) int64 { return n &^ (blockBytes - 1) }
@@ -169,6 +184,16 @@ func (w *directWriter) write(fio ring.FileIO, batches [][]byte, pos int64) error
 		}
 	}
 	w.iovecs = iov
+	if end := orig.start + from + iovecBytes(iov); end > w.allocatedEnd {
+		// Allocate ahead (blocks stay unwritten, the file size unchanged) so that extending
+		// O_DIRECT writes do not allocate blocks one write at a time.
+		want := alignUp(end) + directFallocateBytes
+		if err := fio.Fallocate(int(w.file.Fd()), unix.FALLOC_FL_KEEP_SIZE, w.allocatedEnd, want-w.allocatedEnd); err == nil {
+			w.allocatedEnd = want
+		} else {
+			w.allocatedEnd = end // not supported or no space: the write will say which
+		}
+	}
 	if err := pwritevFull(fio, int(w.file.Fd()), iov, orig.start+from); err != nil {
 		clear(orig.buf[origFill:orig.fill])
 		orig.fill = origFill

@@ -138,7 +138,11 @@ func (l *Log) recover(report *RecoveryReport) error {
 		return err
 	}
 	report.Segments = len(l.segments)
-	return l.activate(l.active())
+	if err := l.activate(l.active()); err != nil {
+		return err
+	}
+	l.assertInvariants()
+	return nil
 }
 
 // listSegments returns the base offsets of the .log files in l.dir, removing index files

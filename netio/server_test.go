@@ -596,3 +596,41 @@ func testServerGracefulShutdownAnswersInflight(t *testing.T, driver string) {
 	c.expectClosed()
 	stop()
 }
+
+func TestServerStalledFrameIsDropped(t *testing.T) { forEachDriver(t, testServerStalledFrameIsDropped) }
+
+// A client that announces a large frame and then sends nothing more holds budget only
+// until FrameReadTimeout; other clients keep being served meanwhile.
+func testServerStalledFrameIsDropped(t *testing.T, driver string) {
+	closed := make(chan netio.ConnInfo, 4)
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	srv, addr := testServer(t, driver, fake, netio.Config{FrameReadTimeout: 200 * time.Millisecond, ConnState: func(info netio.ConnInfo, open bool) {
+		if !open {
+			closed <- info
+		}
+	}})
+	c := dialRaw(t, addr)
+	frame := netio.AppendRequest(nil, 1, &netio.ProduceRequest{Topics: []netio.ProduceTopic{{Topic: "t", Partitions: []netio.ProducePartition{{Records: make([]byte, 1<<20)}}}}})
+	if _, err := c.nc.Write(frame[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	other := dialRaw(t, addr)
+	var ver netio.APIVersionsResponse
+	other.call(1, &netio.APIVersionsRequest{}, &ver)
+	select {
+	case info := <-closed:
+		if info.ID != 1 {
+			t.Fatalf("closed connection %d, want the stalled one", info.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stalled frame was not dropped")
+	}
+	c.expectClosed()
+	other.call(2, &netio.APIVersionsRequest{}, &ver)
+	other.nc.Close()
+	<-closed
+	if got := srv.BufferedBytes(); got != 0 {
+		t.Fatalf("%d bytes still held", got)
+	}
+}

@@ -40,6 +40,21 @@ func TestReactorTimers(t *testing.T) {
 		if len(fired) != 2 || fired[0] != 1 || fired[1] != 3 {
 			t.Fatalf("fired %v, want [1 3]", fired)
 		}
+		// Reset re-arms a fired timer and moves a pending one, without a new Timer.
+		stopped.Reset(time.Second)
+		pending := r.AfterFunc(time.Second, func() { fired = append(fired, 4) })
+		pending.Reset(time.Hour)
+		if !r.Now().Equal(clk.t) {
+			t.Fatal("Now does not use the injected clock")
+		}
+		clk.advance(2 * time.Second)
+		r.RunOnce(false)
+		if len(fired) != 3 || fired[2] != 2 {
+			t.Fatalf("after Reset fired %v, want [1 3 2]", fired)
+		}
+		if allocs := testing.AllocsPerRun(50, func() { stopped.Reset(time.Minute) }); allocs != 0 {
+			t.Fatalf("Reset allocates %.1f", allocs)
+		}
 	})
 }
 

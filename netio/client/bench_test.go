@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/fakebroker"
+	"github.com/ringlog/ringlog/ring"
 )
 
 func benchEnv(b *testing.B) (*client.Client, func()) {
@@ -123,5 +125,145 @@ func BenchmarkConsume1KiB(b *testing.B) {
 			}
 		}
 		got--
+	}
+}
+
+// realBrokerBench starts the real broker core (engine/shard behind BrokerHandler, page-cache
+// storage) in-process on a temp dir, served by the net driver or ("ring") on a reactor.
+func realBrokerBench(b *testing.B, shards int, driver string) (*client.Client, func()) {
+	b.Helper()
+	dir := b.TempDir()
+	br, err := shardOpen(dir, shards)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := netio.NewServer(netio.NewBrokerHandler(br, ln.Addr().String()), netio.Config{})
+	done := make(chan struct{})
+	var reactor *ring.Reactor
+	if driver == "ring" {
+		ready := make(chan error, 1)
+		err := ring.StartPinned(-1, ring.Config{SingleIssuer: true, DeferTaskrun: true, Backend: "uring"}, func(r *ring.Reactor) {
+			defer close(done)
+			reactor = r
+			ready <- srv.ServeRing(r, ln.(*net.TCPListener), 0)
+			r.Run()
+		})
+		if err == nil {
+			err = <-ready
+		}
+		if err != nil {
+			b.Skipf("ring driver unavailable: %v", err)
+		}
+	} else {
+		go func() { defer close(done); srv.Serve(ln, 0) }()
+	}
+	c, err := client.New(context.Background(), client.Config{Broker: ln.Addr().String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, func() {
+		c.Close()
+		srv.Close()
+		if reactor != nil {
+			reactor.Stop()
+		}
+		<-done
+		ln.Close()
+		br.Close()
+	}
+}
+
+// BenchmarkRealBrokerProduce1KiB: 1 KiB records with keys over 8 partitions, batched
+// (256 KiB, 5 ms linger), acks=1, into the real broker (page-cache mode) over loopback.
+func BenchmarkRealBrokerProduce1KiB(b *testing.B) {
+	for _, driver := range []string{"net", "ring"} {
+		b.Run(driver, func(b *testing.B) { benchRealBrokerProduce(b, driver) })
+	}
+}
+
+func benchRealBrokerProduce(b *testing.B, driver string) {
+	c, stop := realBrokerBench(b, 2, driver)
+	defer stop()
+	ctx := context.Background()
+	if err := c.CreateTopic(ctx, "bench", 8, nil); err != nil {
+		b.Fatal(err)
+	}
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
+	value := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	keys := make([][]byte, 1000)
+	for k := range keys {
+		keys[k] = []byte(fmt.Sprint(k))
+	}
+	records := make([]client.Record, 4096)
+	var failed sync.Once
+	cb := func(_ *client.Record, err error) {
+		if err != nil {
+			failed.Do(func() { b.Error(err) })
+		}
+	}
+	b.SetBytes(int64(len(value)))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r := &records[i%len(records)]
+		*r = client.Record{Topic: "bench", Partition: -1, Key: keys[i%len(keys)], Value: value}
+		if err := p.Send(ctx, r, cb); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	if err := p.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	p.Close(ctx)
+}
+
+// BenchmarkRealBrokerConsume1KiB: a consumer reading 1 KiB records back from the real
+// broker (fetch egress by sendfile from the page cache) over loopback.
+func BenchmarkRealBrokerConsume1KiB(b *testing.B) {
+	for _, driver := range []string{"net", "ring"} {
+		b.Run(driver, func(b *testing.B) { benchRealBrokerConsume(b, driver) })
+	}
+}
+
+func benchRealBrokerConsume(b *testing.B, driver string) {
+	c, stop := realBrokerBench(b, 1, driver)
+	defer stop()
+	ctx := context.Background()
+	if err := c.CreateTopic(ctx, "bench", 1, nil); err != nil {
+		b.Fatal(err)
+	}
+	const records = 64 << 10
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20})
+	value := bytes.Repeat([]byte("x"), 1024)
+	for range records {
+		if err := p.Send(ctx, &client.Record{Topic: "bench", Partition: 0, Value: value}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	co := c.NewConsumer(client.ConsumerConfig{MaxWait: time.Millisecond, PartitionMaxBytes: 4 << 20, MaxBytes: 4 << 20})
+	co.Assign("bench", 0, client.Earliest())
+	b.SetBytes(int64(len(value)))
+	b.ReportAllocs()
+	buffered := 0
+	for b.Loop() {
+		for buffered == 0 {
+			recs, err := co.Poll(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if buffered = len(recs); buffered == 0 {
+				co.Seek("bench", 0, client.Earliest())
+			}
+		}
+		buffered--
 	}
 }

@@ -30,9 +30,8 @@ type Config struct {
 	RequestTimeout     time.Duration // default for calls without a deadline; default 30s
 	InflightPerConnMax int           // outstanding requests per connection; default 32
 	FrameBytesMax      uint32        // largest response frame accepted; default 256 MiB
-	ShardAware         bool          // route partition requests to the owning shard's address (NewClient sets it true unless DisableShardRouting)
 	// DisableShardRouting sends every request to Broker even when metadata names shard
-	// addresses.
+	// addresses (by default a partition's requests go to its shard's address).
 	DisableShardRouting bool
 }
 
@@ -89,7 +88,6 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.FrameBytesMax == 0 {
 		cfg.FrameBytesMax = defaultFrameBytesMax
 	}
-	cfg.ShardAware = !cfg.DisableShardRouting
 	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}}
 	var ver netio.APIVersionsResponse
 	if err := c.Call(ctx, cfg.Broker, &netio.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
@@ -241,7 +239,7 @@ func (c *Client) invalidate(topic string) {
 // leaderAddr returns the address to send topic/partition requests to: the owning shard's
 // address when metadata names one and routing is on, else the seed address.
 func (c *Client) leaderAddr(topic string, partition int32) string {
-	if !c.cfg.ShardAware {
+	if c.cfg.DisableShardRouting {
 		return c.cfg.Broker
 	}
 	c.mu.Lock()

@@ -1,0 +1,149 @@
+package main
+
+// Shared plumbing of the broker-facing subcommands (topic, produce, consume): flag parsing
+// that accepts positional arguments anywhere, the --broker flag, and dialing.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ringlog/ringlog/netio/client"
+)
+
+const (
+	brokerEnv          = "RINGLOG_BROKER"
+	brokerDefault      = "127.0.0.1:9400"
+	dialTimeoutDefault = 5 * time.Second
+	// flagParseRoundsMax bounds the parse/positional loop of parseArgs: each round consumes
+	// at least one argument, so this is also the most arguments a command line may have.
+	flagParseRoundsMax = 4096
+)
+
+// errHelp is returned by parseArgs after printing usage for -h; commands return nil on it.
+var errHelp = errors.New("help requested")
+
+// newFlagSet returns a FlagSet that reports errors through the returned error only (main
+// prints it as one line) and prints usage only when asked with -h.
+func newFlagSet(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // parseArgs prints usage for -h only; errors are one line
+	usages[fs] = usage
+	return fs
+}
+
+// usages holds each FlagSet's synopsis for printUsage.
+var usages = map[*flag.FlagSet]string{}
+
+func printUsage(fs *flag.FlagSet) {
+	fmt.Fprintf(os.Stderr, "usage: ringlog %s\n\nflags:\n", usages[fs])
+	fs.SetOutput(os.Stderr)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// parseArgs parses flags interleaved with positional arguments (`topic create NAME
+// --partitions 3` and `topic create --partitions 3 NAME` are the same) and returns the
+// positionals in order. "--" ends flag parsing.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for range flagParseRoundsMax {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				printUsage(fs)
+				return nil, errHelp
+			}
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		// flag.Parse stops at the first non-flag, or after "--" (which it consumes).
+		consumedDashes := len(args) > len(rest) && args[len(args)-len(rest)-1] == "--"
+		if consumedDashes {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	return nil, fmt.Errorf("more than %d arguments", flagParseRoundsMax)
+}
+
+// wantArgs checks the positional argument count.
+func wantArgs(positional []string, names ...string) error {
+	if len(positional) < len(names) {
+		return fmt.Errorf("missing %s", strings.Join(names[len(positional):], " "))
+	}
+	if len(positional) > len(names) {
+		return fmt.Errorf("unexpected argument %q", positional[len(names)])
+	}
+	return nil
+}
+
+// brokerFlag registers --broker, defaulting to $RINGLOG_BROKER, then 127.0.0.1:9400.
+func brokerFlag(fs *flag.FlagSet) *string {
+	def := os.Getenv(brokerEnv)
+	if def == "" {
+		def = brokerDefault
+	}
+	return fs.String("broker", def, "broker address HOST:PORT (env "+brokerEnv+")")
+}
+
+// dial connects to the broker, with a short dial timeout so that a broker that is down
+// fails the command quickly.
+func dial(ctx context.Context, broker string) (*client.Client, error) {
+	c, err := client.New(ctx, client.Config{Broker: broker, ClientID: "ringlog-cli", DialTimeout: dialTimeoutDefault})
+	if err != nil {
+		return nil, fmt.Errorf("connect to broker %s: %w", broker, err)
+	}
+	return c, nil
+}
+
+// keyValueFlag collects repeated k=v flags.
+type keyValueFlag map[string]string
+
+func (f keyValueFlag) String() string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k+"="+f[k])
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func (f keyValueFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want key=value", s)
+	}
+	f[k] = v
+	return nil
+}
+
+// listFlag collects a repeated flag's values.
+type listFlag []string
+
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(s string) error {
+	if s == "" {
+		return errors.New("empty value")
+	}
+	*f = append(*f, s)
+	return nil
+}
+
+// commandContext is the context a command runs under: cancelled on SIGINT/SIGTERM.
+func commandContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}

@@ -1,0 +1,221 @@
+package main
+
+// `ringlog consume`: print a topic's records, one value per stdout line, through the
+// consumer of netio/client (no consumer groups: it assigns partitions itself).
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/client"
+)
+
+func init() {
+	register("consume", "print a topic's records to stdout, one per line", runConsume)
+}
+
+const (
+	consumeUsage = "consume TOPIC [--partition P] [--from earliest|latest|OFFSET|@UNIX_MS] [--max N] [--exit-at-end] [--print-key] [--print-offset]"
+	// consumeMaxWait is the long-poll wait per fetch: short enough that Ctrl-C and
+	// --exit-at-end react quickly, long enough not to spin on an idle topic.
+	consumeMaxWait = 500 * time.Millisecond
+	// pollRoundsMax bounds the poll loop of one consume run (about 16 years of idle 500 ms
+	// long-polls); a record limit or the end of the input ends it much sooner.
+	pollRoundsMax = 1 << 30
+)
+
+type consumeOptions struct {
+	broker       string
+	topic        string
+	partition    int32 // -1 = every partition
+	from         client.Offset
+	max          int64 // 0 = unlimited
+	exitAtEnd    bool
+	printKey     bool
+	printOffset  bool
+	keySeparator string
+}
+
+// parseFrom parses --from: earliest, latest, an offset, or @UNIX_MS.
+func parseFrom(s string) (client.Offset, error) {
+	switch s {
+	case "earliest", "beginning":
+		return client.Earliest(), nil
+	case "latest", "end":
+		return client.Latest(), nil
+	}
+	if ms, ok := strings.CutPrefix(s, "@"); ok {
+		n, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil || n < 0 {
+			return client.Offset{}, fmt.Errorf("--from %q: want @ and milliseconds since the epoch", s)
+		}
+		return client.AtTime(time.UnixMilli(n)), nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return client.Offset{}, fmt.Errorf("--from %q: want earliest, latest, an offset or @UNIX_MS", s)
+	}
+	return client.AtOffset(n), nil
+}
+
+func parseConsumeFlags(args []string) (consumeOptions, error) {
+	var o consumeOptions
+	fs := newFlagSet("consume", consumeUsage)
+	broker := brokerFlag(fs)
+	partition := fs.Int("partition", -1, "read only this partition (default: all)")
+	from := fs.String("from", "earliest", "start at earliest, latest, an OFFSET, or @UNIX_MS (first record at or after that time)")
+	fs.Int64Var(&o.max, "max", 0, "stop after N records (0 = no limit)")
+	fs.BoolVar(&o.exitAtEnd, "exit-at-end", false, "stop once every partition reached the high watermark seen at start")
+	fs.BoolVar(&o.printKey, "print-key", false, "print KEY SEP VALUE (SEP from --key-separator)")
+	fs.BoolVar(&o.printOffset, "print-offset", false, "prefix each line with PARTITION:OFFSET and a tab")
+	fs.StringVar(&o.keySeparator, "key-separator", "\t", "separator printed between key and value with --print-key")
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return o, err
+	}
+	if err := wantArgs(positional, "TOPIC"); err != nil {
+		return o, err
+	}
+	o.broker, o.topic = *broker, positional[0]
+	if *partition < -1 || *partition >= partitionsMax {
+		return o, fmt.Errorf("--partition %d: want a partition number", *partition)
+	}
+	o.partition = int32(*partition)
+	if o.from, err = parseFrom(*from); err != nil {
+		return o, err
+	}
+	if o.max < 0 {
+		return o, fmt.Errorf("--max %d: want >= 0", o.max)
+	}
+	return o, nil
+}
+
+func runConsume(args []string) error {
+	o, err := parseConsumeFlags(args)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	c, err := dial(ctx, o.broker)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	out := bufio.NewWriterSize(os.Stdout, 64<<10)
+	_, err = consumeRecords(ctx, c, o, out)
+	if flushErr := out.Flush(); err == nil && flushErr != nil {
+		err = fmt.Errorf("write stdout: %w", flushErr)
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil // Ctrl-C is how an unbounded consume ends
+	}
+	return err
+}
+
+// consumeRecords polls the assigned partitions and writes records to out until --max
+// records, the end (--exit-at-end), or ctx ends. It returns the number of records written.
+func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out *bufio.Writer) (int64, error) {
+	partitions, err := c.Partitions(ctx, o.topic)
+	if err != nil {
+		return 0, err
+	}
+	var assigned []int32
+	if o.partition >= 0 {
+		if int(o.partition) >= partitions {
+			return 0, fmt.Errorf("partition %d of %s: %w (topic has %d partitions)", o.partition, o.topic, netio.ErrUnknownTopicOrPartition, partitions)
+		}
+		assigned = []int32{o.partition}
+	} else {
+		for p := range int32(partitions) {
+			assigned = append(assigned, p)
+		}
+	}
+	co := c.NewConsumer(client.ConsumerConfig{MaxWait: consumeMaxWait})
+	// end[p] is the high watermark seen at start: with --exit-at-end a partition is done
+	// once its position reaches it, and records at or past it are not printed.
+	end := map[int32]int64{}
+	for _, p := range assigned {
+		co.Assign(o.topic, p, o.from)
+		if !o.exitAtEnd {
+			continue
+		}
+		hw, err := c.ListOffset(ctx, o.topic, p, netio.TimestampLatest)
+		if err != nil {
+			return 0, err
+		}
+		end[p] = hw
+		position, err := co.Position(ctx, o.topic, p)
+		if err != nil {
+			return 0, err
+		}
+		if position >= hw {
+			co.Unassign(o.topic, p)
+			delete(end, p)
+		}
+	}
+	var written int64
+	for range pollRoundsMax {
+		if o.exitAtEnd && len(end) == 0 {
+			return written, nil
+		}
+		records, err := co.Poll(ctx)
+		for _, r := range records {
+			if o.exitAtEnd {
+				hw, active := end[r.Partition]
+				if !active || r.Offset >= hw {
+					continue
+				}
+			}
+			writeRecord(out, o, &r)
+			written++
+			if o.max > 0 && written >= o.max {
+				return written, nil
+			}
+		}
+		if err != nil {
+			return written, err
+		}
+		if o.exitAtEnd {
+			for p, hw := range end {
+				position, err := co.Position(ctx, o.topic, p)
+				if err != nil {
+					return written, err
+				}
+				if position >= hw {
+					co.Unassign(o.topic, p)
+					delete(end, p)
+				}
+			}
+		}
+		if err := out.Flush(); err != nil {
+			return written, fmt.Errorf("write stdout: %w", err)
+		}
+	}
+	return written, fmt.Errorf("gave up after %d polls", pollRoundsMax)
+}
+
+func writeRecord(out *bufio.Writer, o consumeOptions, r *client.ConsumedRecord) {
+	if o.printOffset {
+		out.WriteString(strconv.FormatInt(int64(r.Partition), 10))
+		out.WriteByte(':')
+		out.WriteString(strconv.FormatInt(r.Offset, 10))
+		out.WriteByte('\t')
+	}
+	if o.printKey {
+		out.Write(r.Key)
+		out.WriteString(o.keySeparator)
+	}
+	out.Write(r.Value)
+	out.WriteByte('\n')
+}

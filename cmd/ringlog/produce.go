@@ -1,0 +1,232 @@
+package main
+
+// `ringlog produce`: one record per stdin line, through the batching producer of
+// netio/client. Memory stays bounded however large stdin is: the scanner holds one line,
+// and the producer blocks Send once --buffer-bytes of records are unacknowledged.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio/client"
+)
+
+func init() {
+	register("produce", "produce stdin lines as records to a topic", runProduce)
+}
+
+const (
+	produceUsage = "produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--compression none|zstd] [--partition P]"
+	// lineBytesMaxDefault matches the broker's default largest batch comfortably: a line is
+	// one record and records are batched, so one line may not exceed a batch.
+	lineBytesMaxDefault = 1 << 20
+	lineBytesMaxLimit   = 64 << 20
+	// produceBufferBytesDefault bounds unacknowledged record bytes (the producer's
+	// BufferBytesMax): 16 MiB keeps dozens of 256 KiB batches queued; resident memory
+	// stays at a few times this however large stdin is.
+	produceBufferBytesDefault = 16 << 20
+	closeTimeout              = 60 * time.Second
+)
+
+type produceOptions struct {
+	broker       string
+	topic        string
+	keySeparator string
+	acks         client.Acks
+	codec        batch.Codec
+	partition    int32
+	lineBytesMax int
+	bufferBytes  int64
+	linger       time.Duration
+	batchBytes   int
+}
+
+func parseProduceFlags(args []string) (produceOptions, error) {
+	var o produceOptions
+	fs := newFlagSet("produce", produceUsage)
+	broker := brokerFlag(fs)
+	fs.StringVar(&o.keySeparator, "key-separator", "", "split each line at the first SEP: key before, value after (lines without SEP get a null key)")
+	acks := fs.String("acks", "all", "acknowledgement: 0 (none), 1 (leader write) or all")
+	compression := fs.String("compression", "none", "batch compression: none or zstd")
+	partition := fs.Int("partition", -1, "write every record to this partition (default: by key hash, sticky for null keys)")
+	fs.IntVar(&o.lineBytesMax, "max-line-bytes", lineBytesMaxDefault, "longest accepted stdin line")
+	fs.Int64Var(&o.bufferBytes, "buffer-bytes", produceBufferBytesDefault, "unacknowledged record bytes before reading stdin pauses")
+	fs.DurationVar(&o.linger, "linger", 5*time.Millisecond, "how long a batch waits for more records")
+	fs.IntVar(&o.batchBytes, "batch-bytes", 256<<10, "batch size that triggers a send")
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return o, err
+	}
+	if err := wantArgs(positional, "TOPIC"); err != nil {
+		return o, err
+	}
+	o.broker, o.topic = *broker, positional[0]
+	switch *acks {
+	case "0":
+		o.acks = client.AckNone
+	case "1":
+		o.acks = client.AckLeader
+	case "all", "-1":
+		o.acks = client.AckAll
+	default:
+		return o, fmt.Errorf("--acks %q: want 0, 1 or all", *acks)
+	}
+	switch *compression {
+	case "none":
+		o.codec = batch.CodecNone
+	case "zstd":
+		o.codec = batch.CodecZstd
+	default:
+		return o, fmt.Errorf("--compression %q: want none or zstd", *compression)
+	}
+	if *partition < -1 || *partition >= partitionsMax {
+		return o, fmt.Errorf("--partition %d: want a partition number", *partition)
+	}
+	o.partition = int32(*partition)
+	if o.lineBytesMax < 1 || o.lineBytesMax > lineBytesMaxLimit {
+		return o, fmt.Errorf("--max-line-bytes %d: want 1..%d", o.lineBytesMax, lineBytesMaxLimit)
+	}
+	if o.bufferBytes < 1<<10 {
+		return o, fmt.Errorf("--buffer-bytes %d: want at least 1024", o.bufferBytes)
+	}
+	if o.batchBytes < 1 {
+		return o, fmt.Errorf("--batch-bytes %d: want > 0", o.batchBytes)
+	}
+	if o.linger == 0 {
+		o.linger = -1 // the producer reads 0 as "default"
+	}
+	return o, nil
+}
+
+func runProduce(args []string) error {
+	o, err := parseProduceFlags(args)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	c, err := dial(ctx, o.broker)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sum, err := produceLines(ctx, c, o, os.Stdin)
+	if err == nil || sum.records > 0 {
+		fmt.Fprintln(os.Stderr, sum.String())
+	}
+	return err
+}
+
+// produceSummary is what `ringlog produce` reports on stderr.
+type produceSummary struct {
+	records int64 // acknowledged (or, with acks=0, sent)
+	bytes   int64 // key and value bytes of those records
+	elapsed time.Duration
+}
+
+func (s produceSummary) String() string {
+	seconds := s.elapsed.Seconds()
+	rate, recordRate := 0.0, 0.0
+	if seconds > 0 {
+		rate = float64(s.bytes) / 1e6 / seconds
+		recordRate = float64(s.records) / seconds
+	}
+	return fmt.Sprintf("produced %d records, %d bytes in %.3f s (%.2f MB/s, %.0f records/s)", s.records, s.bytes, seconds, rate, recordRate)
+}
+
+// produceLines sends one record per line of in and waits for every acknowledgement. It
+// stops at the first failed record (the producer has already retried what is retriable).
+func produceLines(ctx context.Context, c *client.Client, o produceOptions, in io.Reader) (produceSummary, error) {
+	start := time.Now()
+	if _, err := c.Partitions(ctx, o.topic); err != nil {
+		return produceSummary{}, err
+	}
+	p := c.NewProducer(client.ProducerConfig{
+		Acks:           o.acks,
+		Compression:    o.codec,
+		BufferBytesMax: o.bufferBytes,
+		Linger:         o.linger,
+		BatchBytes:     o.batchBytes,
+	})
+	var (
+		mu       sync.Mutex
+		sum      produceSummary
+		firstErr error // guarded by mu
+	)
+	callback := func(r *client.Record, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			return
+		}
+		sum.records++
+		sum.bytes += int64(len(r.Key) + len(r.Value))
+	}
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr
+	}
+
+	scanner := bufio.NewScanner(in)
+	scanner.Buffer(make([]byte, 0, min(64<<10, o.lineBytesMax)), o.lineBytesMax)
+	sep := []byte(o.keySeparator)
+	var line int64
+	var sendErr error
+	for scanner.Scan() {
+		line++
+		if sendErr = failed(); sendErr != nil {
+			break
+		}
+		rec := &client.Record{Topic: o.topic, Partition: o.partition, Value: scanner.Bytes()}
+		if len(sep) > 0 {
+			if key, value, ok := bytes.Cut(rec.Value, sep); ok {
+				rec.Key, rec.Value = key, value
+			}
+		}
+		// Send copies key and value, so the scanner may reuse its buffer.
+		if err := p.Send(ctx, rec, callback); err != nil {
+			sendErr = fmt.Errorf("line %d: %w", line, err)
+			break
+		}
+	}
+	if sendErr == nil && scanner.Err() != nil {
+		sendErr = fmt.Errorf("read stdin after line %d: %w", line, scanner.Err())
+		if errors.Is(scanner.Err(), bufio.ErrTooLong) {
+			sendErr = fmt.Errorf("line %d is longer than --max-line-bytes %d", line+1, o.lineBytesMax)
+		}
+	}
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	if ctx.Err() != nil { // interrupted: do not wait long for what is in flight
+		closeCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+	}
+	closeErr := p.Close(closeCtx)
+	mu.Lock()
+	defer mu.Unlock()
+	sum.elapsed = time.Since(start)
+	switch {
+	case firstErr != nil:
+		return sum, firstErr
+	case sendErr != nil:
+		return sum, sendErr
+	case closeErr != nil:
+		return sum, fmt.Errorf("waiting for acknowledgements: %w", closeErr)
+	}
+	return sum, nil
+}

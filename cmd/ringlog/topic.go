@@ -1,0 +1,274 @@
+package main
+
+// `ringlog topic`: create, list, describe, delete and configure topics through the admin
+// calls of netio/client.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/client"
+)
+
+func init() {
+	register("topic", "create, list, describe, delete and configure topics", runTopic)
+}
+
+type topicCommand struct {
+	usage string
+	run   func(usage string, args []string, stdout io.Writer) error
+}
+
+var topicCommands = map[string]topicCommand{
+	"create":   {"topic create NAME --partitions N [--config k=v ...]", topicCreate},
+	"list":     {"topic list", topicList},
+	"describe": {"topic describe NAME", topicDescribe},
+	"delete":   {"topic delete NAME", topicDelete},
+	"config":   {"topic config NAME [--set k=v ...] [--delete k ...]", topicConfig},
+}
+
+func topicUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ringlog topic SUBCOMMAND [--broker HOST:PORT] [ARGS]\n\nsubcommands:")
+	names := make([]string, 0, len(topicCommands))
+	for name := range topicCommands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  ringlog %s\n", topicCommands[name].usage)
+	}
+}
+
+func runTopic(args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		topicUsage(os.Stderr)
+		if len(args) == 0 {
+			return errors.New("missing subcommand")
+		}
+		return nil
+	}
+	sub, ok := topicCommands[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown subcommand %q (want create, list, describe, delete or config)", args[0])
+	}
+	err := sub.run(sub.usage, args[1:], os.Stdout)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
+// partitionsMax bounds --partitions on the client side too; the broker has its own limit.
+const partitionsMax = 1 << 16
+
+func topicCreate(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("topic create", usage)
+	broker := brokerFlag(fs)
+	partitions := fs.Int("partitions", 1, "number of partitions")
+	configs := keyValueFlag{}
+	fs.Var(configs, "config", "topic config key=value (repeatable), e.g. flush.always=true, retention.ms=3600000")
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "NAME"); err != nil {
+		return err
+	}
+	if *partitions < 1 || *partitions > partitionsMax {
+		return fmt.Errorf("--partitions %d: want 1..%d", *partitions, partitionsMax)
+	}
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		if err := c.CreateTopic(ctx, positional[0], int32(*partitions), configs); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "created topic %s with %d partitions\n", positional[0], *partitions)
+		return nil
+	})
+}
+
+func topicList(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("topic list", usage)
+	broker := brokerFlag(fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional); err != nil {
+		return err
+	}
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		topics, err := c.ListTopics(ctx)
+		if err != nil {
+			return fmt.Errorf("list topics: %w", err)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tPARTITIONS")
+		for _, t := range topics {
+			fmt.Fprintf(tw, "%s\t%d\n", t.Name, t.Partitions)
+		}
+		return tw.Flush()
+	})
+}
+
+func topicDescribe(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("topic describe", usage)
+	broker := brokerFlag(fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "NAME"); err != nil {
+		return err
+	}
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		topics, err := c.DescribeTopics(ctx, positional[0])
+		if err != nil {
+			return err
+		}
+		if len(topics) != 1 {
+			return fmt.Errorf("describe topic %s: broker returned %d topics", positional[0], len(topics))
+		}
+		configs, err := c.DescribeConfigs(ctx, positional[0])
+		if err != nil {
+			return err
+		}
+		return printDescription(stdout, topics[0], configs)
+	})
+}
+
+// printDescription prints a topic summary, one row per partition, then the topic's
+// non-default configs.
+func printDescription(w io.Writer, t netio.DescribeTopic, configs []netio.ConfigDescription) error {
+	var records, size int64
+	for _, p := range t.Partitions {
+		records += p.HighWatermark - p.LogStartOffset
+		size += p.SizeBytes
+	}
+	fmt.Fprintf(w, "topic %s  partitions %d  records %d  size %d bytes (%s)\n", t.Topic, len(t.Partitions), records, size, humanBytes(size))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PARTITION\tSHARD\tLOG-START\tLOG-END\tHIGH-WATERMARK\tSIZE-BYTES\tERROR\t")
+	for _, p := range t.Partitions {
+		errName := "-"
+		if p.ErrorCode != netio.ErrNone {
+			errName = p.ErrorCode.Name()
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", p.Partition, p.Shard, p.LogStartOffset, p.LogEndOffset, p.HighWatermark, p.SizeBytes, errName)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, cfg := range configs {
+		if cfg.Source == netio.ConfigSourceTopic {
+			fmt.Fprintf(w, "config %s=%s\n", cfg.Key, cfg.Value)
+		}
+	}
+	return nil
+}
+
+func topicDelete(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("topic delete", usage)
+	broker := brokerFlag(fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "NAME"); err != nil {
+		return err
+	}
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		if err := c.DeleteTopic(ctx, positional[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted topic %s\n", positional[0])
+		return nil
+	})
+}
+
+func topicConfig(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("topic config", usage)
+	broker := brokerFlag(fs)
+	set := keyValueFlag{}
+	fs.Var(set, "set", "set a config key=value (repeatable)")
+	var remove listFlag
+	fs.Var(&remove, "delete", "remove a config key, back to the broker default (repeatable)")
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "NAME"); err != nil {
+		return err
+	}
+	for _, k := range remove {
+		if _, both := set[k]; both {
+			return fmt.Errorf("config %q is both --set and --delete", k)
+		}
+	}
+	name := positional[0]
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		if len(set) > 0 || len(remove) > 0 {
+			if err := c.AlterConfigs(ctx, name, set, remove); err != nil {
+				return err
+			}
+		}
+		configs, err := c.DescribeConfigs(ctx, name)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE\t")
+		for _, cfg := range configs {
+			source := configSourceName(cfg.Source)
+			if cfg.ReadOnly {
+				source += ",read-only"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", cfg.Key, cfg.Value, source)
+		}
+		return tw.Flush()
+	})
+}
+
+func configSourceName(source int8) string {
+	switch source {
+	case netio.ConfigSourceDefault:
+		return "default"
+	case netio.ConfigSourceTopic:
+		return "topic"
+	case netio.ConfigSourceBroker:
+		return "broker"
+	}
+	return fmt.Sprintf("source-%d", source)
+}
+
+// withClient dials the broker, runs fn under the command's context and closes the client.
+func withClient(broker string, fn func(ctx context.Context, c *client.Client) error) error {
+	ctx, cancel := commandContext()
+	defer cancel()
+	c, err := dial(ctx, broker)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(ctx, c)
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	value, suffix := float64(n), ""
+	for _, s := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
+		value /= unit
+		suffix = s
+		if value < unit {
+			break
+		}
+	}
+	return fmt.Sprintf("%.1f %s", value, suffix)
+}

@@ -96,6 +96,14 @@ func (s *SQE) PrepSend(fd int, b []byte, flags int) {
 	s.OpFlags = uint32(flags)
 }
 
+// PrepSendZC prepares a zero-copy send (6.0). It posts two CQEs: the result, with
+// CQEFMore set when a notification follows, then a CQEFNotif one once the kernel no longer
+// references b. b must stay untouched until the notification.
+func (s *SQE) PrepSendZC(fd int, b []byte, flags int) {
+	s.prepRW(OpSendZC, int32(fd), bufAddr(b), uint32(len(b)), 0)
+	s.OpFlags = uint32(flags)
+}
+
 // PrepRecv prepares recv(fd, b, flags).
 func (s *SQE) PrepRecv(fd int, b []byte, flags int) {
 	s.prepRW(OpRecv, int32(fd), bufAddr(b), uint32(len(b)), 0)

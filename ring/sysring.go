@@ -94,7 +94,7 @@ type fdWait struct {
 // syscallOps lists the ops the syscall backend interprets.
 var syscallOps = []Opcode{OpNop, OpRead, OpWrite, OpReadv, OpWritev, OpReadFixed, OpWriteFixed, OpFsync,
 	OpFallocate, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
-	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd}
+	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd, OpSendZC}
 
 var (
 	sysRingsMu sync.Mutex
@@ -113,7 +113,7 @@ func newSysRing(cfg Config) (*sysRing, error) {
 		waiters:  map[int32]*fdWait{},
 		events:   make([]unix.EpollEvent, sysEventsBatch),
 		notifyFd: -1,
-		probe:    Probe{Backend: BackendSyscall, LastOp: OpPollAdd},
+		probe:    Probe{Backend: BackendSyscall, LastOp: OpSendZC},
 	}
 	for _, op := range syscallOps {
 		r.probe.ops[op] = true
@@ -343,7 +343,7 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 	case OpStatx:
 		_, _, e := unix.Syscall6(unix.SYS_STATX, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), uintptr(addrPtr(&s.Off)), 0)
 		return sysRes(0, e), 0, -1, 0
-	case OpSend:
+	case OpSend, OpSendZC:
 		n, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL), 0, 0)
 		return r.sockResult(op, sysRes(n, e), unix.EPOLLOUT)
 	case OpRecv:
@@ -800,6 +800,14 @@ func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
 }
 
 func (r *sysRing) postOp(op *sysOp, res int32, flags uint32, failed bool) {
+	if op.sqe.Opcode == OpSendZC && res >= 0 {
+		// A copying send: the buffer is free at once, so the notification follows directly.
+		if op.sqe.Flags&SQECQESkipSuccess == 0 || failed {
+			r.post(op.sqe.UserData, res, CQEFMore)
+		}
+		r.post(op.sqe.UserData, 0, CQEFNotif)
+		return
+	}
 	if op.sqe.Flags&SQECQESkipSuccess != 0 && !failed {
 		return
 	}
@@ -815,7 +823,7 @@ func (r *sysRing) failsLink(op *sysOp, res int32) bool {
 	switch op.sqe.Opcode {
 	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSplice:
 		return uint32(res) < op.sqe.Len
-	case OpSend, OpRecv:
+	case OpSend, OpRecv, OpSendZC:
 		return op.sqe.OpFlags&unix.MSG_WAITALL != 0 && uint32(res) < op.sqe.Len
 	}
 	return false

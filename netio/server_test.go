@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -632,5 +633,45 @@ func testServerStalledFrameIsDropped(t *testing.T, driver string) {
 	<-closed
 	if got := srv.BufferedBytes(); got != 0 {
 		t.Fatalf("%d bytes still held", got)
+	}
+}
+
+func TestServerLargeFrameArrivesInChunks(t *testing.T) {
+	forEachDriver(t, testServerLargeFrameArrivesInChunks)
+}
+
+// A 5 MiB produce crosses several allocation chunks and arrives intact; while only its
+// header and 64 KiB have arrived the server holds ~1 MiB, not 5.
+func testServerLargeFrameArrivesInChunks(t *testing.T, driver string) {
+	h := &holdHandler{served: make(chan *netio.Request, 1)}
+	srv, addr := testServer(t, driver, h, netio.Config{})
+	c := dialRaw(t, addr)
+	records := bytes.Repeat([]byte("0123456789"), 512<<10) // 5 MiB
+	frame := netio.AppendRequest(nil, 9, &netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "big", Partitions: []netio.ProducePartition{{Records: records}}}}})
+	if _, err := c.nc.Write(frame[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	var held int64
+	for spins := 0; held == 0; spins++ {
+		if spins > 1e7 {
+			t.Fatal("server never charged the frame")
+		}
+		held = srv.BufferedBytes()
+		runtime.Gosched()
+	}
+	if held > 1<<20 {
+		t.Fatalf("server holds %d bytes after 64 KiB of a 5 MiB frame", held)
+	}
+	if _, err := c.nc.Write(frame[64<<10:]); err != nil {
+		t.Fatal(err)
+	}
+	req := <-h.served
+	got := req.Body.(*netio.ProduceRequest).Topics[0].Partitions[0].Records
+	if !bytes.Equal(got, records) {
+		t.Fatalf("records differ after chunked receive (%d bytes)", len(got))
+	}
+	req.ReplyMessage(&netio.ProduceResponse{})
+	if hdr, _ := c.recv(); hdr.CorrelationID != 9 {
+		t.Fatalf("corr %d", hdr.CorrelationID)
 	}
 }

@@ -234,6 +234,13 @@ func (r *Reactor) SendAsync(fd int, b []byte, done func(res int32, flags uint32)
 	return r.bufOp(OpSend, fd, b, 0, done)
 }
 
+// SendZCAsync sends b with IORING_OP_SEND_ZC; b stays pinned until the notification. done
+// runs twice: with the result (flags has CQEFMore), then with res 0 and CQEFNotif, after
+// which b may be reused. If the result has no CQEFMore, no notification follows.
+func (r *Reactor) SendZCAsync(fd int, b []byte, done func(res int32, flags uint32)) error {
+	return r.bufOp(OpSendZC, fd, b, 0, done)
+}
+
 // RecvAsync receives into b from a socket; b is pinned until done runs.
 func (r *Reactor) RecvAsync(fd int, b []byte, done func(res int32, flags uint32)) error {
 	return r.bufOp(OpRecv, fd, b, 0, done)
@@ -251,6 +258,8 @@ func (r *Reactor) bufOp(code Opcode, fd int, b []byte, off uint64, done func(res
 		op.sqe.PrepWrite(fd, b, off)
 	case OpSend:
 		op.sqe.PrepSend(fd, b, 0)
+	case OpSendZC:
+		op.sqe.PrepSendZC(fd, b, 0)
 	case OpRecv:
 		op.sqe.PrepRecv(fd, b, 0)
 	}

@@ -58,6 +58,9 @@ type Ring interface {
 	UpdateFiles(offset uint32, fds []int32) error
 	UnregisterFiles() error
 	RegisterEventfd(fd int) error
+	// RegisterBufRing / UnregisterBufRing manage provided-buffer rings (see BufRing).
+	RegisterBufRing(group uint16, ringMem []byte, entries uint16) error
+	UnregisterBufRing(group uint16) error
 	UnregisterEventfd() error
 	// Probe reports which ops and features this backend supports.
 	Probe() *Probe

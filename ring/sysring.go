@@ -50,6 +50,7 @@ type sysRing struct {
 	notifyFd  int // registered eventfd, -1 if none
 	files     []int32
 	bufs      [][]byte
+	bufRings  map[uint16]*sysBufRing
 	probe     Probe
 	closed    bool
 	skipSeen  bool // a CQE_SKIP_SUCCESS SQE was submitted: DRAIN is refused from then on
@@ -76,6 +77,15 @@ type sysOp struct {
 	connecting  bool
 }
 
+// sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
+// consumes entries from head up to the tail the owner publishes, like the kernel does.
+type sysBufRing struct {
+	ents     []bufRingEntry
+	tailWord *uint32 // entry 0's bid (low 16 bits) and the ring tail (high 16 bits)
+	mask     uint16
+	head     uint16
+}
+
 type fdWait struct {
 	head, tail *sysOp
 	mask       uint32
@@ -84,7 +94,7 @@ type fdWait struct {
 // syscallOps lists the ops the syscall backend interprets.
 var syscallOps = []Opcode{OpNop, OpRead, OpWrite, OpReadv, OpWritev, OpReadFixed, OpWriteFixed, OpFsync,
 	OpFallocate, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
-	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd}
+	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd, OpSendZC}
 
 var (
 	sysRingsMu sync.Mutex
@@ -103,7 +113,7 @@ func newSysRing(cfg Config) (*sysRing, error) {
 		waiters:  map[int32]*fdWait{},
 		events:   make([]unix.EpollEvent, sysEventsBatch),
 		notifyFd: -1,
-		probe:    Probe{Backend: BackendSyscall, LastOp: OpPollAdd},
+		probe:    Probe{Backend: BackendSyscall, LastOp: OpSendZC},
 	}
 	for _, op := range syscallOps {
 		r.probe.ops[op] = true
@@ -333,10 +343,13 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 	case OpStatx:
 		_, _, e := unix.Syscall6(unix.SYS_STATX, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), uintptr(addrPtr(&s.Off)), 0)
 		return sysRes(0, e), 0, -1, 0
-	case OpSend:
+	case OpSend, OpSendZC:
 		n, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL), 0, 0)
 		return r.sockResult(op, sysRes(n, e), unix.EPOLLOUT)
 	case OpRecv:
+		if s.Flags&SQEBufferSelect != 0 {
+			return r.recvSelect(op)
+		}
 		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT), 0, 0)
 		return r.sockResult(op, sysRes(n, e), unix.EPOLLIN)
 	case OpSendmsg:
@@ -368,6 +381,66 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 	default:
 		return errRes(unix.EINVAL), 0, -1, 0
 	}
+}
+
+// recvSelect receives into the next provided buffer of the SQE's group; the buffer is
+// consumed only when data arrived (EAGAIN and EOF leave it in the ring).
+func (r *sysRing) recvSelect(op *sysOp) (int32, uint32, int32, uint32) {
+	s := &op.sqe
+	br := r.bufRings[s.BufIndex]
+	if br == nil {
+		return errRes(unix.ENOBUFS), 0, -1, 0
+	}
+	tail := uint16(atomic.LoadUint32(br.tailWord) >> 16)
+	if br.head == tail {
+		// Like the kernel, run out of buffers only when there is data to put in one.
+		r.pollFds[0] = unix.PollFd{Fd: op.fd, Events: unix.POLLIN}
+		if n, _, _ := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0); n == 0 {
+			return errRes(unix.EAGAIN), 0, op.fd, unix.EPOLLIN
+		}
+		return errRes(unix.ENOBUFS), 0, -1, 0
+	}
+	e := &br.ents[br.head&br.mask]
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(int(op.fd)), uintptr(addrPtr(&e.Addr)), uintptr(e.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT), 0, 0)
+	res := sysRes(n, errno)
+	switch {
+	case isAgain(res):
+		return res, 0, op.fd, unix.EPOLLIN
+	case res <= 0:
+		return res, 0, -1, 0
+	}
+	br.head++
+	flags := CQEFBuffer | uint32(e.Bid)<<16
+	if s.IoPrio&RecvMultishot != 0 {
+		flags |= CQEFMore
+	}
+	return res, flags, -1, 0
+}
+
+func (r *sysRing) RegisterBufRing(group uint16, ringMem []byte, entries uint16) error {
+	if entries == 0 || entries&(entries-1) != 0 || len(ringMem) < int(entries)*int(unsafe.Sizeof(bufRingEntry{})) {
+		return fmt.Errorf("ring: register buffer ring %d: %d entries in %d bytes: %w", group, entries, len(ringMem), unix.EINVAL)
+	}
+	if r.bufRings == nil {
+		r.bufRings = map[uint16]*sysBufRing{}
+	}
+	if r.bufRings[group] != nil {
+		return fmt.Errorf("ring: register buffer ring %d: %w", group, unix.EEXIST)
+	}
+	r.bufRings[group] = &sysBufRing{
+		ents:     unsafe.Slice((*bufRingEntry)(unsafe.Pointer(&ringMem[0])), entries),
+		tailWord: (*uint32)(unsafe.Pointer(&ringMem[12])),
+		mask:     entries - 1,
+	}
+	return nil
+}
+
+func (r *sysRing) UnregisterBufRing(group uint16) error {
+	if r.bufRings[group] == nil {
+		return fmt.Errorf("ring: unregister buffer ring %d: %w", group, unix.ENOENT)
+	}
+	delete(r.bufRings, group)
+	return nil
 }
 
 func (r *sysRing) sockResult(op *sysOp, res int32, events uint32) (int32, uint32, int32, uint32) {
@@ -461,7 +534,7 @@ func setNonblock(fd int) int32 {
 	return 0
 }
 
-const acceptBurstMax = 64 // multishot accepts per readiness event before yielding
+const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness event before yielding
 
 func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe
@@ -727,6 +800,14 @@ func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
 }
 
 func (r *sysRing) postOp(op *sysOp, res int32, flags uint32, failed bool) {
+	if op.sqe.Opcode == OpSendZC && res >= 0 {
+		// A copying send: the buffer is free at once, so the notification follows directly.
+		if op.sqe.Flags&SQECQESkipSuccess == 0 || failed {
+			r.post(op.sqe.UserData, res, CQEFMore)
+		}
+		r.post(op.sqe.UserData, 0, CQEFNotif)
+		return
+	}
 	if op.sqe.Flags&SQECQESkipSuccess != 0 && !failed {
 		return
 	}
@@ -742,7 +823,7 @@ func (r *sysRing) failsLink(op *sysOp, res int32) bool {
 	switch op.sqe.Opcode {
 	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSplice:
 		return uint32(res) < op.sqe.Len
-	case OpSend, OpRecv:
+	case OpSend, OpRecv, OpSendZC:
 		return op.sqe.OpFlags&unix.MSG_WAITALL != 0 && uint32(res) < op.sqe.Len
 	}
 	return false

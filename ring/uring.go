@@ -204,6 +204,9 @@ func (r *uringRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, er
 		}
 		pending = 0 // the SQ thread submits
 	}
+	if waitNr > 0 && pending == 0 && flags == 0 && atomic.LoadUint32(r.cqTail)-*r.cqHead >= waitNr {
+		return 0, nil // enough completions are already posted: no system call
+	}
 	if waitNr > 0 || r.cqNeedsFlush() {
 		flags |= enterGetEvents
 	}
@@ -344,6 +347,25 @@ func (r *uringRing) RegisterEventfd(fd int) error {
 func (r *uringRing) UnregisterEventfd() error {
 	if err := r.register(regUnregEventfd, nil, 0); err != nil {
 		return fmt.Errorf("ring: unregister eventfd: %w", err)
+	}
+	return nil
+}
+
+func (r *uringRing) RegisterBufRing(group uint16, ringMem []byte, entries uint16) error {
+	reg := &bufReg{RingAddr: uint64(uintptr(unsafe.Pointer(&ringMem[0]))), RingEntries: uint32(entries), Bgid: group}
+	if err := r.register(regPbufRing, unsafe.Pointer(reg), 1); err != nil {
+		if errors.Is(err, unix.EINVAL) && r.probe.LastOp < OpSocket {
+			return fmt.Errorf("%w: provided-buffer rings (needs Linux 5.19): %v", ErrUnsupported, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func (r *uringRing) UnregisterBufRing(group uint16) error {
+	reg := &bufReg{Bgid: group}
+	if err := r.register(regUnregPbufRing, unsafe.Pointer(reg), 1); err != nil {
+		return fmt.Errorf("ring: unregister buffer ring %d: %w", group, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -382,8 +383,11 @@ func testConsumerLongPollAndSeek(t *testing.T, driver string) {
 		}
 		polled <- recs
 	}()
-	for e.fake.ProduceRequests() < 10 { // all earlier produces done; make sure the poll is parked
-		time.Sleep(time.Millisecond)
+	for spins := 0; e.fake.ParkedFetches() == 0; spins++ { // produce only once the poll is parked
+		if spins > 1e7 {
+			t.Fatal("the long-poll fetch never parked")
+		}
+		runtime.Gosched()
 	}
 	if _, err := p.SendSync(ctx, &client.Record{Topic: "poll", Partition: 0, Value: []byte("late")}); err != nil {
 		t.Fatal(err)

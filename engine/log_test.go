@@ -65,7 +65,7 @@ func TestAppendReadRoundTrip(t *testing.T) {
 		}
 		l2, rep := openLog(t, dir, testConfig(mode), fio)
 		defer l2.Close()
-		if rep.DroppedBytes != 0 || len(rep.RebuiltIndexes) != 0 || rep.ScannedBytes > int64(rep.Segments)*(512+1200) {
+		if !rep.CleanShutdown || rep.DroppedBytes != 0 || len(rep.RebuiltIndexes) != 0 || rep.ScannedBytes > int64(rep.Segments)*(512+1200) {
 			t.Fatalf("clean reopen did work it should not: %+v", rep)
 		}
 		mustEqualBytes(t, "after reopen", readAll(t, l2, 4096), want)

@@ -154,6 +154,17 @@ func (c *Client) CallAsync(addr string, req, resp netio.Message, done func(netio
 	cn.send(req, resp, done)
 }
 
+// callAsyncOwned is CallAsync for a response whose frame buffer the callee takes over and
+// hands back with release.
+func (c *Client) callAsyncOwned(addr string, req, resp netio.Message, done func(netio.Message, error, func())) {
+	cn, err := c.connFor(addr)
+	if err != nil {
+		done(nil, err, func() {})
+		return
+	}
+	cn.sendOwned(req, resp, done)
+}
+
 // Call sends req to addr and waits for the response, decoded into resp. Frame-level
 // errors come back as *netio.Error.
 func (c *Client) Call(ctx context.Context, addr string, req, resp netio.Message) error {

@@ -12,6 +12,7 @@ func TestCheckTargets(t *testing.T) {
 		return r
 	}
 	ours, peer := maxRate(700), maxRate(140)
+	ours.TestSeconds = 600
 	ours.BrokerRSS = RSSStats{FirstBytes: 100 << 20, LastBytes: 101 << 20, GrowthBytes: 1 << 20}
 	verdicts := CheckTargets(ours, peer)
 	if len(verdicts) != 2 || !verdicts[0].Met || !strings.Contains(verdicts[0].Target, "5×") || !verdicts[1].Met {
@@ -22,6 +23,10 @@ func TestCheckTargets(t *testing.T) {
 	verdicts = CheckTargets(ours, peer)
 	if verdicts[0].Met || verdicts[1].Met {
 		t.Fatalf("missed targets reported met: %+v", verdicts)
+	}
+	ours.TestSeconds = 20
+	if v := CheckTargets(ours, peer); !v[1].NotJudged || v[1].Met {
+		t.Fatalf("RSS judged on a 20 s run: %+v", v[1])
 	}
 
 	fsync, fsyncPeer := maxRate(300), maxRate(10)
@@ -42,7 +47,7 @@ func TestCheckTargets(t *testing.T) {
 	catchUp.Backlog, catchUp.LoopbackMBps = &Backlog{BacklogReadMBPerSec: 600}, 1000
 	catchUpPeer.Backlog, catchUpPeer.Consume.MBPerSec = &Backlog{}, 25 // peer never finished
 	v := CheckTargets(catchUp, catchUpPeer)
-	if len(v) != 2 || !v[0].Met || !v[1].Met || !strings.Contains(v[1].Measured, "60%") {
+	if len(v) != 2 || !v[0].Met || !v[1].Met || !strings.Contains(v[1].Measured, "60%") || !strings.Contains(v[0].Measured, "never finished") {
 		t.Fatalf("catch-up verdicts %+v", v)
 	}
 

@@ -28,6 +28,7 @@ const (
 	producerRateMax      = 100_000_000
 	inFlightMax          = 1 << 20
 	durationMax          = 24 * time.Hour
+	retentionBytesMin    = 1 << 20
 )
 
 // Key distributions: none sends null keys (partitions round-robin), random draws keys
@@ -53,10 +54,13 @@ type Workload struct {
 	ProducerRate       int      `yaml:"producerRate" json:"producerRate"`
 	MaxInFlight        int      `yaml:"maxInFlight,omitempty" json:"maxInFlight,omitempty"`
 	BacklogSize        ByteSize `yaml:"backlogSize,omitempty" json:"backlogSize,omitempty"`
-	Warmup             Duration `yaml:"warmup" json:"warmup"`
-	Duration           Duration `yaml:"duration" json:"duration"`
-	Acks               string   `yaml:"acks" json:"acks"`
-	Compression        string   `yaml:"compression" json:"compression"`
+	// RetentionBytes caps each partition's log (Kafka's retention.bytes) so long runs keep
+	// deleting old segments, as production does; 0 leaves the system's default.
+	RetentionBytes ByteSize `yaml:"retentionBytes,omitempty" json:"retentionBytes,omitempty"`
+	Warmup         Duration `yaml:"warmup" json:"warmup"`
+	Duration       Duration `yaml:"duration" json:"duration"`
+	Acks           string   `yaml:"acks" json:"acks"`
+	Compression    string   `yaml:"compression" json:"compression"`
 	// Durability is the broker's storage sync policy: "none" (page cache, background flush)
 	// or "fsync" (data is synced before the acknowledgement).
 	Durability string `yaml:"durability,omitempty" json:"durability,omitempty"`
@@ -247,6 +251,9 @@ func (w Workload) Validate() error {
 	}
 	if w.MaxInFlight < 1 || w.MaxInFlight > inFlightMax {
 		bad("maxInFlight %d: want 1..%d", w.MaxInFlight, inFlightMax)
+	}
+	if w.RetentionBytes != 0 && (w.RetentionBytes < retentionBytesMin || w.RetentionBytes < w.MessageSize) {
+		bad("retentionBytes %d: want 0 (default) or at least %d bytes", w.RetentionBytes, retentionBytesMin)
 	}
 	if w.BacklogSize < 0 {
 		bad("backlogSize %d: negative", w.BacklogSize)

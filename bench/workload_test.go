@@ -93,6 +93,7 @@ func TestParseWorkloadRejectsBadInput(t *testing.T) {
 		"bad acks":                {validYAML + "acks: \"2\"\n", "acks"},
 		"bad compression":         {validYAML + "compression: lz4\n", "compression"},
 		"bad durability":          {validYAML + "durability: sometimes\n", "durability"},
+		"tiny retention":          {validYAML + "retentionBytes: 4KiB\n", "retentionBytes"},
 		"json trailing":           {`{"topics":1} {"topics":2}`, "trailing"},
 		"json unknown field":      {`{"topic":1}`, "topic"},
 		"json duration as number": {`{"duration":5}`, "duration"},

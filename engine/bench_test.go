@@ -131,7 +131,7 @@ func BenchmarkRawWrite(b *testing.B) {
 }
 
 func benchRawWrite(b *testing.B, direct bool, n int) {
-	flags := unix.O_RDWR | unix.O_CREAT | unix.O_CLOEXEC
+	flags := unix.O_RDWR | unix.O_CREAT | unix.O_TRUNC | unix.O_CLOEXEC
 	if direct {
 		flags |= unix.O_DIRECT
 	}
@@ -139,11 +139,14 @@ func benchRawWrite(b *testing.B, direct bool, n int) {
 	if direct && probeDirect(dir) != nil {
 		b.Skip("O_DIRECT unavailable here")
 	}
-	fd, err := unix.Open(dir+"/raw", flags, 0o644)
+	// Like the log: extend a fresh file, and start a new one (dropping the old) every
+	// benchRawFileBytes, as segment rolls plus retention do.
+	path := dir + "/raw"
+	fd, err := unix.Open(path, flags, 0o644)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer unix.Close(fd)
+	defer func() { unix.Close(fd) }()
 	buf := alignedBuffer(n)
 	for i := range buf {
 		buf[i] = byte(i)
@@ -159,6 +162,11 @@ func benchRawWrite(b *testing.B, direct bool, n int) {
 		}
 		pos += int64(n)
 		if pos+int64(n) > benchRawFileBytes {
+			unix.Close(fd)
+			unix.Unlink(path)
+			if fd, err = unix.Open(path, flags, 0o644); err != nil {
+				b.Fatal(err)
+			}
 			pos = 0
 		}
 	}

@@ -18,12 +18,13 @@ import (
 //	{
 //	  "version": 1,
 //	  "topics": {
-//	    "orders": {"partitions": 3, "config": {"retention.ms": "86400000"}, "placement": [0, 1, 0]}
+//	    "orders": {"shards": [0, 1, 0], "config": {"retention.ms": "86400000"}}
 //	  }
 //	}
 //
-// placement[i] is the shard that owns partition i. version must be 1; unknown fields are
-// rejected so that a newer file is never half-understood.
+// shards[i] is the shard that owns partition i, so the partition count is len(shards) (the
+// same document engine/shard's broker reads and writes). version must be 1; unknown fields
+// are rejected so that a newer file is never half-understood.
 const (
 	catalogFileName    = "catalog.json"
 	catalogVersion     = 1
@@ -47,9 +48,9 @@ var (
 
 // TopicMeta is one topic's entry.
 type TopicMeta struct {
-	Partitions int               `json:"partitions"`
+	Partitions int               `json:"-"` // len(Placement)
+	Placement  []int             `json:"shards"`
 	Config     map[string]string `json:"config,omitempty"`
-	Placement  []int             `json:"placement"`
 }
 
 type catalogFile struct {
@@ -110,6 +111,8 @@ func decodeCatalog(b []byte) (map[string]TopicMeta, error) {
 		cf.Topics = map[string]TopicMeta{}
 	}
 	for name, t := range cf.Topics {
+		t.Partitions = len(t.Placement)
+		cf.Topics[name] = t
 		if err := validateTopic(name, t); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrCatalogCorrupt, err)
 		}

@@ -139,3 +139,19 @@ func TestPartitionDir(t *testing.T) {
 		t.Fatalf("PartitionDir = %s", got)
 	}
 }
+
+// TestCatalogReadsBrokerFormat: the document engine/shard writes loads here unchanged.
+func TestCatalogReadsBrokerFormat(t *testing.T) {
+	dir := t.TempDir()
+	body := `{"version":1,"topics":{"orders":{"shards":[0,1,0],"config":{"retention.ms":"60000"}}}}`
+	os.WriteFile(filepath.Join(dir, catalogFileName), []byte(body), 0o644)
+	c, err := LoadCatalog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := c.Topic("orders")
+	want := TopicMeta{Partitions: 3, Placement: []int{0, 1, 0}, Config: map[string]string{"retention.ms": "60000"}}
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("orders = %+v, want %+v", got, want)
+	}
+}

@@ -261,3 +261,30 @@ func TestFlushPolicies(t *testing.T) {
 		})
 	}
 }
+
+func TestFlushDeadline(t *testing.T) {
+	clock := newFakeClock()
+	cfg := testConfig(StoragePageCache)
+	cfg.Clock = clock.Now
+	cfg.FlushMs = 250
+	l, _ := openLog(t, t.TempDir(), cfg, ring.Syscalls{})
+	defer l.Close()
+	if _, ok := l.FlushDeadline(); ok {
+		t.Fatal("deadline with nothing unsynced")
+	}
+	start := clock.now
+	appendSome(t, l, 0, 1, 0)
+	clock.Advance(100 * time.Millisecond)
+	appendSome(t, l, 1, 1, 0)
+	d, ok := l.FlushDeadline()
+	if !ok || !d.Equal(start.Add(250*time.Millisecond)) {
+		t.Fatalf("deadline %v %v, want first append + 250ms", d, ok)
+	}
+	clock.now = d
+	if err := l.Flush(); err != nil || l.SyncedOffset() != l.EndOffset() {
+		t.Fatalf("Flush at the deadline: %v, synced %d of %d", err, l.SyncedOffset(), l.EndOffset())
+	}
+	if _, ok := l.FlushDeadline(); ok {
+		t.Fatal("deadline after sync")
+	}
+}

@@ -63,8 +63,8 @@ func FuzzDecodeTimeIndex(f *testing.F) {
 // survives a save/load round trip.
 func FuzzDecodeCatalog(f *testing.F) {
 	f.Add([]byte(`{"version": 1, "topics": {}}`))
-	f.Add([]byte(`{"version": 1, "topics": {"orders": {"partitions": 2, "config": {"retention.ms": "1000"}, "placement": [0, 1]}}}`))
-	f.Add([]byte(`{"version": 1, "topics": {"x": {"partitions": 1e9, "placement": []}}}`))
+	f.Add([]byte(`{"version": 1, "topics": {"orders": {"shards": [0, 1], "config": {"retention.ms": "1000"}}}}`))
+	f.Add([]byte(`{"version": 1, "topics": {"x": {"shards": [1e9]}}}`))
 	f.Add([]byte(`{"version": 1}`))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, b []byte) {

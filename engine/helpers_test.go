@@ -103,9 +103,18 @@ func makeBatch(t testing.TB, seq, n, valueSize int, ts int64) []byte {
 	return out
 }
 
+// mustInvariants fails the test when the log's in-memory state is inconsistent.
+func mustInvariants(t testing.TB, l *Log) {
+	t.Helper()
+	if err := l.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // readAll reads the whole log from its start, batch stream by batch stream.
 func readAll(t testing.TB, l *Log, maxBytes int) []byte {
 	t.Helper()
+	mustInvariants(t, l)
 	var out []byte
 	off := l.StartOffset()
 	for steps := 0; off < l.EndOffset(); steps++ {

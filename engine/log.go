@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -63,11 +64,11 @@ type Log struct {
 	failed           error     // sticky, wraps ErrLogFailed
 	closed           bool
 
-	headerScratch []byte // HeaderSize bytes for header reads
-	batchScratch  []byte // whole batches for timestamp lookups
-	indexScratch  []byte
-	iovecs        [][]byte
-	one           [1][]byte
+	headers      headerReader // header window for lookups; invalidated by truncation
+	batchScratch []byte       // whole batches for timestamp lookups
+	indexScratch []byte
+	iovecs       [][]byte
+	one          [1][]byte
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -88,8 +89,7 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, report, fmt.Errorf("open log: %w", err)
 	}
-	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1,
-		headerScratch: make([]byte, batch.HeaderSize)}
+	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1}
 	if l.mode == StorageDirect {
 		if err := probeDirect(dir); err != nil {
 			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
@@ -180,13 +180,34 @@ func (l *Log) Append(batch []byte) (int64, error) {
 // retained. A roll in the middle syncs the old segment first. On error the log is as before
 // the failed write: batches [0, res.Batches) were appended, the rest were not.
 func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
+	return l.appendBatches(batches, true)
+}
+
+// AppendReplicated appends batches that already carry their offsets and leader epochs (a
+// follower copying its leader): nothing is rewritten, and the batches must continue the log
+// exactly (the first base offset is EndOffset, each next one follows the previous last
+// offset), else ErrInvalidBatch and nothing is written. Durability is as for AppendBatches.
+func (l *Log) AppendReplicated(batches [][]byte) (AppendResult, error) {
+	return l.appendBatches(batches, false)
+}
+
+func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error) {
 	res := AppendResult{FirstOffset: l.EndOffset(), LastOffset: l.EndOffset() - 1}
 	if err := l.writable(); err != nil {
 		return res, err
 	}
+	next := l.EndOffset()
 	for i, b := range batches {
 		if err := l.validate(b); err != nil {
 			return res, fmt.Errorf("append batch %d of %d: %w", i, len(batches), err)
+		}
+		if !assign {
+			h, _ := batch.ParseHeader(b)
+			if h.BaseOffset != next {
+				return res, fmt.Errorf("append batch %d of %d: %w: base offset %d, log continues at %d",
+					i, len(batches), ErrInvalidBatch, h.BaseOffset, next)
+			}
+			next = h.LastOffset() + 1
 		}
 	}
 	now := l.cfg.Clock()
@@ -199,11 +220,13 @@ func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 			if l.shouldRoll(s, h, now) {
 				break
 			}
-			batch.SetBaseOffset(batches[j], s.nextOffset)
-			if l.leaderEpoch >= 0 {
-				batch.SetLeaderEpoch(batches[j], l.leaderEpoch)
+			if assign {
+				batch.SetBaseOffset(batches[j], s.nextOffset)
+				if l.leaderEpoch >= 0 {
+					batch.SetLeaderEpoch(batches[j], l.leaderEpoch)
+				}
+				h.BaseOffset = s.nextOffset
 			}
-			h.BaseOffset = s.nextOffset
 			s.noteBatch(h, l.cfg.IndexIntervalBytes)
 		}
 		if j == i {
@@ -230,6 +253,7 @@ func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 		res.LastOffset = s.nextOffset - 1
 		i = j
 	}
+	l.assertInvariants()
 	return res, nil
 }
 
@@ -290,6 +314,15 @@ func (l *Log) Flush() error {
 		return nil
 	}
 	return l.Sync()
+}
+
+// FlushDeadline is when Flush becomes due under flush.ms for what is unsynced now; ok is false
+// when flush.ms is off or nothing is unsynced. The owner arms its timer with it.
+func (l *Log) FlushDeadline() (deadline time.Time, ok bool) {
+	if l.cfg.FlushMs <= 0 || l.unsyncedMessages == 0 || l.failed != nil || l.closed {
+		return time.Time{}, false
+	}
+	return l.oldestUnsynced.Add(time.Duration(l.cfg.FlushMs) * time.Millisecond), true
 }
 
 // Sync makes everything appended so far durable: one fdatasync for the active segment (plus
@@ -432,24 +465,24 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 		return res, nil
 	}
 	s := l.segments[l.segmentFor(offset)]
-	pos, first, err := s.findBatch(l.fio, l.headerScratch, offset)
+	pos, first, err := s.findBatch(l.fio, &l.headers, offset)
 	if err != nil {
 		return res, fmt.Errorf("read at %d: %w", offset, err)
 	}
 	limit := s.size
 	if maxOffset < s.nextOffset {
-		if limit, err = s.positionOf(l.fio, l.headerScratch, maxOffset); err != nil {
+		if limit, err = s.positionOf(l.fio, &l.headers, maxOffset); err != nil {
 			return res, fmt.Errorf("read at %d: %w", offset, err)
 		}
 	}
-	endPos, err := l.readEnd(s, pos, first, limit, int64(max(maxBytes, 0)))
+	endPos, err := l.readEnd(s, pos, first, limit, min(int64(max(maxBytes, 0)), segmentBytesMax))
 	if err != nil {
 		return res, fmt.Errorf("read at %d: %w", offset, err)
 	}
 	res.FirstOffset = first.BaseOffset
 	res.NextOffset = s.nextOffset
 	if endPos < s.size {
-		h, err := s.readHeaderAt(l.fio, l.headerScratch, endPos)
+		h, err := s.readHeaderAt(l.fio, &l.headers, endPos)
 		if err != nil {
 			return res, fmt.Errorf("read at %d: %w", offset, err)
 		}
@@ -469,7 +502,7 @@ func (l *Log) readEnd(s *segment, pos int64, first batch.Header, limit, maxBytes
 	upper := pos + maxBytes
 	p := max(pos, int64(s.index.floorByPosition(uint32(upper)).position))
 	for steps := 0; p < limit; steps++ {
-		h, err := s.readHeaderAt(l.fio, l.headerScratch, p)
+		h, err := s.readHeaderAt(l.fio, &l.headers, p)
 		if err != nil {
 			return 0, err
 		}
@@ -525,7 +558,7 @@ func (l *Log) offsetForTimestampIn(s *segment, ts int64) (int64, bool, error) {
 	rel := s.timeIndex.lowerBound(ts)
 	pos := int64(s.index.floorByOffset(rel).position)
 	for pos < s.size {
-		h, err := s.readHeaderAt(l.fio, l.headerScratch, pos)
+		h, err := s.readHeaderAt(l.fio, &l.headers, pos)
 		if err != nil {
 			return 0, false, err
 		}
@@ -571,7 +604,12 @@ func (l *Log) Close() error {
 		}
 	}
 	l.closed = true
-	return errors.Join(err, l.closeFiles())
+	err = errors.Join(err, l.closeFiles())
+	if err == nil && l.failed == nil {
+		// Not synced: if the marker is lost, the next open merely syncs what it recovered.
+		err = os.WriteFile(filepath.Join(l.dir, cleanShutdownFileName), nil, 0o644)
+	}
+	return err
 }
 
 // finishActive prepares the synced active segment for a clean close: a direct-mode file is

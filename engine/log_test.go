@@ -65,7 +65,7 @@ func TestAppendReadRoundTrip(t *testing.T) {
 		}
 		l2, rep := openLog(t, dir, testConfig(mode), fio)
 		defer l2.Close()
-		if rep.DroppedBytes != 0 || len(rep.RebuiltIndexes) != 0 || rep.ScannedBytes > int64(rep.Segments)*(512+1200) {
+		if !rep.CleanShutdown || rep.DroppedBytes != 0 || len(rep.RebuiltIndexes) != 0 || rep.ScannedBytes > int64(rep.Segments)*(512+1200) {
 			t.Fatalf("clean reopen did work it should not: %+v", rep)
 		}
 		mustEqualBytes(t, "after reopen", readAll(t, l2, 4096), want)
@@ -451,4 +451,115 @@ func TestDeleteRecordsBeforePersists(t *testing.T) {
 	if l3.StartOffset() != 5 || l3.EndOffset() != 5 {
 		t.Fatalf("after reset: start %d end %d", l3.StartOffset(), l3.EndOffset())
 	}
+}
+
+func TestAppendReplicated(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fio ring.FileIO, mode StorageMode) {
+		leader, _ := openLog(t, t.TempDir(), testConfig(mode), fio)
+		defer leader.Close()
+		leader.SetLeaderEpoch(3)
+		want := appendSome(t, leader, 0, 200, 0)
+		follower, _ := openLog(t, t.TempDir(), testConfig(mode), fio)
+		defer follower.Close()
+		// Copy the leader's log in fetch-sized pieces, as a follower would.
+		for off := int64(0); off < leader.EndOffset(); {
+			res, err := leader.Read(off, 3000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := res.AppendTo(nil)
+			var batches [][]byte
+			for p := data; len(p) > 0; {
+				h, _ := batch.ParseHeader(p)
+				batches = append(batches, p[:h.Size()])
+				p = p[h.Size():]
+			}
+			if _, err := follower.AppendReplicated(batches); err != nil {
+				t.Fatalf("AppendReplicated at %d: %v", off, err)
+			}
+			off = res.NextOffset
+		}
+		mustEqualBytes(t, "follower log", readAll(t, follower, 1<<20), want)
+		// A batch that does not continue the log is refused.
+		gap := makeBatch(t, 1, 1, 10, 0)
+		batch.SetBaseOffset(gap, follower.EndOffset()+1)
+		if _, err := follower.AppendReplicated([][]byte{gap}); !errors.Is(err, ErrInvalidBatch) {
+			t.Fatalf("gap: %v", err)
+		}
+		if follower.EndOffset() != leader.EndOffset() {
+			t.Fatal("refused batch changed the follower")
+		}
+	})
+}
+
+func TestReadHugeMaxBytes(t *testing.T) {
+	l, _ := openLog(t, t.TempDir(), testConfig(StoragePageCache), ring.Syscalls{})
+	defer l.Close()
+	all := appendSome(t, l, 0, 30, 0)
+	h, _ := batch.ParseHeader(all)
+	res, err := l.Read(h.LastOffset()+1, int(^uint(0)>>1)) // position > 0: pos+maxBytes would overflow
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := res.AppendTo(nil)
+	mustEqualBytes(t, "max int read", got, all[h.Size():])
+}
+
+func TestInvariantsCatchDamage(t *testing.T) {
+	l, _ := openLog(t, t.TempDir(), testConfig(StoragePageCache), ring.Syscalls{})
+	defer l.Close()
+	appendSome(t, l, 0, 300, 0)
+	mustInvariants(t, l)
+	damage := []func(){
+		func() { l.segments[0].nextOffset++ },
+		func() { l.active().syncedSize = l.active().size + 1 },
+		func() { l.startOffset = l.EndOffset() + 1 },
+		func() { l.segments[0].index.entries[0].position = uint32(l.segments[0].size) }, // last: not restored
+	}
+	for i, d := range damage {
+		saved := *l.segments[0]
+		savedActive := *l.active()
+		start := l.startOffset
+		d()
+		if l.checkInvariants() == nil {
+			t.Errorf("damage %d not caught", i)
+		}
+		*l.segments[0], *l.active(), l.startOffset = saved, savedActive, start
+	}
+	l.closeFiles()
+	l.closed = true
+}
+
+// TestDirectReadSlicesStayValid: in-memory pieces handed to a reader keep their bytes after
+// the chunks they came from are evicted (shared chunks are never recycled).
+func TestDirectReadSlicesStayValid(t *testing.T) {
+	cfg := testConfig(StorageDirect)
+	cfg.SegmentBytes = 1 << 20
+	l, _ := openLog(t, t.TempDir(), cfg, ring.Syscalls{})
+	defer l.Close()
+	if l.Mode() != StorageDirect {
+		t.Skip("no O_DIRECT here")
+	}
+	all := appendSome(t, l, 0, 60, 0)
+	res, err := l.Read(l.StartOffset(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held [][]byte
+	var want [][]byte
+	for _, p := range res.Pieces {
+		if p.Data != nil {
+			held = append(held, p.Data)
+			want = append(want, append([]byte(nil), p.Data...))
+		}
+	}
+	if len(held) == 0 {
+		t.Fatal("no in-memory pieces: the chunk cache is not serving reads")
+	}
+	appendSome(t, l, 60, 600, 0) // many chunks written and evicted, some recycled
+	for i := range held {
+		mustEqualBytes(t, "held piece", held[i], want[i])
+	}
+	more, _ := res.AppendTo(nil)
+	mustEqualBytes(t, "result after eviction", more, all[:len(more)])
 }

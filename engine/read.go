@@ -35,7 +35,8 @@ type ReadResult struct {
 	fio ring.FileIO
 }
 
-// AppendTo appends the result's bytes to dst, reading file pieces through the log's FileIO.
+// AppendTo appends the result's bytes to dst, reading file pieces through the log's FileIO;
+// call it on the log's goroutine (a Reactor FileIO belongs to its thread).
 func (r *ReadResult) AppendTo(dst []byte) ([]byte, error) {
 	for _, p := range r.Pieces {
 		if p.File == nil {

@@ -210,16 +210,38 @@ func pwritevFull(fio ring.FileIO, fd int, bufs [][]byte, pos int64) error {
 	return nil
 }
 
+// headerReader reads batch headers through a small window, so that the short scans of a
+// lookup (at most an index interval plus one batch) cost one pread rather than one per batch.
+// Bytes below a segment's size never change until a truncation, which must call invalidate.
+type headerReader struct {
+	buf   []byte // headerWindowBytes
+	seg   *segment
+	start int64
+	n     int
+}
+
+// headerWindowBytes covers the default index interval (4 KiB) plus a header, twice over.
+const headerWindowBytes = 8 << 10
+
+func (r *headerReader) invalidate() { r.seg = nil }
+
 // readHeaderAt parses the batch header at pos (no CRC check).
-func (s *segment) readHeaderAt(fio ring.FileIO, scratch []byte, pos int64) (batch.Header, error) {
+func (s *segment) readHeaderAt(fio ring.FileIO, r *headerReader, pos int64) (batch.Header, error) {
 	if pos+batch.HeaderSize > s.size {
 		return batch.Header{}, fmt.Errorf("segment %d: header at %d past size %d: %w", s.baseOffset, pos, s.size, ErrCorruptLog)
 	}
-	buf := scratch[:batch.HeaderSize]
-	if err := s.readAt(fio, buf, pos); err != nil {
-		return batch.Header{}, fmt.Errorf("segment %d: read header at %d: %w", s.baseOffset, pos, err)
+	if r.seg != s || pos < r.start || pos+batch.HeaderSize > r.start+int64(r.n) {
+		if len(r.buf) < headerWindowBytes {
+			r.buf = make([]byte, headerWindowBytes)
+		}
+		n := int(min(int64(len(r.buf)), s.size-pos))
+		r.seg = nil
+		if err := s.readAt(fio, r.buf[:n], pos); err != nil {
+			return batch.Header{}, fmt.Errorf("segment %d: read header at %d: %w", s.baseOffset, pos, err)
+		}
+		r.seg, r.start, r.n = s, pos, n
 	}
-	h, err := batch.ParseHeader(buf)
+	h, err := batch.ParseHeader(r.buf[pos-r.start : pos-r.start+batch.HeaderSize])
 	if err != nil {
 		return h, fmt.Errorf("segment %d: header at %d: %w: %w", s.baseOffset, pos, ErrCorruptLog, err)
 	}
@@ -232,11 +254,11 @@ func (s *segment) readHeaderAt(fio ring.FileIO, scratch []byte, pos int64) (batc
 // findBatch returns the position and header of the batch holding offset (the first batch
 // whose last offset is >= offset), scanning forward from the index floor. offset must be in
 // [baseOffset, nextOffset).
-func (s *segment) findBatch(fio ring.FileIO, scratch []byte, offset int64) (int64, batch.Header, error) {
+func (s *segment) findBatch(fio ring.FileIO, r *headerReader, offset int64) (int64, batch.Header, error) {
 	e := s.index.floorByOffset(s.relative(offset))
 	pos := int64(e.position)
 	for steps := 0; pos < s.size; steps++ {
-		h, err := s.readHeaderAt(fio, scratch, pos)
+		h, err := s.readHeaderAt(fio, r, pos)
 		if err != nil {
 			return 0, h, err
 		}
@@ -250,14 +272,14 @@ func (s *segment) findBatch(fio ring.FileIO, scratch []byte, offset int64) (int6
 
 // positionOf returns the position of the first batch whose base offset is >= offset, or
 // size when none.
-func (s *segment) positionOf(fio ring.FileIO, scratch []byte, offset int64) (int64, error) {
+func (s *segment) positionOf(fio ring.FileIO, r *headerReader, offset int64) (int64, error) {
 	if offset >= s.nextOffset {
 		return s.size, nil
 	}
 	if offset <= s.baseOffset {
 		return 0, nil
 	}
-	pos, h, err := s.findBatch(fio, scratch, offset)
+	pos, h, err := s.findBatch(fio, r, offset)
 	if err != nil {
 		return 0, err
 	}

@@ -37,7 +37,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	s := l.active()
 	pos, newNext := s.size, s.nextOffset
 	if offset < s.nextOffset {
-		p, h, err := s.findBatch(l.fio, l.headerScratch, offset)
+		p, h, err := s.findBatch(l.fio, &l.headers, offset)
 		if err != nil {
 			return fmt.Errorf("truncate to %d: %w", offset, err)
 		}
@@ -46,11 +46,13 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.cutSegment(s, pos, newNext); err != nil {
 		return fmt.Errorf("truncate to %d: %w", offset, err)
 	}
+	l.assertInvariants()
 	return nil
 }
 
 // cutSegment shortens s (now the active segment) to pos bytes ending at offset newNext.
 func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
+	l.headers.invalidate()
 	if err := s.log.Truncate(pos); err != nil {
 		return fmt.Errorf("segment %d: cut at %d: %w", s.baseOffset, pos, err)
 	}
@@ -68,7 +70,7 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 		scanFrom = int64(s.index.floorByOffset(s.timeIndex.entries[n-1].relativeOffset).position)
 	}
 	for p := scanFrom; p < pos; {
-		h, err := s.readHeaderAt(l.fio, l.headerScratch, p)
+		h, err := s.readHeaderAt(l.fio, &l.headers, p)
 		if err != nil {
 			return err
 		}
@@ -136,6 +138,7 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 // deleteSegment closes and removes segment i.
 func (l *Log) deleteSegment(i int) error {
 	s := l.segments[i]
+	l.headers.invalidate()
 	l.segments = append(l.segments[:i], l.segments[i+1:]...)
 	l.forgetUnsynced(s)
 	if err := s.closeFiles(); err != nil {
@@ -172,6 +175,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 		deleted++
 		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
 	}
+	l.assertInvariants()
 	return deleted, nil
 }
 

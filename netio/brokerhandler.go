@@ -38,16 +38,18 @@ func (h *BrokerHandler) Serve(req *Request) {
 		h.listOffsets(req, body)
 	case *MetadataRequest:
 		req.ReplyMessage(h.metadata(body))
-	case *CreateTopicsRequest:
-		req.ReplyMessage(h.createTopics(body))
-	case *DeleteTopicsRequest:
-		req.ReplyMessage(h.deleteTopics(body))
-	case *DescribeTopicsRequest:
-		req.ReplyMessage(h.describeTopics(body))
 	case *DescribeConfigsRequest:
 		req.ReplyMessage(h.describeConfigs(body))
+	// Admin requests wait for every shard involved. They run on a goroutine of their own so
+	// that a handler called on a shard's loop (the ring driver) never waits for itself.
+	case *CreateTopicsRequest:
+		go func() { req.ReplyMessage(h.createTopics(body)) }()
+	case *DeleteTopicsRequest:
+		go func() { req.ReplyMessage(h.deleteTopics(body)) }()
+	case *DescribeTopicsRequest:
+		go func() { req.ReplyMessage(h.describeTopics(body)) }()
 	case *AlterConfigsRequest:
-		req.ReplyMessage(h.alterConfigs(body))
+		go func() { req.ReplyMessage(h.alterConfigs(body)) }()
 	default:
 		req.ReplyError(ErrUnknownAPI, fmt.Sprintf("%s is not served by this broker", req.Header.API))
 	}

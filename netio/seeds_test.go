@@ -31,12 +31,17 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		stream = append(stream, frame...)
 		write("FuzzSplitRequest", frame)
 		write("FuzzSplitRequest", frame[:len(frame)-1])
+		write("FuzzServerStream", frame)
 		enc := m.AppendTo(nil)
 		write("Fuzz"+m.API().String()+"Request", enc)
 		write("Fuzz"+m.API().String()+"Request", enc[:len(enc)/2])
 	}
 	write("FuzzSplitRequest", stream)
+	write("FuzzServerStream", stream)
+	write("FuzzServerStream", stream[:len(stream)/2])
 	write("FuzzSplitRequest", []byte{0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 0, 0, 1})
+	write("FuzzServerStream", []byte{0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 0, 0, 1})
+	write("FuzzServerStream", []byte{0, 0, 0, 8, 0, 99, 0, 0, 0, 0, 0, 1})
 	write("FuzzSplitRequest", []byte{0, 0, 0, 8, 0, 200, 0, 0, 0, 0, 0, 1})
 	stream = nil
 	for i, m := range sampleResponses() {

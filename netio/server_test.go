@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -595,4 +596,82 @@ func testServerGracefulShutdownAnswersInflight(t *testing.T, driver string) {
 	}
 	c.expectClosed()
 	stop()
+}
+
+func TestServerStalledFrameIsDropped(t *testing.T) { forEachDriver(t, testServerStalledFrameIsDropped) }
+
+// A client that announces a large frame and then sends nothing more holds budget only
+// until FrameReadTimeout; other clients keep being served meanwhile.
+func testServerStalledFrameIsDropped(t *testing.T, driver string) {
+	closed := make(chan netio.ConnInfo, 4)
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	srv, addr := testServer(t, driver, fake, netio.Config{FrameReadTimeout: 200 * time.Millisecond, ConnState: func(info netio.ConnInfo, open bool) {
+		if !open {
+			closed <- info
+		}
+	}})
+	c := dialRaw(t, addr)
+	frame := netio.AppendRequest(nil, 1, &netio.ProduceRequest{Topics: []netio.ProduceTopic{{Topic: "t", Partitions: []netio.ProducePartition{{Records: make([]byte, 1<<20)}}}}})
+	if _, err := c.nc.Write(frame[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	other := dialRaw(t, addr)
+	var ver netio.APIVersionsResponse
+	other.call(1, &netio.APIVersionsRequest{}, &ver)
+	select {
+	case info := <-closed:
+		if info.ID != 1 {
+			t.Fatalf("closed connection %d, want the stalled one", info.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stalled frame was not dropped")
+	}
+	c.expectClosed()
+	other.call(2, &netio.APIVersionsRequest{}, &ver)
+	other.nc.Close()
+	<-closed
+	if got := srv.BufferedBytes(); got != 0 {
+		t.Fatalf("%d bytes still held", got)
+	}
+}
+
+func TestServerLargeFrameArrivesInChunks(t *testing.T) {
+	forEachDriver(t, testServerLargeFrameArrivesInChunks)
+}
+
+// A 5 MiB produce crosses several allocation chunks and arrives intact; while only its
+// header and 64 KiB have arrived the server holds ~1 MiB, not 5.
+func testServerLargeFrameArrivesInChunks(t *testing.T, driver string) {
+	h := &holdHandler{served: make(chan *netio.Request, 1)}
+	srv, addr := testServer(t, driver, h, netio.Config{})
+	c := dialRaw(t, addr)
+	records := bytes.Repeat([]byte("0123456789"), 512<<10) // 5 MiB
+	frame := netio.AppendRequest(nil, 9, &netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "big", Partitions: []netio.ProducePartition{{Records: records}}}}})
+	if _, err := c.nc.Write(frame[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	var held int64
+	for spins := 0; held == 0; spins++ {
+		if spins > 1e7 {
+			t.Fatal("server never charged the frame")
+		}
+		held = srv.BufferedBytes()
+		runtime.Gosched()
+	}
+	if held > 1<<20 {
+		t.Fatalf("server holds %d bytes after 64 KiB of a 5 MiB frame", held)
+	}
+	if _, err := c.nc.Write(frame[64<<10:]); err != nil {
+		t.Fatal(err)
+	}
+	req := <-h.served
+	got := req.Body.(*netio.ProduceRequest).Topics[0].Partitions[0].Records
+	if !bytes.Equal(got, records) {
+		t.Fatalf("records differ after chunked receive (%d bytes)", len(got))
+	}
+	req.ReplyMessage(&netio.ProduceResponse{})
+	if hdr, _ := c.recv(); hdr.CorrelationID != 9 {
+		t.Fatalf("corr %d", hdr.CorrelationID)
+	}
 }

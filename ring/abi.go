@@ -148,6 +148,23 @@ var opInfo = map[Opcode]struct{ name, kernel string }{
 	OpBind: {"BIND", "6.11"}, OpListen: {"LISTEN", "6.11"},
 }
 
+// bufReg is struct io_uring_buf_reg (IORING_REGISTER_PBUF_RING).
+type bufReg struct {
+	RingAddr    uint64
+	RingEntries uint32
+	Bgid        uint16
+	Flags       uint16
+	Resv        [3]uint64
+}
+
+// bufRingEntry is struct io_uring_buf. The ring's tail (u16) overlays entry 0's Resv.
+type bufRingEntry struct {
+	Addr uint64
+	Len  uint32
+	Bid  uint16
+	Resv uint16
+}
+
 // String returns the kernel name of the op, e.g. "WRITEV".
 func (o Opcode) String() string {
 	if info, ok := opInfo[o]; ok {
@@ -185,22 +202,19 @@ const (
 
 // Setup flags (IORING_SETUP_*).
 const (
-	setupIOPoll        uint32 = 1 << 0
-	setupSQPoll        uint32 = 1 << 1
-	setupSQAff         uint32 = 1 << 2
-	setupCQSize        uint32 = 1 << 3
-	setupClamp         uint32 = 1 << 4
-	setupAttachWQ      uint32 = 1 << 5
-	setupRDisabled     uint32 = 1 << 6
-	setupSubmitAll     uint32 = 1 << 7
-	setupCoopTaskrun   uint32 = 1 << 8
-	setupTaskrunFlag   uint32 = 1 << 9
-	setupSingleIssuer  uint32 = 1 << 12
-	setupDeferTaskrun  uint32 = 1 << 13
-	setupNoSQArray     uint32 = 1 << 16
-	setupFlagsAllKnown        = setupIOPoll | setupSQPoll | setupSQAff | setupCQSize | setupClamp |
-		setupAttachWQ | setupRDisabled | setupSubmitAll | setupCoopTaskrun | setupTaskrunFlag |
-		setupSingleIssuer | setupDeferTaskrun | setupNoSQArray
+	setupIOPoll       uint32 = 1 << 0
+	setupSQPoll       uint32 = 1 << 1
+	setupSQAff        uint32 = 1 << 2
+	setupCQSize       uint32 = 1 << 3
+	setupClamp        uint32 = 1 << 4
+	setupAttachWQ     uint32 = 1 << 5
+	setupRDisabled    uint32 = 1 << 6
+	setupSubmitAll    uint32 = 1 << 7
+	setupCoopTaskrun  uint32 = 1 << 8
+	setupTaskrunFlag  uint32 = 1 << 9
+	setupSingleIssuer uint32 = 1 << 12
+	setupDeferTaskrun uint32 = 1 << 13
+	setupNoSQArray    uint32 = 1 << 16
 )
 
 // Feature bits (IORING_FEAT_*) reported by io_uring_setup.
@@ -243,6 +257,7 @@ const (
 	TimeoutETimeSuccess uint32 = 1 << 5 // IORING_TIMEOUT_ETIME_SUCCESS
 
 	AcceptMultishot uint16 = 1 << 0 // IORING_ACCEPT_MULTISHOT, in ioprio
+	RecvMultishot   uint16 = 1 << 1 // IORING_RECV_MULTISHOT, in ioprio
 
 	CancelAll uint32 = 1 << 0 // IORING_ASYNC_CANCEL_ALL
 	CancelFd  uint32 = 1 << 1 // IORING_ASYNC_CANCEL_FD
@@ -265,6 +280,8 @@ const (
 	regUnregEventfd  = 5
 	regFilesUpdate   = 6
 	regProbe         = 8
+	regPbufRing      = 22
+	regUnregPbufRing = 23
 	probeOpsCapacity = 256
 )
 

@@ -37,6 +37,7 @@ func TestOpenChoosesBackend(t *testing.T) {
 
 // withSetup replaces io_uring setup for one test.
 func withSetup(t *testing.T, fn func(cfg Config) (*uringRing, error)) {
+	t.Setenv(EnvBackend, "") // these tests exercise "auto"
 	old := uringSetup
 	uringSetup = fn
 	t.Cleanup(func() { uringSetup = old })

@@ -52,6 +52,7 @@ type Reactor struct {
 	wakePending atomic.Bool
 	stopping    atomic.Bool
 	closed      atomic.Bool
+	posters     atomic.Int32 // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
 }
 
 type opSlot struct {
@@ -234,6 +235,13 @@ func (r *Reactor) SendAsync(fd int, b []byte, done func(res int32, flags uint32)
 	return r.bufOp(OpSend, fd, b, 0, done)
 }
 
+// SendZCAsync sends b with IORING_OP_SEND_ZC; b stays pinned until the notification. done
+// runs twice: with the result (flags has CQEFMore), then with res 0 and CQEFNotif, after
+// which b may be reused. If the result has no CQEFMore, no notification follows.
+func (r *Reactor) SendZCAsync(fd int, b []byte, done func(res int32, flags uint32)) error {
+	return r.bufOp(OpSendZC, fd, b, 0, done)
+}
+
 // RecvAsync receives into b from a socket; b is pinned until done runs.
 func (r *Reactor) RecvAsync(fd int, b []byte, done func(res int32, flags uint32)) error {
 	return r.bufOp(OpRecv, fd, b, 0, done)
@@ -251,6 +259,8 @@ func (r *Reactor) bufOp(code Opcode, fd int, b []byte, off uint64, done func(res
 		op.sqe.PrepWrite(fd, b, off)
 	case OpSend:
 		op.sqe.PrepSend(fd, b, 0)
+	case OpSendZC:
+		op.sqe.PrepSendZC(fd, b, 0)
 	case OpRecv:
 		op.sqe.PrepRecv(fd, b, 0)
 	}
@@ -349,6 +359,8 @@ func (r *Reactor) dispatch(c *CQE) {
 // Post runs fn on the loop. Any goroutine may call it. It never blocks: a full mailbox
 // returns ErrMailboxFull (back-pressure: the caller retries later or sheds load).
 func (r *Reactor) Post(fn func()) error {
+	r.posters.Add(1)
+	defer r.posters.Add(-1)
 	if r.closed.Load() {
 		return ErrClosed
 	}
@@ -364,6 +376,8 @@ func (r *Reactor) Post(fn func()) error {
 // eventfd write system call. It falls back to the eventfd when the backends differ or src
 // lacks MSG_RING (Linux 5.18).
 func (r *Reactor) PostFrom(src *Reactor, fn func()) error {
+	r.posters.Add(1)
+	defer r.posters.Add(-1)
 	if r.closed.Load() {
 		return ErrClosed
 	}
@@ -400,7 +414,12 @@ func (r *Reactor) wake() {
 
 // Stop makes Run return after the current loop turn. Any goroutine may call it.
 func (r *Reactor) Stop() {
+	r.posters.Add(1)
+	defer r.posters.Add(-1)
 	r.stopping.Store(true)
+	if r.closed.Load() {
+		return
+	}
 	r.wakePending.Store(false)
 	r.wake()
 }
@@ -494,6 +513,11 @@ func (r *Reactor) Close() error {
 	}
 	r.cancelInflight()
 	err := r.ring.Close()
+	// A Post that saw closed == false may still write the eventfd: wait for it, so the fd
+	// number is not reused under its feet. Posts are a few instructions; the loop is bounded.
+	for i := 0; r.posters.Load() != 0 && i < 1_000_000; i++ {
+		runtime.Gosched()
+	}
 	unix.Close(r.wakeFd)
 	for i := range r.slots {
 		if r.slots[i].pinned {
@@ -775,6 +799,20 @@ func (t *Timer) Stop() bool {
 	heap.Remove(&t.r.timers, t.index)
 	return true
 }
+
+// Reset reschedules the timer to fire d from now (whether or not it was pending), reusing
+// it without allocating. Loop thread only.
+func (t *Timer) Reset(d time.Duration) {
+	t.when = t.r.now().Add(d)
+	if t.index >= 0 {
+		heap.Fix(&t.r.timers, t.index)
+		return
+	}
+	heap.Push(&t.r.timers, t)
+}
+
+// Now is the reactor's clock (Config.Now, default time.Now).
+func (r *Reactor) Now() time.Time { return r.now() }
 
 func (r *Reactor) runTimers() {
 	if len(r.timers) == 0 {

@@ -133,3 +133,46 @@ func TestReactorSockets(t *testing.T) {
 		}
 	})
 }
+
+func TestSendZC(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{Entries: 8})
+		lfd, addr := listenLoopback(t)
+		sfd, cfd := connectPair(t, r.Ring(), lfd, addr)
+		msg := bytes.Repeat([]byte("zc"), 32<<10) // 64 KiB
+		var events []string
+		notified := false
+		err := r.SendZCAsync(cfd, msg, func(res int32, flags uint32) {
+			switch {
+			case flags&CQEFNotif != 0:
+				events = append(events, "notif")
+				notified = true
+			case res > 0 && flags&CQEFMore != 0:
+				events = append(events, "sent")
+			default:
+				t.Errorf("unexpected CQE res %d flags %#x", res, flags)
+				notified = true
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 0, len(msg))
+		buf := make([]byte, 64<<10)
+		for i := 0; !notified || len(got) < len(msg); i++ {
+			if i > 10000 {
+				t.Fatalf("no progress: events %v, received %d", events, len(got))
+			}
+			r.RunOnce(false)
+			if n, _, _ := unix.Recvfrom(sfd, buf, unix.MSG_DONTWAIT); n > 0 {
+				got = append(got, buf[:n]...)
+			}
+		}
+		if len(events) != 2 || events[0] != "sent" || events[1] != "notif" {
+			t.Fatalf("events %v, want [sent notif]", events)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("received %d bytes, mismatch", len(got))
+		}
+	})
+}

@@ -40,6 +40,21 @@ func TestReactorTimers(t *testing.T) {
 		if len(fired) != 2 || fired[0] != 1 || fired[1] != 3 {
 			t.Fatalf("fired %v, want [1 3]", fired)
 		}
+		// Reset re-arms a fired timer and moves a pending one, without a new Timer.
+		stopped.Reset(time.Second)
+		pending := r.AfterFunc(time.Second, func() { fired = append(fired, 4) })
+		pending.Reset(time.Hour)
+		if !r.Now().Equal(clk.t) {
+			t.Fatal("Now does not use the injected clock")
+		}
+		clk.advance(2 * time.Second)
+		r.RunOnce(false)
+		if len(fired) != 3 || fired[2] != 2 {
+			t.Fatalf("after Reset fired %v, want [1 3 2]", fired)
+		}
+		if allocs := testing.AllocsPerRun(50, func() { stopped.Reset(time.Minute) }); allocs != 0 {
+			t.Fatalf("Reset allocates %.1f", allocs)
+		}
 	})
 }
 
@@ -300,4 +315,40 @@ func TestStartPinnedBadCPU(t *testing.T) {
 	if err == nil {
 		t.Fatal("StartPinned on a nonexistent CPU succeeded")
 	}
+}
+
+// TestPostRacesClose: Post from many goroutines while the owner closes the reactor; every
+// Post either succeeds or returns ErrClosed (run with -race).
+func TestPostRacesClose(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r, err := NewReactor(Config{Backend: backend, MailboxEntries: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for i := 0; i < 2000; i++ {
+					if err := r.Post(func() {}); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMailboxFull) {
+						t.Errorf("Post: %v", err)
+						return
+					}
+					r.Stop()
+				}
+			}()
+		}
+		close(start)
+		r.RunOnce(false)
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if err := r.Post(func() {}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Post after Close: %v", err)
+		}
+	})
 }

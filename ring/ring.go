@@ -58,6 +58,9 @@ type Ring interface {
 	UpdateFiles(offset uint32, fds []int32) error
 	UnregisterFiles() error
 	RegisterEventfd(fd int) error
+	// RegisterBufRing / UnregisterBufRing manage provided-buffer rings (see BufRing).
+	RegisterBufRing(group uint16, ringMem []byte, entries uint16) error
+	UnregisterBufRing(group uint16) error
 	UnregisterEventfd() error
 	// Probe reports which ops and features this backend supports.
 	Probe() *Probe
@@ -102,9 +105,9 @@ type Config struct {
 }
 
 const (
-	entriesDefault   = 256
-	entriesMax       = 32768
-	sqPollIdleDefaut = time.Second
+	entriesDefault    = 256
+	entriesMax        = 32768
+	sqPollIdleDefault = time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -123,7 +126,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.CQEntries = roundPow2(c.CQEntries)
 	if c.SQPollIdle == 0 {
-		c.SQPollIdle = sqPollIdleDefaut
+		c.SQPollIdle = sqPollIdleDefault
 	}
 	if c.Backend == "" {
 		c.Backend = "auto"

@@ -96,11 +96,33 @@ func (s *SQE) PrepSend(fd int, b []byte, flags int) {
 	s.OpFlags = uint32(flags)
 }
 
+// PrepSendZC prepares a zero-copy send (6.0). It posts two CQEs: the result, with
+// CQEFMore set when a notification follows, then a CQEFNotif one once the kernel no longer
+// references b. b must stay untouched until the notification.
+func (s *SQE) PrepSendZC(fd int, b []byte, flags int) {
+	s.prepRW(OpSendZC, int32(fd), bufAddr(b), uint32(len(b)), 0)
+	s.OpFlags = uint32(flags)
+}
+
 // PrepRecv prepares recv(fd, b, flags).
 func (s *SQE) PrepRecv(fd int, b []byte, flags int) {
 	s.prepRW(OpRecv, int32(fd), bufAddr(b), uint32(len(b)), 0)
 	s.OpFlags = uint32(flags)
 }
+
+// PrepRecvMultishot receives into buffers picked by the kernel from provided-buffer group
+// (a BufRing) and stays armed (6.0): one CQE per message with CQEFBuffer and the buffer id
+// (BufferID(flags)), CQEFMore while armed. An empty buffer ring ends it with -ENOBUFS.
+func (s *SQE) PrepRecvMultishot(fd int, group uint16, flags int) {
+	s.prepRW(OpRecv, int32(fd), 0, 0, 0)
+	s.OpFlags = uint32(flags)
+	s.Flags |= SQEBufferSelect
+	s.BufIndex = group
+	s.IoPrio |= RecvMultishot
+}
+
+// BufferID returns the provided-buffer id carried in a CQE's flags (valid with CQEFBuffer).
+func BufferID(cqeFlags uint32) uint16 { return uint16(cqeFlags >> 16) }
 
 // PrepSendmsg prepares sendmsg(fd, msg, flags).
 func (s *SQE) PrepSendmsg(fd int, msg *Msghdr, flags int) {

@@ -45,10 +45,12 @@ type sysRing struct {
 	evfd      int // wake-up fd; also this ring's Fd() for MSG_RING
 	events    []unix.EpollEvent
 	pollFds   [2]unix.PollFd
+	ctlEvent  unix.EpollEvent // epoll_ctl argument, kept here so it does not escape per call
 	wakeBuf   [8]byte
 	notifyFd  int // registered eventfd, -1 if none
 	files     []int32
 	bufs      [][]byte
+	bufRings  map[uint16]*sysBufRing
 	probe     Probe
 	closed    bool
 	skipSeen  bool // a CQE_SKIP_SUCCESS SQE was submitted: DRAIN is refused from then on
@@ -73,6 +75,16 @@ type sysOp struct {
 	offIn       int64
 	offOut      int64
 	connecting  bool
+	initErr     int32 // submit-time error (negative errno), 0 if none
+}
+
+// sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
+// consumes entries from head up to the tail the owner publishes, like the kernel does.
+type sysBufRing struct {
+	ents     []bufRingEntry
+	tailWord *uint32 // entry 0's bid (low 16 bits) and the ring tail (high 16 bits)
+	mask     uint16
+	head     uint16
 }
 
 type fdWait struct {
@@ -83,7 +95,7 @@ type fdWait struct {
 // syscallOps lists the ops the syscall backend interprets.
 var syscallOps = []Opcode{OpNop, OpRead, OpWrite, OpReadv, OpWritev, OpReadFixed, OpWriteFixed, OpFsync,
 	OpFallocate, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
-	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd}
+	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd, OpSendZC}
 
 var (
 	sysRingsMu sync.Mutex
@@ -102,7 +114,7 @@ func newSysRing(cfg Config) (*sysRing, error) {
 		waiters:  map[int32]*fdWait{},
 		events:   make([]unix.EpollEvent, sysEventsBatch),
 		notifyFd: -1,
-		probe:    Probe{Backend: BackendSyscall, LastOp: OpPollAdd},
+		probe:    Probe{Backend: BackendSyscall, LastOp: OpSendZC},
 	}
 	for _, op := range syscallOps {
 		r.probe.ops[op] = true
@@ -149,18 +161,28 @@ func (r *sysRing) Submit() (int, error) {
 	}
 	n := 0
 	var head, last *sysOp
+	chainFailed := false
 	for r.sqHead != r.sqTail {
 		sqe := &r.sq[r.sqHead&r.sqMask]
 		r.sqHead++
 		n++
 		op := r.newOp(sqe)
-		if sqe.Flags&SQECQESkipSuccess != 0 {
-			r.skipSeen = true
+		linked := sqe.Flags&(SQEIOLink|SQEIOHardlink) != 0
+		if errno := r.initCheck(op, head, last); errno != 0 {
+			// As io_submit_fail_init: a lone request fails alone; in a chain, the whole
+			// chain fails without running (even hardlinks).
+			op.initErr = errRes(errno)
+			if head == nil && !linked {
+				r.post(op.sqe.UserData, op.initErr, 0)
+				r.freeOp(op)
+				continue
+			}
+			chainFailed = true
 		}
 		switch {
 		case head == nil:
 			head, last = op, op
-		case op.sqe.Opcode == OpLinkTimeout && last.linkTimeout == nil && last.sqe.Opcode != OpLinkTimeout:
+		case op.initErr == 0 && op.sqe.Opcode == OpLinkTimeout:
 			// A link timeout guards the request before it; the chain goes on from that one.
 			last.linkTimeout = op
 			op.target = last
@@ -168,18 +190,67 @@ func (r *sysRing) Submit() (int, error) {
 			last.next = op
 			last = op
 		}
-		if op.sqe.Flags&(SQEIOLink|SQEIOHardlink) == 0 {
-			r.dispatch(head)
-			head, last = nil, nil
+		if !linked {
+			r.endChain(head, chainFailed)
+			head, last, chainFailed = nil, nil, false
 		}
 	}
 	if head != nil {
-		r.dispatch(head) // a chain cut by the end of the submission ends here, as in the kernel
+		r.endChain(head, chainFailed) // a chain cut by the end of the submission ends here, as in the kernel
 	}
 	if r.inflight > 0 {
 		r.progress(0)
 	}
 	return n, nil
+}
+
+// initCheck applies the kernel's submit-time checks (io_init_req, io_link_timeout_prep).
+func (r *sysRing) initCheck(op *sysOp, head, last *sysOp) unix.Errno {
+	if op.sqe.Flags&SQECQESkipSuccess != 0 {
+		r.skipSeen = true
+	}
+	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
+		return unix.EOPNOTSUPP // draining is disabled once CQE_SKIP_SUCCESS was used
+	}
+	if op.sqe.Opcode == OpLinkTimeout && (head == nil || last.sqe.Opcode == OpLinkTimeout || last.linkTimeout != nil) {
+		return unix.EINVAL // a link timeout must follow a linked, unguarded request
+	}
+	return 0
+}
+
+func (r *sysRing) endChain(head *sysOp, failed bool) {
+	if failed {
+		r.failChain(head)
+		return
+	}
+	r.dispatch(head)
+}
+
+// failChain completes a chain that failed at submit time: the head posts -ECANCELED (or its
+// own submit error), every other member its submit error or -ECANCELED, silently when the
+// head had CQE_SKIP_SUCCESS (the kernel's REQ_F_SKIP_LINK_CQES).
+func (r *sysRing) failChain(head *sysOp) {
+	quiet := head.sqe.Flags&SQECQESkipSuccess != 0
+	for op := head; op != nil; {
+		next := op.next
+		for _, m := range [2]*sysOp{op, op.linkTimeout} {
+			if m == nil {
+				continue
+			}
+			res := errRes(unix.ECANCELED)
+			if m.initErr != 0 {
+				res = m.initErr
+			}
+			if m == head || !quiet {
+				r.post(m.sqe.UserData, res, 0)
+			}
+			if m != op {
+				r.freeOp(m)
+			}
+		}
+		r.freeOp(op)
+		op = next
+	}
 }
 
 func (r *sysRing) newOp(sqe *SQE) *sysOp {
@@ -229,11 +300,6 @@ func (r *sysRing) pumpDrain() {
 
 // run starts op: it completes now, parks on its fd, or (timeouts) enters the timer heap.
 func (r *sysRing) run(op *sysOp) {
-	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
-		// The kernel disables draining once CQE_SKIP_SUCCESS was used on the ring.
-		r.complete(op, errRes(unix.EOPNOTSUPP), 0)
-		return
-	}
 	if op.sqe.Flags&SQEFixedFile != 0 && op.sqe.Opcode != OpMsgRing {
 		if int(op.sqe.Fd) < 0 || int(op.sqe.Fd) >= len(r.files) || r.files[op.sqe.Fd] < 0 {
 			r.complete(op, -int32(unix.EBADF), 0)
@@ -332,10 +398,13 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 	case OpStatx:
 		_, _, e := unix.Syscall6(unix.SYS_STATX, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), uintptr(addrPtr(&s.Off)), 0)
 		return sysRes(0, e), 0, -1, 0
-	case OpSend:
+	case OpSend, OpSendZC:
 		n, _, e := unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL), 0, 0)
 		return r.sockResult(op, sysRes(n, e), unix.EPOLLOUT)
 	case OpRecv:
+		if s.Flags&SQEBufferSelect != 0 {
+			return r.recvSelect(op)
+		}
 		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT), 0, 0)
 		return r.sockResult(op, sysRes(n, e), unix.EPOLLIN)
 	case OpSendmsg:
@@ -367,6 +436,66 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 	default:
 		return errRes(unix.EINVAL), 0, -1, 0
 	}
+}
+
+// recvSelect receives into the next provided buffer of the SQE's group; the buffer is
+// consumed only when data arrived (EAGAIN and EOF leave it in the ring).
+func (r *sysRing) recvSelect(op *sysOp) (int32, uint32, int32, uint32) {
+	s := &op.sqe
+	br := r.bufRings[s.BufIndex]
+	if br == nil {
+		return errRes(unix.ENOBUFS), 0, -1, 0
+	}
+	tail := uint16(atomic.LoadUint32(br.tailWord) >> 16)
+	if br.head == tail {
+		// Like the kernel, run out of buffers only when there is data to put in one.
+		r.pollFds[0] = unix.PollFd{Fd: op.fd, Events: unix.POLLIN}
+		if n, _, _ := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0); n == 0 {
+			return errRes(unix.EAGAIN), 0, op.fd, unix.EPOLLIN
+		}
+		return errRes(unix.ENOBUFS), 0, -1, 0
+	}
+	e := &br.ents[br.head&br.mask]
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(int(op.fd)), uintptr(addrPtr(&e.Addr)), uintptr(e.Len), uintptr(s.OpFlags|unix.MSG_DONTWAIT), 0, 0)
+	res := sysRes(n, errno)
+	switch {
+	case isAgain(res):
+		return res, 0, op.fd, unix.EPOLLIN
+	case res <= 0:
+		return res, 0, -1, 0
+	}
+	br.head++
+	flags := CQEFBuffer | uint32(e.Bid)<<16
+	if s.IoPrio&RecvMultishot != 0 {
+		flags |= CQEFMore
+	}
+	return res, flags, -1, 0
+}
+
+func (r *sysRing) RegisterBufRing(group uint16, ringMem []byte, entries uint16) error {
+	if entries == 0 || entries&(entries-1) != 0 || len(ringMem) < int(entries)*int(unsafe.Sizeof(bufRingEntry{})) {
+		return fmt.Errorf("ring: register buffer ring %d: %d entries in %d bytes: %w", group, entries, len(ringMem), unix.EINVAL)
+	}
+	if r.bufRings == nil {
+		r.bufRings = map[uint16]*sysBufRing{}
+	}
+	if r.bufRings[group] != nil {
+		return fmt.Errorf("ring: register buffer ring %d: %w", group, unix.EEXIST)
+	}
+	r.bufRings[group] = &sysBufRing{
+		ents:     unsafe.Slice((*bufRingEntry)(unsafe.Pointer(&ringMem[0])), entries),
+		tailWord: (*uint32)(unsafe.Pointer(&ringMem[12])),
+		mask:     entries - 1,
+	}
+	return nil
+}
+
+func (r *sysRing) UnregisterBufRing(group uint16) error {
+	if r.bufRings[group] == nil {
+		return fmt.Errorf("ring: unregister buffer ring %d: %w", group, unix.ENOENT)
+	}
+	delete(r.bufRings, group)
+	return nil
 }
 
 func (r *sysRing) sockResult(op *sysOp, res int32, events uint32) (int32, uint32, int32, uint32) {
@@ -460,7 +589,7 @@ func setNonblock(fd int) int32 {
 	return 0
 }
 
-const acceptBurstMax = 64 // multishot accepts per readiness event before yielding
+const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness event before yielding
 
 func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe
@@ -606,19 +735,21 @@ func (r *sysRing) updateInterest(fd int32, w *fdWait) {
 	if mask == w.mask {
 		return
 	}
-	ev := unix.EpollEvent{Events: mask, Fd: fd}
+	// The fdWait entry stays in the map when empty (fd numbers are reused; the map is bounded
+	// by the highest fd), so parking allocates nothing in steady state.
+	r.ctlEvent = unix.EpollEvent{Events: mask, Fd: fd}
+	ev := &r.ctlEvent
 	var err error
 	switch {
 	case mask == 0:
 		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
-		delete(r.waiters, fd)
 	case w.mask == 0:
-		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_ADD, int(fd), ev)
 		if err == unix.EEXIST {
-			err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+			err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), ev)
 		}
 	default:
-		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+		err = unix.EpollCtl(r.epfd, unix.EPOLL_CTL_MOD, int(fd), ev)
 	}
 	w.mask = mask
 	if err != nil && mask != 0 {
@@ -630,7 +761,7 @@ func (r *sysRing) updateInterest(fd int32, w *fdWait) {
 func (r *sysRing) failWaiters(fd int32, w *fdWait, errno unix.Errno) {
 	list := w.head
 	w.head, w.tail, w.mask = nil, nil, 0
-	delete(r.waiters, fd)
+	unix.EpollCtl(r.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	for op := list; op != nil; {
 		next := op.waitNext
 		r.inflight--
@@ -683,9 +814,7 @@ func (r *sysRing) ready(fd int32, revents uint32) {
 		}
 		op = next
 	}
-	if cur := r.waiters[fd]; cur == w {
-		r.updateInterest(fd, w)
-	}
+	r.updateInterest(fd, w)
 	r.pumpDrain()
 }
 
@@ -726,6 +855,14 @@ func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
 }
 
 func (r *sysRing) postOp(op *sysOp, res int32, flags uint32, failed bool) {
+	if op.sqe.Opcode == OpSendZC && res >= 0 {
+		// A copying send: the buffer is free at once, so the notification follows directly.
+		if op.sqe.Flags&SQECQESkipSuccess == 0 || failed {
+			r.post(op.sqe.UserData, res, CQEFMore)
+		}
+		r.post(op.sqe.UserData, 0, CQEFNotif)
+		return
+	}
 	if op.sqe.Flags&SQECQESkipSuccess != 0 && !failed {
 		return
 	}
@@ -741,7 +878,7 @@ func (r *sysRing) failsLink(op *sysOp, res int32) bool {
 	switch op.sqe.Opcode {
 	case OpRead, OpWrite, OpReadFixed, OpWriteFixed, OpSplice:
 		return uint32(res) < op.sqe.Len
-	case OpSend, OpRecv:
+	case OpSend, OpRecv, OpSendZC:
 		return op.sqe.OpFlags&unix.MSG_WAITALL != 0 && uint32(res) < op.sqe.Len
 	}
 	return false
@@ -754,13 +891,11 @@ func (r *sysRing) cancelChain(op *sysOp, quiet bool) {
 		next := op.next
 		op.next = nil
 		if quiet {
-			op.sqe.Flags |= SQECQESkipSuccess
-			op.sqe.Opcode = OpNop // so the cancellation counts as "success" and stays silent
-			if lt := op.linkTimeout; lt != nil {
-				lt.sqe.Flags |= SQECQESkipSuccess
-				lt.sqe.Opcode = OpNop
+			if lt := op.linkTimeout; lt != nil { // never armed: op never started
+				op.linkTimeout = nil
+				r.freeOp(lt)
 			}
-			r.complete(op, 0, 0)
+			r.freeOp(op)
 		} else {
 			r.complete(op, errRes(unix.ECANCELED), 0)
 		}

@@ -15,28 +15,26 @@ import (
 // CQ tail is loaded before CQEs are read, and the CQ head is stored after they are copied.
 // Owned by one thread.
 type uringRing struct {
-	fd       int
-	params   uringParams
-	flags    uint32 // setup flags actually in effect
-	ringMem  []byte // SQ ring (and CQ ring with FEAT_SINGLE_MMAP)
-	cqMem    []byte // CQ ring when mapped separately
-	sqeMem   []byte
-	sqHead   *uint32 // kernel-owned
-	sqTail   *uint32 // ours, published with atomic store
-	sqFlags  *uint32
-	sqMask   uint32
-	sqeTail  uint32 // next SQE GetSQE hands out (local)
-	sqes     []SQE
-	cqHead   *uint32 // ours
-	cqTail   *uint32 // kernel-owned
-	cqMask   uint32
-	cqes     []CQE
-	probe    Probe
-	closed   bool
-	waitArg  getEventsArg // kept in the struct (heap) so the kernel never reads a stack slot
-	waitTs   Timespec
-	fileRegd bool
-	bufRegd  bool
+	fd      int
+	params  uringParams
+	flags   uint32 // setup flags actually in effect
+	ringMem []byte // SQ ring (and CQ ring with FEAT_SINGLE_MMAP)
+	cqMem   []byte // CQ ring when mapped separately
+	sqeMem  []byte
+	sqHead  *uint32 // kernel-owned
+	sqTail  *uint32 // ours, published with atomic store
+	sqFlags *uint32
+	sqMask  uint32
+	sqeTail uint32 // next SQE GetSQE hands out (local)
+	sqes    []SQE
+	cqHead  *uint32 // ours
+	cqTail  *uint32 // kernel-owned
+	cqMask  uint32
+	cqes    []CQE
+	probe   Probe
+	closed  bool
+	waitArg getEventsArg // kept in the struct (heap) so the kernel never reads a stack slot
+	waitTs  Timespec
 }
 
 func ptrAt(mem []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
@@ -206,6 +204,9 @@ func (r *uringRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, er
 		}
 		pending = 0 // the SQ thread submits
 	}
+	if waitNr > 0 && pending == 0 && flags == 0 && atomic.LoadUint32(r.cqTail)-*r.cqHead >= waitNr {
+		return 0, nil // enough completions are already posted: no system call
+	}
 	if waitNr > 0 || r.cqNeedsFlush() {
 		flags |= enterGetEvents
 	}
@@ -290,7 +291,6 @@ func (r *uringRing) RegisterBuffers(bufs [][]byte) error {
 	if err := r.register(regBuffers, unsafe.Pointer(&iov[0]), uint32(len(iov))); err != nil {
 		return fmt.Errorf("ring: register %d buffers: %w", len(bufs), err)
 	}
-	r.bufRegd = true
 	return nil
 }
 
@@ -298,7 +298,6 @@ func (r *uringRing) UnregisterBuffers() error {
 	if err := r.register(regUnregBuffers, nil, 0); err != nil {
 		return fmt.Errorf("ring: unregister buffers: %w", err)
 	}
-	r.bufRegd = false
 	return nil
 }
 
@@ -309,7 +308,6 @@ func (r *uringRing) RegisterFiles(fds []int32) error {
 	if err := r.register(regFiles, unsafe.Pointer(&fds[0]), uint32(len(fds))); err != nil {
 		return fmt.Errorf("ring: register %d files: %w", len(fds), err)
 	}
-	r.fileRegd = true
 	return nil
 }
 
@@ -335,7 +333,6 @@ func (r *uringRing) UnregisterFiles() error {
 	if err := r.register(regUnregFiles, nil, 0); err != nil {
 		return fmt.Errorf("ring: unregister files: %w", err)
 	}
-	r.fileRegd = false
 	return nil
 }
 
@@ -354,10 +351,28 @@ func (r *uringRing) UnregisterEventfd() error {
 	return nil
 }
 
-func (r *uringRing) Probe() *Probe    { return &r.probe }
-func (r *uringRing) Fd() int          { return r.fd }
-func (r *uringRing) Backend() string  { return BackendUring }
-func (r *uringRing) Features() uint32 { return r.params.Features }
+func (r *uringRing) RegisterBufRing(group uint16, ringMem []byte, entries uint16) error {
+	reg := &bufReg{RingAddr: uint64(uintptr(unsafe.Pointer(&ringMem[0]))), RingEntries: uint32(entries), Bgid: group}
+	if err := r.register(regPbufRing, unsafe.Pointer(reg), 1); err != nil {
+		if errors.Is(err, unix.EINVAL) && r.probe.LastOp < OpSocket {
+			return fmt.Errorf("%w: provided-buffer rings (needs Linux 5.19): %v", ErrUnsupported, err)
+		}
+		return err
+	}
+	return nil
+}
+
+func (r *uringRing) UnregisterBufRing(group uint16) error {
+	reg := &bufReg{Bgid: group}
+	if err := r.register(regUnregPbufRing, unsafe.Pointer(reg), 1); err != nil {
+		return fmt.Errorf("ring: unregister buffer ring %d: %w", group, err)
+	}
+	return nil
+}
+
+func (r *uringRing) Probe() *Probe   { return &r.probe }
+func (r *uringRing) Fd() int         { return r.fd }
+func (r *uringRing) Backend() string { return BackendUring }
 
 func (r *uringRing) Close() error {
 	if r.closed {

@@ -3,7 +3,7 @@
 // it only over the wire, like any application would.
 //
 // Mapping: a workload topic is a ringlog topic; durability "fsync" sets the topic config
-// flush.always=true (fdatasync before the acknowledgement). Producers use the client's
+// flush.always=true (fdatasync before the acknowledgement); retentionBytes sets retention.bytes. Producers use the client's
 // batching producer with the workload's acks and compression; a producer that may have only
 // one record in flight (sync produce) sends without linger. Consumers assign their
 // partitions from the earliest offset and long-poll.
@@ -40,11 +40,11 @@ func init() {
 
 // Driver is a connection to one ringlog broker.
 type Driver struct {
-	client     *client.Client
-	address    string
-	durability string            // the workload's, applied to every topic created
-	mu         sync.Mutex        // guards configs
-	configs    map[string]string // storage-related configs of the last topic created, for Info
+	client  *client.Client
+	address string
+	topic   map[string]string // configs every topic is created with (from the workload)
+	mu      sync.Mutex        // guards configs
+	configs map[string]string // storage-related configs of the last topic created, for Info
 }
 
 // Open connects to a ringlog broker.
@@ -58,7 +58,7 @@ func Open(address string, w bench.Workload) (bench.Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ringlog driver: connect %s: %w", address, err)
 	}
-	return &Driver{client: c, address: address, durability: w.Durability}, nil
+	return &Driver{client: c, address: address, topic: TopicConfigs(w)}, nil
 }
 
 // Info describes the broker as far as the wire tells: storage settings come from the
@@ -76,6 +76,9 @@ func (d *Driver) Info() bench.DriverInfo {
 		if d.configs[engine.ConfigFlushAlways] == "true" {
 			storage += ", flush.always (fdatasync before ack)"
 		}
+		if retention := d.configs[engine.ConfigRetentionBytes]; retention != "" && retention != "0" && retention != "-1" {
+			storage += ", retention.bytes " + retention
+		}
 	}
 	return bench.DriverInfo{
 		Name: "ringlog", Version: "bundled client", StorageMode: storage,
@@ -85,12 +88,12 @@ func (d *Driver) Info() bench.DriverInfo {
 
 // CreateTopic creates the topic with the workload's durability.
 func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) error {
-	configs := DurabilityConfigs(d.durability)
+	configs := d.topic
 	if err := d.client.CreateTopic(ctx, name, int32(partitions), configs); err != nil {
 		return fmt.Errorf("ringlog driver: create topic %s: %w", name, err)
 	}
 	described := map[string]string{}
-	if descriptions, err := d.client.DescribeConfigs(ctx, name, engine.ConfigStorageMode, engine.ConfigFlushAlways); err == nil {
+	if descriptions, err := d.client.DescribeConfigs(ctx, name, engine.ConfigStorageMode, engine.ConfigFlushAlways, engine.ConfigRetentionBytes); err == nil {
 		for _, description := range descriptions {
 			described[description.Key] = description.Value
 		}
@@ -183,10 +186,17 @@ func (c *consumer) Close() error { return nil }
 // Close disconnects.
 func (d *Driver) Close() error { return d.client.Close() }
 
-// DurabilityConfigs maps a workload's durability to topic configs.
-func DurabilityConfigs(durability string) map[string]string {
-	if durability == "fsync" {
-		return map[string]string{engine.ConfigFlushAlways: strconv.FormatBool(true)}
+// TopicConfigs maps a workload's durability and retention to topic configs.
+func TopicConfigs(w bench.Workload) map[string]string {
+	configs := map[string]string{}
+	if w.Durability == "fsync" {
+		configs[engine.ConfigFlushAlways] = strconv.FormatBool(true)
 	}
-	return nil
+	if w.RetentionBytes > 0 {
+		configs[engine.ConfigRetentionBytes] = strconv.FormatInt(int64(w.RetentionBytes), 10)
+	}
+	if len(configs) == 0 {
+		return nil
+	}
+	return configs
 }

@@ -113,10 +113,10 @@ func TestOpenRefusesBadSettings(t *testing.T) {
 	if _, err := driver.NewProducer(context.Background(), "t", bench.ProducerOptions{Acks: "1", Compression: "lz4"}); err == nil {
 		t.Fatal("accepted lz4")
 	}
-	if got := DurabilityConfigs("fsync"); got["flush.always"] != "true" {
+	if got := TopicConfigs(bench.Workload{Durability: "fsync", RetentionBytes: 1 << 30}); got["flush.always"] != "true" || got["retention.bytes"] != "1073741824" {
 		t.Fatalf("fsync configs %v", got)
 	}
-	if DurabilityConfigs("none") != nil {
+	if TopicConfigs(bench.Workload{Durability: "none"}) != nil {
 		t.Fatal("configs for durability none")
 	}
 }

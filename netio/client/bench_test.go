@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/fakebroker"
+	"github.com/ringlog/ringlog/ring"
 )
 
 func benchEnv(b *testing.B) (*client.Client, func()) {
@@ -127,8 +129,8 @@ func BenchmarkConsume1KiB(b *testing.B) {
 }
 
 // realBrokerBench starts the real broker core (engine/shard behind BrokerHandler, page-cache
-// storage, 2 shards) in-process on a temp dir, served by the net driver.
-func realBrokerBench(b *testing.B, shards int) (*client.Client, func()) {
+// storage) in-process on a temp dir, served by the net driver or ("ring") on a reactor.
+func realBrokerBench(b *testing.B, shards int, driver string) (*client.Client, func()) {
 	b.Helper()
 	dir := b.TempDir()
 	br, err := shardOpen(dir, shards)
@@ -141,7 +143,24 @@ func realBrokerBench(b *testing.B, shards int) (*client.Client, func()) {
 	}
 	srv := netio.NewServer(netio.NewBrokerHandler(br, ln.Addr().String()), netio.Config{})
 	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(ln, 0) }()
+	var reactor *ring.Reactor
+	if driver == "ring" {
+		ready := make(chan error, 1)
+		err := ring.StartPinned(-1, ring.Config{SingleIssuer: true, DeferTaskrun: true, Backend: "uring"}, func(r *ring.Reactor) {
+			defer close(done)
+			reactor = r
+			ready <- srv.ServeRing(r, ln.(*net.TCPListener), 0)
+			r.Run()
+		})
+		if err == nil {
+			err = <-ready
+		}
+		if err != nil {
+			b.Skipf("ring driver unavailable: %v", err)
+		}
+	} else {
+		go func() { defer close(done); srv.Serve(ln, 0) }()
+	}
 	c, err := client.New(context.Background(), client.Config{Broker: ln.Addr().String()})
 	if err != nil {
 		b.Fatal(err)
@@ -149,7 +168,11 @@ func realBrokerBench(b *testing.B, shards int) (*client.Client, func()) {
 	return c, func() {
 		c.Close()
 		srv.Close()
+		if reactor != nil {
+			reactor.Stop()
+		}
 		<-done
+		ln.Close()
 		br.Close()
 	}
 }
@@ -157,7 +180,13 @@ func realBrokerBench(b *testing.B, shards int) (*client.Client, func()) {
 // BenchmarkRealBrokerProduce1KiB: 1 KiB records with keys over 8 partitions, batched
 // (256 KiB, 5 ms linger), acks=1, into the real broker (page-cache mode) over loopback.
 func BenchmarkRealBrokerProduce1KiB(b *testing.B) {
-	c, stop := realBrokerBench(b, 2)
+	for _, driver := range []string{"net", "ring"} {
+		b.Run(driver, func(b *testing.B) { benchRealBrokerProduce(b, driver) })
+	}
+}
+
+func benchRealBrokerProduce(b *testing.B, driver string) {
+	c, stop := realBrokerBench(b, 2, driver)
 	defer stop()
 	ctx := context.Background()
 	if err := c.CreateTopic(ctx, "bench", 8, nil); err != nil {
@@ -197,7 +226,13 @@ func BenchmarkRealBrokerProduce1KiB(b *testing.B) {
 // BenchmarkRealBrokerConsume1KiB: a consumer reading 1 KiB records back from the real
 // broker (fetch egress by sendfile from the page cache) over loopback.
 func BenchmarkRealBrokerConsume1KiB(b *testing.B) {
-	c, stop := realBrokerBench(b, 1)
+	for _, driver := range []string{"net", "ring"} {
+		b.Run(driver, func(b *testing.B) { benchRealBrokerConsume(b, driver) })
+	}
+}
+
+func benchRealBrokerConsume(b *testing.B, driver string) {
+	c, stop := realBrokerBench(b, 1, driver)
 	defer stop()
 	ctx := context.Background()
 	if err := c.CreateTopic(ctx, "bench", 1, nil); err != nil {

@@ -30,9 +30,8 @@ type Config struct {
 	RequestTimeout     time.Duration // default for calls without a deadline; default 30s
 	InflightPerConnMax int           // outstanding requests per connection; default 32
 	FrameBytesMax      uint32        // largest response frame accepted; default 256 MiB
-	ShardAware         bool          // route partition requests to the owning shard's address (NewClient sets it true unless DisableShardRouting)
 	// DisableShardRouting sends every request to Broker even when metadata names shard
-	// addresses.
+	// addresses (by default a partition's requests go to its shard's address).
 	DisableShardRouting bool
 }
 
@@ -54,6 +53,8 @@ type Client struct {
 	topics map[string]*topicMeta // guarded by mu: metadata cache
 	shards map[int32]string      // guarded by mu: shard -> address
 	closed bool                  // guarded by mu
+
+	serverFrameBytesMax int32 // from the ApiVersions handshake
 }
 
 type topicMeta struct {
@@ -89,12 +90,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.FrameBytesMax == 0 {
 		cfg.FrameBytesMax = defaultFrameBytesMax
 	}
-	cfg.ShardAware = !cfg.DisableShardRouting
 	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}}
 	var ver netio.APIVersionsResponse
 	if err := c.Call(ctx, cfg.Broker, &netio.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
 		return nil, fmt.Errorf("handshake with %s: %w", cfg.Broker, err)
 	}
+	c.serverFrameBytesMax = ver.FrameBytesMax
 	return c, nil
 }
 
@@ -151,6 +152,17 @@ func (c *Client) CallAsync(addr string, req, resp netio.Message, done func(netio
 		return
 	}
 	cn.send(req, resp, done)
+}
+
+// callAsyncOwned is CallAsync for a response whose frame buffer the callee takes over and
+// hands back with release.
+func (c *Client) callAsyncOwned(addr string, req, resp netio.Message, done func(netio.Message, error, func())) {
+	cn, err := c.connFor(addr)
+	if err != nil {
+		done(nil, err, func() {})
+		return
+	}
+	cn.sendOwned(req, resp, done)
 }
 
 // Call sends req to addr and waits for the response, decoded into resp. Frame-level
@@ -241,7 +253,7 @@ func (c *Client) invalidate(topic string) {
 // leaderAddr returns the address to send topic/partition requests to: the owning shard's
 // address when metadata names one and routing is on, else the seed address.
 func (c *Client) leaderAddr(topic string, partition int32) string {
-	if !c.cfg.ShardAware {
+	if c.cfg.DisableShardRouting {
 		return c.cfg.Broker
 	}
 	c.mu.Lock()

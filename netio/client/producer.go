@@ -144,6 +144,11 @@ type sealedBatch struct {
 // NewProducer returns a producer sending through c.
 func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 	cfg.setDefaults()
+	// A request must fit the broker's frame limit (the broker closes the connection
+	// otherwise); keep room for the request's own fields.
+	if limit := int(c.serverFrameBytesMax) - requestOverheadBytes; c.serverFrameBytesMax > 0 && cfg.RequestBytesMax > limit {
+		cfg.RequestBytesMax = max(limit, 1)
+	}
 	p := &Producer{
 		c:          c,
 		cfg:        cfg,
@@ -310,6 +315,12 @@ func (p *Producer) sealLocked(ps *partState) {
 		p.finishLocked(records, fmt.Errorf("build batch for %s/%d: %w", ps.topic, ps.partition, err))
 		return
 	}
+	if len(data) > p.cfg.RequestBytesMax {
+		putBatchBuffer(data)
+		p.finishLocked(records, fmt.Errorf("batch of %d bytes for %s/%d exceeds the %d-byte request limit (broker frame limit): %w",
+			len(data), ps.topic, ps.partition, p.cfg.RequestBytesMax, netio.ErrMessageTooLarge))
+		return
+	}
 	ps.sealed = append(ps.sealed, &sealedBatch{data: data, records: records})
 }
 
@@ -372,6 +383,10 @@ func (p *Producer) run() {
 		}
 	}
 }
+
+// requestOverheadBytes bounds a produce request's bytes besides its batches: frame header,
+// acks, timeout, topic names and partition entries for a request to one address.
+const requestOverheadBytes = 64 << 10
 
 type produceRequest struct {
 	addr    string

@@ -104,6 +104,13 @@ func (b *Broker) InjectedLeft() int {
 	return n
 }
 
+// ParkedFetches returns how many long-poll fetches are waiting for data.
+func (b *Broker) ParkedFetches() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiters)
+}
+
 // ProduceRequests returns how many produce requests the fake has seen.
 func (b *Broker) ProduceRequests() int {
 	b.mu.Lock()

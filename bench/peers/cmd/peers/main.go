@@ -94,6 +94,10 @@ func run(args []string) error {
 		return fmt.Errorf("unknown peer %q (have: nats)", *driverName)
 	}
 	cfg := natsdriver.Config{DataDir: *dataDir, SyncAlways: w.Durability == "fsync"}
+	if w.RetentionBytes > 0 {
+		// retentionBytes is per partition; a NATS stream holds all of a topic's partitions.
+		cfg.StreamMaxBytes = int64(w.RetentionBytes) * int64(w.PartitionsPerTopic)
+	}
 	if cfg.DataDir == "" {
 		dir, err := os.MkdirTemp("", "ringlog-peers-nats-")
 		if err != nil {

@@ -1,0 +1,72 @@
+package engine
+
+import "fmt"
+
+// checkInvariants verifies the log's in-memory state: contiguous segments, consistent sizes
+// and offsets, sorted indexes, sync bookkeeping. It costs O(segments + index entries) and runs
+// after every mutation when built with -tags invariants (tests call it directly too).
+func (l *Log) checkInvariants() error {
+	if len(l.segments) == 0 {
+		return fmt.Errorf("invariant: no segments")
+	}
+	first := l.segments[0]
+	if l.startOffset < first.baseOffset || l.startOffset > l.EndOffset() {
+		return fmt.Errorf("invariant: start offset %d outside [%d, %d]", l.startOffset, first.baseOffset, l.EndOffset())
+	}
+	for i, s := range l.segments {
+		if err := s.checkInvariants(); err != nil {
+			return err
+		}
+		if i > 0 && l.segments[i-1].nextOffset != s.baseOffset {
+			return fmt.Errorf("invariant: segment %d ends at %d, next starts at %d", l.segments[i-1].baseOffset, l.segments[i-1].nextOffset, s.baseOffset)
+		}
+		if s.direct != nil && i != len(l.segments)-1 {
+			return fmt.Errorf("invariant: sealed segment %d still has a direct writer", s.baseOffset)
+		}
+	}
+	for i, u := range l.unsyncedSegments {
+		if u == l.active() || (i > 0 && l.unsyncedSegments[i-1].baseOffset >= u.baseOffset) {
+			return fmt.Errorf("invariant: unsynced segment list out of order at %d", u.baseOffset)
+		}
+	}
+	if a := l.active(); a.direct != nil && a.direct.active.end() != a.size {
+		return fmt.Errorf("invariant: direct staging ends at %d, segment size %d", a.direct.active.end(), a.size)
+	}
+	return nil
+}
+
+func (s *segment) checkInvariants() error {
+	if s.nextOffset < s.baseOffset || s.size < 0 || (s.size == 0) != (s.nextOffset == s.baseOffset) {
+		return fmt.Errorf("invariant: segment %d: next offset %d, size %d", s.baseOffset, s.nextOffset, s.size)
+	}
+	if s.syncedSize > s.size || s.syncedNextOffset > s.nextOffset {
+		return fmt.Errorf("invariant: segment %d: synced %d/%d beyond %d/%d", s.baseOffset, s.syncedSize, s.syncedNextOffset, s.size, s.nextOffset)
+	}
+	if s.index.onDisk > len(s.index.entries) || s.timeIndex.onDisk > len(s.timeIndex.entries) {
+		return fmt.Errorf("invariant: segment %d: more index entries on disk than in memory", s.baseOffset)
+	}
+	relEnd := s.nextOffset - s.baseOffset
+	for i, e := range s.index.entries {
+		if int64(e.position) >= s.size || int64(e.relativeOffset) >= relEnd ||
+			(i > 0 && (e.position <= s.index.entries[i-1].position || e.relativeOffset <= s.index.entries[i-1].relativeOffset)) {
+			return fmt.Errorf("invariant: segment %d: index entry %d (%d,%d) out of order or range", s.baseOffset, i, e.relativeOffset, e.position)
+		}
+	}
+	for i, e := range s.timeIndex.entries {
+		if int64(e.relativeOffset) > relEnd || e.timestamp > s.maxTimestamp ||
+			(i > 0 && (e.timestamp <= s.timeIndex.entries[i-1].timestamp || e.relativeOffset < s.timeIndex.entries[i-1].relativeOffset)) {
+			return fmt.Errorf("invariant: segment %d: time entry %d (%d,%d) out of order or range", s.baseOffset, i, e.timestamp, e.relativeOffset)
+		}
+	}
+	return nil
+}
+
+// assertInvariants panics when built with -tags invariants and the state is inconsistent.
+func (l *Log) assertInvariants() {
+	if !invariantsEnabled {
+		return
+	}
+	if err := l.checkInvariants(); err != nil {
+		panic("engine: " + err.Error())
+	}
+}

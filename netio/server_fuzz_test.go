@@ -1,0 +1,80 @@
+package netio_test
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/fakebroker"
+)
+
+// FuzzServerStream writes arbitrary bytes to a live server (net driver, fakebroker fixture)
+// and checks that the server answers and closes (after the client half-closes) without
+// crashing, and still serves a well-formed client afterwards.
+func FuzzServerStream(f *testing.F) {
+	var stream []byte
+	for i, m := range []netio.Message{
+		&netio.APIVersionsRequest{ClientID: "fuzz"},
+		&netio.CreateTopicsRequest{Topics: []netio.CreateTopic{{Topic: "t", Partitions: 2, ReplicationFactor: 1}}},
+		&netio.MetadataRequest{},
+		&netio.FetchRequest{Topics: []netio.FetchTopic{{Topic: "t", Partitions: []netio.FetchPartition{{Partition: 0, MaxBytes: 1 << 20}}}}},
+		&netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "t", Partitions: []netio.ProducePartition{{Partition: 1, Records: []byte("not a batch")}}}}},
+	} {
+		frame := netio.AppendRequest(nil, uint32(i), m)
+		f.Add(frame)
+		stream = append(stream, frame...)
+	}
+	f.Add(stream)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{0, 0, 0, 8, 0, 99, 0, 0, 0, 0, 0, 1})
+
+	fake := fakebroker.New(f.TempDir(), nil)
+	ln, err := netio.ListenShard(f.Context(), "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	// Long-polls are clamped so that a fuzzed max wait of days does not hold the
+	// connection open after the input ends.
+	clamp := netio.HandlerFunc(func(req *netio.Request) {
+		if fr, ok := req.Body.(*netio.FetchRequest); ok {
+			fr.MaxWaitMs = min(fr.MaxWaitMs, 50)
+		}
+		fake.Serve(req)
+	})
+	srv := netio.NewServer(clamp, netio.Config{FrameBytesMax: 1 << 16, WriteTimeout: time.Second, FrameReadTimeout: time.Second})
+	go srv.Serve(ln, 0)
+	f.Cleanup(func() { srv.Close(); fake.Close() })
+	addr := ln.Addr().String()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(3 * time.Second))
+		go func() {
+			nc.Write(b)
+			nc.(*net.TCPConn).CloseWrite()
+		}()
+		// The server answers what it can and then closes (EOF from us ends its reader).
+		if _, err := io.Copy(io.Discard, nc); err != nil {
+			t.Fatalf("server neither answered nor closed: %v", err)
+		}
+		// Still healthy for a well-formed client.
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(netio.AppendRequest(nil, 7, &netio.APIVersionsRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		h, _, _, err := netio.ReadResponse(c, nil, 1<<20)
+		if err != nil || h.CorrelationID != 7 || h.ErrorCode != netio.ErrNone {
+			t.Fatalf("server unhealthy after fuzz input: %+v %v", h, err)
+		}
+	})
+}

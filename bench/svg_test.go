@@ -115,3 +115,24 @@ func TestWritePlotsWritesWellFormedFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteComparisonPlots(t *testing.T) {
+	a, b := sampleResult("ringlog", 100, 200), sampleResult("nats", 20, 900)
+	files, err := WriteComparisonPlots(t.TempDir(), "cmp", a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 {
+		t.Fatalf("files %v", files)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		elements := parseSVG(t, data)
+		if elements["path"] != 4 || !bytes.Contains(data, []byte("ringlog")) || !bytes.Contains(data, []byte("nats")) {
+			t.Fatalf("%s: %d lines, want 4 (two systems × two series)", f, elements["path"])
+		}
+	}
+}

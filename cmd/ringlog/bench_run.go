@@ -202,6 +202,12 @@ func benchPeers(args []string) error {
 	if err := bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs); err != nil {
 		return err
 	}
+	prefix := fmt.Sprintf("%s-ringlog-vs-%s-%s", w.Name, theirs.Driver.Name, ours.Started.Format("20060102T150405"))
+	plots, err := bench.WriteComparisonPlots(f.out, prefix, ours, theirs)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("comparison plots: %s\n", strings.Join(plots, " "))
 	fmt.Println()
 	return bench.WriteTargets(os.Stdout, bench.CheckTargets(ours, theirs))
 }

@@ -222,6 +222,9 @@ func WritePlots(dir, prefix string, r *Result) ([]string, error) {
 	if r.Backlog != nil {
 		charts["lag"] = LagChart("Consumer lag: "+r.Workload.Name, caption, r.Samples)
 	}
+	if r.BrokerRSS.MaxBytes > 0 {
+		charts["rss"] = RSSChart("Broker memory: "+r.Workload.Name, caption, r.Samples)
+	}
 	var files []string
 	for _, name := range sortedKeys(charts) {
 		path := filepath.Join(dir, prefix+"-"+name+".svg")

@@ -170,7 +170,11 @@ func (c Chart) axes() (axis, axis) {
 	if c.XTicks != nil {
 		xs.ticks = c.XTicks
 	} else {
-		xs.ticks = linearTicks(xs.min, xs.max)
+		for _, tick := range linearTicks(xs.min, xs.max) {
+			if tick.At >= xs.min-1e-9 && tick.At <= xs.max+1e-9 { // never draw outside the plot
+				xs.ticks = append(xs.ticks, tick)
+			}
+		}
 	}
 	if c.LogY {
 		ys.min = math.Pow(10, math.Floor(math.Log10(ys.min)))
@@ -293,6 +297,19 @@ func LagChart(title, caption string, samples []Sample) Chart {
 	s := Series{Name: "lag"}
 	for _, sample := range samples {
 		s.Points = append(s.Points, Point{X: sample.Seconds, Y: float64(sample.LagMessages)})
+	}
+	chart.Series = append(chart.Series, s)
+	return chart
+}
+
+// RSSChart plots the broker's resident set over time.
+func RSSChart(title, caption string, samples []Sample) Chart {
+	chart := Chart{Title: title, XLabel: "seconds since start", YLabel: "broker RSS (MiB)", Caption: caption, XFromZero: true}
+	s := Series{Name: "RSS"}
+	for _, sample := range samples {
+		if sample.BrokerRSSBytes > 0 {
+			s.Points = append(s.Points, Point{X: sample.Seconds, Y: float64(sample.BrokerRSSBytes) / (1 << 20)})
+		}
 	}
 	chart.Series = append(chart.Series, s)
 	return chart

@@ -32,10 +32,16 @@ import (
 // segment is closed; after a crash, recovery drops the zero padding like any torn tail.
 
 type chunk struct {
-	buf   []byte // block-aligned address, len == chunk size; immutable below fill
-	start int64  // file position of buf[0], block-aligned
-	fill  int
+	buf    []byte // block-aligned address, len == chunk size; immutable below fill
+	start  int64  // file position of buf[0], block-aligned
+	fill   int
+	shared bool // a reader was given a slice of buf: never reuse it, let the GC have it
 }
+
+// directFreeChunksMax bounds the chunks kept for reuse: a chunk evicted from the cache
+// without ever being handed to a reader is recycled instead of allocating (and page-faulting)
+// a fresh one per DirectChunkBytes appended.
+const directFreeChunksMax = 2
 
 func (c *chunk) end() int64 { return c.start + int64(c.fill) }
 
@@ -46,6 +52,8 @@ type directWriter struct {
 	cache      []*chunk // written full chunks, contiguous, oldest first, ending at active.start
 	active     *chunk
 	iovecs     [][]byte // reused
+	chunks     []*chunk // reused by write
+	free       []*chunk // unshared chunks ready for reuse
 	// allocatedEnd is how far the file has been fallocate'd ahead (KEEP_SIZE).
 	allocatedEnd int64
 }
@@ -95,7 +103,7 @@ func openDirectWriter(fio ring.FileIO, path string, bufferedFd int, size int64, 
 // reset drops all cached chunks and starts a fresh active chunk at the block holding size.
 func (w *directWriter) reset(fio ring.FileIO, bufferedFd int, size int64) error {
 	w.cache = nil
-	c := &chunk{buf: alignedBuffer(w.chunkBytes), start: alignDown(size)}
+	c := w.newChunk(alignDown(size))
 	c.fill = int(size - c.start)
 	if err := preadFull(fio, bufferedFd, c.buf[:c.fill], c.start); err != nil {
 		return fmt.Errorf("load tail block at %d: %w", c.start, err)
@@ -145,6 +153,7 @@ func (w *directWriter) appendPieces(dst []Piece, pos, end int64) []Piece {
 		if stop <= pos {
 			panic(fmt.Sprintf("engine: direct piece at %d outside memory", pos))
 		}
+		c.shared = true
 		dst = append(dst, Piece{Position: pos, Size: stop - pos, Data: c.buf[pos-c.start : stop-c.start]})
 		pos = stop
 	}
@@ -159,12 +168,12 @@ func (w *directWriter) write(fio ring.FileIO, batches [][]byte, pos int64) error
 		panic(fmt.Sprintf("engine: direct write at %d, staged end %d", pos, orig.end()))
 	}
 	origFill := orig.fill
-	chunks := []*chunk{orig}
+	chunks := append(w.chunks[:0], orig)
 	c := orig
 	for _, b := range batches {
 		for len(b) > 0 {
 			if c.fill == w.chunkBytes {
-				c = &chunk{buf: alignedBuffer(w.chunkBytes), start: c.start + int64(w.chunkBytes)}
+				c = w.newChunk(c.start + int64(w.chunkBytes))
 				chunks = append(chunks, c)
 			}
 			n := copy(c.buf[c.fill:], b)
@@ -184,6 +193,9 @@ func (w *directWriter) write(fio ring.FileIO, batches [][]byte, pos int64) error
 		}
 	}
 	w.iovecs = iov
+	w.chunks = chunks
+	// The padding up to the block boundary must be zeros (a reused chunk holds old bytes).
+	clear(c.buf[c.fill:alignUp(int64(c.fill))])
 	if end := orig.start + from + iovecBytes(iov); end > w.allocatedEnd {
 		// Allocate ahead (blocks stay unwritten, the file size unchanged) so that extending
 		// O_DIRECT writes do not allocate blocks one write at a time.
@@ -194,20 +206,49 @@ func (w *directWriter) write(fio ring.FileIO, batches [][]byte, pos int64) error
 			w.allocatedEnd = end // not supported or no space: the write will say which
 		}
 	}
-	if err := pwritevFull(fio, int(w.file.Fd()), iov, orig.start+from); err != nil {
+	err := pwritevFull(fio, int(w.file.Fd()), iov, orig.start+from)
+	clear(w.iovecs)
+	if err != nil {
 		clear(orig.buf[origFill:orig.fill])
 		orig.fill = origFill
+		for _, c := range chunks[1:] {
+			w.recycle(c)
+		}
+		clear(w.chunks)
 		return err
 	}
 	for _, c := range chunks[:len(chunks)-1] {
 		w.cache = append(w.cache, c)
 	}
+	w.active = chunks[len(chunks)-1]
+	clear(w.chunks)
 	if over := len(w.cache) - w.cacheMax; over > 0 {
+		for _, c := range w.cache[:over] {
+			w.recycle(c)
+		}
 		clear(w.cache[:over])
 		w.cache = w.cache[over:]
 	}
-	w.active = chunks[len(chunks)-1]
 	return nil
+}
+
+// newChunk returns an empty chunk starting at start, reusing a free one when it can. Bytes
+// past fill are not zeroed; write zeroes the padding it sends.
+func (w *directWriter) newChunk(start int64) *chunk {
+	if n := len(w.free); n > 0 {
+		c := w.free[n-1]
+		w.free[n-1] = nil
+		w.free = w.free[:n-1]
+		c.start, c.fill = start, 0
+		return c
+	}
+	return &chunk{buf: alignedBuffer(w.chunkBytes), start: start}
+}
+
+func (w *directWriter) recycle(c *chunk) {
+	if !c.shared && len(w.free) < directFreeChunksMax {
+		w.free = append(w.free, c)
+	}
 }
 
 // directSupport caches the O_DIRECT probe per data directory.

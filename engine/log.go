@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -603,7 +604,12 @@ func (l *Log) Close() error {
 		}
 	}
 	l.closed = true
-	return errors.Join(err, l.closeFiles())
+	err = errors.Join(err, l.closeFiles())
+	if err == nil && l.failed == nil {
+		// Not synced: if the marker is lost, the next open merely syncs what it recovered.
+		err = os.WriteFile(filepath.Join(l.dir, cleanShutdownFileName), nil, 0o644)
+	}
+	return err
 }
 
 // finishActive prepares the synced active segment for a clean close: a direct-mode file is

@@ -65,7 +65,7 @@ func TestAppendReadRoundTrip(t *testing.T) {
 		}
 		l2, rep := openLog(t, dir, testConfig(mode), fio)
 		defer l2.Close()
-		if rep.DroppedBytes != 0 || len(rep.RebuiltIndexes) != 0 || rep.ScannedBytes > int64(rep.Segments)*(512+1200) {
+		if !rep.CleanShutdown || rep.DroppedBytes != 0 || len(rep.RebuiltIndexes) != 0 || rep.ScannedBytes > int64(rep.Segments)*(512+1200) {
 			t.Fatalf("clean reopen did work it should not: %+v", rep)
 		}
 		mustEqualBytes(t, "after reopen", readAll(t, l2, 4096), want)
@@ -528,4 +528,38 @@ func TestInvariantsCatchDamage(t *testing.T) {
 	}
 	l.closeFiles()
 	l.closed = true
+}
+
+// TestDirectReadSlicesStayValid: in-memory pieces handed to a reader keep their bytes after
+// the chunks they came from are evicted (shared chunks are never recycled).
+func TestDirectReadSlicesStayValid(t *testing.T) {
+	cfg := testConfig(StorageDirect)
+	cfg.SegmentBytes = 1 << 20
+	l, _ := openLog(t, t.TempDir(), cfg, ring.Syscalls{})
+	defer l.Close()
+	if l.Mode() != StorageDirect {
+		t.Skip("no O_DIRECT here")
+	}
+	all := appendSome(t, l, 0, 60, 0)
+	res, err := l.Read(l.StartOffset(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held [][]byte
+	var want [][]byte
+	for _, p := range res.Pieces {
+		if p.Data != nil {
+			held = append(held, p.Data)
+			want = append(want, append([]byte(nil), p.Data...))
+		}
+	}
+	if len(held) == 0 {
+		t.Fatal("no in-memory pieces: the chunk cache is not serving reads")
+	}
+	appendSome(t, l, 60, 600, 0) // many chunks written and evicted, some recycled
+	for i := range held {
+		mustEqualBytes(t, "held piece", held[i], want[i])
+	}
+	more, _ := res.AppendTo(nil)
+	mustEqualBytes(t, "result after eviction", more, all[:len(more)])
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -29,8 +30,14 @@ type RecoveryReport struct {
 	// (the log must stay contiguous).
 	DeletedSegments []int64
 	Corruption      string // why the first tail was cut; "" when nothing was
-	Duration        time.Duration
+	// CleanShutdown: the log was closed by Close, so its files were synced and recovery
+	// issued no fdatasync.
+	CleanShutdown bool
+	Duration      time.Duration
 }
+
+// cleanShutdownFileName marks a log that Close synced and closed; OpenLog removes it first.
+const cleanShutdownFileName = "clean-shutdown"
 
 // recoveryReadBytes is the read size of the recovery scanner (1 MiB: a 1 GiB segment in
 // 1024 preads).
@@ -98,6 +105,14 @@ func (l *Log) recover(report *RecoveryReport) error {
 	if err != nil {
 		return err
 	}
+	marker := filepath.Join(l.dir, cleanShutdownFileName)
+	if _, err := os.Stat(marker); err == nil {
+		report.CleanShutdown = true
+		// Gone before any new write: a crash from here on must not look clean.
+		if err := os.Remove(marker); err != nil {
+			return fmt.Errorf("remove clean-shutdown marker: %w", err)
+		}
+	}
 	for i, base := range bases {
 		s, err := openSegmentFiles(l.dir, base, false)
 		if err != nil {
@@ -105,7 +120,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 		}
 		l.segments = append(l.segments, s)
 		last := i == len(bases)-1
-		if err := l.recoverSegment(s, !last, report); err != nil {
+		if err := l.recoverSegment(s, !last, report.CleanShutdown, report); err != nil {
 			return err
 		}
 		if last || (s.nextOffset == bases[i+1] && s.size > 0) {
@@ -346,7 +361,7 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason err
 // log), finds the last index entry whose batch passes its CRC with the offset the entry
 // claims, and re-scans from there to the end of the file. The recovered segment is synced and
 // its rebuilt index entries persisted.
-func (l *Log) recoverSegment(s *segment, closed bool, report *RecoveryReport) error {
+func (l *Log) recoverSegment(s *segment, closed, clean bool, report *RecoveryReport) error {
 	var err error
 	if s.size, err = fileSize(s.log); err != nil {
 		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
@@ -380,8 +395,12 @@ func (l *Log) recoverSegment(s *segment, closed bool, report *RecoveryReport) er
 	if err := l.rescan(s, startPos, expected, closed, report); err != nil {
 		return err
 	}
-	if err := l.fio.Fdatasync(s.logFd()); err != nil {
-		return fmt.Errorf("segment %d: sync recovered log: %w", s.baseOffset, err)
+	// After a clean Close the files are synced; otherwise what recovery kept may still be
+	// only in the page cache (a process crash), and it is synced before it is called durable.
+	if !clean || len(report.RebuiltIndexes) > 0 && report.RebuiltIndexes[len(report.RebuiltIndexes)-1] == s.baseOffset {
+		if err := l.fio.Fdatasync(s.logFd()); err != nil {
+			return fmt.Errorf("segment %d: sync recovered log: %w", s.baseOffset, err)
+		}
 	}
 	s.markSynced()
 	l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch)

@@ -177,16 +177,11 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 		return req, nil
 	}
 	n := int(h.Length) - (RequestHeaderBytes - frameLengthBytes)
-	if !c.charge(int64(n)) {
-		return nil, ErrServerClosed
-	}
-	req.charged = int64(n)
-	req.frame = getFrameBuffer(n)
 	deadline := br.Buffered() < n
 	if deadline {
 		c.nc.SetReadDeadline(time.Now().Add(cfg.FrameReadTimeout))
 	}
-	_, err = io.ReadFull(br, *req.frame)
+	err = c.readPayload(br, req, n)
 	if deadline {
 		c.nc.SetReadDeadline(time.Time{})
 		if c.stopped.Load() {
@@ -198,6 +193,26 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 		return nil, fmt.Errorf("read %d-byte %s payload: %w", n, h.API, noEOF(err))
 	}
 	return req, nil
+}
+
+// readPayload reads n payload bytes into req.frame. Memory is charged and allocated as the
+// bytes arrive, in chunks that double from frameChunkBytes, so a header that announces a
+// huge frame costs nothing until the client actually sends the bytes.
+func (c *conn) readPayload(br *bufio.Reader, req *Request, n int) error {
+	for filled := 0; ; {
+		chunk := nextFrameChunk(filled, n)
+		if !c.charge(int64(chunk)) {
+			return ErrServerClosed
+		}
+		req.charged += int64(chunk)
+		growFrame(req, filled+chunk)
+		if _, err := io.ReadFull(br, (*req.frame)[filled:filled+chunk]); err != nil {
+			return err
+		}
+		if filled += chunk; filled == n {
+			return nil
+		}
+	}
 }
 
 func (c *conn) charge(n int64) bool {
@@ -575,6 +590,32 @@ func (c *conn) copyFile(fr FileRange) error {
 
 // ---------------------------------------------------------------------------------------
 // Frame buffers, pooled by power-of-two size class.
+
+// frameChunkBytes is the first allocation for a request payload; larger payloads grow by
+// doubling as their bytes arrive (at most one extra copy of the payload in total).
+const frameChunkBytes = 1 << 20
+
+// nextFrameChunk is how many more bytes to allocate for a payload of size total with
+// filled bytes received.
+func nextFrameChunk(filled, total int) int {
+	return min(total-filled, max(filled, frameChunkBytes))
+}
+
+// growFrame makes req.frame size bytes long, keeping its contents.
+func growFrame(req *Request, size int) {
+	if req.frame == nil {
+		req.frame = getFrameBuffer(size)
+		return
+	}
+	old := req.frame
+	if cap(*old) >= size {
+		*old = (*old)[:size]
+		return
+	}
+	req.frame = getFrameBuffer(size)
+	copy(*req.frame, *old)
+	putFrameBuffer(old)
+}
 
 const frameBufferClassMin = 9 // 512 bytes
 

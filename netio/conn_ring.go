@@ -114,6 +114,9 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 		unix.Close(fd)
 		return
 	}
+	// As Go's net package does: no Nagle delay for small responses (MSG_MORE and
+	// SPLICE_F_MORE still coalesce the pieces of one frame).
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	remote := ""
 	if sa, err := unix.Getpeername(fd); err == nil {
 		remote = sockaddrString(sa)
@@ -152,7 +155,8 @@ type ringConn struct {
 	rstart     int
 	rend       int
 	cur        *Request // frame whose payload is being received
-	curFilled  int
+	curFilled  int      // bytes of cur's payload received
+	curWant    int      // cur's payload size; len(*cur.frame) grows towards it
 	recvArmed  bool
 	readerDone bool // EOF, error, fatal frame or stopReading
 	stopping   bool
@@ -209,6 +213,8 @@ func (c *ringConn) armRecv() {
 	}
 	var err error
 	if c.cur != nil && len(*c.cur.frame)-c.curFilled >= recvDirectBytesMin && c.rend == c.rstart {
+		// Straight into the allocated part of the frame (never past it: the next chunk is
+		// charged first).
 		err = c.r.RecvAsync(c.fd, (*c.cur.frame)[c.curFilled:], c.onRecvDirectFn)
 	} else {
 		if c.rstart > 0 { // compact
@@ -280,7 +286,17 @@ func (c *ringConn) parse() {
 				c.curFilled += n
 				c.rstart += n
 			}
-			if c.curFilled < len(frame) {
+			if c.curFilled == len(frame) && len(frame) < c.curWant {
+				// Charge and allocate the next chunk only now that the bytes are coming.
+				chunk := nextFrameChunk(len(frame), c.curWant)
+				if !c.charge(int64(chunk)) {
+					return
+				}
+				c.cur.charged += int64(chunk)
+				growFrame(c.cur, len(frame)+chunk)
+				continue
+			}
+			if c.curFilled < c.curWant {
 				if c.frameTimer == nil {
 					c.frameTimer = c.r.AfterFunc(cfg.FrameReadTimeout, func() {
 						c.frameTimer = nil
@@ -317,15 +333,16 @@ func (c *ringConn) parse() {
 			c.readerDone = true
 			return
 		}
-		n := int64(h.Length) - (RequestHeaderBytes - frameLengthBytes)
-		if !c.charge(n) {
+		n := int(h.Length) - (RequestHeaderBytes - frameLengthBytes)
+		chunk := nextFrameChunk(0, n)
+		if !c.charge(int64(chunk)) {
 			return
 		}
 		c.rstart += RequestHeaderBytes
 		c.inflight++
-		req.charged = n
-		req.frame = getFrameBuffer(int(n))
-		c.cur, c.curFilled = req, 0
+		req.charged = int64(chunk)
+		growFrame(req, chunk)
+		c.cur, c.curFilled, c.curWant = req, 0, n
 	}
 }
 
@@ -555,7 +572,11 @@ func (c *ringConn) submitSplice(in int, inOff int64, out int, n uint32, link boo
 	if err != nil {
 		return fmt.Errorf("splice: %w", err)
 	}
-	op.SQE().PrepSplice(in, inOff, out, -1, n, unix.SPLICE_F_MOVE)
+	flags := uint32(unix.SPLICE_F_MOVE)
+	if out == c.fd && c.planIndex+1 < len(c.plan) {
+		flags |= unix.SPLICE_F_MORE // more of this batch follows
+	}
+	op.SQE().PrepSplice(in, inOff, out, -1, n, flags)
 	if link {
 		op.SQE().SetLink()
 	}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -632,5 +634,99 @@ func testServerStalledFrameIsDropped(t *testing.T, driver string) {
 	<-closed
 	if got := srv.BufferedBytes(); got != 0 {
 		t.Fatalf("%d bytes still held", got)
+	}
+}
+
+func TestServerLargeFrameArrivesInChunks(t *testing.T) {
+	forEachDriver(t, testServerLargeFrameArrivesInChunks)
+}
+
+// A 5 MiB produce crosses several allocation chunks and arrives intact; while only its
+// header and 64 KiB have arrived the server holds ~1 MiB, not 5.
+func testServerLargeFrameArrivesInChunks(t *testing.T, driver string) {
+	h := &holdHandler{served: make(chan *netio.Request, 1)}
+	srv, addr := testServer(t, driver, h, netio.Config{})
+	c := dialRaw(t, addr)
+	records := bytes.Repeat([]byte("0123456789"), 512<<10) // 5 MiB
+	frame := netio.AppendRequest(nil, 9, &netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "big", Partitions: []netio.ProducePartition{{Records: records}}}}})
+	if _, err := c.nc.Write(frame[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	var held int64
+	for spins := 0; held == 0; spins++ {
+		if spins > 1e7 {
+			t.Fatal("server never charged the frame")
+		}
+		held = srv.BufferedBytes()
+		runtime.Gosched()
+	}
+	if held > 1<<20 {
+		t.Fatalf("server holds %d bytes after 64 KiB of a 5 MiB frame", held)
+	}
+	if _, err := c.nc.Write(frame[64<<10:]); err != nil {
+		t.Fatal(err)
+	}
+	req := <-h.served
+	got := req.Body.(*netio.ProduceRequest).Topics[0].Partitions[0].Records
+	if !bytes.Equal(got, records) {
+		t.Fatalf("records differ after chunked receive (%d bytes)", len(got))
+	}
+	req.ReplyMessage(&netio.ProduceResponse{})
+	if hdr, _ := c.recv(); hdr.CorrelationID != 9 {
+		t.Fatalf("corr %d", hdr.CorrelationID)
+	}
+}
+
+func TestServerMixedSplicesPipelined(t *testing.T) { forEachDriver(t, testServerMixedSplicesPipelined) }
+
+// Fetch responses mixing file ranges (several per partition), large in-memory records and
+// small ones, pipelined, must arrive byte-exact and in order on every driver.
+func testServerMixedSplicesPipelined(t *testing.T, driver string) {
+	content := make([]byte, 3<<20)
+	for i := range content {
+		content[i] = byte(i*7 + i>>11)
+	}
+	f, err := os.CreateTemp(t.TempDir(), "segment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() }) // after the server's cleanup: sends may still hold it
+	if _, err := f.Write(content); err != nil {
+		t.Fatal(err)
+	}
+	memory := bytes.Repeat([]byte("m"), 10<<10)
+	h := netio.HandlerFunc(func(req *netio.Request) {
+		i := int64(req.Header.CorrelationID)
+		req.ReplyMessage(&netio.FetchResponse{Topics: []netio.FetchResponseTopic{{Topic: "t", Partitions: []netio.FetchResponsePartition{
+			{Partition: 0, RecordsFile: []netio.FileRange{{File: f, Offset: i * 1000, Length: 1<<20 + 123}, {File: f, Offset: 2 << 20, Length: 77}}},
+			{Partition: 1, Records: memory},
+			{Partition: 2, ErrorCode: netio.ErrOffsetOutOfRange, ErrorMessage: "x"},
+			{Partition: 3, Records: []byte("small")},
+			{Partition: 4, RecordsFile: []netio.FileRange{{File: f, Offset: i, Length: 100}}},
+		}}}})
+	})
+	_, addr := testServer(t, driver, h, netio.Config{})
+	c := dialRaw(t, addr)
+	const requests = 12
+	var stream []byte
+	for i := range requests {
+		stream = netio.AppendRequest(stream, uint32(i), &netio.FetchRequest{})
+	}
+	go c.nc.Write(stream)
+	for i := range int64(requests) {
+		hdr, payload := c.recv()
+		if hdr.CorrelationID != uint32(i) || hdr.ErrorCode != netio.ErrNone {
+			t.Fatalf("response %d: %+v", i, hdr)
+		}
+		var resp netio.FetchResponse
+		if err := resp.ReadFrom(payload); err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		p := resp.Topics[0].Partitions
+		want0 := append(append([]byte(nil), content[i*1000:i*1000+1<<20+123]...), content[2<<20:2<<20+77]...)
+		if !bytes.Equal(p[0].Records, want0) || !bytes.Equal(p[1].Records, memory) || p[2].ErrorCode != netio.ErrOffsetOutOfRange ||
+			string(p[3].Records) != "small" || !bytes.Equal(p[4].Records, content[i:i+100]) {
+			t.Fatalf("response %d: records differ", i)
+		}
 	}
 }

@@ -20,11 +20,14 @@ import (
 // reads only read bytes that no write touches.
 
 const (
+	agreeKinds    = 7
 	agreeOpsMax   = 32
 	agreeFileSize = 8200
 )
 
 type agreeResult map[uint64]int32
+
+var agreeTimeout = &Timespec{Sec: 30}
 
 // runAgreeBatch runs program on backend and collects completions until it has at least
 // expect of them and then two polls in a row found nothing more.
@@ -48,7 +51,7 @@ func runAgreeBatch(t *testing.T, backend string, dir string, program []byte, exp
 
 	skipUsed := false
 	for i := 0; i+1 < len(program) && i/2 < agreeOpsMax; i += 2 {
-		if k := program[i] % 6; program[i+1]&8 != 0 && (k == 0 || k == 2 || k == 5) {
+		if k := program[i] % agreeKinds; program[i+1]&8 != 0 && (k == 0 || k == 2 || k == 5) {
 			skipUsed = true
 		}
 	}
@@ -56,7 +59,7 @@ func runAgreeBatch(t *testing.T, backend string, dir string, program []byte, exp
 	rbufs := make([][]byte, agreeOpsMax)
 	n := 0
 	for i := 0; i+1 < len(program) && n < agreeOpsMax; i += 2 {
-		kind, fl := program[i]%6, program[i+1]
+		kind, fl := program[i]%agreeKinds, program[i+1]
 		sqe := r.GetSQE()
 		rbufs[n] = make([]byte, 16)
 		switch kind {
@@ -72,6 +75,8 @@ func runAgreeBatch(t *testing.T, backend string, dir string, program []byte, exp
 			sqe.PrepRead(fd, rbufs[n], agreeFileSize-8) // short read: breaks a link
 		case 5:
 			sqe.PrepFsync(fd, fl&0x10 != 0)
+		case 6:
+			sqe.PrepLinkTimeout(agreeTimeout, 0) // never fires: the guarded op is a file op
 		}
 		if fl&1 != 0 {
 			sqe.Flags |= SQEIOLink
@@ -117,9 +122,9 @@ func runAgreeBatch(t *testing.T, backend string, dir string, program []byte, exp
 
 func describe(program []byte) string {
 	var b bytes.Buffer
-	names := []string{"nop", "write", "write(-1)", "read", "shortread", "fsync"}
+	names := []string{"nop", "write", "write(-1)", "read", "shortread", "fsync", "linktimeout"}
 	for i := 0; i+1 < len(program) && i/2 < agreeOpsMax; i += 2 {
-		fmt.Fprintf(&b, "%d:%s", i/2+1, names[program[i]%6])
+		fmt.Fprintf(&b, "%d:%s", i/2+1, names[program[i]%agreeKinds])
 		for bit, name := range []string{"link", "hard", "drain", "skip"} {
 			if program[i+1]&(1<<bit) != 0 {
 				b.WriteString("+" + name)

@@ -52,6 +52,7 @@ type Reactor struct {
 	wakePending atomic.Bool
 	stopping    atomic.Bool
 	closed      atomic.Bool
+	posters     atomic.Int32 // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
 }
 
 type opSlot struct {
@@ -358,6 +359,8 @@ func (r *Reactor) dispatch(c *CQE) {
 // Post runs fn on the loop. Any goroutine may call it. It never blocks: a full mailbox
 // returns ErrMailboxFull (back-pressure: the caller retries later or sheds load).
 func (r *Reactor) Post(fn func()) error {
+	r.posters.Add(1)
+	defer r.posters.Add(-1)
 	if r.closed.Load() {
 		return ErrClosed
 	}
@@ -373,6 +376,8 @@ func (r *Reactor) Post(fn func()) error {
 // eventfd write system call. It falls back to the eventfd when the backends differ or src
 // lacks MSG_RING (Linux 5.18).
 func (r *Reactor) PostFrom(src *Reactor, fn func()) error {
+	r.posters.Add(1)
+	defer r.posters.Add(-1)
 	if r.closed.Load() {
 		return ErrClosed
 	}
@@ -409,7 +414,12 @@ func (r *Reactor) wake() {
 
 // Stop makes Run return after the current loop turn. Any goroutine may call it.
 func (r *Reactor) Stop() {
+	r.posters.Add(1)
+	defer r.posters.Add(-1)
 	r.stopping.Store(true)
+	if r.closed.Load() {
+		return
+	}
 	r.wakePending.Store(false)
 	r.wake()
 }
@@ -503,6 +513,11 @@ func (r *Reactor) Close() error {
 	}
 	r.cancelInflight()
 	err := r.ring.Close()
+	// A Post that saw closed == false may still write the eventfd: wait for it, so the fd
+	// number is not reused under its feet. Posts are a few instructions; the loop is bounded.
+	for i := 0; r.posters.Load() != 0 && i < 1_000_000; i++ {
+		runtime.Gosched()
+	}
 	unix.Close(r.wakeFd)
 	for i := range r.slots {
 		if r.slots[i].pinned {

@@ -316,3 +316,39 @@ func TestStartPinnedBadCPU(t *testing.T) {
 		t.Fatal("StartPinned on a nonexistent CPU succeeded")
 	}
 }
+
+// TestPostRacesClose: Post from many goroutines while the owner closes the reactor; every
+// Post either succeeds or returns ErrClosed (run with -race).
+func TestPostRacesClose(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r, err := NewReactor(Config{Backend: backend, MailboxEntries: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for i := 0; i < 2000; i++ {
+					if err := r.Post(func() {}); err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrMailboxFull) {
+						t.Errorf("Post: %v", err)
+						return
+					}
+					r.Stop()
+				}
+			}()
+		}
+		close(start)
+		r.RunOnce(false)
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if err := r.Post(func() {}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Post after Close: %v", err)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package ring
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -360,4 +361,46 @@ func TestSlowPeerDoesNotBlock(t *testing.T) {
 			t.Fatalf("cancel: %+v", m)
 		}
 	})
+}
+
+// TestPeekFlushesDeferredTaskrun: with DEFER_TASKRUN (and COOP_TASKRUN) a socket completion
+// is only posted when the owner enters the kernel; PeekCQEs alone must notice the TASKRUN
+// flag and flush it, or the completion would never show up.
+func TestPeekFlushesDeferredTaskrun(t *testing.T) {
+	if why := uringUnavailable(); why != "" {
+		t.Skipf("io_uring unavailable: %s", why)
+	}
+	for _, cfg := range []Config{
+		{Entries: 8, SingleIssuer: true, DeferTaskrun: true},
+		{Entries: 8, CoopTaskrun: true},
+	} {
+		func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			r := openRing(t, "uring", cfg)
+			lfd, addr := listenLoopback(t)
+			sfd, cfd := connectPair(t, r, lfd, addr)
+			buf := make([]byte, 8)
+			sqe := mustSQE(t, r)
+			sqe.PrepRecv(sfd, buf, 0)
+			sqe.UserData = 1
+			if _, err := r.Submit(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := unix.Write(cfd, []byte("late")); err != nil {
+				t.Fatal(err)
+			}
+			cq := make([]CQE, 2)
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if n := r.PeekCQEs(cq); n == 1 && cq[0].Res == 4 && string(buf[:4]) == "late" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%+v: completion never became visible through PeekCQEs", cfg)
+				}
+				runtime.Gosched()
+			}
+		}()
+	}
 }

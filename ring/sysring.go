@@ -75,6 +75,7 @@ type sysOp struct {
 	offIn       int64
 	offOut      int64
 	connecting  bool
+	initErr     int32 // submit-time error (negative errno), 0 if none
 }
 
 // sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
@@ -160,18 +161,28 @@ func (r *sysRing) Submit() (int, error) {
 	}
 	n := 0
 	var head, last *sysOp
+	chainFailed := false
 	for r.sqHead != r.sqTail {
 		sqe := &r.sq[r.sqHead&r.sqMask]
 		r.sqHead++
 		n++
 		op := r.newOp(sqe)
-		if sqe.Flags&SQECQESkipSuccess != 0 {
-			r.skipSeen = true
+		linked := sqe.Flags&(SQEIOLink|SQEIOHardlink) != 0
+		if errno := r.initCheck(op, head, last); errno != 0 {
+			// As io_submit_fail_init: a lone request fails alone; in a chain, the whole
+			// chain fails without running (even hardlinks).
+			op.initErr = errRes(errno)
+			if head == nil && !linked {
+				r.post(op.sqe.UserData, op.initErr, 0)
+				r.freeOp(op)
+				continue
+			}
+			chainFailed = true
 		}
 		switch {
 		case head == nil:
 			head, last = op, op
-		case op.sqe.Opcode == OpLinkTimeout && last.linkTimeout == nil && last.sqe.Opcode != OpLinkTimeout:
+		case op.initErr == 0 && op.sqe.Opcode == OpLinkTimeout:
 			// A link timeout guards the request before it; the chain goes on from that one.
 			last.linkTimeout = op
 			op.target = last
@@ -179,18 +190,67 @@ func (r *sysRing) Submit() (int, error) {
 			last.next = op
 			last = op
 		}
-		if op.sqe.Flags&(SQEIOLink|SQEIOHardlink) == 0 {
-			r.dispatch(head)
-			head, last = nil, nil
+		if !linked {
+			r.endChain(head, chainFailed)
+			head, last, chainFailed = nil, nil, false
 		}
 	}
 	if head != nil {
-		r.dispatch(head) // a chain cut by the end of the submission ends here, as in the kernel
+		r.endChain(head, chainFailed) // a chain cut by the end of the submission ends here, as in the kernel
 	}
 	if r.inflight > 0 {
 		r.progress(0)
 	}
 	return n, nil
+}
+
+// initCheck applies the kernel's submit-time checks (io_init_req, io_link_timeout_prep).
+func (r *sysRing) initCheck(op *sysOp, head, last *sysOp) unix.Errno {
+	if op.sqe.Flags&SQECQESkipSuccess != 0 {
+		r.skipSeen = true
+	}
+	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
+		return unix.EOPNOTSUPP // draining is disabled once CQE_SKIP_SUCCESS was used
+	}
+	if op.sqe.Opcode == OpLinkTimeout && (head == nil || last.sqe.Opcode == OpLinkTimeout || last.linkTimeout != nil) {
+		return unix.EINVAL // a link timeout must follow a linked, unguarded request
+	}
+	return 0
+}
+
+func (r *sysRing) endChain(head *sysOp, failed bool) {
+	if failed {
+		r.failChain(head)
+		return
+	}
+	r.dispatch(head)
+}
+
+// failChain completes a chain that failed at submit time: the head posts -ECANCELED (or its
+// own submit error), every other member its submit error or -ECANCELED, silently when the
+// head had CQE_SKIP_SUCCESS (the kernel's REQ_F_SKIP_LINK_CQES).
+func (r *sysRing) failChain(head *sysOp) {
+	quiet := head.sqe.Flags&SQECQESkipSuccess != 0
+	for op := head; op != nil; {
+		next := op.next
+		for _, m := range [2]*sysOp{op, op.linkTimeout} {
+			if m == nil {
+				continue
+			}
+			res := errRes(unix.ECANCELED)
+			if m.initErr != 0 {
+				res = m.initErr
+			}
+			if m == head || !quiet {
+				r.post(m.sqe.UserData, res, 0)
+			}
+			if m != op {
+				r.freeOp(m)
+			}
+		}
+		r.freeOp(op)
+		op = next
+	}
 }
 
 func (r *sysRing) newOp(sqe *SQE) *sysOp {
@@ -240,11 +300,6 @@ func (r *sysRing) pumpDrain() {
 
 // run starts op: it completes now, parks on its fd, or (timeouts) enters the timer heap.
 func (r *sysRing) run(op *sysOp) {
-	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
-		// The kernel disables draining once CQE_SKIP_SUCCESS was used on the ring.
-		r.complete(op, errRes(unix.EOPNOTSUPP), 0)
-		return
-	}
 	if op.sqe.Flags&SQEFixedFile != 0 && op.sqe.Opcode != OpMsgRing {
 		if int(op.sqe.Fd) < 0 || int(op.sqe.Fd) >= len(r.files) || r.files[op.sqe.Fd] < 0 {
 			r.complete(op, -int32(unix.EBADF), 0)
@@ -836,13 +891,11 @@ func (r *sysRing) cancelChain(op *sysOp, quiet bool) {
 		next := op.next
 		op.next = nil
 		if quiet {
-			op.sqe.Flags |= SQECQESkipSuccess
-			op.sqe.Opcode = OpNop // so the cancellation counts as "success" and stays silent
-			if lt := op.linkTimeout; lt != nil {
-				lt.sqe.Flags |= SQECQESkipSuccess
-				lt.sqe.Opcode = OpNop
+			if lt := op.linkTimeout; lt != nil { // never armed: op never started
+				op.linkTimeout = nil
+				r.freeOp(lt)
 			}
-			r.complete(op, 0, 0)
+			r.freeOp(op)
 		} else {
 			r.complete(op, errRes(unix.ECANCELED), 0)
 		}

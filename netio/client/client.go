@@ -53,6 +53,8 @@ type Client struct {
 	topics map[string]*topicMeta // guarded by mu: metadata cache
 	shards map[int32]string      // guarded by mu: shard -> address
 	closed bool                  // guarded by mu
+
+	serverFrameBytesMax int32 // from the ApiVersions handshake
 }
 
 type topicMeta struct {
@@ -93,6 +95,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := c.Call(ctx, cfg.Broker, &netio.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
 		return nil, fmt.Errorf("handshake with %s: %w", cfg.Broker, err)
 	}
+	c.serverFrameBytesMax = ver.FrameBytesMax
 	return c, nil
 }
 
@@ -149,6 +152,17 @@ func (c *Client) CallAsync(addr string, req, resp netio.Message, done func(netio
 		return
 	}
 	cn.send(req, resp, done)
+}
+
+// callAsyncOwned is CallAsync for a response whose frame buffer the callee takes over and
+// hands back with release.
+func (c *Client) callAsyncOwned(addr string, req, resp netio.Message, done func(netio.Message, error, func())) {
+	cn, err := c.connFor(addr)
+	if err != nil {
+		done(nil, err, func() {})
+		return
+	}
+	cn.sendOwned(req, resp, done)
 }
 
 // Call sends req to addr and waits for the response, decoded into resp. Frame-level

@@ -490,3 +490,48 @@ type rawMessage struct{ api netio.APIKey }
 func (m rawMessage) API() netio.APIKey             { return m.api }
 func (m rawMessage) AppendTo(dst []byte) []byte    { return dst }
 func (m rawMessage) ReadFrom(payload []byte) error { return nil }
+
+func TestProducerRespectsBrokerFrameLimit(t *testing.T) {
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	srv := netio.NewServer(fake, netio.Config{FrameBytesMax: 256 << 10})
+	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln, 0)
+	t.Cleanup(func() { srv.Close() })
+	ctx := ctxT(t)
+	c, err := client.New(ctx, client.Config{Broker: ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "limit", 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Batches of 128 KiB over 4 partitions would make 512 KiB requests: the producer must
+	// split them to fit the broker's 256 KiB frames, and refuse a record that cannot fit.
+	p := c.NewProducer(client.ProducerConfig{BatchBytes: 128 << 10, Linger: time.Hour, Acks: client.AckLeader})
+	value := bytes.Repeat([]byte("v"), 1000)
+	for i := range 2000 {
+		if err := p.Send(ctx, &client.Record{Topic: "limit", Partition: int32(i % 4), Value: value}, func(_ *client.Record, err error) {
+			if err != nil {
+				t.Errorf("send: %v", err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.SendSync(ctx, &client.Record{Topic: "limit", Partition: 0, Value: bytes.Repeat([]byte("x"), 300<<10)})
+	if !errors.Is(err, netio.ErrMessageTooLarge) {
+		t.Fatalf("oversized record: %v", err)
+	}
+	p.Close(ctx)
+	if st := srv.Stats(); st.Requests == 0 {
+		t.Fatal("no requests reached the server")
+	}
+}

@@ -21,6 +21,17 @@ type call struct {
 	api           netio.APIKey
 	resp          netio.Message
 	done          func(resp netio.Message, err error)
+	// owned, when set instead of done, also receives the frame buffer the response aliases;
+	// the callee calls release once it no longer needs the response's byte fields.
+	owned func(resp netio.Message, err error, release func())
+}
+
+func (cl *call) finish(resp netio.Message, err error) {
+	if cl.owned != nil {
+		cl.owned(resp, err, func() {})
+		return
+	}
+	cl.done(resp, err)
 }
 
 // conn is one pipelined connection to a broker address. Requests are written in the order
@@ -61,6 +72,17 @@ func dialConn(addr string, timeout time.Duration, inflightMax int, frameBytesMax
 // resp means the request gets no response (acks=0 produce): done is called once the
 // frame is written.
 func (c *conn) send(req netio.Message, resp netio.Message, done func(netio.Message, error)) {
+	c.sendCall(req, &call{resp: resp, done: done})
+}
+
+// sendOwned is send for responses whose frame buffer the caller takes over (fetch).
+func (c *conn) sendOwned(req netio.Message, resp netio.Message, owned func(netio.Message, error, func())) {
+	c.sendCall(req, &call{resp: resp, owned: owned})
+}
+
+func (c *conn) sendCall(req netio.Message, cl *call) {
+	resp := cl.resp
+	done := cl.finish
 	c.wmu.Lock()
 	if err := c.failure(); err != nil {
 		c.wmu.Unlock()
@@ -68,7 +90,7 @@ func (c *conn) send(req netio.Message, resp netio.Message, done func(netio.Messa
 		return
 	}
 	c.corr++
-	cl := &call{correlationID: c.corr, api: req.API(), resp: resp, done: done}
+	cl.correlationID, cl.api = c.corr, req.API()
 	c.wbuf = netio.AppendRequest(c.wbuf[:0], cl.correlationID, req)
 	if resp != nil {
 		select {
@@ -115,25 +137,31 @@ func (c *conn) readLoop() {
 		}
 		if h.CorrelationID != cl.correlationID || h.API != cl.api {
 			err := fmt.Errorf("%s answered %s/%d, expected %s/%d", c.addr, h.API, h.CorrelationID, cl.api, cl.correlationID)
-			cl.done(nil, err)
+			cl.finish(nil, err)
 			c.fail(err)
 			return
 		}
 		if h.ErrorCode != netio.ErrNone {
 			msg, _ := netio.DecodeErrorPayload(payload)
-			cl.done(nil, &netio.Error{Code: h.ErrorCode, Message: msg})
+			cl.finish(nil, &netio.Error{Code: h.ErrorCode, Message: msg})
 			continue
 		}
 		if err := cl.resp.ReadFrom(payload); err != nil {
-			cl.done(nil, fmt.Errorf("%s response from %s: %w", cl.api, c.addr, err))
+			cl.finish(nil, fmt.Errorf("%s response from %s: %w", cl.api, c.addr, err))
 			continue
 		}
-		// The decoded response aliases buf (fetch records): hand over this buffer and
-		// read the next frame into a fresh one.
-		if cl.api == netio.APIFetch {
-			buf = nil
+		switch {
+		case cl.owned != nil:
+			// The response aliases buf: hand it over and read on into a pooled buffer.
+			owned := buf
+			buf = getResponseBuffer()
+			cl.owned(cl.resp, nil, func() { putResponseBuffer(owned) })
+		case cl.api == netio.APIFetch:
+			buf = nil // aliased by the records the caller keeps
+			cl.done(cl.resp, nil)
+		default:
+			cl.done(cl.resp, nil)
 		}
-		cl.done(cl.resp, nil)
 	}
 }
 
@@ -168,8 +196,29 @@ func (c *conn) fail(err error) {
 	}
 	c.wmu.Unlock()
 	for _, cl := range orphans {
-		cl.done(nil, c.err)
+		cl.finish(nil, c.err)
 	}
 }
 
 func (c *conn) close() { c.fail(errors.New("closed by client")) }
+
+// Fetch response buffers, recycled by consumers once they have copied the records out.
+var responseBuffers sync.Pool
+
+// responseBufferBytesMax: larger buffers are left to the GC instead of being pooled.
+const responseBufferBytesMax = 64 << 20
+
+func getResponseBuffer() []byte {
+	if v := responseBuffers.Get(); v != nil {
+		return *(v.(*[]byte))
+	}
+	return nil
+}
+
+func putResponseBuffer(b []byte) {
+	if cap(b) == 0 || cap(b) > responseBufferBytesMax {
+		return
+	}
+	b = b[:0]
+	responseBuffers.Put(&b)
+}

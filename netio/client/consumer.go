@@ -208,16 +208,17 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 		t.Partitions = append(t.Partitions, netio.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
 	}
 	type result struct {
-		resp *netio.FetchResponse
-		err  error
+		resp    *netio.FetchResponse
+		err     error
+		release func()
 	}
 	results := make([]result, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
 		wg.Add(1)
 		resp := new(netio.FetchResponse)
-		co.c.CallAsync(addr, byAddr[addr], resp, func(_ netio.Message, err error) {
-			results[i] = result{resp, err}
+		co.c.callAsyncOwned(addr, byAddr[addr], resp, func(_ netio.Message, err error, release func()) {
+			results[i] = result{resp, err, release}
 			wg.Done()
 		})
 	}
@@ -226,8 +227,19 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	select {
 	case <-waited:
 	case <-ctx.Done():
+		go func() { // release the buffers of responses that arrive after we gave up
+			<-waited
+			for _, r := range results {
+				r.release()
+			}
+		}()
 		return nil, ctx.Err()
 	}
+	defer func() {
+		for _, r := range results {
+			r.release() // records were copied out by apply
+		}
+	}()
 	var out []ConsumedRecord
 	for i, r := range results {
 		if r.err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -75,6 +76,9 @@ func startBroker(t testing.TB) string {
 }
 
 func TestParseArgs(t *testing.T) {
+	var usage bytes.Buffer
+	usageOutput = &usage
+	defer func() { usageOutput = os.Stderr }()
 	for _, tc := range []struct {
 		args       []string
 		positional []string
@@ -89,7 +93,7 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"t", "--partitions", "x"}, err: "invalid value"},
 		{args: []string{"t", "-h"}, err: errHelp.Error()},
 	} {
-		fs := newFlagSet("test", "test")
+		fs := newFlagSet("test", "test NAME")
 		partitions := fs.Int("partitions", 1, "")
 		positional, err := parseArgs(fs, tc.args)
 		if tc.err != "" {
@@ -105,6 +109,9 @@ func TestParseArgs(t *testing.T) {
 		if fmt.Sprint(positional) != fmt.Sprint(tc.positional) || *partitions != tc.partitions {
 			t.Errorf("%q: positional %q partitions %d, want %q %d", tc.args, positional, *partitions, tc.positional, tc.partitions)
 		}
+	}
+	if !strings.Contains(usage.String(), "usage: ringlog test NAME") || strings.Count(usage.String(), "usage:") != 1 {
+		t.Errorf("usage printed for -h only, once; got %q", usage.String())
 	}
 }
 
@@ -427,7 +434,7 @@ func TestProduceErrors(t *testing.T) {
 	if err := c.CreateTopic(ctx, "small", 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	o, _ := parseProduceFlags([]string{"small", "--max-line-bytes", "100"})
+	o, _ := parseProduceFlags([]string{"small", "--partition", "0", "--max-line-bytes", "100"})
 	in := "short\n" + strings.Repeat("x", 200) + "\nafter\n"
 	if _, err := produceLines(ctx, c, o, strings.NewReader(in)); err == nil || !strings.Contains(err.Error(), "line 2 is longer than --max-line-bytes 100") {
 		t.Errorf("long line: %v", err)

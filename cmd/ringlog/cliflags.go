@@ -44,9 +44,12 @@ func newFlagSet(name, usage string) *flag.FlagSet {
 // usages holds each FlagSet's synopsis for printUsage.
 var usages = map[*flag.FlagSet]string{}
 
+// usageOutput is where -h prints (tests silence it).
+var usageOutput io.Writer = os.Stderr
+
 func printUsage(fs *flag.FlagSet) {
-	fmt.Fprintf(os.Stderr, "usage: ringlog %s\n\nflags:\n", usages[fs])
-	fs.SetOutput(os.Stderr)
+	fmt.Fprintf(usageOutput, "usage: ringlog %s\n\nflags:\n", usages[fs])
+	fs.SetOutput(usageOutput)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
 }

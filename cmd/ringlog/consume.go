@@ -69,7 +69,7 @@ func parseConsumeFlags(args []string) (consumeOptions, error) {
 	var o consumeOptions
 	fs := newFlagSet("consume", consumeUsage)
 	broker := brokerFlag(fs)
-	partition := fs.Int("partition", -1, "read only this partition (default: all)")
+	partition := fs.Int("partition", -1, "read only this partition; -1 = all partitions")
 	from := fs.String("from", "earliest", "start at earliest, latest, an OFFSET, or @UNIX_MS (first record at or after that time)")
 	fs.Int64Var(&o.max, "max", 0, "stop after N records (0 = no limit)")
 	fs.BoolVar(&o.exitAtEnd, "exit-at-end", false, "stop once every partition reached the high watermark seen at start")

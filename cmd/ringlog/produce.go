@@ -56,7 +56,7 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 	fs.StringVar(&o.keySeparator, "key-separator", "", "split each line at the first SEP: key before, value after (lines without SEP get a null key)")
 	acks := fs.String("acks", "all", "acknowledgement: 0 (none), 1 (leader write) or all")
 	compression := fs.String("compression", "none", "batch compression: none or zstd")
-	partition := fs.Int("partition", -1, "write every record to this partition (default: by key hash, sticky for null keys)")
+	partition := fs.Int("partition", -1, "write every record to this partition; -1 = by key hash, sticky for null keys")
 	fs.IntVar(&o.lineBytesMax, "max-line-bytes", lineBytesMaxDefault, "longest accepted stdin line")
 	fs.Int64Var(&o.bufferBytes, "buffer-bytes", produceBufferBytesDefault, "unacknowledged record bytes before reading stdin pauses")
 	fs.DurationVar(&o.linger, "linger", 5*time.Millisecond, "how long a batch waits for more records")

@@ -221,13 +221,13 @@ func topicConfig(usage string, args []string, stdout io.Writer) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE\t")
+		fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
 		for _, cfg := range configs {
 			source := configSourceName(cfg.Source)
 			if cfg.ReadOnly {
 				source += ",read-only"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", cfg.Key, cfg.Value, source)
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", cfg.Key, cfg.Value, source)
 		}
 		return tw.Flush()
 	})

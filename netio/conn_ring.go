@@ -114,6 +114,9 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 		unix.Close(fd)
 		return
 	}
+	// As Go's net package does: no Nagle delay for small responses (MSG_MORE and
+	// SPLICE_F_MORE still coalesce the pieces of one frame).
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	remote := ""
 	if sa, err := unix.Getpeername(fd); err == nil {
 		remote = sockaddrString(sa)
@@ -569,7 +572,11 @@ func (c *ringConn) submitSplice(in int, inOff int64, out int, n uint32, link boo
 	if err != nil {
 		return fmt.Errorf("splice: %w", err)
 	}
-	op.SQE().PrepSplice(in, inOff, out, -1, n, unix.SPLICE_F_MOVE)
+	flags := uint32(unix.SPLICE_F_MOVE)
+	if out == c.fd && c.planIndex+1 < len(c.plan) {
+		flags |= unix.SPLICE_F_MORE // more of this batch follows
+	}
+	op.SQE().PrepSplice(in, inOff, out, -1, n, flags)
 	if link {
 		op.SQE().SetLink()
 	}

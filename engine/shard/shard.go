@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/ring"
 )
@@ -33,6 +35,9 @@ type partition struct {
 	minInsync   int
 	dirty       bool
 	pending     []pendingAck   // produces waiting for the next fdatasync
+	inflight    []pendingAck   // produces covered by the fdatasync in flight
+	syncing     bool           // an asynchronous sync (BeginSync) is in flight
+	syncLog     *engine.Log    // the log that sync began on (the log may be reopened)
 	waiters     []*fetchWaiter // long-polls waiting for data past their offset
 }
 
@@ -105,27 +110,101 @@ func (s *Shard) flushDirty() {
 	s.dirty = s.dirty[:0]
 	for _, p := range dirty {
 		p.dirty = false
-		var err error
 		if len(p.pending) > 0 {
-			err = p.log.Sync() // acks=all or flush.always: durable before acknowledged
-		} else {
-			err = p.log.Flush() // flush.messages / flush.ms policy
+			s.startSync(p) // acks=all or flush.always: durable before acknowledged
+			continue
 		}
-		for i, a := range p.pending {
-			if err != nil {
-				a.res.Err = fmt.Errorf("sync %s/%d: %w", p.tp.Topic, p.tp.Partition, err)
-			}
-			a.res.LogStartOffset = p.log.StartOffset()
-			a.done(a.res)
-			p.pending[i] = pendingAck{}
+		if p.syncing {
+			continue // the flush policy is met by the sync already in flight
 		}
+		if err := p.log.Flush(); err != nil { // flush.messages / flush.ms policy
+			s.b.log.Error("partition flush failed; it accepts no more writes", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
+		}
+	}
+}
+
+// startSync starts the pipelined group commit of p: one fdatasync per unsynced segment,
+// submitted on the ring without waiting, covering every produce in p.pending. Produces
+// arriving while it runs queue in p.pending for the next sync, which starts the moment this
+// one completes. The syncs of all partitions dirtied in one loop turn go out in the same
+// submission, so the file system can fold them into one journal commit.
+func (s *Shard) startSync(p *partition) {
+	if p.syncing {
+		return // endSync starts the next one
+	}
+	t, ok, err := p.log.BeginSync()
+	if err != nil {
+		p.finishAcks(p.pending, err)
 		p.pending = p.pending[:0]
+		return
+	}
+	if !ok { // already durable (a blocking Sync covered it)
+		p.finishAcks(p.pending, nil)
+		p.pending = p.pending[:0]
+		return
+	}
+	p.syncing, p.syncLog = true, p.log
+	p.inflight, p.pending = p.pending, p.inflight[:0]
+	remaining := len(t.Fds)
+	var firstErr error
+	complete := func(err error) {
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if remaining--; remaining == 0 {
+			s.endSync(p, t, firstErr)
+		}
+	}
+	for _, fd := range t.Fds {
+		err := s.r.Submit(func(sqe *ring.SQE) { sqe.PrepFsync(fd, true) }, func(res int32, _ uint32) {
+			if res < 0 {
+				complete(fmt.Errorf("fdatasync: %w", unix.Errno(-res)))
+				return
+			}
+			complete(nil)
+		})
 		if err != nil {
-			s.b.log.Error("partition sync failed; it accepts no more writes", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
+			// No room on the ring right now: sync this file the blocking way instead of
+			// failing the log for a transient submission limit.
+			complete(s.r.Fdatasync(fd))
 		}
-		if p.flushAlways {
-			p.wakeWaiters() // the high watermark moved with the sync
+	}
+}
+
+func (s *Shard) endSync(p *partition, t engine.SyncTicket, syncErr error) {
+	log := p.syncLog
+	p.syncing, p.syncLog = false, nil
+	err := log.EndSync(t, syncErr)
+	if s.parts[p.tp] != p {
+		return // dropped meanwhile; its acks were failed then
+	}
+	if log != p.log {
+		err = nil // reopened meanwhile; the blocking Sync before the reopen covered these
+	}
+	if err != nil {
+		err = fmt.Errorf("sync %s/%d: %w", p.tp.Topic, p.tp.Partition, err)
+		s.b.log.Error("partition sync failed; it accepts no more writes", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
+	}
+	p.finishAcks(p.inflight, err)
+	p.inflight = p.inflight[:0]
+	if p.flushAlways {
+		p.wakeWaiters() // the high watermark moved with the sync
+	}
+	if len(p.pending) > 0 {
+		s.startSync(p)
+	}
+}
+
+// finishAcks answers acks with err (nil: success) and clears them.
+func (p *partition) finishAcks(acks []pendingAck, err error) {
+	for i, a := range acks {
+		if err != nil {
+			a.res.Err = err
+			a.res.BaseOffset = -1
 		}
+		a.res.LogStartOffset = p.log.StartOffset()
+		a.done(a.res)
+		acks[i] = pendingAck{}
 	}
 }
 
@@ -219,22 +298,20 @@ func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
 }
 
 func (p *partition) failPending(err error) {
-	for _, a := range p.pending {
-		a.res.Err = err
-		a.done(a.res)
-	}
-	p.pending = nil
+	p.finishAcks(p.pending, err)
+	p.finishAcks(p.inflight, err)
+	p.pending, p.inflight = nil, nil
 	for _, w := range p.waiters {
 		w.fire()
 	}
 	p.waiters = nil
 }
 
+// completePending acknowledges every parked produce after a blocking Sync covered them.
 func (p *partition) completePending() {
-	for _, a := range p.pending {
-		a.done(a.res)
-	}
-	p.pending = nil
+	p.finishAcks(p.pending, nil)
+	p.finishAcks(p.inflight, nil)
+	p.pending, p.inflight = nil, nil
 }
 
 // closePartitions syncs and closes every log. Loop goroutine, after Run returned.

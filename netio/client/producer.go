@@ -124,8 +124,8 @@ type partState struct {
 	builder  *batch.Builder
 	open     []pendingRecord // records in the open (unsealed) batch
 	openedAt time.Time
-	sealed   []*sealedBatch // oldest first; sealed[0] may be in flight
-	inflight bool
+	sealed   []*sealedBatch // oldest first; sealed[:inflight] are in flight
+	inflight int            // sealed batches in the one produce request in flight (0: none)
 	retryAt  time.Time
 }
 
@@ -390,12 +390,16 @@ const requestOverheadBytes = 64 << 10
 
 type produceRequest struct {
 	addr    string
-	batches []*partState // each sends its sealed[0]
+	batches []*partState // each sends its sealed[:inflight], concatenated
 	bytes   int
 }
 
 // collectLocked seals batches whose linger expired and gathers, per address, the
-// partitions whose oldest sealed batch can be sent. It returns how long to sleep.
+// partitions with sealed batches and no request in flight. A partition sends every sealed
+// batch it has queued (up to the request size limit) in one request: while a request waits
+// for its acknowledgement — an fdatasync, say — the batches sealed meanwhile all go in the
+// next one, so throughput grows with the latency instead of shrinking. It returns how long
+// to sleep.
 func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duration) {
 	next := time.Hour
 	byAddr := map[string]*produceRequest{}
@@ -409,7 +413,7 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 				next = min(next, due.Sub(now))
 			}
 		}
-		if ps.inflight || len(ps.sealed) == 0 {
+		if ps.inflight > 0 || len(ps.sealed) == 0 {
 			continue
 		}
 		if now.Before(ps.retryAt) {
@@ -418,15 +422,19 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 		}
 		addr := p.c.leaderAddr(ps.topic, ps.partition)
 		rq := byAddr[addr]
-		size := len(ps.sealed[0].data)
-		if rq == nil || rq.bytes+size > p.cfg.RequestBytesMax {
+		if rq == nil || rq.bytes+len(ps.sealed[0].data) > p.cfg.RequestBytesMax {
 			rq = &produceRequest{addr: addr}
 			byAddr[addr] = rq
 			out = append(out, rq)
 		}
+		n, size := 1, len(ps.sealed[0].data)
+		for n < len(ps.sealed) && rq.bytes+size+len(ps.sealed[n].data) <= p.cfg.RequestBytesMax {
+			size += len(ps.sealed[n].data)
+			n++
+		}
 		rq.batches = append(rq.batches, ps)
 		rq.bytes += size
-		ps.inflight = true
+		ps.inflight = n
 	}
 	return out, max(next, 0)
 }
@@ -434,17 +442,30 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 func (p *Producer) sendRequest(rq *produceRequest) {
 	req := &netio.ProduceRequest{Acks: p.cfg.Acks.wire(), TimeoutMs: int32(p.cfg.ProduceTimeout.Milliseconds())}
 	topicIndex := map[string]int{}
-	sent := make([]*sealedBatch, len(rq.batches))
+	sent := make([][]*sealedBatch, len(rq.batches))
 	p.mu.Lock()
 	for i, ps := range rq.batches {
-		sent[i] = ps.sealed[0]
+		sent[i] = ps.sealed[:ps.inflight:ps.inflight]
+		data := sent[i][0].data
+		if len(sent[i]) > 1 {
+			// The protocol takes a partition's batches concatenated; the copy is the price
+			// of keeping each sealed batch retriable on its own buffer.
+			size := 0
+			for _, b := range sent[i] {
+				size += len(b.data)
+			}
+			data = make([]byte, 0, size)
+			for _, b := range sent[i] {
+				data = append(data, b.data...)
+			}
+		}
 		ti, ok := topicIndex[ps.topic]
 		if !ok {
 			ti = len(req.Topics)
 			topicIndex[ps.topic] = ti
 			req.Topics = append(req.Topics, netio.ProduceTopic{Topic: ps.topic})
 		}
-		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, netio.ProducePartition{Partition: ps.partition, Records: sent[i].data})
+		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, netio.ProducePartition{Partition: ps.partition, Records: data})
 	}
 	p.mu.Unlock()
 	if p.cfg.Acks == AckNone {
@@ -456,7 +477,7 @@ func (p *Producer) sendRequest(rq *produceRequest) {
 }
 
 // complete applies a produce response (or a transport error) to the batches sent.
-func (p *Producer) complete(rq *produceRequest, sent []*sealedBatch, resp *netio.ProduceResponse, err error) {
+func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *netio.ProduceResponse, err error) {
 	results := map[topicPartition]netio.ProduceResponsePartition{}
 	if err == nil && resp != nil {
 		for _, t := range resp.Topics {
@@ -469,36 +490,45 @@ func (p *Producer) complete(rq *produceRequest, sent []*sealedBatch, resp *netio
 	p.mu.Lock()
 	now := time.Now()
 	for i, ps := range rq.batches {
-		b := sent[i]
-		if len(ps.sealed) == 0 || ps.sealed[0] != b {
-			panic(fmt.Sprintf("ringlog producer: %s/%d completed a batch that is not its oldest", ps.topic, ps.partition))
+		batches := sent[i]
+		if len(ps.sealed) < len(batches) || ps.sealed[0] != batches[0] || ps.inflight != len(batches) {
+			panic(fmt.Sprintf("ringlog producer: %s/%d completed batches that are not its oldest", ps.topic, ps.partition))
 		}
-		ps.inflight = false
+		ps.inflight = 0
 		code, baseOffset, batchErr := p.outcome(ps.topicPartition, results, resp, err)
 		if batchErr == nil {
-			for j, pr := range b.records {
-				pr.rec.Offset = -1
-				if baseOffset >= 0 {
-					pr.rec.Offset = baseOffset + int64(j)
+			// The broker appended the batches in order, contiguously, from baseOffset.
+			next := baseOffset
+			for _, b := range batches {
+				for j, pr := range b.records {
+					pr.rec.Offset = -1
+					if baseOffset >= 0 {
+						pr.rec.Offset = next + int64(j)
+					}
 				}
+				next += int64(len(b.records))
+				p.finishLocked(b.records, nil)
+				putBatchBuffer(b.data)
 			}
-			ps.sealed = ps.sealed[1:]
-			p.finishLocked(b.records, nil)
-			putBatchBuffer(b.data)
+			ps.sealed = ps.sealed[len(batches):]
 			continue
 		}
 		retriable := code.Retriable() || errors.Is(batchErr, ErrConnClosed)
-		if retriable && b.attempts < p.cfg.Retries {
-			b.attempts++
+		if retriable && batches[0].attempts < p.cfg.Retries {
+			for _, b := range batches {
+				b.attempts++
+			}
 			ps.retryAt = now.Add(p.cfg.RetryBackoff)
 			if code == netio.ErrNotLeaderOrWrongShard || code == netio.ErrUnknownTopicOrPartition || errors.Is(batchErr, ErrConnClosed) {
 				refresh = append(refresh, ps.topic)
 			}
 			continue
 		}
-		ps.sealed = ps.sealed[1:]
-		putBatchBuffer(b.data)
-		p.finishLocked(b.records, fmt.Errorf("produce to %s/%d after %d attempts: %w", ps.topic, ps.partition, b.attempts+1, batchErr))
+		ps.sealed = ps.sealed[len(batches):]
+		for _, b := range batches {
+			putBatchBuffer(b.data)
+			p.finishLocked(b.records, fmt.Errorf("produce to %s/%d after %d attempts: %w", ps.topic, ps.partition, b.attempts+1, batchErr))
+		}
 	}
 	p.mu.Unlock()
 	p.runCallbacks()

@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// SyncTicket is one asynchronous sync in progress: what it covers and the descriptors the
+// owner must fdatasync. See BeginSync.
+type SyncTicket struct {
+	// Fds are duplicated descriptors of the segment files to fdatasync, oldest first. They
+	// stay valid whatever the log does meanwhile (retention may close the originals); EndSync
+	// closes them.
+	Fds []int
+
+	covers []syncedPoint
+	// Offset is the log end offset the sync covers: once EndSync succeeds, SyncedOffset is
+	// at least this.
+	Offset int64
+}
+
+type syncedPoint struct {
+	s          *segment
+	size       int64
+	nextOffset int64
+	sealed     bool
+}
+
+// BeginSync starts a sync of everything appended so far, for an owner that issues the
+// fdatasyncs itself — on its ring, concurrently with other partitions' syncs and with later
+// appends to this log (the pipelined group commit). ok is false when nothing is unsynced.
+// The owner fdatasyncs every descriptor in t.Fds and then calls EndSync(t, firstErr) exactly
+// once. Appends made after BeginSync are not covered by t.
+func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
+	if err := l.writable(); err != nil {
+		return t, false, err
+	}
+	for _, s := range l.unsyncedSegments {
+		t.covers = append(t.covers, syncedPoint{s: s, size: s.size, nextOffset: s.nextOffset, sealed: true})
+	}
+	if s := l.active(); s.syncedSize != s.size || s.syncedNextOffset != s.nextOffset {
+		t.covers = append(t.covers, syncedPoint{s: s, size: s.size, nextOffset: s.nextOffset})
+	}
+	if len(t.covers) == 0 {
+		return t, false, nil
+	}
+	for _, c := range t.covers {
+		fd, err := unix.FcntlInt(uintptr(c.s.logFd()), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			closeFds(t.Fds)
+			return SyncTicket{}, false, fmt.Errorf("begin sync: dup segment %d: %w", c.s.baseOffset, err)
+		}
+		t.Fds = append(t.Fds, fd)
+	}
+	t.Offset = l.EndOffset()
+	return t, true, nil
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// EndSync completes t. A non-nil syncErr (the first fdatasync failure) fails the log for
+// good, as a failed Sync does. Otherwise the covered bytes count as synced, sealed segments
+// covered leave the unsynced list, and their index entries are persisted.
+func (l *Log) EndSync(t SyncTicket, syncErr error) error {
+	closeFds(t.Fds)
+	if syncErr != nil {
+		return l.fail(fmt.Errorf("fdatasync: %w", syncErr))
+	}
+	if l.closed || l.failed != nil {
+		return l.failed
+	}
+	for _, c := range t.covers {
+		s := c.s
+		// Only ever raise the synced marks; a truncation meanwhile may have cut s below them.
+		if size := min(c.size, s.size); size > s.syncedSize {
+			s.syncedSize = size
+		}
+		if next := min(c.nextOffset, s.nextOffset); next > s.syncedNextOffset {
+			s.syncedNextOffset = next
+		}
+		if c.sealed && l.forgetUnsyncedIfPresent(s) {
+			s.addFinalTimeEntry()
+		}
+		var err error
+		if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
+			l.cfg.Logger.Warn("index write failed", "dir", l.dir, "err", err)
+		}
+	}
+	l.unsyncedMessages = max(l.EndOffset()-l.SyncedOffset(), 0)
+	if l.unsyncedMessages > 0 {
+		l.oldestUnsynced = l.cfg.Clock()
+	}
+	return nil
+}
+
+// forgetUnsyncedIfPresent removes s from the unsynced sealed segments and reports whether it
+// was there.
+func (l *Log) forgetUnsyncedIfPresent(s *segment) bool {
+	for _, u := range l.unsyncedSegments {
+		if u == s {
+			l.forgetUnsynced(s)
+			return true
+		}
+	}
+	return false
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -287,4 +288,33 @@ func TestFlushDeadline(t *testing.T) {
 	if _, ok := l.FlushDeadline(); ok {
 		t.Fatal("deadline after sync")
 	}
+}
+
+// TestRollFailureLeavesLogUsable: when the next segment cannot be created, the append fails
+// and the active segment keeps taking appends once the obstacle is gone.
+func TestRollFailureLeavesLogUsable(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, fio ring.FileIO, mode StorageMode) {
+		dir := t.TempDir()
+		l, _ := openLog(t, dir, testConfig(mode), fio)
+		defer l.Close()
+		var want []byte
+		for l.Size() < 60<<10 {
+			want = append(want, appendSome(t, l, len(want), 1, 0)...)
+		}
+		obstacle := segmentFile(dir, l.EndOffset(), logSuffix)
+		if err := os.WriteFile(obstacle, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		big := makeBatch(t, 7, 8, 1000, 0)
+		if _, err := l.Append(big); !errors.Is(err, os.ErrExist) {
+			t.Fatalf("append needing a roll onto an existing file: %v", err)
+		}
+		mustInvariants(t, l)
+		os.Remove(obstacle)
+		if _, err := l.Append(big); err != nil {
+			t.Fatalf("append after the obstacle is gone: %v", err)
+		}
+		want = append(want, big...)
+		mustEqualBytes(t, "after failed roll", readAll(t, l, 1<<20), want)
+	})
 }

@@ -18,7 +18,7 @@ var (
 	// ErrOffsetOutOfRange: a read or truncation below the log start offset or above the log
 	// end offset.
 	ErrOffsetOutOfRange = errors.New("offset out of range")
-	// ErrLogFailed: an fdatasync (or a roll's sync) failed. The kernel may have dropped the
+	// ErrLogFailed: an fdatasync (or the directory fsync after a roll) failed. The kernel may have dropped the
 	// dirty pages, so retrying could report durability that does not exist; the log accepts
 	// no more appends and must be reopened (which re-runs recovery).
 	ErrLogFailed = errors.New("log failed: a sync failed, the partition accepts no more writes")
@@ -356,10 +356,6 @@ func (l *Log) Sync() error {
 // the active segment, so SyncedOffset never passes unsynced bytes.
 func (l *Log) roll() error {
 	old := l.active()
-	if err := l.seal(old); err != nil {
-		return err
-	}
-	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	s, err := openSegmentFiles(l.dir, old.nextOffset, true)
 	if err != nil {
 		return err
@@ -370,6 +366,12 @@ func (l *Log) roll() error {
 		s.removeFiles(l.dir)
 		return err
 	}
+	if err := l.seal(old); err != nil {
+		s.closeFiles()
+		s.removeFiles(l.dir)
+		return errors.Join(err, l.activate(old))
+	}
+	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	l.segments = append(l.segments, s)
 	if err := syncDir(l.dir); err != nil {
 		return l.fail(fmt.Errorf("roll to segment %d: %w", s.baseOffset, err))

@@ -222,6 +222,38 @@ func WritePlots(dir, prefix string, r *Result) ([]string, error) {
 	if r.Backlog != nil {
 		charts["lag"] = LagChart("Consumer lag: "+r.Workload.Name, caption, r.Samples)
 	}
+	if r.BrokerRSS.MaxBytes > 0 {
+		charts["rss"] = RSSChart("Broker memory: "+r.Workload.Name, caption, r.Samples)
+	}
+	var files []string
+	for _, name := range sortedKeys(charts) {
+		path := filepath.Join(dir, prefix+"-"+name+".svg")
+		if err := os.WriteFile(path, charts[name].SVG(), 0o644); err != nil {
+			return files, fmt.Errorf("plots: %w", err)
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}
+
+// WriteComparisonPlots renders two runs of one workload on shared axes:
+// <prefix>-throughput.svg (both systems' publish and consume MB/s over time) and
+// <prefix>-latency.svg (both systems' publish and end-to-end percentile curves).
+func WriteComparisonPlots(dir, prefix string, a, b *Result) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("plots: %w", err)
+	}
+	caption := fmt.Sprintf("%s: %s vs %s — %s", a.Workload.Name, a.Driver.Name, b.Driver.Name, a.Hardware.Machine())
+	charts := map[string]Chart{
+		"throughput": ThroughputChart("Throughput over time: "+a.Workload.Name, caption,
+			map[string][]Sample{a.Driver.Name: a.Samples, b.Driver.Name: b.Samples}),
+		"latency": LatencyChart("Latency by percentile: "+a.Workload.Name, caption, []NamedSummary{
+			{Name: a.Driver.Name + " publish", Summary: a.PublishLatency, Color: seriesColors[0]},
+			{Name: a.Driver.Name + " end-to-end", Summary: a.EndToEnd, Dashed: true, Color: seriesColors[0]},
+			{Name: b.Driver.Name + " publish", Summary: b.PublishLatency, Color: seriesColors[1]},
+			{Name: b.Driver.Name + " end-to-end", Summary: b.EndToEnd, Dashed: true, Color: seriesColors[1]},
+		}),
+	}
 	var files []string
 	for _, name := range sortedKeys(charts) {
 		path := filepath.Join(dir, prefix+"-"+name+".svg")

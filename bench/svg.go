@@ -19,7 +19,7 @@ type Chart struct {
 	LogY    bool
 	XTicks  []Tick // nil = automatic
 	Series  []Series
-	Width   int // pixels; 0 = 800
+	Width   int // pixels; 0 = 860
 	Height  int // pixels; 0 = 420
 	Caption string
 	// XFromZero starts the x axis at 0 (time series) instead of at the first point.
@@ -37,6 +37,7 @@ type Series struct {
 	Name   string
 	Points []Point
 	Dashed bool
+	Color  string // "" = the next color of the palette
 }
 
 // Point is one (x, y).
@@ -46,7 +47,7 @@ var seriesColors = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd
 
 const (
 	marginLeft   = 80
-	marginRight  = 170
+	marginRight  = 220
 	marginTop    = 40
 	marginBottom = 75
 )
@@ -72,7 +73,7 @@ func (a axis) scale(v float64, pixels float64) float64 {
 func (c Chart) SVG() []byte {
 	width, height := c.Width, c.Height
 	if width == 0 {
-		width = 800
+		width = 860
 	}
 	if height == 0 {
 		height = 420
@@ -99,7 +100,10 @@ func (c Chart) SVG() []byte {
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", plotW/2, plotH+36, esc(c.XLabel))
 	fmt.Fprintf(&b, `<text transform="translate(-60,%.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", plotH/2, esc(c.YLabel))
 	for i, s := range c.Series {
-		color := seriesColors[i%len(seriesColors)]
+		color := s.Color
+		if color == "" {
+			color = seriesColors[i%len(seriesColors)]
+		}
 		var path strings.Builder
 		for j, p := range s.Points {
 			if math.IsNaN(p.Y) || math.IsInf(p.Y, 0) || (yAxis.log && p.Y <= 0) {
@@ -166,7 +170,11 @@ func (c Chart) axes() (axis, axis) {
 	if c.XTicks != nil {
 		xs.ticks = c.XTicks
 	} else {
-		xs.ticks = linearTicks(xs.min, xs.max)
+		for _, tick := range linearTicks(xs.min, xs.max) {
+			if tick.At >= xs.min-1e-9 && tick.At <= xs.max+1e-9 { // never draw outside the plot
+				xs.ticks = append(xs.ticks, tick)
+			}
+		}
 	}
 	if c.LogY {
 		ys.min = math.Pow(10, math.Floor(math.Log10(ys.min)))
@@ -246,7 +254,7 @@ func LatencyChart(title, caption string, named []NamedSummary) Chart {
 		if n.Summary.Count == 0 {
 			continue
 		}
-		s := Series{Name: n.Name, Dashed: n.Dashed}
+		s := Series{Name: n.Name, Dashed: n.Dashed, Color: n.Color}
 		for _, c := range n.Summary.Curve {
 			s.Points = append(s.Points, Point{X: percentileX(c.Percentile), Y: math.Max(c.ValueUs, 0.001)})
 		}
@@ -260,17 +268,20 @@ type NamedSummary struct {
 	Name    string
 	Summary Summary
 	Dashed  bool
+	Color   string // "" = the next color of the palette
 }
 
 // ThroughputChart plots publish and consume MB/s over time.
 func ThroughputChart(title, caption string, runs map[string][]Sample) Chart {
 	chart := Chart{Title: title, XLabel: "seconds since start", YLabel: "MB/s", Caption: caption, XFromZero: true}
-	for _, name := range sortedKeys(runs) {
+	for index, name := range sortedKeys(runs) {
 		prefix := name + " "
 		if len(runs) == 1 {
 			prefix = "" // the caption names the system
 		}
-		pub, con := Series{Name: prefix + "publish"}, Series{Name: prefix + "consume", Dashed: true}
+		color := seriesColors[index%len(seriesColors)]
+		pub := Series{Name: prefix + "publish", Color: color}
+		con := Series{Name: prefix + "consume", Dashed: true, Color: color}
 		for _, s := range runs[name] {
 			pub.Points = append(pub.Points, Point{X: s.Seconds, Y: s.PublishMBPerS})
 			con.Points = append(con.Points, Point{X: s.Seconds, Y: s.ConsumeMBPerS})
@@ -286,6 +297,19 @@ func LagChart(title, caption string, samples []Sample) Chart {
 	s := Series{Name: "lag"}
 	for _, sample := range samples {
 		s.Points = append(s.Points, Point{X: sample.Seconds, Y: float64(sample.LagMessages)})
+	}
+	chart.Series = append(chart.Series, s)
+	return chart
+}
+
+// RSSChart plots the broker's resident set over time.
+func RSSChart(title, caption string, samples []Sample) Chart {
+	chart := Chart{Title: title, XLabel: "seconds since start", YLabel: "broker RSS (MiB)", Caption: caption, XFromZero: true}
+	s := Series{Name: "RSS"}
+	for _, sample := range samples {
+		if sample.BrokerRSSBytes > 0 {
+			s.Points = append(s.Points, Point{X: sample.Seconds, Y: float64(sample.BrokerRSSBytes) / (1 << 20)})
+		}
 	}
 	chart.Series = append(chart.Series, s)
 	return chart

@@ -77,6 +77,16 @@ func TestThroughputChartAndEmptyChart(t *testing.T) {
 	}
 }
 
+func TestAutoXTicksStayInsidePlot(t *testing.T) {
+	chart := Chart{Series: []Series{{Name: "s", Points: []Point{{0, 1}, {630, 2}}}}}
+	xs, _ := chart.axes()
+	for _, tick := range xs.ticks {
+		if tick.At < 0 || tick.At > 630 {
+			t.Fatalf("tick %v outside [0, 630]", tick)
+		}
+	}
+}
+
 func TestLinearTicksCoverRange(t *testing.T) {
 	for _, r := range [][2]float64{{0, 1}, {0, 937}, {3, 4}, {0, 1.2e6}} {
 		ticks := linearTicks(r[0], r[1])
@@ -101,7 +111,7 @@ func TestWritePlotsWritesWellFormedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 3 {
+	if len(files) != 4 { // throughput, latency, lag (backlog), rss
 		t.Fatalf("files %v", files)
 	}
 	for _, f := range files {
@@ -112,6 +122,27 @@ func TestWritePlotsWritesWellFormedFiles(t *testing.T) {
 		parseSVG(t, data)
 		if filepath.Dir(f) != dir {
 			t.Fatalf("%s outside %s", f, dir)
+		}
+	}
+}
+
+func TestWriteComparisonPlots(t *testing.T) {
+	a, b := sampleResult("ringlog", 100, 200), sampleResult("nats", 20, 900)
+	files, err := WriteComparisonPlots(t.TempDir(), "cmp", a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 {
+		t.Fatalf("files %v", files)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		elements := parseSVG(t, data)
+		if elements["path"] != 4 || !bytes.Contains(data, []byte("ringlog")) || !bytes.Contains(data, []byte("nats")) {
+			t.Fatalf("%s: %d lines, want 4 (two systems × two series)", f, elements["path"])
 		}
 	}
 }

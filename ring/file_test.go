@@ -427,3 +427,38 @@ func TestSyscallRingUint32Wrap(t *testing.T) {
 		t.Fatalf("indexes did not wrap as expected: sqHead %d cqHead %d cqTail %d", r.sqHead, r.cqHead, r.cqTail)
 	}
 }
+
+func TestRegisterBadArguments(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := openRing(t, backend, Config{Entries: 4})
+		if err := r.RegisterBuffers(nil); err == nil {
+			t.Error("RegisterBuffers(nil) accepted")
+		}
+		if err := r.RegisterBuffers([][]byte{make([]byte, 8), {}}); err == nil {
+			t.Error("RegisterBuffers with an empty buffer accepted")
+		}
+		if err := r.RegisterFiles(nil); err == nil {
+			t.Error("RegisterFiles(nil) accepted")
+		}
+		if err := r.UnregisterFiles(); err == nil {
+			t.Error("UnregisterFiles without files succeeded")
+		}
+		if err := r.UnregisterEventfd(); err == nil {
+			t.Error("UnregisterEventfd without one succeeded")
+		}
+	})
+	// A buffer longer than one kernel transfer becomes a capped length, not a wrapped one.
+	if got := bufLen(make([]byte, 10)); got != 10 {
+		t.Fatalf("bufLen(10) = %d", got)
+	}
+	big, err := unix.Mmap(-1, 0, 3<<30, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		t.Skipf("cannot reserve 3 GiB of address space: %v", err)
+	}
+	defer unix.Munmap(big)
+	var s SQE
+	s.PrepWrite(1, big, 0)
+	if s.Len != rwBytesMax {
+		t.Fatalf("3 GiB write prepared with Len %d, want %d", s.Len, rwBytesMax)
+	}
+}

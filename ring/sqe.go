@@ -19,6 +19,18 @@ func (s *SQE) prepRW(op Opcode, fd int32, addr uintptr, length uint32, off uint6
 	*s = SQE{Opcode: op, Fd: fd, Addr: uint64(addr), Len: length, Off: off}
 }
 
+// rwBytesMax caps one transfer, as the kernel's MAX_RW_COUNT does (2 GiB - 4 KiB): a longer
+// buffer is a short transfer, never a truncated 32-bit length.
+const rwBytesMax = 1<<31 - 4096
+
+// bufLen is len(b) as an SQE length, capped at rwBytesMax.
+func bufLen(b []byte) uint32 {
+	if len(b) > rwBytesMax {
+		return rwBytesMax
+	}
+	return uint32(len(b))
+}
+
 func bufAddr(b []byte) uintptr {
 	if len(b) == 0 {
 		return 0
@@ -31,12 +43,12 @@ func (s *SQE) PrepNop() { *s = SQE{Opcode: OpNop, Fd: -1} }
 
 // PrepRead prepares a pread of len(b) bytes at off (off = ^uint64(0) uses the file position).
 func (s *SQE) PrepRead(fd int, b []byte, off uint64) {
-	s.prepRW(OpRead, int32(fd), bufAddr(b), uint32(len(b)), off)
+	s.prepRW(OpRead, int32(fd), bufAddr(b), bufLen(b), off)
 }
 
 // PrepWrite prepares a pwrite of b at off.
 func (s *SQE) PrepWrite(fd int, b []byte, off uint64) {
-	s.prepRW(OpWrite, int32(fd), bufAddr(b), uint32(len(b)), off)
+	s.prepRW(OpWrite, int32(fd), bufAddr(b), bufLen(b), off)
 }
 
 // PrepReadv prepares a preadv into the iovec array (the array itself must stay put too).
@@ -51,13 +63,13 @@ func (s *SQE) PrepWritev(fd int, iovecs []Iovec, off uint64) {
 
 // PrepReadFixed reads into b, which must lie inside registered buffer bufIndex.
 func (s *SQE) PrepReadFixed(fd int, b []byte, off uint64, bufIndex uint16) {
-	s.prepRW(OpReadFixed, int32(fd), bufAddr(b), uint32(len(b)), off)
+	s.prepRW(OpReadFixed, int32(fd), bufAddr(b), bufLen(b), off)
 	s.BufIndex = bufIndex
 }
 
 // PrepWriteFixed writes b, which must lie inside registered buffer bufIndex.
 func (s *SQE) PrepWriteFixed(fd int, b []byte, off uint64, bufIndex uint16) {
-	s.prepRW(OpWriteFixed, int32(fd), bufAddr(b), uint32(len(b)), off)
+	s.prepRW(OpWriteFixed, int32(fd), bufAddr(b), bufLen(b), off)
 	s.BufIndex = bufIndex
 }
 
@@ -92,7 +104,7 @@ func (s *SQE) PrepStatx(dirfd int, path *byte, flags int, mask uint32, out *Stat
 
 // PrepSend prepares send(fd, b, flags).
 func (s *SQE) PrepSend(fd int, b []byte, flags int) {
-	s.prepRW(OpSend, int32(fd), bufAddr(b), uint32(len(b)), 0)
+	s.prepRW(OpSend, int32(fd), bufAddr(b), bufLen(b), 0)
 	s.OpFlags = uint32(flags)
 }
 
@@ -100,13 +112,13 @@ func (s *SQE) PrepSend(fd int, b []byte, flags int) {
 // CQEFMore set when a notification follows, then a CQEFNotif one once the kernel no longer
 // references b. b must stay untouched until the notification.
 func (s *SQE) PrepSendZC(fd int, b []byte, flags int) {
-	s.prepRW(OpSendZC, int32(fd), bufAddr(b), uint32(len(b)), 0)
+	s.prepRW(OpSendZC, int32(fd), bufAddr(b), bufLen(b), 0)
 	s.OpFlags = uint32(flags)
 }
 
 // PrepRecv prepares recv(fd, b, flags).
 func (s *SQE) PrepRecv(fd int, b []byte, flags int) {
-	s.prepRW(OpRecv, int32(fd), bufAddr(b), uint32(len(b)), 0)
+	s.prepRW(OpRecv, int32(fd), bufAddr(b), bufLen(b), 0)
 	s.OpFlags = uint32(flags)
 }
 

@@ -285,6 +285,9 @@ func (r *uringRing) RegisterBuffers(bufs [][]byte) error {
 	}
 	iov := make([]Iovec, len(bufs))
 	for i, b := range bufs {
+		if len(b) == 0 {
+			return fmt.Errorf("ring: RegisterBuffers: buffer %d is empty: %w", i, unix.EINVAL)
+		}
 		iov[i].Base = &b[0]
 		iov[i].SetLen(len(b))
 	}

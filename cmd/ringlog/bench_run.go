@@ -22,6 +22,7 @@ const loopbackProbeTime = 2 * time.Second
 type runFlags struct {
 	driver, broker, out, dataDir string
 	brokerPID                    int
+	command                      string // the command line, recorded in the result
 	duration, warmup             time.Duration
 	rate                         int
 	loopback                     bool
@@ -70,6 +71,7 @@ func benchRun(args []string) error {
 	if err != nil {
 		return err
 	}
+	f.command = "ringlog bench run " + strings.Join(args, " ")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	result, err := runOne(ctx, f, w)
@@ -93,7 +95,7 @@ func runOne(ctx context.Context, f runFlags, w bench.Workload) (*bench.Result, e
 	if err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", w.Name, f.driver, err)
 	}
-	result.Command = "ringlog bench run " + strings.Join(os.Args[3:], " ")
+	result.Command = f.command
 	if f.loopback || w.BacklogSize > 0 {
 		mbps, err := bench.LoopbackBandwidth(ctx, loopbackProbeTime, 1)
 		if err != nil {
@@ -126,11 +128,12 @@ func saveResult(dir string, r *bench.Result) (string, error) {
 
 func benchCompare(args []string) error {
 	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	plotsDir := fs.String("plots", "", "also write both runs' throughput and latency plots on shared axes into this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
-		return errors.New("usage: ringlog bench compare A.json B.json")
+		return errors.New("usage: ringlog bench compare [--plots DIR] A.json B.json")
 	}
 	a, err := bench.LoadResult(fs.Arg(0))
 	if err != nil {
@@ -140,7 +143,18 @@ func benchCompare(args []string) error {
 	if err != nil {
 		return err
 	}
-	return bench.WriteComparison(os.Stdout, fs.Arg(0), fs.Arg(1), a, b)
+	if err := bench.WriteComparison(os.Stdout, fs.Arg(0), fs.Arg(1), a, b); err != nil {
+		return err
+	}
+	if *plotsDir != "" {
+		prefix := fmt.Sprintf("%s-%s-vs-%s", a.Workload.Name, a.Driver.Name, b.Driver.Name)
+		plots, err := bench.WriteComparisonPlots(*plotsDir, prefix, a, b)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("plots: %s\n", strings.Join(plots, " "))
+	}
+	return nil
 }
 
 func benchLoopback(args []string) error {
@@ -173,6 +187,7 @@ func benchPeers(args []string) error {
 	if err != nil {
 		return err
 	}
+	f.command = "ringlog bench peers " + strings.Join(args, " ")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ours, oursErr := runOne(ctx, f, w)
@@ -202,6 +217,12 @@ func benchPeers(args []string) error {
 	if err := bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs); err != nil {
 		return err
 	}
+	prefix := fmt.Sprintf("%s-ringlog-vs-%s-%s", w.Name, theirs.Driver.Name, ours.Started.Format("20060102T150405"))
+	plots, err := bench.WriteComparisonPlots(f.out, prefix, ours, theirs)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("comparison plots: %s\n", strings.Join(plots, " "))
 	fmt.Println()
 	return bench.WriteTargets(os.Stdout, bench.CheckTargets(ours, theirs))
 }

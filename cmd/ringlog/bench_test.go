@@ -48,8 +48,12 @@ func TestBenchRunAndCompare(t *testing.T) {
 	if r.Publish.Messages == 0 || !strings.HasPrefix(r.Command, "ringlog bench run") {
 		t.Fatalf("result %+v command %q", r.Publish, r.Command)
 	}
-	if err := runBench([]string{"compare", results[0], results[len(results)-1]}); err != nil {
+	plotsDir := filepath.Join(dir, "plots")
+	if err := runBench([]string{"compare", "--plots", plotsDir, results[0], results[len(results)-1]}); err != nil {
 		t.Fatal(err)
+	}
+	if svgs, _ := filepath.Glob(filepath.Join(plotsDir, "cli-mem-vs-mem-*.svg")); len(svgs) != 2 {
+		t.Fatalf("comparison plots %v", svgs)
 	}
 }
 

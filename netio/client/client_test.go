@@ -535,3 +535,69 @@ func TestProducerRespectsBrokerFrameLimit(t *testing.T) {
 		t.Fatal("no requests reached the server")
 	}
 }
+
+// parkingHandler holds produce requests until released; everything else goes to the fake.
+type parkingHandler struct {
+	fake   *fakebroker.Broker
+	parked chan *netio.Request
+}
+
+func (h *parkingHandler) Serve(req *netio.Request) {
+	if _, ok := req.Body.(*netio.ProduceRequest); ok {
+		h.parked <- req
+		return
+	}
+	h.fake.Serve(req)
+}
+
+func TestProducerBufferLimitBlocksSend(t *testing.T) {
+	fake := fakebroker.New(t.TempDir(), nil)
+	t.Cleanup(fake.Close)
+	h := &parkingHandler{fake: fake, parked: make(chan *netio.Request, 100)}
+	srv := netio.NewServer(h, netio.Config{})
+	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln, 0)
+	t.Cleanup(func() { srv.Close() })
+	ctx := ctxT(t)
+	c, err := client.New(ctx, client.Config{Broker: ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "buf", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := c.NewProducer(client.ProducerConfig{BufferBytesMax: 8 << 10, Linger: -1, Acks: client.AckLeader})
+	value := bytes.Repeat([]byte("v"), 1000)
+	sent := 0
+	for ; sent < 100; sent++ {
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err := p.Send(short, &client.Record{Topic: "buf", Partition: 0, Value: value}, nil)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent == 0 || sent > 8 {
+		t.Fatalf("Send blocked after %d records of ~1 KiB; the buffer limit is 8 KiB", sent)
+	}
+	// Answer the parked produce requests: buffer space frees and sends proceed.
+	go func() {
+		for req := range h.parked {
+			fake.Serve(req)
+		}
+	}()
+	if err := p.Send(ctx, &client.Record{Topic: "buf", Partition: 0, Value: value}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(h.parked)
+}

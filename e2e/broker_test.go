@@ -26,7 +26,7 @@ func TestProduceConsumeRestart(t *testing.T) {
 			if !strings.Contains(b.logText(), "io="+ioName(backend)+" ") {
 				t.Fatalf("broker did not select the %s backend:\n%s", backend, b.logText())
 			}
-			ctx := testContext(t, 120*time.Second)
+			ctx := testContext(t, soakScaled(120*time.Second))
 			c := b.client(t)
 			if err := c.CreateTopic(ctx, topic, partitions, nil); err != nil {
 				t.Fatal(err)

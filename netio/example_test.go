@@ -21,7 +21,7 @@ func TestDocExample(t *testing.T) {
 
 	got = AppendResponse(nil, RequestHeader{API: APIProduce, CorrelationID: 2}, &ProduceResponse{Topics: []ProduceResponseTopic{{Topic: "t",
 		Partitions: []ProduceResponsePartition{{Partition: 0, BaseOffset: 42, LogAppendTime: -1, LogStartOffset: 0}}}}})
-	want = []byte{0, 0, 0, 0x3a, 0, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 't', 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+	want = []byte{0, 0, 0, 0x39, 0, 1, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 't', 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0,
 		0, 0, 0, 0, 0, 0, 0, 0x2a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("produce response: got % x\nwant % x", got, want)

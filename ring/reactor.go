@@ -157,6 +157,25 @@ type Op struct {
 	idx uint32
 }
 
+// Reserve makes sure the next n SQEs fit in the SQ without an intermediate flush. Call it
+// before preparing a linked chain (IOSQE_IO_LINK): a flush in the middle of a chain would end
+// the chain there, and the kernel would run the rest unlinked.
+func (r *Reactor) Reserve(n int) error {
+	if n > int(r.cfg.Entries) {
+		return fmt.Errorf("ring: Reserve(%d): the SQ has only %d entries: %w", n, r.cfg.Entries, ErrSQFull)
+	}
+	if r.ring.SQSpace() >= n {
+		return nil
+	}
+	if _, err := r.ring.Submit(); err != nil {
+		return fmt.Errorf("ring: Reserve(%d): flush: %w", n, err)
+	}
+	if r.ring.SQSpace() < n {
+		return fmt.Errorf("ring: Reserve(%d): %w", n, ErrSQFull)
+	}
+	return nil
+}
+
 // Begin reserves an SQE and a completion slot for an async op whose CQEs go to done
 // (multishot ops: once per CQE while CQEFMore is set). done may be nil.
 func (r *Reactor) Begin(done func(res int32, flags uint32)) (Op, error) {

@@ -352,3 +352,47 @@ func TestPostRacesClose(t *testing.T) {
 		}
 	})
 }
+
+// TestReserveKeepsChainsWhole: with a nearly full SQ, Reserve flushes first so a
+// write -> fdatasync chain is submitted in one piece (the fsync then sees the write).
+func TestReserveKeepsChainsWhole(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{Entries: 4})
+		f, _ := tempFile(t)
+		for i := 0; i < 3; i++ { // fill 3 of 4 SQ slots
+			if err := r.Submit(func(s *SQE) { s.PrepNop() }, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.Reserve(2); err != nil {
+			t.Fatal(err)
+		}
+		if r.Ring().SQSpace() < 2 {
+			t.Fatalf("SQSpace %d after Reserve(2)", r.Ring().SQSpace())
+		}
+		var results []int32
+		data := []byte("chained")
+		w, err := r.Begin(func(res int32, _ uint32) { results = append(results, res) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.SQE().PrepWrite(int(f.Fd()), data, 0)
+		w.SQE().SetLink()
+		w.Pin(&data[0])
+		if err := w.Submit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Submit(func(s *SQE) { s.PrepFsync(int(f.Fd()), true) }, func(res int32, _ uint32) { results = append(results, res) }); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; len(results) < 2 && i < 1000; i++ {
+			r.RunOnce(true)
+		}
+		if len(results) != 2 || results[0] != 7 || results[1] != 0 {
+			t.Fatalf("write/fdatasync results %v", results)
+		}
+		if err := r.Reserve(5); !errors.Is(err, ErrSQFull) {
+			t.Fatalf("Reserve beyond the SQ size: %v", err)
+		}
+	})
+}

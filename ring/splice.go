@@ -19,10 +19,8 @@ func (r *Reactor) SpliceFileToSocket(file int, off int64, pipeR, pipeW, sock int
 	if n == 0 {
 		return fmt.Errorf("ring: SpliceFileToSocket: zero length")
 	}
-	if r.ring.SQSpace() < 2 {
-		if _, err := r.ring.Submit(); err != nil {
-			return fmt.Errorf("ring: SpliceFileToSocket: flush SQ: %w", err)
-		}
+	if err := r.Reserve(2); err != nil {
+		return fmt.Errorf("ring: SpliceFileToSocket: %w", err)
 	}
 	var first int32
 	op1, err := r.Begin(func(res int32, _ uint32) { first = res })

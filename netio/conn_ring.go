@@ -34,6 +34,11 @@ type ringListener struct {
 // be called on r's loop thread (inside the function given to ring.StartPinned before
 // r.Run, or from r.Post). It returns once the accept is armed; the listener stops on
 // Shutdown or Close, which need the loop to keep running until they return.
+//
+// shard must be the index of the shard whose reactor r is: requests carry it with
+// ConnInfo.OnLoop set, and a handler may run that shard's work inline on the calling
+// thread (BrokerHandler does). Serving on a reactor that is not that shard's would run
+// shard code on the wrong thread.
 func (s *Server) ServeRing(r *ring.Reactor, ln *net.TCPListener, shard int) error {
 	f, err := ln.File()
 	if err != nil {

@@ -42,6 +42,12 @@ func (s *segment) checkInvariants() error {
 	if s.syncedSize > s.size || s.syncedNextOffset > s.nextOffset {
 		return fmt.Errorf("invariant: segment %d: synced %d/%d beyond %d/%d", s.baseOffset, s.syncedSize, s.syncedNextOffset, s.size, s.nextOffset)
 	}
+	if s.indexReleased {
+		if len(s.index.entries) != 0 || len(s.timeIndex.entries) != 0 {
+			return fmt.Errorf("invariant: segment %d: released index still in memory", s.baseOffset)
+		}
+		return nil
+	}
 	if s.index.onDisk > len(s.index.entries) || s.timeIndex.onDisk > len(s.timeIndex.entries) {
 		return fmt.Errorf("invariant: segment %d: more index entries on disk than in memory", s.baseOffset)
 	}

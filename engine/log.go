@@ -58,6 +58,7 @@ type Log struct {
 	startOffset int64      // log start offset: >= segments[0].baseOffset
 
 	unsyncedSegments []*segment // sealed by a roll, not yet fdatasync'ed; oldest first
+	loadedIndexes    []*segment // sealed segments whose index was reloaded, oldest first
 	unsyncedMessages int64
 	oldestUnsynced   time.Time // time of the first append since the last sync
 	leaderEpoch      int32     // rewritten into appended batches when >= 0
@@ -412,6 +413,9 @@ func (l *Log) syncSegment(s *segment, closed bool) error {
 		// The index is advisory: recovery re-scans from the last entry that made it.
 		l.cfg.Logger.Warn("index write failed", "dir", l.dir, "err", err)
 	}
+	if closed {
+		l.releaseIndex(s)
+	}
 	return nil
 }
 
@@ -467,6 +471,9 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 		return res, nil
 	}
 	s := l.segments[l.segmentFor(offset)]
+	if err := l.ensureIndex(s); err != nil {
+		return res, fmt.Errorf("read at %d: %w", offset, err)
+	}
 	pos, first, err := s.findBatch(l.fio, &l.headers, offset)
 	if err != nil {
 		return res, fmt.Errorf("read at %d: %w", offset, err)
@@ -557,6 +564,9 @@ func (l *Log) OffsetForTimestamp(ts int64) (int64, error) {
 var errStopDecode = errors.New("stop")
 
 func (l *Log) offsetForTimestampIn(s *segment, ts int64) (int64, bool, error) {
+	if err := l.ensureIndex(s); err != nil {
+		return 0, false, err
+	}
 	rel := s.timeIndex.lowerBound(ts)
 	pos := int64(s.index.floorByOffset(rel).position)
 	for pos < s.size {

@@ -563,3 +563,38 @@ func TestDirectReadSlicesStayValid(t *testing.T) {
 	more, _ := res.AppendTo(nil)
 	mustEqualBytes(t, "result after eviction", more, all[:len(more)])
 }
+
+// TestSealedIndexesAreBounded: sealed segments' indexes leave memory once persisted and come
+// back on demand, at most sealedIndexesLoadedMax at a time.
+func TestSealedIndexesAreBounded(t *testing.T) {
+	cfg := testConfig(StoragePageCache)
+	cfg.SegmentBytes = 8 << 10
+	l, _ := openLog(t, t.TempDir(), cfg, ring.Syscalls{})
+	defer l.Close()
+	all := appendSome(t, l, 0, 600, 0)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if l.SegmentCount() < 2*sealedIndexesLoadedMax {
+		t.Fatalf("only %d segments", l.SegmentCount())
+	}
+	loaded := func() int {
+		n := 0
+		for _, s := range l.segments[:len(l.segments)-1] {
+			if !s.indexReleased {
+				n++
+			}
+		}
+		return n
+	}
+	if n := loaded(); n != 0 {
+		t.Fatalf("%d sealed indexes still in memory after sync", n)
+	}
+	checkEveryOffset(t, l, all) // touches every segment's index
+	if n := loaded(); n != sealedIndexesLoadedMax || len(l.loadedIndexes) != n {
+		t.Fatalf("%d sealed indexes loaded (list %d), want %d", n, len(l.loadedIndexes), sealedIndexesLoadedMax)
+	}
+	if _, err := l.OffsetForTimestamp(5); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -123,7 +123,11 @@ func (l *Log) recover(report *RecoveryReport) error {
 		if err := l.recoverSegment(s, !last, report.CleanShutdown, report); err != nil {
 			return err
 		}
-		if last || (s.nextOffset == bases[i+1] && s.size > 0) {
+		if last {
+			continue
+		}
+		if s.nextOffset == bases[i+1] && s.size > 0 {
+			l.releaseIndexAfterRecovery(s)
 			continue
 		}
 		if report.Corruption == "" {
@@ -158,6 +162,15 @@ func (l *Log) recover(report *RecoveryReport) error {
 	}
 	l.assertInvariants()
 	return nil
+}
+
+// releaseIndexAfterRecovery drops a recovered sealed segment's in-memory index (l.segments
+// does not yet end with the active segment, so releaseIndex's check cannot be used).
+func (l *Log) releaseIndexAfterRecovery(s *segment) {
+	if s.index.onDisk == len(s.index.entries) && s.timeIndex.onDisk == len(s.timeIndex.entries) {
+		s.index.entries, s.timeIndex.entries = nil, nil
+		s.indexReleased = true
+	}
 }
 
 // listSegments returns the base offsets of the .log files in l.dir, removing index files
@@ -377,6 +390,7 @@ func (l *Log) recoverSegment(s *segment, closed, clean bool, report *RecoveryRep
 		}
 		s.index, s.timeIndex = offsetIndex{}, timeIndex{}
 	}
+	s.indexMissing = false // the files exist now and are rewritten below
 	sc := newBatchScanner(l.fio, s.logFd(), s.size)
 	startPos, expected := int64(0), s.baseOffset
 	for {

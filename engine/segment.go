@@ -58,6 +58,7 @@ type segment struct {
 
 	bytesSinceIndex int64
 	indexMissing    bool          // an index file did not exist when the segment was opened
+	indexReleased   bool          // sealed, index only in its files (see indexcache.go)
 	firstAppendAt   time.Time     // zero until the first append into this segment (segment.ms)
 	direct          *directWriter // non-nil while this is the active segment in direct mode
 }

@@ -35,6 +35,10 @@ func (l *Log) TruncateTo(offset int64) error {
 		}
 	}
 	s := l.active()
+	if err := l.ensureIndex(s); err != nil {
+		return fmt.Errorf("truncate to %d: %w", offset, err)
+	}
+	l.forgetLoaded(s)
 	pos, newNext := s.size, s.nextOffset
 	if offset < s.nextOffset {
 		p, h, err := s.findBatch(l.fio, &l.headers, offset)
@@ -141,6 +145,7 @@ func (l *Log) deleteSegment(i int) error {
 	l.headers.invalidate()
 	l.segments = append(l.segments[:i], l.segments[i+1:]...)
 	l.forgetUnsynced(s)
+	l.forgetLoaded(s)
 	if err := s.closeFiles(); err != nil {
 		l.cfg.Logger.Warn("close deleted segment", "dir", l.dir, "segment", s.baseOffset, "err", err)
 	}

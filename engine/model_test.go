@@ -166,4 +166,3 @@ func (m *logModel) check(t *testing.T, step int, l *Log, rng *rand.Rand) {
 	}
 	t.Fatalf("step %d: model has no batch holding %d", step, off)
 }
-

@@ -12,21 +12,24 @@ import (
 // TestProduceConsumeRestart produces 100k keyed records with headers over 8 partitions,
 // consumes them all back (per-partition order, identical keys, values and headers, each key
 // on client.KeyPartition), stops the broker with SIGTERM, starts it again and reads them
-// all once more. It runs on both I/O backends.
+// all once more. It runs on both I/O backends with the ring connection driver, and on the
+// Go connection driver.
 func TestProduceConsumeRestart(t *testing.T) {
 	records := 100_000
 	if soak() {
 		records = 1_000_000
 	}
-	for _, backend := range []string{"uring", "syscall"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, tc := range []struct{ backend, net string }{{"uring", "ring"}, {"syscall", "ring"}, {"uring", "go"}} {
+		t.Run("io="+tc.backend+",net="+tc.net, func(t *testing.T) {
 			const partitions = 8
 			const topic = "orders"
-			b := startBroker(t, "--io", backend)
-			if !strings.Contains(b.logText(), "io="+ioName(backend)+" ") {
-				t.Fatalf("broker did not select the %s backend:\n%s", backend, b.logText())
+			b := startBroker(t, "--io", tc.backend, "--net", tc.net)
+			for _, want := range []string{"io=" + ioName(tc.backend) + " ", "net=" + tc.net + " "} {
+				if !strings.Contains(b.logText(), want) {
+					t.Fatalf("start-up line lacks %s:\n%s", want, b.logText())
+				}
 			}
-			ctx := testContext(t, 120*time.Second)
+			ctx := testContext(t, soakScaled(120*time.Second))
 			c := b.client(t)
 			if err := c.CreateTopic(ctx, topic, partitions, nil); err != nil {
 				t.Fatal(err)

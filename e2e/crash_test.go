@@ -43,7 +43,7 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 	const topic = "durable"
 	const partitions = 4
 	b := startBroker(t, "--storage", storage)
-	ctx := testContext(t, 180*time.Second)
+	ctx := testContext(t, soakScaled(180*time.Second))
 	c := b.client(t)
 	if err := c.CreateTopic(ctx, topic, partitions, configs); err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 			b.restart()
 		}
 		c := b.client(t)
-		acks := produceUntilKilled(t, ctx, b, c, topic, "k", next, acksPerRound, ackMode)
+		acks := produceUntilStopped(t, ctx, c, topic, "k", next, acksPerRound, ackMode, b.kill)
 		c.Close()
 		if len(acks) < acksPerRound {
 			t.Fatalf("round %d: only %d acknowledgements before the kill", round, len(acks))
@@ -95,10 +95,10 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 	}
 }
 
-// produceUntilKilled runs a producer with ackMode from index first on, kills the broker with
-// SIGKILL once at least killAfter records are acknowledged (the producer still sending),
-// and returns the acknowledgements.
-func produceUntilKilled(t *testing.T, ctx context.Context, b *broker, c *client.Client, topic, run string, first, killAfter int, ackMode client.Acks) []acked {
+// produceUntilStopped runs a producer with ackMode from index first on, calls stopBroker
+// once at least killAfter records are acknowledged (the producer still sending), and
+// returns the acknowledgements.
+func produceUntilStopped(t *testing.T, ctx context.Context, c *client.Client, topic, run string, first, killAfter int, ackMode client.Acks, stopBroker func()) []acked {
 	t.Helper()
 	// Short retries: once the broker is gone, records fail quickly instead of retrying for
 	// seconds; failed records are simply not counted as acknowledged.
@@ -129,7 +129,7 @@ func produceUntilKilled(t *testing.T, ctx context.Context, b *broker, c *client.
 	case <-ctx.Done():
 		t.Fatalf("waiting for %d acknowledgements: %v (have %d)", killAfter, ctx.Err(), log.count())
 	}
-	b.kill()
+	stopBroker()
 	close(stop)
 	// The producer's Send may be blocked on buffer space until the failed records drain;
 	// it returns nil on stop or an error from the dead broker, both fine here.
@@ -143,4 +143,35 @@ func produceUntilKilled(t *testing.T, ctx context.Context, b *broker, c *client.
 	_ = p.Close(closeCtx) // records in flight at the kill fail: expected
 	acks, _, _ := log.snapshot()
 	return acks
+}
+
+// TestSigtermWhileProducing stops the broker with SIGTERM in the middle of production: it
+// must exit 0, every acknowledged record must be there after the restart, and the restart
+// must find nothing to repair.
+func TestSigtermWhileProducing(t *testing.T) {
+	const topic = "graceful"
+	b := startBroker(t)
+	ctx := testContext(t, 120*time.Second)
+	c := b.client(t)
+	if err := c.CreateTopic(ctx, topic, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	acks := produceUntilStopped(t, ctx, c, topic, "g", 0, 2000, client.AckLeader, b.stop)
+	c.Close()
+	b.restart()
+	if log := b.logText(); strings.Contains(log, "recovery repaired") || strings.Contains(log, "recovered with losses") {
+		t.Errorf("restart after a graceful stop repaired logs:\n%s", log)
+	}
+	c = b.client(t)
+	got := consumeAll(t, ctx, c, topic)
+	for _, a := range acks {
+		list := got[a.partition]
+		if a.offset >= int64(len(list)) {
+			t.Fatalf("acknowledged record %d (%d@%d) missing after SIGTERM", a.index, a.partition, a.offset)
+		}
+		if err := checkRecord(list[a.offset], "g", a.index); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d acknowledged records present after SIGTERM mid-production", len(acks))
 }

@@ -33,6 +33,14 @@ const (
 
 func soak() bool { return os.Getenv(soakEnv) != "" }
 
+// soakScaled stretches a time limit tenfold for soak runs.
+func soakScaled(d time.Duration) time.Duration {
+	if soak() {
+		return 10 * d
+	}
+	return d
+}
+
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
@@ -260,8 +268,7 @@ func (b *broker) client(t testing.TB) *client.Client {
 	return c
 }
 
-// testContext is a context bounded by the test's deadline (minus a margin for cleanup)
-// and by limit.
+// testContext is a context that ends after limit (and when the test ends).
 func testContext(t testing.TB, limit time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)

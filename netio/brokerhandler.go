@@ -55,6 +55,14 @@ func (h *BrokerHandler) Serve(req *Request) {
 	}
 }
 
+// caller is the shard whose loop runs this handler call, or shard.CallerNone.
+func caller(req *Request) int {
+	if req.Conn.OnLoop {
+		return req.Conn.Shard
+	}
+	return shard.CallerNone
+}
+
 // codeFor maps broker and engine errors to protocol error codes.
 func codeFor(err error) ErrorCode {
 	switch {
@@ -153,7 +161,7 @@ func (h *BrokerHandler) produce(req *Request, body *ProduceRequest) {
 				finish()
 				continue
 			}
-			h.b.Produce(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, batches, body.Acks, func(r shard.ProduceResult) {
+			h.b.ProduceFrom(caller(req), shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, batches, body.Acks, func(r shard.ProduceResult) {
 				out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
 				out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
 				finish()
@@ -178,7 +186,7 @@ func (h *BrokerHandler) fetch(req *Request, body *FetchRequest) {
 			})
 		}
 	}
-	h.b.Fetch(fr, func(results []shard.FetchResult) {
+	h.b.FetchFrom(caller(req), fr, func(results []shard.FetchResult) {
 		resp := &FetchResponse{Topics: make([]FetchResponseTopic, len(body.Topics))}
 		k := 0
 		for i, t := range body.Topics {

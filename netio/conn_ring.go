@@ -121,7 +121,7 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 	if sa, err := unix.Getpeername(fd); err == nil {
 		remote = sockaddrString(sa)
 	}
-	c := &ringConn{srv: s, r: r, fd: fd, info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote}}
+	c := &ringConn{srv: s, r: r, fd: fd, info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, OnLoop: true}}
 	c.rbuf = make([]byte, readBufferBytes)
 	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
 	c.onSentFn = c.onSent

@@ -38,6 +38,9 @@ type ConnInfo struct {
 	ID         uint64 // unique per server, starting at 1
 	Shard      int    // the shard index given to Serve for the accepting listener
 	RemoteAddr string
+	// OnLoop is set for connections served by ServeRing: the handler is called on shard
+	// Shard's reactor loop, so it may run that shard's work inline instead of posting it.
+	OnLoop bool
 }
 
 // Request is one decoded request frame waiting for its response.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -515,4 +516,83 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// TestProduceStreamsBoundedMemory feeds produce 96 MiB of stdin and checks, while stdin is
+// still being read, that records are already acknowledged on the broker and that the heap
+// stays far below the input size: produce streams instead of slurping stdin.
+func TestProduceStreamsBoundedMemory(t *testing.T) {
+	addr := startBroker(t)
+	c := dialTest(t, addr)
+	ctx := context.Background()
+	if err := c.CreateTopic(ctx, "stream", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	const inputBytes = 96 << 20
+	// The input would not fit. What does: the 4 MiB producer buffer a few times over (open
+	// and sealed batches, record bookkeeping) plus the in-process broker's request buffers;
+	// about 30 MiB measured, independent of the input size.
+	const heapGrowthMax = 48 << 20
+	line := []byte(strings.Repeat("s", 1023) + "\n")
+	checker := dialTest(t, addr)
+	runtime.GC()
+	var baseline runtime.MemStats
+	runtime.ReadMemStats(&baseline)
+	var checks, heapPeak int
+	var visibleMidway int64 = -1
+	r := &observedReader{
+		inner: &repeatReader{line: line, left: inputBytes / len(line)},
+		every: 8 << 20,
+		observe: func(read int64) {
+			// Live heap only: a collection first, so garbage from this and earlier tests
+			// does not count.
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			heapPeak = max(heapPeak, int(ms.HeapAlloc))
+			checks++
+			if read >= inputBytes/2 && visibleMidway < 0 {
+				hw, err := checker.ListOffset(ctx, "stream", 0, netio.TimestampLatest)
+				if err != nil {
+					t.Errorf("high watermark midway: %v", err)
+				}
+				visibleMidway = hw
+			}
+		},
+	}
+	o, err := parseProduceFlags([]string{"stream", "--acks", "1", "--buffer-bytes", "4194304"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := produceLines(ctx, c, o, r)
+	if err != nil || sum.records != inputBytes/int64(len(line)) {
+		t.Fatalf("produce: %+v %v", sum, err)
+	}
+	if visibleMidway <= 0 {
+		t.Errorf("no record acknowledged after half of stdin was read (high watermark %d): stdin is not streamed", visibleMidway)
+	}
+	growth := heapPeak - int(baseline.HeapAlloc)
+	if growth > heapGrowthMax {
+		t.Errorf("live heap grew by %d MiB while producing %d MiB of stdin; want under %d MiB", growth>>20, inputBytes>>20, heapGrowthMax>>20)
+	}
+	t.Logf("%d checks, live heap %d MiB before, peak %d MiB, %d records visible at half of stdin", checks, baseline.HeapAlloc>>20, heapPeak>>20, visibleMidway)
+}
+
+// observedReader calls observe with the bytes read so far every `every` bytes.
+type observedReader struct {
+	inner   io.Reader
+	every   int64
+	read    int64
+	next    int64
+	observe func(read int64)
+}
+
+func (r *observedReader) Read(p []byte) (int, error) {
+	n, err := r.inner.Read(p)
+	r.read += int64(n)
+	if r.read >= r.next {
+		r.observe(r.read)
+		r.next = r.read + r.every
+	}
+	return n, err
 }

@@ -50,6 +50,7 @@ type options struct {
 	sysRoot       string
 	pin           bool
 	debugAddr     string
+	net           string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -68,6 +69,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
+	fs.StringVar(&o.net, "net", "ring", "connection driver: ring (accept/recv/send on each shard's io_uring loop) or go (Go's netpoller goroutines)")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to CPU i when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -84,6 +86,9 @@ func parseFlags(args []string) (options, error) {
 	case "auto", "uring", "syscall":
 	default:
 		return o, fmt.Errorf("--io %q: want auto, uring or syscall", o.io)
+	}
+	if o.net != "ring" && o.net != "go" {
+		return o, fmt.Errorf("--net %q: want ring or go", o.net)
 	}
 	if o.cpus != "" && o.tunePlan != "" {
 		return o, errors.New("--cpus and --tune-plan are exclusive")
@@ -180,7 +185,7 @@ func run(args []string, log *slog.Logger) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", node, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "listen", addr, "shards", shards,
+	log.Info("ringlogd started", "version", Version, "listen", addr, "shards", shards, "net", o.net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(b.Topics()))
 
 	if o.debugAddr != "" {
@@ -193,7 +198,16 @@ func run(args []string, log *slog.Logger) error {
 	}
 	errc := make(chan error, len(listeners))
 	for i, ln := range listeners {
-		go func() { errc <- srv.Serve(ln, i) }()
+		if o.net == "go" {
+			go func() { errc <- srv.Serve(ln, i) }()
+			continue
+		}
+		tl := ln.(*net.TCPListener)
+		if err := b.Exec(i, func(r *ring.Reactor) error { return srv.ServeRing(r, tl, i) }); err != nil {
+			srv.Close()
+			b.Close()
+			return fmt.Errorf("serve on shard %d's ring: %w", i, err)
+		}
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)

@@ -566,3 +566,13 @@ func (b *Broker) BrokerSetsConfig(key string) bool {
 	}
 	return false
 }
+
+// Exec runs fn on shard i's loop and waits for it: the way to start work that must live on
+// that loop, such as serving connections on its reactor (netio.Server.ServeRing).
+func (b *Broker) Exec(i int, fn func(r *ring.Reactor) error) error {
+	if i < 0 || i >= len(b.shards) {
+		return fmt.Errorf("no shard %d (have %d)", i, len(b.shards))
+	}
+	s := b.shards[i]
+	return onShard(s, func() error { return fn(s.r) })
+}

@@ -58,9 +58,23 @@ func postErr(s *Shard, err error) error {
 // covers the batch. acks=all fails with ErrNotEnoughReplicas when min.insync.replicas > 1:
 // a lone broker never claims a replication it does not have.
 func (b *Broker) Produce(tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
+	b.ProduceFrom(CallerNone, tp, batches, acks, done)
+}
+
+// CallerNone says the caller runs on no shard loop (see ProduceFrom).
+const CallerNone = -1
+
+// ProduceFrom is Produce for a caller that may itself be running on shard caller's loop (a
+// connection served on that reactor): when caller owns tp the append runs inline, without
+// a mailbox hop. CallerNone always posts.
+func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
 	s, err := b.shardFor(tp)
 	if err != nil {
 		done(ProduceResult{BaseOffset: -1, Err: err})
+		return
+	}
+	if s.index == caller {
+		s.produce(tp, batches, acks, done)
 		return
 	}
 	if err := s.r.Post(func() { s.produce(tp, batches, acks, done) }); err != nil {
@@ -167,6 +181,7 @@ type fetchOp struct {
 	fired   atomic.Bool // a waiter or the timer started the final read
 	timer   *time.Timer
 	done    func([]FetchResult)
+	caller  int // shard whose loop started the op; read inline on the first pass only
 }
 
 type fetchWaiter struct{ op *fetchOp }
@@ -177,10 +192,16 @@ func (w *fetchWaiter) fire() { w.op.fire() }
 // and MaxWait > 0, it parks a waiter on each partition and answers when data arrives or the
 // wait ends. done runs exactly once, on a shard loop or a timer goroutine.
 func (b *Broker) Fetch(req FetchRequest, done func([]FetchResult)) {
+	b.FetchFrom(CallerNone, req, done)
+}
+
+// FetchFrom is Fetch for a caller that may be running on shard caller's loop: that shard's
+// partitions are read inline on the first pass (see ProduceFrom).
+func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult)) {
 	if req.MaxWait > fetchWaitMax {
 		req.MaxWait = fetchWaitMax
 	}
-	op := &fetchOp{b: b, req: req, results: make([]FetchResult, len(req.Partitions)), shards: map[int][]int{}, done: done}
+	op := &fetchOp{b: b, req: req, results: make([]FetchResult, len(req.Partitions)), shards: map[int][]int{}, done: done, caller: caller}
 	for i, fp := range req.Partitions {
 		op.results[i].TopicPartition = fp.TopicPartition
 		op.results[i].HighWatermark, op.results[i].LogStartOffset = -1, -1
@@ -204,14 +225,21 @@ func (op *fetchOp) read() {
 		return
 	}
 	op.pending.Store(int32(len(op.shards)))
+	inline := op.caller
+	op.caller = CallerNone // later passes run from timers or other loops
 	for si, idx := range op.shards {
 		s := op.b.shards[si]
-		err := s.r.Post(func() {
+		readAll := func() {
 			for _, i := range idx {
 				s.readInto(&op.results[i], op.req.Partitions[i])
 			}
 			op.shardDone()
-		})
+		}
+		if si == inline {
+			readAll()
+			continue
+		}
+		err := s.r.Post(readAll)
 		if err != nil {
 			for _, i := range idx {
 				op.results[i].Err = postErr(s, err)

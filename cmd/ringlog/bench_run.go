@@ -217,7 +217,7 @@ func benchPeers(args []string) error {
 	if err := bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs); err != nil {
 		return err
 	}
-	prefix := fmt.Sprintf("%s-ringlog-vs-%s-%s", w.Name, theirs.Driver.Name, ours.Started.Format("20060102T150405"))
+	prefix := fmt.Sprintf("%s-%s-vs-%s-%s", w.Name, ours.Driver.Name, theirs.Driver.Name, ours.Started.Format("20060102T150405"))
 	plots, err := bench.WriteComparisonPlots(f.out, prefix, ours, theirs)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -106,6 +107,7 @@ func TestLogAgainstModel(t *testing.T) {
 					l, _ = openLog(t, dir, cfg, fio)
 				}
 				m.check(t, step, l, rng)
+				m.checkTimestamps(t, step, l, rng)
 			}
 		})
 	}
@@ -165,4 +167,32 @@ func (m *logModel) check(t *testing.T, step int, l *Log, rng *rand.Rand) {
 		}
 	}
 	t.Fatalf("step %d: model has no batch holding %d", step, off)
+}
+
+// checkTimestamps compares OffsetForTimestamp with a scan of the model's records.
+func (m *logModel) checkTimestamps(t *testing.T, step int, l *Log, rng *rand.Rand) {
+	t.Helper()
+	target := int64(rng.IntN(step + 10))
+	want := int64(-1)
+	for _, b := range m.batches {
+		if want >= 0 {
+			break
+		}
+		batch.Decode(b, func(offset, ts int64, _ *batch.Record) error {
+			if want < 0 && offset >= m.start && ts >= target {
+				want = offset
+			}
+			return nil
+		})
+	}
+	got, err := l.OffsetForTimestamp(target)
+	if want < 0 {
+		if !errors.Is(err, ErrTimestampNotFound) {
+			t.Fatalf("step %d: OffsetForTimestamp(%d) = %d, %v; want ErrTimestampNotFound", step, target, got, err)
+		}
+		return
+	}
+	if err != nil || got != want {
+		t.Fatalf("step %d: OffsetForTimestamp(%d) = %d, %v; want %d", step, target, got, err, want)
+	}
 }

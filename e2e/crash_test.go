@@ -175,3 +175,15 @@ func TestSigtermWhileProducing(t *testing.T) {
 	}
 	t.Logf("%d acknowledged records present after SIGTERM mid-production", len(acks))
 }
+
+// TestSigtermRightAfterStart sends SIGTERM the moment the start-up line appears, as a
+// supervisor or script that waits for it may: the broker must already handle the signal
+// (clean exit 0), not die of it.
+func TestSigtermRightAfterStart(t *testing.T) {
+	b := startBroker(t)
+	b.stop()
+	for range 4 {
+		b.restart()
+		b.stop()
+	}
+}

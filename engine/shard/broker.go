@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors the protocol layer maps to error codes.
@@ -45,7 +46,9 @@ type Config struct {
 	DataDir string
 	// Shards is the number of shards; 0 means one per CPU the process may run on.
 	Shards int
-	// CPUs pins shard i to CPUs[i % len(CPUs)]. Empty with Pin set pins shard i to CPU i.
+	// CPUs pins shard i to CPUs[i % len(CPUs)]. Empty with Pin set pins shard i to the
+	// i-th CPU (wrapping) of the process's affinity mask at Open, so a cgroup cpuset or
+	// taskset restriction is respected.
 	CPUs []int
 	// Pin pins shard threads with sched_setaffinity.
 	Pin bool
@@ -84,9 +87,10 @@ type metadata struct {
 
 // Broker owns the shards and the topic metadata.
 type Broker struct {
-	cfg    Config
-	log    *slog.Logger
-	shards []*Shard
+	cfg     Config
+	log     *slog.Logger
+	shards  []*Shard
+	allowed []int // CPUs the process may run on, read once at Open (default pinning)
 
 	meta   atomic.Pointer[metadata]
 	metaMu sync.Mutex // admin operations only; never taken on the data path
@@ -119,7 +123,7 @@ func Open(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs()}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		return nil, err
@@ -186,10 +190,40 @@ func (b *Broker) shardCPU(i int) int {
 	case len(b.cfg.CPUs) > 0:
 		return b.cfg.CPUs[i%len(b.cfg.CPUs)]
 	case b.cfg.Pin:
-		return i % runtime.NumCPU()
+		return defaultShardCPU(i, b.allowed)
 	}
 	return -1
 }
+
+// defaultShardCPU is the CPU of shard i under default pinning: the i-th allowed CPU,
+// wrapping when there are more shards than CPUs. With no mask known it falls back to
+// CPU i modulo the CPU count.
+func defaultShardCPU(i int, allowed []int) int {
+	if len(allowed) == 0 {
+		return i % runtime.NumCPU()
+	}
+	return allowed[i%len(allowed)]
+}
+
+// allowedCPUs lists, in increasing order, the CPUs in the calling thread's affinity mask
+// (the process's, when called before any shard thread is pinned); nil if it cannot be read.
+func allowedCPUs() []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	count := set.Count()
+	cpus := make([]int, 0, count)
+	for cpu := 0; len(cpus) < count && cpu < cpuSetBitsMax; cpu++ {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus
+}
+
+// cpuSetBitsMax is the number of CPUs a unix.CPUSet describes (glibc's CPU_SETSIZE).
+const cpuSetBitsMax = 1024
 
 func (b *Broker) partitionDir(tp TopicPartition) string {
 	return filepath.Join(b.cfg.DataDir, tp.Topic+"-"+strconv.Itoa(int(tp.Partition)))

@@ -145,13 +145,20 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// restart starts the broker again on the same data dir and address (after stop or kill).
+// restart starts the broker again on the same data dir and, unless it was taken
+// meanwhile, the same address (after stop or kill).
 func (b *broker) restart() {
 	b.t.Helper()
 	if b.running() {
 		b.t.Fatal("restart of a running broker")
 	}
-	if err := b.tryStart(); err != nil {
+	err := b.tryStart()
+	for attempt := 1; err != nil && strings.Contains(err.Error(), "address already in use") && attempt < startAttemptsMax; attempt++ {
+		// Something took the port while the broker was down: move (clients dial b.addr).
+		b.addr = freeAddr(b.t)
+		err = b.tryStart()
+	}
+	if err != nil {
 		b.t.Fatalf("restart ringlogd: %v\n%s", err, b.logText())
 	}
 }

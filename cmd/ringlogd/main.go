@@ -222,6 +222,7 @@ func run(args []string, log *slog.Logger) error {
 	case serveErr = <-errc:
 		log.Error("listener failed, shutting down", "err", serveErr)
 	}
+	b.Drain() // answer parked long-polls now: Shutdown waits for every in-flight request
 	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

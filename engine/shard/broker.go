@@ -96,7 +96,8 @@ type Broker struct {
 	metaMu sync.Mutex // admin operations only; never taken on the data path
 	cat    *catalog   // guarded by metaMu
 
-	closing atomic.Bool
+	closing  atomic.Bool
+	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -480,6 +481,24 @@ func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
 		reads = append(reads, func() error { return s.describe(tp, out) })
 	}
 	return t, states, runAll(reads)
+}
+
+// Drain prepares a shutdown: every parked long-poll fetch is answered now with what its
+// partitions hold, and fetches from here on answer at once instead of waiting for data, so
+// that a server waiting for its in-flight requests is not held up by MaxWait. Produce and
+// admin work carry on as before. Safe to call from any goroutine, more than once.
+func (b *Broker) Drain() {
+	if b.draining.Swap(true) {
+		return
+	}
+	for _, s := range b.shards {
+		// park checks draining too, so a waiter parked after this post runs still fires.
+		_ = s.r.Post(func() {
+			for _, p := range s.parts {
+				p.wakeWaiters()
+			}
+		})
+	}
 }
 
 // Close stops accepting work, flushes every partition, closes the logs and stops the

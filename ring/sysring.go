@@ -796,23 +796,30 @@ func (r *sysRing) unpark(op *sysOp) bool {
 	return false
 }
 
-// ready retries the ops parked on fd after epoll reported revents.
+// ready retries the ops parked on fd after epoll reported revents. Ops are taken from the
+// head one at a time (those that park again go to the tail), so the list stays complete and
+// an ASYNC_CANCEL issued by a chain that completes here still finds its target.
 func (r *sysRing) ready(fd int32, revents uint32) {
 	w := r.waiters[fd]
 	if w == nil {
 		return
 	}
-	list := w.head
-	w.head, w.tail = nil, nil
-	for op := list; op != nil; {
-		next := op.waitNext
+	n := 0
+	for op := w.head; op != nil; op = op.waitNext {
+		n++
+	}
+	for ; n > 0 && w.head != nil; n-- {
+		op := w.head
+		w.head = op.waitNext
+		if w.head == nil {
+			w.tail = nil
+		}
 		r.inflight--
 		if op.events&revents != 0 || revents&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 			r.attempt(op)
 		} else {
 			r.requeue(w, op)
 		}
-		op = next
 	}
 	r.updateInterest(fd, w)
 	r.pumpDrain()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors the protocol layer maps to error codes.
@@ -45,7 +46,9 @@ type Config struct {
 	DataDir string
 	// Shards is the number of shards; 0 means one per CPU the process may run on.
 	Shards int
-	// CPUs pins shard i to CPUs[i % len(CPUs)]. Empty with Pin set pins shard i to CPU i.
+	// CPUs pins shard i to CPUs[i % len(CPUs)]. Empty with Pin set pins shard i to the
+	// i-th CPU (wrapping) of the process's affinity mask at Open, so a cgroup cpuset or
+	// taskset restriction is respected.
 	CPUs []int
 	// Pin pins shard threads with sched_setaffinity.
 	Pin bool
@@ -84,15 +87,17 @@ type metadata struct {
 
 // Broker owns the shards and the topic metadata.
 type Broker struct {
-	cfg    Config
-	log    *slog.Logger
-	shards []*Shard
+	cfg     Config
+	log     *slog.Logger
+	shards  []*Shard
+	allowed []int // CPUs the process may run on, read once at Open (default pinning)
 
 	meta   atomic.Pointer[metadata]
 	metaMu sync.Mutex // admin operations only; never taken on the data path
 	cat    *catalog   // guarded by metaMu
 
-	closing atomic.Bool
+	closing  atomic.Bool
+	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -119,7 +124,7 @@ func Open(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs()}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		return nil, err
@@ -186,10 +191,40 @@ func (b *Broker) shardCPU(i int) int {
 	case len(b.cfg.CPUs) > 0:
 		return b.cfg.CPUs[i%len(b.cfg.CPUs)]
 	case b.cfg.Pin:
-		return i % runtime.NumCPU()
+		return defaultShardCPU(i, b.allowed)
 	}
 	return -1
 }
+
+// defaultShardCPU is the CPU of shard i under default pinning: the i-th allowed CPU,
+// wrapping when there are more shards than CPUs. With no mask known it falls back to
+// CPU i modulo the CPU count.
+func defaultShardCPU(i int, allowed []int) int {
+	if len(allowed) == 0 {
+		return i % runtime.NumCPU()
+	}
+	return allowed[i%len(allowed)]
+}
+
+// allowedCPUs lists, in increasing order, the CPUs in the calling thread's affinity mask
+// (the process's, when called before any shard thread is pinned); nil if it cannot be read.
+func allowedCPUs() []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	count := set.Count()
+	cpus := make([]int, 0, count)
+	for cpu := 0; len(cpus) < count && cpu < cpuSetBitsMax; cpu++ {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus
+}
+
+// cpuSetBitsMax is the number of CPUs a unix.CPUSet describes (glibc's CPU_SETSIZE).
+const cpuSetBitsMax = 1024
 
 func (b *Broker) partitionDir(tp TopicPartition) string {
 	return filepath.Join(b.cfg.DataDir, tp.Topic+"-"+strconv.Itoa(int(tp.Partition)))
@@ -446,6 +481,24 @@ func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
 		reads = append(reads, func() error { return s.describe(tp, out) })
 	}
 	return t, states, runAll(reads)
+}
+
+// Drain prepares a shutdown: every parked long-poll fetch is answered now with what its
+// partitions hold, and fetches from here on answer at once instead of waiting for data, so
+// that a server waiting for its in-flight requests is not held up by MaxWait. Produce and
+// admin work carry on as before. Safe to call from any goroutine, more than once.
+func (b *Broker) Drain() {
+	if b.draining.Swap(true) {
+		return
+	}
+	for _, s := range b.shards {
+		// park checks draining too, so a waiter parked after this post runs still fires.
+		_ = s.r.Post(func() {
+			for _, p := range s.parts {
+				p.wakeWaiters()
+			}
+		})
+	}
 }
 
 // Close stops accepting work, flushes every partition, closes the logs and stops the

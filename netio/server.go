@@ -140,7 +140,7 @@ const (
 	writeTimeoutDefault         = 30 * time.Second
 	frameReadTimeoutDefault     = 30 * time.Second
 	readBufferBytes             = 64 << 10
-	writeBatchBytesTargetDefaut = 256 << 10
+	writeBatchBytesTargetDefault = 256 << 10
 )
 
 func (c *Config) setDefaults() {
@@ -166,7 +166,7 @@ func (c *Config) setDefaults() {
 		c.FrameReadTimeout = frameReadTimeoutDefault
 	}
 	if c.writeBatchBytesTarget <= 0 {
-		c.writeBatchBytesTarget = writeBatchBytesTargetDefaut
+		c.writeBatchBytesTarget = writeBatchBytesTargetDefault
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}

@@ -137,7 +137,7 @@ func (c *conn) readLoop() {
 		req, err := c.readRequest(br, cfg)
 		if err != nil {
 			<-c.inflight
-			if !errors.Is(err, io.EOF) && !c.stopped.Load() {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, errIdle) && !c.stopped.Load() {
 				cfg.Logf("netio: conn %d from %s: %v", c.info.ID, c.info.RemoteAddr, err)
 			}
 			return
@@ -153,8 +153,11 @@ func (c *conn) readLoop() {
 // readRequest reads one frame. It returns a request (possibly one that only carries a
 // frame-level error) or an error that ends the connection.
 func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
-	hdr, err := br.Peek(RequestHeaderBytes)
+	hdr, err := c.peekHeader(br, cfg)
 	if err != nil {
+		if errors.Is(err, errIdle) {
+			return nil, err
+		}
 		if len(hdr) == 0 && errors.Is(err, io.EOF) {
 			return nil, io.EOF
 		}
@@ -179,20 +182,53 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 	n := int(h.Length) - (RequestHeaderBytes - frameLengthBytes)
 	deadline := br.Buffered() < n
 	if deadline {
-		c.nc.SetReadDeadline(time.Now().Add(cfg.FrameReadTimeout))
+		c.setReadDeadline(time.Now().Add(cfg.FrameReadTimeout))
 	}
 	err = c.readPayload(br, req, n)
 	if deadline {
-		c.nc.SetReadDeadline(time.Time{})
-		if c.stopped.Load() {
-			c.nc.SetReadDeadline(time.Now())
-		}
+		c.setReadDeadline(time.Time{})
 	}
 	if err != nil {
 		c.uncharge(req)
 		return nil, fmt.Errorf("read %d-byte %s payload: %w", n, h.API, noEOF(err))
 	}
 	return req, nil
+}
+
+// errIdle ends a connection that stayed silent for IdleTimeout with nothing outstanding.
+var errIdle = errors.New("idle")
+
+// peekHeader waits for the next frame header. While it waits the read deadline is
+// IdleTimeout; when it expires with requests still outstanding (the client is waiting for
+// us, e.g. a long-poll) it waits again, otherwise the connection is idle.
+func (c *conn) peekHeader(br *bufio.Reader, cfg *Config) ([]byte, error) {
+	for {
+		if br.Buffered() >= RequestHeaderBytes {
+			return br.Peek(RequestHeaderBytes)
+		}
+		c.setReadDeadline(time.Now().Add(cfg.IdleTimeout))
+		hdr, err := br.Peek(RequestHeaderBytes)
+		c.setReadDeadline(time.Time{})
+		var ne net.Error
+		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || c.stopped.Load() {
+			return hdr, err
+		}
+		c.mu.Lock()
+		outstanding := len(c.queue) > 0
+		c.mu.Unlock()
+		if !outstanding {
+			return nil, errIdle
+		}
+	}
+}
+
+// setReadDeadline sets the read deadline unless stopReading has taken over the deadline
+// (it sets stopped before its own SetReadDeadline(now), so checking after ours is enough).
+func (c *conn) setReadDeadline(t time.Time) {
+	c.nc.SetReadDeadline(t)
+	if c.stopped.Load() {
+		c.nc.SetReadDeadline(time.Now())
+	}
 }
 
 // readPayload reads n payload bytes into req.frame. Memory is charged and allocated as the

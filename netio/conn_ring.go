@@ -136,7 +136,30 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 		unix.Close(fd)
 		return
 	}
+	c.lastRecv = time.Now()
+	c.idleTimer = r.AfterFunc(s.cfg.IdleTimeout, c.checkIdle)
 	c.armRecv()
+}
+
+// checkIdle closes the connection if it has sent nothing for IdleTimeout and nothing of
+// it is outstanding; otherwise it looks again when the timeout could next expire.
+func (c *ringConn) checkIdle() {
+	c.idleTimer = nil
+	if c.dead || c.finished {
+		return
+	}
+	idleFor := time.Since(c.lastRecv)
+	busy := len(c.queue) > 0 || c.cur != nil || c.sending
+	if !busy && idleFor >= c.srv.cfg.IdleTimeout {
+		c.readerDone = true // a quiet close: nothing to log
+		c.failLoop(errIdle)
+		return
+	}
+	wait := c.srv.cfg.IdleTimeout - idleFor
+	if busy || wait <= 0 {
+		wait = c.srv.cfg.IdleTimeout
+	}
+	c.idleTimer = c.r.AfterFunc(wait, c.checkIdle)
 }
 
 func sockaddrString(sa unix.Sockaddr) string {
@@ -173,6 +196,8 @@ type ringConn struct {
 	finished   bool
 	frameTimer *ring.Timer
 	retryTimer *ring.Timer
+	idleTimer  *ring.Timer
+	lastRecv   time.Time
 
 	// Sending: one batch at a time, as a plan of memory and file segments.
 	sending    bool
@@ -261,6 +286,7 @@ func (c *ringConn) recvDone(res int32) bool {
 		c.maybeFinish()
 		return false
 	}
+	c.lastRecv = time.Now()
 	if res <= 0 {
 		if res < 0 && !c.stopping {
 			c.srv.cfg.Logf("netio: conn %d from %s: recv: %v", c.info.ID, c.info.RemoteAddr, unix.Errno(-res))
@@ -748,7 +774,7 @@ func (c *ringConn) failLoop(err error) {
 	}
 	c.dead = true
 	unix.Shutdown(c.fd, unix.SHUT_RDWR) // completes pending recv and send ops
-	for _, t := range []**ring.Timer{&c.writeTimer, &c.frameTimer, &c.retryTimer} {
+	for _, t := range []**ring.Timer{&c.writeTimer, &c.frameTimer, &c.retryTimer, &c.idleTimer} {
 		if *t != nil {
 			(*t).Stop()
 			*t = nil
@@ -768,6 +794,10 @@ func (c *ringConn) maybeFinish() {
 		return
 	}
 	c.finished = true
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+		c.idleTimer = nil
+	}
 	unix.Close(c.fd)
 	if c.pipeCap > 0 {
 		unix.Close(c.pipeR)

@@ -119,9 +119,12 @@ type Config struct {
 	ConnectionsMax       int           // open connections; further ones are closed at accept; default 4096
 	WriteTimeout         time.Duration // a client that reads nothing for this long is dropped; default 30s
 	FrameReadTimeout     time.Duration // a started frame must arrive within this; default 30s
-	Egress               Egress        // default EgressSendfile
-	BrokerVersion        string        // reported by ApiVersions
-	Logf                 func(format string, args ...any)
+	// IdleTimeout closes a connection that has sent nothing for this long while none of its
+	// requests is outstanding (Kafka's connections.max.idle.ms); default 10 min.
+	IdleTimeout   time.Duration
+	Egress        Egress // default EgressSendfile
+	BrokerVersion string // reported by ApiVersions
+	Logf          func(format string, args ...any)
 	// ConnState, if set, is called when a connection opens (open = true) and after it has
 	// closed (open = false). Requests the handler has not answered yet are released when
 	// it answers.
@@ -139,6 +142,7 @@ const (
 	connectionsMaxDefault        = 4096
 	writeTimeoutDefault          = 30 * time.Second
 	frameReadTimeoutDefault      = 30 * time.Second
+	idleTimeoutDefault           = 10 * time.Minute
 	readBufferBytes              = 64 << 10
 	writeBatchBytesTargetDefault = 256 << 10
 )
@@ -164,6 +168,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FrameReadTimeout <= 0 {
 		c.FrameReadTimeout = frameReadTimeoutDefault
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = idleTimeoutDefault
 	}
 	if c.writeBatchBytesTarget <= 0 {
 		c.writeBatchBytesTarget = writeBatchBytesTargetDefault

@@ -730,3 +730,42 @@ func testServerMixedSplicesPipelined(t *testing.T, driver string) {
 		}
 	}
 }
+
+func TestServerClosesIdleConnections(t *testing.T) { forEachDriver(t, testServerClosesIdleConnections) }
+
+// A silent connection is closed after IdleTimeout; one whose request is still outstanding
+// (a long-poll) is not, however long the handler takes.
+func testServerClosesIdleConnections(t *testing.T, driver string) {
+	h := &holdHandler{served: make(chan *netio.Request, 4)}
+	closed := make(chan netio.ConnInfo, 4)
+	_, addr := testServer(t, driver, h, netio.Config{IdleTimeout: 100 * time.Millisecond, ConnState: func(info netio.ConnInfo, open bool) {
+		if !open {
+			closed <- info
+		}
+	}})
+	waiting := dialRaw(t, addr)
+	waiting.send(1, &netio.MetadataRequest{})
+	req := <-h.served
+	idle := dialRaw(t, addr)
+	var ver netio.APIVersionsResponse
+	idle.call(2, &netio.APIVersionsRequest{}, &ver)
+	select {
+	case info := <-closed:
+		if info.ID != 2 {
+			t.Fatalf("closed connection %d, want the idle one (2)", info.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("idle connection was not closed")
+	}
+	idle.expectClosed()
+	// Well past the idle timeout, the waiting connection still gets its answer.
+	select {
+	case info := <-closed:
+		t.Fatalf("connection %d with an outstanding request was closed", info.ID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	req.ReplyMessage(&netio.MetadataResponse{BrokerID: 3})
+	if hdr, _ := waiting.recv(); hdr.CorrelationID != 1 {
+		t.Fatalf("corr %d", hdr.CorrelationID)
+	}
+}

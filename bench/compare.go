@@ -187,6 +187,16 @@ func WriteSummary(w io.Writer, r *Result) error {
 	}
 	fmt.Fprintf(&out, "RSS (%s, pid %d): first %s, max %s, last %s, growth %s\n", r.BrokerRSS.Source, r.BrokerRSS.PID,
 		FormatBytes(r.BrokerRSS.FirstBytes), FormatBytes(r.BrokerRSS.MaxBytes), FormatBytes(r.BrokerRSS.LastBytes), signedBytes(r.BrokerRSS.GrowthBytes))
+	if len(r.PartitionShares) > 1 {
+		hottest, index := 0.0, 0
+		for i, share := range r.PartitionShares {
+			if share > hottest {
+				hottest, index = share, i
+			}
+		}
+		fmt.Fprintf(&out, "keys %s: hottest partition %d took %.1f%% of messages (uniform: %.1f%%)\n",
+			r.Workload.KeyDistribution, index, hottest*100, 100/float64(len(r.PartitionShares)))
+	}
 	if r.LoopbackMBps > 0 {
 		fmt.Fprintf(&out, "loopback TCP in the same run: %.0f MB/s\n", r.LoopbackMBps)
 	}

@@ -40,3 +40,16 @@ garbage`
 		t.Fatalf("inodes %v, want only the listening 12345 on port 9416", got)
 	}
 }
+
+func FuzzListeningInodes(f *testing.F) {
+	f.Add("header\n   0: 0100007F:24C8 00000000:0000 0A 0:0 00:0 0 0 0 12345 1 0 100 0 0 10 0\n", uint16(9416))
+	f.Add("", uint16(0))
+	f.Add("x\n 0: :: :: 0A a b c d e f\n", uint16(1))
+	f.Fuzz(func(t *testing.T, table string, port uint16) {
+		for _, inode := range listeningInodes(table, port) {
+			if inode == "" {
+				t.Fatal("empty inode returned")
+			}
+		}
+	})
+}

@@ -31,17 +31,20 @@ type Result struct {
 	PublishLatency Summary    `json:"publish_latency"`
 	// PublishLatencyIntended is ack − intended send time: what an application on the
 	// schedule waited (coordinated-omission corrected).
-	PublishLatencyIntended Summary   `json:"publish_latency_intended"`
-	PublishDelay           Summary   `json:"publish_delay"`
-	EndToEnd               Summary   `json:"end_to_end_latency"`
-	Backlog                *Backlog  `json:"backlog,omitempty"`
-	BrokerRSS              RSSStats  `json:"broker_rss"`
-	LoopbackMBps           float64   `json:"loopback_mb_per_s,omitempty"`
-	Samples                []Sample  `json:"samples"`
-	Notes                  []string  `json:"notes,omitempty"`
-	Version                string    `json:"format"`
-	Command                string    `json:"command,omitempty"`
-	Errors                 ErrCounts `json:"errors"`
+	PublishLatencyIntended Summary  `json:"publish_latency_intended"`
+	PublishDelay           Summary  `json:"publish_delay"`
+	EndToEnd               Summary  `json:"end_to_end_latency"`
+	Backlog                *Backlog `json:"backlog,omitempty"`
+	BrokerRSS              RSSStats `json:"broker_rss"`
+	LoopbackMBps           float64  `json:"loopback_mb_per_s,omitempty"`
+	// PartitionShares is each partition index's share of all messages sent (over the whole
+	// run, summed over topics): what the key distribution did.
+	PartitionShares []float64 `json:"partition_shares,omitempty"`
+	Samples         []Sample  `json:"samples"`
+	Notes           []string  `json:"notes,omitempty"`
+	Version         string    `json:"format"`
+	Command         string    `json:"command,omitempty"`
+	Errors          ErrCounts `json:"errors"`
 }
 
 // resultFormat versions the JSON layout.

@@ -55,7 +55,10 @@ type run struct {
 	backlogMsg int64        // messages in the backlog when consumers started
 	consumeAt  time.Time    // when consumers started
 	caughtUp   atomic.Int64 // ns after consumeAt; 0 = not yet
-	backlogAt  atomic.Int64 // ns after consumeAt; 0 = not yet
+	// partitionSent counts sends per partition index (summed over topics): the skew a key
+	// distribution produced.
+	partitionSent []atomic.Int64
+	backlogAt     atomic.Int64 // ns after consumeAt; 0 = not yet
 }
 
 type consumerStats struct {
@@ -85,6 +88,7 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 		opts.DataDir = "."
 	}
 	r := &run{opts: opts, w: opts.Workload, clock: opts.Clock}
+	r.partitionSent = make([]atomic.Int64, opts.Workload.PartitionsPerTopic)
 	return r.execute(ctx)
 }
 
@@ -247,6 +251,7 @@ func (r *run) newLoop(p Producer, index int, start time.Time, bytesMax int64) *p
 	loop.send = func(sentAt time.Time, done func(error)) error {
 		binary.LittleEndian.PutUint64(payload[payloadStampOffset:], uint64(sentAt.UnixNano()))
 		partition, key := keys.choose()
+		r.partitionSent[partition].Add(1)
 		return p.Send(partition, key, payload, done)
 	}
 	return loop
@@ -526,6 +531,15 @@ func (r *run) summarize(result *Result, samples []Sample, win window, rss RSSSta
 	rss.GrowthBytes = rss.LastBytes - rss.FirstBytes
 	result.BrokerRSS = rss
 	result.Errors = ErrCounts{Publish: r.totals.publishErrors.Load(), BadPayloads: r.totals.badPayloads.Load()}
+	var sent int64
+	for i := range r.partitionSent {
+		sent += r.partitionSent[i].Load()
+	}
+	if sent > 0 {
+		for i := range r.partitionSent {
+			result.PartitionShares = append(result.PartitionShares, float64(r.partitionSent[i].Load())/float64(sent))
+		}
+	}
 	if r.w.ProducerRate == 0 {
 		result.Notes = append(result.Notes, "max-rate run: no schedule, so publish delay is not measured")
 	}

@@ -18,6 +18,10 @@ import (
 
 const rawTimeout = 20 * time.Second
 
+// netDrivers are ringlogd's connection drivers (--net): the shard io_uring loops and Go's
+// netpoller.
+var netDrivers = []string{"ring", "go"}
+
 // rawConn is a TCP connection speaking frames by hand.
 type rawConn struct {
 	t    *testing.T
@@ -127,7 +131,13 @@ func expectHealthy(t *testing.T, b *broker) {
 // with an error (closing the connection where the frame boundary is lost) and keeps
 // serving everyone else.
 func TestHostileFrames(t *testing.T) {
-	b := startBroker(t)
+	for _, net := range netDrivers {
+		t.Run("net="+net, func(t *testing.T) { testHostileFrames(t, net) })
+	}
+}
+
+func testHostileFrames(t *testing.T, netDriver string) {
+	b := startBroker(t, "--net", netDriver)
 	for _, tc := range []struct {
 		name string
 		run  func(r *rawConn)
@@ -209,7 +219,13 @@ func TestHostileFrames(t *testing.T) {
 // response. The broker must push back (stop reading them, keep its memory bounded) and
 // keep serving another client's produce and fetch meanwhile.
 func TestStalledReader(t *testing.T) {
-	b := startBroker(t)
+	for _, net := range netDrivers {
+		t.Run("net="+net, func(t *testing.T) { testStalledReader(t, net) })
+	}
+}
+
+func testStalledReader(t *testing.T, netDriver string) {
+	b := startBroker(t, "--net", netDriver)
 	ctx := testContext(t, 60*time.Second)
 	c := b.client(t)
 	const topic = "big"

@@ -12,19 +12,27 @@ import (
 // TestProduceConsumeRestart produces 100k keyed records with headers over 8 partitions,
 // consumes them all back (per-partition order, identical keys, values and headers, each key
 // on client.KeyPartition), stops the broker with SIGTERM, starts it again and reads them
-// all once more. It runs on both I/O backends.
+// all once more. It runs on both I/O backends with the ring connection driver, on the Go
+// connection driver, and in direct storage mode.
 func TestProduceConsumeRestart(t *testing.T) {
 	records := 100_000
 	if soak() {
 		records = 1_000_000
 	}
-	for _, backend := range []string{"uring", "syscall"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, tc := range []struct{ backend, net, storage string }{
+		{"uring", "ring", "page-cache"},
+		{"syscall", "ring", "page-cache"},
+		{"uring", "go", "page-cache"},
+		{"uring", "ring", "direct"},
+	} {
+		t.Run("io="+tc.backend+",net="+tc.net+",storage="+tc.storage, func(t *testing.T) {
 			const partitions = 8
 			const topic = "orders"
-			b := startBroker(t, "--io", backend)
-			if !strings.Contains(b.logText(), "io="+ioName(backend)+" ") {
-				t.Fatalf("broker did not select the %s backend:\n%s", backend, b.logText())
+			b := startBroker(t, "--io", tc.backend, "--net", tc.net, "--storage", tc.storage)
+			for _, want := range []string{"io=" + ioName(tc.backend) + " ", "net=" + tc.net + " "} {
+				if !strings.Contains(b.logText(), want) {
+					t.Fatalf("start-up line lacks %s:\n%s", want, b.logText())
+				}
 			}
 			ctx := testContext(t, soakScaled(120*time.Second))
 			c := b.client(t)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -181,5 +182,79 @@ func TestCLI(t *testing.T) {
 	}
 	if res = ok(t, "", env, "topic", "list"); strings.Contains(res.stdout, "clitopic") {
 		t.Errorf("topic list after delete:\n%s", res.stdout)
+	}
+}
+
+// TestCLIFollow runs consume without --exit-at-end: --from latest prints only records
+// produced after it started, and SIGINT ends a following consume with status 0 after
+// everything already read was printed.
+func TestCLIFollow(t *testing.T) {
+	b := startBroker(t)
+	ctx := testContext(t, 60*time.Second)
+	c := b.client(t)
+	if err := c.CreateTopic(ctx, "follow", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	acks := produceRecords(t, ctx, c, "follow", "f", 0, 500, client.ProducerConfig{})
+
+	// --from latest --max 1: keep producing until it prints one record and exits.
+	latest := exec.CommandContext(ctx, filepath.Join(binDir, "ringlog"), "consume", "follow", "--broker", b.addr, "--from", "latest", "--max", "1")
+	var latestOut bytes.Buffer
+	latest.Stdout = &latestOut
+	if err := latest.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- latest.Wait() }()
+	p := c.NewProducer(client.ProducerConfig{Linger: -1})
+	defer p.Close(ctx)
+	var latestErr error
+	produced := 0
+waitLatest:
+	for ; produced < 100_000; produced++ {
+		select {
+		case latestErr = <-exited:
+			break waitLatest
+		default:
+		}
+		if _, err := p.SendSync(ctx, &client.Record{Topic: "follow", Partition: int32(produced % 2), Value: fmt.Appendf(nil, "tick-%d", produced)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if latestErr != nil || !regexp.MustCompile(`^tick-\d+\n$`).MatchString(latestOut.String()) {
+		t.Fatalf("consume --from latest --max 1: %v, printed %q after %d ticks", latestErr, latestOut.String(), produced)
+	}
+
+	// A following consume from earliest: wait for the first 500 lines, then SIGINT.
+	follow := exec.CommandContext(ctx, filepath.Join(binDir, "ringlog"), "consume", "follow", "--broker", b.addr, "--partition", "0")
+	stdout, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, a := range acks {
+		if a.partition == 0 {
+			want++
+		}
+	}
+	scanner := bufio.NewScanner(stdout)
+	scanner.Buffer(nil, 1<<20)
+	lines := 0
+	for lines < want && scanner.Scan() {
+		lines++
+	}
+	if lines < want {
+		t.Fatalf("following consume printed %d lines, want at least %d: %v", lines, want, scanner.Err())
+	}
+	if err := follow.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for scanner.Scan() { // drain what it prints before exiting
+	}
+	if err := follow.Wait(); err != nil {
+		t.Errorf("consume after SIGINT: %v, want exit status 0", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -174,4 +175,51 @@ func TestSigtermWhileProducing(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged records present after SIGTERM mid-production", len(acks))
+}
+
+// TestSigtermRightAfterStart sends SIGTERM the moment the start-up line appears, as a
+// supervisor or script that waits for it may: the broker must already handle the signal
+// (clean exit 0), not die of it.
+func TestSigtermRightAfterStart(t *testing.T) {
+	b := startBroker(t)
+	b.stop()
+	for range 4 {
+		b.restart()
+		b.stop()
+	}
+}
+
+// TestSigtermWithParkedFetch: a consumer long-polling an idle partition (max_wait one
+// minute) must not hold up a SIGTERM for the whole shutdown grace: the broker answers the
+// parked fetch (empty) at once and exits.
+func TestSigtermWithParkedFetch(t *testing.T) {
+	b := startBroker(t, "--shutdown-grace", "60s")
+	ctx := testContext(t, 30*time.Second)
+	c := b.client(t)
+	if err := c.CreateTopic(ctx, "idle", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRaw(t, b.addr)
+	r.write(netio.AppendRequest(nil, 1, &netio.FetchRequest{MaxWaitMs: 60_000, MinBytes: 1, MaxBytes: 1 << 20, Topics: []netio.FetchTopic{{
+		Topic: "idle", Partitions: []netio.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 1 << 20}},
+	}}}))
+	// The fetch was on the wire before this round trip on another connection began, and
+	// the broker reads every connection as data arrives: once the round trip is done the
+	// fetch has been read and parked.
+	if _, err := c.ListTopics(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	b.stop()
+	if took := time.Since(stopped); took > 20*time.Second {
+		t.Errorf("SIGTERM with a parked fetch took %v (grace 60s): the long-poll was not released", took)
+	}
+	h, payload := r.readResponse()
+	if h.ErrorCode != netio.ErrNone || h.CorrelationID != 1 {
+		t.Fatalf("parked fetch answered with %s (correlation %d)", h.ErrorCode.Name(), h.CorrelationID)
+	}
+	var resp netio.FetchResponse
+	if err := resp.ReadFrom(payload); err != nil {
+		t.Fatalf("decode fetch response: %v", err)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -93,6 +94,7 @@ type broker struct {
 	dataDir string
 	addr    string
 	flags   []string
+	wrap    []string // command prefix, e.g. taskset -c 1
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
@@ -106,15 +108,7 @@ type broker struct {
 // ringlogd flags (e.g. "--io", "syscall").
 func startBroker(t testing.TB, flags ...string) *broker {
 	t.Helper()
-	b := &broker{t: t, dataDir: t.TempDir(), flags: flags}
-	t.Cleanup(func() {
-		if b.running() {
-			b.kill()
-		}
-		if t.Failed() {
-			t.Logf("ringlogd log:\n%s", b.logText())
-		}
-	})
+	b := newBroker(t, flags...)
 	for attempt := 1; ; attempt++ {
 		b.addr = freeAddr(t)
 		err := b.tryStart()
@@ -127,6 +121,20 @@ func startBroker(t testing.TB, flags ...string) *broker {
 	}
 }
 
+// newBroker prepares a broker on a fresh temp data dir, stopped and logged at cleanup.
+func newBroker(t testing.TB, flags ...string) *broker {
+	b := &broker{t: t, dataDir: t.TempDir(), flags: flags}
+	t.Cleanup(func() {
+		if b.running() {
+			b.kill()
+		}
+		if t.Failed() {
+			t.Logf("ringlogd log:\n%s", b.logText())
+		}
+	})
+	return b
+}
+
 // freeAddr returns a 127.0.0.1 port that was free a moment ago.
 func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -137,13 +145,20 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// restart starts the broker again on the same data dir and address (after stop or kill).
+// restart starts the broker again on the same data dir and, unless it was taken
+// meanwhile, the same address (after stop or kill).
 func (b *broker) restart() {
 	b.t.Helper()
 	if b.running() {
 		b.t.Fatal("restart of a running broker")
 	}
-	if err := b.tryStart(); err != nil {
+	err := b.tryStart()
+	for attempt := 1; err != nil && strings.Contains(err.Error(), "address already in use") && attempt < startAttemptsMax; attempt++ {
+		// Something took the port while the broker was down: move (clients dial b.addr).
+		b.addr = freeAddr(b.t)
+		err = b.tryStart()
+	}
+	if err != nil {
 		b.t.Fatalf("restart ringlogd: %v\n%s", err, b.logText())
 	}
 }
@@ -163,7 +178,8 @@ func (b *broker) running() bool {
 // tryStart execs ringlogd and waits for its start-up line.
 func (b *broker) tryStart() error {
 	args := append([]string{"--data", b.dataDir, "--listen", b.addr, "--shards", "2"}, b.flags...)
-	cmd := exec.Command(filepath.Join(binDir, "ringlogd"), args...)
+	argv := append(append(slices.Clone(b.wrap), filepath.Join(binDir, "ringlogd")), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return err

@@ -223,6 +223,26 @@ func (c *Catalog) Delete(name string) error {
 	return nil
 }
 
+// SetConfig replaces a topic's config map and persists the catalog.
+func (c *Catalog) SetConfig(name string, config map[string]string) error {
+	t, ok := c.topics[name]
+	if !ok {
+		return fmt.Errorf("set config of %q: %w", name, ErrUnknownTopic)
+	}
+	next := cloneTopic(t)
+	next.Config = config
+	next = cloneTopic(next)
+	if err := validateTopic(name, next); err != nil {
+		return fmt.Errorf("set config: %w", err)
+	}
+	c.topics[name] = next
+	if err := c.Save(); err != nil {
+		c.topics[name] = t
+		return fmt.Errorf("set config of %q: %w", name, err)
+	}
+	return nil
+}
+
 // Save writes the catalog atomically: temp file, fsync, rename, fsync of the directory.
 func (c *Catalog) Save() error {
 	b, err := json.MarshalIndent(catalogFile{Version: catalogVersion, Topics: c.topics}, "", "  ")

@@ -138,7 +138,23 @@ const (
 	ConfigFlushMs            = "flush.ms"
 	ConfigFlushAlways        = "flush.always"
 	ConfigStorageMode        = "storage.mode"
+	// ConfigMinInsyncReplicas is a broker-level key (acks=all needs this many in-sync
+	// replicas); the log accepts and validates it, the broker core acts on it.
+	ConfigMinInsyncReplicas = "min.insync.replicas"
 )
+
+// MinInsyncReplicas returns the topic's min.insync.replicas (1 when unset).
+func MinInsyncReplicas(m map[string]string) (int, error) {
+	v, ok := m[ConfigMinInsyncReplicas]
+	if !ok {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("topic config %s=%q: want a positive integer", ConfigMinInsyncReplicas, v)
+	}
+	return n, nil
+}
 
 // LogConfigFromMap parses a topic's config map (as stored in the catalog) over base.
 // Unknown keys are an error so that a typo never silently means "default".
@@ -165,6 +181,8 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 			c.FlushAlways, err = strconv.ParseBool(v)
 		case ConfigStorageMode:
 			c.Storage = StorageMode(v)
+		case ConfigMinInsyncReplicas:
+			_, err = MinInsyncReplicas(m)
 		default:
 			return base, fmt.Errorf("unknown topic config %q", k)
 		}

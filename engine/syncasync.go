@@ -90,6 +90,9 @@ func (l *Log) EndSync(t SyncTicket, syncErr error) error {
 		if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
 			l.cfg.Logger.Warn("index write failed", "dir", l.dir, "err", err)
 		}
+		if c.sealed {
+			l.releaseIndex(s) // see indexcache.go; refuses if s became active again
+		}
 	}
 	l.unsyncedMessages = max(l.EndOffset()-l.SyncedOffset(), 0)
 	if l.unsyncedMessages > 0 {

@@ -10,7 +10,8 @@ import (
 
 // TruncateTo removes every batch holding an offset >= offset (a follower diverging from its
 // leader). When offset falls inside a batch, that whole batch goes, so EndOffset may end up
-// below offset. Truncating below the start of the log empties it and restarts it at offset.
+// below offset (and the start offset with it, when it was inside that batch). Truncating to
+// or below the start of the log empties it and restarts it at offset.
 // The truncation is synced before returning.
 func (l *Log) TruncateTo(offset int64) error {
 	if err := l.writable(); err != nil {
@@ -22,7 +23,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	if offset >= l.EndOffset() {
 		return nil
 	}
-	if offset < l.startOffset || offset <= l.segments[0].baseOffset {
+	if offset <= l.startOffset || offset <= l.segments[0].baseOffset {
 		return l.truncateFullyAndStartAt(offset)
 	}
 	i := l.segmentFor(offset)
@@ -49,6 +50,13 @@ func (l *Log) TruncateTo(offset int64) error {
 	}
 	if err := l.cutSegment(s, pos, newNext); err != nil {
 		return fmt.Errorf("truncate to %d: %w", offset, err)
+	}
+	if l.startOffset > newNext {
+		// The start was inside the batch just removed: the log is now empty at its end.
+		if err := writeStartOffset(l.dir, newNext); err != nil {
+			return l.fail(err)
+		}
+		l.startOffset = newNext
 	}
 	l.assertInvariants()
 	return nil

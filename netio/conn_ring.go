@@ -34,6 +34,11 @@ type ringListener struct {
 // be called on r's loop thread (inside the function given to ring.StartPinned before
 // r.Run, or from r.Post). It returns once the accept is armed; the listener stops on
 // Shutdown or Close, which need the loop to keep running until they return.
+//
+// shard must be the index of the shard whose reactor r is: requests carry it with
+// ConnInfo.OnLoop set, and a handler may run that shard's work inline on the calling
+// thread (BrokerHandler does). Serving on a reactor that is not that shard's would run
+// shard code on the wrong thread.
 func (s *Server) ServeRing(r *ring.Reactor, ln *net.TCPListener, shard int) error {
 	f, err := ln.File()
 	if err != nil {
@@ -271,10 +276,33 @@ func (c *ringConn) recvDone(res int32) bool {
 // progress parses what arrived, re-arms recv, sends what is ready and finishes the
 // connection when nothing is left.
 func (c *ringConn) progress() {
+	// Replies given while the handler runs on this loop (or by other goroutines meanwhile)
+	// are collected without a Post: the loop claims postPending for the duration and
+	// drains them itself right after, saving a mailbox hop and an eventfd write per
+	// request answered inline.
+	c.mu.Lock()
+	claimed := !c.postPending
+	c.postPending = true
+	c.mu.Unlock()
 	c.parse()
+	if claimed {
+		c.takeCompleted()
+	}
 	c.armRecv()
 	c.trySend()
 	c.maybeFinish()
+}
+
+// takeCompleted marks the replies collected so far ready and releases postPending.
+func (c *ringConn) takeCompleted() {
+	c.mu.Lock()
+	done := c.completed
+	c.completed = nil
+	c.postPending = false
+	c.mu.Unlock()
+	for _, req := range done {
+		req.ready = true
+	}
 }
 
 func (c *ringConn) parse() {
@@ -426,14 +454,7 @@ func (c *ringConn) post(fn func()) {
 }
 
 func (c *ringConn) drainCompleted() {
-	c.mu.Lock()
-	done := c.completed
-	c.completed = nil
-	c.postPending = false
-	c.mu.Unlock()
-	for _, req := range done {
-		req.ready = true
-	}
+	c.takeCompleted()
 	c.progress()
 }
 

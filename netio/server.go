@@ -134,13 +134,13 @@ type Config struct {
 // 50 ms tail (~60 MiB in flight); 1 GiB of request buffers server-wide is what a 2-core
 // box can hand to disks in about one second.
 const (
-	inflightPerConnDefault      = 64
-	serverBufferBytesDefault    = 1 << 30
-	connectionsMaxDefault       = 4096
-	writeTimeoutDefault         = 30 * time.Second
-	frameReadTimeoutDefault     = 30 * time.Second
-	readBufferBytes             = 64 << 10
-	writeBatchBytesTargetDefaut = 256 << 10
+	inflightPerConnDefault       = 64
+	serverBufferBytesDefault     = 1 << 30
+	connectionsMaxDefault        = 4096
+	writeTimeoutDefault          = 30 * time.Second
+	frameReadTimeoutDefault      = 30 * time.Second
+	readBufferBytes              = 64 << 10
+	writeBatchBytesTargetDefault = 256 << 10
 )
 
 func (c *Config) setDefaults() {
@@ -166,7 +166,7 @@ func (c *Config) setDefaults() {
 		c.FrameReadTimeout = frameReadTimeoutDefault
 	}
 	if c.writeBatchBytesTarget <= 0 {
-		c.writeBatchBytesTarget = writeBatchBytesTargetDefaut
+		c.writeBatchBytesTarget = writeBatchBytesTargetDefault
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}

@@ -68,7 +68,7 @@ func TestRunOverTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if result.Publish.Messages < 600 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
+	if result.Publish.Messages < 300 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
 		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
 	}
 	if result.Consume.Messages < result.Publish.Messages*8/10 || result.EndToEnd.Count == 0 || result.PublishDelay.Count == 0 {

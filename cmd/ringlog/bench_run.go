@@ -31,7 +31,7 @@ type runFlags struct {
 func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.driver, "driver", "ringlog", "system under test: "+strings.Join(bench.DriverNames(), ", "))
 	fs.StringVar(&f.broker, "broker", ringlogdriver.DefaultAddress, "broker address")
-	fs.StringVar(&f.out, "out", "bench-results", "directory for the JSON result and SVG plots")
+	fs.StringVar(&f.out, "out", "bench/results/tmp", "directory for the JSON result and SVG plots (the default is git-ignored)")
 	fs.StringVar(&f.dataDir, "data-dir", ".", "the broker's data directory (for the hardware line's disk)")
 	fs.IntVar(&f.brokerPID, "broker-pid", 0, "broker process id for RSS sampling (default: what the driver reports)")
 	fs.DurationVar(&f.duration, "duration", 0, "override the workload's test duration")
@@ -217,7 +217,7 @@ func benchPeers(args []string) error {
 	if err := bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs); err != nil {
 		return err
 	}
-	prefix := fmt.Sprintf("%s-ringlog-vs-%s-%s", w.Name, theirs.Driver.Name, ours.Started.Format("20060102T150405"))
+	prefix := fmt.Sprintf("%s-%s-vs-%s-%s", w.Name, ours.Driver.Name, theirs.Driver.Name, ours.Started.Format("20060102T150405"))
 	plots, err := bench.WriteComparisonPlots(f.out, prefix, ours, theirs)
 	if err != nil {
 		return err

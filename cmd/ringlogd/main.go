@@ -70,7 +70,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
 	fs.StringVar(&o.net, "net", "ring", "connection driver: ring (accept/recv/send on each shard's io_uring loop) or go (Go's netpoller goroutines)")
-	fs.BoolVar(&o.pin, "pin", true, "pin shard i to CPU i when neither --cpus nor --tune-plan is given")
+	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -131,6 +131,12 @@ func run(args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Handle SIGTERM/SIGINT from here on: a signal that arrives during start-up, or right
+	// after the start-up line that scripts wait for, must mean a clean shutdown, not the
+	// default action (death without syncing).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
 	cpus, err := shardCPUs(o)
 	if err != nil {
 		return err
@@ -209,8 +215,6 @@ func run(args []string, log *slog.Logger) error {
 			return fmt.Errorf("serve on shard %d's ring: %w", i, err)
 		}
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	var serveErr error
 	select {
 	case s := <-sig:
@@ -218,6 +222,7 @@ func run(args []string, log *slog.Logger) error {
 	case serveErr = <-errc:
 		log.Error("listener failed, shutting down", "err", serveErr)
 	}
+	b.Drain() // answer parked long-polls now: Shutdown waits for every in-flight request
 	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

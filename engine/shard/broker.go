@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -16,13 +15,14 @@ import (
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors the protocol layer maps to error codes.
 var (
 	ErrUnknownTopicOrPartition = errors.New("unknown topic or partition")
-	ErrTopicExists             = errors.New("topic already exists")
-	ErrInvalidTopic            = errors.New("invalid topic")
+	ErrTopicExists             = engine.ErrTopicExists
+	ErrInvalidTopic            = engine.ErrInvalidTopic
 	ErrInvalidPartitions       = errors.New("invalid partition count")
 	ErrInvalidConfig           = errors.New("invalid topic config")
 	ErrNotEnoughReplicas       = errors.New("not enough in-sync replicas")
@@ -32,12 +32,10 @@ var (
 
 // Limits. Part of the operator-visible contract; see docs/operations.md.
 const (
-	topicNameBytesMax      = 249 // Kafka's limit
-	partitionsPerTopicMax  = 10000
-	retentionCheckDefault  = 30 * time.Second
-	flushCheckDefault      = 50 * time.Millisecond
-	adminWaitMax           = 30 * time.Second
-	configMinInsyncReplica = "min.insync.replicas"
+	partitionsPerTopicMax = 10000
+	retentionCheckDefault = 30 * time.Second
+	flushCheckDefault     = 50 * time.Millisecond
+	adminWaitMax          = 30 * time.Second
 )
 
 // Config configures a Broker.
@@ -45,7 +43,9 @@ type Config struct {
 	DataDir string
 	// Shards is the number of shards; 0 means one per CPU the process may run on.
 	Shards int
-	// CPUs pins shard i to CPUs[i % len(CPUs)]. Empty with Pin set pins shard i to CPU i.
+	// CPUs pins shard i to CPUs[i % len(CPUs)]. Empty with Pin set pins shard i to the
+	// i-th CPU (wrapping) of the process's affinity mask at Open, so a cgroup cpuset or
+	// taskset restriction is respected.
 	CPUs []int
 	// Pin pins shard threads with sched_setaffinity.
 	Pin bool
@@ -84,15 +84,17 @@ type metadata struct {
 
 // Broker owns the shards and the topic metadata.
 type Broker struct {
-	cfg    Config
-	log    *slog.Logger
-	shards []*Shard
+	cfg     Config
+	log     *slog.Logger
+	shards  []*Shard
+	allowed []int // CPUs the process may run on, read once at Open (default pinning)
 
 	meta   atomic.Pointer[metadata]
-	metaMu sync.Mutex // admin operations only; never taken on the data path
-	cat    *catalog   // guarded by metaMu
+	metaMu sync.Mutex      // admin operations only; never taken on the data path
+	cat    *engine.Catalog // guarded by metaMu
 
-	closing atomic.Bool
+	closing  atomic.Bool
+	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -115,11 +117,11 @@ func Open(cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	cat, err := loadCatalog(cfg.DataDir)
+	cat, err := engine.LoadCatalog(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs()}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		return nil, err
@@ -186,19 +188,50 @@ func (b *Broker) shardCPU(i int) int {
 	case len(b.cfg.CPUs) > 0:
 		return b.cfg.CPUs[i%len(b.cfg.CPUs)]
 	case b.cfg.Pin:
-		return i % runtime.NumCPU()
+		return defaultShardCPU(i, b.allowed)
 	}
 	return -1
 }
 
-func (b *Broker) partitionDir(tp TopicPartition) string {
-	return filepath.Join(b.cfg.DataDir, tp.Topic+"-"+strconv.Itoa(int(tp.Partition)))
+// defaultShardCPU is the CPU of shard i under default pinning: the i-th allowed CPU,
+// wrapping when there are more shards than CPUs. With no mask known it falls back to
+// CPU i modulo the CPU count.
+func defaultShardCPU(i int, allowed []int) int {
+	if len(allowed) == 0 {
+		return i % runtime.NumCPU()
+	}
+	return allowed[i%len(allowed)]
 }
 
-func (b *Broker) metadataFromCatalog(cat *catalog) (*metadata, error) {
+// allowedCPUs lists, in increasing order, the CPUs in the calling thread's affinity mask
+// (the process's, when called before any shard thread is pinned); nil if it cannot be read.
+func allowedCPUs() []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	count := set.Count()
+	cpus := make([]int, 0, count)
+	for cpu := 0; len(cpus) < count && cpu < cpuSetBitsMax; cpu++ {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus
+}
+
+// cpuSetBitsMax is the number of CPUs a unix.CPUSet describes (glibc's CPU_SETSIZE).
+const cpuSetBitsMax = 1024
+
+func (b *Broker) partitionDir(tp TopicPartition) string {
+	return engine.PartitionDir(b.cfg.DataDir, tp.Topic, int(tp.Partition))
+}
+
+func (b *Broker) metadataFromCatalog(cat *engine.Catalog) (*metadata, error) {
 	m := &metadata{topics: map[string]*Topic{}}
-	for name, ct := range cat.Topics {
-		t, err := b.newTopic(name, ct.Shards, ct.Config)
+	for _, name := range cat.Names() {
+		ct, _ := cat.Topic(name)
+		t, err := b.newTopic(name, ct.Placement, ct.Config)
 		if err != nil {
 			return nil, fmt.Errorf("catalog topic %q: %w", name, err)
 		}
@@ -208,11 +241,11 @@ func (b *Broker) metadataFromCatalog(cat *catalog) (*metadata, error) {
 }
 
 func (b *Broker) newTopic(name string, shards []int, config map[string]string) (*Topic, error) {
-	engineConfig, minInsync, err := b.splitConfig(config)
+	lc, err := engine.LogConfigFromMap(b.cfg.Log, config)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	lc, err := engine.LogConfigFromMap(b.cfg.Log, engineConfig)
+	minInsync, err := engine.MinInsyncReplicas(config)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -223,25 +256,6 @@ func (b *Broker) newTopic(name string, shards []int, config map[string]string) (
 		placed[i] = s % b.cfg.Shards
 	}
 	return &Topic{Name: name, Partitions: placed, Config: config, logConfig: lc, minInsync: minInsync}, nil
-}
-
-// splitConfig separates broker-level topic configs (min.insync.replicas) from the ones
-// engine.LogConfigFromMap understands.
-func (b *Broker) splitConfig(config map[string]string) (map[string]string, int, error) {
-	minInsync := 1
-	engineConfig := make(map[string]string, len(config))
-	for k, v := range config {
-		if k == configMinInsyncReplica {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return nil, 0, fmt.Errorf("%w: %s=%q must be a positive integer", ErrInvalidConfig, k, v)
-			}
-			minInsync = n
-			continue
-		}
-		engineConfig[k] = v
-	}
-	return engineConfig, minInsync, nil
 }
 
 // Topic returns the topic's metadata snapshot, or nil.
@@ -279,18 +293,7 @@ func (b *Broker) shardFor(tp TopicPartition) (*Shard, error) {
 }
 
 // ValidateTopicName applies Kafka's topic name rules.
-func ValidateTopicName(name string) error {
-	if name == "" || name == "." || name == ".." || len(name) > topicNameBytesMax {
-		return fmt.Errorf("%w: name %q must be 1..%d characters and not . or ..", ErrInvalidTopic, name, topicNameBytesMax)
-	}
-	for _, c := range []byte(name) {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return fmt.Errorf("%w: name %q may hold only [a-zA-Z0-9._-]", ErrInvalidTopic, name)
-		}
-	}
-	return nil
-}
+func ValidateTopicName(name string) error { return engine.ValidTopicName(name) }
 
 // CreateTopic creates a topic with partitions partitions spread over the shards and opens
 // their logs. The catalog is written before any partition opens, so a crash in between
@@ -325,12 +328,9 @@ func (b *Broker) CreateTopic(name string, partitions int, config map[string]stri
 	if err != nil {
 		return err
 	}
-	next := b.cat.clone()
-	next.Topics[name] = catalogTopic{Shards: shards, Config: config}
-	if err := next.save(b.cfg.DataDir); err != nil {
+	if err := b.cat.Create(name, partitions, config, shards, len(b.shards)); err != nil {
 		return err
 	}
-	b.cat = next
 	var opens []func() error
 	for p, si := range t.Partitions {
 		s, tp := b.shards[si], TopicPartition{name, int32(p)}
@@ -375,12 +375,9 @@ func (b *Broker) DeleteTopic(name string) error {
 		drops = append(drops, func() error { return s.dropPartition(tp, b.partitionDir(tp)) })
 	}
 	err := runAll(drops)
-	next := b.cat.clone()
-	delete(next.Topics, name)
-	if serr := next.save(b.cfg.DataDir); serr != nil {
-		return serr
+	if cerr := b.cat.Delete(name); cerr != nil {
+		return errors.Join(err, cerr)
 	}
-	b.cat = next
 	return err
 }
 
@@ -400,14 +397,9 @@ func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []
 	if err != nil {
 		return err
 	}
-	next := b.cat.clone()
-	ct := next.Topics[name]
-	ct.Config = config
-	next.Topics[name] = ct
-	if err := next.save(b.cfg.DataDir); err != nil {
+	if err := b.cat.SetConfig(name, config); err != nil {
 		return err
 	}
-	b.cat = next
 	var reopens []func() error
 	for p, si := range nt.Partitions {
 		s, tp := b.shards[si], TopicPartition{name, int32(p)}
@@ -446,6 +438,24 @@ func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
 		reads = append(reads, func() error { return s.describe(tp, out) })
 	}
 	return t, states, runAll(reads)
+}
+
+// Drain prepares a shutdown: every parked long-poll fetch is answered now with what its
+// partitions hold, and fetches from here on answer at once instead of waiting for data, so
+// that a server waiting for its in-flight requests is not held up by MaxWait. Produce and
+// admin work carry on as before. Safe to call from any goroutine, more than once.
+func (b *Broker) Drain() {
+	if b.draining.Swap(true) {
+		return
+	}
+	for _, s := range b.shards {
+		// park checks draining too, so a waiter parked after this post runs still fires.
+		_ = s.r.Post(func() {
+			for _, p := range s.parts {
+				p.wakeWaiters()
+			}
+		})
+	}
 }
 
 // Close stops accepting work, flushes every partition, closes the logs and stops the
@@ -539,7 +549,7 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigFlushMs:            strconv.FormatInt(c.FlushMs, 10),
 		engine.ConfigFlushAlways:        strconv.FormatBool(c.FlushAlways),
 		engine.ConfigStorageMode:        string(c.Storage),
-		configMinInsyncReplica:          strconv.Itoa(t.minInsync),
+		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
 	// Zero values mean "engine default"; show the default the engine applies.
 	defaults := map[string]string{

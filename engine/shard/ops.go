@@ -212,7 +212,7 @@ func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult
 		}
 		op.shards[si] = append(op.shards[si], i)
 	}
-	if req.MaxWait <= 0 || len(op.shards) == 0 {
+	if req.MaxWait <= 0 || len(op.shards) == 0 || b.draining.Load() {
 		op.final.Store(true)
 	}
 	op.read()
@@ -253,7 +253,7 @@ func (op *fetchOp) shardDone() {
 	if op.pending.Add(-1) != 0 {
 		return
 	}
-	if op.final.Load() || op.satisfied() {
+	if op.final.Load() || op.satisfied() || op.b.draining.Load() {
 		op.done(op.results)
 		return
 	}
@@ -296,6 +296,10 @@ func (op *fetchOp) fire() {
 // park registers op on the partitions in idx, or fires it at once when one already has
 // data past its offset. Loop goroutine.
 func (s *Shard) park(op *fetchOp, idx []int) {
+	if s.b.draining.Load() { // Drain's wake-up may have run before this park
+		op.fire()
+		return
+	}
 	for _, i := range idx {
 		fp := op.req.Partitions[i]
 		p := s.parts[fp.TopicPartition]

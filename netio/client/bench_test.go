@@ -129,7 +129,8 @@ func BenchmarkConsume1KiB(b *testing.B) {
 }
 
 // realBrokerBench starts the real broker core (engine/shard behind BrokerHandler, page-cache
-// storage) in-process on a temp dir, served by the net driver or ("ring") on a reactor.
+// storage) in-process on a temp dir, served by the net driver or ("ring") on shard 0's
+// reactor.
 func realBrokerBench(b *testing.B, shards int, driver string) (*client.Client, func()) {
 	b.Helper()
 	dir := b.TempDir()
@@ -143,21 +144,12 @@ func realBrokerBench(b *testing.B, shards int, driver string) (*client.Client, f
 	}
 	srv := netio.NewServer(netio.NewBrokerHandler(br, ln.Addr().String()), netio.Config{})
 	done := make(chan struct{})
-	var reactor *ring.Reactor
 	if driver == "ring" {
-		ready := make(chan error, 1)
-		err := ring.StartPinned(-1, ring.Config{SingleIssuer: true, DeferTaskrun: true, Backend: "uring"}, func(r *ring.Reactor) {
-			defer close(done)
-			reactor = r
-			ready <- srv.ServeRing(r, ln.(*net.TCPListener), 0)
-			r.Run()
-		})
-		if err == nil {
-			err = <-ready
-		}
-		if err != nil {
+		// On shard 0's own reactor, as ringlogd serves connections.
+		if err := br.Exec(0, func(r *ring.Reactor) error { return srv.ServeRing(r, ln.(*net.TCPListener), 0) }); err != nil {
 			b.Skipf("ring driver unavailable: %v", err)
 		}
+		close(done)
 	} else {
 		go func() { defer close(done); srv.Serve(ln, 0) }()
 	}
@@ -168,9 +160,6 @@ func realBrokerBench(b *testing.B, shards int, driver string) (*client.Client, f
 	return c, func() {
 		c.Close()
 		srv.Close()
-		if reactor != nil {
-			reactor.Stop()
-		}
 		<-done
 		ln.Close()
 		br.Close()

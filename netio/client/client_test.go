@@ -3,8 +3,10 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"runtime"
 	"sync"
@@ -600,4 +602,40 @@ func TestProducerBufferLimitBlocksSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(h.parked)
+}
+
+func TestConsumerSkipsControlBatches(t *testing.T) {
+	e := start(t, 1)
+	ctx := ctxT(t)
+	if err := e.client.CreateTopic(ctx, "tx", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	build := func(value string, control bool) []byte {
+		b := batch.NewBuilder(batch.BuilderOptions{})
+		b.Append(1, nil, []byte(value), nil)
+		out, err := b.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if control { // set attribute bit 5 and re-sign
+			out[22] |= 0x20
+			binary.BigEndian.PutUint32(out[17:21], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+		}
+		return out
+	}
+	records := append(append(build("a", false), build("marker", true)...), build("b", false)...)
+	var resp netio.ProduceResponse
+	req := &netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "tx", Partitions: []netio.ProducePartition{{Partition: 0, Records: records}}}}}
+	if err := e.client.Call(ctx, e.addrs[0], req, &resp); err != nil || resp.Topics[0].Partitions[0].ErrorCode != netio.ErrNone {
+		t.Fatalf("produce: %v %+v", err, resp)
+	}
+	co := e.client.NewConsumer(client.ConsumerConfig{MaxWait: 10 * time.Millisecond})
+	co.Assign("tx", 0, client.Earliest())
+	recs, err := co.Poll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || string(recs[0].Value) != "a" || string(recs[1].Value) != "b" || recs[1].Offset != 2 {
+		t.Fatalf("got %d records: %+v", len(recs), recs)
+	}
 }

@@ -305,6 +305,10 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 		if h.LastOffset() < a.position {
 			continue
 		}
+		if h.Control() { // transaction markers are not records for the application
+			a.position = h.LastOffset() + 1
+			continue
+		}
 		err = batch.Decode(whole, func(offset, ts int64, r *batch.Record) error {
 			if offset < a.position {
 				return nil

@@ -62,7 +62,7 @@ func serveNATS(args []string) error {
 func run(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	driverName := fs.String("driver", "nats", "peer: nats")
-	out := fs.String("out", "bench-results", "directory for the JSON result and SVG plots")
+	out := fs.String("out", "bench-results", "directory for the JSON result and SVG plots (ringlog bench peers passes its own)")
 	dataDir := fs.String("data-dir", "", "peer store directory (default: a temporary directory, removed afterwards)")
 	resultPathFile := fs.String("result-path-file", "", "write the result's path here (used by ringlog bench peers)")
 	duration := fs.Duration("duration", 0, "override the workload's test duration")

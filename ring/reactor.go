@@ -904,3 +904,8 @@ func (h *timerHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return t
 }
+
+// OnOwnerThread reports whether the caller runs on the reactor's owning thread (one gettid
+// system call): how a caller that was told it runs on this loop can make sure before doing
+// the loop's work inline.
+func (r *Reactor) OnOwnerThread() bool { return unix.Gettid() == r.ownerTid }

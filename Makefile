@@ -7,9 +7,11 @@ PKGS := ./...
 build:
 	$(GO) build -o bin/ ./cmd/...
 
+# bench/peers is its own module (NATS drivers), so ./... at the root does not reach it.
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
+	cd bench/peers && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 race:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)

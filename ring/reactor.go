@@ -45,6 +45,7 @@ type Reactor struct {
 	scratch     *[8]byte // eventfd read target; heap, pinned for the reactor's life
 	scratchP    runtime.Pinner
 	unknownCQEs uint64 // completions whose user data matched no op (see dispatch)
+	ownerTid    int    // thread that created the reactor (gettid)
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -52,7 +53,8 @@ type Reactor struct {
 	wakePending atomic.Bool
 	stopping    atomic.Bool
 	closed      atomic.Bool
-	posters     atomic.Int32 // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
+	posters     atomic.Int32  // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
+	foreignIO   atomic.Uint64 // FileIO calls made off the owning thread (served by plain syscalls)
 }
 
 type opSlot struct {
@@ -109,6 +111,7 @@ func NewReactor(cfg Config) (*Reactor, error) {
 		scratch:  new([8]byte),
 	}
 	r.scratchP.Pin(r.scratch)
+	r.ownerTid = unix.Gettid()
 	r.mailbox.init(roundPow2(cfg.MailboxEntries))
 	return r, nil
 }
@@ -181,6 +184,9 @@ func (r *Reactor) Reserve(n int) error {
 func (r *Reactor) Begin(done func(res int32, flags uint32)) (Op, error) {
 	if r.closed.Load() {
 		return Op{}, ErrClosed
+	}
+	if invariantsEnabled && unix.Gettid() != r.ownerTid {
+		return Op{}, fmt.Errorf("%w: Begin on thread %d, reactor owned by %d", ErrWrongThread, unix.Gettid(), r.ownerTid)
 	}
 	idx, err := r.allocSlot()
 	if err != nil {
@@ -610,6 +616,26 @@ func (r *Reactor) retire(c CQE) {
 
 var _ FileIO = (*Reactor)(nil)
 
+// offThread reports whether a FileIO call comes from a thread other than the owner's. Such
+// a call must not touch the ring: two threads would race on the SQ, and the owner's loop
+// would reap (and drop) the completion the caller waits for, hanging it forever. It is
+// served with plain system calls instead and logged once per reactor (a caller bug worth
+// fixing: the data structure behind the fd belongs to the owning shard). One gettid per
+// FileIO call (≈0.1 µs on bare metal, ≈0.6 µs on this VM) buys that safety.
+func (r *Reactor) offThread() bool {
+	if unix.Gettid() == r.ownerTid {
+		return false
+	}
+	if r.foreignIO.Add(1) == 1 {
+		slog.Error("ring: FileIO called off the reactor's owning thread; served with plain syscalls",
+			"owner_tid", r.ownerTid, "caller_tid", unix.Gettid(), "backend", r.ring.Backend())
+	}
+	return true
+}
+
+// ForeignFileIO counts FileIO calls made off the owning thread (see offThread).
+func (r *Reactor) ForeignFileIO() uint64 { return r.foreignIO.Load() }
+
 // syncSQE reserves an SQE for a blocking op.
 func (r *Reactor) syncSQE() (*SQE, uint64, error) {
 	if r.closed.Load() {
@@ -669,7 +695,7 @@ func (r *Reactor) syncRW(code Opcode, fd int, p []byte, off int64) (int, error) 
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if r.cfg.InlineFileIO {
+	if r.cfg.InlineFileIO || r.offThread() {
 		if code == OpRead {
 			return Syscalls{}.Pread(fd, p, off)
 		}
@@ -702,7 +728,7 @@ func (r *Reactor) syncRW(code Opcode, fd int, p []byte, off int64) (int, error) 
 }
 
 func (r *Reactor) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
-	if r.cfg.InlineFileIO {
+	if r.cfg.InlineFileIO || r.offThread() {
 		return Syscalls{}.Pwritev(fd, bufs, off)
 	}
 	r.iovs = r.iovs[:0]
@@ -747,7 +773,7 @@ func (r *Reactor) Fdatasync(fd int) error { return r.syncFsync(fd, true) }
 func (r *Reactor) Fsync(fd int) error     { return r.syncFsync(fd, false) }
 
 func (r *Reactor) syncFsync(fd int, datasync bool) error {
-	if r.cfg.InlineFileIO {
+	if r.cfg.InlineFileIO || r.offThread() {
 		if datasync {
 			return Syscalls{}.Fdatasync(fd)
 		}
@@ -774,7 +800,7 @@ func (r *Reactor) syncFsync(fd int, datasync bool) error {
 }
 
 func (r *Reactor) Fallocate(fd int, mode uint32, off, size int64) error {
-	if r.cfg.InlineFileIO {
+	if r.cfg.InlineFileIO || r.offThread() {
 		return Syscalls{}.Fallocate(fd, mode, off, size)
 	}
 	sqe, tok, err := r.syncSQE()
@@ -878,3 +904,8 @@ func (h *timerHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return t
 }
+
+// OnOwnerThread reports whether the caller runs on the reactor's owning thread (one gettid
+// system call): how a caller that was told it runs on this loop can make sure before doing
+// the loop's work inline.
+func (r *Reactor) OnOwnerThread() bool { return unix.Gettid() == r.ownerTid }

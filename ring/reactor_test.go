@@ -3,6 +3,7 @@ package ring
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"sync"
@@ -395,4 +396,65 @@ func TestReserveKeepsChainsWhole(t *testing.T) {
 			t.Fatalf("Reserve beyond the SQ size: %v", err)
 		}
 	})
+}
+
+// TestFileIOOffThread: a FileIO call from a goroutine that does not own the reactor (a
+// caller bug seen in practice: a handler on shard A writing through shard B's reactor) must
+// neither hang nor touch the ring; it is served with plain syscalls and counted.
+func TestFileIOOffThread(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		for _, single := range []bool{false, true} {
+			testFileIOOffThread(t, Config{Backend: backend, SingleIssuer: single, DeferTaskrun: single})
+		}
+	})
+}
+
+func testFileIOOffThread(t *testing.T, cfg Config) {
+	{
+		f, _ := tempFile(t)
+		var r *Reactor
+		ready := make(chan struct{})
+		runErr := make(chan error, 1)
+		err := StartPinned(-1, cfg, func(rr *Reactor) {
+			r = rr
+			close(ready)
+			runErr <- rr.Run() // the owner is blocked in the ring while we call FileIO below
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-ready
+		done := make(chan error, 1)
+		go func() {
+			if _, err := r.Pwrite(int(f.Fd()), []byte("foreign"), 0); err != nil {
+				done <- err
+				return
+			}
+			if err := r.Fdatasync(int(f.Fd())); err != nil {
+				done <- err
+				return
+			}
+			got := make([]byte, 7)
+			if _, err := r.Pread(int(f.Fd()), got, 0); err != nil || string(got) != "foreign" {
+				done <- fmt.Errorf("read back %q: %v", got, err)
+				return
+			}
+			done <- nil
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("FileIO from a foreign thread hung")
+		}
+		if n := r.ForeignFileIO(); n != 3 {
+			t.Fatalf("ForeignFileIO = %d, want 3", n)
+		}
+		r.Stop()
+		if err := <-runErr; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -73,7 +73,7 @@ func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, ac
 		done(ProduceResult{BaseOffset: -1, Err: err})
 		return
 	}
-	if s.index == caller {
+	if s.index == caller && s.r.OnOwnerThread() {
 		s.produce(tp, batches, acks, done)
 		return
 	}
@@ -179,7 +179,7 @@ type fetchOp struct {
 	pending atomic.Int32
 	final   atomic.Bool // the next read completes the op whatever it finds
 	fired   atomic.Bool // a waiter or the timer started the final read
-	timer   *time.Timer
+	timer   atomic.Pointer[time.Timer] // set on a shard loop, stopped from any goroutine
 	done    func([]FetchResult)
 	caller  int // shard whose loop started the op; read inline on the first pass only
 }
@@ -235,7 +235,7 @@ func (op *fetchOp) read() {
 			}
 			op.shardDone()
 		}
-		if si == inline {
+		if si == inline && s.r.OnOwnerThread() {
 			readAll()
 			continue
 		}
@@ -263,7 +263,7 @@ func (op *fetchOp) shardDone() {
 		op.results[i].Records = engine.ReadResult{}
 	}
 	op.final.Store(true)
-	op.timer = time.AfterFunc(op.req.MaxWait, op.fire)
+	op.timer.Store(time.AfterFunc(op.req.MaxWait, op.fire))
 	for si, idx := range op.shards {
 		s := op.b.shards[si]
 		if err := s.r.Post(func() { s.park(op, idx) }); err != nil {
@@ -287,8 +287,8 @@ func (op *fetchOp) fire() {
 	if !op.fired.CompareAndSwap(false, true) {
 		return
 	}
-	if op.timer != nil {
-		op.timer.Stop()
+	if t := op.timer.Load(); t != nil {
+		t.Stop() // a fire that beats the Store leaves the timer to find fired already set
 	}
 	op.read()
 }

@@ -307,3 +307,25 @@ func TestDeleteAndAlterTopic(t *testing.T) {
 		t.Fatalf("catalog after restart: %+v", topics)
 	}
 }
+
+// A caller that claims to run on a shard's loop but does not (a mis-wired driver) must not
+// touch the shard's state from its own thread: the request is posted as for any caller.
+func TestProduceFromWrongThreadIsPosted(t *testing.T) {
+	b := openBroker(t, t.TempDir(), "uring", 1)
+	defer b.Close()
+	if err := b.CreateTopic("t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan ProduceResult, 1)
+	b.ProduceFrom(0, TopicPartition{"t", 0}, [][]byte{buildBatch(t, "x", 1)}, AcksLeader, func(r ProduceResult) { ch <- r })
+	if r := <-ch; r.Err != nil || r.BaseOffset != 0 {
+		t.Fatalf("produce: %+v", r)
+	}
+	if n := b.shards[0].r.ForeignFileIO(); n != 0 {
+		t.Fatalf("%d file ops ran off the shard's thread", n)
+	}
+	ok := make(chan bool, 1)
+	if err := b.Exec(0, func(r *ring.Reactor) error { ok <- r.OnOwnerThread(); return nil }); err != nil || !<-ok {
+		t.Fatalf("Exec did not run on the shard's loop thread (err %v)", err)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package ring
+
+const invariantsEnabled = false

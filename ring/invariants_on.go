@@ -1,0 +1,7 @@
+//go:build invariants
+
+package ring
+
+// invariantsEnabled turns on checks too costly for production builds: with it, Begin also
+// verifies it runs on the reactor's owning thread (one gettid per op).
+const invariantsEnabled = true

@@ -51,6 +51,7 @@ type options struct {
 	pin           bool
 	debugAddr     string
 	net           string
+	fileIO        string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -70,6 +71,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
 	fs.StringVar(&o.net, "net", "ring", "connection driver: ring (accept/recv/send on each shard's io_uring loop) or go (Go's netpoller goroutines)")
+	fs.StringVar(&o.fileIO, "file-io", "inline", "blocking data reads/writes: inline (pread/pwritev on the shard thread; fsyncs still go async on the ring) or ring (submit and wait on the shard's ring)")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -86,6 +88,9 @@ func parseFlags(args []string) (options, error) {
 	case "auto", "uring", "syscall":
 	default:
 		return o, fmt.Errorf("--io %q: want auto, uring or syscall", o.io)
+	}
+	if o.fileIO != "inline" && o.fileIO != "ring" {
+		return o, fmt.Errorf("--file-io %q: want inline or ring", o.fileIO)
 	}
 	if o.net != "ring" && o.net != "go" {
 		return o, fmt.Errorf("--net %q: want ring or go", o.net)
@@ -158,7 +163,7 @@ func run(args []string, log *slog.Logger) error {
 		Shards:  shards,
 		CPUs:    cpus,
 		Pin:     o.pin,
-		Ring:    ring.Config{Backend: o.io},
+		Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline"},
 		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
 		Logger:  log,
 	})

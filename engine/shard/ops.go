@@ -177,8 +177,8 @@ type fetchOp struct {
 	results []FetchResult
 	shards  map[int][]int // shard index -> indexes into req.Partitions
 	pending atomic.Int32
-	final   atomic.Bool // the next read completes the op whatever it finds
-	fired   atomic.Bool // a waiter or the timer started the final read
+	final   atomic.Bool                // the next read completes the op whatever it finds
+	fired   atomic.Bool                // a waiter or the timer started the final read
 	timer   atomic.Pointer[time.Timer] // set on a shard loop, stopped from any goroutine
 	done    func([]FetchResult)
 	caller  int // shard whose loop started the op; read inline on the first pass only

@@ -52,6 +52,7 @@ type options struct {
 	debugAddr     string
 	net           string
 	fileIO        string
+	deferTaskrun  bool
 }
 
 func parseFlags(args []string) (options, error) {
@@ -72,6 +73,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
 	fs.StringVar(&o.net, "net", "ring", "connection driver: ring (accept/recv/send on each shard's io_uring loop) or go (Go's netpoller goroutines)")
 	fs.StringVar(&o.fileIO, "file-io", "inline", "blocking data reads/writes: inline (pread/pwritev on the shard thread; fsyncs still go async on the ring) or ring (submit and wait on the shard's ring)")
+	fs.BoolVar(&o.deferTaskrun, "defer-taskrun", false, "set IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN on shard rings (completion work runs only when the shard waits). Measured: no difference within noise on sync produce (p50 210-354 µs either way)")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -163,7 +165,7 @@ func run(args []string, log *slog.Logger) error {
 		Shards:  shards,
 		CPUs:    cpus,
 		Pin:     o.pin,
-		Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline"},
+		Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
 		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
 		Logger:  log,
 	})

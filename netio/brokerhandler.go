@@ -17,14 +17,23 @@ import (
 // partition, posts the work to the owning shards, gathers their answers and replies. It
 // holds no partition state of its own.
 type BrokerHandler struct {
-	b        *shard.Broker
-	address  string // advertised in metadata
-	brokerID int32
+	b          *shard.Broker
+	address    string   // advertised in metadata
+	shardAddrs []string // per-shard addresses advertised in metadata; nil: address for all
+	brokerID   int32
 }
 
 // NewBrokerHandler returns the handler of a broker advertising address to clients.
 func NewBrokerHandler(b *shard.Broker, address string) *BrokerHandler {
 	return &BrokerHandler{b: b, address: address}
+}
+
+// WithShardAddresses makes metadata advertise addrs[i] for shard i: a listener that only
+// shard i serves, so that a shard-aware client's requests land on the shard that owns their
+// partitions and run there without a mailbox hop. Call it before serving.
+func (h *BrokerHandler) WithShardAddresses(addrs []string) *BrokerHandler {
+	h.shardAddrs = addrs
+	return h
 }
 
 // Serve dispatches one decoded request.
@@ -268,7 +277,11 @@ func (h *BrokerHandler) listOffsets(req *Request, body *ListOffsetsRequest) {
 func (h *BrokerHandler) metadata(body *MetadataRequest) *MetadataResponse {
 	resp := &MetadataResponse{BrokerID: h.brokerID}
 	for i := 0; i < h.b.Shards(); i++ {
-		resp.Shards = append(resp.Shards, MetadataShard{Shard: int32(i), Address: h.address})
+		addr := h.address
+		if i < len(h.shardAddrs) {
+			addr = h.shardAddrs[i]
+		}
+		resp.Shards = append(resp.Shards, MetadataShard{Shard: int32(i), Address: addr})
 	}
 	var topics []*shard.Topic
 	if body.Topics == nil {

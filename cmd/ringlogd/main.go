@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,6 +55,7 @@ type options struct {
 	net           string
 	fileIO        string
 	deferTaskrun  bool
+	shardPorts    string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -74,6 +77,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.net, "net", "ring", "connection driver: ring (accept/recv/send on each shard's io_uring loop) or go (Go's netpoller goroutines)")
 	fs.StringVar(&o.fileIO, "file-io", "inline", "blocking data reads/writes: inline (pread/pwritev on the shard thread; fsyncs still go async on the ring) or ring (submit and wait on the shard's ring)")
 	fs.BoolVar(&o.deferTaskrun, "defer-taskrun", false, "set IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN on shard rings (completion work runs only when the shard waits). Measured: no difference within noise on sync produce (p50 210-354 µs either way)")
+	fs.StringVar(&o.shardPorts, "shard-ports", "auto", "per-shard listeners advertised in metadata so shard-aware clients reach a partition's owner directly: auto (ephemeral ports on the --listen host), off, or a base port (shard i on BASE+i)")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -101,6 +105,39 @@ func parseFlags(args []string) (options, error) {
 		return o, errors.New("--cpus and --tune-plan are exclusive")
 	}
 	return o, nil
+}
+
+// listenPerShard opens one listener per shard for --shard-ports (none for "off").
+func listenPerShard(o options, shards int) ([]net.Listener, error) {
+	if o.shardPorts == "off" {
+		return nil, nil
+	}
+	host, _, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", o.listen, err)
+	}
+	base := 0
+	if o.shardPorts != "auto" {
+		if base, err = strconv.Atoi(o.shardPorts); err != nil || base <= 0 || base+shards > 65536 {
+			return nil, fmt.Errorf("--shard-ports %q: want auto, off or a base port that leaves room for %d shards", o.shardPorts, shards)
+		}
+	}
+	var out []net.Listener
+	for i := 0; i < shards; i++ {
+		port := 0
+		if base > 0 {
+			port = base + i
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			for _, l := range out {
+				l.Close()
+			}
+			return nil, fmt.Errorf("listen for shard %d: %w", i, err)
+		}
+		out = append(out, ln)
+	}
+	return out, nil
 }
 
 func shardCPUs(o options) ([]int, error) {
@@ -182,7 +219,16 @@ func run(args []string, log *slog.Logger) error {
 		listeners = append(listeners, ln)
 	}
 	addr := listeners[0].Addr().String()
-	srv := netio.NewServer(netio.NewBrokerHandler(b, addr), netio.Config{
+	shardListeners, err := listenPerShard(o, shards)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	var shardAddrs []string
+	for _, ln := range shardListeners {
+		shardAddrs = append(shardAddrs, ln.Addr().String())
+	}
+	srv := netio.NewServer(netio.NewBrokerHandler(b, addr).WithShardAddresses(shardAddrs), netio.Config{
 		FrameBytesMax:  uint32(o.frameBytesMax),
 		ConnectionsMax: o.connsMax,
 		BrokerVersion:  Version,
@@ -198,7 +244,7 @@ func run(args []string, log *slog.Logger) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", node, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "listen", addr, "shards", shards, "net", o.net,
+	log.Info("ringlogd started", "version", Version, "listen", addr, "shard_addrs", strings.Join(shardAddrs, ","), "shards", shards, "net", o.net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(b.Topics()))
 
 	if o.debugAddr != "" {
@@ -209,8 +255,9 @@ func run(args []string, log *slog.Logger) error {
 			}
 		}()
 	}
-	errc := make(chan error, len(listeners))
-	for i, ln := range listeners {
+	errc := make(chan error, len(listeners)+len(shardListeners))
+	for i, ln := range append(listeners, shardListeners...) {
+		i := i % shards
 		if o.net == "go" {
 			go func() { errc <- srv.Serve(ln, i) }()
 			continue

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -68,4 +69,33 @@ func ioName(backend string) string {
 		return "io_uring"
 	}
 	return backend
+}
+
+// TestClientSurvivesRestart keeps one client across a broker restart: the shard ports it
+// learned from metadata (--shard-ports auto) are gone afterwards, so its producer and
+// consumer must fall back to the seed address, refresh metadata and carry on.
+//
+// Known bug (netio/client, not fixed here): a failed dial to a stale shard address is not
+// retriable and does not refresh metadata, so every record fails at once with "connect:
+// connection refused". Skipped unless RINGLOG_E2E_KNOWN_BUGS=1 until the client is fixed.
+func TestClientSurvivesRestart(t *testing.T) {
+	if os.Getenv(knownBugsEnv) == "" {
+		t.Skip("known netio/client bug: stale shard address after a broker restart; set " + knownBugsEnv + "=1 to run")
+	}
+	b := startBroker(t)
+	ctx := testContext(t, 90*time.Second)
+	c := b.client(t)
+	const topic = "survivor"
+	if err := c.CreateTopic(ctx, topic, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	acks := produceRecords(t, ctx, c, topic, "r", 0, 2000, client.ProducerConfig{})
+	b.stop()
+	addr := b.addr
+	b.restart()
+	if b.addr != addr {
+		t.Skipf("the seed port was taken during the restart (%s -> %s); nothing to test", addr, b.addr)
+	}
+	acks = append(acks, produceRecords(t, ctx, c, topic, "r", 2000, 4000, client.ProducerConfig{})...)
+	checkConsumed(t, "r", expectedByPartition(t, acks), consumeAll(t, ctx, c, topic))
 }

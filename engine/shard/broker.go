@@ -150,6 +150,17 @@ func Open(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// onPartitions runs fn for every partition of t with the shard that owns it, all at once,
+// and returns the first error.
+func (b *Broker) onPartitions(t *Topic, fn func(s *Shard, tp TopicPartition) error) error {
+	fns := make([]func() error, len(t.Partitions))
+	for p, si := range t.Partitions {
+		s, tp := b.shards[si], TopicPartition{t.Name, int32(p)}
+		fns[p] = func() error { return fn(s, tp) }
+	}
+	return runAll(fns)
+}
+
 func runAll(fns []func() error) error {
 	errs := make(chan error, len(fns))
 	for _, fn := range fns {
@@ -331,12 +342,8 @@ func (b *Broker) CreateTopic(name string, partitions int, config map[string]stri
 	if err := b.cat.Create(name, partitions, config, shards, len(b.shards)); err != nil {
 		return err
 	}
-	var opens []func() error
-	for p, si := range t.Partitions {
-		s, tp := b.shards[si], TopicPartition{name, int32(p)}
-		opens = append(opens, func() error { return s.openPartition(tp, t.logConfig, t.minInsync) })
-	}
-	if err := runAll(opens); err != nil {
+	err = b.onPartitions(t, func(s *Shard, tp TopicPartition) error { return s.openPartition(tp, t.logConfig, t.minInsync) })
+	if err != nil {
 		return fmt.Errorf("create topic %q: %w", name, err)
 	}
 	b.publish(old, name, t)
@@ -369,12 +376,7 @@ func (b *Broker) DeleteTopic(name string) error {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
 	b.publish(old, name, nil)
-	var drops []func() error
-	for p, si := range t.Partitions {
-		s, tp := b.shards[si], TopicPartition{name, int32(p)}
-		drops = append(drops, func() error { return s.dropPartition(tp, b.partitionDir(tp)) })
-	}
-	err := runAll(drops)
+	err := b.onPartitions(t, func(s *Shard, tp TopicPartition) error { return s.dropPartition(tp, b.partitionDir(tp)) })
 	if cerr := b.cat.Delete(name); cerr != nil {
 		return errors.Join(err, cerr)
 	}
@@ -400,12 +402,8 @@ func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []
 	if err := b.cat.SetConfig(name, config); err != nil {
 		return err
 	}
-	var reopens []func() error
-	for p, si := range nt.Partitions {
-		s, tp := b.shards[si], TopicPartition{name, int32(p)}
-		reopens = append(reopens, func() error { return s.reconfigurePartition(tp, nt.logConfig, nt.minInsync) })
-	}
-	if err := runAll(reopens); err != nil {
+	err = b.onPartitions(nt, func(s *Shard, tp TopicPartition) error { return s.reconfigurePartition(tp, nt.logConfig, nt.minInsync) })
+	if err != nil {
 		return fmt.Errorf("alter config of %q: %w", name, err)
 	}
 	b.publish(old, name, nt)
@@ -432,12 +430,8 @@ func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
 		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
 	states := make([]PartitionState, len(t.Partitions))
-	var reads []func() error
-	for p, si := range t.Partitions {
-		s, tp, out := b.shards[si], TopicPartition{name, int32(p)}, &states[p]
-		reads = append(reads, func() error { return s.describe(tp, out) })
-	}
-	return t, states, runAll(reads)
+	err := b.onPartitions(t, func(s *Shard, tp TopicPartition) error { return s.describe(tp, &states[tp.Partition]) })
+	return t, states, err
 }
 
 // Drain prepares a shutdown: every parked long-poll fetch is answered now with what its

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 // loss) cannot lose what the broker acknowledged after its write returned, because the
 // page cache outlives the process. docs/operations.md states both guarantees.
 func TestKill9FlushAlways(t *testing.T) {
+	smallSegments := map[string]string{"flush.always": "true", "segment.bytes": "16384", "index.interval.bytes": "1024"}
 	for _, tc := range []struct {
 		name    string
 		storage string
@@ -31,6 +33,11 @@ func TestKill9FlushAlways(t *testing.T) {
 		{"page-cache", "page-cache", map[string]string{"flush.always": "true"}, client.AckAll},
 		{"direct", "direct", map[string]string{"flush.always": "true"}, client.AckAll},
 		{"page-cache-default-flush-acks-1", "page-cache", nil, client.AckLeader},
+		// 16 KiB segments (and 4 KiB batches, which must fit a segment): every round rolls
+		// several segments, so recovery crosses sealed segments, their indexes and a torn
+		// active one.
+		{"page-cache-small-segments", "page-cache", smallSegments, client.AckAll},
+		{"direct-small-segments", "direct", smallSegments, client.AckAll},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testKill9(t, tc.storage, tc.configs, tc.acks) })
 	}
@@ -91,6 +98,12 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 		}
 	}
 	t.Logf("%d acknowledged records over %d kill -9 rounds all present", len(all), rounds)
+	if _, small := configs["segment.bytes"]; small {
+		segments, err := filepath.Glob(filepath.Join(b.dataDir, topic+"-*", "*.log"))
+		if err != nil || len(segments) < 2*partitions {
+			t.Errorf("small segments: %d segment files over %d partitions (%v); the rolls this case is about did not happen", len(segments), partitions, err)
+		}
+	}
 	if storage == "direct" && strings.Contains(b.logText(), "falling back to page-cache") {
 		t.Log("O_DIRECT is unavailable on this file system: the direct case ran in page-cache mode")
 	}
@@ -103,7 +116,8 @@ func produceUntilStopped(t *testing.T, ctx context.Context, c *client.Client, to
 	t.Helper()
 	// Short retries: once the broker is gone, records fail quickly instead of retrying for
 	// seconds; failed records are simply not counted as acknowledged.
-	p := c.NewProducer(client.ProducerConfig{Acks: ackMode, Retries: 2, RetryBackoff: 10 * time.Millisecond, BufferBytesMax: 1 << 20})
+	// BatchBytes 4 KiB keeps every batch below the smallest segment.bytes used here.
+	p := c.NewProducer(client.ProducerConfig{Acks: ackMode, Retries: 2, RetryBackoff: 10 * time.Millisecond, BufferBytesMax: 1 << 20, BatchBytes: 4 << 10})
 	var log ackLog
 	reached := log.notifyAt(killAfter)
 	stop := make(chan struct{})

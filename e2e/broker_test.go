@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,4 +127,33 @@ func TestBatchLargerThanSegment(t *testing.T) {
 	if !errors.Is(err, netio.ErrMessageTooLarge) || !strings.Contains(err.Error(), "after 1 attempts") {
 		t.Fatalf("8 KiB record into 4 KiB segments: %v; want MESSAGE_TOO_LARGE without retries", err)
 	}
+}
+
+// TestDataDirInUse starts a second ringlogd on the data directory of a running one: it must
+// refuse to start (one-line error, status 1) instead of writing the same segment files, and
+// the first broker must keep serving.
+func TestDataDirInUse(t *testing.T) {
+	b := startBroker(t)
+	ctx := testContext(t, 30*time.Second)
+	second := exec.CommandContext(ctx, filepath.Join(binDir, "ringlogd"), "--data", b.dataDir, "--listen", freeAddr(t), "--shards", "1")
+	var stderr bytes.Buffer
+	second.Stderr = &stderr
+	err := second.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- second.Wait() }()
+	select {
+	case err = <-exited:
+	case <-ctx.Done():
+		second.Process.Kill()
+		<-exited
+		t.Fatalf("a second broker on a data directory in use did not refuse to start:\n%s", stderr.String())
+	}
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 || !strings.Contains(stderr.String(), "in use") {
+		t.Errorf("second broker on the same data dir: %v, stderr:\n%s", err, stderr.String())
+	}
+	expectHealthy(t, b)
 }

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strconv"
@@ -28,7 +29,14 @@ var (
 	ErrNotEnoughReplicas       = errors.New("not enough in-sync replicas")
 	ErrThrottled               = errors.New("shard mailbox full, retry later")
 	ErrShuttingDown            = errors.New("broker is shutting down")
+	// ErrDataDirInUse: another broker (process or Broker) holds the data directory's lock.
+	ErrDataDirInUse = errors.New("data directory in use by another broker")
 )
+
+// dataDirLockName is the file in the data directory that a broker holds an exclusive
+// flock on for as long as it is open, so that two brokers never write the same segment
+// files. The kernel drops the lock when the process dies, so kill -9 leaves nothing stale.
+const dataDirLockName = ".lock"
 
 // Limits. Part of the operator-visible contract; see docs/operations.md.
 const (
@@ -87,7 +95,8 @@ type Broker struct {
 	cfg     Config
 	log     *slog.Logger
 	shards  []*Shard
-	allowed []int // CPUs the process may run on, read once at Open (default pinning)
+	allowed []int    // CPUs the process may run on, read once at Open (default pinning)
+	dirLock *os.File // holds the flock on DataDir/.lock until Close
 
 	meta   atomic.Pointer[metadata]
 	metaMu sync.Mutex      // admin operations only; never taken on the data path
@@ -117,13 +126,19 @@ func Open(cfg Config) (*Broker, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	cat, err := engine.LoadCatalog(cfg.DataDir)
+	dirLock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs()}
+	cat, err := engine.LoadCatalog(cfg.DataDir)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
+		dirLock.Close()
 		return nil, err
 	}
 	b.meta.Store(meta)
@@ -464,7 +479,27 @@ func (b *Broker) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := b.dirLock.Close(); err != nil { // releases the flock: every file is closed by now
+		errs = append(errs, fmt.Errorf("release data dir lock: %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// lockDataDir takes the exclusive flock on dir/.lock, without waiting.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, dataDirLockName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open data dir lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked (%s)", ErrDataDirInUse, dir, path)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // onShard runs fn on s's loop and waits for it (admin path only: blocks the caller).

@@ -157,3 +157,31 @@ func TestDataDirInUse(t *testing.T) {
 	}
 	expectHealthy(t, b)
 }
+
+// TestAdvertise: with --advertise HOST, metadata names HOST (with each listener's port) for
+// every shard, and a shard-aware client reaches the shards through it.
+func TestAdvertise(t *testing.T) {
+	b := startBroker(t, "--advertise", "localhost")
+	r := dialRaw(t, b.addr)
+	r.write(netio.AppendRequest(nil, 1, &netio.MetadataRequest{}))
+	h, payload := r.readResponse()
+	var meta netio.MetadataResponse
+	if err := meta.ReadFrom(payload); h.ErrorCode != netio.ErrNone || err != nil {
+		t.Fatalf("metadata: %s %v", h.ErrorCode.Name(), err)
+	}
+	if len(meta.Shards) != 2 {
+		t.Fatalf("metadata lists %d shards, want 2", len(meta.Shards))
+	}
+	for _, s := range meta.Shards {
+		if !strings.HasPrefix(s.Address, "localhost:") {
+			t.Errorf("shard %d advertised as %q, want localhost:PORT", s.Shard, s.Address)
+		}
+	}
+	ctx := testContext(t, 30*time.Second)
+	c := b.client(t)
+	if err := c.CreateTopic(ctx, "adv", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	acks := produceRecords(t, ctx, c, "adv", "v", 0, 200, client.ProducerConfig{})
+	checkConsumed(t, "v", expectedByPartition(t, acks), consumeAll(t, ctx, c, "adv"))
+}

@@ -186,7 +186,10 @@ func (c *consumer) Close() error { return nil }
 // Close disconnects.
 func (d *Driver) Close() error { return d.client.Close() }
 
-// TopicConfigs maps a workload's durability and retention to topic configs.
+// TopicConfigs maps a workload's durability and retention to topic configs. Retention
+// deletes whole closed segments, so with retentionBytes the segments are a quarter of it
+// (at least 1 MiB): with the default 1 GiB segments a 256 MiB retention would never delete
+// anything, and the active segment's in-memory index would grow for the whole run.
 func TopicConfigs(w bench.Workload) map[string]string {
 	configs := map[string]string{}
 	if w.Durability == "fsync" {
@@ -194,6 +197,7 @@ func TopicConfigs(w bench.Workload) map[string]string {
 	}
 	if w.RetentionBytes > 0 {
 		configs[engine.ConfigRetentionBytes] = strconv.FormatInt(int64(w.RetentionBytes), 10)
+		configs[engine.ConfigSegmentBytes] = strconv.FormatInt(max(int64(w.RetentionBytes)/4, 1<<20), 10)
 	}
 	if len(configs) == 0 {
 		return nil

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -80,13 +79,10 @@ func ioName(backend string) string {
 // learned from metadata (--shard-ports auto) are gone afterwards, so its producer and
 // consumer must fall back to the seed address, refresh metadata and carry on.
 //
-// Known bug (netio/client, not fixed here): a failed dial to a stale shard address is not
-// retriable and does not refresh metadata, so every record fails at once with "connect:
-// connection refused". Skipped unless RINGLOG_E2E_KNOWN_BUGS=1 until the client is fixed.
+// A failed dial is ErrConnClosed, retriable with a metadata refresh, and the consumer
+// re-routes by fresh metadata instead of failing Poll. Before that fix every record failed
+// at once with "connect: connection refused".
 func TestClientSurvivesRestart(t *testing.T) {
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skip("known netio/client bug: stale shard address after a broker restart; set " + knownBugsEnv + "=1 to run")
-	}
 	b := startBroker(t)
 	ctx := testContext(t, 90*time.Second)
 	c := b.client(t)
@@ -108,13 +104,9 @@ func TestClientSurvivesRestart(t *testing.T) {
 // TestBatchLargerThanSegment produces a record that cannot fit a segment of its topic: the
 // broker must refuse it as MESSAGE_TOO_LARGE (not retriable), as Kafka does.
 //
-// Known bug (engine.Log.validate wraps it as ErrInvalidBatch only, which the handler maps
-// to CORRUPT_MESSAGE, a retriable code: clients retry it ten times and report corruption).
-// Skipped unless RINGLOG_E2E_KNOWN_BUGS=1 until fixed.
+// (Fixed: engine.ErrBatchTooLarge maps to MESSAGE_TOO_LARGE; before, it was CORRUPT_MESSAGE,
+// a retriable code, so clients retried ten times and reported corruption.)
 func TestBatchLargerThanSegment(t *testing.T) {
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skip("known engine bug: a batch over segment.bytes is CORRUPT_MESSAGE; set " + knownBugsEnv + "=1 to run")
-	}
 	b := startBroker(t)
 	ctx := testContext(t, 30*time.Second)
 	c := b.client(t)

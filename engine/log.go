@@ -24,6 +24,10 @@ var (
 	ErrLogFailed = errors.New("log failed: a sync failed, the partition accepts no more writes")
 	// ErrInvalidBatch: an append was given bytes that are not one valid v2 batch.
 	ErrInvalidBatch = errors.New("invalid batch")
+	// ErrBatchTooLarge: a well-formed batch that can never fit a segment of this log
+	// (Kafka's RecordTooLarge / MESSAGE_TOO_LARGE); retrying cannot help. It comes wrapped
+	// together with ErrInvalidBatch.
+	ErrBatchTooLarge = errors.New("batch larger than segment.bytes")
 	// ErrCorruptLog: stored bytes failed a check on read.
 	ErrCorruptLog = errors.New("corrupt log data")
 	// ErrTimestampNotFound: no record has a timestamp at or after the one asked for.
@@ -270,7 +274,7 @@ func (l *Log) validate(b []byte) error {
 		return fmt.Errorf("%w: last offset delta %d", ErrInvalidBatch, h.LastOffsetDelta)
 	}
 	if batchSize(h) > l.cfg.SegmentBytes {
-		return fmt.Errorf("%w: %d bytes exceed segment.bytes %d", ErrInvalidBatch, batchSize(h), l.cfg.SegmentBytes)
+		return fmt.Errorf("%w: %w: %d bytes exceed segment.bytes %d", ErrInvalidBatch, ErrBatchTooLarge, batchSize(h), l.cfg.SegmentBytes)
 	}
 	return nil
 }

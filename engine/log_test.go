@@ -180,8 +180,12 @@ func TestAppendRejectsInvalidBatches(t *testing.T) {
 		"too big":   makeBatch(t, 2, 1, 70<<10, 0),
 	}
 	for name, b := range cases {
-		if _, err := l.Append(b); !errors.Is(err, ErrInvalidBatch) {
+		_, err := l.Append(b)
+		if !errors.Is(err, ErrInvalidBatch) {
 			t.Errorf("%s: err %v, want ErrInvalidBatch", name, err)
+		}
+		if tooLarge := errors.Is(err, ErrBatchTooLarge); tooLarge != (name == "too big") {
+			t.Errorf("%s: errors.Is(err, ErrBatchTooLarge) = %v (err %v)", name, tooLarge, err)
 		}
 	}
 	// A bad batch in a group rejects the whole group before anything is written.

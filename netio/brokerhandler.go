@@ -95,8 +95,8 @@ func codeFor(err error) ErrorCode {
 		return ErrShuttingDown
 	case errors.Is(err, engine.ErrOffsetOutOfRange):
 		return ErrOffsetOutOfRange
-	case errors.Is(err, batch.ErrLength) && errors.Is(err, engine.ErrInvalidBatch):
-		return ErrCorruptMessage
+	case errors.Is(err, engine.ErrBatchTooLarge):
+		return ErrMessageTooLarge
 	case errors.Is(err, engine.ErrInvalidBatch):
 		return ErrCorruptMessage
 	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog):

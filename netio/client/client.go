@@ -126,7 +126,9 @@ func (c *Client) connFor(addr string) (*conn, error) {
 	c.mu.Unlock()
 	cn, err := dialConn(addr, c.cfg.DialTimeout, c.cfg.InflightPerConnMax, c.cfg.FrameBytesMax)
 	if err != nil {
-		return nil, err
+		// As retriable as a connection that broke: the address may be a shard listener
+		// that a restarted broker no longer has, and fresh metadata will say so.
+		return nil, fmt.Errorf("%w: %w", ErrConnClosed, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

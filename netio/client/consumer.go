@@ -66,6 +66,9 @@ type ConsumerConfig struct {
 	OnOutOfRange Offset
 }
 
+// pollRetryBackoff is how long Poll pauses when every fetch failed on a connection error.
+const pollRetryBackoff = 50 * time.Millisecond
+
 // ConsumedRecord is one record returned by Poll. Its slices stay valid until the caller
 // drops them (they are not reused).
 type ConsumedRecord struct {
@@ -241,7 +244,28 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 		}
 	}()
 	var out []ConsumedRecord
+	connFailed := false
+	defer func() {
+		if connFailed && len(out) == 0 {
+			// Nothing to hand back and a broker unreachable: pause before the caller's
+			// next Poll instead of spinning on refused dials.
+			select {
+			case <-time.After(pollRetryBackoff):
+			case <-ctx.Done():
+			}
+		}
+	}()
 	for i, r := range results {
+		if errors.Is(r.err, ErrConnClosed) {
+			connFailed = true
+			// The connection (or a stale shard address) failed: route these partitions
+			// by fresh metadata on the next Poll instead of failing the caller, as a Kafka
+			// consumer does while a broker restarts.
+			for _, t := range byAddr[addrs[i]].Topics {
+				co.c.invalidate(t.Topic)
+			}
+			continue
+		}
 		if r.err != nil {
 			return out, fmt.Errorf("poll: fetch from %s: %w", addrs[i], r.err)
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
-	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors callers act on.
@@ -62,12 +61,17 @@ type Log struct {
 	startOffset int64      // log start offset: >= segments[0].baseOffset
 
 	unsyncedSegments []*segment // sealed by a roll, not yet fdatasync'ed; oldest first
-	loadedIndexes    []*segment // sealed segments whose index was reloaded, oldest first
-	unsyncedMessages int64
-	oldestUnsynced   time.Time // time of the first append since the last sync
-	leaderEpoch      int32     // rewritten into appended batches when >= 0
-	failed           error     // sticky, wraps ErrLogFailed
-	closed           bool
+	// dirGen counts rolls (new segment files in dir); dirSyncedGen is the dirGen the last
+	// directory fsync covered. A roll no longer fsyncs the directory on the owner's thread
+	// (on ext4 that can wait behind writeback for tens of milliseconds): the next Sync or
+	// BeginSync does it together with the data, before anything counts as synced.
+	dirGen, dirSyncedGen uint64
+	loadedIndexes        []*segment // sealed segments whose index was reloaded, oldest first
+	unsyncedMessages     int64
+	oldestUnsynced       time.Time // time of the first append since the last sync
+	leaderEpoch          int32     // rewritten into appended batches when >= 0
+	failed               error     // sticky, wraps ErrLogFailed
+	closed               bool
 
 	headers      headerReader // header window for lookups; invalidated by truncation
 	batchScratch []byte       // whole batches for timestamp lookups
@@ -337,6 +341,12 @@ func (l *Log) Sync() error {
 	if err := l.writable(); err != nil {
 		return err
 	}
+	if gen := l.dirGen; gen > l.dirSyncedGen {
+		if err := syncDir(l.dir); err != nil {
+			return l.fail(fmt.Errorf("sync: %w", err))
+		}
+		l.dirSyncedGen = gen
+	}
 	for len(l.unsyncedSegments) > 0 {
 		if err := l.syncSegment(l.unsyncedSegments[0], true); err != nil {
 			return err
@@ -356,9 +366,9 @@ func (l *Log) Sync() error {
 }
 
 // roll seals the active segment and starts a new one at the log end offset. The sealed
-// segment is not synced here (that would stall appends for a whole segment's writeback): its
-// writeback is started and the next Sync (Flush per policy, or Close) fdatasyncs it before
-// the active segment, so SyncedOffset never passes unsynced bytes.
+// segment is not synced here (that would stall appends for a whole segment's writeback): the
+// next Sync (Flush per policy, or Close) fdatasyncs it, and the directory, before the active
+// segment, so SyncedOffset never passes unsynced bytes.
 func (l *Log) roll() error {
 	old := l.active()
 	s, err := openSegmentFiles(l.dir, old.nextOffset, true)
@@ -378,14 +388,12 @@ func (l *Log) roll() error {
 	}
 	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	l.segments = append(l.segments, s)
-	if err := syncDir(l.dir); err != nil {
-		return l.fail(fmt.Errorf("roll to segment %d: %w", s.baseOffset, err))
-	}
+	l.dirGen++ // the new segment's directory entry is made durable by the next sync
 	return nil
 }
 
 // seal ends appends to s: a direct-mode file is cut to its logical length (dropping the
-// zero padding of its last block) and its writer closed; writeback of its dirty pages starts.
+// zero padding of its last block) and its writer closed.
 func (l *Log) seal(s *segment) error {
 	if s.direct != nil {
 		if err := s.log.Truncate(s.size); err != nil {
@@ -397,8 +405,9 @@ func (l *Log) seal(s *segment) error {
 			return fmt.Errorf("seal segment %d: %w", s.baseOffset, err)
 		}
 	}
-	// A hint: start writeback now so that the later fdatasync has little left to do.
-	_ = unix.SyncFileRange(s.logFd(), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	// No sync_file_range hint here: it submits the writeback on the caller's thread, and
+	// under writeback throttling (wbt) that stalled a shard loop for a second at a time in
+	// the 10-minute soak. The kernel flushers or the next (asynchronous) fdatasync do it.
 	return nil
 }
 

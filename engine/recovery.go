@@ -176,6 +176,9 @@ func (l *Log) releaseIndexAfterRecovery(s *segment) {
 // listSegments returns the base offsets of the .log files in l.dir, removing index files
 // whose log is gone (a crash during deletion).
 func (l *Log) listSegments() ([]int64, error) {
+	if err := removeRetiredIn(l.dir); err != nil {
+		return nil, err
+	}
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", l.dir, err)

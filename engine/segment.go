@@ -132,6 +132,55 @@ func (s *segment) removeFiles(dir string) error {
 	return errors.Join(errs...)
 }
 
+// retiredSuffix marks segment files that retention deleted: renamed (a cheap directory
+// operation) on the owner's thread, unlinked by a background goroutine, because unlinking a
+// large file frees its blocks synchronously (ext4_evict_inode) and stalled shard loops.
+// OpenLog removes any left by a crash.
+const retiredSuffix = ".deleted"
+
+// retireFiles renames the segment's files to *.deleted (indexes first, the log last, as
+// removeFiles) and unlinks them in the background.
+func (s *segment) retireFiles(dir string) error {
+	var errs []error
+	var retired []string
+	for _, suffix := range []string{indexSuffix, timeIndexSuffix, logSuffix} {
+		path := segmentPath(dir, s.baseOffset, suffix)
+		if err := os.Rename(path, path+retiredSuffix); err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		retired = append(retired, path+retiredSuffix)
+	}
+	if len(retired) > 0 {
+		go removeRetired(retired)
+	}
+	return errors.Join(errs...)
+}
+
+func removeRetired(paths []string) {
+	for _, p := range paths {
+		os.Remove(p) // best effort: OpenLog sweeps what is left
+	}
+}
+
+// removeRetiredIn deletes *.deleted files a crash left in dir.
+func removeRetiredIn(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), retiredSuffix) {
+			if err := os.Remove(dir + "/" + e.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove retired %s: %w", e.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
 // readAt fills p from the segment at pos, from direct-mode memory where it holds the bytes
 // and from the file otherwise. pos+len(p) must not exceed size.
 func (s *segment) readAt(fio ring.FileIO, p []byte, pos int64) error {

@@ -15,6 +15,7 @@ type SyncTicket struct {
 	Fds []int
 
 	covers []syncedPoint
+	dirGen uint64 // the roll count the directory fsync in Fds covers (0: none in Fds)
 	// Offset is the log end offset the sync covers: once EndSync succeeds, SyncedOffset is
 	// at least this.
 	Offset int64
@@ -42,7 +43,7 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 	if s := l.active(); s.syncedSize != s.size || s.syncedNextOffset != s.nextOffset {
 		t.covers = append(t.covers, syncedPoint{s: s, size: s.size, nextOffset: s.nextOffset})
 	}
-	if len(t.covers) == 0 {
+	if len(t.covers) == 0 && l.dirGen == l.dirSyncedGen {
 		return t, false, nil
 	}
 	for _, c := range t.covers {
@@ -52,6 +53,17 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 			return SyncTicket{}, false, fmt.Errorf("begin sync: dup segment %d: %w", c.s.baseOffset, err)
 		}
 		t.Fds = append(t.Fds, fd)
+	}
+	if l.dirGen > l.dirSyncedGen {
+		// New segment files since the last directory sync: their entries must be durable
+		// before their bytes count as synced.
+		fd, err := unix.Open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			closeFds(t.Fds)
+			return SyncTicket{}, false, fmt.Errorf("begin sync: open %s: %w", l.dir, err)
+		}
+		t.Fds = append(t.Fds, fd)
+		t.dirGen = l.dirGen
 	}
 	t.Offset = l.EndOffset()
 	return t, true, nil
@@ -74,6 +86,7 @@ func (l *Log) EndSync(t SyncTicket, syncErr error) error {
 	if l.closed || l.failed != nil {
 		return l.failed
 	}
+	l.dirSyncedGen = max(l.dirSyncedGen, t.dirGen)
 	for _, c := range t.covers {
 		s := c.s
 		// Only ever raise the synced marks; a truncation meanwhile may have cut s below them.

@@ -148,7 +148,13 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 }
 
 // deleteSegment closes and removes segment i.
-func (l *Log) deleteSegment(i int) error {
+func (l *Log) deleteSegment(i int) error { return l.dropSegment(i, false) }
+
+// retireSegment drops segment i like deleteSegment but leaves the unlinking to a background
+// goroutine (see retireFiles): for the oldest segments, whose base offsets never come back.
+func (l *Log) retireSegment(i int) error { return l.dropSegment(i, true) }
+
+func (l *Log) dropSegment(i int, retire bool) error {
 	s := l.segments[i]
 	l.headers.invalidate()
 	l.segments = append(l.segments[:i], l.segments[i+1:]...)
@@ -157,7 +163,11 @@ func (l *Log) deleteSegment(i int) error {
 	if err := s.closeFiles(); err != nil {
 		l.cfg.Logger.Warn("close deleted segment", "dir", l.dir, "segment", s.baseOffset, "err", err)
 	}
-	if err := s.removeFiles(l.dir); err != nil {
+	remove := s.removeFiles
+	if retire {
+		remove = s.retireFiles
+	}
+	if err := remove(l.dir); err != nil {
 		return fmt.Errorf("delete segment %d: %w", s.baseOffset, err)
 	}
 	return nil
@@ -182,7 +192,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 		if !expired && !tooBig {
 			break
 		}
-		if err := l.deleteSegment(0); err != nil {
+		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}
 		deleted++
@@ -227,7 +237,7 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	l.startOffset = offset
 	deleted := 0
 	for len(l.segments) > 1 && l.segments[0].nextOffset <= offset {
-		if err := l.deleteSegment(0); err != nil {
+		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}
 		deleted++

@@ -238,9 +238,12 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 		}()
 		return nil, ctx.Err()
 	}
+	kept := make([]bool, len(results)) // the records alias this response's frame buffer
 	defer func() {
-		for _, r := range results {
-			r.release() // records were copied out by apply
+		for i, r := range results {
+			if !kept[i] {
+				r.release() // back to the pool: nothing returned points into it
+			}
 		}
 	}()
 	var out []ConsumedRecord
@@ -270,7 +273,7 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 			return out, fmt.Errorf("poll: fetch from %s: %w", addrs[i], r.err)
 		}
 		var err error
-		if out, err = co.apply(r.resp, out); err != nil {
+		if out, kept[i], err = co.apply(r.resp, out); err != nil {
 			return out, err
 		}
 	}
@@ -278,7 +281,9 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 }
 
 // apply decodes one fetch response into records and advances positions.
-func (co *Consumer) apply(resp *netio.FetchResponse, out []ConsumedRecord) ([]ConsumedRecord, error) {
+// aliased reports that some returned record points into resp's frame buffer (uncompressed
+// batches are handed out without copying; the buffer then belongs to the records).
+func (co *Consumer) apply(resp *netio.FetchResponse, out []ConsumedRecord) (_ []ConsumedRecord, aliased bool, _ error) {
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			key := topicPartition{t.Topic, p.Partition}
@@ -293,21 +298,24 @@ func (co *Consumer) apply(resp *netio.FetchResponse, out []ConsumedRecord) ([]Co
 					a.start = co.cfg.OnOutOfRange
 					continue
 				}
-				return out, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+				return out, aliased, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, netio.CodeError(p.ErrorCode, p.ErrorMessage))
 			default:
 				if p.ErrorCode.Retriable() {
 					co.c.invalidate(key.topic)
 					continue
 				}
-				return out, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+				return out, aliased, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, netio.CodeError(p.ErrorCode, p.ErrorMessage))
 			}
+			n := len(out)
 			var err error
-			if out, err = decodeRecords(key, p.Records, a, out); err != nil {
-				return out, err
+			out, err = decodeRecords(key, p.Records, a, out)
+			aliased = aliased || len(out) > n
+			if err != nil {
+				return out, aliased, err
 			}
 		}
 	}
-	return out, nil
+	return out, aliased, nil
 }
 
 // decodeRecords appends the records at or after a.position from whole batches in records
@@ -333,15 +341,23 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 			a.position = h.LastOffset() + 1
 			continue
 		}
+		compressed := h.Compression() != batch.CodecNone
 		err = batch.Decode(whole, func(offset, ts int64, r *batch.Record) error {
 			if offset < a.position {
 				return nil
 			}
-			rec := ConsumedRecord{Topic: key.topic, Partition: key.partition, Offset: offset, Timestamp: time.UnixMilli(ts), Key: clone(r.Key), Value: clone(r.Value)}
+			// Uncompressed records point into the fetch response, which is theirs from now
+			// on (Poll does not reuse it); decompressed ones live in the decoder's reused
+			// buffer and are copied.
+			keep := identity
+			if compressed {
+				keep = clone
+			}
+			rec := ConsumedRecord{Topic: key.topic, Partition: key.partition, Offset: offset, Timestamp: time.UnixMilli(ts), Key: keep(r.Key), Value: keep(r.Value)}
 			if len(r.Headers) > 0 {
 				rec.Headers = make([]batch.RecordHeader, len(r.Headers))
 				for i, hd := range r.Headers {
-					rec.Headers[i] = batch.RecordHeader{Key: hd.Key, Value: clone(hd.Value)}
+					rec.Headers[i] = batch.RecordHeader{Key: hd.Key, Value: keep(hd.Value)}
 				}
 			}
 			out = append(out, rec)
@@ -354,6 +370,8 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 	}
 	return out, nil
 }
+
+func identity(b []byte) []byte { return b }
 
 func clone(b []byte) []byte {
 	if b == nil {

@@ -77,6 +77,10 @@ type LogConfig struct {
 	Logger *slog.Logger
 }
 
+// Resolved returns the configuration OpenLog would run with: every zero field replaced by
+// its default, or an error naming the first invalid field.
+func (c LogConfig) Resolved() (LogConfig, error) { return c.withDefaults() }
+
 func (c LogConfig) withDefaults() (LogConfig, error) {
 	if c.SegmentBytes == 0 {
 		c.SegmentBytes = segmentBytesDefault

@@ -565,10 +565,13 @@ func mergeConfig(base, set map[string]string, deletes []string) map[string]strin
 }
 
 // EffectiveConfig returns every topic config key with the value in force for t: the
-// topic's own, else the broker's, else the built-in default.
+// topic's own, else the broker's, else the engine's default (engine.LogConfig.Resolved).
 func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
-	c := t.logConfig
-	out := map[string]string{
+	c, err := t.logConfig.Resolved()
+	if err != nil { // newTopic validated it; an error here is a bug
+		panic(fmt.Sprintf("shard: topic %q holds an invalid log config: %v", t.Name, err))
+	}
+	return map[string]string{
 		engine.ConfigSegmentBytes:       strconv.FormatInt(c.SegmentBytes, 10),
 		engine.ConfigSegmentMs:          strconv.FormatInt(c.SegmentMs, 10),
 		engine.ConfigIndexIntervalBytes: strconv.FormatInt(c.IndexIntervalBytes, 10),
@@ -580,19 +583,6 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigStorageMode:        string(c.Storage),
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
-	// Zero values mean "engine default"; show the default the engine applies.
-	defaults := map[string]string{
-		engine.ConfigSegmentBytes:       "1073741824",
-		engine.ConfigIndexIntervalBytes: "4096",
-		engine.ConfigRetentionMs:        "604800000",
-		engine.ConfigStorageMode:        string(engine.StoragePageCache),
-	}
-	for k, v := range defaults {
-		if out[k] == "0" || out[k] == "" {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // BrokerSetsConfig reports whether the broker's own configuration (flags) sets key.

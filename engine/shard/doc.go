@@ -16,10 +16,12 @@
 //     through an atomic pointer; admin operations serialise on metaMu, which the data path
 //     never takes.
 //
-// Group commit: a produce appends to the log at once (one pwritev for the batches of that
-// request), and when its acknowledgement needs an fdatasync (flush=always, or acks=all) it
-// parks until a flush that the shard posts to the end of its mailbox. Every produce that
-// arrived in the same loop turn shares that single fdatasync.
+// Group commit (pipelined): a produce appends to the log at once (one pwritev for the
+// batches of that request). When its acknowledgement needs an fdatasync (flush.always, or
+// acks=all) it parks; after the loop turn's mailbox drain the shard starts one sync per
+// dirty partition (engine.Log.BeginSync), submits all their fdatasyncs on the ring without
+// waiting, and answers the parked produces when they complete (EndSync). Produces arriving
+// meanwhile park for the next sync, which starts as soon as the one in flight ends.
 //
 // It must not open sockets.
 package shard

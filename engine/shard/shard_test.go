@@ -329,3 +329,21 @@ func TestProduceFromWrongThreadIsPosted(t *testing.T) {
 		t.Fatalf("Exec did not run on the shard's loop thread (err %v)", err)
 	}
 }
+
+// Describe-configs reports the value in force for every key: the topic's own where set,
+// else the engine's default as OpenLog resolves it.
+func TestEffectiveConfig(t *testing.T) {
+	b := openBroker(t, t.TempDir(), "syscall", 1)
+	defer b.Close()
+	if err := b.CreateTopic("t", 1, map[string]string{"retention.ms": "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.EffectiveConfig(b.Topic("t"))
+	want := map[string]string{"retention.ms": "1000", "segment.bytes": "1073741824", "retention.bytes": "-1",
+		"index.interval.bytes": "4096", "storage.mode": "page-cache", "flush.always": "false", "min.insync.replicas": "1"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+}

@@ -2,43 +2,18 @@ package netio_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/ringlog/ringlog/engine/batch"
-	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
-	"github.com/ringlog/ringlog/ring"
+	"github.com/ringlog/ringlog/netio/internal/brokertest"
 )
 
-// realBroker starts the real broker core (engine/shard on io_uring shards) behind
-// netio.BrokerHandler on a loopback listener, with the given egress.
+// realBroker starts the real broker core behind netio.BrokerHandler on loopback.
 func realBroker(b *testing.B, egress netio.Egress) (*client.Client, func()) {
-	b.Helper()
-	br, err := shard.Open(shard.Config{DataDir: b.TempDir(), Shards: 2, Ring: ring.Config{Backend: "auto"},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := netio.NewServer(netio.NewBrokerHandler(br, ln.Addr().String()), netio.Config{Egress: egress})
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(ln, 0) }()
-	c, err := client.New(context.Background(), client.Config{Broker: ln.Addr().String()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c, func() {
-		c.Close()
-		srv.Close()
-		<-done
-		br.Close()
-	}
+	rb := brokertest.Start(b, brokertest.Options{Egress: egress})
+	return rb.Client, rb.Stop
 }
 
 const benchRecordBytes = 1024

@@ -1,20 +1,15 @@
 package client_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
-	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
-	"github.com/ringlog/ringlog/ring"
+	"github.com/ringlog/ringlog/netio/internal/brokertest"
 )
 
 // These tests run the client against the real broker core (engine/shard behind
@@ -25,53 +20,12 @@ func startBroker(t *testing.T, shards int, dir string) (*client.Client, func()) 
 	return startBrokerDriver(t, shards, dir, "net")
 }
 
-// startBrokerDriver serves the broker with the net driver or, for "ring", on shard 0's
-// reactor (the handler then runs on that shard's loop thread).
+// startBrokerDriver serves the broker with the net driver or, for "ring", on the shards'
+// reactors (the handler then runs each shard's work on that shard's loop thread).
 func startBrokerDriver(t *testing.T, shards int, dir, driver string) (*client.Client, func()) {
 	t.Helper()
-	b, err := shard.Open(shard.Config{DataDir: dir, Shards: shards, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := netio.NewServer(netio.NewBrokerHandler(b, ln.Addr().String()), netio.Config{})
-	served := make(chan error, 1)
-	if driver == "ring" {
-		// As ringlogd does: connections on shard 0's own reactor, where the handler runs
-		// that shard's work inline (ConnInfo.OnLoop).
-		if err := b.Exec(0, func(r *ring.Reactor) error { return srv.ServeRing(r, ln.(*net.TCPListener), 0) }); err != nil {
-			b.Close()
-			t.Skipf("ring driver unavailable here: %v", err)
-		}
-		close(served)
-	} else {
-		go func() { served <- srv.Serve(ln, 0) }()
-	}
-	c, err := client.New(context.Background(), client.Config{Broker: ln.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-served
-		ln.Close()
-		if err := b.Close(); err != nil {
-			t.Errorf("close broker: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return c, stop
+	b := brokertest.Start(t, brokertest.Options{Shards: shards, Dir: dir, Driver: driver})
+	return b.Client, b.Stop
 }
 
 func TestRealBrokerProduceConsumeRestart(t *testing.T) {

@@ -17,16 +17,16 @@
 // Nothing else happens inside it, so a test can run any interleaving, with any clock, without
 // sockets or sleeps (testdata/*.txt are such scripts).
 //
-//	          Handle(now, JoinGroup|SyncGroup|…)      Tick(now)      AppendDone(now, id, err)
-//	                         │                           │                    │
-//	                         ▼                           ▼                    ▼
-//	               ┌──────────────────────────────────────────────────────────────┐
-//	               │ Coordinator: groups (state, generation, members, offsets)     │
-//	               └──────────────────────────────────────────────────────────────┘
-//	                         │ Ready()
-//	                         ▼
-//	      Reply{ReqID, Response}            Append{ID, Partition, Records}
-//	      (to the connection that asked)    (to __consumer_offsets; then AppendDone)
+//	    Handle(now, JoinGroup|SyncGroup|…)      Tick(now)      AppendDone(now, id, err)
+//	                   │                           │                    │
+//	                   ▼                           ▼                    ▼
+//	         ┌──────────────────────────────────────────────────────────────┐
+//	         │ Coordinator: groups (state, generation, members, offsets)     │
+//	         └──────────────────────────────────────────────────────────────┘
+//	                   │ Ready()
+//	                   ▼
+//	Reply{ReqID, Response}            Append{ID, Partition, Records}
+//	(to the connection that asked)    (to __consumer_offsets; then AppendDone)
 //
 // A JoinGroup's reply may come much later than the request (when the join phase ends); an
 // OffsetCommit's reply, a leader's SyncGroup reply and a static member's rejoin reply come
@@ -34,18 +34,18 @@
 //
 // # Group states
 //
-//	              JoinGroup            every known member rejoined
-//	  ┌───────┐ (first member) ┌───────────┐ (or the rebalance timeout) ┌─────────────┐
-//	  │ Empty │ ─────────────► │ Preparing │ ─────────────────────────► │ Completing  │
-//	  │       │ ◄───────────── │ Rebalance │ ◄───────────────────────── │ Rebalance   │
-//	  └───────┘ nobody rejoined└───────────┘ join, leave, expiry        └─────────────┘
-//	                                 ▲                                        │ the leader's
-//	                                 │ join, leave, session or sync expiry    │ assignment
-//	                                 │                                        ▼ is stored
-//	                                 └─────────────────────────────────── ┌────────┐
-//	                                                                       │ Stable │
-//	                                                                       └────────┘
-//	  Dead: deleted (DeleteGroups), expired (offsets retention), or its partition unloaded.
+//	            JoinGroup            every known member rejoined
+//	┌───────┐ (first member) ┌───────────┐ (or the rebalance timeout) ┌─────────────┐
+//	│ Empty │ ─────────────► │ Preparing │ ─────────────────────────► │ Completing  │
+//	│       │ ◄───────────── │ Rebalance │ ◄───────────────────────── │ Rebalance   │
+//	└───────┘ nobody rejoined└───────────┘ join, leave, expiry        └─────────────┘
+//	                               ▲                                        │ the leader's
+//	                               │ join, leave, session or sync expiry    │ assignment
+//	                               │                                        ▼ is stored
+//	                               └─────────────────────────────────── ┌────────┐
+//	                                                                     │ Stable │
+//	                                                                     └────────┘
+//	Dead: deleted (DeleteGroups), expired (offsets retention), or its partition unloaded.
 //
 // Each completed join phase starts a new generation. Requests name their generation; one
 // from an older generation is refused (ILLEGAL_GENERATION), from a removed member

@@ -497,13 +497,12 @@ func (c *Coordinator) staticRejoin(g *group, r JoinGroup) {
 	}
 	generation := g.generation
 	c.append(g.partition, []Record{GroupRecord(g.id, g.value(c.now))}, func(code Code) {
-		if c.groups[g.id] != g || g.member(newID) != m {
-			c.reply(r.ReqID, JoinGroupResponse{Err: CodeUnknownMemberID, Generation: -1})
-			return
+		if code == CodeNone && (c.groups[g.id] != g || g.member(newID) != m) {
+			code = CodeUnknownMemberID // removed meanwhile
 		}
 		if code != CodeNone {
 			// Not stored: the old member id stays the valid one.
-			if g.static[r.InstanceID] == newID && g.member(oldID) == nil {
+			if c.groups[g.id] == g && g.static[r.InstanceID] == newID && g.member(oldID) == nil {
 				g.renameMember(m, oldID)
 			}
 			c.reply(r.ReqID, JoinGroupResponse{Err: code, Generation: -1})

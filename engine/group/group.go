@@ -17,9 +17,10 @@ type group struct {
 	protocol     string // chosen for the current generation; "" when Empty
 	generation   int32
 	leader       string
-	members      []*member         // in join order: the first is leader when one is needed
-	static       map[string]string // group.instance.id → member id
-	pendingSync  map[string]bool   // members of this generation that have not sent SyncGroup
+	members      []*member          // in join order: the first is leader when one is needed
+	byID         map[string]*member // the same members by member id
+	static       map[string]string  // group.instance.id → member id
+	pendingSync  map[string]bool    // members of this generation that have not sent SyncGroup
 	offsets      map[TopicPartition]OffsetValue
 
 	joinDeadline      time.Time // PreparingRebalance: when the join phase ends regardless
@@ -45,7 +46,7 @@ type member struct {
 func newGroup(id string, partition int32, now time.Time) *group {
 	return &group{
 		id: id, partition: partition, state: Empty, stateSince: now,
-		static: map[string]string{}, pendingSync: map[string]bool{},
+		byID: map[string]*member{}, static: map[string]string{}, pendingSync: map[string]bool{},
 		offsets: map[TopicPartition]OffsetValue{},
 	}
 }
@@ -56,20 +57,11 @@ func (g *group) setState(s State, now time.Time) {
 	}
 }
 
-func (g *group) member(id string) *member {
-	if id == "" {
-		return nil
-	}
-	for _, m := range g.members {
-		if m.id == id {
-			return m
-		}
-	}
-	return nil
-}
+func (g *group) member(id string) *member { return g.byID[id] }
 
 func (g *group) addMember(m *member) {
 	g.members = append(g.members, m)
+	g.byID[m.id] = m
 	if m.instanceID != "" {
 		g.static[m.instanceID] = m.id
 	}
@@ -77,6 +69,7 @@ func (g *group) addMember(m *member) {
 
 func (g *group) removeMember(m *member) {
 	g.members = slices.DeleteFunc(g.members, func(x *member) bool { return x == m })
+	delete(g.byID, m.id)
 	if m.instanceID != "" && g.static[m.instanceID] == m.id {
 		delete(g.static, m.instanceID)
 	}
@@ -101,7 +94,9 @@ func (g *group) renameMember(m *member, id string) {
 	if g.leader == m.id {
 		g.leader = id
 	}
+	delete(g.byID, m.id)
 	m.id = id
+	g.byID[id] = m
 	if m.instanceID != "" {
 		g.static[m.instanceID] = id
 	}

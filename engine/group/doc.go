@@ -76,8 +76,8 @@
 // One Coordinator per shard, on the shard's loop, serving the __consumer_offsets partitions
 // that shard owns (engine/shard's PartitionListener says when one opens or closes):
 //
-//   - partition opened: BeginLoad(p); read the partition's batches; Replayer.ApplyBatch each;
-//     Load(now, p, snapshot). Requests for its groups meanwhile get
+//   - partition opened: BeginLoad(p); ReplayLog(the partition's engine.Log) (or feed its
+//     batches to a Replayer); Load(now, p, snapshot). Requests for its groups meanwhile get
 //     COORDINATOR_LOAD_IN_PROGRESS. Partition closed: Unload(now, p).
 //   - a request: Handle(now, req); then carry out Ready().
 //   - Append: EncodeBatch the records and append them to partition p of __consumer_offsets

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/batch"
 )
 
 // TopicPartition names one partition of a consumed topic.
@@ -116,6 +119,53 @@ func (r *Replayer) ApplyBatch(b []byte) error {
 		r.snap.NextOffset = offset + 1
 		return nil
 	})
+}
+
+// ApplyBatches replays concatenated stored batches (what a log read returns).
+func (r *Replayer) ApplyBatches(b []byte) error {
+	for len(b) > 0 {
+		h, err := batch.ParseHeader(b)
+		if err != nil {
+			return fmt.Errorf("__consumer_offsets batch after offset %d: %w", r.snap.NextOffset, err)
+		}
+		if h.Size() > len(b) {
+			return fmt.Errorf("__consumer_offsets batch at offset %d: %w: %d of %d bytes", h.BaseOffset, batch.ErrLength, len(b), h.Size())
+		}
+		if err := r.ApplyBatch(b[:h.Size()]); err != nil {
+			return err
+		}
+		r.snap.NextOffset = max(r.snap.NextOffset, h.LastOffset()+1)
+		b = b[h.Size():]
+	}
+	return nil
+}
+
+// replayReadBytesMax bounds one read of ReplayLog (a read returns at least one whole batch,
+// so a larger batch is still read whole).
+const replayReadBytesMax = 1 << 20
+
+// ReplayLog replays a __consumer_offsets partition's log from its start to its end, on the
+// log's goroutine. The coordinator's driver calls it when the partition opens here.
+func ReplayLog(l *engine.Log) (*Snapshot, error) {
+	r := NewReplayer()
+	var buf []byte
+	for offset := l.StartOffset(); offset < l.EndOffset(); {
+		res, err := l.Read(offset, replayReadBytesMax)
+		if err != nil {
+			return nil, fmt.Errorf("replay %s at %d: %w", l.Dir(), offset, err)
+		}
+		if res.NextOffset <= offset {
+			return nil, fmt.Errorf("replay %s: no progress at offset %d", l.Dir(), offset)
+		}
+		if buf, err = res.AppendTo(buf[:0]); err != nil {
+			return nil, fmt.Errorf("replay %s: %w", l.Dir(), err)
+		}
+		if err := r.ApplyBatches(buf); err != nil {
+			return nil, fmt.Errorf("replay %s: %w", l.Dir(), err)
+		}
+		offset = res.NextOffset
+	}
+	return r.Snapshot(), nil
 }
 
 // Snapshot returns the state replayed so far. The Replayer must not be used afterwards.

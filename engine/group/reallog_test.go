@@ -98,7 +98,7 @@ func TestRestartFromRealLog(t *testing.T) {
 	d.handle(SyncGroup{ReqID: 2, Group: "billing", MemberID: joined.MemberID, Generation: joined.Generation,
 		Assignments: []MemberAssignment{{MemberID: joined.MemberID, Assignment: []byte{9, 9}}}})
 	req := uint64(10)
-	for i := range 200 {
+	for i := range 100 {
 		req++
 		d.handle(OffsetCommit{ReqID: req, Group: "billing", MemberID: joined.MemberID, Generation: joined.Generation,
 			Offsets: []CommitOffset{{Topic: "payments", Partition: int32(i % 8), Offset: int64(i), LeaderEpoch: 1, Metadata: "m"}}})

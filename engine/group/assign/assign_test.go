@@ -234,7 +234,7 @@ func TestStickyMinimalMovement(t *testing.T) {
 // follow-up round reaches the same exactly-once, balanced state as sticky would.
 func TestCooperativeTwoRounds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed(t), 4))
-	for iter := range 1000 {
+	for iter := range 500 {
 		members, partitions := randomGroup(rng, 8, 24, true)
 		withOwned(rng, members, partitions)
 		if rng.IntN(2) == 0 {

@@ -256,14 +256,16 @@ func (h *harness) send(c *simClient, r Request) {
 }
 
 func (h *harness) join(c *simClient) {
-	// An eager member gives up everything before it rejoins; a cooperative one keeps
-	// consuming what it owns and reports it.
+	// An eager member stops consuming everything before it rejoins; a cooperative one keeps
+	// consuming what it owns and reports it. Kafka's eager sticky assignor still reports its
+	// previous assignment (in its user data) so that the plan can stick to it.
+	reported := c.owned
 	if len(c.assignors) > 0 && !assign.Cooperative(c.assignors[0]) {
 		c.owned = nil
 	}
 	var protocols []Protocol
 	for _, name := range c.assignors {
-		sub := assign.Subscription{Topics: c.topics, Owned: c.owned, Generation: c.generation}
+		sub := assign.Subscription{Topics: c.topics, Owned: reported, Generation: c.generation}
 		protocols = append(protocols, Protocol{Name: name, Metadata: assign.EncodeSubscription(nil, sub)})
 	}
 	c.needJoin, c.needSync, c.joinSent = false, false, true

@@ -282,11 +282,14 @@ func (g *group) describe() DescribedGroup {
 	d := DescribedGroup{Group: g.id, State: g.state, ProtocolType: g.protocolType, Protocol: g.protocol,
 		Generation: g.generation, Leader: g.leader}
 	for _, m := range g.members {
-		d.Members = append(d.Members, DescribedMember{
+		dm := DescribedMember{
 			MemberID: m.id, InstanceID: m.instanceID, ClientID: m.clientID, ClientHost: m.clientHost,
 			SessionTimeout: m.sessionTimeout, RebalanceTimeout: m.rebalanceTimeout,
-			Metadata: m.metadataFor(g.protocol), Assignment: m.assignment,
-		})
+		}
+		if g.state == Stable { // as Kafka: metadata and assignment only of a settled generation
+			dm.Metadata, dm.Assignment = m.metadataFor(g.protocol), m.assignment
+		}
+		d.Members = append(d.Members, dm)
 	}
 	return d
 }

@@ -276,8 +276,8 @@ type DescribedMember struct {
 	ClientHost       string
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
-	Metadata         []byte // for the chosen protocol
-	Assignment       []byte // empty until the generation's assignment is stored
+	Metadata         []byte // for the chosen protocol; only when the group is Stable
+	Assignment       []byte // only when the group is Stable
 }
 
 type DeleteGroupsResponse struct{ Results []DeleteResult }

@@ -141,6 +141,13 @@ func (c *Coordinator) AppendDone(now time.Time, id uint64, err error) {
 	}
 	delete(c.pending, id)
 	p.done(appendCode(err))
+	c.checkIfEnabled()
+}
+
+func (c *Coordinator) checkIfEnabled() {
+	if invariantsEnabled {
+		c.checkInvariants()
+	}
 }
 
 // appendCode is Kafka's mapping of a failed __consumer_offsets append to a group error.
@@ -180,6 +187,7 @@ func (c *Coordinator) Load(now time.Time, partition int32, snap *Snapshot) error
 		c.groups[id] = c.loadGroup(id, partition, snap.Groups[id])
 	}
 	c.partitions[partition] = true
+	c.checkIfEnabled()
 	return nil
 }
 
@@ -191,7 +199,16 @@ func (c *Coordinator) loadGroup(id string, partition int32, lg *LoadedGroup) *gr
 		return g
 	}
 	g.protocolType, g.generation, g.protocol, g.leader = md.ProtocolType, md.Generation, md.Protocol, md.Leader
+	if md.Protocol == "" {
+		// Members without a chosen protocol cannot be a settled generation (Kafka never
+		// writes that): keep the generation, drop the members.
+		md = &GroupValue{ProtocolType: md.ProtocolType, Generation: md.Generation, StateTimestampMs: md.StateTimestampMs}
+		g.leader = ""
+	}
 	for _, mv := range md.Members {
+		if g.member(mv.MemberID) != nil || mv.MemberID == "" || (mv.InstanceID != "" && g.static[mv.InstanceID] != "") {
+			continue // a duplicate (not written by a coordinator): the first one stands
+		}
 		m := &member{
 			id: mv.MemberID, instanceID: mv.InstanceID, clientID: mv.ClientID, clientHost: mv.ClientHost,
 			sessionTimeout:   time.Duration(mv.SessionTimeoutMs) * time.Millisecond,
@@ -207,6 +224,9 @@ func (c *Coordinator) loadGroup(id string, partition int32, lg *LoadedGroup) *gr
 	}
 	if len(g.members) > 0 {
 		g.state = Stable
+		if g.member(g.leader) == nil {
+			g.leader = g.members[0].id
+		}
 	} else if md.StateTimestampMs >= 0 {
 		g.stateSince = time.UnixMilli(md.StateTimestampMs)
 	}
@@ -281,6 +301,7 @@ func (c *Coordinator) Handle(now time.Time, req Request) {
 	default:
 		panic(fmt.Sprintf("group: unknown request %T", req))
 	}
+	c.checkIfEnabled()
 }
 
 // Tick runs the timers due at now: join and sync phases that ran out, sessions that
@@ -299,6 +320,7 @@ func (c *Coordinator) Tick(now time.Time) {
 			c.tickGroup(g)
 		}
 	}
+	c.checkIfEnabled()
 }
 
 // NextDeadline returns the earliest time at which Tick has work, if any.

@@ -450,6 +450,7 @@ func TestRandomTrafficInvariants(t *testing.T) {
 					known = append(known, j.MemberID)
 				}
 			}
+			f.c.checkInvariants()
 			for _, g := range []string{"a", "b"} {
 				d := f.describe(g)
 				if d.State == Dead {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -293,5 +294,27 @@ func FuzzRebuildBatch(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = Rebuild([][]byte{data})
+	})
+}
+
+// Whatever group metadata decodes loads into a coordinator whose invariants hold.
+func FuzzLoadGroupValue(f *testing.F) {
+	f.Add(encodeGroupValue(GroupValue{ProtocolType: "consumer", Generation: 1, Protocol: "range", Leader: "a",
+		Members: []MemberValue{{MemberID: "a", InstanceID: "i", SessionTimeoutMs: 10}, {MemberID: "a"}, {MemberID: "b", InstanceID: "i"}}}))
+	f.Add(encodeGroupValue(GroupValue{ProtocolType: "consumer", Generation: 3, Leader: "x", Members: []MemberValue{{MemberID: "m"}}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := DecodeGroupValue(b)
+		if err != nil {
+			return
+		}
+		snap := NewReplayer().Snapshot()
+		snap.Groups["g"] = &LoadedGroup{Metadata: &v, Offsets: map[TopicPartition]OffsetValue{}}
+		c := New(Config{OffsetsPartitions: 1})
+		if err := c.Load(t0, 0, snap); err != nil {
+			t.Fatal(err)
+		}
+		c.checkInvariants()
+		c.Tick(t0.Add(time.Hour)) // sessions expire, the group rebalances
+		c.checkInvariants()
 	})
 }

@@ -498,3 +498,29 @@ func BenchmarkOffsetCommit(b *testing.B) {
 		c.Ready()
 	}
 }
+
+// BenchmarkTick measures one Tick and NextDeadline over many groups with nothing due: with
+// the timer heap it does not grow with the number of groups (a scan did: 7.6 ms at 10 000).
+func BenchmarkTick(b *testing.B) {
+	for _, groups := range []int{100, 10_000} {
+		b.Run(fmt.Sprintf("groups=%d", groups), func(b *testing.B) {
+			c := New(Config{OffsetsPartitions: 1})
+			if err := c.Load(t0, 0, NewReplayer().Snapshot()); err != nil {
+				b.Fatal(err)
+			}
+			for i := range groups {
+				g := fmt.Sprintf("g%d", i)
+				for m := range 3 {
+					c.Handle(t0, JoinGroup{ReqID: uint64(i*10 + m + 1), Group: g, ClientID: "c", SessionTimeout: time.Minute,
+						RebalanceTimeout: time.Minute, ProtocolType: "consumer", Protocols: []Protocol{{Name: "range"}}})
+				}
+			}
+			c.Ready()
+			b.ReportAllocs()
+			for b.Loop() {
+				c.Tick(t0.Add(time.Second))
+				c.NextDeadline()
+			}
+		})
+	}
+}

@@ -28,6 +28,9 @@ type group struct {
 	initialDelayEnd   time.Time // the latest the initial delay may run to
 	syncDeadline      time.Time // when members still in pendingSync are removed
 	assignmentPending bool      // the leader's assignment is being appended
+
+	scheduled   bool      // the timer heap holds an entry for the group at scheduledAt
+	scheduledAt time.Time // its earliest entry (<= the group's next deadline)
 }
 
 // member is one group member.

@@ -14,6 +14,9 @@ func (c *Coordinator) checkInvariants() {
 			panic(fmt.Sprintf("group: %q lives in partition %d, which is not served", id, g.partition))
 		}
 		g.checkInvariants()
+		if d, ok := g.nextDeadline(c.cfg); ok && (!g.scheduled || g.scheduledAt.After(d)) {
+			panic(fmt.Sprintf("group: %q has work at %v but its timer is at %v (scheduled %v)", id, d, g.scheduledAt, g.scheduled))
+		}
 	}
 }
 

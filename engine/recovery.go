@@ -113,6 +113,9 @@ func (l *Log) recover(report *RecoveryReport) error {
 			return fmt.Errorf("remove clean-shutdown marker: %w", err)
 		}
 	}
+	if bases, err = l.dropBelowCheckpoint(bases, report); err != nil {
+		return err
+	}
 	for i, base := range bases {
 		s, err := openSegmentFiles(l.dir, base, false)
 		if err != nil {
@@ -148,7 +151,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 			return err
 		}
 		l.segments = append(l.segments, s)
-		if err := syncDir(l.dir); err != nil {
+		if err := syncDir(l.fio, l.dir); err != nil {
 			return err
 		}
 	}
@@ -162,6 +165,30 @@ func (l *Log) recover(report *RecoveryReport) error {
 	}
 	l.assertInvariants()
 	return nil
+}
+
+// dropBelowCheckpoint removes the segments that lie wholly below the log start offset
+// checkpoint (the next segment starts at or below it): retention or DeleteRecordsBefore
+// retired them after writing the checkpoint, and a power loss took back the rename. Left in
+// place, such a segment could sit before a gap and make the contiguity check below delete
+// the live segments after it.
+func (l *Log) dropBelowCheckpoint(bases []int64, report *RecoveryReport) ([]int64, error) {
+	checkpoint, ok := l.readStartOffset()
+	if !ok {
+		return bases, nil
+	}
+	n := 0
+	for n+1 < len(bases) && bases[n+1] <= checkpoint {
+		n++
+	}
+	for _, b := range bases[:n] {
+		gone := &segment{baseOffset: b}
+		if err := gone.removeFiles(l.dir); err != nil {
+			return nil, fmt.Errorf("remove segment %d below the log start offset %d: %w", b, checkpoint, err)
+		}
+		report.DeletedSegments = append(report.DeletedSegments, b)
+	}
+	return bases[n:], nil
 }
 
 // releaseIndexAfterRecovery drops a recovered sealed segment's in-memory index (l.segments

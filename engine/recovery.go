@@ -59,6 +59,10 @@ func newBatchScanner(fio ring.FileIO, fd int, fileSize int64) *batchScanner {
 
 var errTornBatch = errors.New("torn batch (file ends inside it)")
 
+// errRecoveryRead marks a failed read during recovery: the bytes are unknown, not bad, so
+// recovery stops with an error instead of cutting the log there.
+var errRecoveryRead = errors.New("read failed during recovery")
+
 // window returns [pos, pos+n) of the file, reading as needed. n is bounded by the caller.
 func (sc *batchScanner) window(pos int64, n int) ([]byte, error) {
 	if pos+int64(n) > sc.fileSize {
@@ -73,7 +77,10 @@ func (sc *batchScanner) window(pos int64, n int) ([]byte, error) {
 	want := min(int64(len(sc.buf)), sc.fileSize-pos)
 	if err := preadFull(sc.fio, sc.fd, sc.buf[:want], pos); err != nil {
 		sc.bufLen = 0
-		return nil, err
+		if errors.Is(err, errShortFile) {
+			return nil, errTornBatch // the file shrank under us: treat as its end
+		}
+		return nil, fmt.Errorf("%w: %w", errRecoveryRead, err)
 	}
 	sc.bufStart, sc.bufLen = pos, int(want)
 	return sc.buf[:n], nil
@@ -321,6 +328,9 @@ func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *
 	var reason error
 	for s.size < fileBytes {
 		h, err := sc.batchAt(s.size)
+		if errors.Is(err, errRecoveryRead) {
+			return fmt.Errorf("segment %d at %d: %w", s.baseOffset, s.size, err)
+		}
 		if err == nil && h.BaseOffset != s.nextOffset {
 			err = fmt.Errorf("base offset %d, expected %d", h.BaseOffset, s.nextOffset)
 		}
@@ -429,6 +439,9 @@ func (l *Log) recoverSegment(s *segment, closed, clean bool, report *RecoveryRep
 			break
 		}
 		h, err := sc.batchAt(int64(e.position))
+		if errors.Is(err, errRecoveryRead) {
+			return fmt.Errorf("segment %d: index entry at %d: %w", s.baseOffset, e.position, err)
+		}
 		if err == nil && h.BaseOffset == s.baseOffset+int64(e.relativeOffset) {
 			startPos, expected = int64(e.position), h.BaseOffset
 			break

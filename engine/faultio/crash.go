@@ -50,6 +50,17 @@ type CrashFS struct {
 	made    map[fileKey]bool           // directories Crash recreated (they stand for a durable one)
 	linked  map[fileKey]bool           // files with a link in shadow
 	stats   struct{ kept, undone int } // namespace change groups at the last Crash
+	syncs   int                        // Fsync and Fdatasync calls that reached inner
+
+	// CrashAtSync, when > 0, makes the CrashAtSync-th Fsync or Fdatasync the moment the
+	// power fails: instead of syncing, it runs Crash with CrashRand and copies the tracked
+	// root, as the crash left it, to CrashImage (which must not exist); it and every later
+	// write or sync return ErrCrashed. Whatever the process does afterwards with plain system
+	// calls changes only the live tree, not the image: open the image to see what a restart
+	// after a power loss at that point would find. Set before the work; read under the lock.
+	CrashAtSync int
+	CrashRand   *rand.Rand
+	CrashImage  string
 }
 
 type fileKey struct{ dev, ino uint64 }
@@ -202,6 +213,18 @@ func (c *CrashFS) sync(fd int, inner func(int) error) error {
 	if c.crashed {
 		return ErrCrashed
 	}
+	if c.syncs+1 == c.CrashAtSync {
+		c.syncs++
+		err := c.crashLocked(c.CrashRand)
+		if err == nil {
+			err = copyTree(c.root, c.CrashImage)
+		}
+		if err != nil {
+			return fmt.Errorf("faultio: crash at sync %d: %w", c.syncs, err)
+		}
+		return fmt.Errorf("sync at the power loss: %w", ErrCrashed)
+	}
+	c.syncs++
 	if err := inner(fd); err != nil {
 		return err
 	}
@@ -226,6 +249,17 @@ func (c *CrashFS) Fallocate(fd int, mode uint32, off, size int64) error {
 func (c *CrashFS) Crash(rng *rand.Rand) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.crashLocked(rng)
+}
+
+// Syncs is how many Fsync and Fdatasync calls passed through so far (to choose CrashAtSync).
+func (c *CrashFS) Syncs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.syncs
+}
+
+func (c *CrashFS) crashLocked(rng *rand.Rand) error {
 	if c.crashed {
 		return ErrCrashed
 	}

@@ -311,3 +311,32 @@ func sortedNames(l dirListing) []string {
 	sort.Strings(names)
 	return names
 }
+
+// copyTree copies the directories and regular files under src to dst (created; must not
+// exist). Other file types are skipped.
+func copyTree(src, dst string) error {
+	if src == "" || dst == "" {
+		return errors.New("faultio: CrashImage needs TrackDir and an image path")
+	}
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.Mkdir(to, 0o755)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, 0o644)
+		}
+		return nil
+	})
+}

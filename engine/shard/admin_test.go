@@ -65,17 +65,18 @@ func topicLeftovers(t *testing.T, dir, topic string) []string {
 // topic stays in metadata, catalog or on disk, the create can be retried, and a restart
 // serves the retried topic. The same when the catalog write, the commit point, fails.
 func TestCreateTopicFailsWhole(t *testing.T) {
-	const partitions = 200
 	for _, tc := range []struct {
-		name  string
-		shard int // whose file I/O fails
-		rule  faultio.Rule
+		name       string
+		partitions int
+		shard      int // whose file I/O fails
+		rule       faultio.Rule
 	}{
 		// Each new partition fsyncs the data directory and its own: shard 0 holds 100
 		// partitions, so its 151st fsync is in its 76th partition.
-		{"partition dir fsync", 0, faultio.Rule{Op: faultio.OpFsync, Errno: unix.EMFILE, After: 150}},
-		{"catalog fsync", -1, faultio.Rule{Op: faultio.OpFsync, Errno: unix.EIO}},
+		{"partition dir fsync", 200, 0, faultio.Rule{Op: faultio.OpFsync, Errno: unix.EMFILE, After: 150}},
+		{"catalog fsync", 20, -1, faultio.Rule{Op: faultio.OpFsync, Errno: unix.EIO}},
 	} {
+		partitions := tc.partitions
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			b, fios := faultBroker(t, dir, 2)
@@ -100,7 +101,7 @@ func TestCreateTopicFailsWhole(t *testing.T) {
 			if err := b.CreateTopic("big", partitions, nil); err != nil {
 				t.Fatalf("retried create: %v", err)
 			}
-			if r := produce(t, b, TopicPartition{"big", partitions - 1}, AcksAll, buildBatch(t, "x", 3)); r.Err != nil {
+			if r := produce(t, b, TopicPartition{"big", int32(partitions - 1)}, AcksAll, buildBatch(t, "x", 3)); r.Err != nil {
 				t.Fatal(r.Err)
 			}
 			if err := b.Close(); err != nil {
@@ -243,7 +244,7 @@ var crashOps = []adminOp{
 }
 
 // crashSeedsPerPoint is how many random crashes each fsync point gets.
-const crashSeedsPerPoint = 3
+const crashSeedsPerPoint = 2
 
 // TestAdminPowerLoss cuts the power at every fsync an admin operation issues (CrashFS
 // CrashAtSync: unsynced data and directory entries are lost, as a random subset) and

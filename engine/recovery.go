@@ -152,6 +152,14 @@ func (l *Log) recover(report *RecoveryReport) error {
 		}
 		break
 	}
+	if len(report.DeletedSegments) > 0 {
+		// The deletions must be durable before new appends reuse those offsets: a deleted
+		// segment that came back after a power loss could otherwise continue the log with
+		// records that were never acknowledged.
+		if err := syncDir(l.fio, l.dir); err != nil {
+			return err
+		}
+	}
 	if len(l.segments) == 0 {
 		s, err := openSegmentFiles(l.dir, 0, true)
 		if err != nil {

@@ -210,7 +210,7 @@ func (c *Catalog) Create(name string, partitions int, config map[string]string, 
 	c.topics[name] = t
 	if err := c.Save(); err != nil {
 		delete(c.topics, name)
-		return fmt.Errorf("create topic %q: %w", name, err)
+		return fmt.Errorf("create topic %q: %w", name, c.undoSave(err))
 	}
 	return nil
 }
@@ -225,7 +225,7 @@ func (c *Catalog) Delete(name string) error {
 	delete(c.topics, name)
 	if err := c.Save(); err != nil {
 		c.topics[name] = t
-		return fmt.Errorf("delete topic %q: %w", name, err)
+		return fmt.Errorf("delete topic %q: %w", name, c.undoSave(err))
 	}
 	return nil
 }
@@ -245,7 +245,7 @@ func (c *Catalog) SetConfig(name string, config map[string]string) error {
 	c.topics[name] = next
 	if err := c.Save(); err != nil {
 		c.topics[name] = t
-		return fmt.Errorf("set config of %q: %w", name, err)
+		return fmt.Errorf("set config of %q: %w", name, c.undoSave(err))
 	}
 	return nil
 }
@@ -266,6 +266,17 @@ func (c *Catalog) Save() error {
 		return fmt.Errorf("save catalog: %w", err)
 	}
 	return nil
+}
+
+// undoSave writes the (restored) in-memory catalog back after a failed Save: when the
+// failure was the final directory fsync, the new file is already renamed into place, and
+// without this a restart would read a change the caller was told had failed. Best effort:
+// its own error is joined to saveErr.
+func (c *Catalog) undoSave(saveErr error) error {
+	if err := c.Save(); err != nil {
+		return errors.Join(saveErr, fmt.Errorf("restore previous catalog: %w", err))
+	}
+	return saveErr
 }
 
 // PartitionDir is the directory of one partition's log: <dataDir>/<topic>-<partition>.

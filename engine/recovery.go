@@ -115,10 +115,15 @@ func (l *Log) recover(report *RecoveryReport) error {
 	marker := filepath.Join(l.dir, cleanShutdownFileName)
 	if _, err := os.Stat(marker); err == nil {
 		report.CleanShutdown = true
-		// Gone before any new write: a crash from here on must not look clean.
+		// Gone before any new write: a crash from here on must not look clean. The unlink
+		// becomes durable with the first sync (dirGen), before anything appended from here
+		// on counts as synced; a power loss before that may bring the marker back, which is
+		// harmless: the disk then holds what Close synced plus unsynced bytes past the last
+		// index entry, which recovery re-scans either way.
 		if err := os.Remove(marker); err != nil {
 			return fmt.Errorf("remove clean-shutdown marker: %w", err)
 		}
+		l.dirGen++
 	}
 	if bases, err = l.dropBelowCheckpoint(bases, report); err != nil {
 		return err

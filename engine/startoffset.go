@@ -20,7 +20,8 @@ import (
 // DeleteRecordsBefore writes it before moving the start offset, and retention before it
 // retires segments (the new first segment's base). On open, segments wholly below it are
 // removed first (a power loss may have undone their retirement), then it is used when it lies
-// within the recovered log, and ignored (with a log line) otherwise.
+// within the recovered log; one past the log's end (the records up to it were lost) is
+// removed, durably, with a log line.
 const (
 	startOffsetFileName = "log-start-offset"
 	startOffsetFileMax  = 64 // bytes; far more than "v1 " + 19 digits + "\n"
@@ -87,9 +88,15 @@ func (l *Log) loadStartOffset() error {
 		return nil // retention has since deleted past it
 	}
 	if off > l.EndOffset() {
-		l.cfg.Logger.Warn("ignoring log start offset checkpoint outside the log", "dir", l.dir,
+		// The records up to it were lost (DeleteRecordsBefore may name unsynced offsets).
+		// The checkpoint goes for good: left in place, it would come back into range once
+		// new records reach it and hide them on a later open.
+		l.cfg.Logger.Warn("dropping log start offset checkpoint outside the log", "dir", l.dir,
 			"checkpoint", off, "first", first, "end", l.EndOffset())
-		return nil
+		if err := os.Remove(filepath.Join(l.dir, startOffsetFileName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("drop start offset checkpoint: %w", err)
+		}
+		return syncDir(l.fio, l.dir)
 	}
 	l.startOffset = off
 	return nil

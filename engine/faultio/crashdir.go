@@ -259,12 +259,15 @@ func (c *CrashFS) undo(dir string, group []string, durable, current dirListing) 
 		if cur.isDir {
 			aside := filepath.Join(dir, movedNamePrefix+strconv.FormatUint(cur.key.ino, 10))
 			if err := os.Rename(path, aside); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // removed meanwhile by a goroutine of the "dead" process
+				}
 				return fmt.Errorf("faultio: crash: move %s aside: %w", path, err)
 			}
 			moved[cur.key] = aside
 			continue
 		}
-		if err := os.Remove(path); err != nil {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("faultio: crash: remove %s: %w", path, err)
 		}
 	}
@@ -276,7 +279,7 @@ func (c *CrashFS) undo(dir string, group []string, durable, current dirListing) 
 		path := filepath.Join(dir, name)
 		switch {
 		case !d.isDir:
-			if err := os.Link(c.shadowPath(d.key), path); err != nil {
+			if err := os.Link(c.shadowPath(d.key), path); err != nil && !errors.Is(err, fs.ErrExist) {
 				return fmt.Errorf("faultio: crash: restore %s: %w", path, err)
 			}
 		case moved[d.key] != "":
@@ -319,6 +322,9 @@ func copyTree(src, dst string) error {
 		return errors.New("faultio: CrashImage needs TrackDir and an image path")
 	}
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed meanwhile by a goroutine of the "dead" process
+		}
 		if err != nil {
 			return err
 		}
@@ -332,6 +338,9 @@ func copyTree(src, dst string) error {
 			return os.Mkdir(to, 0o755)
 		case d.Type().IsRegular():
 			b, err := os.ReadFile(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}

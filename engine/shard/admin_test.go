@@ -336,8 +336,11 @@ func crashAdminAt(t *testing.T, op adminOp, at int, rng *rand.Rand) string {
 		if oerr != nil {
 			t.Fatal(oerr)
 		}
-		fs.Fsync(fd)
+		ferr := fs.Fsync(fd)
 		unix.Close(fd)
+		if !errors.Is(ferr, faultio.ErrCrashed) {
+			t.Fatalf("power loss after the last fsync: %v", ferr)
+		}
 	}
 	b.Close() // the live tree is no longer of interest: the image is what the disk held
 	if _, serr := os.Stat(image); serr != nil {

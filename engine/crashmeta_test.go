@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/faultio"
 	"github.com/ringlog/ringlog/ring"
 	"golang.org/x/sys/unix"
@@ -23,7 +24,7 @@ const metaCrashSeeds = 4
 // past the last, a power loss right after work returned), each time from a fresh directory
 // made by setup, with the power failing at that fsync; check gets the disk image and work's
 // error.
-func crashPoints(t *testing.T, rng *rand.Rand, setup func(dir string), work func(dir string, fio ring.FileIO) error,
+func crashPoints(t *testing.T, rng *rand.Rand, seeds int, setup func(dir string), work func(dir string, fio ring.FileIO) error,
 	check func(image string, at int, workErr error)) {
 	t.Helper()
 	count := faultio.NewCrashFS(ring.Syscalls{})
@@ -35,7 +36,7 @@ func crashPoints(t *testing.T, rng *rand.Rand, setup func(dir string), work func
 	}
 	total := count.Syncs()
 	for at := 1; at <= total+1; at++ {
-		for range metaCrashSeeds {
+		for range seeds {
 			root := t.TempDir()
 			dir := filepath.Join(root, "d")
 			os.Mkdir(dir, 0o755)
@@ -93,7 +94,7 @@ func TestCatalogPowerLoss(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := []string{"a:2:", "b:1:1"}
 			seen := map[string]int{}
-			crashPoints(t, rng, initial, func(dir string, fio ring.FileIO) error {
+			crashPoints(t, rng, metaCrashSeeds, initial, func(dir string, fio ring.FileIO) error {
 				c, err := OpenCatalog(dir, fio)
 				if err != nil {
 					return err
@@ -165,7 +166,7 @@ func TestStartOffsetPowerLoss(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var newStart int64
 			seen := map[string]int{}
-			crashPoints(t, rng, setup, func(dir string, fio ring.FileIO) error {
+			crashPoints(t, rng, metaCrashSeeds, setup, func(dir string, fio ring.FileIO) error {
 				l, _, err := OpenLog(dir, cfg, fio)
 				if err != nil {
 					return err
@@ -277,5 +278,60 @@ func TestCatalogSweep(t *testing.T) {
 	}
 	if wantLeft := []string{"a-0", "a-1", "backup-x", "c-0", "catalog.json", "lost+found"}; !reflect.DeepEqual(left, wantLeft) {
 		t.Fatalf("left %v, want %v", left, wantLeft)
+	}
+}
+
+// TestRollPowerLoss: appends that roll segments, each followed by a Sync, with the power
+// failing at every fsync they issue (segment data, new directory entries): the log recovers,
+// keeps every record that was synced when the power failed, and is one contiguous run of
+// valid records.
+func TestRollPowerLoss(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 8))
+	cfg := LogConfig{SegmentBytes: 1 << 10, IndexIntervalBytes: 256, Logger: quietLogger}
+	var setupEnd, synced int64
+	setup := func(dir string) {
+		l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+		appendCrashRecords(t, l, 10)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		setupEnd = l.EndOffset()
+	}
+	crashPoints(t, rng, 1, setup, func(dir string, fio ring.FileIO) error {
+		l, _, err := OpenLog(dir, cfg, fio)
+		if err != nil {
+			return err
+		}
+		defer l.closeFiles() // the process dies
+		defer func() { synced = l.SyncedOffset() }()
+		for i := 0; i < 4; i++ {
+			appendCrashRecords(t, l, 12) // about one segment
+			if err := l.Sync(); err != nil {
+				return err
+			}
+		}
+		if l.SegmentCount() < 3 {
+			t.Fatalf("only %d segments: the test rolls too little", l.SegmentCount())
+		}
+		return nil
+	}, func(image string, at int, workErr error) {
+		verifyPowerLoss(t, image, cfg, at, synced, setupEnd, synced > setupEnd)
+	})
+}
+
+// appendCrashRecords appends n records whose values encode their offsets, one per batch.
+func appendCrashRecords(t *testing.T, l *Log, n int) {
+	t.Helper()
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	for i := 0; i < n; i++ {
+		b.Reset()
+		b.Append(l.EndOffset(), nil, crashValue(l.EndOffset()), nil)
+		bb, err := b.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(bb); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

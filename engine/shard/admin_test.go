@@ -25,7 +25,7 @@ func faultBroker(t *testing.T, dir string, shards int) (*Broker, map[int]*faulti
 	t.Helper()
 	fios := map[int]*faultio.FileIO{}
 	b, err := Open(Config{DataDir: dir, Shards: shards, Ring: ring.Config{Backend: "syscall"},
-		RetentionCheckInterval: time.Hour, Logger: quietLogger(),
+		RetentionCheckInterval: time.Hour, FlushCheckInterval: time.Hour, Logger: quietLogger(),
 		WrapFileIO: func(shard int, fio ring.FileIO) ring.FileIO {
 			f := faultio.New(fio)
 			fios[shard] = f

@@ -455,6 +455,7 @@ func (h *harness) deliver(c *simClient, resp Response) {
 			}
 		}
 		c.owned = a.Partitions
+		h.checkSingleOwners()
 		h.printf("%s <- sync: owns [%s]", name, tps(a.Partitions))
 		if len(revoked) > 0 {
 			h.printf(" revoked [%s]", tps(revoked))
@@ -510,6 +511,20 @@ func (h *harness) deliver(c *simClient, resp Response) {
 		}
 	default:
 		h.t.Fatalf("unexpected response %T", resp)
+	}
+}
+
+// checkSingleOwners fails the script if two running clients consume one partition: what
+// generations, fencing and the cooperative protocol together guarantee.
+func (h *harness) checkSingleOwners() {
+	owner := map[assign.TopicPartition]string{}
+	for _, c := range h.liveClients() {
+		for _, tp := range c.owned {
+			if prev, dup := owner[tp]; dup {
+				h.t.Fatalf("%s/%d consumed by both %s and %s", tp.Topic, tp.Partition, prev, c.name)
+			}
+			owner[tp] = c.name
+		}
 	}
 }
 

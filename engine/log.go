@@ -183,7 +183,8 @@ func (l *Log) Append(batch []byte) (int64, error) {
 	return res.FirstOffset, err
 }
 
-// AppendBatches validates every batch (CRC-32C, sizes) before writing any, then assigns
+// AppendBatches validates every batch (CRC-32C, sizes, and every record: see
+// batch.ValidateProduce) before writing any, then assigns
 // offsets by rewriting each batch's base offset (and leader epoch, see SetLeaderEpoch) in
 // place and writes them with one pwritev per segment touched. The callers' slices are not
 // retained. A roll in the middle syncs the old segment first. On error the log is as before
@@ -207,7 +208,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 	}
 	next := l.EndOffset()
 	for i, b := range batches {
-		if err := l.validate(b); err != nil {
+		if err := l.validate(b, assign); err != nil {
 			return res, fmt.Errorf("append batch %d of %d: %w", i, len(batches), err)
 		}
 		if !assign {
@@ -266,8 +267,19 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 	return res, nil
 }
 
-func (l *Log) validate(b []byte) error {
-	h, err := batch.Validate(b)
+// validate checks one batch before anything is written. A produced batch (produce true)
+// must pass batch.ValidateProduce: every record is walked (and a zstd batch decompressed,
+// bounded by batch.MaxDecompressedBytes) so that the log never acknowledges bytes a consumer
+// cannot read. A replicated batch is checked by the stored rule (CRC, header, counts that
+// compaction may have thinned).
+func (l *Log) validate(b []byte, produce bool) error {
+	var h batch.Header
+	var err error
+	if produce {
+		h, err = batch.ValidateProduce(b)
+	} else {
+		h, err = batch.ValidateStored(b)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBatch, err)
 	}

@@ -29,10 +29,10 @@ const (
 	catalogFileName    = "catalog.json"
 	catalogVersion     = 1
 	catalogBytesMax    = 64 << 20 // refuse to read a larger file: ~100 k topics with configs fit in a few MiB
-	topicNameBytesMax  = 249      // Kafka's limit (a partition directory name must fit in 255 bytes)
-	partitionsMax      = 1 << 14
+	topicNameBytesMax  = TopicNameBytesMax
+	partitionsMax      = PartitionsPerTopicMax
 	shardIndexMax      = 1 << 12
-	configEntriesMax   = 64
+	configEntriesMax   = TopicConfigEntriesMax
 	configValueBytes   = 1024
 	partitionDirFormat = "%s-%d"
 )

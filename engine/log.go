@@ -220,6 +220,11 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			next = h.LastOffset() + 1
 		}
 	}
+	reserved, err := l.reserveDisk(batches)
+	if err != nil {
+		return res, err
+	}
+	defer func() { l.releaseDisk(reserved, batches[res.Batches:]) }()
 	now := l.cfg.Clock()
 	for i := 0; i < len(batches); {
 		s := l.active()
@@ -241,7 +246,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 		}
 		if j == i {
 			if err := l.roll(); err != nil {
-				return res, fmt.Errorf("append: %w", err)
+				return res, fmt.Errorf("append: roll: %w", storageWriteError(l.dir, err))
 			}
 			continue
 		}
@@ -250,7 +255,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			if terr := s.log.Truncate(before.size); terr != nil {
 				l.cfg.Logger.Warn("truncate after failed write", "dir", l.dir, "err", terr)
 			}
-			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, err)
+			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, storageWriteError(l.dir, err))
 		}
 		if s.firstAppendAt.IsZero() {
 			s.firstAppendAt = now
@@ -265,6 +270,33 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 	}
 	l.assertInvariants()
 	return res, nil
+}
+
+// reserveDisk takes the bytes of batches from the data directory's free-space guard (see
+// LogConfig.Disk); it returns whether it reserved anything.
+func (l *Log) reserveDisk(batches [][]byte) (bool, error) {
+	if l.cfg.Disk == nil {
+		return false, nil
+	}
+	if err := l.cfg.Disk.Reserve(totalBytes(batches)); err != nil {
+		return false, fmt.Errorf("append %d batches: %w", len(batches), err)
+	}
+	return true, nil
+}
+
+// releaseDisk returns the reservation of the batches that were not written.
+func (l *Log) releaseDisk(reserved bool, unwritten [][]byte) {
+	if reserved && len(unwritten) > 0 {
+		l.cfg.Disk.Release(totalBytes(unwritten))
+	}
+}
+
+func totalBytes(batches [][]byte) int64 {
+	var n int64
+	for _, b := range batches {
+		n += int64(len(b))
+	}
+	return n
 }
 
 // validate checks one batch before anything is written. A produced batch (produce true)

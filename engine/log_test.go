@@ -406,11 +406,11 @@ func TestSegmentMsRoll(t *testing.T) {
 	clock := newFakeClock()
 	cfg := testConfig(StoragePageCache)
 	cfg.Clock = clock.Now
-	cfg.SegmentMs = 1000
+	cfg.SegmentMs = SegmentMsMin
 	l, _ := openLog(t, t.TempDir(), cfg, ring.Syscalls{})
 	defer l.Close()
 	appendSome(t, l, 0, 3, 0)
-	clock.Advance(999 * time.Millisecond)
+	clock.Advance(SegmentMsMin*time.Millisecond - time.Millisecond)
 	appendSome(t, l, 3, 1, 0)
 	if l.SegmentCount() != 1 {
 		t.Fatalf("rolled too early")

@@ -99,7 +99,8 @@ func codeFor(err error) ErrorCode {
 		return ErrMessageTooLarge
 	case errors.Is(err, engine.ErrInvalidBatch):
 		return ErrCorruptMessage
-	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog):
+	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog),
+		errors.Is(err, engine.ErrDiskFull), errors.Is(err, engine.ErrStorageWrite):
 		return ErrStorage
 	}
 	return ErrUnknown

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 )
@@ -64,8 +65,9 @@ func runTopic(args []string) error {
 	return err
 }
 
-// partitionsMax bounds --partitions on the client side too; the broker has its own limit.
-const partitionsMax = 1 << 16
+// partitionsMax bounds --partitions (and --partition) on the client side with the broker's
+// own limit, so the CLI refuses exactly what the broker would.
+const partitionsMax = engine.PartitionsPerTopicMax
 
 func topicCreate(usage string, args []string, stdout io.Writer) error {
 	fs := newFlagSet("topic create", usage)

@@ -57,6 +57,7 @@ type options struct {
 	deferTaskrun  bool
 	shardPorts    string
 	advertise     string
+	diskFreeMin   int64
 }
 
 func parseFlags(args []string) (options, error) {
@@ -80,6 +81,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.deferTaskrun, "defer-taskrun", false, "set IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN on shard rings (completion work runs only when the shard waits). Measured: no difference within noise on sync produce (p50 210-354 µs either way)")
 	fs.StringVar(&o.shardPorts, "shard-ports", "auto", "per-shard listeners advertised in metadata so shard-aware clients reach a partition's owner directly: auto (ephemeral ports on the --listen host), off, or a base port (shard i on BASE+i)")
 	fs.StringVar(&o.advertise, "advertise", "", "host clients are told to connect to (metadata: the broker and every shard port); default: the --listen host")
+	fs.Int64Var(&o.diskFreeMin, "disk-free-min-bytes", engine.DiskFreeMinBytesDefault, "refuse produces (STORAGE_ERROR naming the disk) while the data directory's file system has fewer free bytes than this; 0 refuses only when it is full")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -102,6 +104,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.net != "ring" && o.net != "go" {
 		return o, fmt.Errorf("--net %q: want ring or go", o.net)
+	}
+	if o.diskFreeMin < 0 {
+		return o, fmt.Errorf("--disk-free-min-bytes %d: want 0 or more", o.diskFreeMin)
 	}
 	if o.cpus != "" && o.tunePlan != "" {
 		return o, errors.New("--cpus and --tune-plan are exclusive")
@@ -199,13 +204,17 @@ func run(args []string, log *slog.Logger) error {
 			shards = len(cpus)
 		}
 	}
+	disk, err := engine.NewDiskSpace(o.dataDir, o.diskFreeMin, nil)
+	if err != nil {
+		return err
+	}
 	b, err := shard.Open(shard.Config{
 		DataDir: o.dataDir,
 		Shards:  shards,
 		CPUs:    cpus,
 		Pin:     o.pin,
 		Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
-		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
+		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways, Disk: disk},
 		Logger:  log,
 	})
 	if err != nil {

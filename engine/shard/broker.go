@@ -40,7 +40,7 @@ const dataDirLockName = ".lock"
 
 // Limits. Part of the operator-visible contract; see docs/operations.md.
 const (
-	partitionsPerTopicMax = 10000
+	partitionsPerTopicMax = engine.PartitionsPerTopicMax
 	retentionCheckDefault = 30 * time.Second
 	flushCheckDefault     = 50 * time.Millisecond
 	adminWaitMax          = 30 * time.Second

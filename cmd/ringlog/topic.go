@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/ringlog/ringlog/engine"
-	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 func init() {

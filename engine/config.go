@@ -78,6 +78,10 @@ type LogConfig struct {
 	// written. Shared by every log of a data directory; nil means no threshold (a full disk
 	// is still reported as ErrDiskFull when a write meets it).
 	Disk *DiskSpace
+	// VerifySegments makes OpenLog verify every sealed segment (CRC of every batch, see
+	// Log.VerifySealed) before returning, instead of trusting them until the background
+	// scrubber or a read gets to them. Costs one read of the whole log.
+	VerifySegments bool
 	// Clock is injectable for tests; nil means time.Now.
 	Clock func() time.Time
 	// Logger receives recovery and fallback notices; nil means slog.Default().

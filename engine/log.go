@@ -73,6 +73,9 @@ type Log struct {
 	failed               error     // sticky, wraps ErrLogFailed
 	closed               bool
 
+	scrub       scrubCursor  // where the next Scrub continues (scrub.go)
+	corruptions []Corruption // bad batches found in sealed segments, by offset
+
 	headers      headerReader // header window for lookups; invalidated by truncation
 	batchScratch []byte       // whole batches for timestamp lookups
 	indexScratch []byte
@@ -98,7 +101,7 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, report, fmt.Errorf("open log: %w", err)
 	}
-	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1}
+	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1, scrub: scrubCursor{segment: -1}}
 	if l.mode == StorageDirect {
 		if err := probeDirect(dir); err != nil {
 			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
@@ -109,6 +112,13 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if err := l.recover(&report); err != nil {
 		l.closeFiles()
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	if cfg.VerifySegments {
+		if _, err := l.VerifySealed(); err != nil {
+			l.closeFiles()
+			return nil, report, fmt.Errorf("open log %s: verify segments: %w", dir, err)
+		}
+		report.Corruptions = l.Corruptions()
 	}
 	report.Duration = cfg.Clock().Sub(start)
 	if report.DroppedBytes > 0 || len(report.RebuiltIndexes) > 0 || len(report.DeletedSegments) > 0 {
@@ -547,7 +557,17 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 	}
 	res.FirstOffset = first.BaseOffset
 	res.NextOffset = s.nextOffset
-	if endPos < s.size {
+	if len(l.corruptions) > 0 {
+		l.pruneCorruptions()
+		if c, found := l.corruptionIn(s, pos, endPos); found {
+			if c.Position == pos {
+				return res, fmt.Errorf("read at %d: %w", offset, l.corruptReadError(c))
+			}
+			endPos = c.Position // serve the good batches before it
+			res.NextOffset = c.Offset
+		}
+	}
+	if endPos < s.size && res.NextOffset == s.nextOffset {
 		h, err := s.readHeaderAt(l.fio, &l.headers, endPos)
 		if err != nil {
 			return res, fmt.Errorf("read at %d: %w", offset, err)

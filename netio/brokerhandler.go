@@ -3,6 +3,7 @@ package netio
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -97,6 +98,8 @@ func codeFor(err error) wire.ErrorCode {
 		return wire.ErrShuttingDown
 	case errors.Is(err, engine.ErrOffsetOutOfRange):
 		return wire.ErrOffsetOutOfRange
+	case errors.Is(err, engine.ErrCorruptBatch): // a stored batch failed verification
+		return wire.ErrCorruptMessage
 	case errors.Is(err, engine.ErrBatchTooLarge):
 		return wire.ErrMessageTooLarge
 	case errors.Is(err, engine.ErrInvalidBatch):
@@ -365,9 +368,13 @@ func (h *BrokerHandler) describeTopics(body *wire.DescribeTopicsRequest) *wire.D
 		for _, s := range states {
 			dp := wire.DescribePartition{Partition: s.Partition, Shard: int32(s.Shard), LogStartOffset: s.LogStartOffset,
 				HighWatermark: s.HighWatermark, LogEndOffset: s.LogEndOffset, SizeBytes: s.SizeBytes}
-			if s.Err != "" {
-				dp.ErrorCode = wire.ErrStorage
+			switch {
+			case s.Err != "":
+				dp.ErrorCode, dp.ErrorMessage = wire.ErrStorage, s.Err
+			case s.CorruptBatches > 0:
+				dp.ErrorCode, dp.ErrorMessage = wire.ErrCorruptMessage, s.Corruption
 			}
+			dp.CorruptBatches = int32(min(s.CorruptBatches, math.MaxInt32))
 			dt.Partitions = append(dt.Partitions, dp)
 		}
 		resp.Topics = append(resp.Topics, dt)

@@ -67,7 +67,10 @@ type Config struct {
 	// FlushCheckInterval is how often each shard applies time-based flush policies
 	// (flush.ms). 0 means 50 ms.
 	FlushCheckInterval time.Duration
-	Logger             *slog.Logger
+	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
+	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
+	ScrubBytesPerSecond int64
+	Logger              *slog.Logger
 }
 
 // TopicPartition names one partition.
@@ -101,6 +104,8 @@ type Broker struct {
 	meta   atomic.Pointer[metadata]
 	metaMu sync.Mutex      // admin operations only; never taken on the data path
 	cat    *engine.Catalog // guarded by metaMu
+
+	scrubFound atomic.Int64 // corrupt batches found by the background scrubbers
 
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
@@ -436,6 +441,8 @@ type PartitionState struct {
 	Segments       int
 	Storage        string
 	Err            string // non-empty when the log has failed (sticky fdatasync error)
+	CorruptBatches int    // bad batches found in sealed segments (scrubber or --verify-segments)
+	Corruption     string // the first of them and how to repair it; "" when none
 }
 
 // DescribeTopic returns the state of every partition of a topic.

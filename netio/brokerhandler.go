@@ -186,6 +186,10 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 }
 
 func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
+	if body.Isolation != 0 {
+		req.ReplyError(wire.ErrInvalidRequest, fmt.Sprintf("isolation level %d: only 0 (read up to the high watermark) is served", body.Isolation))
+		return
+	}
 	var fr shard.FetchRequest
 	fr.MinBytes = body.MinBytes
 	fr.MaxWait = time.Duration(body.MaxWaitMs) * time.Millisecond
@@ -329,6 +333,8 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 		switch {
 		case t.ReplicationFactor > 1:
 			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: this is a single-broker cluster", t.ReplicationFactor)
+		case t.ReplicationFactor == 0 || t.ReplicationFactor < -1:
+			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: want 1, or -1 for the broker default", t.ReplicationFactor)
 		case body.ValidateOnly:
 			err = h.b.ValidateTopic(t.Topic, int(t.Partitions), configMap(t.Configs))
 		default:
@@ -423,17 +429,22 @@ func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.Alter
 	for _, t := range body.Topics {
 		set := map[string]string{}
 		var deletes []string
+		var err error
 		for _, c := range t.Configs {
-			if c.Op == wire.AlterConfigDelete {
+			switch c.Op {
+			case wire.AlterConfigDelete:
 				deletes = append(deletes, c.Key)
-			} else {
+			case wire.AlterConfigSet:
 				set[c.Key] = c.Value
+			default:
+				err = fmt.Errorf("%w: %s: operation %d unknown (want %d set or %d delete)", shard.ErrInvalidConfig, c.Key, c.Op, wire.AlterConfigSet, wire.AlterConfigDelete)
 			}
 		}
-		var err error
-		if body.ValidateOnly {
+		switch {
+		case err != nil: // nothing of this topic's request is applied
+		case body.ValidateOnly:
 			err = h.b.ValidateAlter(t.Topic, set, deletes)
-		} else {
+		default:
 			err = h.b.AlterTopicConfig(t.Topic, set, deletes)
 		}
 		resp.Topics = append(resp.Topics, wire.TopicResult{Topic: t.Topic, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})

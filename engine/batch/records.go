@@ -68,6 +68,10 @@ func ValidateStored(b []byte) (Header, error) {
 	if c := h.Compression(); !c.Supported() {
 		return h, fmt.Errorf("%w: %s in batch at offset %d", ErrUnsupportedCodec, c, h.BaseOffset)
 	}
+	if h.Compression() == CodecNone && int64(h.RecordCount)*recordBytesMin > int64(h.Size()-HeaderSize) {
+		return h, fmt.Errorf("%w: %d records cannot fit in %d record bytes (batch at offset %d)",
+			ErrRecordCount, h.RecordCount, h.Size()-HeaderSize, h.BaseOffset)
+	}
 	return h, nil
 }
 

@@ -8,8 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"unicode/utf8"
 	"sort"
+	"unicode/utf8"
 )
 
 // Catalog file format. The catalog is one JSON document, replaced atomically (write

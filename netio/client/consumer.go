@@ -457,7 +457,9 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 			return nil
 		})
 		if err != nil {
-			return out, fmt.Errorf("poll %s/%d: batch at %d: %w", key.topic, key.partition, h.BaseOffset, err)
+			// A batch that fails its checks here is as unreadable as one the broker reported:
+			// one sentinel for callers to test (errors.Is), batch's sentinel in the chain too.
+			return out, fmt.Errorf("poll %s/%d: batch at %d: %w: %w", key.topic, key.partition, h.BaseOffset, wire.ErrCorruptMessage, err)
 		}
 		a.position = h.LastOffset() + 1
 	}

@@ -55,7 +55,7 @@ func TestScrubberSurfacesCorruptionAndRepairClearsIt(t *testing.T) {
 		return b
 	}
 	b := open()
-	if err := b.CreateTopic("scrubbed", 1, map[string]string{engine.ConfigSegmentBytes: "2048", engine.ConfigIndexIntervalBytes: "128"}); err != nil {
+	if err := b.CreateTopic("scrubbed", 1, map[string]string{engine.ConfigSegmentBytes: "2048"}); err != nil {
 		t.Fatal(err)
 	}
 	tp := TopicPartition{"scrubbed", 0}

@@ -128,7 +128,7 @@ const (
 )
 
 type source struct {
-	kind sourceKind
+	kind  sourceKind
 	where string // sourceFile: the file's path; sourceEnv: the variable's name
 	line  int    // sourceFile
 }

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/client"
+)
+
+// These tests run the real ringlogd binary, built once by TestMain the way `make release`
+// builds it: CGO_ENABLED=0, -trimpath, version and commit set with -ldflags -X.
+
+const (
+	testVersion      = "v9.9.9-test"
+	testCommit       = "0123abc"
+	processWaitMax   = 60 * time.Second // a loaded 2-core box can be slow to exec and start
+	processLogLines  = 10000
+	processStopGrace = 30 * time.Second
+)
+
+var ringlogdBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "ringlogd-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ringlogdBin = filepath.Join(dir, "ringlogd")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags",
+		"-X main.Version="+testVersion+" -X main.Commit="+testCommit, "-o", ringlogdBin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build ringlogd: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// --version prints what -ldflags set, and the binary built without cgo is static.
+func TestVersionAndStaticBinary(t *testing.T) {
+	out, err := exec.Command(ringlogdBin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := regexp.MustCompile(`^ringlogd ` + testVersion + ` \(commit ` + testCommit + `, go1\.\d+.*, linux/(amd64|arm64)\)\n$`); !want.Match(out) {
+		t.Errorf("--version printed %q", out)
+	}
+	f, err := elf.Open(ringlogdBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("binary has an ELF interpreter: dynamically linked")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("binary needs shared libraries %v", libs)
+	}
+}
+
+// --print-config on the binary: the environment wins over the file, and the output says so.
+func TestPrintConfigBinary(t *testing.T) {
+	cmd := exec.Command(ringlogdBin, "--config", filepath.Join("..", "..", "docs", "ringlogd.example.yaml"), "--print-config", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "RINGLOG_SHARDS=2")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, want := range []string{"shards: 2 # env RINGLOG_SHARDS\n", "log-level: warn # flag\n", "data: /var/lib/ringlog # file ../../docs/ringlogd.example.yaml:"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("print-config lacks %q:\n%s", want, out)
+		}
+	}
+	// A refused file: exit 1, one line naming the key.
+	bad := writeConfig(t, "shards: 2\nshard: 3\n")
+	out, err = exec.Command(ringlogdBin, "--config", bad).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), bad+`:2: unknown key "shard" (did you mean "shards"?)`) {
+		t.Errorf("bad config: %v %q", err, out)
+	}
+}
+
+// process is a ringlogd child whose stderr lines arrive on a channel.
+type process struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	lines chan string
+	mu    sync.Mutex
+	log   []string // guarded by mu: every line so far
+	done  chan error
+}
+
+func startProcess(t *testing.T, args ...string) *process {
+	t.Helper()
+	p := &process{t: t, cmd: exec.Command(ringlogdBin, args...), lines: make(chan string, processLogLines), done: make(chan error, 1)}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log = append(p.log, sc.Text())
+			p.mu.Unlock()
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+		p.done <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		if t.Failed() {
+			p.mu.Lock()
+			t.Logf("ringlogd log:\n%s", strings.Join(p.log, "\n"))
+			p.mu.Unlock()
+		}
+	})
+	return p
+}
+
+// waitFor returns the next line containing want, failing the test after processWaitMax.
+// Lines before it are returned too, in order.
+func (p *process) waitFor(want string) (line string, before []string) {
+	p.t.Helper()
+	timer := time.NewTimer(processWaitMax)
+	defer timer.Stop()
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("ringlogd exited before logging %q", want)
+			}
+			if strings.Contains(l, want) {
+				return l, before
+			}
+			before = append(before, l)
+		case <-timer.C:
+			p.t.Fatalf("no %q logged within %s", want, processWaitMax)
+		}
+	}
+}
+
+func (p *process) signal(s syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// SIGHUP on a real ringlogd: log level and topic defaults change while it serves, keys
+// that need a restart are reported, a broken file is refused and the broker keeps going.
+func TestSighupReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ringlogd.yaml")
+	write := func(text string) {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "data: " + filepath.Join(dir, "data") + "\nlisten: 127.0.0.1:0\nshards: 1\nshard-ports: \"off\"\npin: false\n"
+	write(base + "log-level: info\ntopic-defaults:\n  retention.ms: \"1000000\"\n")
+	p := startProcess(t, "--config", path)
+	started, _ := p.waitFor(`msg="ringlogd started"`)
+	addr := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(started)
+	if addr == nil {
+		t.Fatalf("no listen address in %q", started)
+	}
+	ctx := context.Background()
+	c, err := client.New(ctx, client.Config{Broker: addr[1], DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "orders", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	retention := func() (string, int8) {
+		t.Helper()
+		configs, err := c.DescribeConfigs(ctx, "orders", "retention.ms")
+		if err != nil || len(configs) != 1 {
+			t.Fatalf("describe configs: %v %v", configs, err)
+		}
+		return configs[0].Value, configs[0].Source
+	}
+	if v, src := retention(); v != "1000000" || src != netio.ConfigSourceBroker {
+		t.Fatalf("retention.ms %s (source %d) at start, want 1000000 from the broker", v, src)
+	}
+
+	write(base + "log-level: debug\ntopic-defaults:\n  retention.ms: \"2000000\"\n  flush.always: \"true\"\n")
+	p.signal(syscall.SIGHUP)
+	line, _ := p.waitFor(`msg="configuration reloaded"`)
+	for _, want := range []string{"changed=log-level,topic-defaults", "log_level=debug", "topics_reconfigured=orders"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("reload line lacks %q: %s", want, line)
+		}
+	}
+	p.waitFor(`level=DEBUG msg="configuration in force"`) // the new level is in force
+	if v, _ := retention(); v != "2000000" {
+		t.Errorf("retention.ms %s after reload, want 2000000", v)
+	}
+	prod := c.NewProducer(client.ProducerConfig{})
+	if _, err := prod.SendSync(ctx, &client.Record{Topic: "orders", Partition: 0, Value: []byte("after reload")}); err != nil {
+		t.Errorf("produce after the partition was reopened: %v", err)
+	}
+	prod.Close(ctx)
+
+	// A key that needs a restart, and a broken file.
+	write(strings.Replace(base, "listen: 127.0.0.1:0", "listen: 127.0.0.1:1", 1) + "log-level: debug\ntopic-defaults:\n  retention.ms: \"2000000\"\n  flush.always: \"true\"\n")
+	p.signal(syscall.SIGHUP)
+	if line, _ := p.waitFor("need a restart"); !strings.Contains(line, "keys=listen") {
+		t.Errorf("restart warning: %s", line)
+	}
+	p.waitFor("nothing to change at run time")
+	write(base + "log-level: loud\n")
+	p.signal(syscall.SIGHUP)
+	if line, _ := p.waitFor("configuration reload failed"); !strings.Contains(line, path+`:6: log-level \"loud\"`) {
+		t.Errorf("refusal line: %s", line)
+	}
+	if _, err := c.ListTopics(ctx); err != nil {
+		t.Errorf("broker after a refused reload: %v", err)
+	}
+
+	// Back to info: the debug line is no longer logged.
+	write(base + "log-level: info\ntopic-defaults:\n  retention.ms: \"2000000\"\n  flush.always: \"true\"\n")
+	p.signal(syscall.SIGHUP)
+	p.waitFor(`msg="configuration reloaded" changed=log-level`)
+	p.signal(syscall.SIGTERM)
+	_, rest := p.waitFor(`msg="ringlogd stopped"`)
+	for _, l := range rest {
+		if strings.Contains(l, "level=DEBUG") {
+			t.Errorf("debug line logged at level info: %s", l)
+		}
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(processStopGrace):
+		t.Error("ringlogd did not exit after SIGTERM")
+	}
+}

@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test bench fuzz lint build race
+.PHONY: test bench fuzz lint build race release
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -31,3 +31,22 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+
+# Static, versioned release binaries: dist/ringlog-VERSION-linux-ARCH/{ringlogd,ringlog} and a
+# .tar.gz of each, with SHA256SUMS. VERSION defaults to `git describe`, COMMIT to the short
+# revision; both are printed by `ringlogd --version` and `ringlog version`.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+RELEASE_LDFLAGS = -s -w -X main.Version=$(VERSION) -X main.Commit=$(COMMIT)
+release:
+	@rm -rf dist && mkdir -p dist
+	@for platform in $(RELEASE_PLATFORMS); do \
+	  os=$${platform%/*}; arch=$${platform#*/}; name=ringlog-$(VERSION)-$$os-$$arch; \
+	  echo "== $$name"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' \
+	    -o dist/$$name/ ./cmd/ringlogd ./cmd/ringlog || exit 1; \
+	  cp README.md docs/operations.md docs/ringlogd.example.yaml dist/$$name/ && cp -r deploy dist/$$name/ || exit 1; \
+	  tar -C dist -czf dist/$$name.tar.gz $$name || exit 1; \
+	done
+	@cd dist && sha256sum *.tar.gz > SHA256SUMS && cat SHA256SUMS

@@ -263,3 +263,19 @@ func TestSighupReload(t *testing.T) {
 		t.Error("ringlogd did not exit after SIGTERM")
 	}
 }
+
+// deploy/check.sh: the systemd unit and its drop-in pass systemd-analyze verify (where it
+// exists), the sysctl and limits files parse, and the unit's ExecStart flags load the
+// example configuration on this binary.
+func TestDeployFiles(t *testing.T) {
+	cmd := exec.Command("bash", filepath.Join("..", "..", "deploy", "check.sh"))
+	cmd.Env = append(os.Environ(), "RINGLOGD="+ringlogdBin)
+	out, err := cmd.CombinedOutput()
+	t.Logf("deploy/check.sh:\n%s", out)
+	if err != nil {
+		t.Fatalf("deploy/check.sh: %v", err)
+	}
+	if !strings.Contains(string(out), "ok   ExecStart flags load the example configuration") {
+		t.Error("check.sh did not check the ExecStart flags")
+	}
+}

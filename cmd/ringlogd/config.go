@@ -25,7 +25,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ringlog/ringlog/engine"
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/tuning"
 )
 
@@ -190,7 +190,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&o.storage, "storage", "page-cache", "storage mode: page-cache or direct")
 	fs.StringVar(&o.io, "io", "auto", "I/O backend: auto, uring or syscall")
 	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")
-	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(netio.FrameBytesMaxDefault), "largest request frame accepted")
+	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(wire.FrameBytesMaxDefault), "largest request frame accepted")
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // These tests run the real ringlogd binary, built once by TestMain the way `make release`
@@ -205,7 +205,7 @@ func TestSighupReload(t *testing.T) {
 		}
 		return configs[0].Value, configs[0].Source
 	}
-	if v, src := retention(); v != "1000000" || src != netio.ConfigSourceBroker {
+	if v, src := retention(); v != "1000000" || src != wire.ConfigSourceBroker {
 		t.Fatalf("retention.ms %s (source %d) at start, want 1000000 from the broker", v, src)
 	}
 

@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -178,10 +179,9 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 			delete(end, p)
 		}
 	}
-	write := func(r *client.ConsumedRecord) error { writeRecord(out, o, r); return nil }
+	var enc *json.Encoder // --format json
 	if o.json {
-		enc := newJSONEncoder(out)
-		write = func(r *client.ConsumedRecord) error { return enc.Encode(newJSONRecord(r)) }
+		enc = newJSONEncoder(out)
 	}
 	var written int64
 	for range pollRoundsMax {
@@ -196,8 +196,12 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 					continue
 				}
 			}
-			if err := write(&r); err != nil {
-				return written, fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+			if enc != nil {
+				if err := enc.Encode(newJSONRecord(&r)); err != nil {
+					return written, fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+				}
+			} else {
+				writeRecord(out, o, &r)
 			}
 			written++
 			if o.max > 0 && written >= o.max {

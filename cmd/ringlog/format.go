@@ -94,7 +94,7 @@ func compileFormat(format string) ([]formatPart, error) {
 
 // writeFormatted writes r as the compiled format says (no newline unless it has one).
 func writeFormatted(out *bufio.Writer, parts []formatPart, r *client.ConsumedRecord) {
-	var num [24]byte
+	num := func(n int64) { out.Write(strconv.AppendInt(out.AvailableBuffer(), n, 10)) } // no allocation
 	for _, p := range parts {
 		switch p.placeholder {
 		case 0:
@@ -102,19 +102,19 @@ func writeFormatted(out *bufio.Writer, parts []formatPart, r *client.ConsumedRec
 		case 't':
 			out.WriteString(r.Topic)
 		case 'p':
-			out.Write(strconv.AppendInt(num[:0], int64(r.Partition), 10))
+			num(int64(r.Partition))
 		case 'o':
-			out.Write(strconv.AppendInt(num[:0], r.Offset, 10))
+			num(r.Offset)
 		case 'k':
 			out.Write(r.Key)
 		case 's':
 			out.Write(r.Value)
 		case 'K':
-			out.Write(strconv.AppendInt(num[:0], nullableLen(r.Key), 10))
+			num(nullableLen(r.Key))
 		case 'S':
-			out.Write(strconv.AppendInt(num[:0], nullableLen(r.Value), 10))
+			num(nullableLen(r.Value))
 		case 'T':
-			out.Write(strconv.AppendInt(num[:0], r.Timestamp.UnixMilli(), 10))
+			num(r.Timestamp.UnixMilli())
 		case 'h':
 			for i, h := range r.Headers {
 				if i > 0 {

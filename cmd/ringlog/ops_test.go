@@ -475,3 +475,33 @@ func TestVersionCommand(t *testing.T) {
 		t.Error("version with an argument: no error")
 	}
 }
+
+// BenchmarkWriteRecordFormats measures printing one 100-byte record with a kcat --format
+// and with --format json (no broker: the formatting alone).
+func BenchmarkWriteRecordFormats(b *testing.B) {
+	r := &client.ConsumedRecord{Topic: "bench", Partition: 1, Offset: 123456, Timestamp: time.UnixMilli(1700000000000),
+		Key: []byte(strings.Repeat("k", 10)), Value: []byte(strings.Repeat("v", 90)),
+		Headers: []batch.RecordHeader{{Key: "trace", Value: []byte("abc")}}}
+	parts, err := compileFormat(`%t %p %o %T %k %s %h\n`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := bufio.NewWriterSize(io.Discard, 64<<10)
+	b.Run("kcat", func(b *testing.B) {
+		b.SetBytes(int64(len(r.Key) + len(r.Value)))
+		b.ReportAllocs()
+		for range b.N {
+			writeFormatted(out, parts, r)
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		enc := newJSONEncoder(out)
+		b.SetBytes(int64(len(r.Key) + len(r.Value)))
+		b.ReportAllocs()
+		for range b.N {
+			if err := enc.Encode(newJSONRecord(r)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

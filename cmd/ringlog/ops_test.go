@@ -420,7 +420,7 @@ func TestCompletion(t *testing.T) {
 		"ringlog con":                           "consume",
 		"ringlog ":                              "--broker --help bench completion consume produce topic tune version",
 		"ringlog --broker h:1 top":              "topic",
-		"ringlog topic ":                        "config create delete describe list",
+		"ringlog topic ":                        "config create delete describe list repair",
 		"ringlog topic create orders --par":     "--partitions",
 		"ringlog produce orders --acks ":        "0 1 all",
 		"ringlog produce orders --in":           "--input",

@@ -63,7 +63,7 @@ topic-defaults:
 			t.Errorf("%s = %q from %q, want %q from %q", key, got, src, want.value, want.source)
 		}
 	}
-	lc, err := s.logDefaults()
+	lc, err := s.logDefaultsOver(engine.LogConfig{})
 	if err != nil || lc.RetentionMs != 2000 || lc.SegmentBytes != 0 || lc.Storage != engine.StorageDirect {
 		t.Errorf("logDefaults = %+v, %v; want retention 2000, segment bytes from the engine, direct", lc, err)
 	}
@@ -256,7 +256,7 @@ func TestReload(t *testing.T) {
 	b := &fakeBroker{topics: []string{"orders"}}
 
 	// Nothing changed.
-	if got := reload(running, args, noEnv, b, level, log); got != running || len(b.calls) != 0 {
+	if got := reload(running, args, noEnv, b, engine.LogConfig{}, level, log); got != running || len(b.calls) != 0 {
 		t.Errorf("unchanged file: new settings or broker called (%d calls)", len(b.calls))
 	}
 	if !strings.Contains(logs.String(), "nothing to change") {
@@ -266,12 +266,12 @@ func TestReload(t *testing.T) {
 	// log level, a topic default, and listen (restart only).
 	logs.Reset()
 	os.WriteFile(path, []byte("log-level: debug\nlisten: 127.0.0.1:9600\ntopic-defaults:\n  retention.ms: \"2000\"\n"), 0o644)
-	next := reload(running, args, noEnv, b, level, log)
+	next := reload(running, args, noEnv, b, engine.LogConfig{VerifySegments: true}, level, log)
 	if level.Level() != slog.LevelDebug {
 		t.Errorf("level %v after reload, want debug", level.Level())
 	}
-	if len(b.calls) != 1 || b.calls[0].RetentionMs != 2000 {
-		t.Errorf("SetLogDefaults calls %+v, want one with retention 2000", b.calls)
+	if len(b.calls) != 1 || b.calls[0].RetentionMs != 2000 || !b.calls[0].VerifySegments {
+		t.Errorf("SetLogDefaults calls %+v, want one with retention 2000 over the process-wide base", b.calls)
 	}
 	if next.o.listen != "127.0.0.1:9500" || next.o.logLevel != "debug" || next.o.topicDefaults["retention.ms"] != "2000" {
 		t.Errorf("running configuration after reload: %+v", next.o)
@@ -287,7 +287,7 @@ func TestReload(t *testing.T) {
 	// A broken file changes nothing.
 	logs.Reset()
 	os.WriteFile(path, []byte("log-level: info\nlog-levle: x\n"), 0o644)
-	if got := reload(next, args, noEnv, b, level, log); got != next || level.Level() != slog.LevelDebug || len(b.calls) != 1 {
+	if got := reload(next, args, noEnv, b, engine.LogConfig{}, level, log); got != next || level.Level() != slog.LevelDebug || len(b.calls) != 1 {
 		t.Error("a refused configuration was applied")
 	}
 	if !strings.Contains(logs.String(), `configuration reload failed; the running configuration stays" err="`+path+`:2: unknown key \"log-levle\"`) {
@@ -298,7 +298,7 @@ func TestReload(t *testing.T) {
 	logs.Reset()
 	b.err, b.topics = engine.ErrTopicExists, nil
 	os.WriteFile(path, []byte("log-level: debug\nlisten: 127.0.0.1:9500\ntopic-defaults:\n  retention.ms: \"3000\"\n"), 0o644)
-	if got := reload(next, args, noEnv, b, level, log); got != next {
+	if got := reload(next, args, noEnv, b, engine.LogConfig{}, level, log); got != next {
 		t.Error("defaults the broker refused became the running configuration")
 	}
 }

@@ -25,9 +25,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/node"
+
+	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
-	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/ring"
 	"github.com/ringlog/ringlog/tuning"
 )
@@ -84,7 +86,6 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	logLevel, _ := parseLogLevel(o.logLevel) // validated
 	level.Set(logLevel)
 	logConfig(log, cfg)
-	logDefaults, _ := cfg.logDefaults() // validated
 	// Handle SIGTERM/SIGINT from here on: a signal that arrives during start-up, or right
 	// after the start-up line that scripts wait for, must mean a clean shutdown, not the
 	// default action (death without syncing).
@@ -110,6 +111,14 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			shards = len(cpus)
 		}
 	}
+	disk, err := engine.NewDiskSpace(o.dataDir, o.diskFreeMin, nil)
+	if err != nil {
+		return err
+	}
+	// Partition defaults: the process-wide parts (disk guard, start-up verification) under
+	// the reloadable ones (storage, flush-always, topic-defaults).
+	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify}
+	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
 	n, err := node.Start(node.Config{
 		Core: shard.Config{
 			DataDir: o.dataDir,
@@ -118,6 +127,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			Pin:     o.pin,
 			Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
 			Log:     logDefaults,
+			// The shard's 0 means its default; the flag's 0 means off.
+			ScrubBytesPerSecond: scrubRate(o.scrubRate),
 		},
 		Listen:     o.listen,
 		ShardPorts: o.shardPorts,
@@ -160,7 +171,7 @@ wait:
 	for {
 		select {
 		case <-hup:
-			running = reload(running, args, os.LookupEnv, n.Core, level, log)
+			running = reload(running, args, os.LookupEnv, n.Core, logBase, level, log)
 		case s := <-sig:
 			log.Info("shutting down", "signal", s.String())
 			break wait
@@ -179,4 +190,13 @@ wait:
 		return serveErr
 	}
 	return nil
+}
+
+// scrubRate maps --scrub-bytes-per-sec (0: off) to shard.Config.ScrubBytesPerSecond
+// (negative: off).
+func scrubRate(flag int64) int64 {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

@@ -27,7 +27,9 @@ type logDefaultsSetter interface {
 // reload loads the configuration again and applies the reloadable changes. It returns the
 // configuration now running: on any error, running unchanged (a broken file never takes
 // a running broker down).
-func reload(running *settings, args []string, getenv func(string) (string, bool), b logDefaultsSetter, level *slog.LevelVar, log *slog.Logger) *settings {
+// base holds the process-wide partition fields (disk guard, start-up verification) that
+// the new defaults keep.
+func reload(running *settings, args []string, getenv func(string) (string, bool), b logDefaultsSetter, base engine.LogConfig, level *slog.LevelVar, log *slog.Logger) *settings {
 	next, err := loadSettings(args, getenv)
 	if err != nil {
 		log.Error("configuration reload failed; the running configuration stays", "err", err)
@@ -79,7 +81,7 @@ func reload(running *settings, args []string, getenv func(string) (string, bool)
 		attrs = append(attrs, "log_level", merged.o.logLevel)
 	}
 	if partitionDefaults(running) != partitionDefaults(merged) {
-		newDefaults, _ := merged.logDefaults() // validated by loadSettings
+		newDefaults, _ := merged.logDefaultsOver(base) // validated by loadSettings
 		topics, err := b.SetLogDefaults(newDefaults)
 		if err != nil {
 			log.Error("configuration reload: new topic defaults refused; the running ones stay", "err", err, "topics_reconfigured", strings.Join(topics, ","))

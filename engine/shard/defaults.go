@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
@@ -21,8 +22,9 @@ func (b *Broker) loadLogDefaults() engine.LogConfig { return *b.logDefaults.Load
 // configuration changes; topics that set a key themselves keep their value. It returns
 // the names of the reconfigured topics, sorted. Invalid defaults (or defaults that make a
 // topic's configuration invalid) are refused before anything changes. If reopening a
-// partition fails, the topics handled before it keep the new defaults and the error names
-// the topic.
+// partition fails, that topic goes back to its old configuration (as in
+// AlterTopicConfig), the topics handled before it keep the new defaults, and the error
+// names the topic.
 func (b *Broker) SetLogDefaults(lc engine.LogConfig) ([]string, error) {
 	if lc.Logger == nil {
 		lc.Logger = b.cfg.Logger
@@ -53,7 +55,20 @@ func (b *Broker) SetLogDefaults(lc engine.LogConfig) ([]string, error) {
 		nt := c.next
 		err := b.onPartitions(nt, func(s *Shard, tp TopicPartition) error { return s.reconfigurePartition(tp, nt.logConfig, nt.minInsync) })
 		if err != nil {
-			return names, fmt.Errorf("apply new defaults to %q: %w", nt.Name, err)
+			// As AlterTopicConfig: put this topic's partitions back on their old config.
+			t := c.old
+			rerr := b.onPartitions(t, func(s *Shard, tp TopicPartition) error {
+				err := s.reconfigurePartition(tp, t.logConfig, t.minInsync)
+				if errors.Is(err, ErrUnknownTopicOrPartition) { // the failed reopen closed it
+					err = s.openPartition(tp, t.logConfig, t.minInsync)
+				}
+				return err
+			})
+			if rerr != nil {
+				b.log.Error("new defaults failed and not every partition is back on its old config; a restart restores it",
+					"topic", t.Name, "err", rerr)
+			}
+			return names, fmt.Errorf("apply new defaults to %q: %w", nt.Name, errors.Join(err, rerr))
 		}
 		b.publish(b.meta.Load(), nt.Name, nt)
 		names = append(names, nt.Name)

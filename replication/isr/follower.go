@@ -61,6 +61,7 @@ type Follower struct {
 func NewFollower(self, leader ReplicaID, leaderEpoch int32, logEndOffset, highWatermark int64, epochs *EpochCache) *Follower {
 	f := &Follower{self: self, leader: leader, leaderEpoch: leaderEpoch, leo: logEndOffset,
 		hwm: min(highWatermark, logEndOffset), epochs: epochs, phase: Truncating}
+	epochs.TruncateFromEnd(logEndOffset) // epochs this replica led without appending
 	if _, ok := epochs.Latest(); !ok && logEndOffset == 0 {
 		f.phase = Fetching // an empty log has nothing to diverge
 	}
@@ -125,10 +126,10 @@ func (f *Follower) EpochAnswered(answer EpochEndOffset) int64 {
 }
 
 func (f *Follower) truncate(to int64) {
-	if to < f.leo {
-		f.leo = to
-		f.epochs.TruncateFromEnd(to)
-	}
+	f.leo = min(f.leo, to)
+	// Epochs starting at the new end hold no record here (they may never have held any: a
+	// leader assigns its epoch at its log end when elected).
+	f.epochs.TruncateFromEnd(f.leo)
 	f.hwm = min(f.hwm, f.leo)
 }
 

@@ -310,16 +310,18 @@ func (c *cluster) deliverISR(drop bool, out *strings.Builder) {
 	if a.Leader != c.leader || a.LeaderEpoch != c.leaderEpoch || a.PartitionEpoch != c.partitionEpoch {
 		c.printf(out, "controller: rejected %v (leader=%d leader-epoch=%d partition-epoch=%d)", a, c.leader, c.leaderEpoch, c.partitionEpoch)
 		if n := c.nodes[a.Leader]; n.alive && n.leader != nil {
-			n.leader.ISRRejected()
+			n.leader.ISRRejected(a)
+			c.handleOutputs(n, out)
 		}
 		return
 	}
 	c.isr = slices.Clone(a.ISR)
 	c.partitionEpoch++
 	c.printf(out, "controller: isr=%s partition-epoch=%d", fmtIDs(c.isr), c.partitionEpoch)
-	n := c.nodes[a.Leader]
-	n.leader.ISRCommitted(c.now, c.isr, c.partitionEpoch)
-	c.handleOutputs(n, out)
+	if n := c.nodes[a.Leader]; n.alive && n.leader != nil {
+		n.leader.ISRCommitted(c.now, c.isr, c.partitionEpoch)
+		c.handleOutputs(n, out)
+	}
 }
 
 // crash stops a replica: its log survives (as a restarted broker finds it), its state
@@ -372,10 +374,16 @@ func (c *cluster) elect(unclean bool, out *strings.Builder) {
 	c.becomeRoles(out)
 }
 
-// restart brings a crashed replica back as a follower of the current leader.
+// restart brings a crashed replica back as a follower of the current leader. A broker the
+// controller still takes for the leader comes back with a new session: the controller
+// elects again (a new leader epoch), as it would on the re-registration.
 func (c *cluster) restart(id isr.ReplicaID, out *strings.Builder) {
 	n := c.nodes[id]
 	n.alive = true
+	if c.leader == id {
+		c.elect(false, out)
+		return
+	}
 	c.becomeRole(n, out)
 }
 

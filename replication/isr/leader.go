@@ -423,9 +423,17 @@ func (l *Leader) ISRCommitted(now time.Time, isr []ReplicaID, partitionEpoch int
 	}
 }
 
-// ISRRejected drops the in-flight AlterISR after the controller refused it (a stale epoch:
-// the leader should expect new metadata), so that a later input may propose again.
-func (l *Leader) ISRRejected() { l.inflight = nil }
+// ISRRejected drops the in-flight AlterISR a after the controller refused it (a stale epoch:
+// the leader should expect new metadata), so that a later input may propose again. An
+// answer to any other request than the one in flight is ignored.
+func (l *Leader) ISRRejected(a AlterISR) {
+	if l.resigned || l.inflight == nil || a.LeaderEpoch != l.inflight.LeaderEpoch ||
+		a.PartitionEpoch != l.inflight.PartitionEpoch || !slices.Equal(a.ISR, l.inflight.ISR) {
+		return
+	}
+	l.inflight = nil
+	l.maybeAdvanceHighWatermark() // members it would have added no longer hold it back
+}
 
 // Resign ends this leadership (the controller elected someone else or the broker stops):
 // every waiting acks=all produce is answered with ErrNotLeader.

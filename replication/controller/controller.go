@@ -288,6 +288,14 @@ func (c *Controller) Leader() (int32, string) {
 	return int32(n), string(addr)
 }
 
+// LeaderChanged returns a channel closed at the next change of raft leader seen by this
+// voter.
+func (c *Controller) LeaderChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaderChanged
+}
+
 // IsLeader reports whether this voter is the raft leader.
 func (c *Controller) IsLeader() bool { return c.raft.State() == raft.Leader }
 

@@ -182,6 +182,9 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	if meta.Topics == nil {
 		meta.Topics = map[string]*Topic{}
 	}
+	if err := meta.validate(); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.meta = meta

@@ -118,6 +118,36 @@ func (m *Metadata) Clone() *Metadata {
 	return c
 }
 
+// ErrCorruptMetadata is returned by FSM.Restore for a snapshot whose metadata breaks the
+// state machine's invariants.
+var ErrCorruptMetadata = errors.New("corrupt controller metadata")
+
+// validate checks what apply relies on: entries keyed by their own id or name, partitions
+// indexed in order, each with replicas, an ISR of replicas, and a leader in the ISR or none.
+func (m *Metadata) validate() error {
+	for id, b := range m.Brokers {
+		if b == nil || b.ID != id {
+			return fmt.Errorf("broker %d: %w", id, ErrCorruptMetadata)
+		}
+	}
+	for name, t := range m.Topics {
+		if t == nil || t.Name != name {
+			return fmt.Errorf("topic %q: %w", name, ErrCorruptMetadata)
+		}
+		for i, p := range t.Partitions {
+			ok := p.Index == int32(i) && len(p.Replicas) > 0 && len(p.ISR) > 0 &&
+				(p.Leader == NoLeader || slices.Contains(p.ISR, p.Leader))
+			for _, id := range p.ISR {
+				ok = ok && slices.Contains(p.Replicas, id)
+			}
+			if !ok {
+				return fmt.Errorf("partition %s/%d %+v: %w", name, i, p, ErrCorruptMetadata)
+			}
+		}
+	}
+	return nil
+}
+
 func (m *Metadata) live(id int32) bool {
 	b, ok := m.Brokers[id]
 	return ok && !b.Fenced
@@ -153,6 +183,9 @@ func (m *Metadata) partition(topic string, index int32) (*Topic, *Partition, err
 // the state, so that every voter computes the same result.
 func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 	m.Version = index
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	switch c.Type {
 	case CmdRegisterBroker:
 		return nil, m.registerBroker(c.NowMs, c.Broker)
@@ -174,6 +207,29 @@ func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 		return m.electPreferred(c.Reassign.Topic, c.Reassign.Partition)
 	}
 	return nil, fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
+}
+
+// check refuses a command without the payload its type needs.
+func (c *Command) check() error {
+	var ok bool
+	switch c.Type {
+	case CmdRegisterBroker, CmdHeartbeat:
+		ok = c.Broker != nil
+	case CmdExpireSessions:
+		ok = true
+	case CmdCreateTopic, CmdDeleteTopic, CmdSetUnclean:
+		ok = c.Topic != nil
+	case CmdAlterISR:
+		ok = c.AlterISR != nil
+	case CmdReassign, CmdElectPreferred:
+		ok = c.Reassign != nil
+	default:
+		return fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
+	}
+	if !ok {
+		return fmt.Errorf("type %d without its payload: %w", c.Type, ErrUnknownCommand)
+	}
+	return nil
 }
 
 func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {

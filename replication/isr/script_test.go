@@ -12,7 +12,7 @@ import (
 	"github.com/ringlog/ringlog/replication/isr"
 )
 
-// The scripted tests in testdata/*.txt drive one partition replicated on a few simulated
+// The scripted tests in testdata/scripts/*.txt drive one partition replicated on a few simulated
 // brokers (harness_test.go) and print every message between leader, followers and the
 // controller, in order. Regenerate the expected output with
 //
@@ -37,7 +37,7 @@ import (
 //	check                                       the safety invariants (acked records kept,
 //	                                            replicas identical below the high watermark)
 func TestScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/scripts", func(t *testing.T, path string) {
 		var c *cluster
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			var out strings.Builder

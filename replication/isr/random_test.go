@@ -14,7 +14,7 @@ import (
 
 var (
 	seedFlag  = flag.Uint64("isr.seed", 0, "seed for the randomized tests (0: from the clock, printed)")
-	roundsMax = flag.Int("isr.rounds", 100, "schedules per randomized cluster test")
+	roundsMax = flag.Int("isr.rounds", 400, "schedules per randomized cluster test")
 )
 
 // randomSeed returns -isr.seed or a clock-derived seed, and logs it so that a failure can be
@@ -94,7 +94,7 @@ func runSchedule(seed, round uint64, trace *strings.Builder) error {
 			if !n.alive || n.follower == nil {
 				continue
 			}
-			drop := rng.IntN(10) == 0
+			drop := rng.IntN(5) == 0
 			fmt.Fprintf(trace, "fetch n=%d drop=%v\n", id, drop)
 			if err := c.fetch(id, 1+rng.IntN(5), drop, nil, &out); err != nil {
 				return err

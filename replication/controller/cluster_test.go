@@ -363,3 +363,24 @@ func TestSingleVoter(t *testing.T) {
 		t.Errorf("a node id outside the voters: %v", err)
 	}
 }
+
+func TestFiveVotersLoseTwo(t *testing.T) {
+	c := newTestCluster(t, 5)
+	c.mustSubmit(Command{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: 1, Address: "127.0.0.1:9092"}})
+	// Two voters go, the leader among them: the other three still form a quorum.
+	first := c.leader().ID()
+	c.stop(first)
+	for _, id := range c.ids {
+		if _, running := c.ctrls[id]; running {
+			c.stop(id)
+			break
+		}
+	}
+	c.mustSubmit(Command{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "five", Partitions: 1, ReplicationFactor: 1}})
+	c.converge(c.leader().Version())
+	for id, ctrl := range c.ctrls {
+		if m := ctrl.Metadata(); m.Topics["five"] == nil || len(m.Brokers) != 1 {
+			t.Errorf("voter %d: %+v", id, m)
+		}
+	}
+}

@@ -257,20 +257,28 @@ func (c *Controller) watchLeader(observations <-chan raft.Observation) {
 	}
 }
 
-// expireSessions proposes ExpireSessions every ExpiryInterval while this voter leads.
+// expireSessions proposes ExpireSessions every ExpiryInterval while this voter leads,
+// with a grace period from the moment it became leader (brokers could not heartbeat while
+// there was none).
 func (c *Controller) expireSessions() {
 	defer c.done.Done()
 	t := time.NewTicker(c.cfg.ExpiryInterval)
 	defer t.Stop()
+	var leaderSinceMs int64 // 0: not leading at the last tick
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
-			if c.raft.State() == raft.Leader {
-				// Refused or failed proposals are retried at the next tick.
-				_, _ = c.Submit(&Command{Type: CmdExpireSessions}, c.cfg.ExpiryInterval)
+			if c.raft.State() != raft.Leader {
+				leaderSinceMs = 0
+				continue
 			}
+			if leaderSinceMs == 0 {
+				leaderSinceMs = c.cfg.Now().UnixMilli()
+			}
+			// Refused or failed proposals are retried at the next tick.
+			_, _ = c.Submit(&Command{Type: CmdExpireSessions, GraceFromMs: leaderSinceMs}, c.cfg.ExpiryInterval)
 		}
 	}
 }

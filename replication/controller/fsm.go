@@ -30,12 +30,16 @@ const (
 // proposer's clock: the state machine never reads a clock, so that every voter computes the
 // same state.
 type Command struct {
-	Type     CommandType
-	NowMs    int64               `json:",omitempty"`
-	Broker   *BrokerRegistration `json:",omitempty"`
-	Topic    *TopicRequest       `json:",omitempty"`
-	AlterISR *AlterISRRequest    `json:",omitempty"`
-	Reassign *ReassignRequest    `json:",omitempty"`
+	Type  CommandType
+	NowMs int64 `json:",omitempty"`
+	// GraceFromMs (ExpireSessions): no session counts as silent before this time, the
+	// moment the proposer became raft leader. Brokers cannot heartbeat while there is no
+	// controller leader, and must not be fenced for it.
+	GraceFromMs int64               `json:",omitempty"`
+	Broker      *BrokerRegistration `json:",omitempty"`
+	Topic       *TopicRequest       `json:",omitempty"`
+	AlterISR    *AlterISRRequest    `json:",omitempty"`
+	Reassign    *ReassignRequest    `json:",omitempty"`
 }
 
 // BrokerRegistration is a broker's registration or heartbeat.

@@ -192,7 +192,7 @@ func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 	case CmdHeartbeat:
 		return nil, m.heartbeat(c.NowMs, c.Broker)
 	case CmdExpireSessions:
-		return m.expireSessions(c.NowMs), nil
+		return m.expireSessions(c.NowMs, c.GraceFromMs), nil
 	case CmdCreateTopic:
 		return m.createTopic(c.Topic)
 	case CmdDeleteTopic:
@@ -265,13 +265,14 @@ func (m *Metadata) heartbeat(nowMs int64, r *BrokerRegistration) error {
 	return nil
 }
 
-// expireSessions fences every live broker whose last heartbeat is older than the session
-// timeout at nowMs, and returns their ids.
-func (m *Metadata) expireSessions(nowMs int64) []int32 {
+// expireSessions fences every live broker silent for longer than the session timeout at
+// nowMs, counting silence from its last heartbeat or graceFromMs, whichever is later, and
+// returns their ids.
+func (m *Metadata) expireSessions(nowMs, graceFromMs int64) []int32 {
 	var expired []int32
 	for _, id := range m.brokerIDs() {
 		b := m.Brokers[id]
-		if !b.Fenced && nowMs-b.LastHeartbeatMs > m.SessionTimeoutMs {
+		if !b.Fenced && nowMs-max(b.LastHeartbeatMs, graceFromMs) > m.SessionTimeoutMs {
 			m.fence(b)
 			expired = append(expired, id)
 		}

@@ -175,6 +175,26 @@ func TestSessionExpiryElectsFromISR(t *testing.T) {
 	}
 }
 
+func TestExpiryGraceAfterControllerFailover(t *testing.T) {
+	h, p := setup(t, false)
+	// Nobody heartbeats for longer than a session, but a new controller leader took over
+	// half a session ago: nobody is fenced yet.
+	h.nowMs += 2 * testSessionMs
+	r := h.must(Command{Type: CmdExpireSessions, GraceFromMs: h.nowMs - testSessionMs/2})
+	if got := r.Value.([]int32); len(got) != 0 {
+		t.Fatalf("expired %v within the grace period", got)
+	}
+	h.nowMs += testSessionMs
+	r = h.must(Command{Type: CmdExpireSessions, GraceFromMs: h.nowMs - testSessionMs*3/2})
+	if got := r.Value.([]int32); len(got) != 3 {
+		t.Fatalf("expired %v after the grace period, want all 3", got)
+	}
+	// Fenced in id order, broker 3 stays as the partition's last ISR member, offline.
+	if q := h.partition("t", 0); q.Leader != NoLeader || !slices.Equal(q.ISR, []int32{3}) || q.LeaderEpoch <= p.LeaderEpoch {
+		t.Errorf("all brokers fenced: %+v", q)
+	}
+}
+
 func TestOfflineAndUnclean(t *testing.T) {
 	for _, unclean := range []bool{false, true} {
 		h, p := setup(t, false)

@@ -405,8 +405,39 @@ func (l *Leader) propose(isr []ReplicaID) {
 // change the controller made itself): the committed ISR is now isr at partitionEpoch.
 // Answers older than the leader's partition epoch are ignored.
 func (l *Leader) ISRCommitted(now time.Time, isr []ReplicaID, partitionEpoch int32) {
+	if err := l.MetadataChanged(now, l.cfg.Replicas, isr, partitionEpoch); err != nil {
+		panic(fmt.Sprintf("isr: committed ISR %v: %v", isr, err))
+	}
+}
+
+// MetadataChanged applies a controller change that kept this replica leader at the same
+// leader epoch: a new ISR and, during a reassignment, a new replica set, at partitionEpoch.
+// Followers that join start with an unknown log end offset (0) and one lag period of grace;
+// followers that leave are forgotten. Changes older than the leader's partition epoch are
+// ignored. The replica set and ISR must contain this replica (losing it is a leader change:
+// Resign).
+func (l *Leader) MetadataChanged(now time.Time, replicas, isr []ReplicaID, partitionEpoch int32) error {
 	if l.resigned || partitionEpoch <= l.partitionEpoch {
-		return
+		return nil
+	}
+	if !slices.Contains(replicas, l.cfg.Self) || !slices.Contains(isr, l.cfg.Self) {
+		return fmt.Errorf("leader %d not in replicas %v or ISR %v: %w", l.cfg.Self, replicas, isr, ErrBadConfig)
+	}
+	for _, id := range isr {
+		if !slices.Contains(replicas, id) {
+			return fmt.Errorf("ISR member %d not a replica %v: %w", id, replicas, ErrBadConfig)
+		}
+	}
+	l.cfg.Replicas = slices.Clone(replicas)
+	for id := range l.followers {
+		if !slices.Contains(replicas, id) {
+			delete(l.followers, id)
+		}
+	}
+	for _, id := range replicas {
+		if _, ok := l.followers[id]; !ok && id != l.cfg.Self {
+			l.followers[id] = &follower{lastCaughtUp: now, lastFetch: now}
+		}
 	}
 	l.inflight = nil
 	l.isr = sortedIDs(isr)
@@ -414,13 +445,12 @@ func (l *Leader) ISRCommitted(now time.Time, isr []ReplicaID, partitionEpoch int
 	l.maybeAdvanceHighWatermark()
 	l.completeWaiters()
 	l.Tick(now)
-	if l.inflight == nil {
-		for _, id := range sortedIDs(l.cfg.Replicas) {
-			if id != l.cfg.Self && l.inflight == nil {
-				l.maybeExpand(id)
-			}
+	for _, id := range sortedIDs(l.cfg.Replicas) {
+		if id != l.cfg.Self && l.inflight == nil {
+			l.maybeExpand(id)
 		}
 	}
+	return nil
 }
 
 // ISRRejected drops the in-flight AlterISR a after the controller refused it (a stale epoch:

@@ -274,11 +274,15 @@ func (c *Controller) expireSessions() {
 				leaderSinceMs = 0
 				continue
 			}
+			nowMs := c.cfg.Now().UnixMilli()
 			if leaderSinceMs == 0 {
-				leaderSinceMs = c.cfg.Now().UnixMilli()
+				leaderSinceMs = nowMs
 			}
-			// Refused or failed proposals are retried at the next tick.
-			_, _ = c.Submit(&Command{Type: CmdExpireSessions, GraceFromMs: leaderSinceMs}, c.cfg.ExpiryInterval)
+			// Propose only when the leader's state shows an overdue session, so that an idle
+			// cluster does not fill the log. Refused or failed proposals retry next tick.
+			if c.fsm.anyExpired(nowMs, leaderSinceMs) {
+				_, _ = c.Submit(&Command{Type: CmdExpireSessions, GraceFromMs: leaderSinceMs}, c.cfg.ExpiryInterval)
+			}
 		}
 	}
 }

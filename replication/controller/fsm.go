@@ -124,6 +124,18 @@ func (f *FSM) ApplyCommand(index uint64, c *Command) Result {
 	return Result{Value: value, Err: err}
 }
 
+// anyExpired reports whether ExpireSessions at nowMs would fence a broker.
+func (f *FSM) anyExpired(nowMs, graceFromMs int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.meta.Brokers {
+		if f.meta.overdue(b, nowMs, graceFromMs) {
+			return true
+		}
+	}
+	return false
+}
+
 // Metadata returns a copy of the current state.
 func (f *FSM) Metadata() *Metadata {
 	f.mu.Lock()

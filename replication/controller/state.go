@@ -265,6 +265,10 @@ func (m *Metadata) heartbeat(nowMs int64, r *BrokerRegistration) error {
 	return nil
 }
 
+func (m *Metadata) overdue(b *Broker, nowMs, graceFromMs int64) bool {
+	return !b.Fenced && nowMs-max(b.LastHeartbeatMs, graceFromMs) > m.SessionTimeoutMs
+}
+
 // expireSessions fences every live broker silent for longer than the session timeout at
 // nowMs, counting silence from its last heartbeat or graceFromMs, whichever is later, and
 // returns their ids.
@@ -272,7 +276,7 @@ func (m *Metadata) expireSessions(nowMs, graceFromMs int64) []int32 {
 	var expired []int32
 	for _, id := range m.brokerIDs() {
 		b := m.Brokers[id]
-		if !b.Fenced && nowMs-max(b.LastHeartbeatMs, graceFromMs) > m.SessionTimeoutMs {
+		if m.overdue(b, nowMs, graceFromMs) {
 			m.fence(b)
 			expired = append(expired, id)
 		}

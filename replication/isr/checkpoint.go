@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // The leader-epoch checkpoint file, one per partition replica (Kafka's
@@ -25,9 +27,9 @@ import (
 // signs or leading zeros. The version and the layout are part of the on-disk format and must
 // not change; a new layout takes a new version number.
 //
-// WriteCheckpoint writes the whole file to a temporary name in the same directory, fsyncs
-// it, renames it over the old one and fsyncs the directory, so that a crash leaves either
-// the old file or the new one, never a torn one.
+// WriteCheckpoint writes the whole file to path.tmp, fsyncs it, renames it over the old one
+// and fsyncs the directory, so that a crash leaves either the old file or the new one, never
+// a torn one.
 
 const (
 	checkpointVersion = 0
@@ -106,38 +108,86 @@ func parseField(s string, bits int) (int64, error) {
 	return v, nil
 }
 
-// WriteCheckpoint replaces the checkpoint at path with entries, atomically and durably
-// (write a temporary file, fsync, rename, fsync the directory).
+// FileSyncer is the part of ring.FileIO the checkpoint writer uses, so that the broker can
+// pass its own FileIO (and tests engine/faultio's CrashFS) without this package importing
+// ring.
+type FileSyncer interface {
+	Pwrite(fd int, p []byte, off int64) (int, error)
+	Fsync(fd int) error
+}
+
+// syscalls is the FileSyncer of plain system calls.
+type syscalls struct{}
+
+func (syscalls) Pwrite(fd int, p []byte, off int64) (int, error) {
+	for {
+		n, err := unix.Pwrite(fd, p, off)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+func (syscalls) Fsync(fd int) error {
+	for {
+		if err := unix.Fsync(fd); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// checkpointTmpSuffix names the temporary file of WriteCheckpoint; a crash may leave one,
+// which the next write truncates and replaces.
+const checkpointTmpSuffix = ".tmp"
+
+// WriteCheckpoint replaces the checkpoint at path with entries, atomically and durably,
+// with plain system calls (see WriteCheckpointFS).
 func WriteCheckpoint(path string, entries []EpochEntry) error {
+	return WriteCheckpointFS(syscalls{}, path, entries)
+}
+
+// WriteCheckpointFS replaces the checkpoint at path with entries so that after a crash the
+// file holds either its old entries or the new ones, and the new ones once this returns
+// nil: write path.tmp, fsync it, rename it over path, fsync the directory, the writes and
+// fsyncs through fs.
+func WriteCheckpointFS(fs FileSyncer, path string, entries []EpochEntry) error {
 	if err := validEntries(entries); err != nil {
 		return fmt.Errorf("write checkpoint %s: %w", path, err)
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	tmp := path + checkpointTmpSuffix
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
-		return fmt.Errorf("write checkpoint %s: %w", path, err)
+		return fmt.Errorf("write checkpoint %s: %w", tmp, err)
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename this finds nothing
-	if _, err := tmp.Write(EncodeCheckpoint(entries)); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write checkpoint %s: %w", tmp.Name(), err)
+	data := EncodeCheckpoint(entries)
+	var werr error
+	for off := 0; off < len(data) && werr == nil; {
+		var n int
+		n, werr = fs.Pwrite(fd, data[off:], int64(off))
+		if werr == nil && n == 0 {
+			werr = io.ErrShortWrite
+		}
+		off += n
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fsync checkpoint %s: %w", tmp.Name(), err)
+	if werr == nil {
+		werr = fs.Fsync(fd)
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close checkpoint %s: %w", tmp.Name(), err)
+	if err := errors.Join(werr, unix.Close(fd)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write checkpoint %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename checkpoint into %s: %w", path, err)
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("replace checkpoint %s: %w", path, err)
 	}
-	d, err := os.Open(dir)
+	dir := filepath.Dir(path)
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open checkpoint directory %s: %w", dir, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	err = fs.Fsync(dfd)
+	unix.Close(dfd)
+	if err != nil {
 		return fmt.Errorf("fsync checkpoint directory %s: %w", dir, err)
 	}
 	return nil

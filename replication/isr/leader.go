@@ -106,8 +106,16 @@ type LeaderConfig struct {
 	HighWatermark  int64 // what this replica knew as a follower; it may lag
 	MinInsync      int   // min.insync.replicas
 	ReplicaLagMax  time.Duration
-	Now            time.Time
+	// AlterISRRetry is how long an AlterISR may go unanswered before Tick sends it again
+	// (the controller or the way to it may have lost it); 0 means alterISRRetryDefault.
+	AlterISRRetry time.Duration
+	Now           time.Time
 }
+
+// alterISRRetryDefault: a controller round trip is milliseconds, a raft election one or
+// two seconds; retrying every second costs nothing and bounds how long a lost message
+// freezes the ISR.
+const alterISRRetryDefault = time.Second
 
 // follower is the leader's view of one follower replica.
 type follower struct {
@@ -146,6 +154,7 @@ type Leader struct {
 	isr            []ReplicaID // committed, sorted
 	partitionEpoch int32
 	inflight       *AlterISR // the AlterISR awaiting the controller, or nil
+	inflightSentAt time.Time // when inflight was last emitted
 	leo            int64
 	hwm            int64
 	epochStart     int64 // the log end offset when this leader epoch began
@@ -178,6 +187,9 @@ func NewLeader(cfg LeaderConfig, epochs *EpochCache) (*Leader, error) {
 	}
 	if _, err := epochs.Assign(cfg.LeaderEpoch, cfg.LogEndOffset); err != nil {
 		return nil, fmt.Errorf("start leader epoch %d: %w", cfg.LeaderEpoch, err)
+	}
+	if cfg.AlterISRRetry <= 0 {
+		cfg.AlterISRRetry = alterISRRetryDefault
 	}
 	l := &Leader{
 		cfg:            cfg,
@@ -328,7 +340,7 @@ func (l *Leader) Fetch(now time.Time, req FetchRequest) FetchResponse {
 	f.lastFetch = now
 	f.leaderLEOAtFetch = l.leo
 	f.fetchedThisLeader = true
-	l.maybeExpand(req.Replica)
+	l.maybeExpand(now, req.Replica)
 	l.maybeAdvanceHighWatermark()
 	return FetchResponse{HighWatermark: l.hwm, LogEndOffset: l.leo}
 }
@@ -362,9 +374,16 @@ func (l *Leader) OffsetsForLeaderEpoch(currentLeaderEpoch, epoch int32) (EpochEn
 }
 
 // Tick lets time pass: followers in the ISR that have not caught up within ReplicaLagMax
-// are proposed for removal.
+// are proposed for removal, and an AlterISR unanswered for AlterISRRetry is sent again.
 func (l *Leader) Tick(now time.Time) {
-	if l.resigned || l.inflight != nil {
+	if l.resigned {
+		return
+	}
+	if l.inflight != nil {
+		if now.Sub(l.inflightSentAt) >= l.cfg.AlterISRRetry {
+			l.inflightSentAt = now
+			l.outputs = append(l.outputs, *l.inflight)
+		}
 		return
 	}
 	var out []ReplicaID
@@ -380,24 +399,25 @@ func (l *Leader) Tick(now time.Time) {
 	if len(out) == 0 {
 		return
 	}
-	l.propose(slices.DeleteFunc(slices.Clone(l.isr), func(id ReplicaID) bool { return slices.Contains(out, id) }))
+	l.propose(now, slices.DeleteFunc(slices.Clone(l.isr), func(id ReplicaID) bool { return slices.Contains(out, id) }))
 }
 
 // maybeExpand proposes adding follower id to the ISR once its log end offset reaches the
 // high watermark and the start of this leader epoch (so that it holds everything of this
 // epoch the ISR has agreed on).
-func (l *Leader) maybeExpand(id ReplicaID) {
+func (l *Leader) maybeExpand(now time.Time, id ReplicaID) {
 	if l.inflight != nil || slices.Contains(l.isr, id) {
 		return
 	}
 	f := l.followers[id]
 	if f.leo >= l.hwm && f.leo >= l.epochStart {
-		l.propose(sortedIDs(append(slices.Clone(l.isr), id)))
+		l.propose(now, sortedIDs(append(slices.Clone(l.isr), id)))
 	}
 }
 
-func (l *Leader) propose(isr []ReplicaID) {
+func (l *Leader) propose(now time.Time, isr []ReplicaID) {
 	l.inflight = &AlterISR{Leader: l.cfg.Self, LeaderEpoch: l.cfg.LeaderEpoch, PartitionEpoch: l.partitionEpoch, ISR: isr}
+	l.inflightSentAt = now
 	l.outputs = append(l.outputs, *l.inflight)
 }
 
@@ -447,7 +467,7 @@ func (l *Leader) MetadataChanged(now time.Time, replicas, isr []ReplicaID, parti
 	l.Tick(now)
 	for _, id := range sortedIDs(l.cfg.Replicas) {
 		if id != l.cfg.Self && l.inflight == nil {
-			l.maybeExpand(id)
+			l.maybeExpand(now, id)
 		}
 	}
 	return nil

@@ -308,7 +308,7 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 			b := before.Brokers[id]
 			c.mustSubmit(Command{Type: CmdHeartbeat, Broker: &BrokerRegistration{ID: id, SessionEpoch: b.SessionEpoch}})
 		}
-		after = waitWithin(c.leader(), 100*testCommit, func(m *Metadata) bool { return m.Brokers[1].Fenced })
+		after = waitWithin(c.leader(), 30*testCommit, func(m *Metadata) bool { return m.Brokers[1].Fenced })
 	}
 	if after.Brokers[2].Fenced || after.Brokers[3].Fenced {
 		t.Fatalf("heartbeating brokers fenced: %+v", after.Brokers)

@@ -390,12 +390,14 @@ func (c *Controller) Shutdown() error {
 	var err error
 	c.once.Do(func() {
 		close(c.stop)
+		// Raft first: a proposal of the expiry loop in flight then fails at once instead of
+		// running out its timeout.
+		if e := c.raft.Shutdown().Error(); e != nil {
+			err = fmt.Errorf("raft shutdown: %w", e)
+		}
 		c.done.Wait()
 		if c.observer != nil {
 			c.raft.DeregisterObserver(c.observer)
-		}
-		if e := c.raft.Shutdown().Error(); e != nil {
-			err = fmt.Errorf("raft shutdown: %w", e)
 		}
 		if e := c.transport.Close(); e != nil && err == nil {
 			err = fmt.Errorf("close transport: %w", e)

@@ -135,3 +135,37 @@ func TestLeaderLaggingByPreviousFetch(t *testing.T) {
 		t.Fatalf("shrink proposals %v", alter)
 	}
 }
+
+func TestFollowerEdges(t *testing.T) {
+	epochs, _ := isr.NewEpochCache(nil)
+	f := isr.NewFollower(2, 1, 4, 0, 0, epochs)
+	if f.Phase() != isr.Fetching {
+		t.Fatalf("an empty replica starts %v, want fetching", f.Phase())
+	}
+	if err := f.Appended([]isr.BatchEpoch{{Epoch: 3, BaseOffset: 0, EndOffset: 4}, {Epoch: 4, BaseOffset: 4, EndOffset: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Appended([]isr.BatchEpoch{{Epoch: 4, BaseOffset: 7, EndOffset: 8}}); !errors.Is(err, isr.ErrBatchOutOfOrder) {
+		t.Errorf("gap: %v", err)
+	}
+	if err := f.Appended([]isr.BatchEpoch{{Epoch: 2, BaseOffset: 6, EndOffset: 7}}); !errors.Is(err, isr.ErrBatchOutOfOrder) {
+		t.Errorf("older epoch: %v", err)
+	}
+	if err := f.Fetched(isr.FetchResponse{HighWatermark: 9, LogEndOffset: 9}); err != nil || f.HighWatermark() != 6 {
+		t.Errorf("high watermark %d (err %v), want capped at the log end 6", f.HighWatermark(), err)
+	}
+	// The leader's log is now shorter than ours (it was cut by an unclean election): the
+	// follower finds the divergence again.
+	if err := f.Fetched(isr.FetchResponse{Err: isr.ErrOffsetOutOfRange}); !errors.Is(err, isr.ErrOffsetOutOfRange) || f.Phase() != isr.Truncating {
+		t.Fatalf("after out of range: %v, phase %v", err, f.Phase())
+	}
+	if req := f.EpochRequest(); req.Epoch != 4 || req.CurrentLeaderEpoch != 4 {
+		t.Errorf("epoch request %+v", req)
+	}
+	if to := f.EpochAnswered(isr.EpochEndOffset{Epoch: 3, EndOffset: 3}); to != 3 || f.LogEndOffset() != 3 || f.HighWatermark() != 3 {
+		t.Errorf("truncated to %d, leo %d hwm %d; want 3", to, f.LogEndOffset(), f.HighWatermark())
+	}
+	if got := epochs.Entries(); !slices.Equal(got, []isr.EpochEntry{{Epoch: 3, StartOffset: 0}}) {
+		t.Errorf("epoch cache after truncation %v", got)
+	}
+}

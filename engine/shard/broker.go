@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard/core"
 	"github.com/ringlog/ringlog/ring"
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +27,7 @@ var (
 	ErrInvalidTopic            = engine.ErrInvalidTopic
 	ErrInvalidPartitions       = errors.New("invalid partition count")
 	ErrInvalidConfig           = errors.New("invalid topic config")
-	ErrNotEnoughReplicas       = errors.New("not enough in-sync replicas")
+	ErrNotEnoughReplicas       = core.ErrNotEnoughReplicas
 	ErrThrottled               = errors.New("shard mailbox full, retry later")
 	ErrShuttingDown            = errors.New("broker is shutting down")
 	// ErrDataDirInUse: another broker (process or Broker) holds the data directory's lock.
@@ -68,6 +69,36 @@ type Config struct {
 	// (flush.ms). 0 means 50 ms.
 	FlushCheckInterval time.Duration
 	Logger             *slog.Logger
+
+	// Replicator is what each shard's core asks for a partition's high watermark, committed
+	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
+	// methods run on the shard loops; see core.Replicator. replication/ implements it and
+	// cmd/ringlogd wires it in; report its high-watermark moves with Broker.OffsetsMoved.
+	Replicator core.Replicator
+	// PartitionListeners are told on the owning shard's loop when a partition opens on this
+	// broker and when it closes: the attachment point of a group coordinator that lives
+	// next to the partitions of __consumer_offsets (it loads a partition's groups when it
+	// opens and stops serving them when it closes).
+	PartitionListeners []PartitionListener
+
+	hooks *testHooks // fault seams for this package's tests; nil in production
+}
+
+// PartitionListener observes partitions opening and closing on the broker's shards. Its
+// methods run on the loop of the shard that owns tp and must not block; to act on the
+// partition (read it, append to it) they use the Broker's ordinary API, or Exec.
+type PartitionListener interface {
+	PartitionOpened(shard int, tp TopicPartition)
+	PartitionClosed(shard int, tp TopicPartition)
+}
+
+// testHooks replace what the tests of this package cannot otherwise reach.
+type testHooks struct {
+	// fileIO wraps the FileIO every partition log of shard s uses (faultio in tests).
+	fileIO func(s *Shard, fio ring.FileIO) ring.FileIO
+	// fdatasyncAsync replaces the ring submission of a pipelined sync's fdatasync; done must
+	// run on s's loop.
+	fdatasyncAsync func(s *Shard, fd int, done func(error))
 }
 
 // TopicPartition names one partition.
@@ -102,6 +133,8 @@ type Broker struct {
 	metaMu sync.Mutex      // admin operations only; never taken on the data path
 	cat    *engine.Catalog // guarded by metaMu
 
+	rep core.Replicator // cfg.Replicator or core.Local
+
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
 }
@@ -135,7 +168,10 @@ func Open(cfg Config) (*Broker, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator}
+	if b.rep == nil {
+		b.rep = core.Local{}
+	}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		dirLock.Close()
@@ -459,11 +495,54 @@ func (b *Broker) Drain() {
 	}
 	for _, s := range b.shards {
 		// park checks draining too, so a waiter parked after this post runs still fires.
-		_ = s.r.Post(func() {
-			for _, p := range s.parts {
-				p.wakeWaiters()
-			}
-		})
+		_ = s.r.Post(s.core.WakeAll)
+	}
+}
+
+// OffsetsMoved tells the core of tp's shard that its high watermark or committed offset
+// may have moved (the Replicator's view changed: a follower fetched, the ISR changed):
+// produces now committed are answered and long-polls past their offset fire. Any goroutine.
+func (b *Broker) OffsetsMoved(tp TopicPartition) error {
+	s, err := b.shardFor(tp)
+	if err != nil {
+		return err
+	}
+	err = s.r.Post(func() {
+		if p := s.parts[tp]; p != nil {
+			s.core.Moved(&p.c)
+		}
+	})
+	if err != nil {
+		return postErr(s, err)
+	}
+	return nil
+}
+
+func (b *Broker) now() time.Time {
+	if b.cfg.Ring.Now != nil {
+		return b.cfg.Ring.Now()
+	}
+	return time.Now()
+}
+
+// openLog opens tp's log on shard s (its loop) through the shard's file I/O.
+func (b *Broker) openLog(s *Shard, tp TopicPartition, lc engine.LogConfig) (*engine.Log, engine.RecoveryReport, error) {
+	var fio ring.FileIO = s.r
+	if b.cfg.hooks != nil && b.cfg.hooks.fileIO != nil {
+		fio = b.cfg.hooks.fileIO(s, fio)
+	}
+	return engine.OpenLog(b.partitionDir(tp), lc, fio)
+}
+
+func (b *Broker) partitionOpened(shard int, tp TopicPartition) {
+	for _, l := range b.cfg.PartitionListeners {
+		l.PartitionOpened(shard, tp)
+	}
+}
+
+func (b *Broker) partitionClosed(shard int, tp TopicPartition) {
+	for _, l := range b.cfg.PartitionListeners {
+		l.PartitionClosed(shard, tp)
 	}
 }
 

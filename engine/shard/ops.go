@@ -179,7 +179,8 @@ type fetchOp struct {
 
 // Fetch reads every requested partition on its shard. When fewer than MinBytes come back
 // and MaxWait > 0, it parks a waiter on each partition and answers when data arrives or the
-// wait ends. done runs exactly once, on a shard loop or a timer goroutine.
+// wait ends (a reactor timer of each shard involved; see core.Core.Wait). done runs exactly
+// once, on a shard loop, or on the caller's goroutine when no shard could be reached.
 func (b *Broker) Fetch(req FetchRequest, done func([]FetchResult)) {
 	b.FetchFrom(CallerNone, req, done)
 }

@@ -126,8 +126,9 @@ func (d *coreDriver) StartSync(p *core.Partition) {
 	s := (*Shard)(d)
 	l := p.Log.(*engine.Log) // the log this sync covers, even if p is reopened meanwhile
 	t, ok, err := l.BeginSync()
-	if err != nil {
-		s.core.SyncDone(p, fmt.Errorf("sync %s: %w", p, err))
+	if err != nil { // no fdatasync issued: fail the waiting produces, not the partition
+		s.b.log.Warn("partition sync could not start", "topic", p.Topic, "partition", p.Index, "err", err)
+		s.core.SyncNotStarted(p, fmt.Errorf("sync %s: %w", p, err))
 		return
 	}
 	if !ok { // already durable (a blocking Sync covered it)

@@ -3,15 +3,16 @@
 // pipelined group-commit sync schedule, and the long-poll fetch waiters. It is a state
 // machine with no goroutines, no timers, no clock and no I/O of its own:
 //
-//	inputs (method calls)                    outputs (Driver calls, reply callbacks)
-//	  Appended    an append completed          ScheduleFlush  call EndTurn after this turn
-//	  EndTurn     the loop turn's inputs ended StartSync      sync partition X's log
-//	  SyncDone    a sync ended (with error)    Flush          apply X's flush policy now
-//	  Synced      a blocking sync covered X    ArmTimer       call Tick at time T
-//	  Tick        the clock reached now        ack.done       answer produce Y (result)
-//	  Moved       X's high watermark moved     Waiter.Fire    answer fetch Y (final read)
-//	  Wait/Watch  a fetch parks until data
-//	  Remove      X is closed or deleted
+//	inputs (method calls)                       outputs (Driver calls, reply callbacks)
+//	  Appended        an append completed         ScheduleFlush  call EndTurn after this turn
+//	  EndTurn         the turn's inputs ended     StartSync      sync partition X's log
+//	  SyncDone        a sync ended (error?)       Flush          apply X's flush policy now
+//	  SyncNotStarted  no fdatasync was issued     ArmTimer       call Tick at time T
+//	  Synced          a blocking sync covered X   ack.done       answer produce Y (result)
+//	  Tick            the clock reached now       Waiter.Fire    answer fetch Y (final read)
+//	  Moved           X's high watermark moved
+//	  Wait/Watch      a fetch parks until data
+//	  Remove          X is closed or deleted
 //
 // In production engine/shard drives it from the shard's reactor: ScheduleFlush and ArmTimer
 // become reactor timers, StartSync submits the fdatasyncs of engine.Log.BeginSync on the
@@ -311,6 +312,23 @@ func (c *Core) SyncDone(p *Partition, err error) {
 	if c.needsSync(p) {
 		c.startSync(p)
 	}
+}
+
+// SyncNotStarted reports that the sync StartSync asked for could not begin, and no
+// fdatasync was issued (descriptors exhausted, the log already failed): the produces
+// waiting for a sync get err, but nothing written was lost, so p stays writable and later
+// produces start a new sync.
+func (c *Core) SyncNotStarted(p *Partition, err error) {
+	if !p.syncing {
+		panic(fmt.Sprintf("core: SyncNotStarted on %s with no sync in flight", p))
+	}
+	p.syncing = false
+	c.syncing--
+	if p.removed {
+		return
+	}
+	c.release(p)
+	c.answerAll(p, err)
 }
 
 // Synced reports that a blocking sync on another path (a reconfiguration, shutdown) made

@@ -27,6 +27,7 @@ import (
 //	produce p=NAME acks=0|1|all [n=RECORDS]   append n records (default 1) and report it
 //	end-turn                                  the loop turn's mailbox drain ended
 //	sync-done p=NAME [err=TEXT]               the sync in flight on NAME completes
+//	sync-not-started p=NAME err=TEXT          the sync asked for could not begin
 //	blocking-sync p=NAME [err=TEXT]           another path syncs NAME's log (reconfigure)
 //	fetch id=ID wait=DURATION p=NAME offset=N [p=NAME offset=N ...]
 //	    a long-poll that read nothing parks
@@ -213,6 +214,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			l.synced = max(l.synced, covers)
 		}
 		h.c.SyncDone(p, err)
+	case "sync-not-started":
+		p, _ := h.part(t, d)
+		if _, ok := h.syncing[p.Topic]; !ok {
+			t.Fatalf("%s: no sync asked for on %s", d.Pos, p.Topic)
+		}
+		delete(h.syncing, p.Topic)
+		var msg string
+		d.ScanArgs(t, "err", &msg)
+		h.c.SyncNotStarted(p, errors.New(msg))
 	case "blocking-sync":
 		p, l := h.part(t, d)
 		if d.HasArg("err") {

@@ -73,7 +73,8 @@ type Config struct {
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
 	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
 	// methods run on the shard loops; see core.Replicator. replication/ implements it and
-	// cmd/ringlogd wires it in; report its high-watermark moves with Broker.OffsetsMoved.
+	// netio/node (the one broker constructor, used by cmd/ringlogd) wires it in; report its
+	// high-watermark moves with Broker.OffsetsMoved.
 	Replicator core.Replicator
 	// PartitionListeners are told on the owning shard's loop when a partition opens on this
 	// broker and when it closes: the attachment point of a group coordinator that lives

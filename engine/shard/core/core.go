@@ -389,11 +389,23 @@ func (c *Core) answerAll(p *Partition, err error) {
 	c.compactAcks(p)
 }
 
+// compactAcks reuses the front of p.acks. Under a steady stream of produces the queue may
+// never drain (the next sync's produces arrive while one is in flight), so the answered
+// prefix is also reclaimed once it is half the queue: each entry is copied at most once
+// more, and the slice stays within twice the produces waiting.
 func (c *Core) compactAcks(p *Partition) {
-	if p.head == len(p.acks) {
+	switch n := len(p.acks); {
+	case p.head == n:
 		p.acks, p.head = p.acks[:0], 0
+	case p.head >= acksCompactMin && p.head*2 >= n:
+		live := copy(p.acks, p.acks[p.head:])
+		clear(p.acks[live:])
+		p.acks, p.head = p.acks[:live], 0
 	}
 }
+
+// acksCompactMin is the answered prefix (entries) below which compactAcks does not copy.
+const acksCompactMin = 32
 
 // ---- long-poll waiters ----
 

@@ -312,3 +312,32 @@ func TestReplicatorAndListenerSeams(t *testing.T) {
 		t.Fatalf("listener saw %v, want [open r close r]", got)
 	}
 }
+
+// An acks=all produce to a topic without flush.always moves the high watermark (the log
+// end) at once: a long-poll waiting on it answers without waiting for its deadline.
+func TestLongPollWakesOnAcksAllProduce(t *testing.T) {
+	b := openBroker(t, t.TempDir(), "syscall", 1)
+	defer b.Close()
+	if err := b.CreateTopic("t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan []FetchResult, 1)
+	b.Fetch(FetchRequest{Partitions: []FetchPartition{{TopicPartition{"t", 0}, 0, 1 << 20}}, MinBytes: 1, MaxWait: fetchWaitMax},
+		func(r []FetchResult) { ch <- r })
+	for i := 0; i < 3; i++ { // the fetch reads, finds nothing and parks
+		if err := b.Exec(0, func(*ring.Reactor) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := produce(t, b, TopicPartition{"t", 0}, AcksAll, buildBatch(t, "x", 1)); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	select {
+	case r := <-ch:
+		if got := values(t, &r[0]); len(got) != 1 {
+			t.Fatalf("woken fetch got %v", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("long-poll not woken by an acks=all produce")
+	}
+}

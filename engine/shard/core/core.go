@@ -222,7 +222,7 @@ func (c *Core) Admit(p *Partition, acks int16) error {
 
 // Appended records a completed append of one produce to p: res is its answer, end the log
 // end offset after its records. A produce that needs durability (acks=all, flush.always)
-// waits for it; any other is answered now and wakes p's waiters.
+// waits for it; any other is answered now. Waiters the new high watermark passes fire.
 func (c *Core) Appended(p *Partition, acks int16, end int64, res ProduceResult, done func(ProduceResult)) {
 	c.MarkDirty(p)
 	if acks == AcksAll || p.FlushAlways {
@@ -230,10 +230,10 @@ func (c *Core) Appended(p *Partition, acks int16, end int64, res ProduceResult, 
 			panic(fmt.Sprintf("core: %s: append ending at %d after one ending at %d", p, end, p.acks[n-1].end))
 		}
 		p.acks = append(p.acks, ack{end: end, res: res, done: done})
-		return
+	} else {
+		done(res)
 	}
-	done(res)
-	c.Moved(p)
+	c.Moved(p) // the high watermark may be the log end (core.Local without flush.always)
 }
 
 // MarkDirty queues p for EndTurn: a sync when acknowledgements wait for one, otherwise its
@@ -410,9 +410,10 @@ const acksCompactMin = 32
 // ---- long-poll waiters ----
 
 // Ready reports whether a fetch of p at offset need not wait: the high watermark is past
-// it, or p is out of service.
+// it, or p is out of service. A failed partition still parks fetches (they end at their
+// deadline): answering them at once would make a consumer at its end poll in a tight loop.
 func (c *Core) Ready(p *Partition, offset int64) bool {
-	return p.removed || p.failed != nil || c.rep.HighWatermark(p) > offset
+	return p.removed || c.rep.HighWatermark(p) > offset
 }
 
 // Handle is a Waiter parked on this core (see Wait).

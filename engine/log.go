@@ -95,8 +95,12 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if err != nil {
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, report, fmt.Errorf("open log: %w", err)
+	}
+	// A new partition directory is made durable in its parent before anything is put in it.
+	if _, err := mkdirDurable(fio, dir); err != nil {
+		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
 	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1}
 	if l.mode == StorageDirect {
@@ -342,7 +346,7 @@ func (l *Log) Sync() error {
 		return err
 	}
 	if gen := l.dirGen; gen > l.dirSyncedGen {
-		if err := syncDir(l.dir); err != nil {
+		if err := syncDir(l.fio, l.dir); err != nil {
 			return l.fail(fmt.Errorf("sync: %w", err))
 		}
 		l.dirSyncedGen = gen
@@ -658,17 +662,4 @@ func (l *Log) closeFiles() error {
 		errs = append(errs, s.closeFiles())
 	}
 	return errors.Join(errs...)
-}
-
-// syncDir fsyncs a directory so that file creations, renames and removals in it are durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	return nil
 }

@@ -21,22 +21,21 @@ type heldSync struct {
 	done func(error)
 }
 
-// faultBroker opens a one-shard broker whose logs write through faultio and whose
+// heldSyncBroker opens a one-shard broker whose logs write through faultio and whose
 // asynchronous fdatasyncs are handed to the test (held) instead of the ring.
-func faultBroker(t *testing.T, dir string) (*Broker, func() *faultio.FileIO, chan heldSync) {
+func heldSyncBroker(t *testing.T, dir string) (*Broker, func() *faultio.FileIO, chan heldSync) {
 	t.Helper()
 	held := make(chan heldSync, 64)
-	var fio *faultio.FileIO // one per shard; the loop goroutine is its only user
-	hooks := &testHooks{
-		fileIO: func(s *Shard, inner ring.FileIO) ring.FileIO {
-			if fio == nil {
-				fio = faultio.New(inner)
-			}
-			return fio
-		},
-		fdatasyncAsync: func(s *Shard, fd int, done func(error)) { held <- heldSync{fd, done} },
+	var fio *faultio.FileIO // shard 0's; the loop goroutine is its only user
+	wrap := func(shard int, inner ring.FileIO) ring.FileIO {
+		if shard != 0 {
+			return inner // the catalog's
+		}
+		fio = faultio.New(inner)
+		return fio
 	}
-	b, err := Open(Config{DataDir: dir, Shards: 1, Ring: ring.Config{Backend: "syscall"}, hooks: hooks})
+	hooks := &testHooks{fdatasyncAsync: func(s *Shard, fd int, done func(error)) { held <- heldSync{fd, done} }}
+	b, err := Open(Config{DataDir: dir, Shards: 1, Ring: ring.Config{Backend: "syscall"}, WrapFileIO: wrap, hooks: hooks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +82,7 @@ func noResult(t *testing.T, ch chan ProduceResult, when string) {
 // blocking fdatasync can succeed while the asynchronous one fails; the produces that sync
 // covered (and those queued behind it) must get the error, never an acknowledgement.
 func TestNoAckAfterFailedAsyncSync(t *testing.T) {
-	b, faultFIO, held := faultBroker(t, t.TempDir())
+	b, faultFIO, held := heldSyncBroker(t, t.TempDir())
 	defer b.Close()
 	if err := b.CreateTopic("t", 1, nil); err != nil {
 		t.Fatal(err)
@@ -152,7 +151,7 @@ func TestNoAckAfterFailedAsyncSync(t *testing.T) {
 
 // A sync in flight that succeeds after the reconfiguration answers both produces.
 func TestAckAfterAsyncSyncAcrossReopen(t *testing.T) {
-	b, _, held := faultBroker(t, t.TempDir())
+	b, _, held := heldSyncBroker(t, t.TempDir())
 	defer b.Close()
 	if err := b.CreateTopic("t", 1, nil); err != nil {
 		t.Fatal(err)

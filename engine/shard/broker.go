@@ -41,7 +41,7 @@ const dataDirLockName = ".lock"
 
 // Limits. Part of the operator-visible contract; see docs/operations.md.
 const (
-	partitionsPerTopicMax = 10000
+	partitionsPerTopicMax = engine.PartitionsPerTopicMax
 	retentionCheckDefault = 30 * time.Second
 	flushCheckDefault     = 50 * time.Millisecond
 	adminWaitMax          = 30 * time.Second
@@ -68,7 +68,10 @@ type Config struct {
 	// FlushCheckInterval is how often each shard applies time-based flush policies
 	// (flush.ms). 0 means 50 ms.
 	FlushCheckInterval time.Duration
-	Logger             *slog.Logger
+	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
+	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
+	ScrubBytesPerSecond int64
+	Logger              *slog.Logger
 
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
 	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
@@ -141,6 +144,8 @@ type Broker struct {
 	// wrapped[i] is Config.WrapFileIO's FileIO for shard i; nil without WrapFileIO. Set
 	// in Open before any partition opens, read-only afterwards.
 	wrapped []ring.FileIO
+
+	scrubFound atomic.Int64 // corrupt batches found by the background scrubbers
 
 	rep core.Replicator // cfg.Replicator or core.Local
 
@@ -549,6 +554,8 @@ type PartitionState struct {
 	Segments       int
 	Storage        string
 	Err            string // non-empty when the log has failed (sticky fdatasync error)
+	CorruptBatches int    // bad batches found in sealed segments (scrubber or --verify-segments)
+	Corruption     string // the first of them and how to repair it; "" when none
 }
 
 // DescribeTopic returns the state of every partition of a topic.

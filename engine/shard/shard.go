@@ -28,6 +28,7 @@ type Shard struct {
 	flushTimer *ring.Timer // runs core.EndTurn after a loop turn's mailbox drain
 	waitTimer  *ring.Timer // runs core.Tick at the earliest long-poll deadline
 	tick       func()      // s.onTick, allocated once
+	scrub      scrubState  // background segment verification (scrub.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -81,6 +82,7 @@ func (s *Shard) armTimers() {
 	}
 	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
+	s.armScrub()
 }
 
 func (s *Shard) onTick() { s.core.Tick(s.r.Now()) }
@@ -275,6 +277,7 @@ func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
 		} else if err := p.c.Err(); err != nil { // a sync of the log before a reopen failed
 			out.Err = err.Error()
 		}
+		p.describeCorruption(out)
 		return nil
 	})
 }

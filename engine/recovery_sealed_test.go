@@ -295,3 +295,44 @@ func readUntil(t *testing.T, l *Log, from, to int64) []byte {
 	}
 	return out
 }
+
+// TestRecoveryFencesMissingSealedBytes: a sealed segment that is shorter than its offsets
+// say (whole batches missing, or an empty file) after a clean shutdown, which no power loss
+// can produce: its missing offsets are fenced as a corruption at its end, and every later
+// segment survives.
+func TestRecoveryFencesMissingSealedBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep func(starts []int64) int64 // bytes of the first segment left
+	}{
+		{"last batch missing", func(starts []int64) int64 { return starts[len(starts)-1] }},
+		{"empty file", func([]int64) int64 { return 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newSealedFixture(t, true)
+			keep := tc.keep(f.batchStarts(t))
+			if err := os.Truncate(segmentFile(f.dir, f.bases[0], logSuffix), keep); err != nil {
+				t.Fatal(err)
+			}
+			l, rep := openLog(t, f.dir, f.cfg, ring.Syscalls{})
+			defer l.Close()
+			mustInvariants(t, l)
+			if l.EndOffset() != f.end || len(rep.DeletedSegments) != 0 || len(rep.Corruptions) != 1 ||
+				rep.Corruptions[0].Position != keep || rep.Corruptions[0].NextOffset != f.bases[1] {
+				t.Fatalf("end %d, report %+v", l.EndOffset(), rep)
+			}
+			c := rep.Corruptions[0]
+			mustEqualBytes(t, "prefix", readUntil(t, l, l.StartOffset(), c.Offset), f.all[:keep])
+			if _, err := l.Read(c.Offset, 1<<20); !errors.Is(err, ErrCorruptBatch) {
+				t.Fatalf("read at the missing offset %d: %v", c.Offset, err)
+			}
+			mustEqualBytes(t, "later segments", readUntil(t, l, f.bases[1], f.end), f.all[f.size0:])
+			if p := scrubPass(t, l, 1<<20); p.Found != 0 || len(l.Corruptions()) != 1 {
+				t.Fatalf("scrub found %d more, %d known", p.Found, len(l.Corruptions()))
+			}
+			if err := l.TruncateTo(c.Offset); err != nil || l.EndOffset() != c.Offset || len(l.Corruptions()) != 0 {
+				t.Fatalf("truncate to %d: %v, end %d, %v", c.Offset, err, l.EndOffset(), l.Corruptions())
+			}
+		})
+	}
+}

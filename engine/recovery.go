@@ -121,7 +121,7 @@ func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
 // acknowledged) records, or the torn unsynced tail of a segment sealed shortly before a power
 // loss. The two look alike on disk (the crash model lets unsynced bytes survive, vanish or
 // tear in any order, so a torn tail can look like one bad batch), so recovery looks for proof
-// that the segment was wholly fdatasync'ed (sealedSyncEvidence):
+// that the segment was wholly fdatasync'ed (sealedProof):
 //
 //   - with proof, the bad batch is damage: it is recorded as a Corruption (as the scrubber
 //     would record it), reads are fenced around it, nothing is cut, no later segment is
@@ -140,7 +140,7 @@ func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
 // (their bytes may have reached the disk: a ticket's fdatasyncs run concurrently), and none
 // of them is lost by deleting them. Every completed sync since the seal leaves proof behind,
 // unless a power loss also took it back (index files are not fsynced): see
-// sealedSyncEvidence for what counts and docs/storage.md for the one case that remains.
+// sealedProof for what counts and docs/storage.md for the one case that remains.
 func (l *Log) recover(report *RecoveryReport) error {
 	bases, err := l.listSegments()
 	if err != nil {
@@ -399,8 +399,8 @@ func (l *Log) loadIndexes(s *segment, relativeEnd, logSizeBound int64) error {
 // file is cut after the last intact batch. A sealed segment's is cut after a batch ending
 // exactly at end (what follows is zero padding), or where the scan stopped when proof does not
 // show the segment was synced past that point (a torn tail); otherwise it keeps its bytes, and
-// the first bad batch is recorded as a Corruption (see recover). A sealed segment gets its final time-index entry. Index files
-// are cut to the entries that are still valid on disk.
+// the first bad batch is recorded as a Corruption (see recover). A sealed segment gets its
+// final time-index entry. Index files are cut to the entries that are still valid on disk.
 func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProof, report *RecoveryReport) error {
 	fileBytes, err := fileSize(s.log)
 	if err != nil {

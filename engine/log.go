@@ -72,6 +72,8 @@ type Log struct {
 	leaderEpoch          int32     // rewritten into appended batches when >= 0
 	failed               error     // sticky, wraps ErrLogFailed
 	closed               bool
+	producers            producerState // idempotent producers' sequences (producerstate.go)
+	producerHeaders      []batch.Header
 
 	headers      headerReader // header window for lookups; invalidated by truncation
 	batchScratch []byte       // whole batches for timestamp lookups
@@ -85,6 +87,9 @@ type AppendResult struct {
 	FirstOffset int64 // base offset given to the first batch
 	LastOffset  int64 // last offset of the last batch appended
 	Batches     int   // batches appended; < len(batches) only together with an error
+	// Duplicate: every batch was an idempotent producer's retry of batches already in the
+	// log. Nothing was appended; FirstOffset and LastOffset are the original batches'.
+	Duplicate bool
 }
 
 // OpenLog opens (creating if needed) the log in dir, running recovery. The report says what
@@ -107,6 +112,10 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	}
 	start := cfg.Clock()
 	if err := l.recover(&report); err != nil {
+		l.closeFiles()
+		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	if err := l.loadProducerState(&report); err != nil {
 		l.closeFiles()
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
@@ -183,10 +192,12 @@ func (l *Log) Append(batch []byte) (int64, error) {
 	return res.FirstOffset, err
 }
 
-// AppendBatches validates every batch (CRC-32C, sizes) before writing any, then assigns
+// AppendBatches validates every batch (CRC-32C, sizes, and the producer sequence of
+// idempotent batches: see producerstate.go) before writing any, then assigns
 // offsets by rewriting each batch's base offset (and leader epoch, see SetLeaderEpoch) in
-// place and writes them with one pwritev per segment touched. The callers' slices are not
-// retained. A roll in the middle syncs the old segment first. On error the log is as before
+// place and writes them with one pwritev per segment touched. When every batch is an
+// idempotent producer's duplicate, nothing is written and the result carries the original
+// offsets with Duplicate set. The callers' slices are not retained. A roll in the middle syncs the old segment first. On error the log is as before
 // the failed write: batches [0, res.Batches) were appended, the rest were not.
 func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 	return l.appendBatches(batches, true)
@@ -217,6 +228,11 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 					i, len(batches), ErrInvalidBatch, h.BaseOffset, next)
 			}
 			next = h.LastOffset() + 1
+		}
+	}
+	if assign {
+		if dup, ok, err := l.checkProducers(batches); err != nil || ok {
+			return dup, err
 		}
 	}
 	now := l.cfg.Clock()
@@ -251,6 +267,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			}
 			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, err)
 		}
+		l.noteProducers(batches[i:j])
 		if s.firstAppendAt.IsZero() {
 			s.firstAppendAt = now
 		}
@@ -389,6 +406,7 @@ func (l *Log) roll() error {
 	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	l.segments = append(l.segments, s)
 	l.dirGen++ // the new segment's directory entry is made durable by the next sync
+	l.snapshotAfterRoll()
 	return nil
 }
 
@@ -624,6 +642,7 @@ func (l *Log) Close() error {
 	}
 	var err error
 	if l.failed == nil {
+		l.snapshotAfterRoll() // before Sync, which makes its directory entry durable
 		if err = l.Sync(); err == nil {
 			err = l.finishActive()
 		}

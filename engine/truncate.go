@@ -58,6 +58,9 @@ func (l *Log) TruncateTo(offset int64) error {
 		}
 		l.startOffset = newNext
 	}
+	if err := l.reloadProducers(); err != nil {
+		return err
+	}
 	l.assertInvariants()
 	return nil
 }
@@ -144,7 +147,7 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 	if err := syncDir(l.dir); err != nil {
 		return l.fail(err)
 	}
-	return nil
+	return l.reloadProducers()
 }
 
 // deleteSegment closes and removes segment i.
@@ -198,6 +201,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 		deleted++
 		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
 	}
+	l.ExpireProducers(now.UnixMilli())
 	l.assertInvariants()
 	return deleted, nil
 }

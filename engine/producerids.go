@@ -70,10 +70,10 @@ type producerIDsFile struct {
 type ProducerIDs struct {
 	dir string
 
-	mu        sync.Mutex
-	next      int64 // next id for an unnamed producer; guarded by mu
-	reserved  int64 // ids below this are reserved in the file; guarded by mu
-	names     map[string]ProducerIdentity
+	mu       sync.Mutex
+	next     int64 // next id for an unnamed producer; guarded by mu
+	reserved int64 // ids below this are reserved in the file; guarded by mu
+	names    map[string]ProducerIdentity
 
 	// epochs maps the id of every named producer to its current epoch. Replaced whole
 	// (copy-on-write) under mu; read without a lock by the produce path.

@@ -102,6 +102,8 @@ type Broker struct {
 	metaMu sync.Mutex      // admin operations only; never taken on the data path
 	cat    *engine.Catalog // guarded by metaMu
 
+	producerIDs *engine.ProducerIDs // InitProducerId and fencing (idempotence.go)
+
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
 }
@@ -135,7 +137,12 @@ func Open(cfg Config) (*Broker, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock}
+	producerIDs, err := engine.LoadProducerIDs(cfg.DataDir)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock, producerIDs: producerIDs}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		dirLock.Close()
@@ -571,7 +578,7 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 	if err != nil { // newTopic validated it; an error here is a bug
 		panic(fmt.Sprintf("shard: topic %q holds an invalid log config: %v", t.Name, err))
 	}
-	return map[string]string{
+	m := map[string]string{
 		engine.ConfigSegmentBytes:       strconv.FormatInt(c.SegmentBytes, 10),
 		engine.ConfigSegmentMs:          strconv.FormatInt(c.SegmentMs, 10),
 		engine.ConfigIndexIntervalBytes: strconv.FormatInt(c.IndexIntervalBytes, 10),
@@ -583,6 +590,8 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigStorageMode:        string(c.Storage),
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
+	m[engine.ConfigProducerIDExpirationMs] = strconv.FormatInt(c.ProducerIDExpirationMs, 10)
+	return m
 }
 
 // BrokerSetsConfig reports whether the broker's own configuration (flags) sets key.

@@ -151,10 +151,17 @@ func validProducerName(name string) error {
 	return nil
 }
 
+// NoProducer is the identity a producer without one passes to Init.
+var NoProducer = ProducerIdentity{ID: -1, Epoch: -1}
+
 // Init hands out a producer identity. An empty name gets a fresh id at epoch 0; a name gets
 // its previous id with the epoch bumped (a fresh id at epoch 0 the first time, or when the
-// epoch is exhausted). The new state is on disk before Init returns.
-func (p *ProducerIDs) Init(name string) (ProducerIdentity, error) {
+// epoch is exhausted). current is the identity the caller holds (NoProducer for a producer
+// starting up): a running producer bumping its own epoch after a failed batch (Kafka's
+// KIP-360) passes it, and when a newer instance has since taken the name, Init refuses
+// with ErrProducerFenced instead of fencing the newer one. The new state is on disk before
+// Init returns.
+func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdentity, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if name == "" {
@@ -175,6 +182,9 @@ func (p *ProducerIDs) Init(name string) (ProducerIdentity, error) {
 		return ProducerIdentity{}, err
 	}
 	prev, known := p.names[name]
+	if current.ID >= 0 && (!known || prev != current) {
+		return ProducerIdentity{}, fmt.Errorf("%w: producer %q holds id %d epoch %d, the name is at %+v", ErrProducerFenced, name, current.ID, current.Epoch, prev)
+	}
 	if !known && len(p.names) >= producerNamesMax {
 		return ProducerIdentity{}, fmt.Errorf("%w: %d names", ErrTooManyProducers, len(p.names))
 	}

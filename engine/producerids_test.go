@@ -10,7 +10,7 @@ import (
 
 func mustInit(t *testing.T, p *ProducerIDs, name string) ProducerIdentity {
 	t.Helper()
-	id, err := p.Init(name)
+	id, err := p.Init(name, NoProducer)
 	if err != nil {
 		t.Fatalf("Init(%q): %v", name, err)
 	}
@@ -63,6 +63,21 @@ func TestProducerIDsSurviveRestart(t *testing.T) {
 	}
 }
 
+func TestProducerIDsBumpByHolder(t *testing.T) {
+	p, _ := LoadProducerIDs(t.TempDir())
+	a := mustInit(t, p, "n")
+	bumped, err := p.Init("n", a)
+	if err != nil || bumped.ID != a.ID || bumped.Epoch != a.Epoch+1 {
+		t.Fatalf("holder bumps: %+v %v", bumped, err)
+	}
+	if _, err := p.Init("n", a); !errors.Is(err, ErrProducerFenced) {
+		t.Fatalf("a stale holder bumps: %v", err)
+	}
+	if e, _ := p.CurrentEpoch(a.ID); e != bumped.Epoch {
+		t.Fatalf("a refused bump moved the epoch to %d", e)
+	}
+}
+
 func TestProducerIDsEpochExhausted(t *testing.T) {
 	dir := t.TempDir()
 	p, _ := LoadProducerIDs(dir)
@@ -79,7 +94,7 @@ func TestProducerIDsEpochExhausted(t *testing.T) {
 func TestProducerIDsRejects(t *testing.T) {
 	dir := t.TempDir()
 	p, _ := LoadProducerIDs(dir)
-	if _, err := p.Init(strings.Repeat("n", ProducerNameBytesMax+1)); !errors.Is(err, ErrInvalidProducerName) {
+	if _, err := p.Init(strings.Repeat("n", ProducerNameBytesMax+1), NoProducer); !errors.Is(err, ErrInvalidProducerName) {
 		t.Fatalf("long name: %v", err)
 	}
 	for _, bad := range []string{

@@ -14,14 +14,14 @@ import (
 // the one its producer name was last given is refused on every partition, also on those the
 // new instance has not written to yet.
 
-// InitProducerID hands out a producer id and epoch; see engine.ProducerIDs.Init. It writes a
-// file (fsync) when it reserves a block of ids or bumps a name's epoch: call it off the shard
-// loops.
-func (b *Broker) InitProducerID(name string) (engine.ProducerIdentity, error) {
+// InitProducerID hands out a producer id and epoch; see engine.ProducerIDs.Init (current is
+// engine.NoProducer for a producer starting up). It writes a file (fsync) when it reserves
+// a block of ids or bumps a name's epoch: call it off the shard loops.
+func (b *Broker) InitProducerID(name string, current engine.ProducerIdentity) (engine.ProducerIdentity, error) {
 	if b.closing.Load() {
 		return engine.ProducerIdentity{}, ErrShuttingDown
 	}
-	return b.producerIDs.Init(name)
+	return b.producerIDs.Init(name, current)
 }
 
 // checkFenced refuses batches whose producer epoch is older than the current epoch of their

@@ -36,7 +36,7 @@ func TestProduceIdempotent(t *testing.T) {
 				t.Fatal(err)
 			}
 			p0, p1 := TopicPartition{"t", 0}, TopicPartition{"t", 1}
-			a, err := b.InitProducerID("writer")
+			a, err := b.InitProducerID("writer", engine.NoProducer)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestProduceIdempotent(t *testing.T) {
 			if r := produce(t, b, p0, AcksAll, idemBatch(t, a, 9, 1)); !errors.Is(r.Err, engine.ErrOutOfOrderSequence) {
 				t.Fatalf("gap: %+v", r)
 			}
-			b2, err := b.InitProducerID("writer")
+			b2, err := b.InitProducerID("writer", engine.NoProducer)
 			if err != nil || b2.ID != a.ID || b2.Epoch != a.Epoch+1 {
 				t.Fatalf("second init: %+v %v", b2, err)
 			}
@@ -76,7 +76,7 @@ func TestProduceIdempotent(t *testing.T) {
 			if r := produce(t, b, p0, AcksAll, idemBatch(t, b2, 0, 1)); r.Err != nil || r.BaseOffset != 5 {
 				t.Fatalf("retry of the new epoch's batch after restart: %+v", r)
 			}
-			c, err := b.InitProducerID("writer")
+			c, err := b.InitProducerID("writer", engine.NoProducer)
 			if err != nil || c.Epoch != b2.Epoch+1 {
 				t.Fatalf("init after restart: %+v %v", c, err)
 			}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/ringlog/ringlog/ring"
@@ -203,7 +205,7 @@ type ringConn struct {
 	sending    bool
 	batch      []*Request
 	wbuf       []byte
-	splices    []Splice
+	splices    []wire.Splice
 	plan       []sendSegment
 	planIndex  int
 	segmentOff int64
@@ -227,7 +229,7 @@ type ringConn struct {
 
 type sendSegment struct {
 	data []byte
-	file FileRange
+	file wire.FileRange
 }
 
 // recvDirectBytesMin: a frame still missing at least this much is received straight into
@@ -368,15 +370,15 @@ func (c *ringConn) parse() {
 			c.dispatch(req)
 			continue
 		}
-		if c.stopping || c.inflight >= cfg.InflightPerConnMax || c.rend-c.rstart < RequestHeaderBytes {
+		if c.stopping || c.inflight >= cfg.InflightPerConnMax || c.rend-c.rstart < wire.RequestHeaderBytes {
 			return
 		}
-		h, herr := ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
+		h, herr := wire.ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
 		req := &Request{Header: h, Conn: c.info, owner: c}
 		if herr != nil {
-			code := ErrInvalidRequest
+			code := wire.ErrInvalidRequest
 			if h.Length > cfg.FrameBytesMax {
-				code = ErrFrameTooLarge
+				code = wire.ErrFrameTooLarge
 			}
 			req.fatal = true
 			req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
@@ -387,12 +389,12 @@ func (c *ringConn) parse() {
 			c.readerDone = true
 			return
 		}
-		n := int(h.Length) - (RequestHeaderBytes - frameLengthBytes)
+		n := int(h.Length) - (wire.RequestHeaderBytes - wire.FrameLengthBytes)
 		chunk := nextFrameChunk(0, n)
 		if !c.charge(int64(chunk)) {
 			return
 		}
-		c.rstart += RequestHeaderBytes
+		c.rstart += wire.RequestHeaderBytes
 		c.inflight++
 		req.charged = int64(chunk)
 		growFrame(req, chunk)

@@ -91,9 +91,16 @@ func (p *Producer) bumpEpoch() {
 		p.fenceLocked(fmt.Errorf("%w: %w", ErrFenced, err))
 	case err != nil:
 		p.bumpRetryAt = time.Now().Add(p.cfg.RetryBackoff)
+		if p.bumpAttempts++; p.bumpAttempts > p.cfg.Retries {
+			// Bounded like a batch's retries: fail what waits, try again for later records.
+			p.bumpAttempts = 0
+			for _, ps := range p.parts {
+				p.failQueuedLocked(ps, fmt.Errorf("produce to %s/%d: move to a new producer epoch after a failed batch: %w", ps.topic, ps.partition, err))
+			}
+		}
 	default:
 		p.identity = producerIdentity{id.ID, id.Epoch}
-		p.bumping = false
+		p.bumping, p.bumpAttempts = false, 0
 		for _, ps := range p.parts {
 			p.renumberLocked(ps)
 		}

@@ -130,6 +130,7 @@ type Producer struct {
 	// (or id) under which its unacknowledged batches are renumbered from 0. Guarded by mu.
 	bumping       bool
 	bumpRetryAt   time.Time // guarded by mu
+	bumpAttempts  int       // guarded by mu: failed InitProducerId calls of this bump
 	inflightTotal int       // guarded by mu: batches in flight over all partitions
 	fatal         error     // guarded by mu: the producer was fenced; every record fails
 

@@ -139,7 +139,7 @@ type Producer struct {
 	parts      map[topicPartition]*partState // guarded by mu
 	sticky     map[string]int32              // guarded by mu: topic -> sticky partition for nil keys
 	buffered   int64                         // guarded by mu: record bytes accepted, not completed
-	unfinished int                           // guarded by mu: records accepted, not completed
+	unfinished int                           // guarded by mu: records accepted whose callback has not run
 	flushing   int                           // guarded by mu: Flush calls in progress (linger off)
 	closed     bool                          // guarded by mu
 	callbacks  []completion                  // guarded by mu: completed, callback not yet run
@@ -433,7 +433,6 @@ type completion struct {
 func (p *Producer) finishLocked(records []pendingRecord, err error) {
 	for _, pr := range records {
 		p.buffered -= pr.bytes
-		p.unfinished--
 		p.callbacks = append(p.callbacks, completion{pr, err})
 	}
 	p.cond.Broadcast()
@@ -455,6 +454,10 @@ func (p *Producer) runCallbacks() {
 		for _, c := range batch {
 			c.pr.cb(c.pr.rec, c.err)
 		}
+		p.mu.Lock()
+		p.unfinished -= len(batch) // after the callbacks: Flush returns once they have run
+		p.cond.Broadcast()
+		p.mu.Unlock()
 	}
 }
 
@@ -791,7 +794,7 @@ func (p *Producer) outcome(key topicPartition, results map[topicPartition]wire.P
 }
 
 // Flush sends every queued record at once (ignoring linger) and waits until all records
-// sent before the call are acknowledged or failed.
+// sent before the call are acknowledged or failed and their callbacks have returned.
 func (p *Producer) Flush(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() {
 		p.mu.Lock()

@@ -133,3 +133,15 @@ func (p *Producer) renumberLocked(ps *partState) {
 	}
 	ps.nextSeq = seq
 }
+
+// knownPartitions is the partition count of topic from metadata fetched before, stale or
+// not (a topic's partition count never shrinks), so that Send keeps queueing while the
+// broker is briefly unreachable and the sender's retries carry the records over.
+func (c *Client) knownPartitions(topic string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tm := c.topics[topic]; tm != nil {
+		return len(tm.partitions), true
+	}
+	return 0, false
+}

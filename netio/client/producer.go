@@ -249,6 +249,9 @@ func (p *Producer) Send(ctx context.Context, r *Record, cb func(*Record, error))
 		cb = func(*Record, error) {}
 	}
 	partitions, err := p.c.Partitions(ctx, r.Topic)
+	if n, known := p.c.knownPartitions(r.Topic); err != nil && errors.Is(err, ErrConnClosed) && known {
+		partitions, err = n, nil // the broker is unreachable for now: the sender retries
+	}
 	if err != nil {
 		return fmt.Errorf("produce to %s: %w", r.Topic, err)
 	}

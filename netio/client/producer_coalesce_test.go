@@ -56,9 +56,17 @@ func (g *gatedBroker) Serve(req *netio.Request) {
 	g.fake.Serve(req)
 }
 
-// While a partition's request is in flight, the batches sealed meanwhile queue; the next
-// request must carry all of them, with offsets assigned in order.
+// Without idempotence (one request per partition in flight): while a partition's request is
+// in flight, the batches sealed meanwhile queue; the next request must carry all of them,
+// with offsets assigned in order. An idempotent producer pipelines them instead (up to
+// client.InflightBatchesMax in flight); offsets must still come out in order.
 func TestProducerCoalescesQueuedBatches(t *testing.T) {
+	for _, idempotent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("idempotent=%v", idempotent), func(t *testing.T) { testProducerCoalesces(t, idempotent) })
+	}
+}
+
+func testProducerCoalesces(t *testing.T, idempotent bool) {
 	g := &gatedBroker{fake: fakebroker.New(t.TempDir(), nil), gate: make(chan struct{}), arrived: make(chan struct{})}
 	defer g.fake.Close()
 	srv := netio.NewServer(g, netio.Config{})
@@ -79,7 +87,7 @@ func TestProducerCoalescesQueuedBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	// BatchBytes 1: every record is a batch of its own.
-	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1, Linger: -1})
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1, Linger: -1, DisableIdempotence: !idempotent})
 	records := make([]*client.Record, 5)
 	var wg sync.WaitGroup
 	send := func(i int) {
@@ -103,7 +111,14 @@ func TestProducerCoalescesQueuedBatches(t *testing.T) {
 	wg.Wait()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.batches) != 2 || g.batches[0] != 1 || g.batches[1] != 4 {
+	total := 0
+	for _, n := range g.batches {
+		total += n
+	}
+	if idempotent && total != 5 {
+		t.Fatalf("batches per produce request = %v: five batches in all, each once", g.batches)
+	}
+	if !idempotent && (len(g.batches) != 2 || g.batches[0] != 1 || g.batches[1] != 4) {
 		t.Fatalf("batches per produce request = %v, want [1 4]: the four batches queued behind the first request go in one", g.batches)
 	}
 	for i, r := range records {

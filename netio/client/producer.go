@@ -196,7 +196,8 @@ type sealedBatch struct {
 	records  []pendingRecord
 	attempts int
 	state    batchState
-	sent     bool  // sent at least once: a resend goes alone in its request
+	sent     bool  // sent at least once: a resend goes alone in its request (idempotent)
+	alone    bool  // its request was refused for good as a whole: it goes again on its own
 	offset   int64 // base offset once acknowledged (-1 unknown)
 	err      error // set with batchAcked when it failed for good
 }
@@ -558,6 +559,9 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 		if p.idempotent {
 			budget = InflightBatchesMax - ps.inflight
 		}
+		if budget <= 0 {
+			continue
+		}
 		addr := p.c.leaderAddr(ps.topic, ps.partition)
 		rq := byAddr[addr]
 		if rq == nil || rq.bytes+len(ps.sealed[first].data) > p.cfg.RequestBytesMax {
@@ -566,17 +570,14 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 			out = append(out, rq)
 		}
 		n, size := 1, len(ps.sealed[first].data)
-		resend := p.idempotent && ps.sealed[first].sent
+		resend := p.idempotent && ps.sealed[first].sent || ps.sealed[first].alone
 		for !resend && first+n < len(ps.sealed) && n < budget {
 			b := ps.sealed[first+n]
-			if b.state != batchQueued || b.sent || rq.bytes+size+len(b.data) > p.cfg.RequestBytesMax {
+			if b.state != batchQueued || b.sent || b.alone || rq.bytes+size+len(b.data) > p.cfg.RequestBytesMax {
 				break
 			}
 			size += len(b.data)
 			n++
-		}
-		if n > budget {
-			continue
 		}
 		group := sendGroup{ps: ps, batches: append([]*sealedBatch(nil), ps.sealed[first:first+n]...)}
 		for _, b := range group.batches {
@@ -678,6 +679,13 @@ func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err 
 			if code == wire.ErrNotLeaderOrWrongShard || code == wire.ErrUnknownTopicOrPartition || errors.Is(batchErr, ErrConnClosed) {
 				refresh = append(refresh, ps.topic)
 			}
+		case len(g.batches) > 1 && code != wire.ErrNone:
+			// The broker refuses a partition's batches as a whole when one is bad: find out
+			// which by sending each on its own.
+			for _, b := range g.batches {
+				b.state, b.alone = batchQueued, true
+			}
+			ps.retrying = true
 		default:
 			for _, b := range g.batches {
 				b.state = batchAcked

@@ -58,13 +58,10 @@ func (g *gatedBroker) Serve(req *netio.Request) {
 
 // Without idempotence (one request per partition in flight): while a partition's request is
 // in flight, the batches sealed meanwhile queue; the next request must carry all of them,
-// with offsets assigned in order. An idempotent producer pipelines them instead (up to
-// client.InflightBatchesMax in flight); offsets must still come out in order.
-func TestProducerCoalescesQueuedBatches(t *testing.T) {
-	for _, idempotent := range []bool{false, true} {
-		t.Run(fmt.Sprintf("idempotent=%v", idempotent), func(t *testing.T) { testProducerCoalesces(t, idempotent) })
-	}
-}
+// with offsets assigned in order. (An idempotent producer pipelines them instead; the gate
+// here answers requests out of order, which only a broker checking sequences can sort out,
+// so that case is tested against the real broker: idempotence_test.go and e2e/.)
+func TestProducerCoalescesQueuedBatches(t *testing.T) { testProducerCoalesces(t, false) }
 
 func testProducerCoalesces(t *testing.T, idempotent bool) {
 	g := &gatedBroker{fake: fakebroker.New(t.TempDir(), nil), gate: make(chan struct{}), arrived: make(chan struct{})}
@@ -111,14 +108,7 @@ func testProducerCoalesces(t *testing.T, idempotent bool) {
 	wg.Wait()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	total := 0
-	for _, n := range g.batches {
-		total += n
-	}
-	if idempotent && total != 5 {
-		t.Fatalf("batches per produce request = %v: five batches in all, each once", g.batches)
-	}
-	if !idempotent && (len(g.batches) != 2 || g.batches[0] != 1 || g.batches[1] != 4) {
+	if len(g.batches) != 2 || g.batches[0] != 1 || g.batches[1] != 4 {
 		t.Fatalf("batches per produce request = %v, want [1 4]: the four batches queued behind the first request go in one", g.batches)
 	}
 	for i, r := range records {

@@ -307,3 +307,22 @@ func (l *Log) reloadProducers() error {
 	}
 	return nil
 }
+
+// checkInvariants verifies the producer state against the log end offset: every producer
+// holds 1 to producerBatchesKept batches in offset order, each within the log, and each
+// batch's sequence range is as long as its offset range.
+func (ps *producerState) checkInvariants(end int64) error {
+	for id, e := range ps.producers {
+		if len(e.batches) < 1 || len(e.batches) > producerBatchesKept {
+			return fmt.Errorf("invariant: producer %d holds %d batches", id, len(e.batches))
+		}
+		for i, b := range e.batches {
+			span := (int64(b.lastSeq) - int64(b.firstSeq) + 1<<31) % (1 << 31)
+			if b.firstOffset < 0 || b.lastOffset < b.firstOffset || b.lastOffset >= end || span != b.lastOffset-b.firstOffset ||
+				i > 0 && b.firstOffset <= e.batches[i-1].lastOffset {
+				return fmt.Errorf("invariant: producer %d batch %d %+v (log end %d)", id, i, b, end)
+			}
+		}
+	}
+	return nil
+}

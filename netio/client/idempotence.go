@@ -70,6 +70,28 @@ func (p *Producer) ensureIdentity(ctx context.Context) error {
 	return nil
 }
 
+// bumpReadyLocked reports whether the producer can move to a new epoch now: a batch failed
+// for good, nothing is in flight, and no batch sent before is still unresolved. Such a batch
+// may already be in the log under the old epoch; renumbered under the new one it would be
+// written twice. So it first goes again under the old epoch, alone: it is then acknowledged
+// (written before, or now), or refused OUT_OF_ORDER_SEQUENCE because a batch before it is
+// missing — proof that it is not in the log, and safe to renumber — or it fails for good.
+func (p *Producer) bumpReadyLocked(now time.Time) bool {
+	return p.bumping && p.inflightTotal == 0 && !p.probesPendingLocked() && !now.Before(p.bumpRetryAt)
+}
+
+// probesPendingLocked reports whether a queued batch was sent before (outcome unknown).
+func (p *Producer) probesPendingLocked() bool {
+	for _, ps := range p.parts {
+		for _, b := range ps.sealed {
+			if b.state == batchQueued && b.sent {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // bumpEpoch moves the producer to a new epoch (a new id without a Name) once no batch is in
 // flight, after a batch failed for good: every unacknowledged batch is renumbered from
 // sequence 0 under the new identity, so the partitions' sequences have no hole. A named

@@ -474,7 +474,7 @@ func (p *Producer) run() {
 		p.mu.Lock()
 		requests, next := p.collectLocked(time.Now())
 		exit := p.closed && p.unfinished == 0
-		bump := p.bumping && p.inflightTotal == 0 && !time.Now().Before(p.bumpRetryAt)
+		bump := p.bumpReadyLocked(time.Now())
 		p.mu.Unlock()
 		p.runCallbacks()
 		for _, rq := range requests {
@@ -537,7 +537,7 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 			p.failQueuedLocked(ps, p.fatal)
 			continue
 		}
-		if len(ps.sealed) == 0 || p.bumping || ps.inflight > 0 && (ps.retrying || !p.idempotent) {
+		if len(ps.sealed) == 0 || ps.inflight > 0 && (ps.retrying || !p.idempotent) {
 			continue
 		}
 		if now.Before(ps.retryAt) {
@@ -547,7 +547,9 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 		ps.retrying = false
 		first := -1
 		for i, b := range ps.sealed {
-			if b.state == batchQueued {
+			// While the producer waits to move to a new epoch, only batches sent before go
+			// out (again, under the old epoch): see bumpReadyLocked.
+			if b.state == batchQueued && (b.sent || !p.bumping) {
 				first = i
 				break
 			}
@@ -588,7 +590,7 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 		ps.inflight += n
 		p.inflightTotal += n
 	}
-	if p.bumping && p.inflightTotal == 0 {
+	if p.bumping && p.inflightTotal == 0 && !p.probesPendingLocked() {
 		next = min(next, max(p.bumpRetryAt.Sub(now), 0))
 	}
 	return out, max(next, 0)
@@ -673,6 +675,9 @@ func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err 
 			for _, b := range g.batches {
 				b.state = batchQueued
 				b.attempts++
+				if p.bumping && code == wire.ErrOutOfOrderSequence {
+					b.sent = false // a sequence before it is missing: it is not in the log
+				}
 			}
 			ps.retrying = true
 			ps.retryAt = now.Add(p.cfg.RetryBackoff)

@@ -74,6 +74,8 @@ type Log struct {
 	closed               bool
 	producers            producerState // idempotent producers' sequences (producerstate.go)
 	producerHeaders      []batch.Header
+	snapshots            []int64 // offsets of the .snapshot files in dir, ascending
+	snapshotScratch      []byte
 
 	headers      headerReader // header window for lookups; invalidated by truncation
 	batchScratch []byte       // whole batches for timestamp lookups

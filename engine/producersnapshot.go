@@ -65,12 +65,13 @@ func producerSnapshotPath(dir string, offset int64) string {
 
 // encodeProducerSnapshot serialises ps as of end offset offset.
 func encodeProducerSnapshot(ps *producerState, offset int64) []byte {
+	return appendProducerSnapshot(nil, ps, offset)
+}
+
+// appendProducerSnapshot is encodeProducerSnapshot into dst[:0]'s storage.
+func appendProducerSnapshot(dst []byte, ps *producerState, offset int64) []byte {
 	ids := ps.ids()
-	size := producerSnapshotHeader
-	for _, id := range ids {
-		size += producerEntryBytes + len(ps.producers[id].batches)*producerBatchBytes
-	}
-	b := make([]byte, producerSnapshotHeader, size)
+	b := append(dst[:0], make([]byte, producerSnapshotHeader)...)
 	binary.BigEndian.PutUint32(b[0:], producerSnapshotMagic)
 	binary.BigEndian.PutUint16(b[4:], producerSnapshotVersion)
 	binary.BigEndian.PutUint64(b[10:], uint64(offset))
@@ -182,7 +183,8 @@ func (l *Log) writeProducerSnapshot() error {
 	if err != nil {
 		return fmt.Errorf("write producer snapshot %d: %w", offset, err)
 	}
-	_, werr := f.Write(encodeProducerSnapshot(&l.producers, offset))
+	l.snapshotScratch = appendProducerSnapshot(l.snapshotScratch, &l.producers, offset)
+	_, werr := f.Write(l.snapshotScratch)
 	serr := f.Sync()
 	cerr := f.Close()
 	if err := errors.Join(werr, serr, cerr); err != nil {
@@ -194,20 +196,20 @@ func (l *Log) writeProducerSnapshot() error {
 		return fmt.Errorf("write producer snapshot %d: %w", offset, err)
 	}
 	l.dirGen++
+	if n := len(l.snapshots); n == 0 || l.snapshots[n-1] != offset {
+		l.snapshots = append(l.snapshots, offset)
+	}
 	return l.pruneProducerSnapshots()
 }
 
-// pruneProducerSnapshots keeps the newest producerSnapshotsKept snapshots.
+// pruneProducerSnapshots keeps the newest producerSnapshotsKept snapshots (l.snapshots
+// mirrors the files, so a roll does not list the directory).
 func (l *Log) pruneProducerSnapshots() error {
-	offsets, err := listProducerSnapshots(l.dir)
-	if err != nil {
-		return err
-	}
-	for len(offsets) > producerSnapshotsKept {
-		if err := os.Remove(producerSnapshotPath(l.dir, offsets[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove producer snapshot %d: %w", offsets[0], err)
+	for len(l.snapshots) > producerSnapshotsKept {
+		if err := os.Remove(producerSnapshotPath(l.dir, l.snapshots[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove producer snapshot %d: %w", l.snapshots[0], err)
 		}
-		offsets = offsets[1:]
+		l.snapshots = append(l.snapshots[:0], l.snapshots[1:]...)
 	}
 	return nil
 }
@@ -269,6 +271,13 @@ func (l *Log) loadProducerState(report *RecoveryReport) error {
 		}
 		l.producers, from = ps, off
 		report.ProducerSnapshot = off
+	}
+	// The files that remain, ascending: every snapshot above the one loaded was deleted.
+	l.snapshots = l.snapshots[:0]
+	for _, off := range offsets {
+		if off <= from {
+			l.snapshots = append(l.snapshots, off)
+		}
 	}
 	if from < 0 {
 		report.ProducerSnapshot = -1

@@ -238,6 +238,10 @@ func TestProducerSnapshotFallback(t *testing.T) {
 	if err != nil || !res.Duplicate {
 		t.Fatalf("retry: %+v, %v", res, err)
 	}
+	appendIdem(t, l3, 5, seq, 200, 10, ts) // rolls again: the kept snapshots are pruned to two
+	if snaps, err := listProducerSnapshots(dir); err != nil || len(snaps) != producerSnapshotsKept || fmt.Sprint(snaps) != fmt.Sprint(l3.snapshots) {
+		t.Fatalf("snapshot files %v (%v), log tracks %v; want the newest %d", snaps, err, l3.snapshots, producerSnapshotsKept)
+	}
 }
 
 // TestProducerStateTruncate: a truncation forgets the producer state of the batches removed.

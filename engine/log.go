@@ -75,6 +75,7 @@ type Log struct {
 	producers            producerState // idempotent producers' sequences (producerstate.go)
 	producerHeaders      []batch.Header
 	snapshots            []int64 // offsets of the .snapshot files in dir, ascending
+	unsyncedSnapshot     int64   // offset of the snapshot the next sync must fdatasync; -1: none
 	snapshotScratch      []byte
 
 	headers      headerReader // header window for lookups; invalidated by truncation
@@ -102,10 +103,14 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if err != nil {
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, report, fmt.Errorf("open log: %w", err)
 	}
-	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1}
+	// A new partition directory is made durable in its parent before anything is put in it.
+	if _, err := mkdirDurable(fio, dir); err != nil {
+		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1, unsyncedSnapshot: -1}
 	if l.mode == StorageDirect {
 		if err := probeDirect(dir); err != nil {
 			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
@@ -361,7 +366,7 @@ func (l *Log) Sync() error {
 		return err
 	}
 	if gen := l.dirGen; gen > l.dirSyncedGen {
-		if err := syncDir(l.dir); err != nil {
+		if err := syncDir(l.fio, l.dir); err != nil {
 			return l.fail(fmt.Errorf("sync: %w", err))
 		}
 		l.dirSyncedGen = gen
@@ -371,6 +376,9 @@ func (l *Log) Sync() error {
 			return err
 		}
 		l.unsyncedSegments = l.unsyncedSegments[1:]
+	}
+	if err := l.syncSnapshot(); err != nil { // a roll's producer snapshot
+		return l.fail(fmt.Errorf("sync: %w", err))
 	}
 	s := l.active()
 	if s.syncedSize == s.size && s.syncedNextOffset == s.nextOffset {
@@ -679,17 +687,4 @@ func (l *Log) closeFiles() error {
 		errs = append(errs, s.closeFiles())
 	}
 	return errors.Join(errs...)
-}
-
-// syncDir fsyncs a directory so that file creations, renames and removals in it are durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ringlog/ringlog/ring"
 )
 
 // Producer ids: the broker-wide allocation behind InitProducerId. A producer without a name
@@ -69,6 +71,7 @@ type producerIDsFile struct {
 // mutex (it writes a file), CurrentEpoch is a lock-free read for the produce path.
 type ProducerIDs struct {
 	dir string
+	fio ring.FileIO // every fsync of the file and the directory
 
 	mu       sync.Mutex
 	next     int64 // next id for an unnamed producer; guarded by mu
@@ -80,9 +83,13 @@ type ProducerIDs struct {
 	epochs atomic.Pointer[map[int64]int16]
 }
 
-// LoadProducerIDs reads dir/producer-ids.json; a missing file is an empty registry.
-func LoadProducerIDs(dir string) (*ProducerIDs, error) {
-	p := &ProducerIDs{dir: dir, names: map[string]ProducerIdentity{}}
+// LoadProducerIDs is OpenProducerIDs with plain system calls.
+func LoadProducerIDs(dir string) (*ProducerIDs, error) { return OpenProducerIDs(dir, ring.Syscalls{}) }
+
+// OpenProducerIDs reads dir/producer-ids.json; a missing file is an empty registry. Every
+// fsync the registry issues later goes through fio.
+func OpenProducerIDs(dir string, fio ring.FileIO) (*ProducerIDs, error) {
+	p := &ProducerIDs{dir: dir, fio: fio, names: map[string]ProducerIdentity{}}
 	b, err := readBounded(filepath.Join(dir, producerIDsFileName), producerIDsBytesMax)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -233,30 +240,5 @@ func (p *ProducerIDs) saveLocked(names map[string]ProducerIdentity, nextID int64
 	if err != nil {
 		return fmt.Errorf("save producer ids: %w", err)
 	}
-	return writeFileAtomic(p.dir, producerIDsFileName, append(b, '\n'))
-}
-
-// writeFileAtomic replaces dir/name with data: temp file, fsync, rename, fsync of dir.
-func writeFileAtomic(dir, name string, data []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	path := filepath.Join(dir, name)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return syncDir(dir)
+	return writeFileAtomic(p.fio, p.dir, producerIDsFileName, append(b, '\n'))
 }

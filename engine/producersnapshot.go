@@ -11,12 +11,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Producer state snapshots. At each segment roll (and at Close) the log writes its producer
-// state as it stands at the log end offset to <20-digit offset>.snapshot, atomically (temp
-// file, fsync, rename; the directory entry is made durable by the next Sync with the new
-// segment's). Recovery loads the newest snapshot at or below the recovered end offset and
+// state as it stands at the log end offset to <20-digit offset>.snapshot (temp file, rename;
+// the next Sync or BeginSync fdatasyncs the file and the directory with the new segment's). Recovery loads the newest snapshot at or below the recovered end offset and
 // reads batch headers from its offset to the end, so start-up reads the headers of the
 // active segment only. A snapshot that fails its CRC is deleted and the next older one is
 // used; with none, headers are read from the start of the second-to-last segment (as Kafka
@@ -144,6 +145,19 @@ func decodeProducerSnapshot(b []byte) (producerState, int64, error) {
 	return ps, offset, nil
 }
 
+// parseProducerSnapshotName returns the offset of a snapshot file name.
+func parseProducerSnapshotName(name string) (int64, bool) {
+	stem, ok := strings.CutSuffix(name, producerSnapshotSuffix)
+	if !ok || len(stem) != baseOffsetDigits {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(stem, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
 // listProducerSnapshots returns the offsets of the snapshot files in dir, ascending, and
 // removes leftover temp files.
 func listProducerSnapshots(dir string) ([]int64, error) {
@@ -154,40 +168,35 @@ func listProducerSnapshots(dir string) ([]int64, error) {
 	var offsets []int64
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasSuffix(name, producerSnapshotSuffix+".tmp") {
+		if strings.HasSuffix(name, producerSnapshotSuffix+tmpSuffix) {
 			os.Remove(filepath.Join(dir, name))
 			continue
 		}
-		stem, ok := strings.CutSuffix(name, producerSnapshotSuffix)
-		if !ok || len(stem) != baseOffsetDigits {
-			continue
+		if n, ok := parseProducerSnapshotName(name); ok {
+			offsets = append(offsets, n)
 		}
-		n, err := strconv.ParseInt(stem, 10, 64)
-		if err != nil || n < 0 {
-			continue
-		}
-		offsets = append(offsets, n)
 	}
 	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
 	return offsets, nil
 }
 
 // writeProducerSnapshot writes the producer state as of the log end offset: temp file,
-// fsync, rename. The rename is made durable by the next Sync (dirGen), like a roll's new
-// segment files; until then a crash merely loses the snapshot, and recovery falls back.
+// rename. Like a roll's new segment files it is made durable by the next Sync or BeginSync,
+// which fdatasyncs it together with the directory (no fsync on the owner's thread in the
+// middle of an append). A crash before that loses the snapshot or leaves one that fails its
+// CRC; recovery then falls back to the older one, which costs time, not correctness.
 func (l *Log) writeProducerSnapshot() error {
 	offset := l.EndOffset()
 	path := producerSnapshotPath(l.dir, offset)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	tmp := path + tmpSuffix
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return fmt.Errorf("write producer snapshot %d: %w", offset, err)
 	}
 	l.snapshotScratch = appendProducerSnapshot(l.snapshotScratch, &l.producers, offset)
-	_, werr := f.Write(l.snapshotScratch)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
+	werr := pwriteFull(l.fio, fd, l.snapshotScratch, 0)
+	cerr := unix.Close(fd)
+	if err := errors.Join(werr, cerr); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write producer snapshot %d: %w", offset, err)
 	}
@@ -196,6 +205,7 @@ func (l *Log) writeProducerSnapshot() error {
 		return fmt.Errorf("write producer snapshot %d: %w", offset, err)
 	}
 	l.dirGen++
+	l.unsyncedSnapshot = offset
 	if n := len(l.snapshots); n == 0 || l.snapshots[n-1] != offset {
 		l.snapshots = append(l.snapshots, offset)
 	}
@@ -331,4 +341,35 @@ func (l *Log) scanProducers(from int64) (int, error) {
 // shard calls it with retention.
 func (l *Log) ExpireProducers(now int64) int {
 	return l.producers.expire(now, l.cfg.ProducerIDExpirationMs)
+}
+
+// openUnsyncedSnapshot returns a descriptor of the snapshot written since the last sync, for
+// the sync to fdatasync, or -1 when there is none (or it is gone: truncation reloads them).
+func (l *Log) openUnsyncedSnapshot() (int, error) {
+	if l.unsyncedSnapshot < 0 {
+		return -1, nil
+	}
+	fd, err := unix.Open(producerSnapshotPath(l.dir, l.unsyncedSnapshot), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	l.unsyncedSnapshot = -1
+	if errors.Is(err, unix.ENOENT) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open producer snapshot: %w", err)
+	}
+	return fd, nil
+}
+
+// syncSnapshot fdatasyncs the snapshot written since the last sync, if any.
+func (l *Log) syncSnapshot() error {
+	fd, err := l.openUnsyncedSnapshot()
+	if err != nil || fd < 0 {
+		return err
+	}
+	err = l.fio.Fdatasync(fd)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("fdatasync producer snapshot: %w", err)
+	}
+	return nil
 }

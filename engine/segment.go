@@ -165,14 +165,15 @@ func removeRetired(paths []string) {
 	}
 }
 
-// removeRetiredIn deletes *.deleted files a crash left in dir.
+// removeRetiredIn deletes *.deleted files and the temporary files of interrupted atomic
+// replaces (*.tmp) that a crash left in dir.
 func removeRetiredIn(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), retiredSuffix) {
+		if strings.HasSuffix(e.Name(), retiredSuffix) || strings.HasSuffix(e.Name(), tmpSuffix) {
 			if err := os.Remove(dir + "/" + e.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove retired %s: %w", e.Name(), err)
 			}

@@ -54,6 +54,13 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 		}
 		t.Fds = append(t.Fds, fd)
 	}
+	if fd, err := l.openUnsyncedSnapshot(); err != nil || fd >= 0 {
+		if err != nil {
+			closeFds(t.Fds)
+			return SyncTicket{}, false, fmt.Errorf("begin sync: %w", err)
+		}
+		t.Fds = append(t.Fds, fd) // a roll's producer snapshot (producersnapshot.go)
+	}
 	if l.dirGen > l.dirSyncedGen {
 		// New segment files since the last directory sync: their entries must be durable
 		// before their bytes count as synced.

@@ -76,6 +76,7 @@ type Log struct {
 	producerHeaders      []batch.Header
 	snapshots            []int64 // offsets of the .snapshot files in dir, ascending
 	unsyncedSnapshot     int64   // offset of the snapshot the next sync must fdatasync; -1: none
+	durableSnapshot      int64   // newest snapshot a completed sync covered; -1: none
 	snapshotScratch      []byte
 
 	headers      headerReader // header window for lookups; invalidated by truncation
@@ -110,7 +111,7 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if _, err := mkdirDurable(fio, dir); err != nil {
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
-	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1, unsyncedSnapshot: -1}
+	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1, unsyncedSnapshot: -1, durableSnapshot: -1}
 	if l.mode == StorageDirect {
 		if err := probeDirect(dir); err != nil {
 			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
@@ -377,18 +378,20 @@ func (l *Log) Sync() error {
 		}
 		l.unsyncedSegments = l.unsyncedSegments[1:]
 	}
-	if err := l.syncSnapshot(); err != nil { // a roll's producer snapshot
+	snapshot, err := l.syncSnapshot() // a roll's producer snapshot
+	if err != nil {
 		return l.fail(fmt.Errorf("sync: %w", err))
 	}
 	s := l.active()
-	if s.syncedSize == s.size && s.syncedNextOffset == s.nextOffset {
-		l.unsyncedMessages = 0
-		return nil
-	}
-	if err := l.syncSegment(s, false); err != nil {
-		return err
+	if s.syncedSize != s.size || s.syncedNextOffset != s.nextOffset {
+		if err := l.syncSegment(s, false); err != nil {
+			return err
+		}
 	}
 	l.unsyncedMessages = 0
+	if snapshot >= 0 {
+		l.snapshotDurable(snapshot) // only now: the log reaches its offset durably too
+	}
 	return nil
 }
 

@@ -212,10 +212,12 @@ func (l *Log) writeProducerSnapshot() error {
 	return l.pruneProducerSnapshots()
 }
 
-// pruneProducerSnapshots keeps the newest producerSnapshotsKept snapshots (l.snapshots
-// mirrors the files, so a roll does not list the directory).
+// pruneProducerSnapshots keeps the newest producerSnapshotsKept snapshots, and never one at
+// or after the newest snapshot a sync has covered: until a newer one is durable it is what
+// recovery falls back to after a power loss (l.snapshots mirrors the files, so a roll does
+// not list the directory).
 func (l *Log) pruneProducerSnapshots() error {
-	for len(l.snapshots) > producerSnapshotsKept {
+	for len(l.snapshots) > producerSnapshotsKept && l.snapshots[0] < l.durableSnapshot {
 		if err := os.Remove(producerSnapshotPath(l.dir, l.snapshots[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove producer snapshot %d: %w", l.snapshots[0], err)
 		}
@@ -281,6 +283,9 @@ func (l *Log) loadProducerState(report *RecoveryReport) error {
 		}
 		l.producers, from = ps, off
 		report.ProducerSnapshot = off
+		// Read back, perhaps from the page cache only (a process crash): the next sync makes
+		// it durable before older snapshots may go.
+		l.unsyncedSnapshot, l.durableSnapshot = off, -1
 	}
 	// The files that remain, ascending: every snapshot above the one loaded was deleted.
 	l.snapshots = l.snapshots[:0]
@@ -343,33 +348,48 @@ func (l *Log) ExpireProducers(now int64) int {
 	return l.producers.expire(now, l.cfg.ProducerIDExpirationMs)
 }
 
-// openUnsyncedSnapshot returns a descriptor of the snapshot written since the last sync, for
-// the sync to fdatasync, or -1 when there is none (or it is gone: truncation reloads them).
-func (l *Log) openUnsyncedSnapshot() (int, error) {
-	if l.unsyncedSnapshot < 0 {
-		return -1, nil
+// openUnsyncedSnapshot returns a descriptor of the snapshot written since the last sync and
+// its offset, for the sync to fdatasync, or -1 when there is none (or it is gone: a
+// truncation reloads them).
+func (l *Log) openUnsyncedSnapshot() (fd int, offset int64, err error) {
+	offset = l.unsyncedSnapshot
+	if offset < 0 {
+		return -1, -1, nil
 	}
-	fd, err := unix.Open(producerSnapshotPath(l.dir, l.unsyncedSnapshot), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err = unix.Open(producerSnapshotPath(l.dir, offset), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	l.unsyncedSnapshot = -1
 	if errors.Is(err, unix.ENOENT) {
-		return -1, nil
+		return -1, -1, nil
 	}
 	if err != nil {
-		return -1, fmt.Errorf("open producer snapshot: %w", err)
+		return -1, -1, fmt.Errorf("open producer snapshot: %w", err)
 	}
-	return fd, nil
+	return fd, offset, nil
 }
 
-// syncSnapshot fdatasyncs the snapshot written since the last sync, if any.
-func (l *Log) syncSnapshot() error {
-	fd, err := l.openUnsyncedSnapshot()
+// syncSnapshot fdatasyncs the snapshot written since the last sync, if any. The caller
+// calls snapshotDurable once the directory is synced too.
+func (l *Log) syncSnapshot() (int64, error) {
+	fd, offset, err := l.openUnsyncedSnapshot()
 	if err != nil || fd < 0 {
-		return err
+		return -1, err
 	}
 	err = l.fio.Fdatasync(fd)
 	unix.Close(fd)
 	if err != nil {
-		return fmt.Errorf("fdatasync producer snapshot: %w", err)
+		return -1, fmt.Errorf("fdatasync producer snapshot: %w", err)
 	}
-	return nil
+	return offset, nil
+}
+
+// snapshotDurable records that a sync covered the snapshot at offset (file and directory
+// entry) and drops the snapshots it makes unnecessary.
+func (l *Log) snapshotDurable(offset int64) {
+	if offset <= l.durableSnapshot {
+		return
+	}
+	l.durableSnapshot = offset
+	if err := l.pruneProducerSnapshots(); err != nil {
+		l.cfg.Logger.Warn("prune producer snapshots", "dir", l.dir, "err", err)
+	}
 }

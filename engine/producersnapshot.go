@@ -54,6 +54,9 @@ const (
 	// producerSnapshotsKept is how many snapshots a log keeps: the newest, and one older to
 	// fall back to when the newest is damaged.
 	producerSnapshotsKept = 2
+	// producerSnapshotsMax bounds the snapshots kept while none is known durable (a log
+	// that is never synced, the page-cache default without a flush policy).
+	producerSnapshotsMax = 8
 )
 
 var producerSnapshotCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -217,7 +220,7 @@ func (l *Log) writeProducerSnapshot() error {
 // recovery falls back to after a power loss (l.snapshots mirrors the files, so a roll does
 // not list the directory).
 func (l *Log) pruneProducerSnapshots() error {
-	for len(l.snapshots) > producerSnapshotsKept && l.snapshots[0] < l.durableSnapshot {
+	for len(l.snapshots) > producerSnapshotsKept && (l.snapshots[0] < l.durableSnapshot || len(l.snapshots) > producerSnapshotsMax) {
 		if err := os.Remove(producerSnapshotPath(l.dir, l.snapshots[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove producer snapshot %d: %w", l.snapshots[0], err)
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/ringlog/ringlog/ring"
 )
@@ -31,10 +32,10 @@ const (
 	catalogFileName    = "catalog.json"
 	catalogVersion     = 1
 	catalogBytesMax    = 64 << 20 // refuse to read a larger file: ~100 k topics with configs fit in a few MiB
-	topicNameBytesMax  = 249      // Kafka's limit (a partition directory name must fit in 255 bytes)
-	partitionsMax      = 1 << 14
+	topicNameBytesMax  = TopicNameBytesMax
+	partitionsMax      = PartitionsPerTopicMax
 	shardIndexMax      = 1 << 12
-	configEntriesMax   = 64
+	configEntriesMax   = TopicConfigEntriesMax
 	configValueBytes   = 1024
 	partitionDirFormat = "%s-%d"
 )
@@ -133,10 +134,12 @@ func ValidTopicName(name string) error {
 	if name == "" || len(name) > topicNameBytesMax || name == "." || name == ".." {
 		return fmt.Errorf("%w: name %q: want 1 to %d characters, not . or ..", ErrInvalidTopic, name, topicNameBytesMax)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for i, c := range name { // runes, so a non-ASCII character is named whole, not by its first byte
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: name %q: character %q not in [a-zA-Z0-9._-]", ErrInvalidTopic, name, c)
+			if c == utf8.RuneError {
+				return fmt.Errorf("%w: name %q: byte %#02x at %d is not UTF-8, want [a-zA-Z0-9._-]", ErrInvalidTopic, name, name[i], i)
+			}
+			return fmt.Errorf("%w: name %q: character %q (%U) at byte %d not in [a-zA-Z0-9._-]", ErrInvalidTopic, name, c, c, i)
 		}
 	}
 	return nil

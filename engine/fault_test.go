@@ -27,6 +27,10 @@ func TestWriteErrorsReachCaller(t *testing.T) {
 				if !errors.Is(err, errno) {
 					t.Fatalf("append error %v, want %v", err, errno)
 				}
+				// The sentinel the broker maps to STORAGE_ERROR (not UNKNOWN).
+				if wantKind := map[unix.Errno]error{unix.EIO: ErrStorageWrite, unix.ENOSPC: ErrDiskFull}[errno]; !errors.Is(err, wantKind) {
+					t.Fatalf("append error %v, want %v", err, wantKind)
+				}
 				if errors.Is(err, ErrLogFailed) || l.Err() != nil {
 					t.Fatalf("a failed write must not fail the log: %v", l.Err())
 				}

@@ -30,6 +30,9 @@ type RecoveryReport struct {
 	// (the log must stay contiguous).
 	DeletedSegments []int64
 	Corruption      string // why the first tail was cut; "" when nothing was
+	// Corruptions lists bad batches in sealed segments found by LogConfig.VerifySegments
+	// (kept in the log, not cut: see Log.Corruptions).
+	Corruptions []Corruption
 	// CleanShutdown: the log was closed by Close, so its files were synced and recovery
 	// issued no fdatasync.
 	CleanShutdown bool
@@ -106,7 +109,7 @@ func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
 	if err != nil {
 		return h, err
 	}
-	return batch.Validate(b)
+	return batch.ValidateStored(b) // the stored rule: compacted batches are not corruption
 }
 
 // recover opens every segment in l.dir and re-scans each from its last trustworthy index

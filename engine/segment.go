@@ -95,12 +95,21 @@ func openSegmentFiles(dir string, base int64, create bool) (*segment, error) {
 		}
 		return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	}
-	if s.indexFile, err = openIdx(indexSuffix); err != nil {
+	// A new segment that cannot be opened whole leaves no file behind: its .log (created
+	// O_EXCL) would make every later roll to the same base offset fail, e.g. after a full
+	// disk refused the index file.
+	undo := func() {
 		s.closeFiles()
+		if create {
+			s.removeFiles(dir)
+		}
+	}
+	if s.indexFile, err = openIdx(indexSuffix); err != nil {
+		undo()
 		return nil, fmt.Errorf("open index of segment %d: %w", base, err)
 	}
 	if s.timeIndexFile, err = openIdx(timeIndexSuffix); err != nil {
-		s.closeFiles()
+		undo()
 		return nil, fmt.Errorf("open time index of segment %d: %w", base, err)
 	}
 	return s, nil

@@ -40,7 +40,7 @@ const dataDirLockName = ".lock"
 
 // Limits. Part of the operator-visible contract; see docs/operations.md.
 const (
-	partitionsPerTopicMax = 10000
+	partitionsPerTopicMax = engine.PartitionsPerTopicMax
 	retentionCheckDefault = 30 * time.Second
 	flushCheckDefault     = 50 * time.Millisecond
 	adminWaitMax          = 30 * time.Second
@@ -67,7 +67,10 @@ type Config struct {
 	// FlushCheckInterval is how often each shard applies time-based flush policies
 	// (flush.ms). 0 means 50 ms.
 	FlushCheckInterval time.Duration
-	Logger             *slog.Logger
+	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
+	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
+	ScrubBytesPerSecond int64
+	Logger              *slog.Logger
 	// WrapFileIO, when set, wraps the file I/O of each shard's partition logs (shard >= 0:
 	// the shard's reactor, and its pipelined fdatasyncs then go through the wrapper one by
 	// one) and of the catalog and data directory (shard -1: plain system calls). The seam of
@@ -110,6 +113,8 @@ type Broker struct {
 	// wrapped[i] is Config.WrapFileIO's FileIO for shard i; nil without WrapFileIO. Set
 	// in Open before any partition opens, read-only afterwards.
 	wrapped []ring.FileIO
+
+	scrubFound atomic.Int64 // corrupt batches found by the background scrubbers
 
 	producerIDs *engine.ProducerIDs // InitProducerId and fencing (idempotence.go)
 
@@ -520,6 +525,8 @@ type PartitionState struct {
 	Segments       int
 	Storage        string
 	Err            string // non-empty when the log has failed (sticky fdatasync error)
+	CorruptBatches int    // bad batches found in sealed segments (scrubber or --verify-segments)
+	Corruption     string // the first of them and how to repair it; "" when none
 }
 
 // DescribeTopic returns the state of every partition of a topic.

@@ -25,6 +25,7 @@ type Shard struct {
 	parts      map[TopicPartition]*partition
 	dirty      []*partition // appended to since the last flushDirty
 	flushArmed bool
+	scrub      scrubState // background segment verification (scrub.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -88,6 +89,7 @@ func (s *Shard) armTimers() {
 	}
 	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
+	s.armScrub()
 }
 
 // markDirty queues p for the flush at the end of this loop turn.
@@ -297,6 +299,7 @@ func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
 		if err := p.log.Err(); err != nil {
 			out.Err = err.Error()
 		}
+		p.describeCorruption(out)
 		return nil
 	})
 }

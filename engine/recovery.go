@@ -42,7 +42,13 @@ type RecoveryReport struct {
 	// or below the end offset it records were synced by Close, and recovery issued no
 	// fdatasync for them.
 	CleanShutdown bool
-	Duration      time.Duration
+	// ProducerSnapshot is the offset of the producer state snapshot recovery started from
+	// (-1: none usable); ProducerBatchesScanned counts the batch headers read after it, and
+	// Producers the idempotent producers known afterwards.
+	ProducerSnapshot       int64
+	ProducerBatchesScanned int
+	Producers              int
+	Duration               time.Duration
 }
 
 // cleanShutdownFileName marks a log that Close synced and closed; OpenLog removes it first.

@@ -147,7 +147,8 @@ type Broker struct {
 
 	scrubFound atomic.Int64 // corrupt batches found by the background scrubbers
 
-	rep core.Replicator // cfg.Replicator or core.Local
+	rep         core.Replicator     // cfg.Replicator or core.Local
+	producerIDs *engine.ProducerIDs // InitProducerId and fencing (idempotence.go)
 
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
@@ -198,7 +199,12 @@ func Open(cfg Config) (*Broker, error) {
 	if len(swept) > 0 {
 		cfg.Logger.Warn("removed leftovers of interrupted topic operations", "dir", cfg.DataDir, "names", swept)
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator}
+	producerIDs, err := engine.OpenProducerIDs(cfg.DataDir, catFIO)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs}
 	b.logDefaults.Store(&cfg.Log)
 	if b.rep == nil {
 		b.rep = core.Local{}
@@ -733,7 +739,7 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 	if err != nil { // newTopic validated it; an error here is a bug
 		panic(fmt.Sprintf("shard: topic %q holds an invalid log config: %v", t.Name, err))
 	}
-	return map[string]string{
+	m := map[string]string{
 		engine.ConfigSegmentBytes:       strconv.FormatInt(c.SegmentBytes, 10),
 		engine.ConfigSegmentMs:          strconv.FormatInt(c.SegmentMs, 10),
 		engine.ConfigIndexIntervalBytes: strconv.FormatInt(c.IndexIntervalBytes, 10),
@@ -745,6 +751,8 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigStorageMode:        string(c.Storage),
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
+	m[engine.ConfigProducerIDExpirationMs] = strconv.FormatInt(c.ProducerIDExpirationMs, 10)
+	return m
 }
 
 // BrokerSetsConfig reports whether the broker's own configuration (flags, config file,

@@ -66,6 +66,9 @@ const CallerNone = -1
 // a mailbox hop. CallerNone always posts.
 func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
 	s, err := b.shardFor(tp)
+	if err == nil {
+		err = b.checkFenced(batches)
+	}
 	if err != nil {
 		done(ProduceResult{BaseOffset: -1, Err: err})
 		return

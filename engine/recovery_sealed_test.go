@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
@@ -334,5 +335,59 @@ func TestRecoveryFencesMissingSealedBytes(t *testing.T) {
 				t.Fatalf("truncate to %d: %v, end %d, %v", c.Offset, err, l.EndOffset(), l.Corruptions())
 			}
 		})
+	}
+}
+
+// TestRecoveryFenceKeepsProducerStateRebuild: the producer-state rebuild reads batch headers
+// from the second-newest segment on; a fenced bad batch there is not walked (its header is
+// not trusted), OpenLog succeeds, and an idempotent producer's retry of its newest batch is
+// still recognised as a duplicate.
+func TestRecoveryFenceKeepsProducerStateRebuild(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(StoragePageCache)
+	cfg.SegmentBytes = 4 << 10
+	cfg.IndexIntervalBytes = 0
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	var last []byte
+	for seq := int32(0); l.SegmentCount() < 4 || l.active().size == 0; seq += 2 {
+		last = idemBatch(t, 7, 0, seq, 2, time.Now().UnixMilli()) // not expired
+		if _, err := l.Append(append([]byte(nil), last...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := l.segments[len(l.segments)-2]
+	pos, h, err := victim.findBatch(l.fio, &l.headers, victim.nextOffset-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := l.EndOffset()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, _ := filepath.Glob(filepath.Join(dir, "*"+producerSnapshotSuffix))
+	for _, p := range snaps { // no snapshot: the rebuild scans headers
+		os.Remove(p)
+	}
+	file, err := os.OpenFile(segmentFile(dir, victim.baseOffset, logSuffix), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The magic byte: the header itself no longer parses.
+	if _, err := file.WriteAt([]byte{0x7f}, pos+16); err != nil {
+		t.Fatal(err)
+	}
+	file.Close()
+
+	l2, rep, err := OpenLog(dir, cfg, ring.Syscalls{})
+	if err != nil {
+		t.Fatalf("open with a fenced batch in the rebuilt range: %v", err)
+	}
+	defer l2.Close()
+	if len(rep.Corruptions) != 1 || rep.Corruptions[0].Offset != h.BaseOffset || l2.EndOffset() != end || rep.Producers != 1 {
+		t.Fatalf("end %d (want %d), report %+v", l2.EndOffset(), end, rep)
+	}
+	res, err := l2.AppendBatches([][]byte{last})
+	if err != nil || !res.Duplicate || l2.EndOffset() != end {
+		t.Fatalf("retry of the newest batch: %+v, %v, end %d", res, err, l2.EndOffset())
 	}
 }

@@ -67,7 +67,11 @@ type Config struct {
 	// FlushCheckInterval is how often each shard applies time-based flush policies
 	// (flush.ms). 0 means 50 ms.
 	FlushCheckInterval time.Duration
-	Logger             *slog.Logger
+	// FetchFilesMax bounds the segment descriptors held by fetch results not yet sent
+	// (each result dups its segment's descriptor so retention cannot pull the file from
+	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
+	FetchFilesMax int64
+	Logger        *slog.Logger
 }
 
 // TopicPartition names one partition.
@@ -104,6 +108,7 @@ type Broker struct {
 
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
+	files    *Quota      // descriptors held by unsent fetch results (Config.FetchFilesMax)
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -123,6 +128,9 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.Log.Logger == nil {
 		cfg.Log.Logger = cfg.Logger
 	}
+	if cfg.FetchFilesMax <= 0 {
+		cfg.FetchFilesMax = fetchFilesMaxDefault()
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -135,7 +143,7 @@ func Open(cfg Config) (*Broker, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock, files: NewQuota(cfg.FetchFilesMax)}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		dirLock.Close()

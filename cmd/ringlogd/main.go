@@ -48,6 +48,7 @@ type options struct {
 	flushAlways   bool
 	frameBytesMax uint
 	connsMax      int
+	limits        limitFlags
 	shutdownGrace time.Duration
 	sysRoot       string
 	pin           bool
@@ -63,7 +64,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ringlogd", flag.ContinueOnError)
 	fs.StringVar(&o.dataDir, "data", "./data", "data directory (created if missing)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (SO_REUSEPORT)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (one socket owned by this process: a second broker on it fails with address in use)")
 	fs.IntVar(&o.shards, "shards", 0, "number of shards (default: one per CPU, or one per --cpus entry)")
 	fs.StringVar(&o.cpus, "cpus", "", "pin shard i to the i-th CPU of this list, e.g. 0-3,8")
 	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned by `ringlog tune plan --format json`")
@@ -72,6 +73,7 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")
 	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(netio.FrameBytesMaxDefault), "largest request frame accepted")
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
+	o.limits.register(fs)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
@@ -105,6 +107,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.cpus != "" && o.tunePlan != "" {
 		return o, errors.New("--cpus and --tune-plan are exclusive")
+	}
+	if err := o.limits.check(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -207,20 +212,24 @@ func run(args []string, log *slog.Logger) error {
 		Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
 		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
 		Logger:  log,
+
+		FetchFilesMax: o.limits.fetchFilesMax,
 	})
 	if err != nil {
 		return err
 	}
-	listeners := make([]net.Listener, 0, shards)
-	for i := 0; i < shards; i++ {
-		ln, err := netio.ListenShard(context.Background(), o.listen)
-		if err != nil {
-			b.Close()
-			return err
-		}
-		listeners = append(listeners, ln)
+	// One main socket, accepted on by every shard: no SO_REUSEPORT, so no other process
+	// can bind the same address and take a share of the clients.
+	mainLn, err := netio.Listen(context.Background(), o.listen)
+	if err != nil {
+		b.Close()
+		return err
 	}
-	addr := listeners[0].Addr().String()
+	listeners := make([]net.Listener, shards)
+	for i := range listeners {
+		listeners[i] = mainLn
+	}
+	addr := mainLn.Addr().String()
 	shardListeners, err := listenPerShard(o, shards)
 	if err != nil {
 		b.Close()
@@ -230,16 +239,20 @@ func run(args []string, log *slog.Logger) error {
 	for _, ln := range shardListeners {
 		shardAddrs = append(shardAddrs, advertisedAddr(ln.Addr(), o.advertise))
 	}
-	if o.advertise == "" && unspecifiedHost(listeners[0].Addr()) {
+	if o.advertise == "" && unspecifiedHost(mainLn.Addr()) {
 		log.Warn("listening on an unspecified address without --advertise: metadata tells clients to connect to it as is, which only works on this host",
 			"listen", addr)
 	}
-	srv := netio.NewServer(netio.NewBrokerHandler(b, advertisedAddr(listeners[0].Addr(), o.advertise)).WithShardAddresses(shardAddrs), netio.Config{
+	handler := netio.NewBrokerHandler(b, advertisedAddr(mainLn.Addr(), o.advertise)).WithShardAddresses(shardAddrs).
+		WithFetchResponseBytesMax(o.limits.fetchResponseBytesMax)
+	_, fetchFilesMax := b.FilesHeld()
+	srv := netio.NewServer(handler, o.limits.serverConfig(netio.Config{
 		FrameBytesMax:  uint32(o.frameBytesMax),
 		ConnectionsMax: o.connsMax,
+		Shards:         shards,
 		BrokerVersion:  Version,
 		Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
-	})
+	}, fetchFilesMax))
 
 	backend := "?"
 	for _, s := range b.ShardInfos() {

@@ -54,17 +54,17 @@ type Request struct {
 	Body   Message // the decoded request schema (e.g. *ProduceRequest)
 	Conn   ConnInfo
 
-	owner    requestOwner
-	frame    *[]byte // pooled payload buffer; returned when the request is released
-	charged  int64   // request bytes charged to the connection, address and shard budgets
+	owner   requestOwner
+	frame   *[]byte // pooled payload buffer; returned when the request is released
+	charged int64   // request bytes charged to the connection, address and shard budgets
 	// respCharged is the reply's memory (responseBytes), charged to the same budgets when
 	// the handler answers and released with the request.
 	respCharged int64
-	silent   bool    // acks=0 produce: no response is written
-	fatal    bool    // close the connection after writing this response
-	replied  atomic.Bool
-	ready    bool     // guarded by the owner's lock: resp is set
-	response Response // guarded by the owner's lock until ready, then owned by the writer
+	silent      bool // acks=0 produce: no response is written
+	fatal       bool // close the connection after writing this response
+	replied     atomic.Bool
+	ready       bool     // guarded by the owner's lock: resp is set
+	response    Response // guarded by the owner's lock until ready, then owned by the writer
 }
 
 // requestOwner is the connection (of whichever I/O driver) a request belongs to.
@@ -147,7 +147,7 @@ type Config struct {
 	// partition is answered THROTTLED. Defaults 256 and 1,024.
 	FetchFilesPerConnMax    int64
 	FetchFilesPerAddressMax int64
-	WriteTimeout         time.Duration // a client that reads nothing for this long is dropped; default 30s
+	WriteTimeout            time.Duration // a client that reads nothing for this long is dropped; default 30s
 	// FrameReadTimeout: a frame must be complete this long after its first byte (header
 	// included) arrived; default 30s.
 	FrameReadTimeout time.Duration

@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test bench fuzz lint build race
+.PHONY: test bench fuzz lint build race invariants release
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -16,6 +16,15 @@ test:
 race:
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
+# The data-path packages (engine, ring, the server) under the race detector and with the
+# expensive invariant checks compiled in (-tags invariants). CI runs both via `make test`.
+CORE_PKGS := ./engine/... ./ring/... ./netio/...
+race-core:
+	$(GO) test -race -count=1 -timeout 20m $(CORE_PKGS)
+
+invariants:
+	$(GO) test -tags invariants -count=1 -timeout 20m $(CORE_PKGS)
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m $(PKGS)
 
@@ -28,6 +37,11 @@ fuzz:
 	  done; \
 	done
 
+# gofmt, vet, go.mod tidiness of both modules, and the package-boundary rules of
+# ../shared/DESIGN.md (imports_test.go: forbidden imports and the client's dependency closure).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
+	cd bench/peers && $(GO) mod tidy -diff
+	$(GO) test -count=1 -run '^TestImportRules' .

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // The adversarial suite: hostile and careless clients against a real ringlogd running
@@ -214,7 +214,7 @@ func expectSurvived(t *testing.T, b *broker, topics ...string) {
 			t.Fatalf("describe %s: %v %+v", topic, err, described)
 		}
 		for _, dp := range described[0].Partitions {
-			if dp.ErrorCode != netio.ErrNone {
+			if dp.ErrorCode != wire.ErrNone {
 				t.Errorf("%s/%d reports %s after the attack", topic, dp.Partition, dp.ErrorCode.Name())
 			}
 			off, err := p.SendSync(ctx, &client.Record{Topic: topic, Partition: dp.Partition, Value: []byte("after")})
@@ -257,18 +257,18 @@ func fill(t *testing.T, b *broker, topic string, partitions int32, bytesPerParti
 
 // repeatedFetch is a Fetch naming topic/partition n times with every size limit at its
 // maximum.
-func repeatedFetch(topic string, partition int32, n int) *netio.FetchRequest {
-	parts := make([]netio.FetchPartition, n)
+func repeatedFetch(topic string, partition int32, n int) *wire.FetchRequest {
+	parts := make([]wire.FetchPartition, n)
 	for i := range parts {
-		parts[i] = netio.FetchPartition{Partition: partition, MaxBytes: 1<<31 - 1}
+		parts[i] = wire.FetchPartition{Partition: partition, MaxBytes: 1<<31 - 1}
 	}
-	return &netio.FetchRequest{MaxBytes: 1<<31 - 1, Topics: []netio.FetchTopic{{Topic: topic, Partitions: parts}}}
+	return &wire.FetchRequest{MaxBytes: 1<<31 - 1, Topics: []wire.FetchTopic{{Topic: topic, Partitions: parts}}}
 }
 
 // expectBoundedAnswer reads the answer to a hostile request: a refusal (a frame-level or
 // per-entry error) or a response whose frame stays within responseBytesMax. Either way the
 // connection must keep working.
-func expectBoundedAnswer(r *rawConn, correlationID uint32, responseBytesMax int) netio.ResponseHeader {
+func expectBoundedAnswer(r *rawConn, correlationID uint32, responseBytesMax int) wire.ResponseHeader {
 	r.t.Helper()
 	h, payload := r.readResponse()
 	if h.CorrelationID != correlationID {
@@ -277,8 +277,8 @@ func expectBoundedAnswer(r *rawConn, correlationID uint32, responseBytesMax int)
 	if len(payload) > responseBytesMax {
 		r.t.Errorf("response of %d bytes, bound %d", len(payload), responseBytesMax)
 	}
-	if h.ErrorCode != netio.ErrNone {
-		msg, _ := netio.DecodeErrorPayload(payload)
+	if h.ErrorCode != wire.ErrNone {
+		msg, _ := wire.DecodeErrorPayload(payload)
 		r.t.Logf("refused with %s: %s", h.ErrorCode.Name(), msg)
 	}
 	r.expectWorking(correlationID + 1)
@@ -294,7 +294,7 @@ func TestAdversarialFetchRepeatedPartition(t *testing.T) {
 			fill(t, b, "rep", 1, 2200<<10, 1<<10)
 			pr := newProbe(t, b)
 			r := mustDialFrom(t, attacker, b.addr)
-			r.write(netio.AppendRequest(nil, 1, repeatedFetch("rep", 0, 2100)))
+			r.write(wire.AppendRequest(nil, 1, repeatedFetch("rep", 0, 2100)))
 			expectBoundedAnswer(r, 1, 128<<20)
 			pr.expectFast("after the repeated-partition fetch")
 			expectSurvived(t, b, "rep")
@@ -314,7 +314,7 @@ func TestAdversarialFetchRepeatedDirect(t *testing.T) {
 	if long() {
 		n = 3000
 	}
-	r.write(netio.AppendRequest(nil, 1, repeatedFetch("dir", 0, n)))
+	r.write(wire.AppendRequest(nil, 1, repeatedFetch("dir", 0, n)))
 	expectBoundedAnswer(r, 1, 128<<20)
 	if grown := procStatusBytes(t, b, "VmHWM") - before; grown > 256<<20 {
 		t.Errorf("a %d-entry direct-mode fetch grew the broker by %d MiB", n, grown>>20)
@@ -331,7 +331,7 @@ func TestAdversarialFetchDescriptors(t *testing.T) {
 	fill(t, b, "fds", 1, 64<<10, 1<<10)
 	pr := newProbe(t, b)
 	r := mustDialFrom(t, attacker, b.addr)
-	r.write(netio.AppendRequest(nil, 1, repeatedFetch("fds", 0, 30000)))
+	r.write(wire.AppendRequest(nil, 1, repeatedFetch("fds", 0, 30000)))
 	expectBoundedAnswer(r, 1, 128<<20)
 	pr.expectFast("after the 30,000-entry fetch")
 	expectSurvived(t, b, "fds", probeTopic)
@@ -347,14 +347,14 @@ func TestAdversarialFetchDescriptorsNeverRead(t *testing.T) {
 			const partitions = 32
 			fill(t, b, "many", partitions, 64<<10, 8<<10)
 			pr := newProbe(t, b)
-			parts := make([]netio.FetchPartition, partitions)
+			parts := make([]wire.FetchPartition, partitions)
 			for i := range parts {
-				parts[i] = netio.FetchPartition{Partition: int32(i), MaxBytes: 1 << 20}
+				parts[i] = wire.FetchPartition{Partition: int32(i), MaxBytes: 1 << 20}
 			}
-			fetch := &netio.FetchRequest{MaxBytes: 64 << 20, Topics: []netio.FetchTopic{{Topic: "many", Partitions: parts}}}
+			fetch := &wire.FetchRequest{MaxBytes: 64 << 20, Topics: []wire.FetchTopic{{Topic: "many", Partitions: parts}}}
 			var chunk []byte
 			for i := range 64 {
-				chunk = netio.AppendRequest(chunk, uint32(i), fetch)
+				chunk = wire.AppendRequest(chunk, uint32(i), fetch)
 			}
 			conns := 16
 			if long() {
@@ -409,7 +409,7 @@ func TestAdversarialMetadataNames(t *testing.T) {
 	for _, size := range sizes {
 		names := make([]string, size/2) // 2 bytes each: an empty string's length
 		r := mustDialFrom(t, attacker, b.addr)
-		r.write(netio.AppendRequest(nil, 1, &netio.MetadataRequest{Topics: names}))
+		r.write(wire.AppendRequest(nil, 1, &wire.MetadataRequest{Topics: names}))
 		pr.expectFast(fmt.Sprintf("while a %d MiB metadata request is served", size>>20))
 		expectBoundedAnswer(r, 1, 128<<20)
 	}
@@ -430,8 +430,8 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 		}
 		return out
 	}
-	produceParts := func(n int, same bool) []netio.ProducePartition {
-		out := make([]netio.ProducePartition, n)
+	produceParts := func(n int, same bool) []wire.ProducePartition {
+		out := make([]wire.ProducePartition, n)
 		for i := range out {
 			if !same {
 				out[i].Partition = int32(i)
@@ -439,18 +439,18 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 		}
 		return out
 	}
-	listParts := func(n int, same bool) []netio.ListOffsetsPartition {
-		out := make([]netio.ListOffsetsPartition, n)
+	listParts := func(n int, same bool) []wire.ListOffsetsPartition {
+		out := make([]wire.ListOffsetsPartition, n)
 		for i := range out {
-			out[i].Timestamp = netio.TimestampLatest
+			out[i].Timestamp = wire.TimestampLatest
 			if !same {
 				out[i].Partition = int32(i)
 			}
 		}
 		return out
 	}
-	fetchParts := func(n int, same bool) []netio.FetchPartition {
-		out := make([]netio.FetchPartition, n)
+	fetchParts := func(n int, same bool) []wire.FetchPartition {
+		out := make([]wire.FetchPartition, n)
 		for i := range out {
 			out[i].MaxBytes = 1 << 20
 			if !same {
@@ -459,69 +459,69 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 		}
 		return out
 	}
-	configs := func(n int) []netio.AlterConfig {
-		out := make([]netio.AlterConfig, n)
+	configs := func(n int) []wire.AlterConfig {
+		out := make([]wire.AlterConfig, n)
 		for i := range out {
-			out[i] = netio.AlterConfig{Key: "retention.ms", Value: strconv.Itoa(1000000 + i)}
+			out[i] = wire.AlterConfig{Key: "retention.ms", Value: strconv.Itoa(1000000 + i)}
 		}
 		return out
 	}
 	cases := []struct {
 		name string
-		req  func(n int, repeat bool) netio.Message
+		req  func(n int, repeat bool) wire.Message
 	}{
-		{"produce", func(n int, repeat bool) netio.Message {
-			return &netio.ProduceRequest{Acks: netio.AcksLeader, TimeoutMs: 1000, Topics: []netio.ProduceTopic{{Topic: "t", Partitions: produceParts(n, repeat)}}}
+		{"produce", func(n int, repeat bool) wire.Message {
+			return &wire.ProduceRequest{Acks: wire.AcksLeader, TimeoutMs: 1000, Topics: []wire.ProduceTopic{{Topic: "t", Partitions: produceParts(n, repeat)}}}
 		}},
-		{"fetch", func(n int, repeat bool) netio.Message {
-			return &netio.FetchRequest{MaxBytes: 1 << 20, Topics: []netio.FetchTopic{{Topic: "t", Partitions: fetchParts(n, repeat)}}}
+		{"fetch", func(n int, repeat bool) wire.Message {
+			return &wire.FetchRequest{MaxBytes: 1 << 20, Topics: []wire.FetchTopic{{Topic: "t", Partitions: fetchParts(n, repeat)}}}
 		}},
-		{"list offsets", func(n int, repeat bool) netio.Message {
-			return &netio.ListOffsetsRequest{Topics: []netio.ListOffsetsTopic{{Topic: "t", Partitions: listParts(n, repeat)}}}
+		{"list offsets", func(n int, repeat bool) wire.Message {
+			return &wire.ListOffsetsRequest{Topics: []wire.ListOffsetsTopic{{Topic: "t", Partitions: listParts(n, repeat)}}}
 		}},
-		{"metadata", func(n int, repeat bool) netio.Message {
+		{"metadata", func(n int, repeat bool) wire.Message {
 			if repeat {
-				return &netio.MetadataRequest{Topics: []string{"t", "t"}}
+				return &wire.MetadataRequest{Topics: []string{"t", "t"}}
 			}
-			return &netio.MetadataRequest{Topics: names(n)}
+			return &wire.MetadataRequest{Topics: names(n)}
 		}},
-		{"create topics", func(n int, repeat bool) netio.Message {
-			ts := make([]netio.CreateTopic, n)
+		{"create topics", func(n int, repeat bool) wire.Message {
+			ts := make([]wire.CreateTopic, n)
 			for i := range ts {
-				ts[i] = netio.CreateTopic{Topic: fmt.Sprintf("new-%d", i), Partitions: 1}
+				ts[i] = wire.CreateTopic{Topic: fmt.Sprintf("new-%d", i), Partitions: 1}
 				if repeat {
 					ts[i].Topic = "new"
 				}
 			}
-			return &netio.CreateTopicsRequest{TimeoutMs: 1000, ValidateOnly: true, Topics: ts}
+			return &wire.CreateTopicsRequest{TimeoutMs: 1000, ValidateOnly: true, Topics: ts}
 		}},
-		{"delete topics", func(n int, repeat bool) netio.Message {
+		{"delete topics", func(n int, repeat bool) wire.Message {
 			if repeat {
-				return &netio.DeleteTopicsRequest{TimeoutMs: 1000, Topics: []string{"nope", "nope"}}
+				return &wire.DeleteTopicsRequest{TimeoutMs: 1000, Topics: []string{"nope", "nope"}}
 			}
-			return &netio.DeleteTopicsRequest{TimeoutMs: 1000, Topics: names(n)}
+			return &wire.DeleteTopicsRequest{TimeoutMs: 1000, Topics: names(n)}
 		}},
-		{"describe topics", func(n int, repeat bool) netio.Message {
+		{"describe topics", func(n int, repeat bool) wire.Message {
 			if repeat {
-				return &netio.DescribeTopicsRequest{Topics: []string{"t", "t"}}
+				return &wire.DescribeTopicsRequest{Topics: []string{"t", "t"}}
 			}
-			return &netio.DescribeTopicsRequest{Topics: names(n)}
+			return &wire.DescribeTopicsRequest{Topics: names(n)}
 		}},
-		{"describe configs", func(n int, repeat bool) netio.Message {
-			qs := make([]netio.DescribeConfigsTopic, n)
+		{"describe configs", func(n int, repeat bool) wire.Message {
+			qs := make([]wire.DescribeConfigsTopic, n)
 			for i := range qs {
 				qs[i].Topic = fmt.Sprintf("name-%d", i)
 				if repeat {
 					qs[i].Topic = "t"
 				}
 			}
-			return &netio.DescribeConfigsRequest{Topics: qs}
+			return &wire.DescribeConfigsRequest{Topics: qs}
 		}},
-		{"alter configs", func(n int, repeat bool) netio.Message {
+		{"alter configs", func(n int, repeat bool) wire.Message {
 			if repeat {
-				return &netio.AlterConfigsRequest{ValidateOnly: true, Topics: []netio.AlterConfigsTopic{{Topic: "t"}, {Topic: "t"}}}
+				return &wire.AlterConfigsRequest{ValidateOnly: true, Topics: []wire.AlterConfigsTopic{{Topic: "t"}, {Topic: "t"}}}
 			}
-			return &netio.AlterConfigsRequest{ValidateOnly: true, Topics: []netio.AlterConfigsTopic{{Topic: "t", Configs: configs(n)}}}
+			return &wire.AlterConfigsRequest{ValidateOnly: true, Topics: []wire.AlterConfigsTopic{{Topic: "t", Configs: configs(n)}}}
 		}},
 	}
 	r := mustDialFrom(t, attacker, b.addr)
@@ -535,8 +535,8 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 			t.Run(tc.name+"/"+v.what, func(t *testing.T) {
 				r.t = t
 				id += 2
-				r.write(netio.AppendRequest(nil, id, tc.req(v.n, v.repeat)))
-				r.expectError(netio.ErrInvalidRequest, id)
+				r.write(wire.AppendRequest(nil, id, tc.req(v.n, v.repeat)))
+				r.expectError(wire.ErrInvalidRequest, id)
 				r.expectWorking(id + 1)
 			})
 		}
@@ -557,7 +557,7 @@ func TestAdversarialHeaderOnlyStarvation(t *testing.T) {
 			if long() {
 				conns = 3000
 			}
-			hdr := header(60<<20, uint16(netio.APIProduce), 0, 1)
+			hdr := header(60<<20, uint16(wire.APIProduce), 0, 1)
 			opened := 0
 			for range conns {
 				r, err := dialFrom(t, attacker, b.addr)
@@ -590,7 +590,7 @@ func TestAdversarialTrickle(t *testing.T) {
 		t.Run("net="+drv, func(t *testing.T) {
 			b := startCapped(t, 1024, "--net", drv, "--frame-timeout", "2s", "--idle-timeout", "60s")
 			r := mustDialFrom(t, attacker, b.addr)
-			frame := netio.AppendRequest(nil, 1, &netio.MetadataRequest{Topics: []string{"a", "b", "c"}})
+			frame := wire.AppendRequest(nil, 1, &wire.MetadataRequest{Topics: []string{"a", "b", "c"}})
 			closed := make(chan time.Duration, 1)
 			start := time.Now()
 			go func() {
@@ -691,7 +691,7 @@ func TestAdversarialNeverReadingMetadata(t *testing.T) {
 			}
 			var chunk []byte
 			for i := range 64 {
-				chunk = netio.AppendRequest(chunk, uint32(i), &netio.MetadataRequest{Topics: names})
+				chunk = wire.AppendRequest(chunk, uint32(i), &wire.MetadataRequest{Topics: names})
 			}
 			conns := 8
 			if long() {

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -47,10 +48,10 @@ func (r *rawConn) write(b []byte) {
 }
 
 // readResponse reads one response frame; it fails the test on EOF or timeout.
-func (r *rawConn) readResponse() (netio.ResponseHeader, []byte) {
+func (r *rawConn) readResponse() (wire.ResponseHeader, []byte) {
 	r.t.Helper()
 	r.conn.SetReadDeadline(time.Now().Add(rawTimeout))
-	h, payload, _, err := netio.ReadResponse(r.conn, nil, netio.FrameBytesMaxDefault)
+	h, payload, _, err := wire.ReadResponse(r.conn, nil, wire.FrameBytesMaxDefault)
 	if err != nil {
 		r.t.Fatalf("read response: %v", err)
 	}
@@ -58,13 +59,13 @@ func (r *rawConn) readResponse() (netio.ResponseHeader, []byte) {
 }
 
 // expectError reads a frame-level error response with the given code and correlation id.
-func (r *rawConn) expectError(code netio.ErrorCode, correlationID uint32) {
+func (r *rawConn) expectError(code wire.ErrorCode, correlationID uint32) {
 	r.t.Helper()
 	h, payload := r.readResponse()
 	if h.ErrorCode != code || h.CorrelationID != correlationID {
 		r.t.Fatalf("response: code %s correlation %d, want %s correlation %d", h.ErrorCode.Name(), h.CorrelationID, code.Name(), correlationID)
 	}
-	if msg, err := netio.DecodeErrorPayload(payload); err != nil || msg == "" {
+	if msg, err := wire.DecodeErrorPayload(payload); err != nil || msg == "" {
 		r.t.Errorf("error response carries no message: %q %v", msg, err)
 	}
 }
@@ -91,12 +92,12 @@ func (r *rawConn) expectClosed() {
 // expectWorking sends ApiVersions on this connection and expects an answer.
 func (r *rawConn) expectWorking(correlationID uint32) {
 	r.t.Helper()
-	r.write(netio.AppendRequest(nil, correlationID, &netio.APIVersionsRequest{ClientID: "raw"}))
+	r.write(wire.AppendRequest(nil, correlationID, &wire.APIVersionsRequest{ClientID: "raw"}))
 	h, payload := r.readResponse()
-	if h.ErrorCode != netio.ErrNone || h.CorrelationID != correlationID || h.API != netio.APIVersions {
+	if h.ErrorCode != wire.ErrNone || h.CorrelationID != correlationID || h.API != wire.APIVersions {
 		r.t.Fatalf("ApiVersions after the bad frame: %+v", h)
 	}
-	var resp netio.APIVersionsResponse
+	var resp wire.APIVersionsResponse
 	if err := resp.ReadFrom(payload); err != nil || len(resp.APIs) == 0 {
 		r.t.Fatalf("ApiVersions response: %v %+v", err, resp)
 	}
@@ -143,56 +144,56 @@ func testHostileFrames(t *testing.T, netDriver string) {
 		run  func(r *rawConn)
 	}{
 		{"oversized length", func(r *rawConn) {
-			r.write(header(0xFFFFFF00, uint16(netio.APIMetadata), 0, 11))
-			r.expectError(netio.ErrFrameTooLarge, 11)
+			r.write(header(0xFFFFFF00, uint16(wire.APIMetadata), 0, 11))
+			r.expectError(wire.ErrFrameTooLarge, 11)
 			r.expectClosed()
 		}},
 		{"length above the maximum by one", func(r *rawConn) {
-			r.write(header(netio.FrameBytesMaxDefault+1, uint16(netio.APIProduce), 0, 12))
-			r.expectError(netio.ErrFrameTooLarge, 12)
+			r.write(header(wire.FrameBytesMaxDefault+1, uint16(wire.APIProduce), 0, 12))
+			r.expectError(wire.ErrFrameTooLarge, 12)
 			r.expectClosed()
 		}},
 		{"length below the header", func(r *rawConn) {
 			r.write(header(3, 0, 0, 13))
-			r.expectError(netio.ErrInvalidRequest, 13)
+			r.expectError(wire.ErrInvalidRequest, 13)
 			r.expectClosed()
 		}},
 		{"text garbage", func(r *rawConn) {
 			// "GET " read as a length is 1.2 GB: refused before any allocation.
 			r.write([]byte("GET / HTTP/1.1\r\nHost: ringlog\r\n\r\n"))
 			h, _ := r.readResponse()
-			if h.ErrorCode != netio.ErrFrameTooLarge {
+			if h.ErrorCode != wire.ErrFrameTooLarge {
 				r.t.Fatalf("HTTP request answered with %s, want FRAME_TOO_LARGE", h.ErrorCode.Name())
 			}
 			r.expectClosed()
 		}},
 		{"unknown api", func(r *rawConn) {
 			r.write(append(header(8+5, 999, 0, 14), "hello"...))
-			r.expectError(netio.ErrUnknownAPI, 14)
+			r.expectError(wire.ErrUnknownAPI, 14)
 			r.expectWorking(15)
 		}},
 		{"unsupported version", func(r *rawConn) {
-			r.write(append(header(8+4, uint16(netio.APIMetadata), 7, 16), 0xff, 0xff, 0xff, 0xff))
-			r.expectError(netio.ErrUnsupportedVersion, 16)
+			r.write(append(header(8+4, uint16(wire.APIMetadata), 7, 16), 0xff, 0xff, 0xff, 0xff))
+			r.expectError(wire.ErrUnsupportedVersion, 16)
 			r.expectWorking(17)
 		}},
 		{"undecodable payload", func(r *rawConn) {
 			// Metadata with a topic count of -5: refused before allocating for it.
-			r.write(append(header(8+4, uint16(netio.APIMetadata), 0, 18), 0xff, 0xff, 0xff, 0xfb))
-			r.expectError(netio.ErrInvalidRequest, 18)
+			r.write(append(header(8+4, uint16(wire.APIMetadata), 0, 18), 0xff, 0xff, 0xff, 0xfb))
+			r.expectError(wire.ErrInvalidRequest, 18)
 			r.expectWorking(19)
 		}},
 		{"hostile array count", func(r *rawConn) {
 			// CreateTopics (timeout_ms, validate_only) claiming 2^31-1 topics in 9 bytes.
-			r.write(append(header(8+9, uint16(netio.APICreateTopics), 0, 20), 0, 0, 0x03, 0xe8, 0, 0x7f, 0xff, 0xff, 0xff))
-			r.expectError(netio.ErrInvalidRequest, 20)
+			r.write(append(header(8+9, uint16(wire.APICreateTopics), 0, 20), 0, 0, 0x03, 0xe8, 0, 0x7f, 0xff, 0xff, 0xff))
+			r.expectError(wire.ErrInvalidRequest, 20)
 			r.expectWorking(21)
 		}},
 		{"binary garbage", func(r *rawConn) {
 			garbage := bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 256)
 			r.write(garbage)
 			h, _ := r.readResponse()
-			if h.ErrorCode != netio.ErrFrameTooLarge {
+			if h.ErrorCode != wire.ErrFrameTooLarge {
 				r.t.Fatalf("garbage answered with %s, want FRAME_TOO_LARGE", h.ErrorCode.Name())
 			}
 			r.expectClosed()
@@ -200,7 +201,7 @@ func testHostileFrames(t *testing.T, netDriver string) {
 		{"truncated frame", func(r *rawConn) {
 			// A header promising 100 bytes and 20 of them, then silence: the broker waits
 			// for the rest without holding anyone else up, and closes on end of stream.
-			r.write(append(header(100, uint16(netio.APIMetadata), 0, 22), make([]byte, 20)...))
+			r.write(append(header(100, uint16(wire.APIMetadata), 0, 22), make([]byte, 20)...))
 			expectHealthy(r.t, b)
 			if err := r.conn.CloseWrite(); err != nil {
 				r.t.Fatal(err)
@@ -245,12 +246,12 @@ func testStalledReader(t *testing.T, netDriver string) {
 
 	// Four stalled connections, so both shards' listeners most likely get one.
 	const stalled = 4
-	fetch := &netio.FetchRequest{MaxWaitMs: 0, MinBytes: 1, MaxBytes: 4 << 20, Topics: []netio.FetchTopic{{
-		Topic: topic, Partitions: []netio.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 4 << 20}},
+	fetch := &wire.FetchRequest{MaxWaitMs: 0, MinBytes: 1, MaxBytes: 4 << 20, Topics: []wire.FetchTopic{{
+		Topic: topic, Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 4 << 20}},
 	}}}
 	var chunk []byte
 	for i := range 1000 {
-		chunk = netio.AppendRequest(chunk, uint32(i), fetch)
+		chunk = wire.AppendRequest(chunk, uint32(i), fetch)
 	}
 	const chunksMax = 1000 // 1M requests, far more than any socket buffer holds
 	writeDone := make(chan error, stalled)

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
-	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -116,7 +117,7 @@ func TestBatchLargerThanSegment(t *testing.T) {
 	p := c.NewProducer(client.ProducerConfig{})
 	defer p.Close(ctx)
 	_, err := p.SendSync(ctx, &client.Record{Topic: "tiny", Partition: 0, Value: make([]byte, 8192)})
-	if !errors.Is(err, netio.ErrMessageTooLarge) || !strings.Contains(err.Error(), "after 1 attempts") {
+	if !errors.Is(err, wire.ErrMessageTooLarge) || !strings.Contains(err.Error(), "after 1 attempts") {
 		t.Fatalf("8 KiB record into 4 KiB segments: %v; want MESSAGE_TOO_LARGE without retries", err)
 	}
 }
@@ -155,10 +156,10 @@ func TestDataDirInUse(t *testing.T) {
 func TestAdvertise(t *testing.T) {
 	b := startBroker(t, "--advertise", "localhost")
 	r := dialRaw(t, b.addr)
-	r.write(netio.AppendRequest(nil, 1, &netio.MetadataRequest{}))
+	r.write(wire.AppendRequest(nil, 1, &wire.MetadataRequest{}))
 	h, payload := r.readResponse()
-	var meta netio.MetadataResponse
-	if err := meta.ReadFrom(payload); h.ErrorCode != netio.ErrNone || err != nil {
+	var meta wire.MetadataResponse
+	if err := meta.ReadFrom(payload); h.ErrorCode != wire.ErrNone || err != nil {
 		t.Fatalf("metadata: %s %v", h.ErrorCode.Name(), err)
 	}
 	if len(meta.Shards) != 2 {

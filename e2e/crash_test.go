@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -214,8 +215,8 @@ func TestSigtermWithParkedFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := dialRaw(t, b.addr)
-	r.write(netio.AppendRequest(nil, 1, &netio.FetchRequest{MaxWaitMs: 60_000, MinBytes: 1, MaxBytes: 1 << 20, Topics: []netio.FetchTopic{{
-		Topic: "idle", Partitions: []netio.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 1 << 20}},
+	r.write(wire.AppendRequest(nil, 1, &wire.FetchRequest{MaxWaitMs: 60_000, MinBytes: 1, MaxBytes: 1 << 20, Topics: []wire.FetchTopic{{
+		Topic: "idle", Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 1 << 20}},
 	}}}))
 	// The fetch was on the wire before this round trip on another connection began, and
 	// the broker reads every connection as data arrives: once the round trip is done the
@@ -229,10 +230,10 @@ func TestSigtermWithParkedFetch(t *testing.T) {
 		t.Errorf("SIGTERM with a parked fetch took %v (grace 60s): the long-poll was not released", took)
 	}
 	h, payload := r.readResponse()
-	if h.ErrorCode != netio.ErrNone || h.CorrelationID != 1 {
+	if h.ErrorCode != wire.ErrNone || h.CorrelationID != 1 {
 		t.Fatalf("parked fetch answered with %s (correlation %d)", h.ErrorCode.Name(), h.CorrelationID)
 	}
-	var resp netio.FetchResponse
+	var resp wire.FetchResponse
 	if err := resp.ReadFrom(payload); err != nil {
 		t.Fatalf("decode fetch response: %v", err)
 	}

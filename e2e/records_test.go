@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
-	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -137,7 +138,7 @@ func consumeAll(t *testing.T, ctx context.Context, c *client.Client, topic strin
 	co := c.NewConsumer(client.ConsumerConfig{MaxWait: 100 * time.Millisecond})
 	end := map[int32]int64{}
 	for p := range int32(partitions) {
-		hw, err := c.ListOffset(ctx, topic, p, netio.TimestampLatest)
+		hw, err := c.ListOffset(ctx, topic, p, wire.TimestampLatest)
 		if err != nil {
 			t.Fatalf("high watermark of %s/%d: %v", topic, p, err)
 		}

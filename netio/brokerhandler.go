@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -62,19 +64,19 @@ func (h *BrokerHandler) WithShardAddresses(addrs []string) *BrokerHandler {
 // Serve dispatches one decoded request.
 func (h *BrokerHandler) Serve(req *Request) {
 	switch body := req.Body.(type) {
-	case *ProduceRequest:
+	case *wire.ProduceRequest:
 		h.produce(req, body)
-	case *FetchRequest:
+	case *wire.FetchRequest:
 		h.fetch(req, body)
-	case *ListOffsetsRequest:
+	case *wire.ListOffsetsRequest:
 		h.listOffsets(req, body)
-	case *MetadataRequest:
+	case *wire.MetadataRequest:
 		if req.Conn.OnLoop && (len(body.Topics) > inlineEntriesMax || body.Topics == nil && len(h.b.Topics()) > inlineEntriesMax) {
 			go func() { req.ReplyMessage(h.metadata(body)) }()
 			return
 		}
 		req.ReplyMessage(h.metadata(body))
-	case *DescribeConfigsRequest:
+	case *wire.DescribeConfigsRequest:
 		if req.Conn.OnLoop && len(body.Topics) > inlineEntriesMax/8 {
 			go func() { req.ReplyMessage(h.describeConfigs(body)) }()
 			return
@@ -82,16 +84,16 @@ func (h *BrokerHandler) Serve(req *Request) {
 		req.ReplyMessage(h.describeConfigs(body))
 	// Admin requests wait for every shard involved. They run on a goroutine of their own so
 	// that a handler called on a shard's loop (the ring driver) never waits for itself.
-	case *CreateTopicsRequest:
+	case *wire.CreateTopicsRequest:
 		go func() { req.ReplyMessage(h.createTopics(body)) }()
-	case *DeleteTopicsRequest:
+	case *wire.DeleteTopicsRequest:
 		go func() { req.ReplyMessage(h.deleteTopics(body)) }()
-	case *DescribeTopicsRequest:
+	case *wire.DescribeTopicsRequest:
 		go func() { req.ReplyMessage(h.describeTopics(body)) }()
-	case *AlterConfigsRequest:
+	case *wire.AlterConfigsRequest:
 		go func() { req.ReplyMessage(h.alterConfigs(body)) }()
 	default:
-		req.ReplyError(ErrUnknownAPI, fmt.Sprintf("%s is not served by this broker", req.Header.API))
+		req.ReplyError(wire.ErrUnknownAPI, fmt.Sprintf("%s is not served by this broker", req.Header.API))
 	}
 }
 
@@ -104,36 +106,36 @@ func caller(req *Request) int {
 }
 
 // codeFor maps broker and engine errors to protocol error codes.
-func codeFor(err error) ErrorCode {
+func codeFor(err error) wire.ErrorCode {
 	switch {
 	case err == nil:
-		return ErrNone
+		return wire.ErrNone
 	case errors.Is(err, shard.ErrUnknownTopicOrPartition):
-		return ErrUnknownTopicOrPartition
+		return wire.ErrUnknownTopicOrPartition
 	case errors.Is(err, shard.ErrTopicExists):
-		return ErrTopicAlreadyExists
+		return wire.ErrTopicAlreadyExists
 	case errors.Is(err, shard.ErrInvalidTopic):
-		return ErrInvalidTopic
+		return wire.ErrInvalidTopic
 	case errors.Is(err, shard.ErrInvalidPartitions):
-		return ErrInvalidPartitions
+		return wire.ErrInvalidPartitions
 	case errors.Is(err, shard.ErrInvalidConfig):
-		return ErrInvalidConfig
+		return wire.ErrInvalidConfig
 	case errors.Is(err, shard.ErrNotEnoughReplicas):
-		return ErrNotEnoughReplicas
+		return wire.ErrNotEnoughReplicas
 	case errors.Is(err, shard.ErrThrottled):
-		return ErrThrottled
+		return wire.ErrThrottled
 	case errors.Is(err, shard.ErrShuttingDown):
-		return ErrShuttingDown
+		return wire.ErrShuttingDown
 	case errors.Is(err, engine.ErrOffsetOutOfRange):
-		return ErrOffsetOutOfRange
+		return wire.ErrOffsetOutOfRange
 	case errors.Is(err, engine.ErrBatchTooLarge):
-		return ErrMessageTooLarge
+		return wire.ErrMessageTooLarge
 	case errors.Is(err, engine.ErrInvalidBatch):
-		return ErrCorruptMessage
+		return wire.ErrCorruptMessage
 	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog):
-		return ErrStorage
+		return wire.ErrStorage
 	}
-	return ErrUnknown
+	return wire.ErrUnknown
 }
 
 func errMessage(err error) string {
@@ -165,12 +167,12 @@ func splitBatches(records []byte) ([][]byte, error) {
 	return out, nil
 }
 
-func (h *BrokerHandler) produce(req *Request, body *ProduceRequest) {
-	if body.Acks != AcksNone && body.Acks != AcksLeader && body.Acks != AcksAll {
-		req.ReplyError(ErrInvalidRequiredAcks, fmt.Sprintf("acks must be 0, 1 or -1, got %d", body.Acks))
+func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
+	if body.Acks != wire.AcksNone && body.Acks != wire.AcksLeader && body.Acks != wire.AcksAll {
+		req.ReplyError(wire.ErrInvalidRequiredAcks, fmt.Sprintf("acks must be 0, 1 or -1, got %d", body.Acks))
 		return
 	}
-	resp := &ProduceResponse{Topics: make([]ProduceResponseTopic, len(body.Topics))}
+	resp := &wire.ProduceResponse{Topics: make([]wire.ProduceResponseTopic, len(body.Topics))}
 	var pending atomic.Int32
 	total := 0
 	for i := range body.Topics {
@@ -190,11 +192,11 @@ func (h *BrokerHandler) produce(req *Request, body *ProduceRequest) {
 		t := &body.Topics[i]
 		rt := &resp.Topics[i]
 		rt.Topic = t.Topic
-		rt.Partitions = make([]ProduceResponsePartition, len(t.Partitions))
+		rt.Partitions = make([]wire.ProduceResponsePartition, len(t.Partitions))
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			out := &rt.Partitions[j]
-			*out = ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+			*out = wire.ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 			batches, err := splitBatches(p.Records)
 			if err != nil {
 				out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error()
@@ -210,7 +212,7 @@ func (h *BrokerHandler) produce(req *Request, body *ProduceRequest) {
 	}
 }
 
-func (h *BrokerHandler) fetch(req *Request, body *FetchRequest) {
+func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
 	var fr shard.FetchRequest
 	fr.MinBytes = body.MinBytes
 	fr.MaxWait = time.Duration(body.MaxWaitMs) * time.Millisecond
@@ -232,17 +234,17 @@ func (h *BrokerHandler) fetch(req *Request, body *FetchRequest) {
 		}
 	}
 	h.b.FetchFrom(caller(req), fr, func(results []shard.FetchResult) {
-		resp := &FetchResponse{Topics: make([]FetchResponseTopic, len(body.Topics))}
+		resp := &wire.FetchResponse{Topics: make([]wire.FetchResponseTopic, len(body.Topics))}
 		k := 0
 		for i, t := range body.Topics {
 			rt := &resp.Topics[i]
 			rt.Topic = t.Topic
-			rt.Partitions = make([]FetchResponsePartition, len(t.Partitions))
+			rt.Partitions = make([]wire.FetchResponsePartition, len(t.Partitions))
 			for j := range t.Partitions {
 				r := &results[k]
 				k++
 				out := &rt.Partitions[j]
-				*out = FetchResponsePartition{
+				*out = wire.FetchResponsePartition{
 					Partition: r.Partition, ErrorCode: codeFor(r.Err), ErrorMessage: errMessage(r.Err),
 					HighWatermark: r.HighWatermark, LogStartOffset: r.LogStartOffset,
 				}
@@ -261,7 +263,7 @@ func (h *BrokerHandler) fetch(req *Request, body *FetchRequest) {
 // (direct mode's block cache, immutable) are handed over as they are when the read is one
 // such piece, and copied into Records otherwise (a read spanning chunks or the flushed
 // part; bounded by the fetch's byte budget).
-func fillRecords(out *FetchResponsePartition, r *shard.FetchResult) {
+func fillRecords(out *wire.FetchResponsePartition, r *shard.FetchResult) {
 	pieces := r.Records.Pieces
 	if len(pieces) == 1 && pieces[0].File == nil {
 		out.Records = pieces[0].Data
@@ -274,29 +276,29 @@ func fillRecords(out *FetchResponsePartition, r *shard.FetchResult) {
 		}
 	}
 	if allFiles {
-		out.RecordsFile = make([]FileRange, len(pieces))
+		out.RecordsFile = make([]wire.FileRange, len(pieces))
 		for i, p := range pieces {
-			out.RecordsFile[i] = FileRange{File: p.File, Offset: p.Position, Length: p.Size}
+			out.RecordsFile[i] = wire.FileRange{File: p.File, Offset: p.Position, Length: p.Size}
 		}
 		return
 	}
 	if len(pieces) > 0 {
 		data, err := r.AppendTo(make([]byte, 0, r.Records.Size))
 		if err != nil {
-			out.ErrorCode, out.ErrorMessage = ErrStorage, err.Error()
+			out.ErrorCode, out.ErrorMessage = wire.ErrStorage, err.Error()
 			return
 		}
 		out.Records = data
 	}
 }
 
-func (h *BrokerHandler) listOffsets(req *Request, body *ListOffsetsRequest) {
-	resp := &ListOffsetsResponse{Topics: make([]ListOffsetsResponseTopic, len(body.Topics))}
+func (h *BrokerHandler) listOffsets(req *Request, body *wire.ListOffsetsRequest) {
+	resp := &wire.ListOffsetsResponse{Topics: make([]wire.ListOffsetsResponseTopic, len(body.Topics))}
 	var wg sync.WaitGroup
 	for i, t := range body.Topics {
 		rt := &resp.Topics[i]
 		rt.Topic = t.Topic
-		rt.Partitions = make([]ListOffsetsResponsePartition, len(t.Partitions))
+		rt.Partitions = make([]wire.ListOffsetsResponsePartition, len(t.Partitions))
 		for j, p := range t.Partitions {
 			out := &rt.Partitions[j]
 			out.Partition, out.Timestamp = p.Partition, -1
@@ -316,14 +318,14 @@ func (h *BrokerHandler) listOffsets(req *Request, body *ListOffsetsRequest) {
 	}()
 }
 
-func (h *BrokerHandler) metadata(body *MetadataRequest) *MetadataResponse {
-	resp := &MetadataResponse{BrokerID: h.brokerID}
+func (h *BrokerHandler) metadata(body *wire.MetadataRequest) *wire.MetadataResponse {
+	resp := &wire.MetadataResponse{BrokerID: h.brokerID}
 	for i := 0; i < h.b.Shards(); i++ {
 		addr := h.address
 		if i < len(h.shardAddrs) {
 			addr = h.shardAddrs[i]
 		}
-		resp.Shards = append(resp.Shards, MetadataShard{Shard: int32(i), Address: addr})
+		resp.Shards = append(resp.Shards, wire.MetadataShard{Shard: int32(i), Address: addr})
 	}
 	var topics []*shard.Topic
 	if body.Topics == nil {
@@ -332,7 +334,7 @@ func (h *BrokerHandler) metadata(body *MetadataRequest) *MetadataResponse {
 		for _, name := range body.Topics {
 			t := h.b.Topic(name)
 			if t == nil {
-				resp.Topics = append(resp.Topics, MetadataTopic{Topic: name, ErrorCode: ErrUnknownTopicOrPartition,
+				resp.Topics = append(resp.Topics, wire.MetadataTopic{Topic: name, ErrorCode: wire.ErrUnknownTopicOrPartition,
 					ErrorMessage: fmt.Sprintf("topic %q does not exist", name)})
 				continue
 			}
@@ -340,16 +342,16 @@ func (h *BrokerHandler) metadata(body *MetadataRequest) *MetadataResponse {
 		}
 	}
 	for _, t := range topics {
-		mt := MetadataTopic{Topic: t.Name, Partitions: make([]MetadataPartition, len(t.Partitions))}
+		mt := wire.MetadataTopic{Topic: t.Name, Partitions: make([]wire.MetadataPartition, len(t.Partitions))}
 		for p, s := range t.Partitions {
-			mt.Partitions[p] = MetadataPartition{Partition: int32(p), Shard: int32(s)}
+			mt.Partitions[p] = wire.MetadataPartition{Partition: int32(p), Shard: int32(s)}
 		}
 		resp.Topics = append(resp.Topics, mt)
 	}
 	return resp
 }
 
-func configMap(entries []ConfigEntry) map[string]string {
+func configMap(entries []wire.ConfigEntry) map[string]string {
 	m := make(map[string]string, len(entries))
 	for _, e := range entries {
 		m[e.Key] = e.Value
@@ -357,14 +359,14 @@ func configMap(entries []ConfigEntry) map[string]string {
 	return m
 }
 
-func (h *BrokerHandler) createTopics(body *CreateTopicsRequest) *CreateTopicsResponse {
-	resp := &CreateTopicsResponse{}
+func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.CreateTopicsResponse {
+	resp := &wire.CreateTopicsResponse{}
 	for _, t := range body.Topics {
-		res := TopicResult{Topic: t.Topic}
+		res := wire.TopicResult{Topic: t.Topic}
 		var err error
 		switch {
 		case t.ReplicationFactor > 1:
-			res.ErrorCode, res.ErrorMessage = ErrInvalidReplication, fmt.Sprintf("replication factor %d: this is a single-broker cluster", t.ReplicationFactor)
+			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: this is a single-broker cluster", t.ReplicationFactor)
 		case body.ValidateOnly:
 			err = h.b.ValidateTopic(t.Topic, int(t.Partitions), configMap(t.Configs))
 		default:
@@ -378,34 +380,34 @@ func (h *BrokerHandler) createTopics(body *CreateTopicsRequest) *CreateTopicsRes
 	return resp
 }
 
-func (h *BrokerHandler) deleteTopics(body *DeleteTopicsRequest) *DeleteTopicsResponse {
-	resp := &DeleteTopicsResponse{}
+func (h *BrokerHandler) deleteTopics(body *wire.DeleteTopicsRequest) *wire.DeleteTopicsResponse {
+	resp := &wire.DeleteTopicsResponse{}
 	for _, name := range body.Topics {
 		err := h.b.DeleteTopic(name)
-		resp.Topics = append(resp.Topics, TopicResult{Topic: name, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
+		resp.Topics = append(resp.Topics, wire.TopicResult{Topic: name, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
 	}
 	return resp
 }
 
-func (h *BrokerHandler) describeTopics(body *DescribeTopicsRequest) *DescribeTopicsResponse {
+func (h *BrokerHandler) describeTopics(body *wire.DescribeTopicsRequest) *wire.DescribeTopicsResponse {
 	names := body.Topics
 	if names == nil {
 		for _, t := range h.b.Topics() {
 			names = append(names, t.Name)
 		}
 	}
-	resp := &DescribeTopicsResponse{}
+	resp := &wire.DescribeTopicsResponse{}
 	for _, name := range names {
-		dt := DescribeTopic{Topic: name}
+		dt := wire.DescribeTopic{Topic: name}
 		_, states, err := h.b.DescribeTopic(name)
 		if err != nil {
 			dt.ErrorCode, dt.ErrorMessage = codeFor(err), err.Error()
 		}
 		for _, s := range states {
-			dp := DescribePartition{Partition: s.Partition, Shard: int32(s.Shard), LogStartOffset: s.LogStartOffset,
+			dp := wire.DescribePartition{Partition: s.Partition, Shard: int32(s.Shard), LogStartOffset: s.LogStartOffset,
 				HighWatermark: s.HighWatermark, LogEndOffset: s.LogEndOffset, SizeBytes: s.SizeBytes}
 			if s.Err != "" {
-				dp.ErrorCode = ErrStorage
+				dp.ErrorCode = wire.ErrStorage
 			}
 			dt.Partitions = append(dt.Partitions, dp)
 		}
@@ -414,13 +416,13 @@ func (h *BrokerHandler) describeTopics(body *DescribeTopicsRequest) *DescribeTop
 	return resp
 }
 
-func (h *BrokerHandler) describeConfigs(body *DescribeConfigsRequest) *DescribeConfigsResponse {
-	resp := &DescribeConfigsResponse{}
+func (h *BrokerHandler) describeConfigs(body *wire.DescribeConfigsRequest) *wire.DescribeConfigsResponse {
+	resp := &wire.DescribeConfigsResponse{}
 	for _, q := range body.Topics {
-		res := DescribeConfigsResult{Topic: q.Topic}
+		res := wire.DescribeConfigsResult{Topic: q.Topic}
 		t := h.b.Topic(q.Topic)
 		if t == nil {
-			res.ErrorCode, res.ErrorMessage = ErrUnknownTopicOrPartition, fmt.Sprintf("topic %q does not exist", q.Topic)
+			res.ErrorCode, res.ErrorMessage = wire.ErrUnknownTopicOrPartition, fmt.Sprintf("topic %q does not exist", q.Topic)
 			resp.Topics = append(resp.Topics, res)
 			continue
 		}
@@ -437,26 +439,26 @@ func (h *BrokerHandler) describeConfigs(body *DescribeConfigsRequest) *DescribeC
 			if !ok {
 				continue
 			}
-			src := ConfigSourceDefault
+			src := wire.ConfigSourceDefault
 			if _, set := t.Config[k]; set {
-				src = ConfigSourceTopic
+				src = wire.ConfigSourceTopic
 			} else if h.b.BrokerSetsConfig(k) {
-				src = ConfigSourceBroker
+				src = wire.ConfigSourceBroker
 			}
-			res.Configs = append(res.Configs, ConfigDescription{Key: k, Value: v, Source: src})
+			res.Configs = append(res.Configs, wire.ConfigDescription{Key: k, Value: v, Source: src})
 		}
 		resp.Topics = append(resp.Topics, res)
 	}
 	return resp
 }
 
-func (h *BrokerHandler) alterConfigs(body *AlterConfigsRequest) *AlterConfigsResponse {
-	resp := &AlterConfigsResponse{}
+func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.AlterConfigsResponse {
+	resp := &wire.AlterConfigsResponse{}
 	for _, t := range body.Topics {
 		set := map[string]string{}
 		var deletes []string
 		for _, c := range t.Configs {
-			if c.Op == AlterConfigDelete {
+			if c.Op == wire.AlterConfigDelete {
 				deletes = append(deletes, c.Key)
 			} else {
 				set[c.Key] = c.Value
@@ -468,7 +470,7 @@ func (h *BrokerHandler) alterConfigs(body *AlterConfigsRequest) *AlterConfigsRes
 		} else {
 			err = h.b.AlterTopicConfig(t.Topic, set, deletes)
 		}
-		resp.Topics = append(resp.Topics, TopicResult{Topic: t.Topic, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
+		resp.Topics = append(resp.Topics, wire.TopicResult{Topic: t.Topic, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
 	}
 	return resp
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
@@ -85,20 +87,20 @@ func BenchmarkBrokerFetch1KiB(b *testing.B) {
 			// Raw fetches (no record decoding in the client): this measures the broker's
 			// read path and egress, not the consumer's decoder.
 			const fetchBytes = 1 << 20
-			req := &netio.FetchRequest{MaxBytes: fetchBytes, Topics: []netio.FetchTopic{{Topic: "bench",
-				Partitions: []netio.FetchPartition{{Partition: 0, MaxBytes: fetchBytes}}}}}
+			req := &wire.FetchRequest{MaxBytes: fetchBytes, Topics: []wire.FetchTopic{{Topic: "bench",
+				Partitions: []wire.FetchPartition{{Partition: 0, MaxBytes: fetchBytes}}}}}
 			b.SetBytes(fetchBytes)
 			b.ReportAllocs()
 			b.ResetTimer()
 			offset := int64(0)
 			for i := 0; i < b.N; i++ {
 				req.Topics[0].Partitions[0].FetchOffset = offset
-				var resp netio.FetchResponse
+				var resp wire.FetchResponse
 				if err := c.Call(ctx, c.BrokerAddr(), req, &resp); err != nil {
 					b.Fatal(err)
 				}
 				p := resp.Topics[0].Partitions[0]
-				if p.ErrorCode != netio.ErrNone || len(p.Records) == 0 {
+				if p.ErrorCode != wire.ErrNone || len(p.Records) == 0 {
 					b.Fatalf("fetch at %d: %v %q, %d bytes", offset, p.ErrorCode, p.ErrorMessage, len(p.Records))
 				}
 				offset = nextOffset(b, p.Records)

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
 )
@@ -20,8 +21,8 @@ func TestBrokerHandlerAdvertisesShardAddresses(t *testing.T) {
 	if err := c.CreateTopic(ctx, "t", 4, nil); err != nil {
 		t.Fatal(err)
 	}
-	var md netio.MetadataResponse
-	if err := c.Call(ctx, rb.Addr, &netio.MetadataRequest{}, &md); err != nil {
+	var md wire.MetadataResponse
+	if err := c.Call(ctx, rb.Addr, &wire.MetadataRequest{}, &md); err != nil {
 		t.Fatal(err)
 	}
 	if len(md.Shards) != 2 || md.Shards[0].Address != addrs[0] || md.Shards[1].Address != addrs[1] {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +48,7 @@ type conn struct {
 	// Owned by the writer goroutine.
 	batch   []*Request
 	wbuf    []byte
-	splices []Splice
+	splices []wire.Splice
 	iov     net.Buffers
 	copyBuf []byte
 }
@@ -164,17 +166,17 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 		if len(hdr) == 0 && errors.Is(err, io.EOF) {
 			return nil, io.EOF
 		}
-		return nil, fmt.Errorf("read frame header (%d of %d bytes): %w", len(hdr), RequestHeaderBytes, err)
+		return nil, fmt.Errorf("read frame header (%d of %d bytes): %w", len(hdr), wire.RequestHeaderBytes, err)
 	}
-	h, herr := ParseRequestHeader(hdr, cfg.FrameBytesMax)
-	br.Discard(RequestHeaderBytes)
+	h, herr := wire.ParseRequestHeader(hdr, cfg.FrameBytesMax)
+	br.Discard(wire.RequestHeaderBytes)
 	req := &Request{Header: h, Conn: c.info, owner: c}
 	if herr != nil {
 		// The stream cannot be resynchronised: answer with the correlation id we have,
 		// then close.
-		code := ErrInvalidRequest
+		code := wire.ErrInvalidRequest
 		if h.Length > cfg.FrameBytesMax {
-			code = ErrFrameTooLarge
+			code = wire.ErrFrameTooLarge
 		}
 		req.fatal = true
 		req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
@@ -182,7 +184,7 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 		req.replied.Store(true)
 		return req, nil
 	}
-	n := int(h.Length) - (RequestHeaderBytes - frameLengthBytes)
+	n := int(h.Length) - (wire.RequestHeaderBytes - wire.FrameLengthBytes)
 	deadline := br.Buffered() < n
 	if deadline {
 		c.setReadDeadline(frameDeadline)
@@ -193,7 +195,7 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 	}
 	if err != nil {
 		c.uncharge(req)
-		return nil, fmt.Errorf("read %d-byte %s payload: %w", n, h.API, noEOF(err))
+		return nil, fmt.Errorf("read %d-byte %s payload: %w", n, h.API, wire.NoEOF(err))
 	}
 	return req, nil
 }
@@ -226,12 +228,12 @@ func (c *conn) peekHeader(br *bufio.Reader, cfg *Config) ([]byte, time.Time, err
 		}
 	}
 	frameDeadline := time.Now().Add(cfg.FrameReadTimeout)
-	if br.Buffered() >= RequestHeaderBytes {
-		hdr, err := br.Peek(RequestHeaderBytes)
+	if br.Buffered() >= wire.RequestHeaderBytes {
+		hdr, err := br.Peek(wire.RequestHeaderBytes)
 		return hdr, frameDeadline, err
 	}
 	c.setReadDeadline(frameDeadline)
-	hdr, err := br.Peek(RequestHeaderBytes)
+	hdr, err := br.Peek(wire.RequestHeaderBytes)
 	c.setReadDeadline(time.Time{})
 	return hdr, frameDeadline, err
 }
@@ -301,32 +303,32 @@ func (s *Server) serveRequest(req *Request) {
 	h := req.Header
 	switch {
 	case !h.API.Known():
-		req.ReplyError(ErrUnknownAPI, fmt.Sprintf("api key %d is not known to this broker", uint16(h.API)))
+		req.ReplyError(wire.ErrUnknownAPI, fmt.Sprintf("api key %d is not known to this broker", uint16(h.API)))
 		return
 	case h.Version > h.API.VersionMax():
-		req.ReplyError(ErrUnsupportedVersion, fmt.Sprintf("%s version %d not supported (max %d)", h.API, h.Version, h.API.VersionMax()))
+		req.ReplyError(wire.ErrUnsupportedVersion, fmt.Sprintf("%s version %d not supported (max %d)", h.API, h.Version, h.API.VersionMax()))
 		return
 	}
 	if n := countEntries(h.API, *req.frame, s.cfg.RequestEntriesMax); n > s.cfg.RequestEntriesMax {
 		s.stats.refusedRequests.Add(1)
-		req.ReplyError(ErrInvalidRequest, fmt.Sprintf("%s request names more than %d entries (RequestEntriesMax)", h.API, s.cfg.RequestEntriesMax))
+		req.ReplyError(wire.ErrInvalidRequest, fmt.Sprintf("%s request names more than %d entries (RequestEntriesMax)", h.API, s.cfg.RequestEntriesMax))
 		return
 	}
-	body := NewRequest(h.API)
+	body := wire.NewRequest(h.API)
 	if err := body.ReadFrom(*req.frame); err != nil {
-		req.ReplyError(ErrInvalidRequest, err.Error())
+		req.ReplyError(wire.ErrInvalidRequest, err.Error())
 		return
 	}
 	if err := checkEntries(body); err != nil {
 		s.stats.refusedRequests.Add(1)
-		req.ReplyError(ErrInvalidRequest, err.Error())
+		req.ReplyError(wire.ErrInvalidRequest, err.Error())
 		return
 	}
 	req.Body = body
-	if p, ok := body.(*ProduceRequest); ok && p.Acks == AcksNone {
+	if p, ok := body.(*wire.ProduceRequest); ok && p.Acks == wire.AcksNone {
 		req.silent = true
 	}
-	if h.API == APIVersions {
+	if h.API == wire.APIVersions {
 		req.ReplyMessage(s.apiVersions())
 		return
 	}
@@ -335,33 +337,33 @@ func (s *Server) serveRequest(req *Request) {
 
 // encodeResponses appends the response frames of batch to buf (skipping acks=0 produce)
 // with their spliced ranges.
-func (s *Server) encodeResponses(buf []byte, splices []Splice, batch []*Request) ([]byte, []Splice) {
+func (s *Server) encodeResponses(buf []byte, splices []wire.Splice, batch []*Request) ([]byte, []wire.Splice) {
 	for _, req := range batch {
 		if req.silent {
 			continue
 		}
 		r := &req.response
 		switch {
-		case r.ErrorCode != ErrNone:
-			buf = AppendErrorResponse(buf, req.Header, r.ErrorCode, r.ErrorMessage)
+		case r.ErrorCode != wire.ErrNone:
+			buf = wire.AppendErrorResponse(buf, req.Header, r.ErrorCode, r.ErrorMessage)
 		case r.Body == nil || r.Body.API() != req.Header.API:
-			buf = AppendErrorResponse(buf, req.Header, ErrUnknown, "broker bug: handler replied without a matching response body")
+			buf = wire.AppendErrorResponse(buf, req.Header, wire.ErrUnknown, "broker bug: handler replied without a matching response body")
 		default:
-			buf, splices = AppendResponseSpliced(buf, req.Header, r.Body, splices)
+			buf, splices = wire.AppendResponseSpliced(buf, req.Header, r.Body, splices)
 		}
 		s.stats.responses.Add(1)
 	}
 	return buf, splices
 }
 
-func (s *Server) apiVersions() *APIVersionsResponse {
-	resp := &APIVersionsResponse{
+func (s *Server) apiVersions() *wire.APIVersionsResponse {
+	resp := &wire.APIVersionsResponse{
 		FrameBytesMax:      int32(min(s.cfg.FrameBytesMax, 1<<31-1)),
 		InflightPerConnMax: int32(s.cfg.InflightPerConnMax),
 		BrokerVersion:      s.cfg.BrokerVersion,
 	}
-	for k := APIKey(0); k < apiKeyCount; k++ {
-		resp.APIs = append(resp.APIs, APIVersionRange{API: k, VersionMin: 0, VersionMax: k.VersionMax()})
+	for k := wire.APIKey(0); k < wire.APIKeyCount; k++ {
+		resp.APIs = append(resp.APIs, wire.APIVersionRange{API: k, VersionMin: 0, VersionMax: k.VersionMax()})
 	}
 	return resp
 }
@@ -491,7 +493,7 @@ func (c *conn) writeBatch(batch []*Request) error {
 // emit writes buf with the spliced ranges in place: memory pieces gathered into one
 // writev, each file range by sendfile (or a copy, per Config.Egress). The socket is corked
 // around frames with file ranges so that headers and file bytes share packets.
-func (c *conn) emit(buf []byte, splices []Splice) error {
+func (c *conn) emit(buf []byte, splices []wire.Splice) error {
 	corked := false
 	for _, s := range splices {
 		if s.Range.File != nil {
@@ -569,7 +571,7 @@ const sendfileChunkBytesMax = 4 << 20
 // under the response. The connection is closed because the frame length is already sent.
 var ErrShortFile = errors.New("netio: file range shorter than announced")
 
-func (c *conn) sendFile(fr FileRange) error {
+func (c *conn) sendFile(fr wire.FileRange) error {
 	if c.srv.cfg.Egress == EgressCopy || c.raw == nil {
 		return c.copyFile(fr)
 	}
@@ -618,7 +620,7 @@ func (c *conn) sendFile(fr FileRange) error {
 // copyBufferBytes is the EgressCopy staging buffer per connection.
 const copyBufferBytes = 256 << 10
 
-func (c *conn) copyFile(fr FileRange) error {
+func (c *conn) copyFile(fr wire.FileRange) error {
 	if c.copyBuf == nil {
 		c.copyBuf = make([]byte, copyBufferBytes)
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/ringlog/ringlog/ring"
@@ -214,7 +216,7 @@ type ringConn struct {
 	sending    bool
 	batch      []*Request
 	wbuf       []byte
-	splices    []Splice
+	splices    []wire.Splice
 	plan       []sendSegment
 	planIndex  int
 	segmentOff int64
@@ -238,7 +240,7 @@ type ringConn struct {
 
 type sendSegment struct {
 	data []byte
-	file FileRange
+	file wire.FileRange
 }
 
 // recvDirectBytesMin: a frame still missing at least this much is received straight into
@@ -377,18 +379,18 @@ func (c *ringConn) parse() {
 		if c.stopping || c.inflight >= cfg.InflightPerConnMax {
 			return
 		}
-		if c.rend-c.rstart < RequestHeaderBytes {
+		if c.rend-c.rstart < wire.RequestHeaderBytes {
 			if c.rend > c.rstart {
 				c.startFrameClock() // the clock runs from a frame's first byte
 			}
 			return
 		}
-		h, herr := ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
+		h, herr := wire.ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
 		req := &Request{Header: h, Conn: c.info, owner: c}
 		if herr != nil {
-			code := ErrInvalidRequest
+			code := wire.ErrInvalidRequest
 			if h.Length > cfg.FrameBytesMax {
-				code = ErrFrameTooLarge
+				code = wire.ErrFrameTooLarge
 			}
 			req.fatal = true
 			req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
@@ -399,12 +401,12 @@ func (c *ringConn) parse() {
 			c.readerDone = true
 			return
 		}
-		n := int(h.Length) - (RequestHeaderBytes - frameLengthBytes)
-		chunk := nextFrameChunk(0, n, c.rend-c.rstart-RequestHeaderBytes)
+		n := int(h.Length) - (wire.RequestHeaderBytes - wire.FrameLengthBytes)
+		chunk := nextFrameChunk(0, n, c.rend-c.rstart-wire.RequestHeaderBytes)
 		if !c.charge(int64(chunk)) {
 			return
 		}
-		c.rstart += RequestHeaderBytes
+		c.rstart += wire.RequestHeaderBytes
 		c.inflight++
 		req.charged = int64(chunk)
 		growFrame(req, chunk)

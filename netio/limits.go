@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // What one client may cost the broker, and how it is charged (issue 10). Every limit here
@@ -341,7 +343,7 @@ func (s *payloadScanner) array() int { return max(s.int32(), 0) }
 // countEntries counts the array entries of a request payload without decoding it,
 // stopping once the count passes limit. A malformed payload returns what it counted so far
 // (the decoder reports the error).
-func countEntries(api APIKey, payload []byte, limit int) int {
+func countEntries(api wire.APIKey, payload []byte, limit int) int {
 	s := payloadScanner{b: payload}
 	total := 0
 	add := func(n int) bool {
@@ -374,20 +376,20 @@ func countEntries(api APIKey, payload []byte, limit int) int {
 		}
 	}
 	switch api {
-	case APIProduce:
+	case wire.APIProduce:
 		s.skip(2 + 4)
 		topicLists(func() { s.skip(4); s.bytes() })
-	case APIFetch:
+	case wire.APIFetch:
 		s.skip(4 + 4 + 4 + 1)
 		topicLists(func() { s.skip(4 + 8 + 4) })
-	case APIListOffsets:
+	case wire.APIListOffsets:
 		topicLists(func() { s.skip(4 + 8) })
-	case APIMetadata, APIDescribeTopics:
+	case wire.APIMetadata, wire.APIDescribeTopics:
 		names()
-	case APIDeleteTopics:
+	case wire.APIDeleteTopics:
 		s.skip(4)
 		names()
-	case APICreateTopics:
+	case wire.APICreateTopics:
 		s.skip(4 + 1)
 		n := s.array()
 		if !add(n) {
@@ -405,7 +407,7 @@ func countEntries(api APIKey, payload []byte, limit int) int {
 				s.string()
 			}
 		}
-	case APIDescribeConfigs:
+	case wire.APIDescribeConfigs:
 		n := s.array()
 		if !add(n) {
 			break
@@ -414,7 +416,7 @@ func countEntries(api APIKey, payload []byte, limit int) int {
 			s.string()
 			names()
 		}
-	case APIAlterConfigs:
+	case wire.APIAlterConfigs:
 		s.skip(1)
 		topicLists(func() { s.string(); s.skip(1); s.string() })
 	}
@@ -455,17 +457,17 @@ func firstDuplicate[K comparable](keys []K) int {
 // checkEntries refuses a decoded request that names an entry twice (a partition within
 // one produce, fetch or list-offsets; a topic within the others). Answering both copies
 // would double the work and the response for nothing, and for produce is ambiguous.
-func checkEntries(body Message) error {
+func checkEntries(body wire.Message) error {
 	var partitions []topicPartitionKey
 	var names []string
 	switch m := body.(type) {
-	case *ProduceRequest:
+	case *wire.ProduceRequest:
 		for _, t := range m.Topics {
 			for _, p := range t.Partitions {
 				partitions = append(partitions, topicPartitionKey{t.Topic, p.Partition})
 			}
 		}
-	case *FetchRequest:
+	case *wire.FetchRequest:
 		if len(m.Topics) == 1 && len(m.Topics[0].Partitions) == 1 {
 			return nil // the common case, without building keys
 		}
@@ -474,27 +476,27 @@ func checkEntries(body Message) error {
 				partitions = append(partitions, topicPartitionKey{t.Topic, p.Partition})
 			}
 		}
-	case *ListOffsetsRequest:
+	case *wire.ListOffsetsRequest:
 		for _, t := range m.Topics {
 			for _, p := range t.Partitions {
 				partitions = append(partitions, topicPartitionKey{t.Topic, p.Partition})
 			}
 		}
-	case *MetadataRequest:
+	case *wire.MetadataRequest:
 		names = m.Topics
-	case *DeleteTopicsRequest:
+	case *wire.DeleteTopicsRequest:
 		names = m.Topics
-	case *DescribeTopicsRequest:
+	case *wire.DescribeTopicsRequest:
 		names = m.Topics
-	case *CreateTopicsRequest:
+	case *wire.CreateTopicsRequest:
 		for _, t := range m.Topics {
 			names = append(names, t.Topic)
 		}
-	case *DescribeConfigsRequest:
+	case *wire.DescribeConfigsRequest:
 		for _, t := range m.Topics {
 			names = append(names, t.Topic)
 		}
-	case *AlterConfigsRequest:
+	case *wire.AlterConfigsRequest:
 		for _, t := range m.Topics {
 			names = append(names, t.Topic)
 		}
@@ -524,7 +526,7 @@ const (
 func responseBytes(resp *Response) int64 {
 	n := int64(responseBytesBase + len(resp.ErrorMessage))
 	switch m := resp.Body.(type) {
-	case *FetchResponse:
+	case *wire.FetchResponse:
 		for i := range m.Topics {
 			t := &m.Topics[i]
 			n += responseTopicBytes + int64(len(t.Topic))
@@ -533,49 +535,49 @@ func responseBytes(resp *Response) int64 {
 				n += responsePartitionBytes + int64(len(p.ErrorMessage)+len(p.Records)) + int64(len(p.RecordsFile))*32
 			}
 		}
-	case *ProduceResponse:
+	case *wire.ProduceResponse:
 		for _, t := range m.Topics {
 			n += responseTopicBytes + int64(len(t.Topic))
 			for _, p := range t.Partitions {
 				n += responsePartitionBytes + int64(len(p.ErrorMessage))
 			}
 		}
-	case *ListOffsetsResponse:
+	case *wire.ListOffsetsResponse:
 		for _, t := range m.Topics {
 			n += responseTopicBytes + int64(len(t.Topic))
 			for _, p := range t.Partitions {
 				n += responsePartitionBytes + int64(len(p.ErrorMessage))
 			}
 		}
-	case *MetadataResponse:
+	case *wire.MetadataResponse:
 		for _, s := range m.Shards {
 			n += 32 + int64(len(s.Address))
 		}
 		for _, t := range m.Topics {
 			n += responseTopicBytes + int64(len(t.Topic)+len(t.ErrorMessage)) + int64(len(t.Partitions))*16
 		}
-	case *DescribeTopicsResponse:
+	case *wire.DescribeTopicsResponse:
 		for _, t := range m.Topics {
 			n += responseTopicBytes + int64(len(t.Topic)+len(t.ErrorMessage)) + int64(len(t.Partitions))*responsePartitionBytes
 		}
-	case *DescribeConfigsResponse:
+	case *wire.DescribeConfigsResponse:
 		for _, t := range m.Topics {
 			n += responseTopicBytes + int64(len(t.Topic)+len(t.ErrorMessage))
 			for _, c := range t.Configs {
 				n += 48 + int64(len(c.Key)+len(c.Value))
 			}
 		}
-	case *CreateTopicsResponse:
+	case *wire.CreateTopicsResponse:
 		n += topicResultsBytes(m.Topics)
-	case *DeleteTopicsResponse:
+	case *wire.DeleteTopicsResponse:
 		n += topicResultsBytes(m.Topics)
-	case *AlterConfigsResponse:
+	case *wire.AlterConfigsResponse:
 		n += topicResultsBytes(m.Topics)
 	}
 	return n
 }
 
-func topicResultsBytes(rs []TopicResult) (n int64) {
+func topicResultsBytes(rs []wire.TopicResult) (n int64) {
 	for _, r := range rs {
 		n += 48 + int64(len(r.Topic)+len(r.ErrorMessage))
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -50,8 +52,8 @@ type ConnInfo struct {
 
 // Request is one decoded request frame waiting for its response.
 type Request struct {
-	Header RequestHeader
-	Body   Message // the decoded request schema (e.g. *ProduceRequest)
+	Header wire.RequestHeader
+	Body   wire.Message // the decoded request schema (e.g. *wire.ProduceRequest)
 	Conn   ConnInfo
 
 	owner   requestOwner
@@ -81,8 +83,8 @@ type serverConn interface {
 // Response is a handler's answer. Either Body is set (the API's response schema), or
 // ErrorCode is set and the response carries only the frame-level code and message.
 type Response struct {
-	Body         Message
-	ErrorCode    ErrorCode
+	Body         wire.Message
+	ErrorCode    wire.ErrorCode
 	ErrorMessage string
 	// Done, if set, is called once the response has been written to the socket or
 	// dropped (connection gone, acks=0). Fetch handlers use it to release the segment
@@ -99,10 +101,10 @@ func (r *Request) Reply(resp Response) {
 }
 
 // ReplyMessage completes the request with a response body.
-func (r *Request) ReplyMessage(m Message) { r.Reply(Response{Body: m}) }
+func (r *Request) ReplyMessage(m wire.Message) { r.Reply(Response{Body: m}) }
 
 // ReplyError completes the request with a frame-level error.
-func (r *Request) ReplyError(code ErrorCode, message string) {
+func (r *Request) ReplyError(code wire.ErrorCode, message string) {
 	r.Reply(Response{ErrorCode: code, ErrorMessage: message})
 }
 
@@ -185,7 +187,7 @@ const (
 
 func (c *Config) setDefaults() {
 	if c.FrameBytesMax == 0 {
-		c.FrameBytesMax = FrameBytesMaxDefault
+		c.FrameBytesMax = wire.FrameBytesMaxDefault
 	}
 	if c.InflightPerConnMax <= 0 {
 		c.InflightPerConnMax = inflightPerConnDefault

@@ -8,12 +8,14 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/netio"
 )
 
 type echoHandler struct{}
 
-func (echoHandler) Serve(req *netio.Request) { req.ReplyMessage(&netio.MetadataResponse{}) }
+func (echoHandler) Serve(req *netio.Request) { req.ReplyMessage(&wire.MetadataResponse{}) }
 
 // BenchmarkServerRoundTrip: one small request and response on loopback, not pipelined.
 func BenchmarkServerRoundTrip(b *testing.B) {
@@ -25,7 +27,7 @@ func BenchmarkServerRoundTrip(b *testing.B) {
 func benchRoundTrip(b *testing.B, driver string) {
 	_, addr := testServer(b, driver, echoHandler{}, netio.Config{})
 	c := dialRaw(b, addr)
-	frame := netio.AppendRequest(nil, 1, &netio.MetadataRequest{Topics: []string{}})
+	frame := wire.AppendRequest(nil, 1, &wire.MetadataRequest{Topics: []string{}})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
@@ -43,8 +45,8 @@ type fileFetchHandler struct {
 }
 
 func (h *fileFetchHandler) Serve(req *netio.Request) {
-	req.ReplyMessage(&netio.FetchResponse{Topics: []netio.FetchResponseTopic{{Topic: "t", Partitions: []netio.FetchResponsePartition{
-		{HighWatermark: 1, RecordsFile: []netio.FileRange{{File: h.file, Offset: 0, Length: h.length}}},
+	req.ReplyMessage(&wire.FetchResponse{Topics: []wire.FetchResponseTopic{{Topic: "t", Partitions: []wire.FetchResponsePartition{
+		{HighWatermark: 1, RecordsFile: []wire.FileRange{{File: h.file, Offset: 0, Length: h.length}}},
 	}}}})
 }
 
@@ -70,7 +72,7 @@ func BenchmarkServerFetchEgress(b *testing.B) {
 			_, addr := testServer(b, mode.driver, &fileFetchHandler{file: f, length: recordsBytes}, netio.Config{Egress: mode.egress})
 			c := dialRaw(b, addr)
 			const depth = 4
-			frame := netio.AppendRequest(nil, 1, &netio.FetchRequest{})
+			frame := wire.AppendRequest(nil, 1, &wire.FetchRequest{})
 			var pipeline []byte
 			for range depth {
 				pipeline = append(pipeline, frame...)
@@ -84,7 +86,7 @@ func BenchmarkServerFetchEgress(b *testing.B) {
 				}
 				for range depth {
 					h, payload := c.recv()
-					if h.ErrorCode != netio.ErrNone || len(payload) < recordsBytes {
+					if h.ErrorCode != wire.ErrNone || len(payload) < recordsBytes {
 						b.Fatal(fmt.Sprintf("bad response %+v (%d bytes)", h, len(payload)))
 					}
 				}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/fakebroker"
 )
@@ -15,14 +17,14 @@ import (
 // crashing, and still serves a well-formed client afterwards.
 func FuzzServerStream(f *testing.F) {
 	var stream []byte
-	for i, m := range []netio.Message{
-		&netio.APIVersionsRequest{ClientID: "fuzz"},
-		&netio.CreateTopicsRequest{Topics: []netio.CreateTopic{{Topic: "t", Partitions: 2, ReplicationFactor: 1}}},
-		&netio.MetadataRequest{},
-		&netio.FetchRequest{Topics: []netio.FetchTopic{{Topic: "t", Partitions: []netio.FetchPartition{{Partition: 0, MaxBytes: 1 << 20}}}}},
-		&netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "t", Partitions: []netio.ProducePartition{{Partition: 1, Records: []byte("not a batch")}}}}},
+	for i, m := range []wire.Message{
+		&wire.APIVersionsRequest{ClientID: "fuzz"},
+		&wire.CreateTopicsRequest{Topics: []wire.CreateTopic{{Topic: "t", Partitions: 2, ReplicationFactor: 1}}},
+		&wire.MetadataRequest{},
+		&wire.FetchRequest{Topics: []wire.FetchTopic{{Topic: "t", Partitions: []wire.FetchPartition{{Partition: 0, MaxBytes: 1 << 20}}}}},
+		&wire.ProduceRequest{Acks: wire.AcksLeader, Topics: []wire.ProduceTopic{{Topic: "t", Partitions: []wire.ProducePartition{{Partition: 1, Records: []byte("not a batch")}}}}},
 	} {
-		frame := netio.AppendRequest(nil, uint32(i), m)
+		frame := wire.AppendRequest(nil, uint32(i), m)
 		f.Add(frame)
 		stream = append(stream, frame...)
 	}
@@ -38,7 +40,7 @@ func FuzzServerStream(f *testing.F) {
 	// Long-polls are clamped so that a fuzzed max wait of days does not hold the
 	// connection open after the input ends.
 	clamp := netio.HandlerFunc(func(req *netio.Request) {
-		if fr, ok := req.Body.(*netio.FetchRequest); ok {
+		if fr, ok := req.Body.(*wire.FetchRequest); ok {
 			fr.MaxWaitMs = min(fr.MaxWaitMs, 50)
 		}
 		fake.Serve(req)
@@ -69,11 +71,11 @@ func FuzzServerStream(f *testing.F) {
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write(netio.AppendRequest(nil, 7, &netio.APIVersionsRequest{})); err != nil {
+		if _, err := c.Write(wire.AppendRequest(nil, 7, &wire.APIVersionsRequest{})); err != nil {
 			t.Fatal(err)
 		}
-		h, _, _, err := netio.ReadResponse(c, nil, 1<<20)
-		if err != nil || h.CorrelationID != 7 || h.ErrorCode != netio.ErrNone {
+		h, _, _, err := wire.ReadResponse(c, nil, 1<<20)
+		if err != nil || h.CorrelationID != 7 || h.ErrorCode != wire.ErrNone {
 			t.Fatalf("server unhealthy after fuzz input: %+v %v", h, err)
 		}
 	})

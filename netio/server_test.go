@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/fakebroker"
@@ -118,17 +120,17 @@ func dialRaw(t testing.TB, addr string) *rawClient {
 	return &rawClient{t: t, nc: nc}
 }
 
-func (c *rawClient) send(corr uint32, m netio.Message) {
+func (c *rawClient) send(corr uint32, m wire.Message) {
 	c.t.Helper()
-	if _, err := c.nc.Write(netio.AppendRequest(nil, corr, m)); err != nil {
+	if _, err := c.nc.Write(wire.AppendRequest(nil, corr, m)); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
-func (c *rawClient) recv() (netio.ResponseHeader, []byte) {
+func (c *rawClient) recv() (wire.ResponseHeader, []byte) {
 	c.t.Helper()
 	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	h, payload, buf, err := netio.ReadResponse(c.nc, c.buf, 256<<20)
+	h, payload, buf, err := wire.ReadResponse(c.nc, c.buf, 256<<20)
 	c.buf = buf
 	if err != nil {
 		c.t.Fatalf("read response: %v", err)
@@ -137,15 +139,15 @@ func (c *rawClient) recv() (netio.ResponseHeader, []byte) {
 }
 
 // call sends m and decodes the response into resp.
-func (c *rawClient) call(corr uint32, m netio.Message, resp netio.Message) {
+func (c *rawClient) call(corr uint32, m wire.Message, resp wire.Message) {
 	c.t.Helper()
 	c.send(corr, m)
 	h, payload := c.recv()
 	if h.CorrelationID != corr || h.API != m.API() {
 		c.t.Fatalf("response header %+v for request %s corr %d", h, m.API(), corr)
 	}
-	if h.ErrorCode != netio.ErrNone {
-		msg, _ := netio.DecodeErrorPayload(payload)
+	if h.ErrorCode != wire.ErrNone {
+		msg, _ := wire.DecodeErrorPayload(payload)
 		c.t.Fatalf("%s: frame error %s: %s", m.API(), h.ErrorCode.Name(), msg)
 	}
 	if err := resp.ReadFrom(payload); err != nil {
@@ -200,9 +202,9 @@ func decodeValues(t testing.TB, records []byte, from int64) []string {
 
 func createTopic(t testing.TB, c *rawClient, name string, partitions int32) {
 	t.Helper()
-	var resp netio.CreateTopicsResponse
-	c.call(1, &netio.CreateTopicsRequest{Topics: []netio.CreateTopic{{Topic: name, Partitions: partitions, ReplicationFactor: 1}}}, &resp)
-	if resp.Topics[0].ErrorCode != netio.ErrNone {
+	var resp wire.CreateTopicsResponse
+	c.call(1, &wire.CreateTopicsRequest{Topics: []wire.CreateTopic{{Topic: name, Partitions: partitions, ReplicationFactor: 1}}}, &resp)
+	if resp.Topics[0].ErrorCode != wire.ErrNone {
 		t.Fatalf("create %s: %s", name, resp.Topics[0].ErrorMessage)
 	}
 }
@@ -217,19 +219,19 @@ func testServerProduceFetchZeroCopy(t *testing.T, driver string) {
 			srv, addr := testServer(t, driver, fake, netio.Config{Egress: egress})
 			c := dialRaw(t, addr)
 			createTopic(t, c, "orders", 2)
-			var pr netio.ProduceResponse
+			var pr wire.ProduceResponse
 			for i := range 3 {
-				c.call(uint32(10+i), &netio.ProduceRequest{Acks: netio.AcksLeader, TimeoutMs: 1000, Topics: []netio.ProduceTopic{{Topic: "orders", Partitions: []netio.ProducePartition{
+				c.call(uint32(10+i), &wire.ProduceRequest{Acks: wire.AcksLeader, TimeoutMs: 1000, Topics: []wire.ProduceTopic{{Topic: "orders", Partitions: []wire.ProducePartition{
 					{Partition: 1, Records: buildBatch(t, batch.CodecZstd, i*10, 10)},
 				}}}}, &pr)
-				if p := pr.Topics[0].Partitions[0]; p.ErrorCode != netio.ErrNone || p.BaseOffset != int64(i*10) {
+				if p := pr.Topics[0].Partitions[0]; p.ErrorCode != wire.ErrNone || p.BaseOffset != int64(i*10) {
 					t.Fatalf("produce %d: %+v", i, p)
 				}
 			}
-			var fr netio.FetchResponse
-			c.call(20, &netio.FetchRequest{MaxBytes: 1 << 20, Topics: []netio.FetchTopic{{Topic: "orders", Partitions: []netio.FetchPartition{{Partition: 1, FetchOffset: 15, MaxBytes: 1 << 20}}}}}, &fr)
+			var fr wire.FetchResponse
+			c.call(20, &wire.FetchRequest{MaxBytes: 1 << 20, Topics: []wire.FetchTopic{{Topic: "orders", Partitions: []wire.FetchPartition{{Partition: 1, FetchOffset: 15, MaxBytes: 1 << 20}}}}}, &fr)
 			p := fr.Topics[0].Partitions[0]
-			if p.ErrorCode != netio.ErrNone || p.HighWatermark != 30 {
+			if p.ErrorCode != wire.ErrNone || p.HighWatermark != 30 {
 				t.Fatalf("fetch: %+v", p)
 			}
 			values := decodeValues(t, p.Records, 15)
@@ -237,8 +239,8 @@ func testServerProduceFetchZeroCopy(t *testing.T, driver string) {
 				t.Fatalf("fetched %d values: %v", len(values), values)
 			}
 			// Out of range gives a partition error, not a frame error.
-			c.call(21, &netio.FetchRequest{Topics: []netio.FetchTopic{{Topic: "orders", Partitions: []netio.FetchPartition{{Partition: 1, FetchOffset: 31, MaxBytes: 1 << 20}}}}}, &fr)
-			if code := fr.Topics[0].Partitions[0].ErrorCode; code != netio.ErrOffsetOutOfRange {
+			c.call(21, &wire.FetchRequest{Topics: []wire.FetchTopic{{Topic: "orders", Partitions: []wire.FetchPartition{{Partition: 1, FetchOffset: 31, MaxBytes: 1 << 20}}}}}, &fr)
+			if code := fr.Topics[0].Partitions[0].ErrorCode; code != wire.ErrOffsetOutOfRange {
 				t.Fatalf("fetch above high watermark: %s", code.Name())
 			}
 			// Counted once the batch's last send completed, which precedes the next
@@ -274,11 +276,11 @@ func (h *reverseHandler) Serve(req *netio.Request) {
 	h.mu.Unlock()
 	for i := len(held) - 1; i >= 0; i-- {
 		req := held[i]
-		if req.Header.API == netio.APIProduce {
-			req.ReplyMessage(&netio.ProduceResponse{})
+		if req.Header.API == wire.APIProduce {
+			req.ReplyMessage(&wire.ProduceResponse{})
 			continue
 		}
-		req.ReplyMessage(&netio.MetadataResponse{BrokerID: int32(req.Header.CorrelationID)})
+		req.ReplyMessage(&wire.MetadataResponse{BrokerID: int32(req.Header.CorrelationID)})
 	}
 }
 
@@ -295,10 +297,10 @@ func testServerPipelinedResponsesInRequestOrder(t *testing.T, driver string) {
 	var stream []byte
 	for i := range requests {
 		if i == requests/2 {
-			stream = netio.AppendRequest(stream, 9999, &netio.ProduceRequest{Acks: netio.AcksNone, Topics: []netio.ProduceTopic{{Topic: "t"}}})
+			stream = wire.AppendRequest(stream, 9999, &wire.ProduceRequest{Acks: wire.AcksNone, Topics: []wire.ProduceTopic{{Topic: "t"}}})
 			continue
 		}
-		stream = netio.AppendRequest(stream, uint32(i), &netio.MetadataRequest{})
+		stream = wire.AppendRequest(stream, uint32(i), &wire.MetadataRequest{})
 	}
 	if _, err := c.nc.Write(stream); err != nil {
 		t.Fatal(err)
@@ -308,7 +310,7 @@ func testServerPipelinedResponsesInRequestOrder(t *testing.T, driver string) {
 			continue
 		}
 		h, payload := c.recv()
-		var m netio.MetadataResponse
+		var m wire.MetadataResponse
 		if err := m.ReadFrom(payload); err != nil {
 			t.Fatal(err)
 		}
@@ -338,26 +340,26 @@ func testServerFrameLevelErrorsKeepConnection(t *testing.T, driver string) {
 	cases := []struct {
 		name  string
 		frame []byte
-		code  netio.ErrorCode
+		code  wire.ErrorCode
 	}{
-		{"unknown api", frame(999, 0, 1, []byte("whatever")), netio.ErrUnknownAPI},
-		{"unsupported version", frame(uint16(netio.APIMetadata), 7, 2, nil), netio.ErrUnsupportedVersion},
-		{"garbage payload", frame(uint16(netio.APIProduce), 0, 3, []byte{0xde, 0xad, 0xbe, 0xef, 0x7f, 0xff, 0xff, 0xff}), netio.ErrInvalidRequest},
-		{"trailing bytes", frame(uint16(netio.APIMetadata), 0, 4, []byte{0, 0, 0, 0, 1}), netio.ErrInvalidRequest},
+		{"unknown api", frame(999, 0, 1, []byte("whatever")), wire.ErrUnknownAPI},
+		{"unsupported version", frame(uint16(wire.APIMetadata), 7, 2, nil), wire.ErrUnsupportedVersion},
+		{"garbage payload", frame(uint16(wire.APIProduce), 0, 3, []byte{0xde, 0xad, 0xbe, 0xef, 0x7f, 0xff, 0xff, 0xff}), wire.ErrInvalidRequest},
+		{"trailing bytes", frame(uint16(wire.APIMetadata), 0, 4, []byte{0, 0, 0, 0, 1}), wire.ErrInvalidRequest},
 	}
 	for _, tc := range cases {
 		if _, err := c.nc.Write(tc.frame); err != nil {
 			t.Fatal(err)
 		}
 		h, payload := c.recv()
-		msg, err := netio.DecodeErrorPayload(payload)
+		msg, err := wire.DecodeErrorPayload(payload)
 		if err != nil || h.ErrorCode != tc.code || msg == "" {
 			t.Fatalf("%s: got %s %q %v", tc.name, h.ErrorCode.Name(), msg, err)
 		}
 		// The connection still serves well-formed requests.
-		var ver netio.APIVersionsResponse
-		c.call(100, &netio.APIVersionsRequest{ClientID: "test"}, &ver)
-		if len(ver.APIs) != 10 || ver.FrameBytesMax != netio.FrameBytesMaxDefault {
+		var ver wire.APIVersionsResponse
+		c.call(100, &wire.APIVersionsRequest{ClientID: "test"}, &ver)
+		if len(ver.APIs) != 10 || ver.FrameBytesMax != wire.FrameBytesMaxDefault {
 			t.Fatalf("%s: api versions after error: %+v", tc.name, ver)
 		}
 	}
@@ -374,11 +376,11 @@ func testServerOversizedAndShortFramesClose(t *testing.T, driver string) {
 	for _, tc := range []struct {
 		name   string
 		length uint32
-		code   netio.ErrorCode
+		code   wire.ErrorCode
 	}{
-		{"oversized", 4097, netio.ErrFrameTooLarge},
-		{"huge", 0xfffffff0, netio.ErrFrameTooLarge},
-		{"below header", 3, netio.ErrInvalidRequest},
+		{"oversized", 4097, wire.ErrFrameTooLarge},
+		{"huge", 0xfffffff0, wire.ErrFrameTooLarge},
+		{"below header", 3, wire.ErrInvalidRequest},
 	} {
 		c := dialRaw(t, addr)
 		hdr := binary.BigEndian.AppendUint32(nil, tc.length)
@@ -387,7 +389,7 @@ func testServerOversizedAndShortFramesClose(t *testing.T, driver string) {
 			t.Fatal(err)
 		}
 		h, payload := c.recv()
-		msg, _ := netio.DecodeErrorPayload(payload)
+		msg, _ := wire.DecodeErrorPayload(payload)
 		if h.ErrorCode != tc.code || h.CorrelationID != 42 {
 			t.Fatalf("%s: got %+v %q", tc.name, h, msg)
 		}
@@ -412,7 +414,7 @@ func testServerTruncatedFrameReleasesEverything(t *testing.T, driver string) {
 		}
 	}})
 	c := dialRaw(t, addr)
-	frame := netio.AppendRequest(nil, 1, &netio.MetadataRequest{Topics: []string{"some-topic"}})
+	frame := wire.AppendRequest(nil, 1, &wire.MetadataRequest{Topics: []string{"some-topic"}})
 	if _, err := c.nc.Write(frame[:len(frame)-3]); err != nil {
 		t.Fatal(err)
 	}
@@ -443,9 +445,9 @@ func testServerMaxConnections(t *testing.T, driver string) {
 	<-opened
 	third := dialRaw(t, addr)
 	third.expectClosed()
-	var ver netio.APIVersionsResponse
-	a.call(1, &netio.APIVersionsRequest{}, &ver)
-	b.call(1, &netio.APIVersionsRequest{}, &ver)
+	var ver wire.APIVersionsResponse
+	a.call(1, &wire.APIVersionsRequest{}, &ver)
+	b.call(1, &wire.APIVersionsRequest{}, &ver)
 }
 
 // holdHandler keeps every request until release is called.
@@ -467,7 +469,7 @@ func testServerPerConnectionBudgetStopsReading(t *testing.T, driver string) {
 	big := strings.Repeat("x", 1900)
 	const requests = 8
 	for i := range requests {
-		c.send(uint32(i), &netio.MetadataRequest{Topics: []string{big[:1000+i]}})
+		c.send(uint32(i), &wire.MetadataRequest{Topics: []string{big[:1000+i]}})
 	}
 	var held []*netio.Request
 	for range 2 {
@@ -492,7 +494,7 @@ func testServerPerConnectionBudgetStopsReading(t *testing.T, driver string) {
 		for len(held) <= answered {
 			held = append(held, <-h.served)
 		}
-		held[answered].ReplyMessage(&netio.MetadataResponse{BrokerID: int32(answered)})
+		held[answered].ReplyMessage(&wire.MetadataResponse{BrokerID: int32(answered)})
 		hdr, _ := c.recv()
 		if hdr.CorrelationID != uint32(answered) {
 			t.Fatalf("response %d has corr %d", answered, hdr.CorrelationID)
@@ -508,7 +510,7 @@ type bigFetchHandler struct {
 
 func (h *bigFetchHandler) Serve(req *netio.Request) {
 	h.served <- struct{}{}
-	req.ReplyMessage(&netio.FetchResponse{Topics: []netio.FetchResponseTopic{{Topic: "t", Partitions: []netio.FetchResponsePartition{{Records: h.body}}}}})
+	req.ReplyMessage(&wire.FetchResponse{Topics: []wire.FetchResponseTopic{{Topic: "t", Partitions: []wire.FetchResponsePartition{{Records: h.body}}}}})
 }
 
 func TestServerClientThatStopsReading(t *testing.T) {
@@ -529,15 +531,15 @@ func testServerClientThatStopsReading(t *testing.T, driver string) {
 	// answer them all, far beyond socket buffers.
 	go func() {
 		for i := range 200 {
-			if _, err := slow.nc.Write(netio.AppendRequest(nil, uint32(i), &netio.FetchRequest{})); err != nil {
+			if _, err := slow.nc.Write(wire.AppendRequest(nil, uint32(i), &wire.FetchRequest{})); err != nil {
 				return
 			}
 		}
 	}()
 	// Another client is served meanwhile.
 	fast := dialRaw(t, addr)
-	var ver netio.APIVersionsResponse
-	fast.call(1, &netio.APIVersionsRequest{}, &ver)
+	var ver wire.APIVersionsResponse
+	fast.call(1, &wire.APIVersionsRequest{}, &ver)
 	// The slow connection is dropped by the write timeout...
 	select {
 	case info := <-closed:
@@ -552,7 +554,7 @@ func testServerClientThatStopsReading(t *testing.T, driver string) {
 	if served := len(h.served); served >= 100 {
 		t.Fatalf("handler served %d requests for a client that reads nothing", served)
 	}
-	fast.call(2, &netio.APIVersionsRequest{}, &ver)
+	fast.call(2, &wire.APIVersionsRequest{}, &ver)
 	// A response can reach the client just before the server releases its request, so
 	// check the accounting once the fast connection has closed too.
 	fast.nc.Close()
@@ -574,7 +576,7 @@ func testServerGracefulShutdownAnswersInflight(t *testing.T, driver string) {
 	h := &holdHandler{served: make(chan *netio.Request, 10)}
 	srv, addr, stop := startServer(t, driver, h, netio.Config{})
 	c := dialRaw(t, addr)
-	c.send(7, &netio.MetadataRequest{})
+	c.send(7, &wire.MetadataRequest{})
 	req := <-h.served
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- srv.Shutdown(context.Background()) }()
@@ -587,7 +589,7 @@ func testServerGracefulShutdownAnswersInflight(t *testing.T, driver string) {
 		t.Fatalf("Shutdown returned %v before the in-flight request was answered", err)
 	default:
 	}
-	req.ReplyMessage(&netio.MetadataResponse{BrokerID: 5})
+	req.ReplyMessage(&wire.MetadataResponse{BrokerID: 5})
 	hdr, _ := c.recv()
 	if hdr.CorrelationID != 7 {
 		t.Fatalf("corr %d", hdr.CorrelationID)
@@ -613,13 +615,13 @@ func testServerStalledFrameIsDropped(t *testing.T, driver string) {
 		}
 	}})
 	c := dialRaw(t, addr)
-	frame := netio.AppendRequest(nil, 1, &netio.ProduceRequest{Topics: []netio.ProduceTopic{{Topic: "t", Partitions: []netio.ProducePartition{{Records: make([]byte, 1<<20)}}}}})
+	frame := wire.AppendRequest(nil, 1, &wire.ProduceRequest{Topics: []wire.ProduceTopic{{Topic: "t", Partitions: []wire.ProducePartition{{Records: make([]byte, 1<<20)}}}}})
 	if _, err := c.nc.Write(frame[:64<<10]); err != nil {
 		t.Fatal(err)
 	}
 	other := dialRaw(t, addr)
-	var ver netio.APIVersionsResponse
-	other.call(1, &netio.APIVersionsRequest{}, &ver)
+	var ver wire.APIVersionsResponse
+	other.call(1, &wire.APIVersionsRequest{}, &ver)
 	select {
 	case info := <-closed:
 		if info.ID != 1 {
@@ -629,7 +631,7 @@ func testServerStalledFrameIsDropped(t *testing.T, driver string) {
 		t.Fatal("stalled frame was not dropped")
 	}
 	c.expectClosed()
-	other.call(2, &netio.APIVersionsRequest{}, &ver)
+	other.call(2, &wire.APIVersionsRequest{}, &ver)
 	other.nc.Close()
 	<-closed
 	if got := srv.BufferedBytes(); got != 0 {
@@ -648,7 +650,7 @@ func testServerLargeFrameArrivesInChunks(t *testing.T, driver string) {
 	srv, addr := testServer(t, driver, h, netio.Config{})
 	c := dialRaw(t, addr)
 	records := bytes.Repeat([]byte("0123456789"), 512<<10) // 5 MiB
-	frame := netio.AppendRequest(nil, 9, &netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "big", Partitions: []netio.ProducePartition{{Records: records}}}}})
+	frame := wire.AppendRequest(nil, 9, &wire.ProduceRequest{Acks: wire.AcksLeader, Topics: []wire.ProduceTopic{{Topic: "big", Partitions: []wire.ProducePartition{{Records: records}}}}})
 	if _, err := c.nc.Write(frame[:64<<10]); err != nil {
 		t.Fatal(err)
 	}
@@ -667,11 +669,11 @@ func testServerLargeFrameArrivesInChunks(t *testing.T, driver string) {
 		t.Fatal(err)
 	}
 	req := <-h.served
-	got := req.Body.(*netio.ProduceRequest).Topics[0].Partitions[0].Records
+	got := req.Body.(*wire.ProduceRequest).Topics[0].Partitions[0].Records
 	if !bytes.Equal(got, records) {
 		t.Fatalf("records differ after chunked receive (%d bytes)", len(got))
 	}
-	req.ReplyMessage(&netio.ProduceResponse{})
+	req.ReplyMessage(&wire.ProduceResponse{})
 	if hdr, _ := c.recv(); hdr.CorrelationID != 9 {
 		t.Fatalf("corr %d", hdr.CorrelationID)
 	}
@@ -697,12 +699,12 @@ func testServerMixedSplicesPipelined(t *testing.T, driver string) {
 	memory := bytes.Repeat([]byte("m"), 10<<10)
 	h := netio.HandlerFunc(func(req *netio.Request) {
 		i := int64(req.Header.CorrelationID)
-		req.ReplyMessage(&netio.FetchResponse{Topics: []netio.FetchResponseTopic{{Topic: "t", Partitions: []netio.FetchResponsePartition{
-			{Partition: 0, RecordsFile: []netio.FileRange{{File: f, Offset: i * 1000, Length: 1<<20 + 123}, {File: f, Offset: 2 << 20, Length: 77}}},
+		req.ReplyMessage(&wire.FetchResponse{Topics: []wire.FetchResponseTopic{{Topic: "t", Partitions: []wire.FetchResponsePartition{
+			{Partition: 0, RecordsFile: []wire.FileRange{{File: f, Offset: i * 1000, Length: 1<<20 + 123}, {File: f, Offset: 2 << 20, Length: 77}}},
 			{Partition: 1, Records: memory},
-			{Partition: 2, ErrorCode: netio.ErrOffsetOutOfRange, ErrorMessage: "x"},
+			{Partition: 2, ErrorCode: wire.ErrOffsetOutOfRange, ErrorMessage: "x"},
 			{Partition: 3, Records: []byte("small")},
-			{Partition: 4, RecordsFile: []netio.FileRange{{File: f, Offset: i, Length: 100}}},
+			{Partition: 4, RecordsFile: []wire.FileRange{{File: f, Offset: i, Length: 100}}},
 		}}}})
 	})
 	_, addr := testServer(t, driver, h, netio.Config{})
@@ -710,21 +712,21 @@ func testServerMixedSplicesPipelined(t *testing.T, driver string) {
 	const requests = 12
 	var stream []byte
 	for i := range requests {
-		stream = netio.AppendRequest(stream, uint32(i), &netio.FetchRequest{})
+		stream = wire.AppendRequest(stream, uint32(i), &wire.FetchRequest{})
 	}
 	go c.nc.Write(stream)
 	for i := range int64(requests) {
 		hdr, payload := c.recv()
-		if hdr.CorrelationID != uint32(i) || hdr.ErrorCode != netio.ErrNone {
+		if hdr.CorrelationID != uint32(i) || hdr.ErrorCode != wire.ErrNone {
 			t.Fatalf("response %d: %+v", i, hdr)
 		}
-		var resp netio.FetchResponse
+		var resp wire.FetchResponse
 		if err := resp.ReadFrom(payload); err != nil {
 			t.Fatalf("response %d: %v", i, err)
 		}
 		p := resp.Topics[0].Partitions
 		want0 := append(append([]byte(nil), content[i*1000:i*1000+1<<20+123]...), content[2<<20:2<<20+77]...)
-		if !bytes.Equal(p[0].Records, want0) || !bytes.Equal(p[1].Records, memory) || p[2].ErrorCode != netio.ErrOffsetOutOfRange ||
+		if !bytes.Equal(p[0].Records, want0) || !bytes.Equal(p[1].Records, memory) || p[2].ErrorCode != wire.ErrOffsetOutOfRange ||
 			string(p[3].Records) != "small" || !bytes.Equal(p[4].Records, content[i:i+100]) {
 			t.Fatalf("response %d: records differ", i)
 		}
@@ -744,11 +746,11 @@ func testServerClosesIdleConnections(t *testing.T, driver string) {
 		}
 	}})
 	waiting := dialRaw(t, addr)
-	waiting.send(1, &netio.MetadataRequest{})
+	waiting.send(1, &wire.MetadataRequest{})
 	req := <-h.served
 	idle := dialRaw(t, addr)
-	var ver netio.APIVersionsResponse
-	idle.call(2, &netio.APIVersionsRequest{}, &ver)
+	var ver wire.APIVersionsResponse
+	idle.call(2, &wire.APIVersionsRequest{}, &ver)
 	select {
 	case info := <-closed:
 		if info.ID != 2 {
@@ -764,7 +766,7 @@ func testServerClosesIdleConnections(t *testing.T, driver string) {
 		t.Fatalf("connection %d with an outstanding request was closed", info.ID)
 	case <-time.After(300 * time.Millisecond):
 	}
-	req.ReplyMessage(&netio.MetadataResponse{BrokerID: 3})
+	req.ReplyMessage(&wire.MetadataResponse{BrokerID: 3})
 	if hdr, _ := waiting.recv(); hdr.CorrelationID != 1 {
 		t.Fatalf("corr %d", hdr.CorrelationID)
 	}

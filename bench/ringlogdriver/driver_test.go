@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/bench"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/fakebroker"
@@ -22,7 +24,7 @@ func startFake(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake.SetShards([]netio.MetadataShard{{Shard: 0, Address: ln.Addr().String()}})
+	fake.SetShards([]wire.MetadataShard{{Shard: 0, Address: ln.Addr().String()}})
 	var served sync.WaitGroup
 	served.Add(1)
 	go func() { defer served.Done(); _ = srv.Serve(ln, 0) }()

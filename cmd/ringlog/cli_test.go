@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
@@ -208,10 +210,10 @@ func TestTopicCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "created topic orders with 3 partitions") {
 		t.Fatalf("create: %q %v", out, err)
 	}
-	if _, err := run(topicCreate, "orders", "--partitions", "3"); !errors.Is(err, netio.ErrTopicAlreadyExists) {
+	if _, err := run(topicCreate, "orders", "--partitions", "3"); !errors.Is(err, wire.ErrTopicAlreadyExists) {
 		t.Errorf("create twice: %v, want TOPIC_ALREADY_EXISTS", err)
 	}
-	if _, err := run(topicCreate, "bad", "--config", "no.such.key=1"); !errors.Is(err, netio.ErrInvalidConfig) {
+	if _, err := run(topicCreate, "bad", "--config", "no.such.key=1"); !errors.Is(err, wire.ErrInvalidConfig) {
 		t.Errorf("create with unknown config: %v, want INVALID_CONFIG", err)
 	}
 	out, err = run(topicList)
@@ -234,7 +236,7 @@ func TestTopicCommands(t *testing.T) {
 	if !regexpMatch(`(?m)^\s+1\s+\d+\s+0\s+10\s+10\s+[1-9]\d*\s+-\s*$`, out) {
 		t.Errorf("describe: no row for partition 1 with offsets 0..10:\n%s", out)
 	}
-	if _, err := run(topicDescribe, "nosuch"); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err := run(topicDescribe, "nosuch"); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Errorf("describe unknown: %v", err)
 	}
 
@@ -242,7 +244,7 @@ func TestTopicCommands(t *testing.T) {
 	if err != nil || !regexpMatch(`(?m)^retention\.ms\s+120000\s+topic`, out) || !regexpMatch(`(?m)^flush\.always\s+false\s+default`, out) {
 		t.Errorf("config: %q %v", out, err)
 	}
-	if _, err := run(topicConfig, "orders", "--set", "segment.bytes=x"); !errors.Is(err, netio.ErrInvalidConfig) {
+	if _, err := run(topicConfig, "orders", "--set", "segment.bytes=x"); !errors.Is(err, wire.ErrInvalidConfig) {
 		t.Errorf("config bad value: %v", err)
 	}
 	if _, err := run(topicConfig, "orders", "--set", "a=1", "--delete", "a"); err == nil {
@@ -252,7 +254,7 @@ func TestTopicCommands(t *testing.T) {
 	if out, err = run(topicDelete, "orders"); err != nil || !strings.Contains(out, "deleted topic orders") {
 		t.Errorf("delete: %q %v", out, err)
 	}
-	if _, err := run(topicDelete, "orders"); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err := run(topicDelete, "orders"); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Errorf("delete twice: %v", err)
 	}
 	if out, err = run(topicList); err != nil || strings.Contains(out, "orders") {
@@ -375,15 +377,15 @@ func TestProduceConsumeLines(t *testing.T) {
 	}
 	// Offsets out of range and unknown partitions are errors.
 	co, _ = parseConsumeFlags([]string{"lines", "--partition", "0", "--from", "100000000"})
-	if _, err = consumeRecords(ctx, c, co, bufio.NewWriter(io.Discard)); !errors.Is(err, netio.ErrOffsetOutOfRange) {
+	if _, err = consumeRecords(ctx, c, co, bufio.NewWriter(io.Discard)); !errors.Is(err, wire.ErrOffsetOutOfRange) {
 		t.Errorf("--from beyond the end: %v", err)
 	}
 	co, _ = parseConsumeFlags([]string{"lines", "--partition", "9"})
-	if _, err = consumeRecords(ctx, c, co, bufio.NewWriter(io.Discard)); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err = consumeRecords(ctx, c, co, bufio.NewWriter(io.Discard)); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Errorf("--partition 9 of 4: %v", err)
 	}
 	co, _ = parseConsumeFlags([]string{"nosuch"})
-	if _, err = consumeRecords(ctx, c, co, bufio.NewWriter(io.Discard)); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err = consumeRecords(ctx, c, co, bufio.NewWriter(io.Discard)); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Errorf("unknown topic: %v", err)
 	}
 }
@@ -441,11 +443,11 @@ func TestProduceErrors(t *testing.T) {
 		t.Errorf("long line: %v", err)
 	}
 	o, _ = parseProduceFlags([]string{"nosuch"})
-	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Errorf("unknown topic: %v", err)
 	}
 	o, _ = parseProduceFlags([]string{"small", "--partition", "5"})
-	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Errorf("partition 5 of 2: %v", err)
 	}
 	// --partition puts every line on one partition; acks=0 still delivers.
@@ -552,7 +554,7 @@ func TestProduceStreamsBoundedMemory(t *testing.T) {
 			heapPeak = max(heapPeak, int(ms.HeapAlloc))
 			checks++
 			if read >= inputBytes/2 && visibleMidway < 0 {
-				hw, err := checker.ListOffset(ctx, "stream", 0, netio.TimestampLatest)
+				hw, err := checker.ListOffset(ctx, "stream", 0, wire.TimestampLatest)
 				if err != nil {
 					t.Errorf("high watermark midway: %v", err)
 				}

@@ -13,7 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -133,7 +134,7 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 	var assigned []int32
 	if o.partition >= 0 {
 		if int(o.partition) >= partitions {
-			return 0, fmt.Errorf("partition %d of %s: %w (topic has %d partitions)", o.partition, o.topic, netio.ErrUnknownTopicOrPartition, partitions)
+			return 0, fmt.Errorf("partition %d of %s: %w (topic has %d partitions)", o.partition, o.topic, wire.ErrUnknownTopicOrPartition, partitions)
 		}
 		assigned = []int32{o.partition}
 	} else {
@@ -150,7 +151,7 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 		if !o.exitAtEnd {
 			continue
 		}
-		hw, err := c.ListOffset(ctx, o.topic, p, netio.TimestampLatest)
+		hw, err := c.ListOffset(ctx, o.topic, p, wire.TimestampLatest)
 		if err != nil {
 			return 0, err
 		}

@@ -12,7 +12,8 @@ import (
 	"sort"
 	"text/tabwriter"
 
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -144,7 +145,7 @@ func topicDescribe(usage string, args []string, stdout io.Writer) error {
 
 // printDescription prints a topic summary, one row per partition, then the topic's
 // non-default configs.
-func printDescription(w io.Writer, t netio.DescribeTopic, configs []netio.ConfigDescription) error {
+func printDescription(w io.Writer, t wire.DescribeTopic, configs []wire.ConfigDescription) error {
 	var records, size int64
 	for _, p := range t.Partitions {
 		records += p.HighWatermark - p.LogStartOffset
@@ -155,7 +156,7 @@ func printDescription(w io.Writer, t netio.DescribeTopic, configs []netio.Config
 	fmt.Fprintln(tw, "PARTITION\tSHARD\tLOG-START\tLOG-END\tHIGH-WATERMARK\tSIZE-BYTES\tERROR\t")
 	for _, p := range t.Partitions {
 		errName := "-"
-		if p.ErrorCode != netio.ErrNone {
+		if p.ErrorCode != wire.ErrNone {
 			errName = p.ErrorCode.Name()
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", p.Partition, p.Shard, p.LogStartOffset, p.LogEndOffset, p.HighWatermark, p.SizeBytes, errName)
@@ -164,7 +165,7 @@ func printDescription(w io.Writer, t netio.DescribeTopic, configs []netio.Config
 		return err
 	}
 	for _, cfg := range configs {
-		if cfg.Source == netio.ConfigSourceTopic {
+		if cfg.Source == wire.ConfigSourceTopic {
 			fmt.Fprintf(w, "config %s=%s\n", cfg.Key, cfg.Value)
 		}
 	}
@@ -235,11 +236,11 @@ func topicConfig(usage string, args []string, stdout io.Writer) error {
 
 func configSourceName(source int8) string {
 	switch source {
-	case netio.ConfigSourceDefault:
+	case wire.ConfigSourceDefault:
 		return "default"
-	case netio.ConfigSourceTopic:
+	case wire.ConfigSourceTopic:
 		return "topic"
-	case netio.ConfigSourceBroker:
+	case wire.ConfigSourceBroker:
 		return "broker"
 	}
 	return fmt.Sprintf("source-%d", source)

@@ -57,21 +57,15 @@ func (l *limitFlags) check() error {
 	return nil
 }
 
-// serverConfig fills cfg's limits; fetchFilesMax is the broker's effective descriptor quota.
-func (l *limitFlags) serverConfig(cfg netio.Config, fetchFilesMax int64) netio.Config {
+// serverConfig fills cfg's limits (zero ones take their defaults in netio/node).
+func (l *limitFlags) serverConfig(cfg netio.Config) netio.Config {
 	cfg.ServerBufferBytesMax = l.bufferBytesMax
 	cfg.ConnBufferBytesMax = l.connBufferBytesMax
 	cfg.AddressBufferBytesMax = l.addressBufferBytesMax
 	cfg.ConnectionsPerAddressMax = l.connsPerAddressMax
 	cfg.RequestEntriesMax = l.requestEntriesMax
 	cfg.FetchFilesPerConnMax = l.fetchFilesPerConnMax
-	if cfg.FetchFilesPerConnMax == 0 {
-		cfg.FetchFilesPerConnMax = max(min(256, fetchFilesMax/16), 1)
-	}
 	cfg.FetchFilesPerAddressMax = l.fetchFilesPerAddrMax
-	if cfg.FetchFilesPerAddressMax == 0 {
-		cfg.FetchFilesPerAddressMax = max(fetchFilesMax/4, 1)
-	}
 	cfg.FrameReadTimeout = l.frameTimeout
 	cfg.IdleTimeout = l.idleTimeout
 	cfg.WriteTimeout = l.writeTimeout

@@ -14,16 +14,17 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	_ "net/http/pprof" // served only with --debug-addr
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/netio/wire"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -64,14 +65,14 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("ringlogd", flag.ContinueOnError)
 	fs.StringVar(&o.dataDir, "data", "./data", "data directory (created if missing)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (one socket owned by this process: a second broker on it fails with address in use)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (SO_REUSEPORT)")
 	fs.IntVar(&o.shards, "shards", 0, "number of shards (default: one per CPU, or one per --cpus entry)")
 	fs.StringVar(&o.cpus, "cpus", "", "pin shard i to the i-th CPU of this list, e.g. 0-3,8")
 	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned by `ringlog tune plan --format json`")
 	fs.StringVar(&o.storage, "storage", "page-cache", "storage mode: page-cache or direct")
 	fs.StringVar(&o.io, "io", "auto", "I/O backend: auto, uring or syscall")
 	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")
-	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(netio.FrameBytesMaxDefault), "largest request frame accepted")
+	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(wire.FrameBytesMaxDefault), "largest request frame accepted")
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
 	o.limits.register(fs)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
@@ -112,39 +113,6 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	return o, nil
-}
-
-// listenPerShard opens one listener per shard for --shard-ports (none for "off").
-func listenPerShard(o options, shards int) ([]net.Listener, error) {
-	if o.shardPorts == "off" {
-		return nil, nil
-	}
-	host, _, err := net.SplitHostPort(o.listen)
-	if err != nil {
-		return nil, fmt.Errorf("--listen %q: %w", o.listen, err)
-	}
-	base := 0
-	if o.shardPorts != "auto" {
-		if base, err = strconv.Atoi(o.shardPorts); err != nil || base <= 0 || base+shards > 65536 {
-			return nil, fmt.Errorf("--shard-ports %q: want auto, off or a base port that leaves room for %d shards", o.shardPorts, shards)
-		}
-	}
-	var out []net.Listener
-	for i := 0; i < shards; i++ {
-		port := 0
-		if base > 0 {
-			port = base + i
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			for _, l := range out {
-				l.Close()
-			}
-			return nil, fmt.Errorf("listen for shard %d: %w", i, err)
-		}
-		out = append(out, ln)
-	}
-	return out, nil
 }
 
 func shardCPUs(o options) ([]int, error) {
@@ -204,67 +172,44 @@ func run(args []string, log *slog.Logger) error {
 			shards = len(cpus)
 		}
 	}
-	b, err := shard.Open(shard.Config{
-		DataDir: o.dataDir,
-		Shards:  shards,
-		CPUs:    cpus,
-		Pin:     o.pin,
-		Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
-		Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
-		Logger:  log,
+	n, err := node.Start(node.Config{
+		Core: shard.Config{
+			DataDir: o.dataDir,
+			Shards:  shards,
+			CPUs:    cpus,
+			Pin:     o.pin,
+			Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
+			Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways},
 
-		FetchFilesMax: o.limits.fetchFilesMax,
+			FetchFilesMax: o.limits.fetchFilesMax,
+		},
+		FetchResponseBytesMax: o.limits.fetchResponseBytesMax,
+		Listen:                o.listen,
+		ShardPorts:            o.shardPorts,
+		Advertise:             o.advertise,
+		Net:                   o.net,
+		Server: o.limits.serverConfig(netio.Config{
+			FrameBytesMax:  uint32(o.frameBytesMax),
+			ConnectionsMax: o.connsMax,
+			BrokerVersion:  Version,
+			Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
+		}),
+		Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	// One main socket, accepted on by every shard: no SO_REUSEPORT, so no other process
-	// can bind the same address and take a share of the clients.
-	mainLn, err := netio.Listen(context.Background(), o.listen)
-	if err != nil {
-		b.Close()
-		return err
-	}
-	listeners := make([]net.Listener, shards)
-	for i := range listeners {
-		listeners[i] = mainLn
-	}
-	addr := mainLn.Addr().String()
-	shardListeners, err := listenPerShard(o, shards)
-	if err != nil {
-		b.Close()
-		return err
-	}
-	var shardAddrs []string
-	for _, ln := range shardListeners {
-		shardAddrs = append(shardAddrs, advertisedAddr(ln.Addr(), o.advertise))
-	}
-	if o.advertise == "" && unspecifiedHost(mainLn.Addr()) {
-		log.Warn("listening on an unspecified address without --advertise: metadata tells clients to connect to it as is, which only works on this host",
-			"listen", addr)
-	}
-	handler := netio.NewBrokerHandler(b, advertisedAddr(mainLn.Addr(), o.advertise)).WithShardAddresses(shardAddrs).
-		WithFetchResponseBytesMax(o.limits.fetchResponseBytesMax)
-	_, fetchFilesMax := b.FilesHeld()
-	srv := netio.NewServer(handler, o.limits.serverConfig(netio.Config{
-		FrameBytesMax:  uint32(o.frameBytesMax),
-		ConnectionsMax: o.connsMax,
-		Shards:         shards,
-		BrokerVersion:  Version,
-		Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
-	}, fetchFilesMax))
-
 	backend := "?"
-	for _, s := range b.ShardInfos() {
-		node := -1
+	for _, s := range n.Core.ShardInfos() {
+		numaNode := -1
 		if s.CPU >= 0 {
-			node, _ = tuning.NUMANodeOfCPU(o.sysRoot, s.CPU)
+			numaNode, _ = tuning.NUMANodeOfCPU(o.sysRoot, s.CPU)
 		}
 		backend = s.Backend
-		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", node, "io", s.Backend)
+		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "listen", addr, "shard_addrs", strings.Join(shardAddrs, ","), "shards", shards, "net", o.net,
-		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(b.Topics()))
+	log.Info("ringlogd started", "version", Version, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
+		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()))
 
 	if o.debugAddr != "" {
 		go func() {
@@ -274,59 +219,21 @@ func run(args []string, log *slog.Logger) error {
 			}
 		}()
 	}
-	errc := make(chan error, len(listeners)+len(shardListeners))
-	for i, ln := range append(listeners, shardListeners...) {
-		i := i % shards
-		if o.net == "go" {
-			go func() { errc <- srv.Serve(ln, i) }()
-			continue
-		}
-		tl := ln.(*net.TCPListener)
-		if err := b.Exec(i, func(r *ring.Reactor) error { return srv.ServeRing(r, tl, i) }); err != nil {
-			srv.Close()
-			b.Close()
-			return fmt.Errorf("serve on shard %d's ring: %w", i, err)
-		}
-	}
 	var serveErr error
 	select {
 	case s := <-sig:
 		log.Info("shutting down", "signal", s.String())
-	case serveErr = <-errc:
+	case serveErr = <-n.Errors():
 		log.Error("listener failed, shutting down", "err", serveErr)
 	}
-	b.Drain() // answer parked long-polls now: Shutdown waits for every in-flight request
 	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
 	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		log.Warn("in-flight requests cut off at shutdown", "err", err)
-	}
-	if err := b.Close(); err != nil {
-		return fmt.Errorf("close broker: %w", err)
+	if err := n.Shutdown(ctx); err != nil {
+		return err
 	}
 	log.Info("ringlogd stopped")
 	if serveErr != nil && !errors.Is(serveErr, netio.ErrServerClosed) {
 		return serveErr
 	}
 	return nil
-}
-
-// advertisedAddr is the address metadata gives clients for a listener: host (from
-// --advertise) with the listener's port, or the listener's own address.
-func advertisedAddr(listener net.Addr, host string) string {
-	if host == "" {
-		return listener.String()
-	}
-	_, port, err := net.SplitHostPort(listener.String())
-	if err != nil {
-		return listener.String()
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// unspecifiedHost reports whether a listener is bound to 0.0.0.0 or ::, an address that a
-// remote client cannot connect to.
-func unspecifiedHost(listener net.Addr) bool {
-	tcp, ok := listener.(*net.TCPAddr)
-	return ok && tcp.IP.IsUnspecified()
 }

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
-	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
 )
@@ -123,7 +124,7 @@ func TestRealBrokerErrorsAndOffsets(t *testing.T) {
 	if err := c.CreateTopic(ctx, "t", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CreateTopic(ctx, "t", 1, nil); !errors.Is(err, netio.ErrTopicAlreadyExists) {
+	if err := c.CreateTopic(ctx, "t", 1, nil); !errors.Is(err, wire.ErrTopicAlreadyExists) {
 		t.Fatalf("duplicate create: %v", err)
 	}
 	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
@@ -138,17 +139,17 @@ func TestRealBrokerErrorsAndOffsets(t *testing.T) {
 	for _, tc := range []struct {
 		ts   int64
 		want int64
-	}{{netio.TimestampEarliest, 0}, {netio.TimestampLatest, 5}, {base.Add(2 * time.Minute).UnixMilli(), 2}} {
+	}{{wire.TimestampEarliest, 0}, {wire.TimestampLatest, 5}, {base.Add(2 * time.Minute).UnixMilli(), 2}} {
 		if off, err := c.ListOffset(ctx, "t", 0, tc.ts); err != nil || off != tc.want {
 			t.Fatalf("list offset %d: %d, %v (want %d)", tc.ts, off, err, tc.want)
 		}
 	}
 	co := c.NewConsumer(client.ConsumerConfig{MaxWait: 10 * time.Millisecond})
 	co.Assign("t", 0, client.AtOffset(99))
-	if _, err := co.Poll(ctx); !errors.Is(err, netio.ErrOffsetOutOfRange) {
+	if _, err := co.Poll(ctx); !errors.Is(err, wire.ErrOffsetOutOfRange) {
 		t.Fatalf("poll out of range: %v", err)
 	}
-	if _, err := p.SendSync(ctx, &client.Record{Topic: "missing", Partition: -1, Value: []byte("x")}); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err := p.SendSync(ctx, &client.Record{Topic: "missing", Partition: -1, Value: []byte("x")}); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Fatalf("unknown topic: %v", err)
 	}
 }

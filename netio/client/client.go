@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // Config configures a Client. Zero fields take defaults.
@@ -91,8 +91,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.FrameBytesMax = defaultFrameBytesMax
 	}
 	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}}
-	var ver netio.APIVersionsResponse
-	if err := c.Call(ctx, cfg.Broker, &netio.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
+	var ver wire.APIVersionsResponse
+	if err := c.Call(ctx, cfg.Broker, &wire.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
 		return nil, fmt.Errorf("handshake with %s: %w", cfg.Broker, err)
 	}
 	c.serverFrameBytesMax = ver.FrameBytesMax
@@ -147,7 +147,7 @@ func (c *Client) connFor(addr string) (*conn, error) {
 // CallAsync sends req to addr; done receives the decoded resp (the same value passed in)
 // or an error. A nil resp means no response is expected (acks=0 produce). done runs on an
 // internal goroutine and must not block.
-func (c *Client) CallAsync(addr string, req, resp netio.Message, done func(netio.Message, error)) {
+func (c *Client) CallAsync(addr string, req, resp wire.Message, done func(wire.Message, error)) {
 	cn, err := c.connFor(addr)
 	if err != nil {
 		done(nil, err)
@@ -158,7 +158,7 @@ func (c *Client) CallAsync(addr string, req, resp netio.Message, done func(netio
 
 // callAsyncOwned is CallAsync for a response whose frame buffer the callee takes over and
 // hands back with release.
-func (c *Client) callAsyncOwned(addr string, req, resp netio.Message, done func(netio.Message, error, func())) {
+func (c *Client) callAsyncOwned(addr string, req, resp wire.Message, done func(wire.Message, error, func())) {
 	cn, err := c.connFor(addr)
 	if err != nil {
 		done(nil, err, func() {})
@@ -168,15 +168,15 @@ func (c *Client) callAsyncOwned(addr string, req, resp netio.Message, done func(
 }
 
 // Call sends req to addr and waits for the response, decoded into resp. Frame-level
-// errors come back as *netio.Error.
-func (c *Client) Call(ctx context.Context, addr string, req, resp netio.Message) error {
+// errors come back as *wire.Error.
+func (c *Client) Call(ctx context.Context, addr string, req, resp wire.Message) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 	}
 	result := make(chan error, 1)
-	c.CallAsync(addr, req, resp, func(_ netio.Message, err error) { result <- err })
+	c.CallAsync(addr, req, resp, func(_ wire.Message, err error) { result <- err })
 	select {
 	case err := <-result:
 		return err
@@ -192,9 +192,9 @@ func (c *Client) BrokerAddr() string { return c.cfg.Broker }
 // Metadata
 
 // refreshMetadata fetches metadata for topics (nil = all) and updates the cache.
-func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*netio.MetadataResponse, error) {
-	var resp netio.MetadataResponse
-	if err := c.Call(ctx, c.cfg.Broker, &netio.MetadataRequest{Topics: topics}, &resp); err != nil {
+func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.MetadataResponse, error) {
+	var resp wire.MetadataResponse
+	if err := c.Call(ctx, c.cfg.Broker, &wire.MetadataRequest{Topics: topics}, &resp); err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -204,7 +204,7 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*netio.M
 		c.shards[s.Shard] = s.Address
 	}
 	for _, t := range resp.Topics {
-		if t.ErrorCode != netio.ErrNone {
+		if t.ErrorCode != wire.ErrNone {
 			delete(c.topics, t.Topic)
 			continue
 		}
@@ -234,13 +234,13 @@ func (c *Client) Partitions(ctx context.Context, topic string) (int, error) {
 	}
 	for _, t := range resp.Topics {
 		if t.Topic == topic {
-			if t.ErrorCode != netio.ErrNone {
-				return 0, fmt.Errorf("topic %s: %w", topic, netio.CodeError(t.ErrorCode, t.ErrorMessage))
+			if t.ErrorCode != wire.ErrNone {
+				return 0, fmt.Errorf("topic %s: %w", topic, wire.CodeError(t.ErrorCode, t.ErrorMessage))
 			}
 			return len(t.Partitions), nil
 		}
 	}
-	return 0, fmt.Errorf("topic %s: %w", topic, netio.ErrUnknownTopicOrPartition)
+	return 0, fmt.Errorf("topic %s: %w", topic, wire.ErrUnknownTopicOrPartition)
 }
 
 // invalidate marks a topic's metadata stale (after a routing error).
@@ -287,7 +287,7 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
 	}
 	var out []TopicInfo
 	for _, t := range resp.Topics {
-		if t.ErrorCode == netio.ErrNone {
+		if t.ErrorCode == wire.ErrNone {
 			out = append(out, TopicInfo{Name: t.Topic, Partitions: len(t.Partitions)})
 		}
 	}
@@ -297,12 +297,12 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
 
 // CreateTopic creates a topic with the given partition count and configs.
 func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
-	ct := netio.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: 1}
+	ct := wire.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: 1}
 	for _, k := range sortedKeys(configs) {
-		ct.Configs = append(ct.Configs, netio.ConfigEntry{Key: k, Value: configs[k]})
+		ct.Configs = append(ct.Configs, wire.ConfigEntry{Key: k, Value: configs[k]})
 	}
-	var resp netio.CreateTopicsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &netio.CreateTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []netio.CreateTopic{ct}}, &resp); err != nil {
+	var resp wire.CreateTopicsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &wire.CreateTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []wire.CreateTopic{ct}}, &resp); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	return topicResultErr("create topic", name, resp.Topics)
@@ -310,8 +310,8 @@ func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32,
 
 // DeleteTopic deletes a topic.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
-	var resp netio.DeleteTopicsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &netio.DeleteTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []string{name}}, &resp); err != nil {
+	var resp wire.DeleteTopicsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &wire.DeleteTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []string{name}}, &resp); err != nil {
 		return fmt.Errorf("delete topic %s: %w", name, err)
 	}
 	c.invalidate(name)
@@ -319,60 +319,60 @@ func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 }
 
 // DescribeTopics returns per-partition offsets, sizes and shards; no names means all.
-func (c *Client) DescribeTopics(ctx context.Context, names ...string) ([]netio.DescribeTopic, error) {
-	var resp netio.DescribeTopicsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &netio.DescribeTopicsRequest{Topics: names}, &resp); err != nil {
+func (c *Client) DescribeTopics(ctx context.Context, names ...string) ([]wire.DescribeTopic, error) {
+	var resp wire.DescribeTopicsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &wire.DescribeTopicsRequest{Topics: names}, &resp); err != nil {
 		return nil, fmt.Errorf("describe topics: %w", err)
 	}
 	for _, t := range resp.Topics {
-		if t.ErrorCode != netio.ErrNone {
-			return resp.Topics, fmt.Errorf("describe topic %s: %w", t.Topic, netio.CodeError(t.ErrorCode, t.ErrorMessage))
+		if t.ErrorCode != wire.ErrNone {
+			return resp.Topics, fmt.Errorf("describe topic %s: %w", t.Topic, wire.CodeError(t.ErrorCode, t.ErrorMessage))
 		}
 	}
 	return resp.Topics, nil
 }
 
 // DescribeConfigs returns a topic's configuration; no keys means all.
-func (c *Client) DescribeConfigs(ctx context.Context, topic string, keys ...string) ([]netio.ConfigDescription, error) {
-	var resp netio.DescribeConfigsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &netio.DescribeConfigsRequest{Topics: []netio.DescribeConfigsTopic{{Topic: topic, Keys: keys}}}, &resp); err != nil {
+func (c *Client) DescribeConfigs(ctx context.Context, topic string, keys ...string) ([]wire.ConfigDescription, error) {
+	var resp wire.DescribeConfigsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &wire.DescribeConfigsRequest{Topics: []wire.DescribeConfigsTopic{{Topic: topic, Keys: keys}}}, &resp); err != nil {
 		return nil, fmt.Errorf("describe configs of %s: %w", topic, err)
 	}
 	if len(resp.Topics) != 1 {
 		return nil, fmt.Errorf("describe configs of %s: %d results", topic, len(resp.Topics))
 	}
 	r := resp.Topics[0]
-	if r.ErrorCode != netio.ErrNone {
-		return nil, fmt.Errorf("describe configs of %s: %w", topic, netio.CodeError(r.ErrorCode, r.ErrorMessage))
+	if r.ErrorCode != wire.ErrNone {
+		return nil, fmt.Errorf("describe configs of %s: %w", topic, wire.CodeError(r.ErrorCode, r.ErrorMessage))
 	}
 	return r.Configs, nil
 }
 
 // AlterConfigs sets the keys in set and removes the keys in remove, on one topic.
 func (c *Client) AlterConfigs(ctx context.Context, topic string, set map[string]string, remove []string) error {
-	at := netio.AlterConfigsTopic{Topic: topic}
+	at := wire.AlterConfigsTopic{Topic: topic}
 	for _, k := range sortedKeys(set) {
-		at.Configs = append(at.Configs, netio.AlterConfig{Key: k, Op: netio.AlterConfigSet, Value: set[k]})
+		at.Configs = append(at.Configs, wire.AlterConfig{Key: k, Op: wire.AlterConfigSet, Value: set[k]})
 	}
 	for _, k := range remove {
-		at.Configs = append(at.Configs, netio.AlterConfig{Key: k, Op: netio.AlterConfigDelete})
+		at.Configs = append(at.Configs, wire.AlterConfig{Key: k, Op: wire.AlterConfigDelete})
 	}
-	var resp netio.AlterConfigsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &netio.AlterConfigsRequest{Topics: []netio.AlterConfigsTopic{at}}, &resp); err != nil {
+	var resp wire.AlterConfigsResponse
+	if err := c.Call(ctx, c.cfg.Broker, &wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{at}}, &resp); err != nil {
 		return fmt.Errorf("alter configs of %s: %w", topic, err)
 	}
 	return topicResultErr("alter configs of", topic, resp.Topics)
 }
 
-// ListOffset looks up one partition's offset: ts is netio.TimestampEarliest,
-// netio.TimestampLatest or a time in ms since epoch (first offset with a timestamp >= ts;
+// ListOffset looks up one partition's offset: ts is wire.TimestampEarliest,
+// wire.TimestampLatest or a time in ms since epoch (first offset with a timestamp >= ts;
 // -1 if none).
 func (c *Client) ListOffset(ctx context.Context, topic string, partition int32, ts int64) (int64, error) {
 	if _, err := c.Partitions(ctx, topic); err != nil {
 		return 0, err
 	}
-	var resp netio.ListOffsetsResponse
-	req := &netio.ListOffsetsRequest{Topics: []netio.ListOffsetsTopic{{Topic: topic, Partitions: []netio.ListOffsetsPartition{{Partition: partition, Timestamp: ts}}}}}
+	var resp wire.ListOffsetsResponse
+	req := &wire.ListOffsetsRequest{Topics: []wire.ListOffsetsTopic{{Topic: topic, Partitions: []wire.ListOffsetsPartition{{Partition: partition, Timestamp: ts}}}}}
 	if err := c.Call(ctx, c.leaderAddr(topic, partition), req, &resp); err != nil {
 		return 0, fmt.Errorf("list offsets %s/%d: %w", topic, partition, err)
 	}
@@ -380,16 +380,16 @@ func (c *Client) ListOffset(ctx context.Context, topic string, partition int32, 
 		return 0, fmt.Errorf("list offsets %s/%d: malformed response", topic, partition)
 	}
 	p := resp.Topics[0].Partitions[0]
-	if p.ErrorCode != netio.ErrNone {
-		return 0, fmt.Errorf("list offsets %s/%d: %w", topic, partition, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+	if p.ErrorCode != wire.ErrNone {
+		return 0, fmt.Errorf("list offsets %s/%d: %w", topic, partition, wire.CodeError(p.ErrorCode, p.ErrorMessage))
 	}
 	return p.Offset, nil
 }
 
-func topicResultErr(what, name string, results []netio.TopicResult) error {
+func topicResultErr(what, name string, results []wire.TopicResult) error {
 	for _, r := range results {
-		if r.Topic == name && r.ErrorCode != netio.ErrNone {
-			return fmt.Errorf("%s %s: %w", what, name, netio.CodeError(r.ErrorCode, r.ErrorMessage))
+		if r.Topic == name && r.ErrorCode != wire.ErrNone {
+			return fmt.Errorf("%s %s: %w", what, name, wire.CodeError(r.ErrorCode, r.ErrorMessage))
 		}
 	}
 	if len(results) == 0 {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
@@ -32,7 +34,7 @@ type shardCheck struct {
 }
 
 func (s *shardCheck) Serve(req *netio.Request) {
-	if p, ok := req.Body.(*netio.ProduceRequest); ok {
+	if p, ok := req.Body.(*wire.ProduceRequest); ok {
 		s.mu.Lock()
 		for _, t := range p.Topics {
 			for _, pp := range t.Partitions {
@@ -65,7 +67,7 @@ func startDriver(t *testing.T, shards int, driver string) *env {
 	fake := fakebroker.New(t.TempDir(), nil)
 	check := &shardCheck{fake: fake, seen: map[int]map[int32]bool{}}
 	srv := netio.NewServer(check, netio.Config{})
-	var table []netio.MetadataShard
+	var table []wire.MetadataShard
 	var addrs []string
 	var served sync.WaitGroup
 	var reactors []*ring.Reactor
@@ -75,7 +77,7 @@ func startDriver(t *testing.T, shards int, driver string) *env {
 			t.Fatal(err)
 		}
 		addrs = append(addrs, ln.Addr().String())
-		table = append(table, netio.MetadataShard{Shard: int32(i), Address: ln.Addr().String()})
+		table = append(table, wire.MetadataShard{Shard: int32(i), Address: ln.Addr().String()})
 		served.Add(1)
 		if driver == "net" {
 			go func() { defer served.Done(); srv.Serve(ln, i) }()
@@ -269,7 +271,7 @@ func TestRetriesPreserveOrder(t *testing.T) {
 	if err := e.client.CreateTopic(ctx, "retry", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.fake.InjectProduceError("retry", 0, netio.ErrNotLeaderOrWrongShard, 3)
+	e.fake.InjectProduceError("retry", 0, wire.ErrNotLeaderOrWrongShard, 3)
 	p := e.client.NewProducer(client.ProducerConfig{BatchBytes: 256, Linger: time.Millisecond, RetryBackoff: time.Millisecond})
 	var recs []*client.Record
 	for i := range 100 {
@@ -302,18 +304,18 @@ func TestNonRetriableErrorFailsBatch(t *testing.T) {
 	if err := e.client.CreateTopic(ctx, "fatal", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.fake.InjectProduceError("fatal", 0, netio.ErrMessageTooLarge, 1)
+	e.fake.InjectProduceError("fatal", 0, wire.ErrMessageTooLarge, 1)
 	p := e.client.NewProducer(client.ProducerConfig{})
 	defer p.Close(ctx)
 	_, err := p.SendSync(ctx, &client.Record{Topic: "fatal", Partition: 0, Value: []byte("x")})
-	if !errors.Is(err, netio.ErrMessageTooLarge) {
+	if !errors.Is(err, wire.ErrMessageTooLarge) {
 		t.Fatalf("got %v, want MESSAGE_TOO_LARGE", err)
 	}
 	off, err := p.SendSync(ctx, &client.Record{Topic: "fatal", Partition: 0, Value: []byte("y")})
 	if err != nil || off != 0 {
 		t.Fatalf("second send: offset %d, %v", off, err)
 	}
-	if _, err := p.SendSync(ctx, &client.Record{Topic: "nope", Partition: -1, Value: []byte("z")}); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if _, err := p.SendSync(ctx, &client.Record{Topic: "nope", Partition: -1, Value: []byte("z")}); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Fatalf("unknown topic: %v", err)
 	}
 }
@@ -414,7 +416,7 @@ func testConsumerLongPollAndSeek(t *testing.T, driver string) {
 	}
 	// Out of range without a reset policy is an error the caller can test.
 	co.Seek("poll", 0, client.AtOffset(1000))
-	if _, err := co.Poll(ctx); !errors.Is(err, netio.ErrOffsetOutOfRange) {
+	if _, err := co.Poll(ctx); !errors.Is(err, wire.ErrOffsetOutOfRange) {
 		t.Fatalf("out of range: %v", err)
 	}
 }
@@ -429,10 +431,10 @@ func TestAdmin(t *testing.T) {
 	if err := c.CreateTopic(ctx, "b", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CreateTopic(ctx, "a", 3, nil); !errors.Is(err, netio.ErrTopicAlreadyExists) {
+	if err := c.CreateTopic(ctx, "a", 3, nil); !errors.Is(err, wire.ErrTopicAlreadyExists) {
 		t.Fatalf("duplicate create: %v", err)
 	}
-	if err := c.CreateTopic(ctx, "bad name!", 1, nil); !errors.Is(err, netio.ErrInvalidTopic) {
+	if err := c.CreateTopic(ctx, "bad name!", 1, nil); !errors.Is(err, wire.ErrInvalidTopic) {
 		t.Fatalf("invalid name: %v", err)
 	}
 	topics, err := c.ListTopics(ctx)
@@ -444,23 +446,23 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("describe: %+v %v", desc, err)
 	}
 	cfgs, err := c.DescribeConfigs(ctx, "a", "retention.ms")
-	if err != nil || len(cfgs) != 1 || cfgs[0].Value != "1000" || cfgs[0].Source != netio.ConfigSourceTopic {
+	if err != nil || len(cfgs) != 1 || cfgs[0].Value != "1000" || cfgs[0].Source != wire.ConfigSourceTopic {
 		t.Fatalf("describe configs: %+v %v", cfgs, err)
 	}
 	if err := c.AlterConfigs(ctx, "a", map[string]string{"segment.bytes": "1048576"}, []string{"retention.ms"}); err != nil {
 		t.Fatal(err)
 	}
 	cfgs, err = c.DescribeConfigs(ctx, "a", "retention.ms", "segment.bytes")
-	if err != nil || len(cfgs) != 2 || cfgs[0].Source != netio.ConfigSourceDefault || cfgs[1].Value != "1048576" {
+	if err != nil || len(cfgs) != 2 || cfgs[0].Source != wire.ConfigSourceDefault || cfgs[1].Value != "1048576" {
 		t.Fatalf("after alter: %+v %v", cfgs, err)
 	}
-	if err := c.AlterConfigs(ctx, "a", map[string]string{"no.such.key": "1"}, nil); !errors.Is(err, netio.ErrInvalidConfig) {
+	if err := c.AlterConfigs(ctx, "a", map[string]string{"no.such.key": "1"}, nil); !errors.Is(err, wire.ErrInvalidConfig) {
 		t.Fatalf("bad config: %v", err)
 	}
 	if err := c.DeleteTopic(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteTopic(ctx, "b"); !errors.Is(err, netio.ErrUnknownTopicOrPartition) {
+	if err := c.DeleteTopic(ctx, "b"); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
 		t.Fatalf("delete twice: %v", err)
 	}
 	if topics, _ := c.ListTopics(ctx); len(topics) != 1 {
@@ -476,9 +478,9 @@ func TestClientReconnectsAfterServerDropsConnection(t *testing.T) {
 	}
 	// A raw garbage frame with a huge length makes the server close the client's
 	// connection; the next call must redial and succeed.
-	var resp netio.APIVersionsResponse
+	var resp wire.APIVersionsResponse
 	err := e.client.Call(ctx, e.addrs[0], rawMessage{api: 77}, &resp)
-	if !errors.Is(err, netio.ErrUnknownAPI) {
+	if !errors.Is(err, wire.ErrUnknownAPI) {
 		t.Fatalf("unknown api: %v", err)
 	}
 	if _, err := e.client.ListTopics(ctx); err != nil {
@@ -487,9 +489,9 @@ func TestClientReconnectsAfterServerDropsConnection(t *testing.T) {
 }
 
 // rawMessage is a request with an arbitrary API key and empty payload.
-type rawMessage struct{ api netio.APIKey }
+type rawMessage struct{ api wire.APIKey }
 
-func (m rawMessage) API() netio.APIKey             { return m.api }
+func (m rawMessage) API() wire.APIKey              { return m.api }
 func (m rawMessage) AppendTo(dst []byte) []byte    { return dst }
 func (m rawMessage) ReadFrom(payload []byte) error { return nil }
 
@@ -529,7 +531,7 @@ func TestProducerRespectsBrokerFrameLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p.SendSync(ctx, &client.Record{Topic: "limit", Partition: 0, Value: bytes.Repeat([]byte("x"), 300<<10)})
-	if !errors.Is(err, netio.ErrMessageTooLarge) {
+	if !errors.Is(err, wire.ErrMessageTooLarge) {
 		t.Fatalf("oversized record: %v", err)
 	}
 	p.Close(ctx)
@@ -545,7 +547,7 @@ type parkingHandler struct {
 }
 
 func (h *parkingHandler) Serve(req *netio.Request) {
-	if _, ok := req.Body.(*netio.ProduceRequest); ok {
+	if _, ok := req.Body.(*wire.ProduceRequest); ok {
 		h.parked <- req
 		return
 	}
@@ -624,9 +626,9 @@ func TestConsumerSkipsControlBatches(t *testing.T) {
 		return out
 	}
 	records := append(append(build("a", false), build("marker", true)...), build("b", false)...)
-	var resp netio.ProduceResponse
-	req := &netio.ProduceRequest{Acks: netio.AcksLeader, Topics: []netio.ProduceTopic{{Topic: "tx", Partitions: []netio.ProducePartition{{Partition: 0, Records: records}}}}}
-	if err := e.client.Call(ctx, e.addrs[0], req, &resp); err != nil || resp.Topics[0].Partitions[0].ErrorCode != netio.ErrNone {
+	var resp wire.ProduceResponse
+	req := &wire.ProduceRequest{Acks: wire.AcksLeader, Topics: []wire.ProduceTopic{{Topic: "tx", Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}}}}
+	if err := e.client.Call(ctx, e.addrs[0], req, &resp); err != nil || resp.Topics[0].Partitions[0].ErrorCode != wire.ErrNone {
 		t.Fatalf("produce: %v %+v", err, resp)
 	}
 	co := e.client.NewConsumer(client.ConsumerConfig{MaxWait: 10 * time.Millisecond})

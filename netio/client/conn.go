@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // ErrConnClosed is returned for requests on a connection that failed or was closed.
@@ -18,15 +18,15 @@ var ErrConnClosed = errors.New("ringlog client: connection closed")
 // goroutine (or on the failing goroutine) exactly once.
 type call struct {
 	correlationID uint32
-	api           netio.APIKey
-	resp          netio.Message
-	done          func(resp netio.Message, err error)
+	api           wire.APIKey
+	resp          wire.Message
+	done          func(resp wire.Message, err error)
 	// owned, when set instead of done, also receives the frame buffer the response aliases;
 	// the callee calls release once it no longer needs the response's byte fields.
-	owned func(resp netio.Message, err error, release func())
+	owned func(resp wire.Message, err error, release func())
 }
 
-func (cl *call) finish(resp netio.Message, err error) {
+func (cl *call) finish(resp wire.Message, err error) {
 	if cl.owned != nil {
 		cl.owned(resp, err, func() {})
 		return
@@ -71,16 +71,16 @@ func dialConn(addr string, timeout time.Duration, inflightMax int, frameBytesMax
 // send writes req and arranges for done to be called with the decoded response. A nil
 // resp means the request gets no response (acks=0 produce): done is called once the
 // frame is written.
-func (c *conn) send(req netio.Message, resp netio.Message, done func(netio.Message, error)) {
+func (c *conn) send(req wire.Message, resp wire.Message, done func(wire.Message, error)) {
 	c.sendCall(req, &call{resp: resp, done: done})
 }
 
 // sendOwned is send for responses whose frame buffer the caller takes over (fetch).
-func (c *conn) sendOwned(req netio.Message, resp netio.Message, owned func(netio.Message, error, func())) {
+func (c *conn) sendOwned(req wire.Message, resp wire.Message, owned func(wire.Message, error, func())) {
 	c.sendCall(req, &call{resp: resp, owned: owned})
 }
 
-func (c *conn) sendCall(req netio.Message, cl *call) {
+func (c *conn) sendCall(req wire.Message, cl *call) {
 	resp := cl.resp
 	done := cl.finish
 	c.wmu.Lock()
@@ -91,7 +91,7 @@ func (c *conn) sendCall(req netio.Message, cl *call) {
 	}
 	c.corr++
 	cl.correlationID, cl.api = c.corr, req.API()
-	c.wbuf = netio.AppendRequest(c.wbuf[:0], cl.correlationID, req)
+	c.wbuf = wire.AppendRequest(c.wbuf[:0], cl.correlationID, req)
 	if resp != nil {
 		select {
 		case c.pending <- cl:
@@ -122,7 +122,7 @@ func (c *conn) readLoop() {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	var buf []byte
 	for {
-		h, payload, b, err := netio.ReadResponse(r, buf, c.frameBytesMax)
+		h, payload, b, err := wire.ReadResponse(r, buf, c.frameBytesMax)
 		buf = b
 		if err != nil {
 			c.fail(fmt.Errorf("read from %s: %w", c.addr, err))
@@ -141,9 +141,9 @@ func (c *conn) readLoop() {
 			c.fail(err)
 			return
 		}
-		if h.ErrorCode != netio.ErrNone {
-			msg, _ := netio.DecodeErrorPayload(payload)
-			cl.finish(nil, &netio.Error{Code: h.ErrorCode, Message: msg})
+		if h.ErrorCode != wire.ErrNone {
+			msg, _ := wire.DecodeErrorPayload(payload)
+			cl.finish(nil, &wire.Error{Code: h.ErrorCode, Message: msg})
 			continue
 		}
 		if err := cl.resp.ReadFrom(payload); err != nil {
@@ -156,7 +156,7 @@ func (c *conn) readLoop() {
 			owned := buf
 			buf = getResponseBuffer()
 			cl.owned(cl.resp, nil, func() { putResponseBuffer(owned) })
-		case cl.api == netio.APIFetch:
+		case cl.api == wire.APIFetch:
 			buf = nil // aliased by the records the caller keeps
 			cl.done(cl.resp, nil)
 		default:

@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
-	"github.com/ringlog/ringlog/netio"
 )
 
 // Offset is where a consumer starts reading a partition.
@@ -62,7 +63,7 @@ type ConsumerConfig struct {
 	PartitionMaxBytes int32         // per partition; default 1 MiB
 	// OnOutOfRange is where a partition restarts when its position falls outside the log
 	// (Earliest or Latest). Unset: Poll returns an error wrapping
-	// netio.ErrOffsetOutOfRange.
+	// wire.ErrOffsetOutOfRange.
 	OnOutOfRange Offset
 }
 
@@ -164,9 +165,9 @@ func (co *Consumer) resolve(ctx context.Context, key topicPartition, a *assignme
 		a.position, a.start = a.start.value, Offset{}
 		return nil
 	case offsetEarliest:
-		ts = netio.TimestampEarliest
+		ts = wire.TimestampEarliest
 	case offsetLatest:
-		ts = netio.TimestampLatest
+		ts = wire.TimestampLatest
 	case offsetTime:
 		ts = a.start.value
 	}
@@ -175,7 +176,7 @@ func (co *Consumer) resolve(ctx context.Context, key topicPartition, a *assignme
 		return err
 	}
 	if off < 0 { // no record at or after the time: start at the end
-		if off, err = co.c.ListOffset(ctx, key.topic, key.partition, netio.TimestampLatest); err != nil {
+		if off, err = co.c.ListOffset(ctx, key.topic, key.partition, wire.TimestampLatest); err != nil {
 			return err
 		}
 	}
@@ -190,7 +191,7 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	if len(co.order) == 0 {
 		return nil, errors.New("poll: no partitions assigned")
 	}
-	byAddr := map[string]*netio.FetchRequest{}
+	byAddr := map[string]*wire.FetchRequest{}
 	var addrs []string
 	for _, key := range co.order {
 		a := co.assigned[key]
@@ -200,18 +201,18 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 		addr := co.c.leaderAddr(key.topic, key.partition)
 		req := byAddr[addr]
 		if req == nil {
-			req = &netio.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}
+			req = &wire.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}
 			byAddr[addr] = req
 			addrs = append(addrs, addr)
 		}
 		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != key.topic {
-			req.Topics = append(req.Topics, netio.FetchTopic{Topic: key.topic})
+			req.Topics = append(req.Topics, wire.FetchTopic{Topic: key.topic})
 		}
 		t := &req.Topics[len(req.Topics)-1]
-		t.Partitions = append(t.Partitions, netio.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
+		t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
 	}
 	type result struct {
-		resp    *netio.FetchResponse
+		resp    *wire.FetchResponse
 		err     error
 		release func()
 	}
@@ -219,8 +220,8 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
 		wg.Add(1)
-		resp := new(netio.FetchResponse)
-		co.c.callAsyncOwned(addr, byAddr[addr], resp, func(_ netio.Message, err error, release func()) {
+		resp := new(wire.FetchResponse)
+		co.c.callAsyncOwned(addr, byAddr[addr], resp, func(_ wire.Message, err error, release func()) {
 			results[i] = result{resp, err, release}
 			wg.Done()
 		})
@@ -283,7 +284,7 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 // apply decodes one fetch response into records and advances positions.
 // aliased reports that some returned record points into resp's frame buffer (uncompressed
 // batches are handed out without copying; the buffer then belongs to the records).
-func (co *Consumer) apply(resp *netio.FetchResponse, out []ConsumedRecord) (_ []ConsumedRecord, aliased bool, _ error) {
+func (co *Consumer) apply(resp *wire.FetchResponse, out []ConsumedRecord) (_ []ConsumedRecord, aliased bool, _ error) {
 	for _, t := range resp.Topics {
 		for _, p := range t.Partitions {
 			key := topicPartition{t.Topic, p.Partition}
@@ -292,19 +293,19 @@ func (co *Consumer) apply(resp *netio.FetchResponse, out []ConsumedRecord) (_ []
 				continue // unassigned or re-seeked meanwhile
 			}
 			switch p.ErrorCode {
-			case netio.ErrNone:
-			case netio.ErrOffsetOutOfRange:
+			case wire.ErrNone:
+			case wire.ErrOffsetOutOfRange:
 				if co.cfg.OnOutOfRange.kind == offsetEarliest || co.cfg.OnOutOfRange.kind == offsetLatest {
 					a.start = co.cfg.OnOutOfRange
 					continue
 				}
-				return out, aliased, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+				return out, aliased, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
 			default:
 				if p.ErrorCode.Retriable() {
 					co.c.invalidate(key.topic)
 					continue
 				}
-				return out, aliased, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, netio.CodeError(p.ErrorCode, p.ErrorMessage))
+				return out, aliased, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, wire.CodeError(p.ErrorCode, p.ErrorMessage))
 			}
 			n := len(out)
 			var err error

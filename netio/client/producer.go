@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
-	"github.com/ringlog/ringlog/netio"
 )
 
 // Acks selects when the broker acknowledges a produce request.
@@ -24,11 +25,11 @@ const (
 func (a Acks) wire() int16 {
 	switch a {
 	case AckLeader:
-		return netio.AcksLeader
+		return wire.AcksLeader
 	case AckNone:
-		return netio.AcksNone
+		return wire.AcksNone
 	}
-	return netio.AcksAll
+	return wire.AcksAll
 }
 
 // ProducerConfig configures a Producer. Zero fields take the defaults noted.
@@ -191,7 +192,7 @@ func (p *Producer) Send(ctx context.Context, r *Record, cb func(*Record, error))
 		return fmt.Errorf("produce to %s: %w", r.Topic, err)
 	}
 	if r.Partition >= int32(partitions) || r.Partition < -1 {
-		return fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, netio.ErrUnknownTopicOrPartition)
+		return fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, wire.ErrUnknownTopicOrPartition)
 	}
 	size := recordBytes(r)
 	ts := r.Timestamp
@@ -318,7 +319,7 @@ func (p *Producer) sealLocked(ps *partState) {
 	if len(data) > p.cfg.RequestBytesMax {
 		putBatchBuffer(data)
 		p.finishLocked(records, fmt.Errorf("batch of %d bytes for %s/%d exceeds the %d-byte request limit (broker frame limit): %w",
-			len(data), ps.topic, ps.partition, p.cfg.RequestBytesMax, netio.ErrMessageTooLarge))
+			len(data), ps.topic, ps.partition, p.cfg.RequestBytesMax, wire.ErrMessageTooLarge))
 		return
 	}
 	ps.sealed = append(ps.sealed, &sealedBatch{data: data, records: records})
@@ -440,7 +441,7 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 }
 
 func (p *Producer) sendRequest(rq *produceRequest) {
-	req := &netio.ProduceRequest{Acks: p.cfg.Acks.wire(), TimeoutMs: int32(p.cfg.ProduceTimeout.Milliseconds())}
+	req := &wire.ProduceRequest{Acks: p.cfg.Acks.wire(), TimeoutMs: int32(p.cfg.ProduceTimeout.Milliseconds())}
 	topicIndex := map[string]int{}
 	sent := make([][]*sealedBatch, len(rq.batches))
 	p.mu.Lock()
@@ -463,22 +464,22 @@ func (p *Producer) sendRequest(rq *produceRequest) {
 		if !ok {
 			ti = len(req.Topics)
 			topicIndex[ps.topic] = ti
-			req.Topics = append(req.Topics, netio.ProduceTopic{Topic: ps.topic})
+			req.Topics = append(req.Topics, wire.ProduceTopic{Topic: ps.topic})
 		}
-		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, netio.ProducePartition{Partition: ps.partition, Records: data})
+		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, wire.ProducePartition{Partition: ps.partition, Records: data})
 	}
 	p.mu.Unlock()
 	if p.cfg.Acks == AckNone {
-		p.c.CallAsync(rq.addr, req, nil, func(_ netio.Message, err error) { p.complete(rq, sent, nil, err) })
+		p.c.CallAsync(rq.addr, req, nil, func(_ wire.Message, err error) { p.complete(rq, sent, nil, err) })
 		return
 	}
-	resp := new(netio.ProduceResponse)
-	p.c.CallAsync(rq.addr, req, resp, func(_ netio.Message, err error) { p.complete(rq, sent, resp, err) })
+	resp := new(wire.ProduceResponse)
+	p.c.CallAsync(rq.addr, req, resp, func(_ wire.Message, err error) { p.complete(rq, sent, resp, err) })
 }
 
 // complete applies a produce response (or a transport error) to the batches sent.
-func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *netio.ProduceResponse, err error) {
-	results := map[topicPartition]netio.ProduceResponsePartition{}
+func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *wire.ProduceResponse, err error) {
+	results := map[topicPartition]wire.ProduceResponsePartition{}
 	if err == nil && resp != nil {
 		for _, t := range resp.Topics {
 			for _, rp := range t.Partitions {
@@ -519,7 +520,7 @@ func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *net
 				b.attempts++
 			}
 			ps.retryAt = now.Add(p.cfg.RetryBackoff)
-			if code == netio.ErrNotLeaderOrWrongShard || code == netio.ErrUnknownTopicOrPartition || errors.Is(batchErr, ErrConnClosed) {
+			if code == wire.ErrNotLeaderOrWrongShard || code == wire.ErrUnknownTopicOrPartition || errors.Is(batchErr, ErrConnClosed) {
 				refresh = append(refresh, ps.topic)
 			}
 			continue
@@ -546,21 +547,21 @@ func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *net
 }
 
 // outcome extracts one partition's result.
-func (p *Producer) outcome(key topicPartition, results map[topicPartition]netio.ProduceResponsePartition, resp *netio.ProduceResponse, err error) (netio.ErrorCode, int64, error) {
+func (p *Producer) outcome(key topicPartition, results map[topicPartition]wire.ProduceResponsePartition, resp *wire.ProduceResponse, err error) (wire.ErrorCode, int64, error) {
 	if err != nil {
-		return netio.CodeOf(err), -1, err
+		return wire.CodeOf(err), -1, err
 	}
 	if resp == nil { // acks=0: written to the socket
-		return netio.ErrNone, -1, nil
+		return wire.ErrNone, -1, nil
 	}
 	rp, ok := results[key]
 	if !ok {
-		return netio.ErrUnknown, -1, fmt.Errorf("response lacks %s/%d", key.topic, key.partition)
+		return wire.ErrUnknown, -1, fmt.Errorf("response lacks %s/%d", key.topic, key.partition)
 	}
-	if rp.ErrorCode != netio.ErrNone {
-		return rp.ErrorCode, -1, netio.CodeError(rp.ErrorCode, rp.ErrorMessage)
+	if rp.ErrorCode != wire.ErrNone {
+		return rp.ErrorCode, -1, wire.CodeError(rp.ErrorCode, rp.ErrorMessage)
 	}
-	return netio.ErrNone, rp.BaseOffset, nil
+	return wire.ErrNone, rp.BaseOffset, nil
 }
 
 // Flush sends every queued record at once (ignoring linger) and waits until all records

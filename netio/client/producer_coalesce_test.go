@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
@@ -25,7 +27,7 @@ type gatedBroker struct {
 }
 
 func (g *gatedBroker) Serve(req *netio.Request) {
-	body, ok := req.Body.(*netio.ProduceRequest)
+	body, ok := req.Body.(*wire.ProduceRequest)
 	if !ok {
 		g.fake.Serve(req)
 		return

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/wire"
+
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio"
 )
@@ -24,7 +26,7 @@ import (
 // Broker is the fake. Create with New, serve with netio.NewServer(b, cfg).
 type Broker struct {
 	dir    string
-	shards []netio.MetadataShard
+	shards []wire.MetadataShard
 
 	mu       sync.Mutex
 	topics   map[string]*topic    // guarded by mu
@@ -58,28 +60,28 @@ type batchPos struct {
 
 type waiter struct {
 	req   *netio.Request
-	fetch *netio.FetchRequest
+	fetch *wire.FetchRequest
 	timer *time.Timer
 }
 
 type injectedError struct {
 	topic     string
 	partition int32
-	code      netio.ErrorCode
+	code      wire.ErrorCode
 	remaining int
 }
 
 // New returns a fake broker that keeps its files under dir and reports shards (index and
 // address) in metadata; partitions are placed on shards round-robin.
-func New(dir string, shards []netio.MetadataShard) *Broker {
+func New(dir string, shards []wire.MetadataShard) *Broker {
 	if len(shards) == 0 {
-		shards = []netio.MetadataShard{{Shard: 0}}
+		shards = []wire.MetadataShard{{Shard: 0}}
 	}
 	return &Broker{dir: dir, shards: shards, topics: map[string]*topic{}, waiters: map[*waiter]struct{}{}}
 }
 
 // SetShards replaces the shard table (addresses are known only after listening).
-func (b *Broker) SetShards(shards []netio.MetadataShard) {
+func (b *Broker) SetShards(shards []wire.MetadataShard) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.shards = shards
@@ -87,7 +89,7 @@ func (b *Broker) SetShards(shards []netio.MetadataShard) {
 
 // InjectProduceError makes the next count produce attempts to topic/partition fail with
 // code before anything is written.
-func (b *Broker) InjectProduceError(topicName string, partition int32, code netio.ErrorCode, count int) {
+func (b *Broker) InjectProduceError(topicName string, partition int32, code wire.ErrorCode, count int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.injected = append(b.injected, injectedError{topicName, partition, code, count})
@@ -142,49 +144,49 @@ func (b *Broker) Close() {
 // Serve implements netio.Handler.
 func (b *Broker) Serve(req *netio.Request) {
 	switch m := req.Body.(type) {
-	case *netio.ProduceRequest:
+	case *wire.ProduceRequest:
 		req.ReplyMessage(b.produce(m))
-	case *netio.FetchRequest:
+	case *wire.FetchRequest:
 		b.fetch(req, m)
-	case *netio.ListOffsetsRequest:
+	case *wire.ListOffsetsRequest:
 		req.ReplyMessage(b.listOffsets(m))
-	case *netio.MetadataRequest:
+	case *wire.MetadataRequest:
 		req.ReplyMessage(b.metadata(m))
-	case *netio.CreateTopicsRequest:
+	case *wire.CreateTopicsRequest:
 		req.ReplyMessage(b.createTopics(m))
-	case *netio.DeleteTopicsRequest:
+	case *wire.DeleteTopicsRequest:
 		req.ReplyMessage(b.deleteTopics(m))
-	case *netio.DescribeTopicsRequest:
+	case *wire.DescribeTopicsRequest:
 		req.ReplyMessage(b.describeTopics(m))
-	case *netio.DescribeConfigsRequest:
+	case *wire.DescribeConfigsRequest:
 		req.ReplyMessage(b.describeConfigs(m))
-	case *netio.AlterConfigsRequest:
+	case *wire.AlterConfigsRequest:
 		req.ReplyMessage(b.alterConfigs(m))
 	default:
-		req.ReplyError(netio.ErrUnknownAPI, fmt.Sprintf("fakebroker does not serve %s", req.Header.API))
+		req.ReplyError(wire.ErrUnknownAPI, fmt.Sprintf("fakebroker does not serve %s", req.Header.API))
 	}
 }
 
-func (b *Broker) partitionLocked(topicName string, p int32) (*partition, netio.ErrorCode) {
+func (b *Broker) partitionLocked(topicName string, p int32) (*partition, wire.ErrorCode) {
 	t := b.topics[topicName]
 	if t == nil || p < 0 || int(p) >= len(t.partitions) {
-		return nil, netio.ErrUnknownTopicOrPartition
+		return nil, wire.ErrUnknownTopicOrPartition
 	}
-	return t.partitions[p], netio.ErrNone
+	return t.partitions[p], wire.ErrNone
 }
 
-func (b *Broker) produce(m *netio.ProduceRequest) *netio.ProduceResponse {
+func (b *Broker) produce(m *wire.ProduceRequest) *wire.ProduceResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.produced++
-	resp := &netio.ProduceResponse{}
+	resp := &wire.ProduceResponse{}
 	for _, t := range m.Topics {
-		rt := netio.ProduceResponseTopic{Topic: t.Topic}
+		rt := wire.ProduceResponseTopic{Topic: t.Topic}
 		for _, p := range t.Partitions {
-			rp := netio.ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+			rp := wire.ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 			base, code, msg := b.appendLocked(t.Topic, p.Partition, p.Records)
 			rp.ErrorCode, rp.ErrorMessage = code, msg
-			if code == netio.ErrNone {
+			if code == wire.ErrNone {
 				rp.BaseOffset = base
 				rp.LogStartOffset = 0
 			}
@@ -196,7 +198,7 @@ func (b *Broker) produce(m *netio.ProduceRequest) *netio.ProduceResponse {
 	return resp
 }
 
-func (b *Broker) appendLocked(topicName string, pi int32, records []byte) (int64, netio.ErrorCode, string) {
+func (b *Broker) appendLocked(topicName string, pi int32, records []byte) (int64, wire.ErrorCode, string) {
 	for i := range b.injected {
 		inj := &b.injected[i]
 		if inj.topic == topicName && inj.partition == pi && inj.remaining > 0 {
@@ -205,7 +207,7 @@ func (b *Broker) appendLocked(topicName string, pi int32, records []byte) (int64
 		}
 	}
 	p, code := b.partitionLocked(topicName, pi)
-	if code != netio.ErrNone {
+	if code != wire.ErrNone {
 		return -1, code, fmt.Sprintf("no partition %s/%d", topicName, pi)
 	}
 	// Validate every batch before writing any.
@@ -213,16 +215,16 @@ func (b *Broker) appendLocked(topicName string, pi int32, records []byte) (int64
 	for rest := records; len(rest) > 0; {
 		h, err := batch.ParseHeader(rest)
 		if err != nil || h.Size() > len(rest) {
-			return -1, netio.ErrCorruptMessage, fmt.Sprintf("batch header: %v", err)
+			return -1, wire.ErrCorruptMessage, fmt.Sprintf("batch header: %v", err)
 		}
 		if _, err := batch.Validate(rest[:h.Size()]); err != nil {
-			return -1, netio.ErrCorruptMessage, err.Error()
+			return -1, wire.ErrCorruptMessage, err.Error()
 		}
 		sizes = append(sizes, h.Size())
 		rest = rest[h.Size():]
 	}
 	if len(sizes) == 0 {
-		return -1, netio.ErrCorruptMessage, "no record batch"
+		return -1, wire.ErrCorruptMessage, "no record batch"
 	}
 	base := p.nextOffset
 	buf := append([]byte(nil), records...)
@@ -238,13 +240,13 @@ func (b *Broker) appendLocked(topicName string, pi int32, records []byte) (int64
 		rest = rest[h.Size():]
 	}
 	if _, err := p.file.WriteAt(buf, p.sizeBytes-int64(len(buf))); err != nil {
-		return -1, netio.ErrStorage, err.Error()
+		return -1, wire.ErrStorage, err.Error()
 	}
-	return base, netio.ErrNone, ""
+	return base, wire.ErrNone, ""
 }
 
 // fetch answers at once if min bytes are available or max wait is 0, else parks.
-func (b *Broker) fetch(req *netio.Request, m *netio.FetchRequest) {
+func (b *Broker) fetch(req *netio.Request, m *wire.FetchRequest) {
 	b.mu.Lock()
 	w := &waiter{req: req, fetch: m}
 	if m.MaxWaitMs <= 0 || b.closed || b.availableLocked(m) >= int64(max(m.MinBytes, 1)) {
@@ -288,12 +290,12 @@ func (b *Broker) wakeWaitersLocked() {
 	}
 }
 
-func (b *Broker) availableLocked(m *netio.FetchRequest) int64 {
+func (b *Broker) availableLocked(m *wire.FetchRequest) int64 {
 	var total int64
 	for _, t := range m.Topics {
 		for _, fp := range t.Partitions {
 			p, code := b.partitionLocked(t.Topic, fp.Partition)
-			if code != netio.ErrNone {
+			if code != wire.ErrNone {
 				return 1 << 62 // errors answer at once
 			}
 			if fp.FetchOffset < p.logStart || fp.FetchOffset > p.nextOffset {
@@ -312,25 +314,25 @@ func (b *Broker) availableLocked(m *netio.FetchRequest) int64 {
 // fetchReplyLocked builds the response with file ranges and returns the call that sends it.
 func (b *Broker) fetchReplyLocked(w *waiter) func() {
 	m := w.fetch
-	resp := &netio.FetchResponse{}
+	resp := &wire.FetchResponse{}
 	budget := int64(m.MaxBytes)
 	if budget <= 0 {
 		budget = 1 << 62
 	}
 	first := true
 	for _, t := range m.Topics {
-		rt := netio.FetchResponseTopic{Topic: t.Topic}
+		rt := wire.FetchResponseTopic{Topic: t.Topic}
 		for _, fp := range t.Partitions {
-			rp := netio.FetchResponsePartition{Partition: fp.Partition, HighWatermark: -1, LogStartOffset: -1}
+			rp := wire.FetchResponsePartition{Partition: fp.Partition, HighWatermark: -1, LogStartOffset: -1}
 			p, code := b.partitionLocked(t.Topic, fp.Partition)
-			if code != netio.ErrNone || b.closed {
-				rp.ErrorCode, rp.ErrorMessage = netio.ErrUnknownTopicOrPartition, "unknown topic or partition"
+			if code != wire.ErrNone || b.closed {
+				rp.ErrorCode, rp.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic or partition"
 				rt.Partitions = append(rt.Partitions, rp)
 				continue
 			}
 			rp.HighWatermark, rp.LogStartOffset = p.nextOffset, p.logStart
 			if fp.FetchOffset < p.logStart || fp.FetchOffset > p.nextOffset {
-				rp.ErrorCode = netio.ErrOffsetOutOfRange
+				rp.ErrorCode = wire.ErrOffsetOutOfRange
 				rp.ErrorMessage = fmt.Sprintf("offset %d outside [%d, %d]", fp.FetchOffset, p.logStart, p.nextOffset)
 				rt.Partitions = append(rt.Partitions, rp)
 				continue
@@ -350,7 +352,7 @@ func (b *Broker) fetchReplyLocked(w *waiter) func() {
 				first = false
 			}
 			if length > 0 {
-				rp.RecordsFile = []netio.FileRange{{File: p.file, Offset: start, Length: length}}
+				rp.RecordsFile = []wire.FileRange{{File: p.file, Offset: start, Length: length}}
 				budget -= length
 			}
 			rt.Partitions = append(rt.Partitions, rp)
@@ -361,21 +363,21 @@ func (b *Broker) fetchReplyLocked(w *waiter) func() {
 	return func() { req.ReplyMessage(resp) }
 }
 
-func (b *Broker) listOffsets(m *netio.ListOffsetsRequest) *netio.ListOffsetsResponse {
+func (b *Broker) listOffsets(m *wire.ListOffsetsRequest) *wire.ListOffsetsResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &netio.ListOffsetsResponse{}
+	resp := &wire.ListOffsetsResponse{}
 	for _, t := range m.Topics {
-		rt := netio.ListOffsetsResponseTopic{Topic: t.Topic}
+		rt := wire.ListOffsetsResponseTopic{Topic: t.Topic}
 		for _, lp := range t.Partitions {
-			rp := netio.ListOffsetsResponsePartition{Partition: lp.Partition, Timestamp: -1, Offset: -1}
+			rp := wire.ListOffsetsResponsePartition{Partition: lp.Partition, Timestamp: -1, Offset: -1}
 			p, code := b.partitionLocked(t.Topic, lp.Partition)
 			switch {
-			case code != netio.ErrNone:
+			case code != wire.ErrNone:
 				rp.ErrorCode, rp.ErrorMessage = code, "unknown topic or partition"
-			case lp.Timestamp == netio.TimestampEarliest:
+			case lp.Timestamp == wire.TimestampEarliest:
 				rp.Offset = p.logStart
-			case lp.Timestamp == netio.TimestampLatest:
+			case lp.Timestamp == wire.TimestampLatest:
 				rp.Offset = p.nextOffset
 			default:
 				// Batch granularity: the first batch whose max timestamp reaches the target.
@@ -405,18 +407,18 @@ func (b *Broker) topicNamesLocked(names []string) []string {
 	return all
 }
 
-func (b *Broker) metadata(m *netio.MetadataRequest) *netio.MetadataResponse {
+func (b *Broker) metadata(m *wire.MetadataRequest) *wire.MetadataResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &netio.MetadataResponse{BrokerID: 0, Shards: append([]netio.MetadataShard(nil), b.shards...)}
+	resp := &wire.MetadataResponse{BrokerID: 0, Shards: append([]wire.MetadataShard(nil), b.shards...)}
 	for _, name := range b.topicNamesLocked(m.Topics) {
-		mt := netio.MetadataTopic{Topic: name}
+		mt := wire.MetadataTopic{Topic: name}
 		t := b.topics[name]
 		if t == nil {
-			mt.ErrorCode, mt.ErrorMessage = netio.ErrUnknownTopicOrPartition, "unknown topic "+name
+			mt.ErrorCode, mt.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic "+name
 		} else {
 			for i, p := range t.partitions {
-				mt.Partitions = append(mt.Partitions, netio.MetadataPartition{Partition: int32(i), Shard: p.shard, LeaderEpoch: p.leaderEpoch})
+				mt.Partitions = append(mt.Partitions, wire.MetadataPartition{Partition: int32(i), Shard: p.shard, LeaderEpoch: p.leaderEpoch})
 			}
 		}
 		resp.Topics = append(resp.Topics, mt)
@@ -439,21 +441,21 @@ func validTopicName(name string) bool {
 	return true
 }
 
-func (b *Broker) createTopics(m *netio.CreateTopicsRequest) *netio.CreateTopicsResponse {
+func (b *Broker) createTopics(m *wire.CreateTopicsRequest) *wire.CreateTopicsResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &netio.CreateTopicsResponse{}
+	resp := &wire.CreateTopicsResponse{}
 	for _, ct := range m.Topics {
-		r := netio.TopicResult{Topic: ct.Topic}
+		r := wire.TopicResult{Topic: ct.Topic}
 		switch {
 		case !validTopicName(ct.Topic):
-			r.ErrorCode, r.ErrorMessage = netio.ErrInvalidTopic, fmt.Sprintf("%q: %v", ct.Topic, ErrInvalidName)
+			r.ErrorCode, r.ErrorMessage = wire.ErrInvalidTopic, fmt.Sprintf("%q: %v", ct.Topic, ErrInvalidName)
 		case b.topics[ct.Topic] != nil:
-			r.ErrorCode, r.ErrorMessage = netio.ErrTopicAlreadyExists, "topic "+ct.Topic+" already exists"
+			r.ErrorCode, r.ErrorMessage = wire.ErrTopicAlreadyExists, "topic "+ct.Topic+" already exists"
 		case ct.Partitions < 1 || ct.Partitions > 10000:
-			r.ErrorCode, r.ErrorMessage = netio.ErrInvalidPartitions, fmt.Sprintf("partitions %d not in [1, 10000]", ct.Partitions)
+			r.ErrorCode, r.ErrorMessage = wire.ErrInvalidPartitions, fmt.Sprintf("partitions %d not in [1, 10000]", ct.Partitions)
 		case ct.ReplicationFactor > 1:
-			r.ErrorCode, r.ErrorMessage = netio.ErrInvalidReplication, "single-node fake: replication factor must be 1"
+			r.ErrorCode, r.ErrorMessage = wire.ErrInvalidReplication, "single-node fake: replication factor must be 1"
 		case m.ValidateOnly:
 		default:
 			t := &topic{name: ct.Topic, configs: map[string]string{}}
@@ -463,12 +465,12 @@ func (b *Broker) createTopics(m *netio.CreateTopicsRequest) *netio.CreateTopicsR
 			for i := range ct.Partitions {
 				f, err := os.Create(filepath.Join(b.dir, fmt.Sprintf("%s-%d.log", ct.Topic, i)))
 				if err != nil {
-					r.ErrorCode, r.ErrorMessage = netio.ErrStorage, err.Error()
+					r.ErrorCode, r.ErrorMessage = wire.ErrStorage, err.Error()
 					break
 				}
 				t.partitions = append(t.partitions, &partition{file: f, shard: int32(int(i) % len(b.shards))})
 			}
-			if r.ErrorCode == netio.ErrNone {
+			if r.ErrorCode == wire.ErrNone {
 				b.topics[ct.Topic] = t
 			}
 		}
@@ -477,14 +479,14 @@ func (b *Broker) createTopics(m *netio.CreateTopicsRequest) *netio.CreateTopicsR
 	return resp
 }
 
-func (b *Broker) deleteTopics(m *netio.DeleteTopicsRequest) *netio.DeleteTopicsResponse {
+func (b *Broker) deleteTopics(m *wire.DeleteTopicsRequest) *wire.DeleteTopicsResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &netio.DeleteTopicsResponse{}
+	resp := &wire.DeleteTopicsResponse{}
 	for _, name := range m.Topics {
-		r := netio.TopicResult{Topic: name}
+		r := wire.TopicResult{Topic: name}
 		if t := b.topics[name]; t == nil {
-			r.ErrorCode, r.ErrorMessage = netio.ErrUnknownTopicOrPartition, "unknown topic "+name
+			r.ErrorCode, r.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic "+name
 		} else {
 			// Files stay open until Close: a fetch may still be sending from them.
 			delete(b.topics, name)
@@ -494,17 +496,17 @@ func (b *Broker) deleteTopics(m *netio.DeleteTopicsRequest) *netio.DeleteTopicsR
 	return resp
 }
 
-func (b *Broker) describeTopics(m *netio.DescribeTopicsRequest) *netio.DescribeTopicsResponse {
+func (b *Broker) describeTopics(m *wire.DescribeTopicsRequest) *wire.DescribeTopicsResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &netio.DescribeTopicsResponse{}
+	resp := &wire.DescribeTopicsResponse{}
 	for _, name := range b.topicNamesLocked(m.Topics) {
-		dt := netio.DescribeTopic{Topic: name}
+		dt := wire.DescribeTopic{Topic: name}
 		if t := b.topics[name]; t == nil {
-			dt.ErrorCode, dt.ErrorMessage = netio.ErrUnknownTopicOrPartition, "unknown topic "+name
+			dt.ErrorCode, dt.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic "+name
 		} else {
 			for i, p := range t.partitions {
-				dt.Partitions = append(dt.Partitions, netio.DescribePartition{
+				dt.Partitions = append(dt.Partitions, wire.DescribePartition{
 					Partition: int32(i), Shard: p.shard, LogStartOffset: p.logStart,
 					HighWatermark: p.nextOffset, LogEndOffset: p.nextOffset, SizeBytes: p.sizeBytes,
 				})
@@ -523,15 +525,15 @@ var configDefaults = map[string]string{
 	"cleanup.policy":    "delete",
 }
 
-func (b *Broker) describeConfigs(m *netio.DescribeConfigsRequest) *netio.DescribeConfigsResponse {
+func (b *Broker) describeConfigs(m *wire.DescribeConfigsRequest) *wire.DescribeConfigsResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &netio.DescribeConfigsResponse{}
+	resp := &wire.DescribeConfigsResponse{}
 	for _, dt := range m.Topics {
-		r := netio.DescribeConfigsResult{Topic: dt.Topic}
+		r := wire.DescribeConfigsResult{Topic: dt.Topic}
 		t := b.topics[dt.Topic]
 		if t == nil {
-			r.ErrorCode, r.ErrorMessage = netio.ErrUnknownTopicOrPartition, "unknown topic "+dt.Topic
+			r.ErrorCode, r.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic "+dt.Topic
 			resp.Topics = append(resp.Topics, r)
 			continue
 		}
@@ -551,9 +553,9 @@ func (b *Broker) describeConfigs(m *netio.DescribeConfigsRequest) *netio.Describ
 		}
 		for _, k := range keys {
 			if v, ok := t.configs[k]; ok {
-				r.Configs = append(r.Configs, netio.ConfigDescription{Key: k, Value: v, Source: netio.ConfigSourceTopic})
+				r.Configs = append(r.Configs, wire.ConfigDescription{Key: k, Value: v, Source: wire.ConfigSourceTopic})
 			} else if v, ok := configDefaults[k]; ok {
-				r.Configs = append(r.Configs, netio.ConfigDescription{Key: k, Value: v, Source: netio.ConfigSourceDefault})
+				r.Configs = append(r.Configs, wire.ConfigDescription{Key: k, Value: v, Source: wire.ConfigSourceDefault})
 			}
 		}
 		resp.Topics = append(resp.Topics, r)
@@ -561,26 +563,26 @@ func (b *Broker) describeConfigs(m *netio.DescribeConfigsRequest) *netio.Describ
 	return resp
 }
 
-func (b *Broker) alterConfigs(m *netio.AlterConfigsRequest) *netio.AlterConfigsResponse {
+func (b *Broker) alterConfigs(m *wire.AlterConfigsRequest) *wire.AlterConfigsResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &netio.AlterConfigsResponse{}
+	resp := &wire.AlterConfigsResponse{}
 	for _, at := range m.Topics {
-		r := netio.TopicResult{Topic: at.Topic}
+		r := wire.TopicResult{Topic: at.Topic}
 		t := b.topics[at.Topic]
 		if t == nil {
-			r.ErrorCode, r.ErrorMessage = netio.ErrUnknownTopicOrPartition, "unknown topic "+at.Topic
+			r.ErrorCode, r.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic "+at.Topic
 			resp.Topics = append(resp.Topics, r)
 			continue
 		}
 		for _, c := range at.Configs {
 			if _, known := configDefaults[c.Key]; !known {
-				r.ErrorCode, r.ErrorMessage = netio.ErrInvalidConfig, "unknown config key "+c.Key
+				r.ErrorCode, r.ErrorMessage = wire.ErrInvalidConfig, "unknown config key "+c.Key
 			}
 		}
-		if r.ErrorCode == netio.ErrNone && !m.ValidateOnly {
+		if r.ErrorCode == wire.ErrNone && !m.ValidateOnly {
 			for _, c := range at.Configs {
-				if c.Op == netio.AlterConfigDelete {
+				if c.Op == wire.AlterConfigDelete {
 					delete(t.configs, c.Key)
 				} else {
 					t.configs[c.Key] = c.Value

@@ -44,7 +44,7 @@ producers: 1
 consumers: 2
 producerRate: 2000
 warmup: 50ms
-duration: 400ms
+duration: 1500ms
 durability: ` + durability + "\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,8 @@ func TestRunAgainstRealServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// fsync per message under -race on a busy machine manages ~200 msg/s, so the
+			// fsync per message under -race on a busy machine manages ~200 msg/s (and on a 2-core
+			// machine shared with other builds, none at all within 400 ms: hence 1.5 s), so the
 			// assertions are about correctness, not rate.
 			if result.Publish.Messages == 0 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
 				t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)

@@ -1,19 +1,18 @@
-// Package brokertest starts the real broker core (engine/shard behind netio.BrokerHandler)
-// in-process on loopback for tests and benchmarks: the stack ringlogd runs, without the
-// binary. It is a test helper; nothing in the broker imports it.
+// Package brokertest starts the real broker in-process on loopback for tests and
+// benchmarks, through the same constructor ringlogd uses (netio/node.Start): the stack
+// ringlogd runs, without the binary. It is a test helper; nothing in the broker imports it.
 package brokertest
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -26,20 +25,18 @@ type Options struct {
 	Driver string
 	Egress netio.Egress
 	// ShardListeners adds one listener per shard, advertised in metadata, as ringlogd's
-	// --shard-ports does (ring driver only).
+	// --shard-ports auto does.
 	ShardListeners bool
 }
 
 // Broker is a running in-process broker with a client connected to it.
 type Broker struct {
 	Core       *shard.Broker
+	Node       *node.Node
 	Addr       string
 	ShardAddrs []string
 	Client     *client.Client
 
-	srv     *netio.Server
-	served  chan error
-	lns     []net.Listener
 	stopped bool
 	tb      testing.TB
 }
@@ -53,44 +50,27 @@ func Start(tb testing.TB, o Options) *Broker {
 	if o.Dir == "" {
 		o.Dir = tb.TempDir()
 	}
-	core, err := shard.Open(shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		tb.Fatal(err)
+	cfg := node.Config{
+		Core:       shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"}},
+		Listen:     "127.0.0.1:0",
+		ShardPorts: node.ShardPortsOff,
+		Net:        node.NetGo,
+		Server:     netio.Config{Egress: o.Egress},
 	}
-	b := &Broker{Core: core, served: make(chan error, 1), tb: tb}
-	main, err := netio.ListenShard(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		core.Close()
-		tb.Fatal(err)
-	}
-	b.Addr = main.Addr().String()
-	b.lns = append(b.lns, main)
 	if o.ShardListeners {
-		for i := 0; i < o.Shards; i++ {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Stop()
-				tb.Fatal(err)
-			}
-			b.lns = append(b.lns, ln)
-			b.ShardAddrs = append(b.ShardAddrs, ln.Addr().String())
-		}
+		cfg.ShardPorts = node.ShardPortsAuto
 	}
-	handler := netio.NewBrokerHandler(core, b.Addr).WithShardAddresses(b.ShardAddrs)
-	b.srv = netio.NewServer(handler, netio.Config{Egress: o.Egress})
 	if o.Driver == "ring" {
-		for i, ln := range b.lns {
-			si, tl := max(i-1, 0), ln.(*net.TCPListener)
-			if err := core.Exec(si, func(r *ring.Reactor) error { return b.srv.ServeRing(r, tl, si) }); err != nil {
-				b.Stop()
-				tb.Skipf("ring driver unavailable here: %v", err)
-			}
-		}
-		close(b.served)
-	} else {
-		go func() { b.served <- b.srv.Serve(main, 0) }()
+		cfg.Net = node.NetRing
 	}
+	n, err := node.Start(cfg)
+	if errors.Is(err, node.ErrRingDriverUnavailable) {
+		tb.Skipf("ring driver unavailable here: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b := &Broker{Core: n.Core, Node: n, Addr: n.Addr, ShardAddrs: n.ShardAddrs, tb: tb}
 	if b.Client, err = client.New(context.Background(), client.Config{Broker: b.Addr}); err != nil {
 		b.Stop()
 		tb.Fatal(err)
@@ -99,7 +79,7 @@ func Start(tb testing.TB, o Options) *Broker {
 	return b
 }
 
-// Stop closes the client, shuts the server down and closes the broker (once).
+// Stop closes the client and shuts the broker down (once).
 func (b *Broker) Stop() {
 	if b.stopped {
 		return
@@ -108,16 +88,9 @@ func (b *Broker) Stop() {
 	if b.Client != nil {
 		b.Client.Close()
 	}
-	if b.srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		b.srv.Shutdown(ctx)
-		<-b.served
-	}
-	for _, ln := range b.lns {
-		ln.Close()
-	}
-	if err := b.Core.Close(); err != nil {
-		b.tb.Errorf("close broker: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Node.Shutdown(ctx); err != nil {
+		b.tb.Errorf("shut the broker down: %v", err)
 	}
 }

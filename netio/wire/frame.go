@@ -1,4 +1,4 @@
-package netio
+package wire
 
 import (
 	"encoding/binary"
@@ -31,7 +31,8 @@ const (
 	// ResponseHeaderBytes is the size of a response header including the length field.
 	ResponseHeaderBytes = 14
 
-	frameLengthBytes = 4
+	// FrameLengthBytes is the size of the length field that opens every frame.
+	FrameLengthBytes = 4
 
 	// FrameBytesMaxDefault is the default largest frame (length field value) a broker or
 	// client accepts: 64 MiB holds a fetch of 32 partitions x 1 MiB with room to spare and
@@ -55,10 +56,11 @@ const (
 	APIDescribeConfigs APIKey = 8
 	APIAlterConfigs    APIKey = 9
 
-	apiKeyCount = 10
+	// APIKeyCount is one past the highest API key this codec knows.
+	APIKeyCount = 10
 )
 
-var apiNames = [apiKeyCount]string{
+var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
 }
@@ -71,7 +73,7 @@ func (k APIKey) String() string {
 }
 
 // Known reports whether the key names an API this package has a schema for.
-func (k APIKey) Known() bool { return k < apiKeyCount }
+func (k APIKey) Known() bool { return k < APIKeyCount }
 
 // VersionMax is the highest version of every API that this package encodes and decodes.
 // Version 0 is the only version so far; a broker answers any other with
@@ -134,8 +136,8 @@ func ParseResponseHeader(b []byte, frameBytesMax uint32) (ResponseHeader, error)
 }
 
 func checkFrameLength(length uint32, headerBytes int, frameBytesMax uint32) error {
-	if length < uint32(headerBytes-frameLengthBytes) {
-		return fmt.Errorf("frame length %d below the %d-byte header: %w", length, headerBytes-frameLengthBytes, ErrFrameLength)
+	if length < uint32(headerBytes-FrameLengthBytes) {
+		return fmt.Errorf("frame length %d below the %d-byte header: %w", length, headerBytes-FrameLengthBytes, ErrFrameLength)
 	}
 	if length > frameBytesMax {
 		return fmt.Errorf("frame length %d above the %d-byte maximum: %w", length, frameBytesMax, ErrFrameLength)
@@ -152,7 +154,7 @@ func SplitRequest(b []byte, frameBytesMax uint32) (RequestHeader, []byte, []byte
 	if err != nil {
 		return h, nil, b, err
 	}
-	end := frameLengthBytes + int(h.Length)
+	end := FrameLengthBytes + int(h.Length)
 	if len(b) < end {
 		return h, nil, b, ErrShortBuffer
 	}
@@ -165,7 +167,7 @@ func SplitResponse(b []byte, frameBytesMax uint32) (ResponseHeader, []byte, []by
 	if err != nil {
 		return h, nil, b, err
 	}
-	end := frameLengthBytes + int(h.Length)
+	end := FrameLengthBytes + int(h.Length)
 	if len(b) < end {
 		return h, nil, b, ErrShortBuffer
 	}
@@ -183,18 +185,20 @@ func ReadResponse(r io.Reader, buf []byte, frameBytesMax uint32) (ResponseHeader
 	if err != nil {
 		return h, nil, buf, err
 	}
-	n := int(h.Length) - (ResponseHeaderBytes - frameLengthBytes)
+	n := int(h.Length) - (ResponseHeaderBytes - FrameLengthBytes)
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return h, nil, buf, fmt.Errorf("read %d-byte %s response payload: %w", n, h.API, noEOF(err))
+		return h, nil, buf, fmt.Errorf("read %d-byte %s response payload: %w", n, h.API, NoEOF(err))
 	}
 	return h, buf, buf, nil
 }
 
-func noEOF(err error) error {
+// NoEOF turns io.EOF into io.ErrUnexpectedEOF: inside a frame, running out of bytes is a
+// truncation, not a clean end of stream.
+func NoEOF(err error) error {
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
 	}
@@ -209,7 +213,7 @@ func AppendRequest(dst []byte, correlationID uint32, m Message) []byte {
 	dst = binary.BigEndian.AppendUint16(dst, 0)
 	dst = binary.BigEndian.AppendUint32(dst, correlationID)
 	dst = m.AppendTo(dst)
-	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frameLengthBytes))
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-FrameLengthBytes))
 	return dst
 }
 
@@ -219,7 +223,7 @@ func AppendResponse(dst []byte, h RequestHeader, m Message) []byte {
 	start := len(dst)
 	dst = appendResponseHeader(dst, h, ErrNone)
 	dst = m.AppendTo(dst)
-	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frameLengthBytes))
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-FrameLengthBytes))
 	return dst
 }
 
@@ -233,7 +237,7 @@ func AppendErrorResponse(dst []byte, h RequestHeader, code ErrorCode, message st
 		message = message[:stringBytesMax]
 	}
 	dst = appendString(dst, message)
-	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-frameLengthBytes))
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-FrameLengthBytes))
 	return dst
 }
 

@@ -1,4 +1,4 @@
-package netio
+package wire
 
 import (
 	"encoding/binary"
@@ -465,7 +465,7 @@ func AppendResponseSpliced(dst []byte, h RequestHeader, m Message, splices []Spl
 	} else {
 		dst = m.AppendTo(dst)
 	}
-	length := int64(len(dst) - start - frameLengthBytes)
+	length := int64(len(dst) - start - FrameLengthBytes)
 	for _, s := range splices[first:] {
 		length += s.Len()
 	}

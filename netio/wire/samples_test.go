@@ -1,4 +1,4 @@
-package netio
+package wire
 
 // sampleRequests and sampleResponses hold one populated message per API; tests and fuzz
 // seeds are built from them.

@@ -122,6 +122,16 @@ func procStatusBytes(t *testing.T, b *broker, key string) int64 {
 	return 0
 }
 
+// brokerFDs counts the broker's open descriptors.
+func brokerFDs(t *testing.T, b *broker) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", b.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("list broker descriptors: %v", err)
+	}
+	return len(fds)
+}
+
 // probe is a well-behaved client: one acks=all produce to probeTopic and a fetch of it.
 type probe struct {
 	t *testing.T
@@ -323,6 +333,36 @@ func TestAdversarialFetchRepeatedDirect(t *testing.T) {
 	expectSurvived(t, b, "dir")
 }
 
+// The same amplification without repeating an entry: a Fetch naming many distinct
+// partitions with every size limit at 2^31-1 gets at most --max-fetch-bytes of records
+// (plus, at most, one batch under the first-batch rule), in both storage modes.
+func TestAdversarialFetchResponseBytes(t *testing.T) {
+	for _, storage := range []string{"page-cache", "direct"} {
+		t.Run("storage="+storage, func(t *testing.T) {
+			const fetchBytesMax = 4 << 20
+			b := startCapped(t, 1024, "--storage", storage, "--max-fetch-bytes", strconv.Itoa(fetchBytesMax))
+			const partitions = 24
+			fill(t, b, "wide", partitions, 512<<10, 16<<10) // 12 MiB in all
+			pr := newProbe(t, b)
+			parts := make([]wire.FetchPartition, partitions)
+			for i := range parts {
+				parts[i] = wire.FetchPartition{Partition: int32(i), MaxBytes: 1<<31 - 1}
+			}
+			r := mustDialFrom(t, attacker, b.addr)
+			fetch := &wire.FetchRequest{MaxBytes: 1<<31 - 1, Topics: []wire.FetchTopic{{Topic: "wide", Partitions: parts}}}
+			for i := range uint32(8) {
+				r.write(wire.AppendRequest(nil, 2*i+1, fetch))
+				h := expectBoundedAnswer(r, 2*i+1, fetchBytesMax+64<<10)
+				if h.ErrorCode != wire.ErrNone {
+					t.Fatalf("fetch refused: %s", h.ErrorCode.Name())
+				}
+			}
+			pr.expectFast("after wide fetches")
+			expectSurvived(t, b, "wide")
+		})
+	}
+}
+
 // Issue 10 #4: a Fetch naming one partition 30,000 times ran the broker out of descriptors;
 // the failed dup then closed the live segment's own descriptor and every later produce to
 // the partition failed (pwritev fd -1) while describe showed no error.
@@ -361,6 +401,11 @@ func TestAdversarialFetchDescriptorsNeverRead(t *testing.T) {
 				conns = 64
 			}
 			stopWriting(t, b, conns, chunk, 40)
+			if fds := brokerFDs(t, b); fds > 1024-64 {
+				t.Errorf("broker holds %d descriptors under a limit of 1024", fds)
+			} else {
+				t.Logf("broker holds %d descriptors while %d connections leave fetches unread", fds, conns)
+			}
 			pr.expectFast("while fetchers hold responses unread")
 			expectSurvived(t, b, "many")
 		})
@@ -574,9 +619,9 @@ func TestAdversarialHeaderOnlyStarvation(t *testing.T) {
 			pr.expectFast("while header-only connections are open")
 			// A real produce that needs buffer space gets it too.
 			ctx := testContext(t, 10*time.Second)
-			big := bytes.Repeat([]byte("b"), 4<<20)
+			big := bytes.Repeat([]byte("b"), 3<<20)
 			if _, err := pr.p.SendSync(ctx, &client.Record{Topic: probeTopic, Value: big}); err != nil {
-				t.Fatalf("4 MiB produce while header-only connections are open: %v", err)
+				t.Fatalf("3 MiB produce while header-only connections are open: %v", err)
 			}
 			expectSurvived(t, b, probeTopic)
 		})

@@ -27,8 +27,9 @@ import (
 // Attackers connect from 127.0.0.2 and up (Linux routes all of 127/8 to loopback), the
 // well-behaved client from 127.0.0.1, so per-address limits tell them apart.
 //
-// RINGLOG_E2E_LONG=1 runs the larger variants (bigger requests, more connections, both
-// network drivers everywhere); the default run keeps the suite to a few seconds per test.
+// RINGLOG_E2E_LONG=1 (or RINGLOG_E2E_SOAK=1) runs the larger variants (bigger requests,
+// more connections, both network drivers everywhere); the default run keeps the suite to a
+// few seconds per test. docs/operations.md ("The adversarial suite") lists the attacks.
 
 const (
 	longEnv = "RINGLOG_E2E_LONG"
@@ -46,7 +47,7 @@ const (
 	probeRecoveryWait = 20 * time.Second
 )
 
-func long() bool { return os.Getenv(longEnv) != "" }
+func long() bool { return os.Getenv(longEnv) != "" || soak() }
 
 // advDrivers are the network drivers each test runs on: both in the long run, the
 // io_uring one (the default) otherwise unless a test asks for both.

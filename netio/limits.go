@@ -458,8 +458,9 @@ func firstDuplicate[K comparable](keys []K) int {
 // one produce, fetch or list-offsets; a topic within the others). Answering both copies
 // would double the work and the response for nothing, and for produce is ambiguous.
 func checkEntries(body wire.Message) error {
-	var partitions []topicPartitionKey
-	var names []string
+	var partitionBuf [duplicateScanMax]topicPartitionKey // no allocation for small requests
+	var nameBuf [duplicateScanMax]string
+	partitions, names := partitionBuf[:0], nameBuf[:0]
 	switch m := body.(type) {
 	case *wire.ProduceRequest:
 		for _, t := range m.Topics {

@@ -260,3 +260,32 @@ func TestCharges(t *testing.T) {
 		t.Fatal("units given back are not available")
 	}
 }
+
+func TestCheckEntriesSmallRequestsDoNotAllocate(t *testing.T) {
+	produce := &wire.ProduceRequest{Topics: []wire.ProduceTopic{{Topic: "a", Partitions: []wire.ProducePartition{{Partition: 0}, {Partition: 1}}}}}
+	fetch := &wire.FetchRequest{Topics: []wire.FetchTopic{{Topic: "a", Partitions: []wire.FetchPartition{{Partition: 0}, {Partition: 1}}}}}
+	meta := &wire.MetadataRequest{Topics: []string{"a", "b"}}
+	if n := testing.AllocsPerRun(100, func() {
+		_ = checkEntries(produce)
+		_ = checkEntries(fetch)
+		_ = checkEntries(meta)
+	}); n != 0 {
+		t.Fatalf("checkEntries allocates %v times on small requests", n)
+	}
+}
+
+func TestCountEntriesDoesNotAllocate(t *testing.T) {
+	var payloads [][]byte
+	var apis []wire.APIKey
+	for _, m := range entrySamples() {
+		api, p := payloadOf(m)
+		apis, payloads = append(apis, api), append(payloads, p)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		for i := range payloads {
+			countEntries(apis[i], payloads[i], 1000)
+		}
+	}); n != 0 {
+		t.Fatalf("countEntries allocates %v times", n)
+	}
+}

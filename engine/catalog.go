@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"unicode/utf8"
+
+	"github.com/ringlog/ringlog/ring"
 )
 
 // Catalog file format. The catalog is one JSON document, replaced atomically (write
@@ -29,10 +32,10 @@ const (
 	catalogFileName    = "catalog.json"
 	catalogVersion     = 1
 	catalogBytesMax    = 64 << 20 // refuse to read a larger file: ~100 k topics with configs fit in a few MiB
-	topicNameBytesMax  = 249      // Kafka's limit (a partition directory name must fit in 255 bytes)
-	partitionsMax      = 1 << 14
+	topicNameBytesMax  = TopicNameBytesMax
+	partitionsMax      = PartitionsPerTopicMax
 	shardIndexMax      = 1 << 12
-	configEntriesMax   = 64
+	configEntriesMax   = TopicConfigEntriesMax
 	configValueBytes   = 1024
 	partitionDirFormat = "%s-%d"
 )
@@ -63,12 +66,17 @@ type catalogFile struct {
 // persisted before it returns, and is undone in memory if persisting fails.
 type Catalog struct {
 	dir    string
+	fio    ring.FileIO // every fsync of the catalog and of the data directory
 	topics map[string]TopicMeta
 }
 
-// LoadCatalog reads dir/catalog.json; a missing file is an empty catalog.
-func LoadCatalog(dir string) (*Catalog, error) {
-	c := &Catalog{dir: dir, topics: map[string]TopicMeta{}}
+// LoadCatalog reads dir/catalog.json with plain system calls; see OpenCatalog.
+func LoadCatalog(dir string) (*Catalog, error) { return OpenCatalog(dir, ring.Syscalls{}) }
+
+// OpenCatalog reads dir/catalog.json; a missing file is an empty catalog. Every fsync the
+// catalog issues later (its own file, the data directory) goes through fio.
+func OpenCatalog(dir string, fio ring.FileIO) (*Catalog, error) {
+	c := &Catalog{dir: dir, fio: fio, topics: map[string]TopicMeta{}}
 	f, err := os.Open(filepath.Join(dir, catalogFileName))
 	if errors.Is(err, os.ErrNotExist) {
 		return c, nil
@@ -126,10 +134,12 @@ func ValidTopicName(name string) error {
 	if name == "" || len(name) > topicNameBytesMax || name == "." || name == ".." {
 		return fmt.Errorf("%w: name %q: want 1 to %d characters, not . or ..", ErrInvalidTopic, name, topicNameBytesMax)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for i, c := range name { // runes, so a non-ASCII character is named whole, not by its first byte
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: name %q: character %q not in [a-zA-Z0-9._-]", ErrInvalidTopic, name, c)
+			if c == utf8.RuneError {
+				return fmt.Errorf("%w: name %q: byte %#02x at %d is not UTF-8, want [a-zA-Z0-9._-]", ErrInvalidTopic, name, name[i], i)
+			}
+			return fmt.Errorf("%w: name %q: character %q (%U) at byte %d not in [a-zA-Z0-9._-]", ErrInvalidTopic, name, c, c, i)
 		}
 	}
 	return nil
@@ -203,7 +213,7 @@ func (c *Catalog) Create(name string, partitions int, config map[string]string, 
 	c.topics[name] = t
 	if err := c.Save(); err != nil {
 		delete(c.topics, name)
-		return fmt.Errorf("create topic %q: %w", name, err)
+		return fmt.Errorf("create topic %q: %w", name, c.undoSave(err))
 	}
 	return nil
 }
@@ -218,7 +228,7 @@ func (c *Catalog) Delete(name string) error {
 	delete(c.topics, name)
 	if err := c.Save(); err != nil {
 		c.topics[name] = t
-		return fmt.Errorf("delete topic %q: %w", name, err)
+		return fmt.Errorf("delete topic %q: %w", name, c.undoSave(err))
 	}
 	return nil
 }
@@ -238,12 +248,15 @@ func (c *Catalog) SetConfig(name string, config map[string]string) error {
 	c.topics[name] = next
 	if err := c.Save(); err != nil {
 		c.topics[name] = t
-		return fmt.Errorf("set config of %q: %w", name, err)
+		return fmt.Errorf("set config of %q: %w", name, c.undoSave(err))
 	}
 	return nil
 }
 
-// Save writes the catalog atomically: temp file, fsync, rename, fsync of the directory.
+// Save writes the catalog atomically through the catalog's FileIO (writeFileAtomic: temp
+// file, fsync, rename, fsync of the directory): when it returns nil the new catalog survives a
+// power loss; when it fails, the file on disk is the old catalog or (only if the final
+// directory fsync failed) possibly the new one.
 func (c *Catalog) Save() error {
 	b, err := json.MarshalIndent(catalogFile{Version: catalogVersion, Topics: c.topics}, "", "  ")
 	if err != nil {
@@ -252,24 +265,21 @@ func (c *Catalog) Save() error {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return fmt.Errorf("save catalog: %w", err)
 	}
-	path := filepath.Join(c.dir, catalogFileName)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
+	if err := writeFileAtomic(c.fio, c.dir, catalogFileName, append(b, '\n')); err != nil {
 		return fmt.Errorf("save catalog: %w", err)
 	}
-	_, werr := f.Write(append(b, '\n'))
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("save catalog: write %s: %w", tmp, err)
+	return nil
+}
+
+// undoSave writes the (restored) in-memory catalog back after a failed Save: when the
+// failure was the final directory fsync, the new file is already renamed into place, and
+// without this a restart would read a change the caller was told had failed. Best effort:
+// its own error is joined to saveErr.
+func (c *Catalog) undoSave(saveErr error) error {
+	if err := c.Save(); err != nil {
+		return errors.Join(saveErr, fmt.Errorf("restore previous catalog: %w", err))
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("save catalog: %w", err)
-	}
-	return syncDir(c.dir)
+	return saveErr
 }
 
 // PartitionDir is the directory of one partition's log: <dataDir>/<topic>-<partition>.

@@ -47,19 +47,21 @@ type LogConfig struct {
 	// 0 means 1 GiB. Must be in [1 KiB, 2 GiB).
 	SegmentBytes int64
 	// SegmentMs rolls the active segment once it is this old (measured from its first append).
-	// 0 disables time-based rolling.
+	// 0 disables time-based rolling; otherwise at least SegmentMsMin.
 	SegmentMs int64
 	// IndexIntervalBytes is the spacing of sparse .index entries. 0 means 4096.
 	IndexIntervalBytes int64
 	// RetentionMs deletes closed segments whose newest timestamp is older than this.
-	// 0 means 7 days; -1 means keep forever.
+	// 0 means 7 days; -1 means keep forever; below -1 is refused.
 	RetentionMs int64
 	// RetentionBytes deletes the oldest closed segments while the log stays at least this
-	// large without them. 0 or -1 means no size limit.
+	// large without them. 0 or -1 means no size limit; below -1 is refused.
 	RetentionBytes int64
-	// FlushMessages: Flush syncs once this many messages are unsynced. <= 0 disables.
+	// FlushMessages: Flush syncs once this many messages are unsynced. 0 disables; negative
+	// is refused.
 	FlushMessages int64
-	// FlushMs: Flush syncs once the oldest unsynced append is this old. <= 0 disables.
+	// FlushMs: Flush syncs once the oldest unsynced append is this old. 0 disables; negative
+	// is refused.
 	FlushMs int64
 	// FlushAlways: every Flush with unsynced data calls fdatasync, so an append is durable
 	// before it is acknowledged.
@@ -71,6 +73,15 @@ type LogConfig struct {
 	// in-memory cache of recently written chunks. 0 means 1 MiB and 8.
 	DirectChunkBytes  int
 	DirectCacheChunks int
+	// Disk, when set, is the free-space guard of the data directory: an append that would
+	// leave less than its FreeMinBytes free is refused with ErrDiskFull before anything is
+	// written. Shared by every log of a data directory; nil means no threshold (a full disk
+	// is still reported as ErrDiskFull when a write meets it).
+	Disk *DiskSpace
+	// VerifySegments makes OpenLog verify every sealed segment (CRC of every batch, see
+	// Log.VerifySealed) before returning, instead of trusting them until the background
+	// scrubber or a read gets to them. Costs one read of the whole log.
+	VerifySegments bool
 	// Clock is injectable for tests; nil means time.Now.
 	Clock func() time.Time
 	// Logger receives recovery and fallback notices; nil means slog.Default().
@@ -88,8 +99,8 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 	if c.SegmentBytes < segmentBytesMin || c.SegmentBytes > segmentBytesMax {
 		return c, fmt.Errorf("segment.bytes %d out of range [%d, %d]", c.SegmentBytes, segmentBytesMin, segmentBytesMax)
 	}
-	if c.SegmentMs < 0 {
-		return c, fmt.Errorf("segment.ms %d is negative", c.SegmentMs)
+	if c.SegmentMs < 0 || c.SegmentMs > 0 && c.SegmentMs < SegmentMsMin {
+		return c, fmt.Errorf("segment.ms %d: want 0 (no time-based roll) or at least %d", c.SegmentMs, SegmentMsMin)
 	}
 	if c.IndexIntervalBytes == 0 {
 		c.IndexIntervalBytes = indexIntervalBytesDefault
@@ -100,8 +111,20 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 	if c.RetentionMs == 0 {
 		c.RetentionMs = retentionMsDefault
 	}
+	if c.RetentionMs < -1 {
+		return c, fmt.Errorf("retention.ms %d: want -1 (keep forever) or a positive number of milliseconds", c.RetentionMs)
+	}
 	if c.RetentionBytes == 0 {
 		c.RetentionBytes = -1
+	}
+	if c.RetentionBytes < -1 {
+		return c, fmt.Errorf("retention.bytes %d: want -1 (no size limit) or a positive number of bytes", c.RetentionBytes)
+	}
+	if c.FlushMessages < 0 {
+		return c, fmt.Errorf("flush.messages %d is negative: want 0 (off) or a message count", c.FlushMessages)
+	}
+	if c.FlushMs < 0 {
+		return c, fmt.Errorf("flush.ms %d is negative: want 0 (off) or milliseconds", c.FlushMs)
 	}
 	switch c.Storage {
 	case "":

@@ -279,7 +279,7 @@ func probeDirect(dir string) error {
 var probeDirectIO = probeDirectUncached
 
 func probeDirectUncached(dir string) error {
-	path := filepath.Join(dir, ".direct-probe")
+	path := filepath.Join(dir, directProbeFileName)
 	defer os.Remove(path)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_DIRECT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -292,3 +292,6 @@ func probeDirectUncached(dir string) error {
 	}
 	return nil
 }
+
+// directProbeFileName is the scratch file of the O_DIRECT probe (removed after it).
+const directProbeFileName = ".direct-probe"

@@ -4,9 +4,12 @@
 // open sockets, and it must not be called concurrently: a Log belongs to one goroutine (its
 // shard), which is why nothing on the append or read path takes a lock.
 //
-// All data I/O (pread, pwrite, pwritev, fdatasync, fsync) goes through the ring.FileIO given
-// to OpenLog — ring.Syscalls or a shard's *ring.Reactor. Metadata operations (open, rename,
-// unlink, ftruncate, mkdir, stat) are plain system calls.
+// All data I/O (pread, pwrite, pwritev) and every fsync or fdatasync — of segments, of the
+// partition and data directories, of the start-offset checkpoint and the catalog — goes
+// through a ring.FileIO: the one given to OpenLog (ring.Syscalls or a shard's *ring.Reactor)
+// or to OpenCatalog. Namespace operations (open, mkdir, rename, unlink, ftruncate, stat) are
+// plain system calls, and a name is durable only after an fsync of its directory (see
+// atomicfile.go and docs/storage.md, "Crash model").
 //
 // # Directory layout
 //

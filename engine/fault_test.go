@@ -27,6 +27,10 @@ func TestWriteErrorsReachCaller(t *testing.T) {
 				if !errors.Is(err, errno) {
 					t.Fatalf("append error %v, want %v", err, errno)
 				}
+				// The sentinel the broker maps to STORAGE_ERROR (not UNKNOWN).
+				if wantKind := map[unix.Errno]error{unix.EIO: ErrStorageWrite, unix.ENOSPC: ErrDiskFull}[errno]; !errors.Is(err, wantKind) {
+					t.Fatalf("append error %v, want %v", err, wantKind)
+				}
 				if errors.Is(err, ErrLogFailed) || l.Err() != nil {
 					t.Fatalf("a failed write must not fail the log: %v", l.Err())
 				}
@@ -317,4 +321,39 @@ func TestRollFailureLeavesLogUsable(t *testing.T) {
 		want = append(want, big...)
 		mustEqualBytes(t, "after failed roll", readAll(t, l, 1<<20), want)
 	})
+}
+
+// TestRecoveryReadErrorKeepsLog: a read that fails during recovery stops OpenLog with the
+// error; it must not be taken for a torn tail and cut the log there.
+func TestRecoveryReadErrorKeepsLog(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(StoragePageCache)
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	for i := 0; i < 20; i++ {
+		if _, err := l.Append(makeBatch(t, i, 4, 200, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	end := l.EndOffset()
+	l.closeFiles() // no clean shutdown: recovery scans
+	for after := 0; after < 3; after++ {
+		fio := faultio.New(ring.Syscalls{})
+		fio.Inject(faultio.Rule{Op: faultio.OpPread, Errno: unix.EIO, After: after, Times: 1})
+		if l, _, err := OpenLog(dir, cfg, fio); err == nil {
+			l.closeFiles()
+			if fio.Injected(faultio.OpPread) > 0 {
+				t.Fatalf("after %d reads: OpenLog hid a failed read", after)
+			}
+		} else if !errors.Is(err, unix.EIO) {
+			t.Fatalf("after %d reads: OpenLog: %v, want EIO", after, err)
+		}
+		l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+		if l.EndOffset() != end {
+			t.Fatalf("after a read error at read %d the log ends at %d, want %d", after, l.EndOffset(), end)
+		}
+		l.closeFiles()
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ringlog/ringlog/engine/faultio"
@@ -148,6 +149,26 @@ func FuzzDecodeStartOffset(f *testing.F) {
 		}
 		if off < 0 || !bytes.Equal(encodeStartOffset(off), b) {
 			t.Fatalf("accepted %q as %d", b, off)
+		}
+	})
+}
+
+// FuzzParsePartitionDir: the sweep's name parser accepts exactly the names PartitionDir
+// makes, so it never takes an operator's directory for a partition by a looser reading.
+func FuzzParsePartitionDir(f *testing.F) {
+	for _, s := range []string{"orders-0", "a-b-12", "-1", "x-01", "x--1", "x-16384", ".-0", "x-0.deleting", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		topic, partition, ok := parsePartitionDir(name)
+		if !ok {
+			return
+		}
+		if ValidTopicName(topic) != nil || partition < 0 || partition >= partitionsMax {
+			t.Fatalf("accepted %q as %q/%d", name, topic, partition)
+		}
+		if got := filepath.Base(PartitionDir("/d", topic, partition)); got != name {
+			t.Fatalf("parsed %q as %q/%d, which names %q", name, topic, partition, got)
 		}
 	})
 }

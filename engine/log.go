@@ -73,6 +73,9 @@ type Log struct {
 	failed               error     // sticky, wraps ErrLogFailed
 	closed               bool
 
+	scrub       scrubCursor  // where the next Scrub continues (scrub.go)
+	corruptions []Corruption // bad batches found in sealed segments, by offset
+
 	headers      headerReader // header window for lookups; invalidated by truncation
 	batchScratch []byte       // whole batches for timestamp lookups
 	indexScratch []byte
@@ -95,10 +98,14 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if err != nil {
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, report, fmt.Errorf("open log: %w", err)
 	}
-	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1}
+	// A new partition directory is made durable in its parent before anything is put in it.
+	if _, err := mkdirDurable(fio, dir); err != nil {
+		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1, scrub: scrubCursor{segment: -1}}
 	if l.mode == StorageDirect {
 		if err := probeDirect(dir); err != nil {
 			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
@@ -109,6 +116,13 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if err := l.recover(&report); err != nil {
 		l.closeFiles()
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	if cfg.VerifySegments {
+		if _, err := l.VerifySealed(); err != nil {
+			l.closeFiles()
+			return nil, report, fmt.Errorf("open log %s: verify segments: %w", dir, err)
+		}
+		report.Corruptions = l.Corruptions()
 	}
 	report.Duration = cfg.Clock().Sub(start)
 	if report.DroppedBytes > 0 || len(report.RebuiltIndexes) > 0 || len(report.DeletedSegments) > 0 {
@@ -183,7 +197,8 @@ func (l *Log) Append(batch []byte) (int64, error) {
 	return res.FirstOffset, err
 }
 
-// AppendBatches validates every batch (CRC-32C, sizes) before writing any, then assigns
+// AppendBatches validates every batch (CRC-32C, sizes, and every record: see
+// batch.ValidateProduce) before writing any, then assigns
 // offsets by rewriting each batch's base offset (and leader epoch, see SetLeaderEpoch) in
 // place and writes them with one pwritev per segment touched. The callers' slices are not
 // retained. A roll in the middle syncs the old segment first. On error the log is as before
@@ -207,7 +222,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 	}
 	next := l.EndOffset()
 	for i, b := range batches {
-		if err := l.validate(b); err != nil {
+		if err := l.validate(b, assign); err != nil {
 			return res, fmt.Errorf("append batch %d of %d: %w", i, len(batches), err)
 		}
 		if !assign {
@@ -219,6 +234,11 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			next = h.LastOffset() + 1
 		}
 	}
+	reserved, err := l.reserveDisk(batches)
+	if err != nil {
+		return res, err
+	}
+	defer func() { l.releaseDisk(reserved, batches[res.Batches:]) }()
 	now := l.cfg.Clock()
 	for i := 0; i < len(batches); {
 		s := l.active()
@@ -240,7 +260,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 		}
 		if j == i {
 			if err := l.roll(); err != nil {
-				return res, fmt.Errorf("append: %w", err)
+				return res, fmt.Errorf("append: roll: %w", storageWriteError(l.dir, err))
 			}
 			continue
 		}
@@ -249,7 +269,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			if terr := s.log.Truncate(before.size); terr != nil {
 				l.cfg.Logger.Warn("truncate after failed write", "dir", l.dir, "err", terr)
 			}
-			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, err)
+			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, storageWriteError(l.dir, err))
 		}
 		if s.firstAppendAt.IsZero() {
 			s.firstAppendAt = now
@@ -266,8 +286,46 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 	return res, nil
 }
 
-func (l *Log) validate(b []byte) error {
-	h, err := batch.Validate(b)
+// reserveDisk takes the bytes of batches from the data directory's free-space guard (see
+// LogConfig.Disk); it returns whether it reserved anything.
+func (l *Log) reserveDisk(batches [][]byte) (bool, error) {
+	if l.cfg.Disk == nil {
+		return false, nil
+	}
+	if err := l.cfg.Disk.Reserve(totalBytes(batches)); err != nil {
+		return false, fmt.Errorf("append %d batches: %w", len(batches), err)
+	}
+	return true, nil
+}
+
+// releaseDisk returns the reservation of the batches that were not written.
+func (l *Log) releaseDisk(reserved bool, unwritten [][]byte) {
+	if reserved && len(unwritten) > 0 {
+		l.cfg.Disk.Release(totalBytes(unwritten))
+	}
+}
+
+func totalBytes(batches [][]byte) int64 {
+	var n int64
+	for _, b := range batches {
+		n += int64(len(b))
+	}
+	return n
+}
+
+// validate checks one batch before anything is written. A produced batch (produce true)
+// must pass batch.ValidateProduce: every record is walked (and a zstd batch decompressed,
+// bounded by batch.MaxDecompressedBytes) so that the log never acknowledges bytes a consumer
+// cannot read. A replicated batch is checked by the stored rule (CRC, header, counts that
+// compaction may have thinned).
+func (l *Log) validate(b []byte, produce bool) error {
+	var h batch.Header
+	var err error
+	if produce {
+		h, err = batch.ValidateProduce(b)
+	} else {
+		h, err = batch.ValidateStored(b)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidBatch, err)
 	}
@@ -342,7 +400,7 @@ func (l *Log) Sync() error {
 		return err
 	}
 	if gen := l.dirGen; gen > l.dirSyncedGen {
-		if err := syncDir(l.dir); err != nil {
+		if err := syncDir(l.fio, l.dir); err != nil {
 			return l.fail(fmt.Errorf("sync: %w", err))
 		}
 		l.dirSyncedGen = gen
@@ -503,7 +561,17 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 	}
 	res.FirstOffset = first.BaseOffset
 	res.NextOffset = s.nextOffset
-	if endPos < s.size {
+	if len(l.corruptions) > 0 {
+		l.pruneCorruptions()
+		if c, found := l.corruptionIn(s, pos, endPos); found {
+			if c.Position == pos {
+				return res, fmt.Errorf("read at %d: %w", offset, l.corruptReadError(c))
+			}
+			endPos = c.Position // serve the good batches before it
+			res.NextOffset = c.Offset
+		}
+	}
+	if endPos < s.size && res.NextOffset == s.nextOffset {
 		h, err := s.readHeaderAt(l.fio, &l.headers, endPos)
 		if err != nil {
 			return res, fmt.Errorf("read at %d: %w", offset, err)
@@ -658,17 +726,4 @@ func (l *Log) closeFiles() error {
 		errs = append(errs, s.closeFiles())
 	}
 	return errors.Join(errs...)
-}
-
-// syncDir fsyncs a directory so that file creations, renames and removals in it are durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir %s: %w", dir, err)
-	}
-	return nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -178,6 +179,13 @@ func TestAppendRejectsInvalidBatches(t *testing.T) {
 		"trailing":  append(append([]byte(nil), good...), 0),
 		"crc":       corrupt,
 		"too big":   makeBatch(t, 2, 1, 70<<10, 0),
+		// Poison pills: a correct CRC over bytes no consumer can read.
+		"garbage records, good crc": withGoodCRC(good, func(b []byte) { b[batch.HeaderSize] = 0x7f }),
+		"zstd claiming 10^9 records": withGoodCRC(makeZstdBatch(t), func(b []byte) {
+			binary.BigEndian.PutUint32(b[23:], 1_000_000_000-1) // lastOffsetDelta
+			binary.BigEndian.PutUint32(b[57:], 1_000_000_000)   // record count
+		}),
+		"garbage zstd, good crc": withGoodCRC(makeZstdBatch(t), func(b []byte) { b[batch.HeaderSize+6] ^= 0xff }),
 	}
 	for name, b := range cases {
 		_, err := l.Append(b)
@@ -195,6 +203,26 @@ func TestAppendRejectsInvalidBatches(t *testing.T) {
 	if l.EndOffset() != 0 || l.Size() != 0 {
 		t.Fatalf("rejected appends changed the log: end %d size %d", l.EndOffset(), l.Size())
 	}
+}
+
+// withGoodCRC copies b, applies mutate and recomputes the CRC, so the damage reaches the
+// record checks behind it.
+func withGoodCRC(b []byte, mutate func([]byte)) []byte {
+	out := append([]byte(nil), b...)
+	mutate(out)
+	binary.BigEndian.PutUint32(out[17:], batch.Checksum(out))
+	return out
+}
+
+func makeZstdBatch(t testing.TB) []byte {
+	t.Helper()
+	b := batch.NewBuilder(batch.BuilderOptions{Codec: batch.CodecZstd})
+	b.Append(1, []byte("k"), []byte("a zstd value"), nil)
+	out, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestLeaderEpochRewritten(t *testing.T) {
@@ -378,11 +406,11 @@ func TestSegmentMsRoll(t *testing.T) {
 	clock := newFakeClock()
 	cfg := testConfig(StoragePageCache)
 	cfg.Clock = clock.Now
-	cfg.SegmentMs = 1000
+	cfg.SegmentMs = SegmentMsMin
 	l, _ := openLog(t, t.TempDir(), cfg, ring.Syscalls{})
 	defer l.Close()
 	appendSome(t, l, 0, 3, 0)
-	clock.Advance(999 * time.Millisecond)
+	clock.Advance(SegmentMsMin*time.Millisecond - time.Millisecond)
 	appendSome(t, l, 3, 1, 0)
 	if l.SegmentCount() != 1 {
 		t.Fatalf("rolled too early")

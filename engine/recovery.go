@@ -30,6 +30,9 @@ type RecoveryReport struct {
 	// (the log must stay contiguous).
 	DeletedSegments []int64
 	Corruption      string // why the first tail was cut; "" when nothing was
+	// Corruptions lists bad batches in sealed segments found by LogConfig.VerifySegments
+	// (kept in the log, not cut: see Log.Corruptions).
+	Corruptions []Corruption
 	// CleanShutdown: the log was closed by Close, so its files were synced and recovery
 	// issued no fdatasync.
 	CleanShutdown bool
@@ -59,6 +62,10 @@ func newBatchScanner(fio ring.FileIO, fd int, fileSize int64) *batchScanner {
 
 var errTornBatch = errors.New("torn batch (file ends inside it)")
 
+// errRecoveryRead marks a failed read during recovery: the bytes are unknown, not bad, so
+// recovery stops with an error instead of cutting the log there.
+var errRecoveryRead = errors.New("read failed during recovery")
+
 // window returns [pos, pos+n) of the file, reading as needed. n is bounded by the caller.
 func (sc *batchScanner) window(pos int64, n int) ([]byte, error) {
 	if pos+int64(n) > sc.fileSize {
@@ -73,7 +80,10 @@ func (sc *batchScanner) window(pos int64, n int) ([]byte, error) {
 	want := min(int64(len(sc.buf)), sc.fileSize-pos)
 	if err := preadFull(sc.fio, sc.fd, sc.buf[:want], pos); err != nil {
 		sc.bufLen = 0
-		return nil, err
+		if errors.Is(err, errShortFile) {
+			return nil, errTornBatch // the file shrank under us: treat as its end
+		}
+		return nil, fmt.Errorf("%w: %w", errRecoveryRead, err)
 	}
 	sc.bufStart, sc.bufLen = pos, int(want)
 	return sc.buf[:n], nil
@@ -93,7 +103,7 @@ func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
 	if err != nil {
 		return h, err
 	}
-	return batch.Validate(b)
+	return batch.ValidateStored(b) // the stored rule: compacted batches are not corruption
 }
 
 // recover opens every segment in l.dir and re-scans each from its last trustworthy index
@@ -108,10 +118,18 @@ func (l *Log) recover(report *RecoveryReport) error {
 	marker := filepath.Join(l.dir, cleanShutdownFileName)
 	if _, err := os.Stat(marker); err == nil {
 		report.CleanShutdown = true
-		// Gone before any new write: a crash from here on must not look clean.
+		// Gone before any new write: a crash from here on must not look clean. The unlink
+		// becomes durable with the first sync (dirGen), before anything appended from here
+		// on counts as synced; a power loss before that may bring the marker back, which is
+		// harmless: the disk then holds what Close synced plus unsynced bytes past the last
+		// index entry, which recovery re-scans either way.
 		if err := os.Remove(marker); err != nil {
 			return fmt.Errorf("remove clean-shutdown marker: %w", err)
 		}
+		l.dirGen++
+	}
+	if bases, err = l.dropBelowCheckpoint(bases, report); err != nil {
+		return err
 	}
 	for i, base := range bases {
 		s, err := openSegmentFiles(l.dir, base, false)
@@ -142,13 +160,21 @@ func (l *Log) recover(report *RecoveryReport) error {
 		}
 		break
 	}
+	if len(report.DeletedSegments) > 0 {
+		// The deletions must be durable before new appends reuse those offsets: a deleted
+		// segment that came back after a power loss could otherwise continue the log with
+		// records that were never acknowledged.
+		if err := syncDir(l.fio, l.dir); err != nil {
+			return err
+		}
+	}
 	if len(l.segments) == 0 {
 		s, err := openSegmentFiles(l.dir, 0, true)
 		if err != nil {
 			return err
 		}
 		l.segments = append(l.segments, s)
-		if err := syncDir(l.dir); err != nil {
+		if err := syncDir(l.fio, l.dir); err != nil {
 			return err
 		}
 	}
@@ -162,6 +188,30 @@ func (l *Log) recover(report *RecoveryReport) error {
 	}
 	l.assertInvariants()
 	return nil
+}
+
+// dropBelowCheckpoint removes the segments that lie wholly below the log start offset
+// checkpoint (the next segment starts at or below it): retention or DeleteRecordsBefore
+// retired them after writing the checkpoint, and a power loss took back the rename. Left in
+// place, such a segment could sit before a gap and make the contiguity check below delete
+// the live segments after it.
+func (l *Log) dropBelowCheckpoint(bases []int64, report *RecoveryReport) ([]int64, error) {
+	checkpoint, ok := l.readStartOffset()
+	if !ok {
+		return bases, nil
+	}
+	n := 0
+	for n+1 < len(bases) && bases[n+1] <= checkpoint {
+		n++
+	}
+	for _, b := range bases[:n] {
+		gone := &segment{baseOffset: b}
+		if err := gone.removeFiles(l.dir); err != nil {
+			return nil, fmt.Errorf("remove segment %d below the log start offset %d: %w", b, checkpoint, err)
+		}
+		report.DeletedSegments = append(report.DeletedSegments, b)
+	}
+	return bases[n:], nil
 }
 
 // releaseIndexAfterRecovery drops a recovered sealed segment's in-memory index (l.segments
@@ -294,6 +344,9 @@ func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *
 	var reason error
 	for s.size < fileBytes {
 		h, err := sc.batchAt(s.size)
+		if errors.Is(err, errRecoveryRead) {
+			return fmt.Errorf("segment %d at %d: %w", s.baseOffset, s.size, err)
+		}
 		if err == nil && h.BaseOffset != s.nextOffset {
 			err = fmt.Errorf("base offset %d, expected %d", h.BaseOffset, s.nextOffset)
 		}
@@ -402,6 +455,9 @@ func (l *Log) recoverSegment(s *segment, closed, clean bool, report *RecoveryRep
 			break
 		}
 		h, err := sc.batchAt(int64(e.position))
+		if errors.Is(err, errRecoveryRead) {
+			return fmt.Errorf("segment %d: index entry at %d: %w", s.baseOffset, e.position, err)
+		}
 		if err == nil && h.BaseOffset == s.baseOffset+int64(e.relativeOffset) {
 			startPos, expected = int64(e.position), h.BaseOffset
 			break

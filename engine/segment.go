@@ -95,12 +95,21 @@ func openSegmentFiles(dir string, base int64, create bool) (*segment, error) {
 		}
 		return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	}
-	if s.indexFile, err = openIdx(indexSuffix); err != nil {
+	// A new segment that cannot be opened whole leaves no file behind: its .log (created
+	// O_EXCL) would make every later roll to the same base offset fail, e.g. after a full
+	// disk refused the index file.
+	undo := func() {
 		s.closeFiles()
+		if create {
+			s.removeFiles(dir)
+		}
+	}
+	if s.indexFile, err = openIdx(indexSuffix); err != nil {
+		undo()
 		return nil, fmt.Errorf("open index of segment %d: %w", base, err)
 	}
 	if s.timeIndexFile, err = openIdx(timeIndexSuffix); err != nil {
-		s.closeFiles()
+		undo()
 		return nil, fmt.Errorf("open time index of segment %d: %w", base, err)
 	}
 	return s, nil
@@ -165,14 +174,15 @@ func removeRetired(paths []string) {
 	}
 }
 
-// removeRetiredIn deletes *.deleted files a crash left in dir.
+// removeRetiredIn deletes *.deleted files and the temporary files of interrupted atomic
+// replaces (*.tmp) that a crash left in dir.
 func removeRetiredIn(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), retiredSuffix) {
+		if strings.HasSuffix(e.Name(), retiredSuffix) || strings.HasSuffix(e.Name(), tmpSuffix) {
 			if err := os.Remove(dir + "/" + e.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove retired %s: %w", e.Name(), err)
 			}

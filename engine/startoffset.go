@@ -7,16 +7,21 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ringlog/ringlog/ring"
 )
 
 // The log start offset checkpoint: DeleteRecordsBefore can move the start offset into the
 // middle of a segment, which the segment files alone cannot express. It is one line of text,
-// replaced atomically (temp file, fsync, rename, fsync dir):
+// replaced atomically (writeFileAtomic: temp file, fsync, rename, fsync dir):
 //
 //	v1 <start offset>\n
 //
-// It is only written when the start offset is above the first segment's base; on open it is
-// used when it lies within the recovered log, and ignored (with a log line) otherwise.
+// DeleteRecordsBefore writes it before moving the start offset, and retention before it
+// retires segments (the new first segment's base). On open, segments wholly below it are
+// removed first (a power loss may have undone their retirement), then it is used when it lies
+// within the recovered log; one past the log's end (the records up to it were lost) is
+// removed, durably, with a log line.
 const (
 	startOffsetFileName = "log-start-offset"
 	startOffsetFileMax  = 64 // bytes; far more than "v1 " + 19 digits + "\n"
@@ -47,39 +52,35 @@ func encodeStartOffset(offset int64) []byte {
 	return fmt.Appendf(nil, "v1 %d\n", offset)
 }
 
-// writeStartOffset persists offset atomically.
-func writeStartOffset(dir string, offset int64) error {
-	path := filepath.Join(dir, startOffsetFileName)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+// writeStartOffset persists offset atomically through fio (writeFileAtomic).
+func writeStartOffset(fio ring.FileIO, dir string, offset int64) error {
+	if err := writeFileAtomic(fio, dir, startOffsetFileName, encodeStartOffset(offset)); err != nil {
+		return fmt.Errorf("write start offset: %w", err)
+	}
+	return nil
+}
+
+// readStartOffset reads the checkpoint; ok is false when there is none or it is unreadable
+// (logged).
+func (l *Log) readStartOffset() (offset int64, ok bool) {
+	b, err := os.ReadFile(filepath.Join(l.dir, startOffsetFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false
+	}
+	if err == nil {
+		offset, err = decodeStartOffset(b)
+	}
 	if err != nil {
-		return fmt.Errorf("write start offset: %w", err)
+		l.cfg.Logger.Warn("ignoring log start offset checkpoint", "dir", l.dir, "err", err)
+		return 0, false
 	}
-	_, werr := f.Write(encodeStartOffset(offset))
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write start offset: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write start offset: %w", err)
-	}
-	return syncDir(dir)
+	return offset, true
 }
 
 // loadStartOffset applies the checkpoint to a recovered log.
 func (l *Log) loadStartOffset() error {
-	b, err := os.ReadFile(filepath.Join(l.dir, startOffsetFileName))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read start offset: %w", err)
-	}
-	off, err := decodeStartOffset(b)
-	if err != nil {
-		l.cfg.Logger.Warn("ignoring log start offset checkpoint", "dir", l.dir, "err", err)
+	off, ok := l.readStartOffset()
+	if !ok {
 		return nil
 	}
 	first := l.segments[0].baseOffset
@@ -87,9 +88,15 @@ func (l *Log) loadStartOffset() error {
 		return nil // retention has since deleted past it
 	}
 	if off > l.EndOffset() {
-		l.cfg.Logger.Warn("ignoring log start offset checkpoint outside the log", "dir", l.dir,
+		// The records up to it were lost (DeleteRecordsBefore may name unsynced offsets).
+		// The checkpoint goes for good: left in place, it would come back into range once
+		// new records reach it and hide them on a later open.
+		l.cfg.Logger.Warn("dropping log start offset checkpoint outside the log", "dir", l.dir,
 			"checkpoint", off, "first", first, "end", l.EndOffset())
-		return nil
+		if err := os.Remove(filepath.Join(l.dir, startOffsetFileName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("drop start offset checkpoint: %w", err)
+		}
+		return syncDir(l.fio, l.dir)
 	}
 	l.startOffset = off
 	return nil

@@ -30,9 +30,17 @@ func (l *Log) TruncateTo(offset int64) error {
 	if l.segments[i].baseOffset == offset {
 		i-- // offset starts segment i: keep segment i-1 whole
 	}
+	deleted := len(l.segments) > i+1
 	for len(l.segments) > i+1 {
 		if err := l.deleteSegment(len(l.segments) - 1); err != nil {
 			return err
+		}
+	}
+	if deleted {
+		// The unlinks must be durable before the cut below is: a deleted segment that came
+		// back after a power loss could continue the cut log and resurrect truncated records.
+		if err := syncDir(l.fio, l.dir); err != nil {
+			return l.fail(fmt.Errorf("truncate to %d: %w", offset, err))
 		}
 	}
 	s := l.active()
@@ -53,7 +61,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	}
 	if l.startOffset > newNext {
 		// The start was inside the batch just removed: the log is now empty at its end.
-		if err := writeStartOffset(l.dir, newNext); err != nil {
+		if err := writeStartOffset(l.fio, l.dir, newNext); err != nil {
 			return l.fail(err)
 		}
 		l.startOffset = newNext
@@ -141,7 +149,7 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 	if err := l.activate(s); err != nil {
 		return l.fail(err)
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := syncDir(l.fio, l.dir); err != nil {
 		return l.fail(err)
 	}
 	return nil
@@ -177,25 +185,42 @@ func (l *Log) dropSegment(i int, retire bool) error {
 // oldest one is past retention.ms (by its newest timestamp, or its file's modification time
 // when it has none) or the log without it still holds retention.bytes. The log start offset
 // advances to the first remaining segment.
+//
+// Before any segment goes, the new start offset is checkpointed (writeStartOffset: one file
+// fsync and one directory fsync per pass that deletes something): the renames that retire
+// segments are not durable until a later directory fsync, and a power loss may take back
+// any subset of them. Recovery drops every segment wholly below the checkpoint, so a
+// retired segment that comes back can never leave a gap before the live ones.
 func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	if l.closed {
 		return 0, ErrClosed
 	}
-	deleted := 0
-	for len(l.segments) > 1 {
-		s := l.segments[0]
+	n, size := 0, l.Size()
+	for ; n < len(l.segments)-1; n++ {
+		s := l.segments[n]
 		expired, err := l.expired(s, now)
 		if err != nil {
-			return deleted, err
+			return 0, err
 		}
-		tooBig := l.cfg.RetentionBytes > 0 && l.Size()-s.size >= l.cfg.RetentionBytes
+		tooBig := l.cfg.RetentionBytes > 0 && size-s.size >= l.cfg.RetentionBytes
 		if !expired && !tooBig {
 			break
 		}
+		size -= s.size
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if next := l.segments[n].baseOffset; next > l.startOffset {
+		if err := writeStartOffset(l.fio, l.dir, next); err != nil {
+			return 0, fmt.Errorf("retention: %w", err)
+		}
+	}
+	deleted := 0
+	for ; deleted < n; deleted++ {
 		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}
-		deleted++
 		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
 	}
 	l.assertInvariants()
@@ -231,7 +256,7 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	if offset <= l.startOffset {
 		return 0, nil
 	}
-	if err := writeStartOffset(l.dir, offset); err != nil {
+	if err := writeStartOffset(l.fio, l.dir, offset); err != nil {
 		return 0, err
 	}
 	l.startOffset = offset

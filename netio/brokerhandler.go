@@ -3,6 +3,7 @@ package netio
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -128,11 +129,14 @@ func codeFor(err error) wire.ErrorCode {
 		return wire.ErrShuttingDown
 	case errors.Is(err, engine.ErrOffsetOutOfRange):
 		return wire.ErrOffsetOutOfRange
+	case errors.Is(err, engine.ErrCorruptBatch): // a stored batch failed verification
+		return wire.ErrCorruptMessage
 	case errors.Is(err, engine.ErrBatchTooLarge):
 		return wire.ErrMessageTooLarge
 	case errors.Is(err, engine.ErrInvalidBatch):
 		return wire.ErrCorruptMessage
-	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog):
+	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog),
+		errors.Is(err, engine.ErrDiskFull), errors.Is(err, engine.ErrStorageWrite):
 		return wire.ErrStorage
 	}
 	return wire.ErrUnknown
@@ -213,6 +217,10 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 }
 
 func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
+	if body.Isolation != 0 {
+		req.ReplyError(wire.ErrInvalidRequest, fmt.Sprintf("isolation level %d: only 0 (read up to the high watermark) is served", body.Isolation))
+		return
+	}
 	var fr shard.FetchRequest
 	fr.MinBytes = body.MinBytes
 	fr.MaxWait = time.Duration(body.MaxWaitMs) * time.Millisecond
@@ -367,6 +375,8 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 		switch {
 		case t.ReplicationFactor > 1:
 			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: this is a single-broker cluster", t.ReplicationFactor)
+		case t.ReplicationFactor == 0 || t.ReplicationFactor < -1:
+			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: want 1, or -1 for the broker default", t.ReplicationFactor)
 		case body.ValidateOnly:
 			err = h.b.ValidateTopic(t.Topic, int(t.Partitions), configMap(t.Configs))
 		default:
@@ -406,9 +416,13 @@ func (h *BrokerHandler) describeTopics(body *wire.DescribeTopicsRequest) *wire.D
 		for _, s := range states {
 			dp := wire.DescribePartition{Partition: s.Partition, Shard: int32(s.Shard), LogStartOffset: s.LogStartOffset,
 				HighWatermark: s.HighWatermark, LogEndOffset: s.LogEndOffset, SizeBytes: s.SizeBytes}
-			if s.Err != "" {
-				dp.ErrorCode = wire.ErrStorage
+			switch {
+			case s.Err != "":
+				dp.ErrorCode, dp.ErrorMessage = wire.ErrStorage, s.Err
+			case s.CorruptBatches > 0:
+				dp.ErrorCode, dp.ErrorMessage = wire.ErrCorruptMessage, s.Corruption
 			}
+			dp.CorruptBatches = int32(min(s.CorruptBatches, math.MaxInt32))
 			dt.Partitions = append(dt.Partitions, dp)
 		}
 		resp.Topics = append(resp.Topics, dt)
@@ -457,17 +471,22 @@ func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.Alter
 	for _, t := range body.Topics {
 		set := map[string]string{}
 		var deletes []string
+		var err error
 		for _, c := range t.Configs {
-			if c.Op == wire.AlterConfigDelete {
+			switch c.Op {
+			case wire.AlterConfigDelete:
 				deletes = append(deletes, c.Key)
-			} else {
+			case wire.AlterConfigSet:
 				set[c.Key] = c.Value
+			default:
+				err = fmt.Errorf("%w: %s: operation %d unknown (want %d set or %d delete)", shard.ErrInvalidConfig, c.Key, c.Op, wire.AlterConfigSet, wire.AlterConfigDelete)
 			}
 		}
-		var err error
-		if body.ValidateOnly {
+		switch {
+		case err != nil: // nothing of this topic's request is applied
+		case body.ValidateOnly:
 			err = h.b.ValidateAlter(t.Topic, set, deletes)
-		} else {
+		default:
 			err = h.b.AlterTopicConfig(t.Topic, set, deletes)
 		}
 		resp.Topics = append(resp.Topics, wire.TopicResult{Topic: t.Topic, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})

@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -631,5 +632,25 @@ func BenchmarkConsumeRecords(b *testing.B) {
 	n, err := consumeRecords(ctx, c, co, out)
 	if err != nil || n != int64(b.N) {
 		b.Fatalf("consumed %d of %d: %v", n, b.N, err)
+	}
+}
+
+// TestProduceLineLimitsMatchTheBroker: the CLI refuses a --max-line-bytes no broker
+// request could carry, naming the broker's limit, and --partition beyond the broker's
+// partition limit (both limits come from the packages the broker uses).
+func TestProduceLineLimitsMatchTheBroker(t *testing.T) {
+	_, err := parseProduceFlags([]string{"t", "--max-line-bytes", strconv.Itoa(64 << 20)})
+	if err == nil || !strings.Contains(err.Error(), "--max-frame-bytes") {
+		t.Fatalf("64 MiB lines: %v", err)
+	}
+	if _, err := parseProduceFlags([]string{"t", "--max-line-bytes", strconv.Itoa(lineBytesMaxLimit)}); err != nil {
+		t.Fatalf("the largest allowed line: %v", err)
+	}
+	if _, err := parseProduceFlags([]string{"t", "--partition", strconv.Itoa(engine.PartitionsPerTopicMax)}); err == nil {
+		t.Fatal("--partition at the broker's partition limit accepted")
+	}
+	if err := topicCreate("", []string{"t", "--partitions", strconv.Itoa(engine.PartitionsPerTopicMax + 1)}, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), strconv.Itoa(engine.PartitionsPerTopicMax)) {
+		t.Fatalf("--partitions above the broker's limit: %v", err)
 	}
 }

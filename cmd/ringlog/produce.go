@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 func init() {
@@ -28,7 +29,11 @@ const (
 	// lineBytesMaxDefault matches the broker's default largest batch comfortably: a line is
 	// one record and records are batched, so one line may not exceed a batch.
 	lineBytesMaxDefault = 1 << 20
-	lineBytesMaxLimit   = 64 << 20
+	// lineBytesMaxLimit is the largest --max-line-bytes: a line becomes one record, which
+	// must fit one batch inside one request frame of the broker's default frame limit
+	// (wire.FrameBytesMaxDefault, 64 MiB) with its batch, record and request headers. Half
+	// the frame leaves room for those whatever the key separator and line count.
+	lineBytesMaxLimit = wire.FrameBytesMaxDefault / 2
 	// produceBufferBytesDefault bounds unacknowledged record bytes (the producer's
 	// BufferBytesMax): 16 MiB keeps dozens of 256 KiB batches queued; resident memory
 	// stays at a few times this however large stdin is.
@@ -92,7 +97,8 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 	}
 	o.partition = int32(*partition)
 	if o.lineBytesMax < 1 || o.lineBytesMax > lineBytesMaxLimit {
-		return o, fmt.Errorf("--max-line-bytes %d: want 1..%d", o.lineBytesMax, lineBytesMaxLimit)
+		return o, fmt.Errorf("--max-line-bytes %d: want 1..%d (a line is one record, and a record must fit one request frame of the broker's default --max-frame-bytes %d)",
+			o.lineBytesMax, lineBytesMaxLimit, wire.FrameBytesMaxDefault)
 	}
 	if o.bufferBytes < 1<<10 {
 		return o, fmt.Errorf("--buffer-bytes %d: want at least 1024", o.bufferBytes)

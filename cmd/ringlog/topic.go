@@ -8,13 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"text/tabwriter"
 
-	"github.com/ringlog/ringlog/netio/wire"
-
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 func init() {
@@ -32,6 +34,7 @@ var topicCommands = map[string]topicCommand{
 	"describe": {"topic describe NAME", topicDescribe},
 	"delete":   {"topic delete NAME", topicDelete},
 	"config":   {"topic config NAME [--set k=v ...] [--delete k ...]", topicConfig},
+	"repair":   {"topic repair NAME --data DIR --partition P (--truncate-to OFFSET | --skip-to OFFSET)  (broker stopped)", topicRepair},
 }
 
 func topicUsage(w io.Writer) {
@@ -56,7 +59,7 @@ func runTopic(args []string) error {
 	}
 	sub, ok := topicCommands[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown subcommand %q (want create, list, describe, delete or config)", args[0])
+		return fmt.Errorf("unknown subcommand %q (want create, list, describe, delete, config or repair)", args[0])
 	}
 	err := sub.run(sub.usage, args[1:], os.Stdout)
 	if errors.Is(err, errHelp) {
@@ -65,8 +68,9 @@ func runTopic(args []string) error {
 	return err
 }
 
-// partitionsMax bounds --partitions on the client side too; the broker has its own limit.
-const partitionsMax = 1 << 16
+// partitionsMax bounds --partitions (and --partition) on the client side with the broker's
+// own limit, so the CLI refuses exactly what the broker would.
+const partitionsMax = engine.PartitionsPerTopicMax
 
 func topicCreate(usage string, args []string, stdout io.Writer) error {
 	fs := newFlagSet("topic create", usage)
@@ -163,6 +167,11 @@ func printDescription(w io.Writer, t wire.DescribeTopic, configs []wire.ConfigDe
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, p := range t.Partitions {
+		if p.ErrorMessage != "" {
+			fmt.Fprintf(w, "partition %d: %s: %s\n", p.Partition, p.ErrorCode.Name(), p.ErrorMessage)
+		}
 	}
 	for _, cfg := range configs {
 		if cfg.Source == wire.ConfigSourceTopic {
@@ -272,4 +281,51 @@ func humanBytes(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%.1f %s", value, suffix)
+}
+
+// topicRepair gets a partition past a corrupt batch that the broker's scrubber or
+// --verify-segments reported (topic describe prints the offsets and this command). It works
+// on the data directory of a stopped broker: it takes the lock a running broker holds.
+func topicRepair(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("topic repair", usage)
+	dataDir := fs.String("data", "", "the broker's data directory (the broker must be stopped)")
+	partition := fs.Int("partition", -1, "partition to repair")
+	truncateTo := fs.Int64("truncate-to", -1, "remove every record at or after this offset (the corrupt batch and everything after it)")
+	skipTo := fs.Int64("skip-to", -1, "advance the log start offset to this offset (the corrupt batch and everything before it)")
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "NAME"); err != nil {
+		return err
+	}
+	if *dataDir == "" {
+		return errors.New("--data is required: repair works on a stopped broker's data directory")
+	}
+	if *partition < 0 || *partition >= partitionsMax {
+		return fmt.Errorf("--partition %d: want 0..%d", *partition, partitionsMax-1)
+	}
+	mode, offset := shard.RepairMode(0), int64(-1)
+	switch {
+	case *truncateTo >= 0 && *skipTo >= 0:
+		return errors.New("--truncate-to and --skip-to are exclusive")
+	case *truncateTo >= 0:
+		mode, offset = shard.RepairTruncateTo, *truncateTo
+	case *skipTo >= 0:
+		mode, offset = shard.RepairSkipTo, *skipTo
+	default:
+		return errors.New("say how: --truncate-to OFFSET or --skip-to OFFSET")
+	}
+	tp := shard.TopicPartition{Topic: positional[0], Partition: int32(*partition)}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	res, err := shard.RepairPartition(*dataDir, tp, mode, offset, quiet)
+	for _, c := range res.Before {
+		fmt.Fprintf(stdout, "found: %s\n", c)
+	}
+	if err != nil {
+		return fmt.Errorf("repair %s/%d: %w", tp.Topic, tp.Partition, err)
+	}
+	fmt.Fprintf(stdout, "repaired %s/%d: offsets [%d, %d) -> [%d, %d), %d corrupt batch(es) left\n",
+		tp.Topic, tp.Partition, res.StartBefore, res.EndBefore, res.StartAfter, res.EndAfter, len(res.After))
+	return nil
 }

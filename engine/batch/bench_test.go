@@ -107,3 +107,23 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkValidateProduce is what the append path pays per produced batch: Validate plus
+// the record walk (and, for zstd, the decompression). Compare with BenchmarkValidate.
+func BenchmarkValidateProduce(b *testing.B) {
+	for _, codec := range []Codec{CodecNone, CodecZstd} {
+		for _, records := range []int{16, 1024} {
+			values := benchValues(records)
+			batchBytes := buildBench(b, NewBuilder(BuilderOptions{Codec: codec}), values, nil)
+			b.Run(fmt.Sprintf("%s/1KiBx%d", codec, records), func(b *testing.B) {
+				b.SetBytes(int64(len(batchBytes)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := ValidateProduce(batchBytes); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -35,19 +35,20 @@ type decodeState struct {
 
 var decodeStatePool = sync.Pool{New: func() any { return new(decodeState) }}
 
-// Decode validates b as one whole batch (see Validate) and calls fn for each record in
+// Decode validates b as one whole batch as stored (see ValidateStored) and calls fn for each record in
 // order with its absolute offset (baseOffset + offsetDelta) and timestamp (baseTimestamp +
 // timestampDelta, or maxTimestamp for log-append-time batches). The *Record and every
 // slice in it are reused: they are valid only until fn returns. A zstd batch is
 // decompressed into a pooled buffer, refusing more than MaxDecompressedBytes.
 //
-// Decode checks every record: lengths in bounds, varints well formed, offset deltas 0, 1,
-// 2, ... (what Kafka requires of a produced batch), exactly RecordCount records and no
-// trailing bytes. fn may be nil to only check. If Decode fails part way, fn has already
+// Decode checks every record: lengths in bounds, varints well formed, offset deltas
+// strictly increasing and at most lastOffsetDelta (so 0, 1, 2, ... in a batch as produced,
+// with gaps in one that compaction thinned), exactly RecordCount records and no trailing
+// bytes. ValidateProduce is the stricter check a broker applies to produced batches. fn may be nil to only check. If Decode fails part way, fn has already
 // seen the records before the bad one. An error returned by fn is returned unchanged.
 // Decode is safe for concurrent use; its scratch state comes from a pool.
 func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
-	h, err := Validate(b)
+	h, err := ValidateStored(b)
 	if err != nil {
 		return err
 	}
@@ -97,6 +98,8 @@ func putDecodeState(state *decodeState) {
 // decodeRecords walks the uncompressed records section of a validated batch.
 func decodeRecords(h *Header, records []byte, rec *Record, fn func(int64, int64, *Record) error) error {
 	rest := records
+	dense := int64(h.RecordCount) == int64(h.LastOffsetDelta)+1 // as produced: deltas 0, 1, 2, ...
+	previousDelta := int32(-1)
 	for index := int32(0); index < h.RecordCount; index++ {
 		if len(rest) == 0 {
 			return fmt.Errorf("%w: batch at offset %d declares %d records, holds %d",
@@ -115,12 +118,16 @@ func decodeRecords(h *Header, records []byte, rec *Record, fn func(int64, int64,
 			return fmt.Errorf("%w: batch at offset %d record %d: bad %s",
 				ErrInvalidRecord, h.BaseOffset, index, field)
 		}
-		// Validate holds RecordCount == LastOffsetDelta+1, so increasing deltas within
-		// the batch can only be 0, 1, 2, ...: check that directly, before calling fn.
-		if rec.OffsetDelta != index {
+		// In a dense batch increasing deltas can only be 0, 1, 2, ...: say so directly.
+		if dense && rec.OffsetDelta != index {
 			return fmt.Errorf("%w: batch at offset %d record %d: offsetDelta %d, want %d",
 				ErrInvalidRecord, h.BaseOffset, index, rec.OffsetDelta, index)
 		}
+		if rec.OffsetDelta <= previousDelta || rec.OffsetDelta > h.LastOffsetDelta {
+			return fmt.Errorf("%w: batch at offset %d record %d: offsetDelta %d after %d (lastOffsetDelta %d)",
+				ErrInvalidRecord, h.BaseOffset, index, rec.OffsetDelta, previousDelta, h.LastOffsetDelta)
+		}
+		previousDelta = rec.OffsetDelta
 		if fn == nil {
 			continue
 		}

@@ -59,11 +59,19 @@ func FuzzDecode(f *testing.F) {
 			got = append(got, d)
 			return nil
 		})
+		// The broker's produce check must agree with Decode exactly: it refuses what a
+		// consumer could not read and accepts everything a consumer can.
+		if _, perr := ValidateProduce(b); (perr == nil) != (err == nil) {
+			t.Fatalf("ValidateProduce says %v, Decode says %v", perr, err)
+		}
 		if err != nil {
 			if !isSentinel(err) {
 				t.Fatalf("Decode returned an error without a sentinel: %v", err)
 			}
 			return
+		}
+		if _, serr := CheckStoredRecords(b); serr != nil {
+			t.Fatalf("CheckStoredRecords refuses a produced batch: %v", serr)
 		}
 		if len(got) != int(count) {
 			t.Fatalf("Decode accepted %d records for count %d", len(got), count)
@@ -81,6 +89,49 @@ func FuzzDecode(f *testing.F) {
 		SetBaseOffset(again, fuzzBaseOffset)
 		checkDecoded(t, "re-encoded", decodeAll(t, again), want, fuzzBaseOffset)
 	})
+}
+
+// FuzzCheckStored feeds a records section with any record count and lastOffsetDelta (the
+// shapes compaction leaves) to CheckStoredRecords: it must not panic, must return a
+// sentinel, and what it accepts must decode record by record with increasing deltas.
+func FuzzCheckStored(f *testing.F) {
+	for _, s := range storedSeeds() {
+		f.Add(s.attributes, s.count, s.lastOffsetDelta, s.records)
+	}
+	f.Fuzz(func(t *testing.T, attributes int16, count, lastOffsetDelta int32, records []byte) {
+		b := wrapRecords(attributes, count, records)
+		put32(b, offsetLastOffsetDelta, lastOffsetDelta)
+		fixCRC(b)
+		h, err := CheckStoredRecords(b)
+		if err != nil {
+			if !isSentinel(err) {
+				t.Fatalf("CheckStoredRecords returned an error without a sentinel: %v", err)
+			}
+			return
+		}
+		if h.RecordCount < 1 || int64(h.RecordCount) > int64(h.LastOffsetDelta)+1 {
+			t.Fatalf("accepted count %d with lastOffsetDelta %d", h.RecordCount, h.LastOffsetDelta)
+		}
+	})
+}
+
+type storedSeed struct {
+	attributes             int16
+	count, lastOffsetDelta int32
+	records                []byte
+}
+
+func storedSeeds() []storedSeed {
+	return []storedSeed{
+		{0, 2, 5, withDeltas(1, 4)},
+		{0, 1, 9, withDeltas(9)},
+		{0, 2, 5, withDeltas(3, 3)},
+		{0, 2, 5, withDeltas(1, 6)},
+		{0, 3, 1, withDeltas(0, 1, 2)},
+		{int16(CodecZstd), 2, 7, zstdRecords(withDeltas(2, 7))},
+		{int16(CodecZstd), 1_000_000_000, 1_000_000_000, zstdRecords(withDeltas(0))},
+		{0, 1, 0, nil},
+	}
 }
 
 const (
@@ -171,6 +222,9 @@ func decodeSeeds(t testing.TB) []decodeSeed {
 		{"null header key", 0, 1, cat(varint(int64(len(withHeaders(1))+2)), withHeaders(1), varint(-1), varint(-1))},
 		{"garbage zstd", int16(CodecZstd), 1, []byte{0x28, 0xb5, 0x2f, 0xfd, 0xff, 0xff, 0xff}},
 		{"log append time", 0x08, 3, plain[HeaderSize:]},
+		{"zstd claiming 10^9 records", int16(CodecZstd), 1_000_000_000, zstdRecords(withDeltas(0))},
+		{"zstd zeros", int16(CodecZstd), 1, zstdFrame(0, false, 2)},
+		{"offset delta gap", 0, 2, withDeltas(0, 2)},
 	}
 }
 
@@ -185,6 +239,10 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	for i, s := range decodeSeeds(t) {
 		files[filepath.Join("FuzzDecode", fmt.Sprintf("seed-%02d", i))] = fmt.Sprintf(
 			"go test fuzz v1\nint16(%d)\nint32(%d)\n[]byte(%s)\n", s.attributes, s.count, strconv.Quote(string(s.records)))
+	}
+	for i, s := range storedSeeds() {
+		files[filepath.Join("FuzzCheckStored", fmt.Sprintf("seed-%02d", i))] = fmt.Sprintf(
+			"go test fuzz v1\nint16(%d)\nint32(%d)\nint32(%d)\n[]byte(%s)\n", s.attributes, s.count, s.lastOffsetDelta, strconv.Quote(string(s.records)))
 	}
 	write := os.Getenv("RINGLOG_WRITE_FUZZ_SEEDS") == "1"
 	for name, content := range files {

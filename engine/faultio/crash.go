@@ -6,30 +6,76 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 
 	"github.com/ringlog/ringlog/ring"
 	"golang.org/x/sys/unix"
 )
 
-// CrashFS simulates a power loss. It wraps a FileIO and remembers, for every write that no
-// fdatasync or fsync of its file has covered yet, the bytes it overwrote. Crash then undoes a
-// random subset of those writes — wholly, or torn at a random byte — in any order, as a disk
-// with a volatile cache may: synced data stays, unsynced data may survive, vanish, or be cut.
+// CrashFS simulates a power loss. It wraps a FileIO and models two things a disk with a
+// volatile cache may lose:
 //
-// Files are tracked by inode and reopened by path at Crash, so the caller closes its own
-// descriptors first (the process "died"). Writes made outside the FileIO (ftruncate) are not
-// undone. Not safe for concurrent use.
+//   - File data. For every write that no fdatasync or fsync of its file has covered yet it
+//     remembers the bytes it overwrote. Crash undoes a random subset of those writes —
+//     wholly, or torn at a random byte — in any order: synced data stays, unsynced data may
+//     survive, vanish, or be cut.
+//   - Directory entries (after TrackDir). A name created, renamed or unlinked in a
+//     directory is durable only once that directory was fsynced (Fsync or Fdatasync of a
+//     directory descriptor through this FileIO). Crash puts a random subset of the
+//     non-durable changes back to the directory's last synced listing: a created file or
+//     directory disappears, an unlinked one comes back (with its data as the data model
+//     leaves it), a rename is undone. Changes that share an inode (the two names of a rename,
+//     a replace-by-rename) are kept or undone together, so a rename is atomic; independent
+//     changes are kept or undone independently, which is more than most file systems lose
+//     (they keep an ordered prefix) and so a stricter test.
+//
+// Files are tracked by inode: CrashFS keeps its own descriptor of every file it saw a
+// write to, and a hard link (in a shadow directory beside the tracked root) to every file
+// in a synced directory listing, so unlinked files can be restored. The caller closes its
+// own descriptors first (the process "died"). Writes made outside the FileIO (ftruncate)
+// are not undone. After Crash every write or sync fails with ErrCrashed, so a process that
+// is shut down afterwards writes nothing through it. Safe for concurrent use (one lock).
 type CrashFS struct {
-	inner   ring.FileIO
+	inner ring.FileIO
+
+	mu      sync.Mutex
 	files   map[fileKey]*crashFile
 	crashed bool
+
+	// The namespace model; root is "" until TrackDir.
+	root    string
+	shadow  string                     // hard links to every file of a durable listing, by inode
+	durable map[fileKey]dirListing     // directory inode -> its listing at its last fsync
+	dirFds  map[fileKey]int            // pins each snapshotted directory inode (no reuse)
+	made    map[fileKey]bool           // directories Crash recreated (they stand for a durable one)
+	linked  map[fileKey]bool           // files with a link in shadow
+	stats   struct{ kept, undone int } // namespace change groups at the last Crash
+	syncs   int                        // Fsync and Fdatasync calls that reached inner
+
+	// CrashAtSync, when > 0, makes the CrashAtSync-th Fsync or Fdatasync the moment the
+	// power fails: instead of syncing, it runs Crash with CrashRand and copies the tracked
+	// root, as the crash left it, to CrashImage (which must not exist); it and every later
+	// write or sync return ErrCrashed. Whatever the process does afterwards with plain system
+	// calls changes only the live tree, not the image: open the image to see what a restart
+	// after a power loss at that point would find. Set before the work; read under the lock.
+	CrashAtSync int
+	CrashRand   *rand.Rand
+	CrashImage  string
 }
 
 type fileKey struct{ dev, ino uint64 }
 
+// dirEntry is one name in a directory listing.
+type dirEntry struct {
+	key   fileKey
+	isDir bool
+}
+
+type dirListing map[string]dirEntry
+
 type crashFile struct {
-	path     string
-	reader   *os.File // buffered descriptor for reading overwritten bytes (the writer may be O_DIRECT)
+	path     string   // for messages
+	file     *os.File // our own O_RDWR descriptor of the inode (the writer may be O_DIRECT)
 	baseSize int64    // size when the first unsynced write arrived
 	undo     []undoRecord
 }
@@ -43,41 +89,44 @@ type undoRecord struct {
 
 var _ ring.FileIO = (*CrashFS)(nil)
 
+// ErrCrashed is returned by every write and sync after Crash.
+var ErrCrashed = errors.New("faultio: CrashFS used after Crash")
+
 // NewCrashFS wraps inner.
 func NewCrashFS(inner ring.FileIO) *CrashFS {
 	return &CrashFS{inner: inner, files: map[fileKey]*crashFile{}}
 }
 
-var errCrashed = errors.New("faultio: CrashFS used after Crash")
+func statKey(st *unix.Stat_t) fileKey { return fileKey{uint64(st.Dev), st.Ino} }
 
-func (c *CrashFS) key(fd int) (fileKey, int64, error) {
+func (c *CrashFS) key(fd int) (fileKey, unix.Stat_t, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return fileKey{}, 0, fmt.Errorf("faultio: fstat fd %d: %w", fd, err)
+		return fileKey{}, st, fmt.Errorf("faultio: fstat fd %d: %w", fd, err)
 	}
-	return fileKey{uint64(st.Dev), st.Ino}, st.Size, nil
+	return statKey(&st), st, nil
 }
 
 // remember records what a write of n bytes at off is about to overwrite.
 func (c *CrashFS) remember(fd int, off int64, n int) error {
 	if c.crashed {
-		return errCrashed
+		return ErrCrashed
 	}
-	k, size, err := c.key(fd)
+	k, st, err := c.key(fd)
 	if err != nil {
 		return err
 	}
+	size := st.Size
 	f := c.files[k]
 	if f == nil {
-		path, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-		if err != nil {
-			return fmt.Errorf("faultio: path of fd %d: %w", fd, err)
-		}
-		r, err := os.Open(path)
+		proc := "/proc/self/fd/" + strconv.Itoa(fd)
+		path, _ := os.Readlink(proc)
+		// Reopening through /proc reaches the inode even once its name is gone.
+		file, err := os.OpenFile(proc, os.O_RDWR, 0)
 		if err != nil {
 			return fmt.Errorf("faultio: reopen %s: %w", path, err)
 		}
-		f = &crashFile{path: path, reader: r, baseSize: size}
+		f = &crashFile{path: path, file: file, baseSize: size}
 		c.files[k] = f
 	}
 	if len(f.undo) == 0 {
@@ -86,7 +135,7 @@ func (c *CrashFS) remember(fd int, off int64, n int) error {
 	oldLen := max(0, min(int64(n), size-off))
 	old := make([]byte, oldLen)
 	if oldLen > 0 {
-		if _, err := f.reader.ReadAt(old, off); err != nil {
+		if _, err := f.file.ReadAt(old, off); err != nil {
 			return fmt.Errorf("faultio: save %s [%d,%d): %w", f.path, off, off+oldLen, err)
 		}
 	}
@@ -94,16 +143,35 @@ func (c *CrashFS) remember(fd int, off int64, n int) error {
 	return nil
 }
 
-func (c *CrashFS) synced(fd int) {
-	if k, _, err := c.key(fd); err == nil {
-		if f := c.files[k]; f != nil {
-			f.undo = nil
-		}
+// synced marks fd's data durable, or, for a directory inside the tracked root, its listing.
+func (c *CrashFS) synced(fd int) error {
+	k, st, err := c.key(fd)
+	if err != nil {
+		return err
 	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if c.root == "" {
+			return nil
+		}
+		path, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil {
+			return fmt.Errorf("faultio: path of fd %d: %w", fd, err)
+		}
+		if !within(c.root, path) {
+			return nil
+		}
+		return c.snapshot(path, k)
+	}
+	if f := c.files[k]; f != nil {
+		f.undo = nil
+	}
+	return nil
 }
 
 // Pending is the number of writes a Crash could still undo.
 func (c *CrashFS) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	n := 0
 	for _, f := range c.files {
 		n += len(f.undo)
@@ -114,6 +182,8 @@ func (c *CrashFS) Pending() int {
 func (c *CrashFS) Pread(fd int, p []byte, off int64) (int, error) { return c.inner.Pread(fd, p, off) }
 
 func (c *CrashFS) Pwrite(fd int, p []byte, off int64) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.remember(fd, off, len(p)); err != nil {
 		return 0, err
 	}
@@ -125,42 +195,82 @@ func (c *CrashFS) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
 	for _, b := range bufs {
 		n += len(b)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.remember(fd, off, n); err != nil {
 		return 0, err
 	}
 	return c.inner.Pwritev(fd, bufs, off)
 }
 
-func (c *CrashFS) Fdatasync(fd int) error {
-	if err := c.inner.Fdatasync(fd); err != nil {
-		return err
-	}
-	c.synced(fd)
-	return nil
-}
+func (c *CrashFS) Fdatasync(fd int) error { return c.sync(fd, c.inner.Fdatasync) }
 
-func (c *CrashFS) Fsync(fd int) error {
-	if err := c.inner.Fsync(fd); err != nil {
+func (c *CrashFS) Fsync(fd int) error { return c.sync(fd, c.inner.Fsync) }
+
+func (c *CrashFS) sync(fd int, inner func(int) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.crashed {
+		return ErrCrashed
+	}
+	if c.syncs+1 == c.CrashAtSync {
+		c.syncs++
+		err := c.crashLocked(c.CrashRand)
+		if err == nil {
+			err = copyTree(c.root, c.CrashImage)
+		}
+		if err != nil {
+			return fmt.Errorf("faultio: crash at sync %d: %w", c.syncs, err)
+		}
+		return fmt.Errorf("sync at the power loss: %w", ErrCrashed)
+	}
+	c.syncs++
+	if err := inner(fd); err != nil {
 		return err
 	}
-	c.synced(fd)
-	return nil
+	return c.synced(fd)
 }
 
 func (c *CrashFS) Fallocate(fd int, mode uint32, off, size int64) error {
+	c.mu.Lock()
+	crashed := c.crashed
+	c.mu.Unlock()
+	if crashed {
+		return ErrCrashed
+	}
 	return c.inner.Fallocate(fd, mode, off, size)
 }
 
 // Crash undoes a random subset of unsynced writes: each is kept (p=1/3), lost (1/3) or torn
 // at a random byte (1/3); lost bytes below the old end of file get their old contents back,
 // lost bytes past it become zeros, and the file ends after the last byte that survived (or
-// at its size before the first unsynced write). Files that no longer exist are skipped.
+// at its size before the first unsynced write). Then, if TrackDir was called, each group of
+// non-durable directory changes under the root is kept or undone (p=1/2 each).
 func (c *CrashFS) Crash(rng *rand.Rand) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashLocked(rng)
+}
+
+// Syncs is how many Fsync and Fdatasync calls passed through so far (to choose CrashAtSync).
+func (c *CrashFS) Syncs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.syncs
+}
+
+func (c *CrashFS) crashLocked(rng *rand.Rand) error {
+	if c.crashed {
+		return ErrCrashed
+	}
 	c.crashed = true
 	var errs []error
 	for _, f := range c.files {
 		errs = append(errs, f.crash(rng))
-		f.reader.Close()
+		f.file.Close()
+	}
+	if c.root != "" {
+		errs = append(errs, c.crashNamespace(rng))
 	}
 	return errors.Join(errs...)
 }
@@ -169,14 +279,6 @@ func (f *crashFile) crash(rng *rand.Rand) error {
 	if len(f.undo) == 0 {
 		return nil
 	}
-	w, err := os.OpenFile(f.path, os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("faultio: crash %s: %w", f.path, err)
-	}
-	defer w.Close()
 	end := f.baseSize
 	for i := len(f.undo) - 1; i >= 0; i-- {
 		u := f.undo[i]
@@ -199,11 +301,11 @@ func (f *crashFile) crash(rng *rand.Rand) error {
 		if oldStart := int64(keep); oldStart < int64(len(u.old)) {
 			copy(restore, u.old[oldStart:])
 		}
-		if _, err := w.WriteAt(restore, from); err != nil {
+		if _, err := f.file.WriteAt(restore, from); err != nil {
 			return fmt.Errorf("faultio: crash %s: %w", f.path, err)
 		}
 	}
-	if err := w.Truncate(end); err != nil {
+	if err := f.file.Truncate(end); err != nil {
 		return fmt.Errorf("faultio: crash %s: %w", f.path, err)
 	}
 	return nil

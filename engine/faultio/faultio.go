@@ -1,8 +1,10 @@
-// Package faultio wraps a ring.FileIO and injects errors and short writes, the seam that
-// engine's fault tests use (Pebble's errorfs, for FileIO). It owns nothing on disk and must
+// Package faultio wraps a ring.FileIO to break it on purpose, the seam that engine's fault
+// and crash tests use: FileIO injects errors and short writes (Pebble's errorfs, for
+// FileIO); CrashFS simulates a power loss, losing unsynced file data and directory entries
+// (Pebble's crashable vfs). It owns nothing on disk but CrashFS's shadow directory, and must
 // not be used outside tests and fault drills.
 //
-// A FileIO is not safe for concurrent use, like the engine log that calls it.
+// A FileIO is not safe for concurrent use, like the engine log that calls it; CrashFS is.
 package faultio
 
 import (

@@ -40,7 +40,7 @@ const dataDirLockName = ".lock"
 
 // Limits. Part of the operator-visible contract; see docs/operations.md.
 const (
-	partitionsPerTopicMax = 10000
+	partitionsPerTopicMax = engine.PartitionsPerTopicMax
 	retentionCheckDefault = 30 * time.Second
 	flushCheckDefault     = 50 * time.Millisecond
 	adminWaitMax          = 30 * time.Second
@@ -67,11 +67,19 @@ type Config struct {
 	// FlushCheckInterval is how often each shard applies time-based flush policies
 	// (flush.ms). 0 means 50 ms.
 	FlushCheckInterval time.Duration
+	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
+	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
+	ScrubBytesPerSecond int64
 	// FetchFilesMax bounds the segment descriptors held by fetch results not yet sent
 	// (each result dups its segment's descriptor so retention cannot pull the file from
 	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
 	FetchFilesMax int64
 	Logger        *slog.Logger
+	// WrapFileIO, when set, wraps the file I/O of each shard's partition logs (shard >= 0:
+	// the shard's reactor, and its pipelined fdatasyncs then go through the wrapper one by
+	// one) and of the catalog and data directory (shard -1: plain system calls). The seam of
+	// fault drills and crash tests (engine/faultio); nil in production.
+	WrapFileIO func(shard int, fio ring.FileIO) ring.FileIO
 }
 
 // TopicPartition names one partition.
@@ -105,6 +113,12 @@ type Broker struct {
 	meta   atomic.Pointer[metadata]
 	metaMu sync.Mutex      // admin operations only; never taken on the data path
 	cat    *engine.Catalog // guarded by metaMu
+	catFIO ring.FileIO     // the catalog's and the data directory's file I/O
+	// wrapped[i] is Config.WrapFileIO's FileIO for shard i; nil without WrapFileIO. Set
+	// in Open before any partition opens, read-only afterwards.
+	wrapped []ring.FileIO
+
+	scrubFound atomic.Int64 // corrupt batches found by the background scrubbers
 
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
@@ -138,12 +152,26 @@ func Open(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	cat, err := engine.LoadCatalog(cfg.DataDir)
+	var catFIO ring.FileIO = ring.Syscalls{}
+	if cfg.WrapFileIO != nil {
+		catFIO = cfg.WrapFileIO(-1, catFIO)
+	}
+	cat, err := engine.OpenCatalog(cfg.DataDir, catFIO)
 	if err != nil {
 		dirLock.Close()
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, allowed: allowedCPUs(), dirLock: dirLock, files: NewQuota(cfg.FetchFilesMax)}
+	// Finish what interrupted admin operations left: directories of topics that never
+	// reached the catalog or have left it.
+	swept, err := cat.Sweep()
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	if len(swept) > 0 {
+		cfg.Logger.Warn("removed leftovers of interrupted topic operations", "dir", cfg.DataDir, "names", swept)
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, files: NewQuota(cfg.FetchFilesMax)}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		dirLock.Close()
@@ -157,6 +185,9 @@ func Open(cfg Config) (*Broker, error) {
 			return nil, err
 		}
 		b.shards = append(b.shards, s)
+		if cfg.WrapFileIO != nil {
+			b.wrapped = append(b.wrapped, cfg.WrapFileIO(i, s.r))
+		}
 	}
 	// Open every partition on its shard, all shards in parallel.
 	var opens []func() error
@@ -257,6 +288,14 @@ func allowedCPUs() []int {
 // cpuSetBitsMax is the number of CPUs a unix.CPUSet describes (glibc's CPU_SETSIZE).
 const cpuSetBitsMax = 1024
 
+// fileIO is the file I/O of shard i's partition logs.
+func (b *Broker) fileIO(i int) ring.FileIO {
+	if b.wrapped != nil {
+		return b.wrapped[i]
+	}
+	return b.shards[i].r
+}
+
 func (b *Broker) partitionDir(tp TopicPartition) string {
 	return engine.PartitionDir(b.cfg.DataDir, tp.Topic, int(tp.Partition))
 }
@@ -329,9 +368,12 @@ func (b *Broker) shardFor(tp TopicPartition) (*Shard, error) {
 // ValidateTopicName applies Kafka's topic name rules.
 func ValidateTopicName(name string) error { return engine.ValidTopicName(name) }
 
-// CreateTopic creates a topic with partitions partitions spread over the shards and opens
-// their logs. The catalog is written before any partition opens, so a crash in between
-// leaves a topic whose empty logs are created on the next start.
+// CreateTopic creates a topic with partitions partitions spread over the shards, all or
+// nothing: every partition's directory is created durably and its log opened first, and
+// the catalog write that follows is the commit point. If any step fails, the partitions
+// already opened are closed and their directories removed; a crash before the commit leaves
+// directories that the next Open sweeps (engine.Catalog.Sweep). Either way the topic does
+// not exist and create can be retried.
 func (b *Broker) CreateTopic(name string, partitions int, config map[string]string) error {
 	if err := ValidateTopicName(name); err != nil {
 		return err
@@ -362,15 +404,36 @@ func (b *Broker) CreateTopic(name string, partitions int, config map[string]stri
 	if err != nil {
 		return err
 	}
-	if err := b.cat.Create(name, partitions, config, shards, len(b.shards)); err != nil {
-		return err
+	// Directories left under this name by an interrupted create or delete are garbage
+	// (the catalog does not name them): a new topic starts empty.
+	for p := range shards {
+		if err := engine.RemovePartitionDir(b.catFIO, b.cfg.DataDir, name, p); err != nil {
+			return fmt.Errorf("create topic %q: %w", name, err)
+		}
 	}
 	err = b.onPartitions(t, func(s *Shard, tp TopicPartition) error { return s.openPartition(tp, t.logConfig, t.minInsync) })
+	if err == nil {
+		err = b.cat.Create(name, partitions, config, shards, len(b.shards))
+	}
 	if err != nil {
+		if derr := b.discardPartitions(t); derr != nil {
+			b.log.Warn("create topic failed and its partitions were not all removed; the next start removes them",
+				"topic", name, "err", derr)
+		}
 		return fmt.Errorf("create topic %q: %w", name, err)
 	}
 	b.publish(old, name, t)
 	return nil
+}
+
+// discardPartitions closes every partition of t that a shard holds and removes every
+// partition directory of t (t is not, or no longer, in the catalog).
+func (b *Broker) discardPartitions(t *Topic) error {
+	err := b.onPartitions(t, func(s *Shard, tp TopicPartition) error { return s.dropPartition(tp, b.partitionDir(tp)) })
+	for p := range t.Partitions {
+		err = errors.Join(err, engine.RemovePartitionDir(b.catFIO, b.cfg.DataDir, t.Name, p))
+	}
+	return err
 }
 
 // publish installs a new metadata snapshot with topic name set to t (nil deletes it).
@@ -388,8 +451,10 @@ func (b *Broker) publish(old *metadata, name string, t *Topic) {
 }
 
 // DeleteTopic removes a topic: it disappears from metadata first (new requests fail with
-// unknown topic), then each shard closes and deletes its partitions, then the catalog
-// forgets it.
+// unknown topic), then the catalog forgets it (the commit point: if that write fails, the
+// topic is back in metadata, untouched), then each shard closes and deletes its
+// partitions. Directories a failure or crash leaves after the commit are swept by the next
+// Open, or by a create of the same name.
 func (b *Broker) DeleteTopic(name string) error {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
@@ -399,16 +464,22 @@ func (b *Broker) DeleteTopic(name string) error {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
 	b.publish(old, name, nil)
-	err := b.onPartitions(t, func(s *Shard, tp TopicPartition) error { return s.dropPartition(tp, b.partitionDir(tp)) })
-	if cerr := b.cat.Delete(name); cerr != nil {
-		return errors.Join(err, cerr)
+	if err := b.cat.Delete(name); err != nil {
+		b.meta.Store(old)
+		return err
 	}
-	return err
+	if err := b.discardPartitions(t); err != nil {
+		b.log.Warn("deleted topic's partitions were not all removed; the next start removes them", "topic", name, "err", err)
+	}
+	return nil
 }
 
 // AlterTopicConfig sets the configs in set and removes the keys in deletes (their
-// defaults apply again).
-// Each partition's log is reopened with the new configuration on its shard.
+// defaults apply again), all or nothing: each partition's log is reopened with the new
+// configuration on its shard, then the catalog write commits it. If a reopen or the write
+// fails, every partition is put back on the old configuration (reopened if the failure
+// closed it) and the catalog keeps the old one, so a restart also runs the old one. While
+// the call runs, partitions already reopened serve under the new configuration.
 func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []string) error {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
@@ -422,12 +493,23 @@ func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []
 	if err != nil {
 		return err
 	}
-	if err := b.cat.SetConfig(name, config); err != nil {
-		return err
-	}
 	err = b.onPartitions(nt, func(s *Shard, tp TopicPartition) error { return s.reconfigurePartition(tp, nt.logConfig, nt.minInsync) })
+	if err == nil {
+		err = b.cat.SetConfig(name, config)
+	}
 	if err != nil {
-		return fmt.Errorf("alter config of %q: %w", name, err)
+		rerr := b.onPartitions(t, func(s *Shard, tp TopicPartition) error {
+			err := s.reconfigurePartition(tp, t.logConfig, t.minInsync)
+			if errors.Is(err, ErrUnknownTopicOrPartition) { // the failed reopen closed it
+				err = s.openPartition(tp, t.logConfig, t.minInsync)
+			}
+			return err
+		})
+		if rerr != nil {
+			b.log.Error("alter config failed and not every partition is back on the old config; a restart restores it",
+				"topic", name, "err", rerr)
+		}
+		return fmt.Errorf("alter config of %q: %w", name, errors.Join(err, rerr))
 	}
 	b.publish(old, name, nt)
 	return nil
@@ -444,6 +526,8 @@ type PartitionState struct {
 	Segments       int
 	Storage        string
 	Err            string // non-empty when the log has failed (sticky fdatasync error)
+	CorruptBatches int    // bad batches found in sealed segments (scrubber or --verify-segments)
+	Corruption     string // the first of them and how to repair it; "" when none
 }
 
 // DescribeTopic returns the state of every partition of a topic.

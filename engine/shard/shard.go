@@ -25,6 +25,7 @@ type Shard struct {
 	parts      map[TopicPartition]*partition
 	dirty      []*partition // appended to since the last flushDirty
 	flushArmed bool
+	scrub      scrubState // background segment verification (scrub.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -88,6 +89,7 @@ func (s *Shard) armTimers() {
 	}
 	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
+	s.armScrub()
 }
 
 // markDirty queues p for the flush at the end of this loop turn.
@@ -156,6 +158,10 @@ func (s *Shard) startSync(p *partition) {
 		}
 	}
 	for _, fd := range t.Fds {
+		if s.b.wrapped != nil { // a test's FileIO: blocking, so the wrapper sees every sync
+			complete(s.b.fileIO(s.index).Fdatasync(fd))
+			continue
+		}
 		err := s.r.Submit(func(sqe *ring.SQE) { sqe.PrepFsync(fd, true) }, func(res int32, _ uint32) {
 			if res < 0 {
 				complete(fmt.Errorf("fdatasync: %w", unix.Errno(-res)))
@@ -223,7 +229,7 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 			return nil
 		}
 		dir := s.b.partitionDir(tp)
-		l, report, err := engine.OpenLog(dir, lc, s.r)
+		l, report, err := engine.OpenLog(dir, lc, s.b.fileIO(s.index))
 		if err != nil {
 			return fmt.Errorf("open %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
@@ -268,7 +274,7 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 		if err := p.log.Close(); err != nil {
 			return err
 		}
-		l, _, err := engine.OpenLog(s.b.partitionDir(tp), lc, s.r)
+		l, _, err := engine.OpenLog(s.b.partitionDir(tp), lc, s.b.fileIO(s.index))
 		if err != nil {
 			delete(s.parts, tp)
 			return fmt.Errorf("reopen %s/%d: %w", tp.Topic, tp.Partition, err)
@@ -293,6 +299,7 @@ func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
 		if err := p.log.Err(); err != nil {
 			out.Err = err.Error()
 		}
+		p.describeCorruption(out)
 		return nil
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -65,10 +67,23 @@ type ConsumerConfig struct {
 	// (Earliest or Latest). Unset: Poll returns an error wrapping
 	// wire.ErrOffsetOutOfRange.
 	OnOutOfRange Offset
+	// Logger receives a warning each time a partition backs off after a retriable error,
+	// saying what failed and how long it waits; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // pollRetryBackoff is how long Poll pauses when every fetch failed on a connection error.
 const pollRetryBackoff = 50 * time.Millisecond
+
+// Back-off of a partition whose fetch failed with a retriable error (STORAGE_ERROR,
+// THROTTLED, NOT_LEADER_OR_WRONG_SHARD, ...): the n-th consecutive failure waits a random
+// time in [d/2, d] with d = retryBackoffMin * 2^(n-1), capped at retryBackoffMax. The other
+// partitions keep being fetched meanwhile. Jitter keeps many consumers of one broker from
+// retrying in lock step.
+const (
+	retryBackoffMin = 20 * time.Millisecond
+	retryBackoffMax = 2 * time.Second
+)
 
 // ConsumedRecord is one record returned by Poll. Its slices stay valid until the caller
 // drops them (they are not reused).
@@ -89,11 +104,19 @@ type Consumer struct {
 	cfg      ConsumerConfig
 	assigned map[topicPartition]*assignment
 	order    []topicPartition // stable iteration order
+
+	// Injectable for tests: the clock, the wait between polls, and the jitter source
+	// (returns a value in [0, n)).
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration)
+	jitter func(n int64) int64
 }
 
 type assignment struct {
 	start    Offset // pending start, resolved by the next Poll
 	position int64  // next offset to read, valid when start.kind == offsetNone
+	retryAt  time.Time
+	attempts int // consecutive retriable fetch errors
 }
 
 // NewConsumer returns a consumer reading through c.
@@ -110,7 +133,53 @@ func (c *Client) NewConsumer(cfg ConsumerConfig) *Consumer {
 	if cfg.PartitionMaxBytes <= 0 {
 		cfg.PartitionMaxBytes = 1 << 20
 	}
-	return &Consumer{c: c, cfg: cfg, assigned: map[topicPartition]*assignment{}}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Consumer{c: c, cfg: cfg, assigned: map[topicPartition]*assignment{},
+		now: time.Now, sleep: sleepContext, jitter: rand.Int64N}
+}
+
+func sleepContext(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// backOff schedules the next fetch of a partition after a retriable error and says so.
+func (co *Consumer) backOff(key topicPartition, a *assignment, code wire.ErrorCode, message string) {
+	a.attempts++
+	d := retryBackoffMax
+	if shift := a.attempts - 1; shift < 16 && retryBackoffMin<<shift < retryBackoffMax {
+		d = retryBackoffMin << shift
+	}
+	d = d/2 + time.Duration(co.jitter(int64(d/2)+1))
+	a.retryAt = co.now().Add(d)
+	co.cfg.Logger.Warn("consumer: partition fetch failed, backing off",
+		"topic", key.topic, "partition", key.partition, "offset", a.position, "error", code.Name(),
+		"message", message, "retry_in", d.Round(time.Millisecond), "attempt", a.attempts)
+}
+
+// waitForRetries sleeps until the first backing-off partition may be fetched again (at
+// most MaxWait) when every assigned partition is backing off.
+func (co *Consumer) waitForRetries(ctx context.Context) {
+	now := co.now()
+	var earliest time.Time
+	for _, key := range co.order {
+		a := co.assigned[key]
+		if !a.retryAt.After(now) {
+			return
+		}
+		if earliest.IsZero() || a.retryAt.Before(earliest) {
+			earliest = a.retryAt
+		}
+	}
+	if !earliest.IsZero() {
+		co.sleep(ctx, min(earliest.Sub(now), co.cfg.MaxWait))
+	}
 }
 
 // Assign adds (or re-positions) a partition, starting at from.
@@ -191,10 +260,18 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	if len(co.order) == 0 {
 		return nil, errors.New("poll: no partitions assigned")
 	}
+	co.waitForRetries(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := co.now()
 	byAddr := map[string]*wire.FetchRequest{}
 	var addrs []string
 	for _, key := range co.order {
 		a := co.assigned[key]
+		if a.retryAt.After(now) {
+			continue // backing off after a retriable error
+		}
 		if err := co.resolve(ctx, key, a); err != nil {
 			return nil, fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)
 		}
@@ -210,6 +287,9 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 		}
 		t := &req.Topics[len(req.Topics)-1]
 		t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
+	}
+	if len(addrs) == 0 {
+		return nil, nil
 	}
 	type result struct {
 		resp    *wire.FetchResponse
@@ -294,6 +374,12 @@ func (co *Consumer) apply(resp *wire.FetchResponse, out []ConsumedRecord) (_ []C
 			}
 			switch p.ErrorCode {
 			case wire.ErrNone:
+				a.attempts, a.retryAt = 0, time.Time{}
+			case wire.ErrCorruptMessage:
+				// The stored batch at this position is unreadable: retrying cannot help.
+				// The caller decides: Seek past it (the message names the next readable
+				// offset) or stop.
+				return out, aliased, fmt.Errorf("poll %s/%d at offset %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
 			case wire.ErrOffsetOutOfRange:
 				if co.cfg.OnOutOfRange.kind == offsetEarliest || co.cfg.OnOutOfRange.kind == offsetLatest {
 					a.start = co.cfg.OnOutOfRange
@@ -302,7 +388,13 @@ func (co *Consumer) apply(resp *wire.FetchResponse, out []ConsumedRecord) (_ []C
 				return out, aliased, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
 			default:
 				if p.ErrorCode.Retriable() {
-					co.c.invalidate(key.topic)
+					// Only a routing error makes fresh metadata worth fetching; a disk or
+					// quota error on the right broker does not (refreshing on every loop
+					// was half of the spin this back-off replaces).
+					if p.ErrorCode == wire.ErrNotLeaderOrWrongShard || p.ErrorCode == wire.ErrUnknownTopicOrPartition {
+						co.c.invalidate(key.topic)
+					}
+					co.backOff(key, a, p.ErrorCode, p.ErrorMessage)
 					continue
 				}
 				return out, aliased, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, wire.CodeError(p.ErrorCode, p.ErrorMessage))
@@ -365,7 +457,9 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 			return nil
 		})
 		if err != nil {
-			return out, fmt.Errorf("poll %s/%d: batch at %d: %w", key.topic, key.partition, h.BaseOffset, err)
+			// A batch that fails its checks here is as unreadable as one the broker reported:
+			// one sentinel for callers to test (errors.Is), batch's sentinel in the chain too.
+			return out, fmt.Errorf("poll %s/%d: batch at %d: %w: %w", key.topic, key.partition, h.BaseOffset, wire.ErrCorruptMessage, err)
 		}
 		a.position = h.LastOffset() + 1
 	}

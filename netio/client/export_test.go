@@ -1,4 +1,14 @@
 package client
 
+import (
+	"context"
+	"time"
+)
+
 // Murmur2ForTest exposes murmur2 to the external test package.
 var Murmur2ForTest = murmur2
+
+// SetConsumerClock replaces a consumer's clock, sleep and jitter (tests of the back-off).
+func SetConsumerClock(co *Consumer, now func() time.Time, sleep func(context.Context, time.Duration), jitter func(int64) int64) {
+	co.now, co.sleep, co.jitter = now, sleep, jitter
+}

@@ -34,6 +34,10 @@ type Broker struct {
 	injected []injectedError      // guarded by mu
 	closed   bool                 // guarded by mu
 	produced int                  // guarded by mu: produce requests seen (for tests)
+
+	fetchInjected []injectedError // guarded by mu
+	fetches       int             // guarded by mu: fetch requests seen
+	metadatas     int             // guarded by mu: metadata requests seen
 }
 
 type topic struct {
@@ -95,6 +99,52 @@ func (b *Broker) InjectProduceError(topicName string, partition int32, code wire
 	b.injected = append(b.injected, injectedError{topicName, partition, code, count})
 }
 
+// InjectFetchError makes the next count fetches of topic/partition answer code at once
+// (no long-poll), as a broker whose disk fails would.
+func (b *Broker) InjectFetchError(topicName string, partition int32, code wire.ErrorCode, count int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fetchInjected = append(b.fetchInjected, injectedError{topicName, partition, code, count})
+}
+
+// FetchRequests and MetadataRequests return how many of each the fake has seen.
+func (b *Broker) FetchRequests() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fetches
+}
+
+func (b *Broker) MetadataRequests() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.metadatas
+}
+
+// takeFetchErrorLocked consumes one injected fetch error for topic/partition, if any.
+func (b *Broker) takeFetchErrorLocked(topicName string, partition int32) wire.ErrorCode {
+	for i := range b.fetchInjected {
+		inj := &b.fetchInjected[i]
+		if inj.topic == topicName && inj.partition == partition && inj.remaining > 0 {
+			inj.remaining--
+			return inj.code
+		}
+	}
+	return wire.ErrNone
+}
+
+func (b *Broker) fetchInjectedLocked(m *wire.FetchRequest) bool {
+	for _, t := range m.Topics {
+		for _, p := range t.Partitions {
+			for _, inj := range b.fetchInjected {
+				if inj.topic == t.Topic && inj.partition == p.Partition && inj.remaining > 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // InjectedLeft returns how many injected produce errors have not fired yet.
 func (b *Broker) InjectedLeft() int {
 	b.mu.Lock()
@@ -151,6 +201,9 @@ func (b *Broker) Serve(req *netio.Request) {
 	case *wire.ListOffsetsRequest:
 		req.ReplyMessage(b.listOffsets(m))
 	case *wire.MetadataRequest:
+		b.mu.Lock()
+		b.metadatas++
+		b.mu.Unlock()
 		req.ReplyMessage(b.metadata(m))
 	case *wire.CreateTopicsRequest:
 		req.ReplyMessage(b.createTopics(m))
@@ -248,8 +301,9 @@ func (b *Broker) appendLocked(topicName string, pi int32, records []byte) (int64
 // fetch answers at once if min bytes are available or max wait is 0, else parks.
 func (b *Broker) fetch(req *netio.Request, m *wire.FetchRequest) {
 	b.mu.Lock()
+	b.fetches++
 	w := &waiter{req: req, fetch: m}
-	if m.MaxWaitMs <= 0 || b.closed || b.availableLocked(m) >= int64(max(m.MinBytes, 1)) {
+	if m.MaxWaitMs <= 0 || b.closed || b.fetchInjectedLocked(m) || b.availableLocked(m) >= int64(max(m.MinBytes, 1)) {
 		reply := b.fetchReplyLocked(w)
 		b.mu.Unlock()
 		reply()
@@ -331,6 +385,11 @@ func (b *Broker) fetchReplyLocked(w *waiter) func() {
 				continue
 			}
 			rp.HighWatermark, rp.LogStartOffset = p.nextOffset, p.logStart
+			if code := b.takeFetchErrorLocked(t.Topic, fp.Partition); code != wire.ErrNone {
+				rp.ErrorCode, rp.ErrorMessage = code, "injected: "+code.Error()
+				rt.Partitions = append(rt.Partitions, rp)
+				continue
+			}
 			if fp.FetchOffset < p.logStart || fp.FetchOffset > p.nextOffset {
 				rp.ErrorCode = wire.ErrOffsetOutOfRange
 				rp.ErrorMessage = fmt.Sprintf("offset %d outside [%d, %d]", fp.FetchOffset, p.logStart, p.nextOffset)

@@ -57,7 +57,7 @@ var errorTable = map[ErrorCode]errorInfo{
 	ErrCorruptMessage:          {"CORRUPT_MESSAGE", "record batch failed its CRC or size checks", true},
 	ErrUnknownTopicOrPartition: {"UNKNOWN_TOPIC_OR_PARTITION", "topic or partition does not exist", true},
 	ErrOffsetOutOfRange:        {"OFFSET_OUT_OF_RANGE", "offset is outside the partition's [log start, high watermark] range", false},
-	ErrMessageTooLarge:         {"MESSAGE_TOO_LARGE", "record batch is larger than the topic's max.message.bytes", false},
+	ErrMessageTooLarge:         {"MESSAGE_TOO_LARGE", "record batch is larger than the topic's segment.bytes or the broker's frame limit", false},
 	ErrNotEnoughReplicas:       {"NOT_ENOUGH_REPLICAS", "fewer in-sync replicas than min.insync.replicas; write refused", true},
 	ErrRequestTimedOut:         {"REQUEST_TIMED_OUT", "request did not complete within its timeout", true},
 	ErrThrottled:               {"THROTTLED", "request refused by a quota; retry after the throttle time", true},

@@ -808,6 +808,8 @@ type DescribePartition struct {
 	HighWatermark  int64
 	LogEndOffset   int64
 	SizeBytes      int64 // bytes of segment files on disk
+	ErrorMessage   string
+	CorruptBatches int32 // bad batches found in sealed segments (scrubber, --verify-segments)
 }
 
 func (*DescribeTopicsRequest) API() APIKey  { return APIDescribeTopics }
@@ -839,6 +841,8 @@ func (m *DescribeTopicsResponse) AppendTo(dst []byte) []byte {
 			dst = appendInt64(dst, p.HighWatermark)
 			dst = appendInt64(dst, p.LogEndOffset)
 			dst = appendInt64(dst, p.SizeBytes)
+			dst = appendString(dst, p.ErrorMessage)
+			dst = appendInt32(dst, p.CorruptBatches)
 		}
 	}
 	return dst
@@ -852,9 +856,9 @@ func (m *DescribeTopicsResponse) ReadFrom(b []byte) error {
 		t.Topic = r.string()
 		t.ErrorCode = ErrorCode(r.int16())
 		t.ErrorMessage = r.string()
-		t.Partitions = makeSlice[DescribePartition](r.arrayLen(4 + 2 + 4 + 8*4))
+		t.Partitions = makeSlice[DescribePartition](r.arrayLen(4 + 2 + 4 + 8*4 + 2 + 4))
 		for j := range t.Partitions {
-			t.Partitions[j] = DescribePartition{r.int32(), ErrorCode(r.int16()), r.int32(), r.int64(), r.int64(), r.int64(), r.int64()}
+			t.Partitions[j] = DescribePartition{r.int32(), ErrorCode(r.int16()), r.int32(), r.int64(), r.int64(), r.int64(), r.int64(), r.string(), r.int32()}
 		}
 	}
 	return r.done("DescribeTopics response")

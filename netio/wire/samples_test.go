@@ -53,7 +53,7 @@ func sampleResponses() []Message {
 		}},
 		&CreateTopicsResponse{Topics: []TopicResult{{"orders", ErrNone, ""}, {"dup", ErrTopicAlreadyExists, "topic dup already exists"}}},
 		&DeleteTopicsResponse{Topics: []TopicResult{{"orders", ErrNone, ""}}},
-		&DescribeTopicsResponse{Topics: []DescribeTopic{{Topic: "orders", Partitions: []DescribePartition{{0, ErrNone, 0, 0, 100, 100, 65536}}}}},
+		&DescribeTopicsResponse{Topics: []DescribeTopic{{Topic: "orders", Partitions: []DescribePartition{{0, ErrNone, 0, 0, 100, 100, 65536, "", 0}, {1, ErrCorruptMessage, 1, 0, 90, 90, 4096, "1 corrupt batch(es)", 1}}}}},
 		&DescribeConfigsResponse{Topics: []DescribeConfigsResult{{Topic: "orders", Configs: []ConfigDescription{{"retention.ms", "86400000", ConfigSourceTopic, false}, {"segment.bytes", "1073741824", ConfigSourceDefault, false}}}}},
 		&AlterConfigsResponse{Topics: []TopicResult{{"orders", ErrInvalidConfig, "retention.ms: not a number"}}},
 	}

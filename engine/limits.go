@@ -1,0 +1,25 @@
+package engine
+
+// Limits shared by the broker, the catalog and the CLI. Each is part of the
+// operator-visible contract (docs/operations.md, "Limits and storage conditions"); the CLI
+// checks its input against the same constants so that it never accepts what the broker
+// refuses, or refuses what the broker accepts.
+const (
+	// PartitionsPerTopicMax bounds the partitions of one topic: each partition holds at
+	// least three open descriptors (.log, .index, .timeindex of its active segment).
+	PartitionsPerTopicMax = 10_000
+	// TopicNameBytesMax is Kafka's limit: a partition directory name ("<topic>-<n>") must
+	// fit in 255 bytes.
+	TopicNameBytesMax = 249
+	// TopicConfigEntriesMax bounds the config entries of one topic.
+	TopicConfigEntriesMax = 64
+	// SegmentMsMin is the smallest non-zero segment.ms (milliseconds): every roll creates
+	// three files and keeps the sealed segment open, so segment.ms=1 let any client make a
+	// partition create thousands of files a second. One minute still rolls 10 080 segments
+	// a week; time-based rolling is for retention granularity, not a throughput knob.
+	SegmentMsMin = 60_000
+	// DiskFreeMinBytesDefault is ringlogd's default --disk-free-min-bytes: produces are
+	// refused with STORAGE_ERROR while the data directory's file system has less free.
+	// 64 MiB leaves room for index files, the catalog and a roll's new segment files.
+	DiskFreeMinBytesDefault = 64 << 20
+)

@@ -19,7 +19,10 @@ import (
 //     reservation by its first batch (a consumer must always be able to progress past a
 //     batch larger than its limits); any later partition that would is answered empty.
 //     Partitions on different shards read concurrently, so which partition counts as
-//     "first" is whichever finishes its read first, not the request order.
+//     "first" is whichever finishes its read first, not the request order, and a
+//     reservation held while its read runs can leave a partition read at the same moment
+//     on another shard with nothing: the bound always holds, the fill may be below it
+//     (Kafka promises only the bound; the consumer asks again).
 //   - Descriptors: every file piece of a result holds a duplicated segment descriptor until
 //     Release. Each is charged to the broker's quota (Config.FetchFilesMax) and to the
 //     request's own quota (FetchRequest.Files, per connection in the server); a partition

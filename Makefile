@@ -45,3 +45,24 @@ lint:
 	$(GO) mod tidy -diff
 	cd bench/peers && $(GO) mod tidy -diff
 	$(GO) test -count=1 -run '^TestImportRules' .
+
+# Static, versioned release binaries: dist/ringlog-VERSION-linux-ARCH/{ringlogd,ringlog} and a
+# .tar.gz of each, with SHA256SUMS. VERSION defaults to `git describe`, COMMIT to the short
+# revision; both are printed by `ringlogd --version` and `ringlog version`. DIST moves the
+# output (cmd/ringlogd's TestReleaseBuild builds into a temp dir).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+RELEASE_LDFLAGS = -s -w -X main.Version=$(VERSION) -X main.Commit=$(COMMIT)
+DIST ?= dist
+release:
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@for platform in $(RELEASE_PLATFORMS); do \
+	  os=$${platform%/*}; arch=$${platform#*/}; name=ringlog-$(VERSION)-$$os-$$arch; \
+	  echo "== $$name"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' \
+	    -o $(DIST)/$$name/ ./cmd/ringlogd ./cmd/ringlog || exit 1; \
+	  cp README.md docs/operations.md docs/ringlogd.example.yaml $(DIST)/$$name/ && cp -r deploy $(DIST)/$$name/ || exit 1; \
+	  tar -C $(DIST) -czf $(DIST)/$$name.tar.gz $$name || exit 1; \
+	done
+	@cd $(DIST) && sha256sum *.tar.gz > SHA256SUMS && cat SHA256SUMS

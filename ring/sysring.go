@@ -425,7 +425,7 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 		return r.msgRing(op), 0, -1, 0
 	case OpPollAdd:
 		r.pollFds[0] = unix.PollFd{Fd: op.fd, Events: int16(s.OpFlags)}
-		n, _, e := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0)
+		n, e := pollNow(&r.pollFds[0])
 		if e != 0 {
 			return errRes(e), 0, -1, 0
 		}
@@ -450,7 +450,7 @@ func (r *sysRing) recvSelect(op *sysOp) (int32, uint32, int32, uint32) {
 	if br.head == tail {
 		// Like the kernel, run out of buffers only when there is data to put in one.
 		r.pollFds[0] = unix.PollFd{Fd: op.fd, Events: unix.POLLIN}
-		if n, _, _ := unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0); n == 0 {
+		if n, _ := pollNow(&r.pollFds[0]); n == 0 {
 			return errRes(unix.EAGAIN), 0, op.fd, unix.EPOLLIN
 		}
 		return errRes(unix.ENOBUFS), 0, -1, 0
@@ -654,7 +654,7 @@ func (r *sysRing) splice(op *sysOp) (int32, uint32, int32, uint32) {
 	}
 	// Which side would block? Wait on the input if it has nothing, else on the output.
 	r.pollFds[0] = unix.PollFd{Fd: fdIn, Events: unix.POLLIN}
-	unix.Syscall(unix.SYS_POLL, uintptr(unsafe.Pointer(&r.pollFds[0])), 1, 0)
+	pollNow(&r.pollFds[0])
 	if r.pollFds[0].Revents == 0 {
 		return res, 0, fdIn, unix.EPOLLIN
 	}

@@ -93,9 +93,13 @@ func wantArgs(positional []string, names ...string) error {
 	return nil
 }
 
-// brokerFlag registers --broker, defaulting to $RINGLOG_BROKER, then 127.0.0.1:9400.
+// brokerFlag registers --broker, defaulting to a --broker given before the command, then
+// $RINGLOG_BROKER, then 127.0.0.1:9400.
 func brokerFlag(fs *flag.FlagSet) *string {
-	def := os.Getenv(brokerEnv)
+	def := globalBroker
+	if def == "" {
+		def = os.Getenv(brokerEnv)
+	}
 	if def == "" {
 		def = brokerDefault
 	}

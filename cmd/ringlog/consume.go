@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,7 +24,7 @@ func init() {
 }
 
 const (
-	consumeUsage = "consume TOPIC [--partition P] [--from earliest|latest|OFFSET|@UNIX_MS] [--max N] [--exit-at-end] [--print-key] [--print-offset]"
+	consumeUsage = "consume TOPIC [--partition P] [--from earliest|latest|OFFSET|@UNIX_MS] [--max N] [--exit-at-end] [--print-key] [--print-offset] [--format FORMAT|json]"
 	// consumeMaxWait is the long-poll wait per fetch: short enough that Ctrl-C and
 	// --exit-at-end react quickly, long enough not to spin on an idle topic.
 	consumeMaxWait = 500 * time.Millisecond
@@ -42,6 +43,8 @@ type consumeOptions struct {
 	printKey     bool
 	printOffset  bool
 	keySeparator string
+	format       []formatPart // --format FORMAT; nil: the value (and --print-*) per line
+	json         bool         // --format json
 }
 
 // parseFrom parses --from: earliest, latest, an offset, or @UNIX_MS.
@@ -77,6 +80,7 @@ func parseConsumeFlags(args []string) (consumeOptions, error) {
 	fs.BoolVar(&o.printKey, "print-key", false, "print KEY SEP VALUE (SEP from --key-separator)")
 	fs.BoolVar(&o.printOffset, "print-offset", false, "prefix each line with PARTITION:OFFSET and a tab")
 	fs.StringVar(&o.keySeparator, "key-separator", "\t", "separator printed between key and value with --print-key")
+	format := fs.String("format", "", "print each record as FORMAT, with kcat's placeholders %t %p %o %k %s %K %S %T %h and escapes \\n \\t (add \\n yourself); or json: one object per line")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return o, err
@@ -94,6 +98,16 @@ func parseConsumeFlags(args []string) (consumeOptions, error) {
 	}
 	if o.max < 0 {
 		return o, fmt.Errorf("--max %d: want >= 0", o.max)
+	}
+	if *format != "" {
+		if o.printKey || o.printOffset {
+			return o, errors.New("--format replaces --print-key and --print-offset (use %k and %o)")
+		}
+		if *format == formatJSON {
+			o.json = true
+		} else if o.format, err = compileFormat(*format); err != nil {
+			return o, err
+		}
 	}
 	return o, nil
 }
@@ -165,6 +179,10 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 			delete(end, p)
 		}
 	}
+	var enc *json.Encoder // --format json
+	if o.json {
+		enc = newJSONEncoder(out)
+	}
 	var written int64
 	for range pollRoundsMax {
 		if o.exitAtEnd && len(end) == 0 {
@@ -178,7 +196,13 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 					continue
 				}
 			}
-			writeRecord(out, o, &r)
+			if enc != nil {
+				if err := enc.Encode(newJSONRecord(&r)); err != nil {
+					return written, fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+				}
+			} else {
+				writeRecord(out, o, &r)
+			}
 			written++
 			if o.max > 0 && written >= o.max {
 				return written, nil
@@ -207,6 +231,10 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 }
 
 func writeRecord(out *bufio.Writer, o consumeOptions, r *client.ConsumedRecord) {
+	if o.format != nil {
+		writeFormatted(out, o.format, r)
+		return
+	}
 	if o.printOffset {
 		out.WriteString(strconv.FormatInt(int64(r.Partition), 10))
 		out.WriteByte(':')

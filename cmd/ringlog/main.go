@@ -6,8 +6,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 type command struct {
@@ -24,34 +26,89 @@ func register(name, summary string, run func(args []string) error) {
 	commands[name] = command{summary: summary, run: run}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: ringlog COMMAND [ARGS]\n\ncommands:")
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ringlog [--broker HOST:PORT] COMMAND [ARGS]\n\ncommands:")
 	names := make([]string, 0, len(commands))
 	for name := range commands {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", name, commands[name].summary)
+		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].summary)
 	}
+	fmt.Fprintln(w, "\nglobal flags (before or after the command):\n  --broker HOST:PORT   broker address (env "+brokerEnv+", default "+brokerDefault+")")
+}
+
+// globalBroker is --broker given before the command (`ringlog --broker H:P topic list`,
+// as kcat and rpk users type it). brokerFlag uses it as the default, so a --broker after
+// the command still wins.
+var globalBroker string
+
+// splitGlobalFlags consumes the global flags before the command and returns the command
+// and its arguments. The global flags are --broker (with a space or =) and -h/--help.
+func splitGlobalFlags(args []string) (rest []string, help bool, err error) {
+	for len(args) > 0 {
+		arg := args[0]
+		if arg == "--" {
+			return args[1:], false, nil
+		}
+		if !strings.HasPrefix(arg, "-") || arg == "-" {
+			return args, false, nil
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		switch name {
+		case "h", "help":
+			return args[1:], true, nil
+		case "broker":
+			if !hasValue {
+				if len(args) < 2 {
+					return nil, false, fmt.Errorf("%s needs a value HOST:PORT", arg)
+				}
+				value, args = args[1], args[1:]
+			}
+			if value == "" {
+				return nil, false, fmt.Errorf("%s: empty address", arg)
+			}
+			globalBroker = value
+		case "version":
+			return append([]string{"version"}, args[1:]...), false, nil
+		default:
+			return nil, false, fmt.Errorf("unknown global flag %q (global flags: --broker HOST:PORT; command flags go after the command)", arg)
+		}
+		args = args[1:]
+	}
+	return nil, false, nil
+}
+
+// runCLI runs one command line and returns the exit status: 0, 1 when the command
+// failed, 2 for a usage error.
+func runCLI(args []string, stderr io.Writer) int {
+	args, help, err := splitGlobalFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "ringlog: %v\n", err)
+		return 2
+	}
+	if help || len(args) > 0 && args[0] == "help" {
+		usage(stderr)
+		return 0
+	}
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "ringlog: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if err := cmd.run(args[1:]); err != nil {
+		fmt.Fprintf(stderr, "ringlog %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
-		return
-	}
-	cmd, ok := commands[os.Args[1]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "ringlog: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
-	}
-	if err := cmd.run(os.Args[2:]); err != nil {
-		fmt.Fprintf(os.Stderr, "ringlog %s: %v\n", os.Args[1], err)
-		os.Exit(1)
-	}
+	os.Exit(runCLI(os.Args[1:], os.Stderr))
 }

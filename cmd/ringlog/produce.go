@@ -8,10 +8,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,11 +23,11 @@ import (
 )
 
 func init() {
-	register("produce", "produce stdin lines as records to a topic", runProduce)
+	register("produce", "produce stdin lines (or JSON lines) as records to a topic", runProduce)
 }
 
 const (
-	produceUsage = "produce TOPIC [--key-separator SEP] [--acks 0|1|all] [--compression none|zstd] [--partition P]"
+	produceUsage = "produce TOPIC [--key-separator SEP] [--header k=v ...] [--input lines|json] [--acks 0|1|all] [--compression none|zstd] [--partition P]"
 	// lineBytesMaxDefault matches the broker's default largest batch comfortably: a line is
 	// one record and records are batched, so one line may not exceed a batch.
 	lineBytesMaxDefault = 1 << 20
@@ -52,6 +54,28 @@ type produceOptions struct {
 	bufferBytes  int64
 	linger       time.Duration
 	batchBytes   int
+	headers      headerFlag // --header, on every record
+	inputJSON    bool       // --input json
+}
+
+// headerFlag collects repeated --header k=v in order (a key may repeat, as in Kafka).
+type headerFlag []batch.RecordHeader
+
+func (f *headerFlag) String() string {
+	parts := make([]string, len(*f))
+	for i, h := range *f {
+		parts[i] = h.Key + "=" + string(h.Value)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *headerFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want key=value", s)
+	}
+	*f = append(*f, batch.RecordHeader{Key: k, Value: []byte(v)})
+	return nil
 }
 
 func parseProduceFlags(args []string) (produceOptions, error) {
@@ -66,6 +90,8 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 	fs.Int64Var(&o.bufferBytes, "buffer-bytes", produceBufferBytesDefault, "unacknowledged record bytes before reading stdin pauses")
 	fs.DurationVar(&o.linger, "linger", 5*time.Millisecond, "how long a batch waits for more records")
 	fs.IntVar(&o.batchBytes, "batch-bytes", 256<<10, "batch size that triggers a send")
+	fs.Var(&o.headers, "header", "add header key=value to every record (repeatable, order kept)")
+	input := fs.String("input", "lines", "stdin format: lines (one record per line) or json (one object per line: key, value, headers, partition, timestamp; what consume --format json prints)")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return o, err
@@ -105,6 +131,16 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 	}
 	if o.batchBytes < 1 {
 		return o, fmt.Errorf("--batch-bytes %d: want > 0", o.batchBytes)
+	}
+	switch *input {
+	case "lines":
+	case "json":
+		o.inputJSON = true
+		if o.keySeparator != "" {
+			return o, errors.New("--key-separator does not apply to --input json (records carry their key)")
+		}
+	default:
+		return o, fmt.Errorf("--input %q: want lines or json", *input)
 	}
 	if o.linger == 0 {
 		o.linger = -1 // the producer reads 0 as "default"
@@ -199,10 +235,22 @@ func produceLines(ctx context.Context, c *client.Client, o produceOptions, in io
 			break
 		}
 		rec := &client.Record{Topic: o.topic, Partition: o.partition, Value: scanner.Bytes()}
-		if len(sep) > 0 {
+		if o.inputJSON {
+			if len(bytes.TrimSpace(rec.Value)) == 0 {
+				continue // blank lines separate nothing in JSON lines
+			}
+			var err error
+			if rec, err = recordFromJSON(o, rec.Value); err != nil {
+				sendErr = fmt.Errorf("line %d: %w", line, err)
+				break
+			}
+		} else if len(sep) > 0 {
 			if key, value, ok := bytes.Cut(rec.Value, sep); ok {
 				rec.Key, rec.Value = key, value
 			}
+		}
+		if len(o.headers) > 0 {
+			rec.Headers = append(rec.Headers, o.headers...)
 		}
 		// Send copies key and value, so the scanner may reuse its buffer.
 		if err := p.Send(ctx, rec, callback); err != nil {
@@ -235,4 +283,45 @@ func produceLines(ctx context.Context, c *client.Client, o produceOptions, in io
 		return sum, fmt.Errorf("waiting for acknowledgements: %w", closeErr)
 	}
 	return sum, nil
+}
+
+// recordFromJSON decodes one --input json line: {"key", "value" (with key_encoding and
+// value_encoding utf8|base64), "headers" (a list of {key, value, value_encoding} or an
+// object of UTF-8 values), "partition", "timestamp" (ms)}. A missing or null key or value
+// is null. "topic" and "offset", which consume --format json prints, are accepted and
+// ignored: the topic is the command's, offsets are the broker's.
+func recordFromJSON(o produceOptions, line []byte) (*client.Record, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	var j jsonRecord
+	if err := dec.Decode(&j); err != nil {
+		return nil, fmt.Errorf("not a JSON record: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value on the line")
+	}
+	rec := &client.Record{Topic: o.topic, Partition: o.partition}
+	var err error
+	if rec.Key, err = decodeBytes(j.Key, j.KeyEncoding, "key"); err != nil {
+		return nil, err
+	}
+	if rec.Value, err = decodeBytes(j.Value, j.ValueEncoding, "value"); err != nil {
+		return nil, err
+	}
+	if rec.Headers, err = headersFromJSON(j.Headers); err != nil {
+		return nil, err
+	}
+	if j.Partition != nil {
+		if *j.Partition < -1 || *j.Partition >= partitionsMax {
+			return nil, fmt.Errorf("partition %d: want a partition number or -1", *j.Partition)
+		}
+		rec.Partition = *j.Partition
+	}
+	if j.Timestamp != nil {
+		if *j.Timestamp < 0 {
+			return nil, fmt.Errorf("timestamp %d: want milliseconds since the epoch", *j.Timestamp)
+		}
+		rec.Timestamp = time.UnixMilli(*j.Timestamp)
+	}
+	return rec, nil
 }

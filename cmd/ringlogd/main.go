@@ -4,8 +4,10 @@
 //	ringlogd [--data DIR] [--listen HOST:PORT] [--shards N] [--cpus LIST | --tune-plan FILE]
 //	         [--storage page-cache|direct] [--io auto|uring|syscall] [--flush-always]
 //
-// It stops cleanly on SIGTERM or SIGINT: it stops accepting, answers what is in flight,
-// syncs every partition and closes.
+// Every flag is also a key of the YAML file --config names and a RINGLOG_* environment
+// variable (config.go); --print-config shows the effective configuration. SIGHUP reloads
+// what can change at run time (reload.go). It stops cleanly on SIGTERM or SIGINT: it stops
+// accepting, answers what is in flight, syncs every partition and closes.
 package main
 
 import (
@@ -24,7 +26,6 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/node"
-	"github.com/ringlog/ringlog/netio/wire"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -37,95 +38,6 @@ import (
 var Version = "0.1.0-dev"
 
 const shutdownGraceDefault = 10 * time.Second
-
-type options struct {
-	dataDir       string
-	listen        string
-	shards        int
-	cpus          string
-	tunePlan      string
-	storage       string
-	io            string
-	flushAlways   bool
-	frameBytesMax uint
-	connsMax      int
-	limits        limitFlags
-	shutdownGrace time.Duration
-	sysRoot       string
-	pin           bool
-	debugAddr     string
-	net           string
-	fileIO        string
-	deferTaskrun  bool
-	shardPorts    string
-	advertise     string
-	diskFreeMin   int64
-	verify        bool
-	scrubRate     int64
-}
-
-func parseFlags(args []string) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("ringlogd", flag.ContinueOnError)
-	fs.StringVar(&o.dataDir, "data", "./data", "data directory (created if missing)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (SO_REUSEPORT)")
-	fs.IntVar(&o.shards, "shards", 0, "number of shards (default: one per CPU, or one per --cpus entry)")
-	fs.StringVar(&o.cpus, "cpus", "", "pin shard i to the i-th CPU of this list, e.g. 0-3,8")
-	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned by `ringlog tune plan --format json`")
-	fs.StringVar(&o.storage, "storage", "page-cache", "storage mode: page-cache or direct")
-	fs.StringVar(&o.io, "io", "auto", "I/O backend: auto, uring or syscall")
-	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")
-	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(wire.FrameBytesMaxDefault), "largest request frame accepted")
-	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
-	o.limits.register(fs)
-	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
-	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
-	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
-	fs.StringVar(&o.net, "net", "ring", "connection driver: ring (accept/recv/send on each shard's io_uring loop) or go (Go's netpoller goroutines)")
-	fs.StringVar(&o.fileIO, "file-io", "inline", "blocking data reads/writes: inline (pread/pwritev on the shard thread; fsyncs still go async on the ring) or ring (submit and wait on the shard's ring)")
-	fs.BoolVar(&o.deferTaskrun, "defer-taskrun", false, "set IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN on shard rings (completion work runs only when the shard waits). Measured: no difference within noise on sync produce (p50 210-354 µs either way)")
-	fs.StringVar(&o.shardPorts, "shard-ports", "auto", "per-shard listeners advertised in metadata so shard-aware clients reach a partition's owner directly: auto (ephemeral ports on the --listen host), off, or a base port (shard i on BASE+i)")
-	fs.StringVar(&o.advertise, "advertise", "", "host clients are told to connect to (metadata: the broker and every shard port); default: the --listen host")
-	fs.Int64Var(&o.diskFreeMin, "disk-free-min-bytes", engine.DiskFreeMinBytesDefault, "refuse produces (STORAGE_ERROR naming the disk) while the data directory's file system has fewer free bytes than this; 0 refuses only when it is full")
-	fs.BoolVar(&o.verify, "verify-segments", false, "verify the CRC of every batch in every sealed segment at start-up (reads the whole log); bad batches are logged and shown by topic describe")
-	fs.Int64Var(&o.scrubRate, "scrub-bytes-per-sec", 8<<20, "bytes of sealed segments each shard re-verifies per second in the background; 0 turns the scrubber off")
-	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	switch o.storage {
-	case string(engine.StoragePageCache), string(engine.StorageDirect):
-	default:
-		return o, fmt.Errorf("--storage %q: want page-cache or direct", o.storage)
-	}
-	switch o.io {
-	case "auto", "uring", "syscall":
-	default:
-		return o, fmt.Errorf("--io %q: want auto, uring or syscall", o.io)
-	}
-	if o.fileIO != "inline" && o.fileIO != "ring" {
-		return o, fmt.Errorf("--file-io %q: want inline or ring", o.fileIO)
-	}
-	if o.net != "ring" && o.net != "go" {
-		return o, fmt.Errorf("--net %q: want ring or go", o.net)
-	}
-	if o.scrubRate < 0 {
-		return o, fmt.Errorf("--scrub-bytes-per-sec %d: want 0 (off) or more", o.scrubRate)
-	}
-	if o.diskFreeMin < 0 {
-		return o, fmt.Errorf("--disk-free-min-bytes %d: want 0 or more", o.diskFreeMin)
-	}
-	if o.cpus != "" && o.tunePlan != "" {
-		return o, errors.New("--cpus and --tune-plan are exclusive")
-	}
-	if err := o.limits.check(); err != nil {
-		return o, err
-	}
-	return o, nil
-}
 
 func shardCPUs(o options) ([]int, error) {
 	switch {
@@ -146,9 +58,10 @@ func shardCPUs(o options) ([]int, error) {
 }
 
 func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	level := new(slog.LevelVar)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
-	if err := run(os.Args[1:], log); err != nil {
+	if err := run(os.Args[1:], log, level); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
@@ -157,17 +70,31 @@ func main() {
 	}
 }
 
-func run(args []string, log *slog.Logger) error {
-	o, err := parseFlags(args)
+func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
+	cfg, err := loadSettings(args, os.LookupEnv)
 	if err != nil {
 		return err
 	}
+	switch {
+	case cfg.version:
+		printVersion(os.Stdout)
+		return nil
+	case cfg.printConfig:
+		return cfg.writeConfig(os.Stdout)
+	}
+	o := cfg.o
+	logLevel, _ := parseLogLevel(o.logLevel) // validated
+	level.Set(logLevel)
+	logConfig(log, cfg)
 	// Handle SIGTERM/SIGINT from here on: a signal that arrives during start-up, or right
 	// after the start-up line that scripts wait for, must mean a clean shutdown, not the
 	// default action (death without syncing).
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cpus, err := shardCPUs(o)
 	if err != nil {
 		return err
@@ -188,6 +115,10 @@ func run(args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Partition defaults: the process-wide parts (disk guard, start-up verification) under
+	// the reloadable ones (storage, flush-always, topic-defaults).
+	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify}
+	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
 	n, err := node.Start(node.Config{
 		Core: shard.Config{
 			DataDir: o.dataDir,
@@ -195,7 +126,7 @@ func run(args []string, log *slog.Logger) error {
 			CPUs:    cpus,
 			Pin:     o.pin,
 			Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
-			Log:     engine.LogConfig{Storage: engine.StorageMode(o.storage), FlushAlways: o.flushAlways, Disk: disk, VerifySegments: o.verify},
+			Log:     logDefaults,
 			// The shard's 0 means its default; the flag's 0 means off.
 			ScrubBytesPerSecond: scrubRate(o.scrubRate),
 			FetchFilesMax:       o.limits.fetchFilesMax,
@@ -225,7 +156,7 @@ func run(args []string, log *slog.Logger) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
+	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()))
 
 	if o.debugAddr != "" {
@@ -237,11 +168,19 @@ func run(args []string, log *slog.Logger) error {
 		}()
 	}
 	var serveErr error
-	select {
-	case s := <-sig:
-		log.Info("shutting down", "signal", s.String())
-	case serveErr = <-n.Errors():
-		log.Error("listener failed, shutting down", "err", serveErr)
+	running := cfg
+wait:
+	for {
+		select {
+		case <-hup:
+			running = reload(running, args, os.LookupEnv, n.Core, logBase, level, log)
+		case s := <-sig:
+			log.Info("shutting down", "signal", s.String())
+			break wait
+		case serveErr = <-n.Errors():
+			log.Error("listener failed, shutting down", "err", serveErr)
+			break wait
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
 	defer cancel()

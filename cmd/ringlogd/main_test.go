@@ -5,8 +5,10 @@ import (
 )
 
 func TestParseFlagsAdvertise(t *testing.T) {
-	o, err := parseFlags([]string{"--listen", "0.0.0.0:9400", "--advertise", "broker1"})
-	if err != nil || o.advertise != "broker1" {
-		t.Fatalf("parseFlags: %+v %v", o, err)
+	s, err := loadSettings([]string{"--listen", "0.0.0.0:9400", "--advertise", "broker1"}, noEnv)
+	if err != nil || s.o.advertise != "broker1" {
+		t.Fatalf("loadSettings: %v", err)
 	}
 }
+
+func noEnv(string) (string, bool) { return "", false }

@@ -123,6 +123,8 @@ type Broker struct {
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
 	files    *Quota      // descriptors held by unsent fetch results (Config.FetchFilesMax)
+
+	logDefaults atomic.Pointer[engine.LogConfig] // cfg.Log, then SetLogDefaults (defaults.go)
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -172,6 +174,7 @@ func Open(cfg Config) (*Broker, error) {
 		cfg.Logger.Warn("removed leftovers of interrupted topic operations", "dir", cfg.DataDir, "names", swept)
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, files: NewQuota(cfg.FetchFilesMax)}
+	b.logDefaults.Store(&cfg.Log)
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		dirLock.Close()
@@ -314,7 +317,7 @@ func (b *Broker) metadataFromCatalog(cat *engine.Catalog) (*metadata, error) {
 }
 
 func (b *Broker) newTopic(name string, shards []int, config map[string]string) (*Topic, error) {
-	lc, err := engine.LogConfigFromMap(b.cfg.Log, config)
+	lc, err := engine.LogConfigFromMap(b.loadLogDefaults(), config)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -677,16 +680,9 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 	}
 }
 
-// BrokerSetsConfig reports whether the broker's own configuration (flags) sets key.
-func (b *Broker) BrokerSetsConfig(key string) bool {
-	switch key {
-	case engine.ConfigStorageMode:
-		return b.cfg.Log.Storage != ""
-	case engine.ConfigFlushAlways:
-		return b.cfg.Log.FlushAlways
-	}
-	return false
-}
+// BrokerSetsConfig reports whether the broker's own configuration (flags, config file,
+// SetLogDefaults) sets key.
+func (b *Broker) BrokerSetsConfig(key string) bool { return b.brokerSetsConfig(key) }
 
 // Exec runs fn on shard i's loop and waits for it: the way to start work that must live on
 // that loop, such as serving connections on its reactor (netio.Server.ServeRing).

@@ -1,0 +1,395 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Raft timing for the in-process clusters: ~5x faster than hashicorp/raft's defaults but
+// with room for a loaded 2-core machine (a missed heartbeat only costs an extra election;
+// the tests wait for outcomes, never for durations).
+const (
+	testHeartbeat   = 300 * time.Millisecond
+	testElection    = 300 * time.Millisecond
+	testLease       = 150 * time.Millisecond
+	testCommit      = 5 * time.Millisecond
+	testWaitMax     = 15 * time.Second // any single wait; a healthy run needs well under 1 s
+	testSubmitMax   = 2 * time.Second
+	testSessionTime = time.Minute
+)
+
+// fakeClock is the clock commands are stamped with: session expiry follows it, not the
+// wall clock.
+type fakeClock struct{ ms atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type testCluster struct {
+	t      *testing.T
+	voters string
+	ids    []int32
+	dirs   map[int32]string
+	ctrls  map[int32]*Controller // running voters
+	clock  *fakeClock
+	logs   *syncBuffer
+}
+
+// freeAddrs returns n loopback addresses whose ports were free a moment ago.
+func freeAddrs(t *testing.T, n int) []string {
+	var addrs []string
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return addrs
+}
+
+func newTestCluster(t *testing.T, n int) *testCluster {
+	addrs := freeAddrs(t, n)
+	c := &testCluster{t: t, dirs: map[int32]string{}, ctrls: map[int32]*Controller{}, clock: &fakeClock{}, logs: &syncBuffer{}}
+	c.clock.ms.Store(1_700_000_000_000)
+	root := t.TempDir()
+	for i, a := range addrs {
+		id := int32(i + 1)
+		c.ids = append(c.ids, id)
+		c.dirs[id] = filepath.Join(root, fmt.Sprint(id))
+		if c.voters != "" {
+			c.voters += ","
+		}
+		c.voters += fmt.Sprintf("%d@%s", id, a)
+	}
+	for _, id := range c.ids {
+		c.start(id)
+	}
+	t.Cleanup(func() {
+		for _, ctrl := range c.ctrls {
+			ctrl.Shutdown()
+		}
+		if t.Failed() {
+			t.Logf("raft logs:\n%s", c.logs.String())
+		}
+	})
+	return c
+}
+
+func (c *testCluster) start(id int32) {
+	c.t.Helper()
+	ctrl, err := Start(Config{
+		NodeID: id, Voters: c.voters, Dir: c.dirs[id],
+		SessionTimeout: testSessionTime, ExpiryInterval: 20 * time.Millisecond,
+		HeartbeatTimeout: testHeartbeat, ElectionTimeout: testElection, LeaderLeaseTimeout: testLease, CommitTimeout: testCommit,
+		Now: c.clock.Now, LogOutput: c.logs,
+	})
+	if err != nil {
+		c.t.Fatalf("start voter %d: %v", id, err)
+	}
+	c.ctrls[id] = ctrl
+}
+
+func (c *testCluster) stop(id int32) {
+	c.t.Helper()
+	if err := c.ctrls[id].Shutdown(); err != nil {
+		c.t.Fatalf("shut down voter %d: %v", id, err)
+	}
+	delete(c.ctrls, id)
+}
+
+// leader waits until one running voter is the raft leader and every running voter agrees.
+func (c *testCluster) leader() *Controller {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWaitMax)
+	defer cancel()
+	for {
+		var changed []<-chan struct{}
+		var leader *Controller
+		agree := true
+		for _, ctrl := range c.ctrls {
+			changed = append(changed, ctrl.LeaderChanged())
+			if ctrl.IsLeader() {
+				leader = ctrl
+			}
+		}
+		if leader != nil {
+			for _, ctrl := range c.ctrls {
+				if id, _ := ctrl.Leader(); id != leader.ID() {
+					agree = false
+				}
+			}
+			if agree {
+				return leader
+			}
+		}
+		if err := waitAny(ctx, changed); err != nil {
+			c.t.Fatalf("no agreed controller leader among %d voters: %v", len(c.ctrls), err)
+		}
+	}
+}
+
+// waitAny waits for one of chans, or a leader-lease period at most (raft does not report
+// every role change through observations, e.g. a follower losing its leader's contact).
+func waitAny(ctx context.Context, chans []<-chan struct{}) error {
+	done := make(chan struct{})
+	defer close(done)
+	fired := make(chan struct{}, len(chans))
+	for _, ch := range chans {
+		go func() {
+			select {
+			case <-ch:
+				fired <- struct{}{}
+			case <-done:
+			}
+		}()
+	}
+	t := time.NewTimer(testLease)
+	defer t.Stop()
+	select {
+	case <-fired:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// submit sends cmd to the leader, retrying when leadership moves under it.
+func (c *testCluster) submit(cmd Command) Result {
+	c.t.Helper()
+	deadline := time.Now().Add(testWaitMax)
+	for {
+		res, err := c.leader().Submit(&cmd, testSubmitMax)
+		if err == nil {
+			return res
+		}
+		if !errors.Is(err, ErrNotController) || time.Now().After(deadline) {
+			c.t.Fatalf("submit %+v: %v", cmd, err)
+		}
+	}
+}
+
+func (c *testCluster) mustSubmit(cmd Command) Result {
+	c.t.Helper()
+	res := c.submit(cmd)
+	if res.Err != nil {
+		c.t.Fatalf("command %+v refused: %v", cmd, res.Err)
+	}
+	return res
+}
+
+// converge waits until every running voter has applied version v.
+func (c *testCluster) converge(v uint64) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWaitMax)
+	defer cancel()
+	for id, ctrl := range c.ctrls {
+		for ctrl.Version() < v {
+			select {
+			case <-ctrl.Changed(ctrl.Version()):
+			case <-ctx.Done():
+				c.t.Fatalf("voter %d stuck at version %d, want %d", id, ctrl.Version(), v)
+			}
+		}
+	}
+}
+
+// waitWithin waits until cond holds on ctrl's metadata, at most d: nil when it did not.
+func waitWithin(ctrl *Controller, d time.Duration, cond func(*Metadata) bool) *Metadata {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		v := ctrl.Version()
+		if m := ctrl.Metadata(); cond(m) {
+			return m
+		}
+		select {
+		case <-ctrl.Changed(v):
+		case <-timer.C:
+			return nil
+		}
+	}
+}
+
+func TestClusterReplicatesAndFailsOver(t *testing.T) {
+	c := newTestCluster(t, 3)
+	first := c.leader()
+	for id := int32(1); id <= 3; id++ {
+		c.mustSubmit(Command{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: id, Address: fmt.Sprintf("127.0.0.1:%d", 9091+id), Rack: fmt.Sprint("r", id)}})
+	}
+	created := c.mustSubmit(Command{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "orders", Partitions: 3, ReplicationFactor: 3}})
+	if topic := created.Value.(*Topic); len(topic.Partitions) != 3 {
+		t.Fatalf("created %+v", topic)
+	}
+	v := c.leader().Version()
+	c.converge(v)
+	for id, ctrl := range c.ctrls {
+		m := ctrl.Metadata()
+		if len(m.Brokers) != 3 || len(m.Topics["orders"].Partitions) != 3 {
+			t.Fatalf("voter %d metadata: %+v", id, m)
+		}
+	}
+	// A follower refuses commands and names the leader.
+	for id, ctrl := range c.ctrls {
+		if id != first.ID() {
+			if _, err := ctrl.Submit(&Command{Type: CmdDeleteTopic, Topic: &TopicRequest{Name: "orders"}}, testSubmitMax); !errors.Is(err, ErrNotController) {
+				t.Errorf("submit on follower %d: %v", id, err)
+			}
+			break
+		}
+	}
+
+	// Kill the raft leader: another voter takes over with the metadata.
+	old := c.leader().ID()
+	c.stop(old)
+	next := c.leader()
+	if next.ID() == old {
+		t.Fatalf("voter %d still leads after shutdown", old)
+	}
+	if m := next.Metadata(); len(m.Topics["orders"].Partitions) != 3 || len(m.Brokers) != 3 {
+		t.Fatalf("metadata lost on failover: %+v", m)
+	}
+	c.mustSubmit(Command{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "payments", Partitions: 1, ReplicationFactor: 2}})
+
+	// The killed voter restarts from its directory and catches up.
+	c.start(old)
+	v = c.leader().Version()
+	c.converge(v)
+	if m := c.ctrls[old].Metadata(); m.Topics["payments"] == nil || m.Topics["orders"] == nil {
+		t.Fatalf("restarted voter %d metadata: %+v", old, m)
+	}
+
+	// Broker sessions expire on the controller's clock: broker 1 stops heartbeating; the
+	// leader's expiry loop fences it and partitions it led elect from their ISR.
+	// Time passes on the controller's clock in quarter sessions; brokers 2 and 3 heartbeat
+	// at each step, broker 1 stays silent. Within a few steps the leader's expiry loop
+	// fences broker 1 (the grace period after the last controller election may add a
+	// session).
+	before := c.leader().Metadata()
+	var after *Metadata
+	for step := 0; after == nil; step++ {
+		if step == 12 {
+			t.Fatalf("broker 1 not fenced after %d quarter sessions", step)
+		}
+		c.clock.Advance(testSessionTime / 4)
+		for id := int32(2); id <= 3; id++ {
+			b := before.Brokers[id]
+			c.mustSubmit(Command{Type: CmdHeartbeat, Broker: &BrokerRegistration{ID: id, SessionEpoch: b.SessionEpoch}})
+		}
+		after = waitWithin(c.leader(), 30*testCommit, func(m *Metadata) bool { return m.Brokers[1].Fenced })
+	}
+	if after.Brokers[2].Fenced || after.Brokers[3].Fenced {
+		t.Fatalf("heartbeating brokers fenced: %+v", after.Brokers)
+	}
+	for i, p := range after.Topics["orders"].Partitions {
+		q := before.Topics["orders"].Partitions[i]
+		if p.Leader == 1 || slices.Contains(p.ISR, int32(1)) {
+			t.Errorf("partition %d after broker 1 expired: %+v", i, p)
+		}
+		if q.Leader == 1 && (p.LeaderEpoch != q.LeaderEpoch+1 || !slices.Contains(q.ISR, p.Leader)) {
+			t.Errorf("partition %d: new leader %+v, was %+v", i, p, q)
+		}
+	}
+}
+
+func TestClusterRestartsFromDisk(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.mustSubmit(Command{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: 7, Address: "127.0.0.1:9097"}})
+	c.mustSubmit(Command{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "a", Partitions: 2, ReplicationFactor: 1}})
+	// One voter snapshots (so that its restart restores from the snapshot); more log
+	// entries follow it.
+	if err := c.leader().Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	c.mustSubmit(Command{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "b", Partitions: 1, ReplicationFactor: 1, UncleanLeaderElection: true}})
+	v := c.leader().Version()
+	c.converge(v)
+	want := c.leader().Metadata()
+	for _, id := range slices.Clone(c.ids) {
+		c.stop(id)
+	}
+	for _, id := range c.ids {
+		c.start(id)
+	}
+	leader := c.leader()
+	// A new term: a barrier makes the leader apply everything committed before it.
+	if err := leader.Barrier(testSubmitMax); err != nil {
+		t.Fatal(err)
+	}
+	got := leader.Metadata()
+	if got.Version < want.Version {
+		t.Fatalf("version %d after restart, want at least %d", got.Version, want.Version)
+	}
+	got.Version = want.Version
+	if !equalMetadata(got, want) {
+		t.Fatalf("after restart %+v, want %+v", got, want)
+	}
+	if !got.Topics["b"].UncleanLeaderElection {
+		t.Error("unclean.leader.election.enable lost")
+	}
+}
+
+func TestSingleVoter(t *testing.T) {
+	c := newTestCluster(t, 1)
+	c.mustSubmit(Command{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: 1, Address: "127.0.0.1:9092"}})
+	res := c.mustSubmit(Command{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "solo", Partitions: 1, ReplicationFactor: 1}})
+	if p := res.Value.(*Topic).Partitions[0]; p.Leader != 1 || !slices.Equal(p.ISR, []int32{1}) {
+		t.Errorf("single-node partition %+v", p)
+	}
+	if _, err := Start(Config{NodeID: 9, Voters: c.voters, Dir: t.TempDir()}); !errors.Is(err, ErrBadVoters) {
+		t.Errorf("a node id outside the voters: %v", err)
+	}
+}
+
+func TestFiveVotersLoseTwo(t *testing.T) {
+	c := newTestCluster(t, 5)
+	c.mustSubmit(Command{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: 1, Address: "127.0.0.1:9092"}})
+	// Two voters go, the leader among them: the other three still form a quorum.
+	first := c.leader().ID()
+	c.stop(first)
+	for _, id := range c.ids {
+		if _, running := c.ctrls[id]; running {
+			c.stop(id)
+			break
+		}
+	}
+	c.mustSubmit(Command{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "five", Partitions: 1, ReplicationFactor: 1}})
+	c.converge(c.leader().Version())
+	for id, ctrl := range c.ctrls {
+		if m := ctrl.Metadata(); m.Topics["five"] == nil || len(m.Brokers) != 1 {
+			t.Errorf("voter %d: %+v", id, m)
+		}
+	}
+}

@@ -1,0 +1,25 @@
+// Package controller owns the cluster's metadata — brokers and their sessions, topics,
+// partition assignments (rack-aware), leaders, ISRs, leader and partition epochs, and each
+// topic's unclean.leader.election.enable — replicated by 1, 3 or 5 voters with
+// github.com/hashicorp/raft (consensus is never home-made here) and stored with
+// raft-boltdb.
+//
+// The state machine (Metadata.apply through FSM) is deterministic: commands carry the
+// proposer's clock, so that every voter computes the same leaders. Its rules:
+//
+//   - a broker registers (a new session epoch each time; a re-registration while the old
+//     session was open counts as that session's expiry) and heartbeats with its epoch;
+//   - the controller leader proposes ExpireSessions periodically; a broker silent for longer
+//     than the session timeout is fenced: it leaves every ISR (a partition's last member
+//     stays), and partitions it led elect the first live ISR member of their assignment at
+//     the next leader epoch, or any live replica when the topic allows unclean election, or
+//     go offline (leader -1) until an ISR member returns;
+//   - an ISR change is accepted only from the partition's current leader at its current
+//     leader and partition epochs, may add only live replicas, and must keep the leader;
+//   - a reassignment adds the target replicas, and completes (dropping the others) once
+//     every target replica is in the ISR; a preferred-leader election moves leadership to
+//     the first replica of the assignment when it is live and in sync.
+//
+// Controller runs one voter: raft over TCP, the log and stable store in bolt, snapshots in
+// files. It must not import netio, cmd or bench; the brokers' wiring to it is not built yet.
+package controller

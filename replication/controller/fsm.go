@@ -1,0 +1,222 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// CommandType names a controller command.
+type CommandType uint8
+
+// Command types. Their values are in the raft log and snapshots: they must not change.
+const (
+	CmdRegisterBroker CommandType = 1
+	CmdHeartbeat      CommandType = 2
+	CmdExpireSessions CommandType = 3
+	CmdCreateTopic    CommandType = 4
+	CmdDeleteTopic    CommandType = 5
+	CmdSetUnclean     CommandType = 6
+	CmdAlterISR       CommandType = 7
+	CmdReassign       CommandType = 8
+	CmdElectPreferred CommandType = 9
+)
+
+// Command is one entry of the controller's raft log, JSON-encoded (the metadata is small
+// and changes rarely; a readable log is worth more than a compact one). NowMs is the
+// proposer's clock: the state machine never reads a clock, so that every voter computes the
+// same state.
+type Command struct {
+	Type  CommandType
+	NowMs int64 `json:",omitempty"`
+	// GraceFromMs (ExpireSessions): no session counts as silent before this time, the
+	// moment the proposer became raft leader. Brokers cannot heartbeat while there is no
+	// controller leader, and must not be fenced for it.
+	GraceFromMs int64               `json:",omitempty"`
+	Broker      *BrokerRegistration `json:",omitempty"`
+	Topic       *TopicRequest       `json:",omitempty"`
+	AlterISR    *AlterISRRequest    `json:",omitempty"`
+	Reassign    *ReassignRequest    `json:",omitempty"`
+}
+
+// BrokerRegistration is a broker's registration or heartbeat.
+type BrokerRegistration struct {
+	ID           int32
+	Address      string `json:",omitempty"`
+	Rack         string `json:",omitempty"`
+	SessionEpoch int64  `json:",omitempty"` // heartbeats: the epoch registration returned
+}
+
+// TopicRequest creates, deletes or reconfigures a topic.
+type TopicRequest struct {
+	Name                  string
+	Partitions            int32 `json:",omitempty"`
+	ReplicationFactor     int32 `json:",omitempty"`
+	UncleanLeaderElection bool  `json:",omitempty"`
+}
+
+// AlterISRRequest is a partition leader's ISR change (isr.AlterISR, named by partition).
+type AlterISRRequest struct {
+	Topic          string
+	Partition      int32
+	Leader         int32
+	LeaderEpoch    int32
+	PartitionEpoch int32
+	ISR            []int32
+}
+
+// ReassignRequest moves a partition to Replicas (reassign) or names the partition whose
+// preferred leader to elect.
+type ReassignRequest struct {
+	Topic     string
+	Partition int32
+	Replicas  []int32 `json:",omitempty"`
+}
+
+// Result is what applying a command returns to its submitter: Value is the command's
+// answer (the created *Topic, the changed *Partition, the []int32 of expired brokers, the
+// new session epoch), Err its refusal.
+type Result struct {
+	Value any
+	Err   error
+}
+
+// FSM is the controller's raft state machine: it applies commands to the Metadata,
+// snapshots and restores it, and lets readers wait for a new version. Apply, Snapshot and
+// Restore are called by raft's goroutine; the read methods are safe from any goroutine.
+type FSM struct {
+	mu      sync.Mutex
+	meta    *Metadata     // guarded by mu
+	changed chan struct{} // closed and replaced when meta changes; guarded by mu
+}
+
+// NewFSM returns an empty state machine whose brokers' sessions last sessionTimeoutMs.
+func NewFSM(sessionTimeoutMs int64) *FSM {
+	return &FSM{meta: newMetadata(sessionTimeoutMs), changed: make(chan struct{})}
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(entry *raft.Log) any {
+	if entry.Type != raft.LogCommand {
+		return nil
+	}
+	var c Command
+	if err := json.Unmarshal(entry.Data, &c); err != nil {
+		return Result{Err: fmt.Errorf("decode command at index %d: %w", entry.Index, err)}
+	}
+	return f.ApplyCommand(entry.Index, &c)
+}
+
+// ApplyCommand applies c as the command at raft index (for tests that drive the state
+// machine without raft).
+func (f *FSM) ApplyCommand(index uint64, c *Command) Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	value, err := f.meta.apply(index, c)
+	if c.Type == CmdRegisterBroker && err == nil {
+		value = f.meta.Brokers[c.Broker.ID].SessionEpoch
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return Result{Value: value, Err: err}
+}
+
+// anyExpired reports whether ExpireSessions at nowMs would fence a broker.
+func (f *FSM) anyExpired(nowMs, graceFromMs int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.meta.Brokers {
+		if f.meta.overdue(b, nowMs, graceFromMs) {
+			return true
+		}
+	}
+	return false
+}
+
+// Metadata returns a copy of the current state.
+func (f *FSM) Metadata() *Metadata {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.meta.Clone()
+}
+
+// Version is the raft index of the last applied command.
+func (f *FSM) Version() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.meta.Version
+}
+
+// Changed returns a channel closed once the version is above since (at once if it already
+// is).
+func (f *FSM) Changed(since uint64) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.meta.Version > since {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return f.changed
+}
+
+// Snapshot implements raft.FSM: the metadata as JSON.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, err := json.Marshal(f.meta)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot metadata: %w", err)
+	}
+	return snapshot(data), nil
+}
+
+// snapshotBytesMax bounds what Restore reads: 64 MiB is far above the metadata of a
+// cluster with a million partitions at ~60 bytes each.
+const snapshotBytesMax = 64 << 20
+
+// Restore implements raft.FSM.
+func (f *FSM) Restore(r io.ReadCloser) error {
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, snapshotBytesMax+1))
+	if err != nil {
+		return fmt.Errorf("read snapshot: %w", err)
+	}
+	if len(data) > snapshotBytesMax {
+		return fmt.Errorf("snapshot over %d bytes", snapshotBytesMax)
+	}
+	meta := newMetadata(0)
+	if err := json.Unmarshal(data, meta); err != nil {
+		return fmt.Errorf("decode snapshot: %w", err)
+	}
+	if meta.Brokers == nil {
+		meta.Brokers = map[int32]*Broker{}
+	}
+	if meta.Topics == nil {
+		meta.Topics = map[string]*Topic{}
+	}
+	if err := meta.validate(); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.meta = meta
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}

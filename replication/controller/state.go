@@ -1,0 +1,552 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+)
+
+// Errors a command is refused with. They travel back to the submitter on the controller
+// leader as the command's result.
+var (
+	ErrUnknownBroker        = errors.New("unknown broker")
+	ErrStaleSession         = errors.New("stale broker session epoch")
+	ErrTopicExists          = errors.New("topic already exists")
+	ErrUnknownTopic         = errors.New("unknown topic or partition")
+	ErrInvalidTopic         = errors.New("invalid topic request")
+	ErrNotEnoughBrokers     = errors.New("replication factor larger than the live brokers")
+	ErrNotPartitionLeader   = errors.New("not the leader of the partition")
+	ErrStaleLeaderEpoch     = errors.New("stale leader epoch")
+	ErrStalePartitionEpoch  = errors.New("stale partition epoch")
+	ErrInvalidISR           = errors.New("invalid ISR")
+	ErrInvalidReplicas      = errors.New("invalid replica assignment")
+	ErrPreferredNotEligible = errors.New("preferred replica is not an in-sync live broker")
+	ErrUnknownCommand       = errors.New("unknown command")
+)
+
+// NoLeader is the leader of an offline partition.
+const NoLeader int32 = -1
+
+// Limits on what a command may ask for.
+const (
+	partitionsPerTopicMax = 1 << 16
+	replicationFactorMax  = 16
+	topicNameBytesMax     = 249 // Kafka's limit
+)
+
+// Broker is a registered broker as the controller knows it.
+type Broker struct {
+	ID      int32
+	Address string
+	Rack    string
+	// SessionEpoch counts registrations: a restarted broker registers again and gets a new
+	// one, and heartbeats of an older session are refused.
+	SessionEpoch int64
+	// LastHeartbeatMs is the proposer's clock (Unix ms) at the last registration or
+	// heartbeat.
+	LastHeartbeatMs int64
+	// Fenced is set when the session expired: the broker leads nothing and is in no ISR
+	// (unless it was a partition's last member) until it registers again.
+	Fenced bool
+}
+
+// Partition is one partition's replication state.
+type Partition struct {
+	Index    int32
+	Replicas []int32 // the assignment; Replicas[0] is the preferred leader
+	// TargetReplicas is the assignment a reassignment moves to; while it is set, Replicas
+	// is the union of old and target, and the move completes when every target replica is
+	// in the ISR.
+	TargetReplicas []int32 `json:",omitempty"`
+	Leader         int32   // NoLeader when offline
+	LeaderEpoch    int32   // bumped on every leader change
+	PartitionEpoch int32   // bumped on every leader or ISR change
+	ISR            []int32
+}
+
+func (p *Partition) clone() *Partition {
+	c := *p
+	c.Replicas = slices.Clone(p.Replicas)
+	c.TargetReplicas = slices.Clone(p.TargetReplicas)
+	c.ISR = slices.Clone(p.ISR)
+	return &c
+}
+
+// Topic is a topic and its partitions.
+type Topic struct {
+	Name string
+	// UncleanLeaderElection is unclean.leader.election.enable: when no ISR member is alive,
+	// elect any live replica (losing what it missed) rather than stay offline.
+	UncleanLeaderElection bool
+	Partitions            []Partition
+}
+
+// Metadata is the controller's whole replicated state.
+type Metadata struct {
+	// Version is the raft index of the last command applied; brokers poll it and fetch
+	// the metadata again when it moved.
+	Version          uint64
+	SessionTimeoutMs int64
+	Brokers          map[int32]*Broker
+	Topics           map[string]*Topic
+}
+
+func newMetadata(sessionTimeoutMs int64) *Metadata {
+	return &Metadata{SessionTimeoutMs: sessionTimeoutMs, Brokers: map[int32]*Broker{}, Topics: map[string]*Topic{}}
+}
+
+// Clone returns a deep copy.
+func (m *Metadata) Clone() *Metadata {
+	c := &Metadata{Version: m.Version, SessionTimeoutMs: m.SessionTimeoutMs,
+		Brokers: make(map[int32]*Broker, len(m.Brokers)), Topics: make(map[string]*Topic, len(m.Topics))}
+	for id, b := range m.Brokers {
+		bc := *b
+		c.Brokers[id] = &bc
+	}
+	for name, t := range m.Topics {
+		tc := &Topic{Name: t.Name, UncleanLeaderElection: t.UncleanLeaderElection, Partitions: make([]Partition, len(t.Partitions))}
+		for i, p := range t.Partitions {
+			p.Replicas = slices.Clone(p.Replicas)
+			p.TargetReplicas = slices.Clone(p.TargetReplicas)
+			p.ISR = slices.Clone(p.ISR)
+			tc.Partitions[i] = p
+		}
+		c.Topics[name] = tc
+	}
+	return c
+}
+
+// ErrCorruptMetadata is returned by FSM.Restore for a snapshot whose metadata breaks the
+// state machine's invariants.
+var ErrCorruptMetadata = errors.New("corrupt controller metadata")
+
+// validate checks what apply relies on: entries keyed by their own id or name, partitions
+// indexed in order, each with replicas, an ISR of replicas, and a leader in the ISR or none.
+func (m *Metadata) validate() error {
+	for id, b := range m.Brokers {
+		if b == nil || b.ID != id {
+			return fmt.Errorf("broker %d: %w", id, ErrCorruptMetadata)
+		}
+	}
+	for name, t := range m.Topics {
+		if t == nil || t.Name != name {
+			return fmt.Errorf("topic %q: %w", name, ErrCorruptMetadata)
+		}
+		for i, p := range t.Partitions {
+			ok := p.Index == int32(i) && len(p.Replicas) > 0 && len(p.ISR) > 0 &&
+				(p.Leader == NoLeader || slices.Contains(p.ISR, p.Leader))
+			for _, id := range p.ISR {
+				ok = ok && slices.Contains(p.Replicas, id)
+			}
+			if !ok {
+				return fmt.Errorf("partition %s/%d %+v: %w", name, i, p, ErrCorruptMetadata)
+			}
+		}
+	}
+	return nil
+}
+
+func (m *Metadata) live(id int32) bool {
+	b, ok := m.Brokers[id]
+	return ok && !b.Fenced
+}
+
+func (m *Metadata) topicNames() []string {
+	names := make([]string, 0, len(m.Topics))
+	for n := range m.Topics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (m *Metadata) brokerIDs() []int32 {
+	ids := make([]int32, 0, len(m.Brokers))
+	for id := range m.Brokers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (m *Metadata) partition(topic string, index int32) (*Topic, *Partition, error) {
+	t, ok := m.Topics[topic]
+	if !ok || index < 0 || int(index) >= len(t.Partitions) {
+		return nil, nil, fmt.Errorf("%s/%d: %w", topic, index, ErrUnknownTopic)
+	}
+	return t, &t.Partitions[index], nil
+}
+
+// apply executes one command at raft index. Everything it reads comes from the command or
+// the state, so that every voter computes the same result.
+func (m *Metadata) apply(index uint64, c *Command) (any, error) {
+	m.Version = index
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	switch c.Type {
+	case CmdRegisterBroker:
+		return nil, m.registerBroker(c.NowMs, c.Broker)
+	case CmdHeartbeat:
+		return nil, m.heartbeat(c.NowMs, c.Broker)
+	case CmdExpireSessions:
+		return m.expireSessions(c.NowMs, c.GraceFromMs), nil
+	case CmdCreateTopic:
+		return m.createTopic(c.Topic)
+	case CmdDeleteTopic:
+		return nil, m.deleteTopic(c.Topic.Name)
+	case CmdSetUnclean:
+		return nil, m.setUnclean(c.Topic.Name, c.Topic.UncleanLeaderElection)
+	case CmdAlterISR:
+		return m.alterISR(c.AlterISR)
+	case CmdReassign:
+		return m.reassign(c.Reassign)
+	case CmdElectPreferred:
+		return m.electPreferred(c.Reassign.Topic, c.Reassign.Partition)
+	}
+	return nil, fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
+}
+
+// check refuses a command without the payload its type needs.
+func (c *Command) check() error {
+	var ok bool
+	switch c.Type {
+	case CmdRegisterBroker, CmdHeartbeat:
+		ok = c.Broker != nil
+	case CmdExpireSessions:
+		ok = true
+	case CmdCreateTopic, CmdDeleteTopic, CmdSetUnclean:
+		ok = c.Topic != nil
+	case CmdAlterISR:
+		ok = c.AlterISR != nil
+	case CmdReassign, CmdElectPreferred:
+		ok = c.Reassign != nil
+	default:
+		return fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
+	}
+	if !ok {
+		return fmt.Errorf("type %d without its payload: %w", c.Type, ErrUnknownCommand)
+	}
+	return nil
+}
+
+func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {
+	if r == nil || r.ID < 0 || r.Address == "" {
+		return fmt.Errorf("register %+v: %w", r, ErrInvalidReplicas)
+	}
+	b, ok := m.Brokers[r.ID]
+	if !ok {
+		b = &Broker{ID: r.ID}
+		m.Brokers[r.ID] = b
+	} else if !b.Fenced {
+		// A new incarnation while the old session was still open: the old one may have
+		// lost its unsynced tail, so it leaves every ISR as if its session had expired.
+		m.fence(b)
+	}
+	b.Address, b.Rack = r.Address, r.Rack
+	b.SessionEpoch++
+	b.LastHeartbeatMs = nowMs
+	b.Fenced = false
+	m.electOffline()
+	return nil
+}
+
+func (m *Metadata) heartbeat(nowMs int64, r *BrokerRegistration) error {
+	b, ok := m.Brokers[r.ID]
+	if !ok {
+		return fmt.Errorf("heartbeat from %d: %w", r.ID, ErrUnknownBroker)
+	}
+	if b.Fenced || r.SessionEpoch != b.SessionEpoch {
+		return fmt.Errorf("heartbeat from %d session %d (current %d, fenced %v): %w", r.ID, r.SessionEpoch, b.SessionEpoch, b.Fenced, ErrStaleSession)
+	}
+	b.LastHeartbeatMs = max(b.LastHeartbeatMs, nowMs)
+	return nil
+}
+
+func (m *Metadata) overdue(b *Broker, nowMs, graceFromMs int64) bool {
+	return !b.Fenced && nowMs-max(b.LastHeartbeatMs, graceFromMs) > m.SessionTimeoutMs
+}
+
+// expireSessions fences every live broker silent for longer than the session timeout at
+// nowMs, counting silence from its last heartbeat or graceFromMs, whichever is later, and
+// returns their ids.
+func (m *Metadata) expireSessions(nowMs, graceFromMs int64) []int32 {
+	var expired []int32
+	for _, id := range m.brokerIDs() {
+		b := m.Brokers[id]
+		if m.overdue(b, nowMs, graceFromMs) {
+			m.fence(b)
+			expired = append(expired, id)
+		}
+	}
+	return expired
+}
+
+// fence takes broker b out of every ISR (a partition's last ISR member stays, so that the
+// partition waits for it to return) and elects new leaders where it led.
+func (m *Metadata) fence(b *Broker) {
+	b.Fenced = true
+	for _, name := range m.topicNames() {
+		t := m.Topics[name]
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			changed := false
+			if slices.Contains(p.ISR, b.ID) && len(p.ISR) > 1 {
+				p.ISR = slices.DeleteFunc(slices.Clone(p.ISR), func(id int32) bool { return id == b.ID })
+				changed = true
+			}
+			if p.Leader == b.ID {
+				m.elect(t, p)
+				changed = false // elect bumped the epochs
+			}
+			if changed {
+				p.PartitionEpoch++
+			}
+		}
+	}
+}
+
+// elect chooses p's leader: the first replica in assignment order that is live and in the
+// ISR; with unclean election allowed and no such replica, the first live replica, which
+// becomes the whole ISR. Otherwise the partition goes offline (NoLeader). The leader and
+// partition epochs are bumped.
+func (m *Metadata) elect(t *Topic, p *Partition) {
+	leader := NoLeader
+	for _, id := range p.Replicas {
+		if m.live(id) && slices.Contains(p.ISR, id) {
+			leader = id
+			break
+		}
+	}
+	if leader == NoLeader && t.UncleanLeaderElection {
+		for _, id := range p.Replicas {
+			if m.live(id) {
+				leader = id
+				p.ISR = []int32{id}
+				break
+			}
+		}
+	}
+	p.Leader = leader
+	p.LeaderEpoch++
+	p.PartitionEpoch++
+}
+
+// electOffline elects leaders for offline partitions after a broker came back.
+func (m *Metadata) electOffline() {
+	for _, name := range m.topicNames() {
+		t := m.Topics[name]
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			if p.Leader != NoLeader {
+				continue
+			}
+			if slices.ContainsFunc(p.Replicas, m.live) {
+				before := p.Leader
+				m.elect(t, p)
+				if p.Leader == before { // still offline: undo the epoch bump
+					p.LeaderEpoch--
+					p.PartitionEpoch--
+				}
+			}
+		}
+	}
+}
+
+func (m *Metadata) createTopic(req *TopicRequest) (*Topic, error) {
+	if req == nil || req.Name == "" || len(req.Name) > topicNameBytesMax || req.Partitions < 1 ||
+		req.Partitions > partitionsPerTopicMax || req.ReplicationFactor < 1 || req.ReplicationFactor > replicationFactorMax {
+		return nil, fmt.Errorf("create %+v: %w", req, ErrInvalidTopic)
+	}
+	if _, ok := m.Topics[req.Name]; ok {
+		return nil, fmt.Errorf("create %s: %w", req.Name, ErrTopicExists)
+	}
+	var live []*Broker
+	for _, id := range m.brokerIDs() {
+		if b := m.Brokers[id]; !b.Fenced {
+			live = append(live, b)
+		}
+	}
+	if int(req.ReplicationFactor) > len(live) {
+		return nil, fmt.Errorf("create %s: replication factor %d, %d live brokers: %w", req.Name, req.ReplicationFactor, len(live), ErrNotEnoughBrokers)
+	}
+	assignment := placeReplicas(req.Name, live, int(req.Partitions), int(req.ReplicationFactor))
+	t := &Topic{Name: req.Name, UncleanLeaderElection: req.UncleanLeaderElection, Partitions: make([]Partition, req.Partitions)}
+	for i, replicas := range assignment {
+		t.Partitions[i] = Partition{Index: int32(i), Replicas: replicas, Leader: replicas[0], ISR: slices.Clone(replicas)}
+	}
+	m.Topics[req.Name] = t
+	c := &Metadata{Topics: map[string]*Topic{t.Name: t}}
+	return c.Clone().Topics[t.Name], nil
+}
+
+// placeReplicas assigns rf distinct brokers to each of n partitions. Brokers are ordered
+// so that racks alternate (rack a's first broker, rack b's first, ..., rack a's second,
+// ...); partition i starts at a topic-dependent offset plus i in that order, so leaders
+// spread over brokers and racks, and each further replica is the next broker in the order
+// whose rack the partition does not use yet (any unused broker once every rack is used).
+// With brokers on R racks and rf <= R, every partition's replicas are on rf different
+// racks. Brokers without a rack form one rack of their own.
+func placeReplicas(topic string, brokers []*Broker, n, rf int) [][]int32 {
+	racks := map[string][]int32{}
+	var rackNames []string
+	for _, b := range brokers { // brokers are sorted by id
+		if _, ok := racks[b.Rack]; !ok {
+			rackNames = append(rackNames, b.Rack)
+		}
+		racks[b.Rack] = append(racks[b.Rack], b.ID)
+	}
+	sort.Strings(rackNames)
+	rackOf := map[int32]string{}
+	var order []int32
+	for round := 0; len(order) < len(brokers); round++ {
+		for _, r := range rackNames {
+			if round < len(racks[r]) {
+				order = append(order, racks[r][round])
+				rackOf[racks[r][round]] = r
+			}
+		}
+	}
+	h := fnv.New32a()
+	h.Write([]byte(topic))
+	start := int(h.Sum32() % uint32(len(order)))
+	out := make([][]int32, n)
+	for p := range n {
+		first := (start + p) % len(order)
+		replicas := []int32{order[first]}
+		usedRacks := map[string]bool{rackOf[order[first]]: true}
+		for pass := 0; pass < 2 && len(replicas) < rf; pass++ {
+			for k := 1; k < len(order) && len(replicas) < rf; k++ {
+				id := order[(first+k)%len(order)]
+				if slices.Contains(replicas, id) || (pass == 0 && usedRacks[rackOf[id]]) {
+					continue
+				}
+				replicas = append(replicas, id)
+				usedRacks[rackOf[id]] = true
+			}
+		}
+		out[p] = replicas
+	}
+	return out
+}
+
+func (m *Metadata) deleteTopic(name string) error {
+	if _, ok := m.Topics[name]; !ok {
+		return fmt.Errorf("delete %s: %w", name, ErrUnknownTopic)
+	}
+	delete(m.Topics, name)
+	return nil
+}
+
+func (m *Metadata) setUnclean(name string, on bool) error {
+	t, ok := m.Topics[name]
+	if !ok {
+		return fmt.Errorf("set unclean.leader.election.enable on %s: %w", name, ErrUnknownTopic)
+	}
+	t.UncleanLeaderElection = on
+	if on {
+		m.electOffline()
+	}
+	return nil
+}
+
+// alterISR applies a partition leader's ISR change. Only the current leader at the current
+// leader and partition epochs may change the ISR; the new ISR contains the leader, only
+// replicas, and adds only live brokers.
+func (m *Metadata) alterISR(req *AlterISRRequest) (*Partition, error) {
+	_, p, err := m.partition(req.Topic, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Leader != p.Leader:
+		return nil, fmt.Errorf("alter ISR of %s/%d from %d, leader %d: %w", req.Topic, req.Partition, req.Leader, p.Leader, ErrNotPartitionLeader)
+	case req.LeaderEpoch != p.LeaderEpoch:
+		return nil, fmt.Errorf("alter ISR of %s/%d at leader epoch %d, current %d: %w", req.Topic, req.Partition, req.LeaderEpoch, p.LeaderEpoch, ErrStaleLeaderEpoch)
+	case req.PartitionEpoch != p.PartitionEpoch:
+		return nil, fmt.Errorf("alter ISR of %s/%d at partition epoch %d, current %d: %w", req.Topic, req.Partition, req.PartitionEpoch, p.PartitionEpoch, ErrStalePartitionEpoch)
+	}
+	isr := slices.Clone(req.ISR)
+	slices.Sort(isr)
+	if len(slices.Compact(slices.Clone(isr))) != len(isr) || !slices.Contains(isr, req.Leader) {
+		return nil, fmt.Errorf("alter ISR of %s/%d to %v: %w", req.Topic, req.Partition, req.ISR, ErrInvalidISR)
+	}
+	for _, id := range isr {
+		if !slices.Contains(p.Replicas, id) || (!slices.Contains(p.ISR, id) && !m.live(id)) {
+			return nil, fmt.Errorf("alter ISR of %s/%d: %d is not a live replica: %w", req.Topic, req.Partition, id, ErrInvalidISR)
+		}
+	}
+	p.ISR = isr
+	p.PartitionEpoch++
+	m.maybeCompleteReassignment(req.Topic, p)
+	return p.clone(), nil
+}
+
+// reassign starts moving a partition to target: the replicas become old ∪ target; the move
+// completes (maybeCompleteReassignment) once every target replica is in the ISR.
+func (m *Metadata) reassign(req *ReassignRequest) (*Partition, error) {
+	_, p, err := m.partition(req.Topic, req.Partition)
+	if err != nil {
+		return nil, err
+	}
+	target := slices.Clone(req.Replicas)
+	if len(target) == 0 || len(target) > replicationFactorMax {
+		return nil, fmt.Errorf("reassign %s/%d to %v: %w", req.Topic, req.Partition, target, ErrInvalidReplicas)
+	}
+	for i, id := range target {
+		if _, ok := m.Brokers[id]; !ok || slices.Contains(target[:i], id) {
+			return nil, fmt.Errorf("reassign %s/%d to %v: broker %d unknown or repeated: %w", req.Topic, req.Partition, target, id, ErrInvalidReplicas)
+		}
+	}
+	replicas := slices.Clone(target)
+	for _, id := range p.Replicas {
+		if !slices.Contains(replicas, id) {
+			replicas = append(replicas, id)
+		}
+	}
+	p.Replicas = replicas
+	p.TargetReplicas = target
+	p.PartitionEpoch++
+	m.maybeCompleteReassignment(req.Topic, p)
+	return p.clone(), nil
+}
+
+func (m *Metadata) maybeCompleteReassignment(topic string, p *Partition) {
+	if p.TargetReplicas == nil {
+		return
+	}
+	for _, id := range p.TargetReplicas {
+		if !slices.Contains(p.ISR, id) {
+			return
+		}
+	}
+	p.Replicas = p.TargetReplicas
+	p.TargetReplicas = nil
+	p.ISR = slices.DeleteFunc(p.ISR, func(id int32) bool { return !slices.Contains(p.Replicas, id) })
+	p.PartitionEpoch++
+	if !slices.Contains(p.Replicas, p.Leader) {
+		m.elect(m.Topics[topic], p)
+	}
+}
+
+// electPreferred makes the preferred replica (the first of the assignment) the leader when
+// it is live and in the ISR.
+func (m *Metadata) electPreferred(topic string, index int32) (*Partition, error) {
+	_, p, err := m.partition(topic, index)
+	if err != nil {
+		return nil, err
+	}
+	preferred := p.Replicas[0]
+	if p.Leader == preferred {
+		return p.clone(), nil
+	}
+	if !m.live(preferred) || !slices.Contains(p.ISR, preferred) {
+		return nil, fmt.Errorf("%s/%d: preferred %d (live %v, isr %v): %w", topic, index, preferred, m.live(preferred), p.ISR, ErrPreferredNotEligible)
+	}
+	p.Leader = preferred
+	p.LeaderEpoch++
+	p.PartitionEpoch++
+	return p.clone(), nil
+}

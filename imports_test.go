@@ -70,6 +70,8 @@ func and(fs ...func(string) bool) func(string) bool {
 var importRules = []importRule{
 	{Name: "engine never imports netio, replication, bench or cmd",
 		From: under("engine"), To: under("netio", "replication", "bench", "cmd")},
+	{Name: "the deterministic broker core (engine/shard/core) links nothing of ours",
+		From: under("engine/shard/core"), To: and(ours, not(exactly("engine/shard/core"))), Closure: true},
 	{Name: "replication never imports netio, cmd or bench",
 		From: under("replication"), To: under("netio", "cmd", "bench")},
 	{Name: "ring imports nothing of ours",

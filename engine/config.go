@@ -73,6 +73,10 @@ type LogConfig struct {
 	// in-memory cache of recently written chunks. 0 means 1 MiB and 8.
 	DirectChunkBytes  int
 	DirectCacheChunks int
+	// ProducerIDExpirationMs is how long an idempotent producer's state (its sequences for
+	// dedup) is kept after its last batch's timestamp. 0 means one day, Kafka's
+	// producer.id.expiration.ms default.
+	ProducerIDExpirationMs int64
 	// Disk, when set, is the free-space guard of the data directory: an append that would
 	// leave less than its FreeMinBytes free is refused with ErrDiskFull before anything is
 	// written. Shared by every log of a data directory; nil means no threshold (a full disk
@@ -145,6 +149,12 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 	if c.DirectCacheChunks < 0 {
 		return c, fmt.Errorf("direct cache chunks %d is negative", c.DirectCacheChunks)
 	}
+	if c.ProducerIDExpirationMs == 0 {
+		c.ProducerIDExpirationMs = producerIDExpirationMsDefault
+	}
+	if c.ProducerIDExpirationMs < 0 {
+		return c, fmt.Errorf("producer.id.expiration.ms %d is negative", c.ProducerIDExpirationMs)
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -165,6 +175,10 @@ const (
 	ConfigFlushMs            = "flush.ms"
 	ConfigFlushAlways        = "flush.always"
 	ConfigStorageMode        = "storage.mode"
+	// ConfigProducerIDExpirationMs: how long an idempotent producer's dedup state outlives
+	// its last write (Kafka's producer.id.expiration.ms; a broker setting there, a topic
+	// setting here too).
+	ConfigProducerIDExpirationMs = "producer.id.expiration.ms"
 	// ConfigMinInsyncReplicas is a broker-level key (acks=all needs this many in-sync
 	// replicas); the log accepts and validates it, the broker core acts on it.
 	ConfigMinInsyncReplicas = "min.insync.replicas"
@@ -208,6 +222,8 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 			c.FlushAlways, err = strconv.ParseBool(v)
 		case ConfigStorageMode:
 			c.Storage = StorageMode(v)
+		case ConfigProducerIDExpirationMs:
+			c.ProducerIDExpirationMs, err = strconv.ParseInt(v, 10, 64)
 		case ConfigMinInsyncReplicas:
 			_, err = MinInsyncReplicas(m)
 		default:

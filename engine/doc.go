@@ -1,6 +1,8 @@
 // Package engine owns the partition log on disk: segments (.log, .index, .timeindex), the
 // partition Log API (append, read, flush, truncate, retention), recovery, the two storage
-// modes, and the topic catalog. Record batches themselves are engine/batch's. It must not
+// modes, the topic catalog, and idempotent producers: per-partition producer state with its
+// .snapshot files (producerstate.go, producersnapshot.go) and the broker-wide producer id
+// registry (producerids.go). Record batches themselves are engine/batch's. It must not
 // open sockets, and it must not be called concurrently: a Log belongs to one goroutine (its
 // shard), which is why nothing on the append or read path takes a lock.
 //

@@ -32,7 +32,7 @@ func (l *Log) checkInvariants() error {
 	if a := l.active(); a.direct != nil && a.direct.active.end() != a.size {
 		return fmt.Errorf("invariant: direct staging ends at %d, segment size %d", a.direct.active.end(), a.size)
 	}
-	return nil
+	return l.producers.checkInvariants(l.EndOffset())
 }
 
 func (s *segment) checkInvariants() error {

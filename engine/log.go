@@ -72,6 +72,12 @@ type Log struct {
 	leaderEpoch          int32     // rewritten into appended batches when >= 0
 	failed               error     // sticky, wraps ErrLogFailed
 	closed               bool
+	producers            producerState // idempotent producers' sequences (producerstate.go)
+	producerHeaders      []batch.Header
+	snapshots            []int64 // offsets of the .snapshot files in dir, ascending
+	unsyncedSnapshot     int64   // offset of the snapshot the next sync must fdatasync; -1: none
+	durableSnapshot      int64   // newest snapshot a completed sync covered; -1: none
+	snapshotScratch      []byte
 
 	scrub       scrubCursor  // where the next Scrub continues (scrub.go)
 	corruptions []Corruption // bad batches found in sealed segments, by offset
@@ -88,6 +94,9 @@ type AppendResult struct {
 	FirstOffset int64 // base offset given to the first batch
 	LastOffset  int64 // last offset of the last batch appended
 	Batches     int   // batches appended; < len(batches) only together with an error
+	// Duplicate: every batch was an idempotent producer's retry of batches already in the
+	// log. Nothing was appended; FirstOffset and LastOffset are the original batches'.
+	Duplicate bool
 }
 
 // OpenLog opens (creating if needed) the log in dir, running recovery. The report says what
@@ -105,7 +114,7 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	if _, err := mkdirDurable(fio, dir); err != nil {
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
-	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1, scrub: scrubCursor{segment: -1}}
+	l := &Log{dir: dir, cfg: cfg, fio: fio, mode: cfg.Storage, leaderEpoch: -1, scrub: scrubCursor{segment: -1}, unsyncedSnapshot: -1, durableSnapshot: -1}
 	if l.mode == StorageDirect {
 		if err := probeDirect(dir); err != nil {
 			cfg.Logger.Warn("direct storage unavailable, falling back to page-cache", "dir", dir, "err", err)
@@ -114,6 +123,10 @@ func OpenLog(dir string, cfg LogConfig, fio ring.FileIO) (*Log, RecoveryReport, 
 	}
 	start := cfg.Clock()
 	if err := l.recover(&report); err != nil {
+		l.closeFiles()
+		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
+	}
+	if err := l.loadProducerState(&report); err != nil {
 		l.closeFiles()
 		return nil, report, fmt.Errorf("open log %s: %w", dir, err)
 	}
@@ -197,11 +210,13 @@ func (l *Log) Append(batch []byte) (int64, error) {
 	return res.FirstOffset, err
 }
 
-// AppendBatches validates every batch (CRC-32C, sizes, and every record: see
-// batch.ValidateProduce) before writing any, then assigns
+// AppendBatches validates every batch (CRC-32C, sizes, every record: see
+// batch.ValidateProduce; and the producer sequence of idempotent batches: see
+// producerstate.go) before writing any, then assigns
 // offsets by rewriting each batch's base offset (and leader epoch, see SetLeaderEpoch) in
-// place and writes them with one pwritev per segment touched. The callers' slices are not
-// retained. A roll in the middle syncs the old segment first. On error the log is as before
+// place and writes them with one pwritev per segment touched. When every batch is an
+// idempotent producer's duplicate, nothing is written and the result carries the original
+// offsets with Duplicate set. The callers' slices are not retained. A roll in the middle syncs the old segment first. On error the log is as before
 // the failed write: batches [0, res.Batches) were appended, the rest were not.
 func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 	return l.appendBatches(batches, true)
@@ -232,6 +247,11 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 					i, len(batches), ErrInvalidBatch, h.BaseOffset, next)
 			}
 			next = h.LastOffset() + 1
+		}
+	}
+	if assign {
+		if dup, ok, err := l.checkProducers(batches); err != nil || ok {
+			return dup, err
 		}
 	}
 	reserved, err := l.reserveDisk(batches)
@@ -271,6 +291,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			}
 			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, storageWriteError(l.dir, err))
 		}
+		l.noteProducers(batches[i:j])
 		if s.firstAppendAt.IsZero() {
 			s.firstAppendAt = now
 		}
@@ -411,15 +432,20 @@ func (l *Log) Sync() error {
 		}
 		l.unsyncedSegments = l.unsyncedSegments[1:]
 	}
-	s := l.active()
-	if s.syncedSize == s.size && s.syncedNextOffset == s.nextOffset {
-		l.unsyncedMessages = 0
-		return nil
+	snapshot, err := l.syncSnapshot() // a roll's producer snapshot
+	if err != nil {
+		return l.fail(fmt.Errorf("sync: %w", err))
 	}
-	if err := l.syncSegment(s, false); err != nil {
-		return err
+	s := l.active()
+	if s.syncedSize != s.size || s.syncedNextOffset != s.nextOffset {
+		if err := l.syncSegment(s, false); err != nil {
+			return err
+		}
 	}
 	l.unsyncedMessages = 0
+	if snapshot >= 0 {
+		l.snapshotDurable(snapshot) // only now: the log reaches its offset durably too
+	}
 	return nil
 }
 
@@ -447,6 +473,7 @@ func (l *Log) roll() error {
 	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	l.segments = append(l.segments, s)
 	l.dirGen++ // the new segment's directory entry is made durable by the next sync
+	l.snapshotAfterRoll()
 	return nil
 }
 
@@ -692,6 +719,7 @@ func (l *Log) Close() error {
 	}
 	var err error
 	if l.failed == nil {
+		l.snapshotAfterRoll() // before Sync, which makes its directory entry durable
 		if err = l.Sync(); err == nil {
 			err = l.finishActive()
 		}

@@ -36,7 +36,13 @@ type RecoveryReport struct {
 	// CleanShutdown: the log was closed by Close, so its files were synced and recovery
 	// issued no fdatasync.
 	CleanShutdown bool
-	Duration      time.Duration
+	// ProducerSnapshot is the offset of the producer state snapshot recovery started from
+	// (-1: none usable); ProducerBatchesScanned counts the batch headers read after it, and
+	// Producers the idempotent producers known afterwards.
+	ProducerSnapshot       int64
+	ProducerBatchesScanned int
+	Producers              int
+	Duration               time.Duration
 }
 
 // cleanShutdownFileName marks a log that Close synced and closed; OpenLog removes it first.

@@ -16,6 +16,8 @@ type SyncTicket struct {
 
 	covers []syncedPoint
 	dirGen uint64 // the roll count the directory fsync in Fds covers (0: none in Fds)
+	// snapshot is the producer snapshot whose file Fds includes (-1: none).
+	snapshot int64
 	// Offset is the log end offset the sync covers: once EndSync succeeds, SyncedOffset is
 	// at least this.
 	Offset int64
@@ -53,6 +55,15 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 			return SyncTicket{}, false, fmt.Errorf("begin sync: dup segment %d: %w", c.s.baseOffset, err)
 		}
 		t.Fds = append(t.Fds, fd)
+	}
+	t.snapshot = -1
+	if fd, offset, err := l.openUnsyncedSnapshot(); err != nil || fd >= 0 {
+		if err != nil {
+			closeFds(t.Fds)
+			return SyncTicket{}, false, fmt.Errorf("begin sync: %w", err)
+		}
+		t.Fds = append(t.Fds, fd) // a roll's producer snapshot (producersnapshot.go)
+		t.snapshot = offset
 	}
 	if l.dirGen > l.dirSyncedGen {
 		// New segment files since the last directory sync: their entries must be durable
@@ -106,6 +117,10 @@ func (l *Log) EndSync(t SyncTicket, syncErr error) error {
 		if c.sealed {
 			l.releaseIndex(s) // see indexcache.go; refuses if s became active again
 		}
+	}
+	if t.snapshot >= 0 && t.dirGen > 0 && t.snapshot <= t.Offset {
+		// The file, its directory entry and the log up to its offset are durable now.
+		l.snapshotDurable(t.snapshot)
 	}
 	l.unsyncedMessages = max(l.EndOffset()-l.SyncedOffset(), 0)
 	if l.unsyncedMessages > 0 {

@@ -115,6 +115,9 @@ func onlyLogFiles(dir string) bool {
 		if _, _, ok := parseSegmentName(stem); ok {
 			continue
 		}
+		if _, ok := parseProducerSnapshotName(stem); ok {
+			continue
+		}
 		if stem == startOffsetFileName || stem == cleanShutdownFileName || stem == directProbeFileName {
 			continue
 		}

@@ -66,6 +66,9 @@ func (l *Log) TruncateTo(offset int64) error {
 		}
 		l.startOffset = newNext
 	}
+	if err := l.reloadProducers(); err != nil {
+		return err
+	}
 	l.assertInvariants()
 	return nil
 }
@@ -152,7 +155,7 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 	if err := syncDir(l.fio, l.dir); err != nil {
 		return l.fail(err)
 	}
-	return nil
+	return l.reloadProducers()
 }
 
 // deleteSegment closes and removes segment i.
@@ -195,6 +198,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	if l.closed {
 		return 0, ErrClosed
 	}
+	l.ExpireProducers(now.UnixMilli())
 	n, size := 0, l.Size()
 	for ; n < len(l.segments)-1; n++ {
 		s := l.segments[n]

@@ -93,6 +93,8 @@ func (h *BrokerHandler) Serve(req *Request) {
 		go func() { req.ReplyMessage(h.describeTopics(body)) }()
 	case *wire.AlterConfigsRequest:
 		go func() { req.ReplyMessage(h.alterConfigs(body)) }()
+	case *wire.InitProducerIDRequest: // writes (fsyncs) the producer id file
+		go func() { req.ReplyMessage(h.initProducerID(body)) }()
 	default:
 		req.ReplyError(wire.ErrUnknownAPI, fmt.Sprintf("%s is not served by this broker", req.Header.API))
 	}
@@ -133,6 +135,14 @@ func codeFor(err error) wire.ErrorCode {
 		return wire.ErrCorruptMessage
 	case errors.Is(err, engine.ErrBatchTooLarge):
 		return wire.ErrMessageTooLarge
+	case errors.Is(err, engine.ErrProducerFenced):
+		return wire.ErrInvalidProducerEpoch
+	case errors.Is(err, engine.ErrOutOfOrderSequence):
+		return wire.ErrOutOfOrderSequence
+	case errors.Is(err, engine.ErrDuplicateSequence):
+		return wire.ErrDuplicateSequence
+	case errors.Is(err, engine.ErrInvalidProducerName), errors.Is(err, engine.ErrTooManyProducers):
+		return wire.ErrInvalidRequest
 	case errors.Is(err, engine.ErrInvalidBatch):
 		return wire.ErrCorruptMessage
 	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog),

@@ -287,7 +287,9 @@ func alignedBuffers(count, size int) ([][]byte, func(), error) {
 	return buffers, func() { _ = arena.Release() }, nil
 }
 
-// offsets hands out the next block offset to any slot until the byte cap or deadline.
+// offsets hands out the next block offset to any slot until the byte cap or deadline. The
+// first op is always handed out, so a cell whose workers start late (a loaded machine) still
+// measures one op instead of reporting none.
 type offsets struct {
 	random     bool
 	blockBytes int64
@@ -315,7 +317,7 @@ func newOffsets(cell Cell, fileBytes int64, deadline time.Time, slots int, seed 
 
 func (o *offsets) next(slot int) (int64, bool) {
 	n := o.issued.Add(1)
-	if n > o.opsMax || time.Now().After(o.deadline) {
+	if n > o.opsMax || (n > 1 && time.Now().After(o.deadline)) {
 		return 0, false
 	}
 	if !o.random {

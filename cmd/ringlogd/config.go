@@ -89,8 +89,10 @@ type options struct {
 	diskFreeMin   int64
 	verify        bool
 	scrubRate     int64
-	logLevel      string
-	topicDefaults topicDefaults
+	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
+	producerIDExpiration time.Duration
+	logLevel             string
+	topicDefaults        topicDefaults
 }
 
 // topicDefaults is the topic-defaults key: broker-wide topic configs (the same keys as
@@ -208,6 +210,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.Int64Var(&o.diskFreeMin, "disk-free-min-bytes", engine.DiskFreeMinBytesDefault, "refuse produces (STORAGE_ERROR naming the disk) while the data directory's file system has fewer free bytes than this; 0 refuses only when it is full")
 	fs.BoolVar(&o.verify, "verify-segments", false, "verify the CRC of every batch in every sealed segment at start-up (reads the whole log); bad batches are logged and shown by topic describe")
 	fs.Int64Var(&o.scrubRate, "scrub-bytes-per-sec", 8<<20, "bytes of sealed segments each shard re-verifies per second in the background; 0 turns the scrubber off")
+	fs.DurationVar(&o.producerIDExpiration, "producer-id-expiration", 0, "broker default of producer.id.expiration.ms: how long an idempotent producer's dedup state outlives its last write (0: 24h; topics may override)")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (SIGHUP reloads it)")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
@@ -515,6 +518,9 @@ func (s *settings) validate() error {
 	}
 	if o.diskFreeMin < 0 {
 		return bad("disk-free-min-bytes", strconv.FormatInt(o.diskFreeMin, 10), "0 or more")
+	}
+	if o.producerIDExpiration < 0 {
+		return bad("producer-id-expiration", o.producerIDExpiration.String(), "0 (24h) or a positive duration")
 	}
 	if o.connsMax < 1 {
 		return bad("max-connections", strconv.Itoa(o.connsMax), "at least 1")

@@ -117,7 +117,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	}
 	// Partition defaults: the process-wide parts (disk guard, start-up verification) under
 	// the reloadable ones (storage, flush-always, topic-defaults).
-	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify}
+	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds()}
 	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
 	n, err := node.Start(node.Config{
 		Core: shard.Config{

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard/core"
 	"github.com/ringlog/ringlog/ring"
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +27,7 @@ var (
 	ErrInvalidTopic            = engine.ErrInvalidTopic
 	ErrInvalidPartitions       = errors.New("invalid partition count")
 	ErrInvalidConfig           = errors.New("invalid topic config")
-	ErrNotEnoughReplicas       = errors.New("not enough in-sync replicas")
+	ErrNotEnoughReplicas       = core.ErrNotEnoughReplicas
 	ErrThrottled               = errors.New("shard mailbox full, retry later")
 	ErrShuttingDown            = errors.New("broker is shutting down")
 	// ErrDataDirInUse: another broker (process or Broker) holds the data directory's lock.
@@ -75,11 +76,41 @@ type Config struct {
 	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
 	FetchFilesMax int64
 	Logger        *slog.Logger
+
+	// Replicator is what each shard's core asks for a partition's high watermark, committed
+	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
+	// methods run on the shard loops; see core.Replicator. replication/ implements it and
+	// netio/node (the one broker constructor, used by cmd/ringlogd) wires it in; report its
+	// high-watermark moves with Broker.OffsetsMoved.
+	Replicator core.Replicator
+	// PartitionListeners are told on the owning shard's loop when a partition opens on this
+	// broker and when it closes: the attachment point of a group coordinator that lives
+	// next to the partitions of __consumer_offsets (it loads a partition's groups when it
+	// opens and stops serving them when it closes).
+	PartitionListeners []PartitionListener
+
 	// WrapFileIO, when set, wraps the file I/O of each shard's partition logs (shard >= 0:
 	// the shard's reactor, and its pipelined fdatasyncs then go through the wrapper one by
 	// one) and of the catalog and data directory (shard -1: plain system calls). The seam of
 	// fault drills and crash tests (engine/faultio); nil in production.
 	WrapFileIO func(shard int, fio ring.FileIO) ring.FileIO
+
+	hooks *testHooks // seams for this package's tests; nil in production
+}
+
+// PartitionListener observes partitions opening and closing on the broker's shards. Its
+// methods run on the loop of the shard that owns tp and must not block; to act on the
+// partition (read it, append to it) they use the Broker's ordinary API, or Exec.
+type PartitionListener interface {
+	PartitionOpened(shard int, tp TopicPartition)
+	PartitionClosed(shard int, tp TopicPartition)
+}
+
+// testHooks replace what the tests of this package cannot otherwise reach.
+type testHooks struct {
+	// fdatasyncAsync replaces the ring submission of a pipelined sync's fdatasync; done must
+	// run on s's loop.
+	fdatasyncAsync func(s *Shard, fd int, done func(error))
 }
 
 // TopicPartition names one partition.
@@ -119,6 +150,9 @@ type Broker struct {
 	wrapped []ring.FileIO
 
 	scrubFound atomic.Int64 // corrupt batches found by the background scrubbers
+
+	rep         core.Replicator     // cfg.Replicator or core.Local
+	producerIDs *engine.ProducerIDs // InitProducerId and fencing (idempotence.go)
 
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
@@ -173,8 +207,16 @@ func Open(cfg Config) (*Broker, error) {
 	if len(swept) > 0 {
 		cfg.Logger.Warn("removed leftovers of interrupted topic operations", "dir", cfg.DataDir, "names", swept)
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, files: NewQuota(cfg.FetchFilesMax)}
+	producerIDs, err := engine.OpenProducerIDs(cfg.DataDir, catFIO)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs, files: NewQuota(cfg.FetchFilesMax)}
 	b.logDefaults.Store(&cfg.Log)
+	if b.rep == nil {
+		b.rep = core.Local{}
+	}
 	meta, err := b.metadataFromCatalog(cat)
 	if err != nil {
 		dirLock.Close()
@@ -554,11 +596,50 @@ func (b *Broker) Drain() {
 	}
 	for _, s := range b.shards {
 		// park checks draining too, so a waiter parked after this post runs still fires.
-		_ = s.r.Post(func() {
-			for _, p := range s.parts {
-				p.wakeWaiters()
-			}
-		})
+		_ = s.r.Post(s.core.WakeAll)
+	}
+}
+
+// OffsetsMoved tells the core of tp's shard that its high watermark or committed offset
+// may have moved (the Replicator's view changed: a follower fetched, the ISR changed):
+// produces now committed are answered and long-polls past their offset fire. Any goroutine.
+func (b *Broker) OffsetsMoved(tp TopicPartition) error {
+	s, err := b.shardFor(tp)
+	if err != nil {
+		return err
+	}
+	err = s.r.Post(func() {
+		if p := s.parts[tp]; p != nil {
+			s.core.Moved(&p.c)
+		}
+	})
+	if err != nil {
+		return postErr(s, err)
+	}
+	return nil
+}
+
+func (b *Broker) now() time.Time {
+	if b.cfg.Ring.Now != nil {
+		return b.cfg.Ring.Now()
+	}
+	return time.Now()
+}
+
+// openLog opens tp's log on shard s (its loop) through the shard's file I/O.
+func (b *Broker) openLog(s *Shard, tp TopicPartition, lc engine.LogConfig) (*engine.Log, engine.RecoveryReport, error) {
+	return engine.OpenLog(b.partitionDir(tp), lc, b.fileIO(s.index))
+}
+
+func (b *Broker) partitionOpened(shard int, tp TopicPartition) {
+	for _, l := range b.cfg.PartitionListeners {
+		l.PartitionOpened(shard, tp)
+	}
+}
+
+func (b *Broker) partitionClosed(shard int, tp TopicPartition) {
+	for _, l := range b.cfg.PartitionListeners {
+		l.PartitionClosed(shard, tp)
 	}
 }
 
@@ -666,7 +747,7 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 	if err != nil { // newTopic validated it; an error here is a bug
 		panic(fmt.Sprintf("shard: topic %q holds an invalid log config: %v", t.Name, err))
 	}
-	return map[string]string{
+	m := map[string]string{
 		engine.ConfigSegmentBytes:       strconv.FormatInt(c.SegmentBytes, 10),
 		engine.ConfigSegmentMs:          strconv.FormatInt(c.SegmentMs, 10),
 		engine.ConfigIndexIntervalBytes: strconv.FormatInt(c.IndexIntervalBytes, 10),
@@ -678,6 +759,8 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigStorageMode:        string(c.Storage),
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
+	m[engine.ConfigProducerIDExpirationMs] = strconv.FormatInt(c.ProducerIDExpirationMs, 10)
+	return m
 }
 
 // BrokerSetsConfig reports whether the broker's own configuration (flags, config file,

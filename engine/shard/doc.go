@@ -4,9 +4,9 @@
 //
 // Threading contract:
 //
-//   - Every partition belongs to exactly one shard. Its engine.Log, pending acknowledgements
-//     and fetch waiters are touched only by that shard's loop goroutine. There is no mutex on
-//     the append or fetch path.
+//   - Every partition belongs to exactly one shard. Its engine.Log and its core.Partition
+//     (pending acknowledgements, fetch waiters) are touched only by that shard's loop
+//     goroutine. There is no mutex on the append or fetch path.
 //   - Callers on other goroutines (connection handlers) reach a partition through
 //     Reactor.Post: a bounded multi-producer mailbox. A full mailbox is back-pressure and
 //     surfaces as ErrThrottled, never as an unbounded queue.
@@ -16,12 +16,31 @@
 //     through an atomic pointer; admin operations serialise on metaMu, which the data path
 //     never takes.
 //
+// The decisions — when a produce is acknowledged, when a sync starts, when a long-poll
+// answers — are made by package core (engine/shard/core), one deterministic core.Core per
+// shard with no goroutines, timers or clock of its own. The shard feeds it inputs (appends,
+// sync completions, reactor timer ticks) and carries out its outputs on the reactor
+// (coreDriver): core.Driver.ScheduleFlush and ArmTimer are reactor timers, StartSync
+// submits fdatasyncs on the ring.
+//
 // Group commit (pipelined): a produce appends to the log at once (one pwritev for the
 // batches of that request). When its acknowledgement needs an fdatasync (flush.always, or
-// acks=all) it parks; after the loop turn's mailbox drain the shard starts one sync per
-// dirty partition (engine.Log.BeginSync), submits all their fdatasyncs on the ring without
-// waiting, and answers the parked produces when they complete (EndSync). Produces arriving
-// meanwhile park for the next sync, which starts as soon as the one in flight ends.
+// acks=all) it waits in the core; after the loop turn's mailbox drain the core starts one
+// sync per dirty partition (engine.Log.BeginSync), the shard submits all their fdatasyncs on
+// the ring without waiting, and the core answers the waiting produces when they complete
+// (EndSync). Produces arriving meanwhile wait for the next sync, which starts as soon as the
+// one in flight ends. A failed fdatasync fails the partition for good, and no path (not
+// even a blocking Sync by AlterConfigs or shutdown) acknowledges what it covered.
+//
+// Seams (so that replication and consumer groups plug in without import cycles; this
+// package never imports replication, netio or cmd):
+//
+//   - Config.Replicator (core.Replicator): the high watermark, committed offset and ISR
+//     size of a partition. Default core.Local, this broker as the only replica.
+//     replication/ implements it and reports changes with Broker.OffsetsMoved.
+//   - Config.PartitionListeners (PartitionListener): told on the owning loop when a
+//     partition opens or closes; a group coordinator attaches here to serve the groups
+//     whose __consumer_offsets partitions this broker holds.
 //
 // It must not open sockets.
 package shard

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard/core"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -16,7 +17,7 @@ import (
 const (
 	AcksNone   int16 = 0
 	AcksLeader int16 = 1
-	AcksAll    int16 = -1
+	AcksAll          = core.AcksAll
 )
 
 // List-offsets special timestamps (the protocol's).
@@ -29,11 +30,7 @@ const (
 const fetchWaitMax = 5 * time.Minute
 
 // ProduceResult is the outcome of one partition's produce.
-type ProduceResult struct {
-	BaseOffset     int64
-	LogStartOffset int64
-	Err            error
-}
+type ProduceResult = core.ProduceResult
 
 func postErr(s *Shard, err error) error {
 	if errors.Is(err, ring.ErrMailboxFull) {
@@ -66,6 +63,9 @@ const CallerNone = -1
 // a mailbox hop. CallerNone always posts.
 func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
 	s, err := b.shardFor(tp)
+	if err == nil {
+		err = b.checkFenced(batches)
+	}
 	if err != nil {
 		done(ProduceResult{BaseOffset: -1, Err: err})
 		return
@@ -85,26 +85,20 @@ func (s *Shard) produce(tp TopicPartition, batches [][]byte, acks int16, done fu
 		done(ProduceResult{BaseOffset: -1, Err: fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)})
 		return
 	}
-	if acks == AcksAll && p.minInsync > 1 {
-		done(ProduceResult{BaseOffset: -1, Err: fmt.Errorf("%w: min.insync.replicas=%d, this broker holds the only replica", ErrNotEnoughReplicas, p.minInsync)})
+	if err := s.core.Admit(&p.c, acks); err != nil { // min.insync.replicas, a failed sync
+		done(ProduceResult{BaseOffset: -1, LogStartOffset: p.log.StartOffset(), Err: err})
 		return
 	}
 	res, err := p.log.AppendBatches(batches)
 	if err != nil {
 		done(ProduceResult{BaseOffset: -1, LogStartOffset: p.log.StartOffset(), Err: err})
 		if res.Batches > 0 {
-			p.wakeWaiters()
+			s.core.Moved(&p.c)
 		}
 		return
 	}
 	r := ProduceResult{BaseOffset: res.FirstOffset, LogStartOffset: p.log.StartOffset()}
-	s.markDirty(p)
-	if acks == AcksAll || p.flushAlways {
-		p.pending = append(p.pending, pendingAck{res: r, done: done})
-		return
-	}
-	done(r)
-	p.wakeWaiters()
+	s.core.Appended(&p.c, acks, p.log.EndOffset(), r, done)
 }
 
 // FetchPartition asks for one partition's records from Offset.
@@ -185,20 +179,19 @@ type fetchOp struct {
 	results []FetchResult
 	shards  map[int][]int // shard index -> indexes into req.Partitions
 	pending atomic.Int32
-	final   atomic.Bool                // the next read completes the op whatever it finds
-	fired   atomic.Bool                // a waiter or the timer started the final read
-	timer   atomic.Pointer[time.Timer] // set on a shard loop, stopped from any goroutine
-	done    func([]FetchResult)
-	caller  int // shard whose loop started the op; read inline on the first pass only
+	final   atomic.Bool // the next read completes the op whatever it finds
+	fired   atomic.Bool // a waiter or a deadline started the final read
+	// deadline ends the long-poll; each shard the op parks on fires it then from its own
+	// reactor timer (core.Tick), and the first to fire wins.
+	deadline time.Time
+	done     func([]FetchResult)
+	caller   int // shard whose loop started the op; read inline on the first pass only
 }
-
-type fetchWaiter struct{ op *fetchOp }
-
-func (w *fetchWaiter) fire() { w.op.fire() }
 
 // Fetch reads every requested partition on its shard. When fewer than MinBytes come back
 // and MaxWait > 0, it parks a waiter on each partition and answers when data arrives or the
-// wait ends. done runs exactly once, on a shard loop or a timer goroutine.
+// wait ends (a reactor timer of each shard involved; see core.Core.Wait). done runs exactly
+// once, on a shard loop, or on the caller's goroutine when no shard could be reached.
 func (b *Broker) Fetch(req FetchRequest, done func([]FetchResult)) {
 	b.FetchFrom(CallerNone, req, done)
 }
@@ -273,11 +266,11 @@ func (op *fetchOp) shardDone() {
 		op.results[i].Records = engine.ReadResult{}
 	}
 	op.final.Store(true)
-	op.timer.Store(time.AfterFunc(op.req.MaxWait, op.fire))
+	op.deadline = op.b.now().Add(op.req.MaxWait)
 	for si, idx := range op.shards {
 		s := op.b.shards[si]
 		if err := s.r.Post(func() { s.park(op, idx) }); err != nil {
-			op.fire()
+			op.Fire()
 		}
 	}
 }
@@ -293,57 +286,36 @@ func (op *fetchOp) satisfied() bool {
 	return size >= int64(op.req.MinBytes) && size > 0 || op.req.MinBytes <= 0
 }
 
-func (op *fetchOp) fire() {
+// Fire starts the op's final read, once (core.Waiter). Any goroutine.
+func (op *fetchOp) Fire() {
 	if !op.fired.CompareAndSwap(false, true) {
 		return
-	}
-	if t := op.timer.Load(); t != nil {
-		t.Stop() // a fire that beats the Store leaves the timer to find fired already set
 	}
 	op.read()
 }
 
-// park registers op on the partitions in idx, or fires it at once when one already has
-// data past its offset. Loop goroutine.
+// Fired reports whether the op's final read started (core.Waiter).
+func (op *fetchOp) Fired() bool { return op.fired.Load() }
+
+// park registers op on the partitions in idx until its deadline, or fires it at once when
+// one already has data past its offset. Loop goroutine.
 func (s *Shard) park(op *fetchOp, idx []int) {
 	if s.b.draining.Load() { // Drain's wake-up may have run before this park
-		op.fire()
+		op.Fire()
 		return
 	}
 	for _, i := range idx {
 		fp := op.req.Partitions[i]
 		p := s.parts[fp.TopicPartition]
-		if p == nil || p.highWatermark() > fp.Offset {
-			op.fire()
+		if p == nil || s.core.Ready(&p.c, fp.Offset) {
+			op.Fire()
 			return
 		}
 	}
+	h := s.core.Wait(op, op.deadline)
 	for _, i := range idx {
-		p := s.parts[op.req.Partitions[i].TopicPartition]
-		p.pruneWaiters()
-		p.waiters = append(p.waiters, &fetchWaiter{op: op})
-	}
-}
-
-func (p *partition) pruneWaiters() {
-	live := p.waiters[:0]
-	for _, w := range p.waiters {
-		if !w.op.fired.Load() {
-			live = append(live, w)
-		}
-	}
-	clear(p.waiters[len(live):])
-	p.waiters = live
-}
-
-func (p *partition) wakeWaiters() {
-	if len(p.waiters) == 0 {
-		return
-	}
-	ws := p.waiters
-	p.waiters = nil
-	for _, w := range ws {
-		w.fire()
+		fp := op.req.Partitions[i]
+		s.core.Watch(h, &s.parts[fp.TopicPartition].c, fp.Offset)
 	}
 }
 
@@ -354,7 +326,7 @@ func (s *Shard) readInto(out *FetchResult, fp FetchPartition, lim *fetchLimits) 
 		out.Err = fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, fp.Topic, fp.Partition)
 		return
 	}
-	hw := p.highWatermark()
+	hw := s.highWatermark(p)
 	out.HighWatermark, out.LogStartOffset, out.Err = hw, p.log.StartOffset(), nil
 	out.Records = engine.ReadResult{}
 	if fp.Offset == hw {
@@ -397,12 +369,12 @@ func (b *Broker) ListOffset(tp TopicPartition, timestamp int64, done func(offset
 		}
 		switch timestamp {
 		case TimestampLatest:
-			done(p.highWatermark(), nil)
+			done(s.highWatermark(p), nil)
 		case TimestampEarliest:
 			done(p.log.StartOffset(), nil)
 		default:
 			off, err := p.log.OffsetForTimestamp(timestamp)
-			if errors.Is(err, engine.ErrTimestampNotFound) || err == nil && off >= p.highWatermark() {
+			if errors.Is(err, engine.ErrTimestampNotFound) || err == nil && off >= s.highWatermark(p) {
 				done(-1, nil)
 				return
 			}

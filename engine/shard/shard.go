@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard/core"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -23,32 +24,24 @@ type Shard struct {
 
 	// Owned by the loop goroutine.
 	parts      map[TopicPartition]*partition
-	dirty      []*partition // appended to since the last flushDirty
-	flushArmed bool
-	scrub      scrubState // background segment verification (scrub.go)
+	core       *core.Core  // acks, sync schedule and fetch waiters of parts (see package core)
+	flushTimer *ring.Timer // runs core.EndTurn after a loop turn's mailbox drain
+	waitTimer  *ring.Timer // runs core.Tick at the earliest long-poll deadline
+	tick       func()      // s.onTick, allocated once
+	scrub      scrubState  // background segment verification (scrub.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
 type partition struct {
-	tp          TopicPartition
-	log         *engine.Log
-	flushAlways bool
-	minInsync   int
-	dirty       bool
-	pending     []pendingAck   // produces waiting for the next fdatasync
-	inflight    []pendingAck   // produces covered by the fdatasync in flight
-	syncing     bool           // an asynchronous sync (BeginSync) is in flight
-	syncLog     *engine.Log    // the log that sync began on (the log may be reopened)
-	waiters     []*fetchWaiter // long-polls waiting for data past their offset
-}
-
-type pendingAck struct {
-	res  ProduceResult
-	done func(ProduceResult)
+	tp  TopicPartition
+	log *engine.Log
+	c   core.Partition // c.Log is log
 }
 
 func startShard(b *Broker, index int) (*Shard, error) {
 	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, exited: make(chan error, 1)}
+	s.core = core.New((*coreDriver)(s), b.rep)
+	s.tick = s.onTick
 	ready := make(chan struct{})
 	err := ring.StartPinned(s.cpu, b.cfg.Ring, func(r *ring.Reactor) {
 		s.r = r
@@ -73,7 +66,7 @@ func (s *Shard) armTimers() {
 	flushTick = func() {
 		for _, p := range s.parts {
 			if p.log.SyncedOffset() < p.log.EndOffset() {
-				s.markDirty(p)
+				s.core.MarkDirty(&p.c)
 			}
 		}
 		s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
@@ -92,61 +85,58 @@ func (s *Shard) armTimers() {
 	s.armScrub()
 }
 
-// markDirty queues p for the flush at the end of this loop turn.
-func (s *Shard) markDirty(p *partition) {
-	if !p.dirty {
-		p.dirty = true
-		s.dirty = append(s.dirty, p)
+func (s *Shard) onTick() { s.core.Tick(s.r.Now()) }
+
+// coreDriver carries out the core's outputs on the shard's reactor (core.Driver).
+type coreDriver Shard
+
+// ScheduleFlush: a zero-delay timer runs after this turn's mailbox drain, so every produce
+// queued in the same turn shares the syncs EndTurn starts (group commit).
+func (d *coreDriver) ScheduleFlush() {
+	s := (*Shard)(d)
+	if s.flushTimer == nil {
+		s.flushTimer = s.r.AfterFunc(0, s.core.EndTurn)
+		return
 	}
-	if !s.flushArmed {
-		s.flushArmed = true
-		// A zero-delay timer runs after this turn's mailbox drain: every produce queued in
-		// the same turn shares the flush (group commit).
-		s.r.AfterFunc(0, s.flushDirty)
+	s.flushTimer.Reset(0)
+}
+
+// ArmTimer arms the shard's one long-poll timer on the reactor's clock.
+func (d *coreDriver) ArmTimer(at time.Time) {
+	s := (*Shard)(d)
+	wait := at.Sub(s.r.Now())
+	if s.waitTimer == nil {
+		s.waitTimer = s.r.AfterFunc(wait, s.tick)
+		return
+	}
+	s.waitTimer.Reset(wait)
+}
+
+// Flush applies the flush.messages / flush.ms policy with a blocking Sync when it is due.
+func (d *coreDriver) Flush(p *core.Partition) {
+	s := (*Shard)(d)
+	if err := p.Log.(*engine.Log).Flush(); err != nil {
+		s.b.log.Error("partition flush failed; it accepts no more writes", "topic", p.Topic, "partition", p.Index, "err", err)
 	}
 }
 
-func (s *Shard) flushDirty() {
-	s.flushArmed = false
-	dirty := s.dirty
-	s.dirty = s.dirty[:0]
-	for _, p := range dirty {
-		p.dirty = false
-		if len(p.pending) > 0 {
-			s.startSync(p) // acks=all or flush.always: durable before acknowledged
-			continue
-		}
-		if p.syncing {
-			continue // the flush policy is met by the sync already in flight
-		}
-		if err := p.log.Flush(); err != nil { // flush.messages / flush.ms policy
-			s.b.log.Error("partition flush failed; it accepts no more writes", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
-		}
-	}
-}
-
-// startSync starts the pipelined group commit of p: one fdatasync per unsynced segment,
-// submitted on the ring without waiting, covering every produce in p.pending. Produces
-// arriving while it runs queue in p.pending for the next sync, which starts the moment this
-// one completes. The syncs of all partitions dirtied in one loop turn go out in the same
-// submission, so the file system can fold them into one journal commit.
-func (s *Shard) startSync(p *partition) {
-	if p.syncing {
-		return // endSync starts the next one
-	}
-	t, ok, err := p.log.BeginSync()
-	if err != nil {
-		p.finishAcks(p.pending, err)
-		p.pending = p.pending[:0]
+// StartSync starts the pipelined group commit of p: one fdatasync per unsynced segment
+// (engine.Log.BeginSync), submitted on the ring without waiting. The syncs of all
+// partitions dirtied in one loop turn go out in the same submission, so the file system can
+// fold them into one journal commit. The last completion reports SyncDone.
+func (d *coreDriver) StartSync(p *core.Partition) {
+	s := (*Shard)(d)
+	l := p.Log.(*engine.Log) // the log this sync covers, even if p is reopened meanwhile
+	t, ok, err := l.BeginSync()
+	if err != nil { // no fdatasync issued: fail the waiting produces, not the partition
+		s.b.log.Warn("partition sync could not start", "topic", p.Topic, "partition", p.Index, "err", err)
+		s.core.SyncNotStarted(p, fmt.Errorf("sync %s: %w", p, err))
 		return
 	}
 	if !ok { // already durable (a blocking Sync covered it)
-		p.finishAcks(p.pending, nil)
-		p.pending = p.pending[:0]
+		s.core.SyncDone(p, nil)
 		return
 	}
-	p.syncing, p.syncLog = true, p.log
-	p.inflight, p.pending = p.pending, p.inflight[:0]
 	remaining := len(t.Fds)
 	var firstErr error
 	complete := func(err error) {
@@ -154,82 +144,58 @@ func (s *Shard) startSync(p *partition) {
 			firstErr = err
 		}
 		if remaining--; remaining == 0 {
-			s.endSync(p, t, firstErr)
+			s.endSync(p, l, t, firstErr)
 		}
 	}
 	for _, fd := range t.Fds {
-		if s.b.wrapped != nil { // a test's FileIO: blocking, so the wrapper sees every sync
-			complete(s.b.fileIO(s.index).Fdatasync(fd))
-			continue
-		}
-		err := s.r.Submit(func(sqe *ring.SQE) { sqe.PrepFsync(fd, true) }, func(res int32, _ uint32) {
-			if res < 0 {
-				complete(fmt.Errorf("fdatasync: %w", unix.Errno(-res)))
-				return
-			}
-			complete(nil)
-		})
-		if err != nil {
-			// No room on the ring right now: sync this file the blocking way instead of
-			// failing the log for a transient submission limit.
-			complete(s.r.Fdatasync(fd))
-		}
+		s.fdatasyncAsync(fd, complete)
 	}
 }
 
-func (s *Shard) endSync(p *partition, t engine.SyncTicket, syncErr error) {
-	log := p.syncLog
-	p.syncing, p.syncLog = false, nil
-	err := log.EndSync(t, syncErr)
-	if s.parts[p.tp] != p {
-		return // dropped meanwhile; its acks were failed then
+// fdatasyncAsync submits one fdatasync on the ring; done runs on the loop when it ends.
+func (s *Shard) fdatasyncAsync(fd int, done func(error)) {
+	if h := s.b.cfg.hooks; h != nil && h.fdatasyncAsync != nil {
+		h.fdatasyncAsync(s, fd, done)
+		return
 	}
-	if log != p.log {
-		err = nil // reopened meanwhile; the blocking Sync before the reopen covered these
+	if s.b.wrapped != nil { // a test's FileIO (Config.WrapFileIO): blocking, so it sees every sync
+		done(s.b.fileIO(s.index).Fdatasync(fd))
+		return
 	}
+	err := s.r.Submit(func(sqe *ring.SQE) { sqe.PrepFsync(fd, true) }, func(res int32, _ uint32) {
+		if res < 0 {
+			done(fmt.Errorf("fdatasync: %w", unix.Errno(-res)))
+			return
+		}
+		done(nil)
+	})
 	if err != nil {
-		err = fmt.Errorf("sync %s/%d: %w", p.tp.Topic, p.tp.Partition, err)
-		s.b.log.Error("partition sync failed; it accepts no more writes", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
-	}
-	p.finishAcks(p.inflight, err)
-	p.inflight = p.inflight[:0]
-	if p.flushAlways {
-		p.wakeWaiters() // the high watermark moved with the sync
-	}
-	if len(p.pending) > 0 {
-		s.startSync(p)
+		// No room on the ring right now: sync this file the blocking way instead of
+		// failing the log for a transient submission limit.
+		done(s.r.Fdatasync(fd))
 	}
 }
 
-// finishAcks answers acks with err (nil: success) and clears them.
-func (p *partition) finishAcks(acks []pendingAck, err error) {
-	for i, a := range acks {
-		if err != nil {
-			a.res.Err = err
-			a.res.BaseOffset = -1
-		}
-		a.res.LogStartOffset = p.log.StartOffset()
-		a.done(a.res)
-		acks[i] = pendingAck{}
+// endSync completes the sync of l that StartSync began for p. A failure fails l for good
+// and, through the core, every produce waiting on p (see core's package doc).
+func (s *Shard) endSync(p *core.Partition, l *engine.Log, t engine.SyncTicket, syncErr error) {
+	err := l.EndSync(t, syncErr)
+	if err != nil {
+		err = fmt.Errorf("sync %s: %w", p, err)
+		s.b.log.Error("partition sync failed; it accepts no more writes", "topic", p.Topic, "partition", p.Index, "err", err)
 	}
+	s.core.SyncDone(p, err)
 }
 
-// highWatermark is the last offset a consumer may see, plus one. With flush.always it is the
-// synced offset, so a consumer never reads a record that a crash could take back.
-func (p *partition) highWatermark() int64 {
-	if p.flushAlways {
-		return p.log.SyncedOffset()
-	}
-	return p.log.EndOffset()
-}
+// highWatermark is the last offset a consumer may see, plus one (core.Replicator).
+func (s *Shard) highWatermark(p *partition) int64 { return s.core.HighWatermark(&p.c) }
 
 func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync int) error {
 	return onShard(s, func() error {
 		if s.parts[tp] != nil {
 			return nil
 		}
-		dir := s.b.partitionDir(tp)
-		l, report, err := engine.OpenLog(dir, lc, s.b.fileIO(s.index))
+		l, report, err := s.b.openLog(s, tp, lc)
 		if err != nil {
 			return fmt.Errorf("open %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
@@ -239,7 +205,10 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 				"rebuilt_indexes", len(report.RebuiltIndexes), "deleted_segments", len(report.DeletedSegments),
 				"reason", report.Corruption)
 		}
-		s.parts[tp] = &partition{tp: tp, log: l, flushAlways: lc.FlushAlways, minInsync: minInsync}
+		p := &partition{tp: tp, log: l}
+		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, MinInsync: minInsync}
+		s.parts[tp] = p
+		s.b.partitionOpened(s.index, tp)
 		return nil
 	})
 }
@@ -249,7 +218,8 @@ func (s *Shard) dropPartition(tp TopicPartition, dir string) error {
 		p := s.parts[tp]
 		delete(s.parts, tp)
 		if p != nil {
-			p.failPending(ErrUnknownTopicOrPartition)
+			s.core.Remove(&p.c, fmt.Errorf("%w: %s/%d deleted", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition))
+			s.b.partitionClosed(s.index, tp)
 			if err := p.log.Close(); err != nil {
 				s.b.log.Warn("close deleted partition", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 			}
@@ -268,18 +238,24 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 			return fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)
 		}
 		if err := p.log.Sync(); err != nil {
+			s.core.Fail(&p.c, err)
 			return err
 		}
-		p.completePending()
+		// Answers what the Sync covered, unless an asynchronous sync is still in flight:
+		// its outcome decides (a failed fdatasync is never followed by an acknowledgement).
+		s.core.Synced(&p.c)
 		if err := p.log.Close(); err != nil {
 			return err
 		}
-		l, _, err := engine.OpenLog(s.b.partitionDir(tp), lc, s.b.fileIO(s.index))
+		l, _, err := s.b.openLog(s, tp, lc)
 		if err != nil {
 			delete(s.parts, tp)
+			s.core.Remove(&p.c, err)
+			s.b.partitionClosed(s.index, tp)
 			return fmt.Errorf("reopen %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
-		p.log, p.flushAlways, p.minInsync = l, lc.FlushAlways, minInsync
+		p.log = l
+		p.c.Log, p.c.FlushAlways, p.c.MinInsync = l, lc.FlushAlways, minInsync
 		return nil
 	})
 }
@@ -293,10 +269,12 @@ func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
 		*out = PartitionState{
 			Partition: tp.Partition, Shard: s.index,
 			LogStartOffset: p.log.StartOffset(), LogEndOffset: p.log.EndOffset(),
-			HighWatermark: p.highWatermark(), SizeBytes: p.log.Size(),
+			HighWatermark: s.highWatermark(p), SizeBytes: p.log.Size(),
 			Segments: p.log.SegmentCount(), Storage: string(p.log.Mode()),
 		}
 		if err := p.log.Err(); err != nil {
+			out.Err = err.Error()
+		} else if err := p.c.Err(); err != nil { // a sync of the log before a reopen failed
 			out.Err = err.Error()
 		}
 		p.describeCorruption(out)
@@ -304,32 +282,27 @@ func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
 	})
 }
 
-func (p *partition) failPending(err error) {
-	p.finishAcks(p.pending, err)
-	p.finishAcks(p.inflight, err)
-	p.pending, p.inflight = nil, nil
-	for _, w := range p.waiters {
-		w.fire()
-	}
-	p.waiters = nil
-}
+// closeSyncWaitMax bounds how long a stopping shard waits for its syncs in flight.
+const closeSyncWaitMax = 10 * time.Second
 
-// completePending acknowledges every parked produce after a blocking Sync covered them.
-func (p *partition) completePending() {
-	p.finishAcks(p.pending, nil)
-	p.finishAcks(p.inflight, nil)
-	p.pending, p.inflight = nil, nil
-}
-
-// closePartitions syncs and closes every log. Loop goroutine, after Run returned.
+// closePartitions syncs and closes every log. Loop goroutine, after Run returned. Syncs in
+// flight end first, so that their outcome, not the blocking Sync here, decides the produces
+// they cover.
 func (s *Shard) closePartitions() {
-	for tp, p := range s.parts {
-		err := p.log.Sync()
-		if err == nil {
-			p.completePending()
-		} else {
-			p.failPending(err)
+	deadline := time.Now().Add(closeSyncWaitMax)
+	for s.core.Syncing() > 0 && time.Now().Before(deadline) {
+		if err := s.r.RunOnce(false); err != nil {
+			break
 		}
+	}
+	for tp, p := range s.parts {
+		if err := p.log.Sync(); err != nil {
+			s.core.Fail(&p.c, err)
+		} else {
+			s.core.Synced(&p.c)
+		}
+		s.core.Remove(&p.c, ErrShuttingDown) // what a sync still in flight covered
+		s.b.partitionClosed(s.index, tp)
 		if err := p.log.Close(); err != nil {
 			s.b.log.Warn("close partition", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 		}

@@ -168,20 +168,23 @@ func realBrokerBench(b *testing.B, shards int, driver string) (*client.Client, f
 
 // BenchmarkRealBrokerProduce1KiB: 1 KiB records with keys over 8 partitions, batched
 // (256 KiB, 5 ms linger), acks=1, into the real broker (page-cache mode) over loopback.
+// The default producer is idempotent; the -no-idempotence rows are the same with
+// DisableIdempotence (one request per partition in flight, no producer id).
 func BenchmarkRealBrokerProduce1KiB(b *testing.B) {
 	for _, driver := range []string{"net", "ring"} {
-		b.Run(driver, func(b *testing.B) { benchRealBrokerProduce(b, driver) })
+		b.Run(driver, func(b *testing.B) { benchRealBrokerProduce(b, driver, false) })
+		b.Run(driver+"-no-idempotence", func(b *testing.B) { benchRealBrokerProduce(b, driver, true) })
 	}
 }
 
-func benchRealBrokerProduce(b *testing.B, driver string) {
+func benchRealBrokerProduce(b *testing.B, driver string, noIdempotence bool) {
 	c, stop := realBrokerBench(b, 2, driver)
 	defer stop()
 	ctx := context.Background()
 	if err := c.CreateTopic(ctx, "bench", 8, nil); err != nil {
 		b.Fatal(err)
 	}
-	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, DisableIdempotence: noIdempotence})
 	value := bytes.Repeat([]byte("0123456789abcdef"), 64)
 	keys := make([][]byte, 1000)
 	for k := range keys {

@@ -8,9 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ringlog/ringlog/netio/wire"
-
 	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // Acks selects when the broker acknowledges a produce request.
@@ -47,7 +46,28 @@ type ProducerConfig struct {
 	// BufferBytesMax bounds record bytes accepted by Send and not yet acknowledged; Send
 	// blocks while it is exceeded. Default 64 MiB.
 	BufferBytesMax int64
+	// DisableIdempotence turns the idempotent producer off. By default (and always unless
+	// Acks is AckNone) the producer gets a producer id and epoch from the broker
+	// (InitProducerId) and numbers its batches per partition, so that a retried batch the
+	// broker already wrote is not written twice, and keeps up to InflightBatchesMax batches
+	// per partition in flight while still writing them in order. docs/delivery-semantics.md.
+	DisableIdempotence bool
+	// Name is a stable identity for an idempotent producer (Kafka's transactional.id): a
+	// new producer with the same Name gets the same producer id with a newer epoch, and the
+	// broker refuses every write of the older instance from then on (ErrFenced). Empty: a
+	// fresh producer id, no fencing.
+	Name string
 }
+
+// InflightBatchesMax is how many batches per partition an idempotent producer has in
+// flight at once: Kafka's max.in.flight.requests.per.connection limit for idempotence, and
+// the number of batches per producer the broker remembers for dedup.
+const InflightBatchesMax = 5
+
+// ErrFenced wraps the error of every record of a producer whose Name a newer producer took
+// over (the broker answered INVALID_PRODUCER_EPOCH). The producer is finished: every later
+// Send fails with it too. errors.Is(err, wire.ErrInvalidProducerEpoch) holds as well.
+var ErrFenced = errors.New("ringlog producer: fenced by a newer producer with the same name")
 
 func (cfg *ProducerConfig) setDefaults() {
 	if cfg.Linger == 0 {
@@ -92,19 +112,34 @@ type Record struct {
 // ErrProducerClosed is returned by Send after Close.
 var ErrProducerClosed = errors.New("ringlog producer: closed")
 
-// Producer batches records per partition and sends them with bounded in-flight requests:
-// at most one batch per partition is in flight, so retries never reorder a partition.
+// Producer batches records per partition and sends them with bounded in-flight requests.
+// Idempotent (the default): up to InflightBatchesMax batches per partition are in flight,
+// each numbered; a batch that must be retried is resent, with every later one, in sequence
+// order, and the broker drops the copies it already has. Without idempotence, one request
+// per partition is in flight, so retries never reorder a partition (but may duplicate).
 // Send, Flush and Close are safe for concurrent use.
 type Producer struct {
-	c   *Client
-	cfg ProducerConfig
+	c          *Client
+	cfg        ProducerConfig
+	idempotent bool
+
+	idMu     sync.Mutex       // serialises InitProducerId calls
+	identity producerIdentity // guarded by mu; id -1 until the first Send got one
+	// bumping: a batch failed for good, leaving a hole in its partition's sequence; no
+	// batch is sent until every in-flight one is answered and the producer has a new epoch
+	// (or id) under which its unacknowledged batches are renumbered from 0. Guarded by mu.
+	bumping       bool
+	bumpRetryAt   time.Time // guarded by mu
+	bumpAttempts  int       // guarded by mu: failed InitProducerId calls of this bump
+	inflightTotal int       // guarded by mu: batches in flight over all partitions
+	fatal         error     // guarded by mu: the producer was fenced; every record fails
 
 	mu         sync.Mutex
 	cond       *sync.Cond                    // signalled when buffered bytes or unfinished drop
 	parts      map[topicPartition]*partState // guarded by mu
 	sticky     map[string]int32              // guarded by mu: topic -> sticky partition for nil keys
 	buffered   int64                         // guarded by mu: record bytes accepted, not completed
-	unfinished int                           // guarded by mu: records accepted, not completed
+	unfinished int                           // guarded by mu: records accepted whose callback has not run
 	flushing   int                           // guarded by mu: Flush calls in progress (linger off)
 	closed     bool                          // guarded by mu
 	callbacks  []completion                  // guarded by mu: completed, callback not yet run
@@ -125,10 +160,30 @@ type partState struct {
 	builder  *batch.Builder
 	open     []pendingRecord // records in the open (unsealed) batch
 	openedAt time.Time
-	sealed   []*sealedBatch // oldest first; sealed[:inflight] are in flight
-	inflight int            // sealed batches in the one produce request in flight (0: none)
+	sealed   []*sealedBatch // unacknowledged batches (and acknowledged ones behind them), oldest first
+	inflight int            // batches of sealed in flight
 	retryAt  time.Time
+	// retrying: a batch came back for a retry; nothing more is sent until every in-flight
+	// batch is answered, then the unacknowledged ones go again in sequence order.
+	retrying bool
+	nextSeq  int32            // idempotent: base sequence of the next batch sealed
+	built    producerIdentity // identity and sequence the builder is set up with
+	builtSeq int32
 }
+
+type producerIdentity struct {
+	id    int64
+	epoch int16
+}
+
+// batchState is where a sealed batch stands.
+type batchState uint8
+
+const (
+	batchQueued   batchState = iota // waiting to be sent (first time or again)
+	batchInflight                   // in a request awaiting its response
+	batchAcked                      // written; completes once the batches before it have
+)
 
 type pendingRecord struct {
 	rec   *Record
@@ -140,6 +195,11 @@ type sealedBatch struct {
 	data     []byte
 	records  []pendingRecord
 	attempts int
+	state    batchState
+	sent     bool  // sent at least once: a resend goes alone in its request (idempotent)
+	alone    bool  // its request was refused for good as a whole: it goes again on its own
+	offset   int64 // base offset once acknowledged (-1 unknown)
+	err      error // set with batchAcked when it failed for good
 }
 
 // NewProducer returns a producer sending through c.
@@ -153,6 +213,8 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 	p := &Producer{
 		c:          c,
 		cfg:        cfg,
+		idempotent: !cfg.DisableIdempotence && cfg.Acks != AckNone,
+		identity:   producerIdentity{id: -1, epoch: -1},
 		parts:      map[topicPartition]*partState{},
 		sticky:     map[string]int32{},
 		wake:       make(chan struct{}, 1),
@@ -188,11 +250,17 @@ func (p *Producer) Send(ctx context.Context, r *Record, cb func(*Record, error))
 		cb = func(*Record, error) {}
 	}
 	partitions, err := p.c.Partitions(ctx, r.Topic)
+	if n, known := p.c.knownPartitions(r.Topic); err != nil && errors.Is(err, ErrConnClosed) && known {
+		partitions, err = n, nil // the broker is unreachable for now: the sender retries
+	}
 	if err != nil {
 		return fmt.Errorf("produce to %s: %w", r.Topic, err)
 	}
 	if r.Partition >= int32(partitions) || r.Partition < -1 {
 		return fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, wire.ErrUnknownTopicOrPartition)
+	}
+	if err := p.ensureIdentity(ctx); err != nil {
+		return err
 	}
 	size := recordBytes(r)
 	ts := r.Timestamp
@@ -209,6 +277,10 @@ func (p *Producer) Send(ctx context.Context, r *Record, cb func(*Record, error))
 	if p.closed {
 		p.mu.Unlock()
 		return ErrProducerClosed
+	}
+	if p.fatal != nil {
+		p.mu.Unlock()
+		return p.fatal
 	}
 	partition := r.Partition
 	switch {
@@ -293,10 +365,20 @@ func (p *Producer) stickyLocked(topic string, partitions int) int32 {
 func (p *Producer) partLocked(key topicPartition) *partState {
 	ps := p.parts[key]
 	if ps == nil {
-		ps = &partState{topicPartition: key, builder: batch.NewBuilder(batch.BuilderOptions{Codec: p.cfg.Compression})}
+		ps = &partState{topicPartition: key, builder: batch.NewBuilder(p.builderOptionsLocked(0))}
+		ps.built, ps.builtSeq = p.identity, 0
 		p.parts[key] = ps
 	}
 	return ps
+}
+
+// builderOptionsLocked returns the options of a batch starting at sequence seq.
+func (p *Producer) builderOptionsLocked(seq int32) batch.BuilderOptions {
+	if !p.idempotent {
+		return batch.BuilderOptions{Codec: p.cfg.Compression}
+	}
+	return batch.BuilderOptions{Codec: p.cfg.Compression, ProducerID: p.identity.id, ProducerEpoch: p.identity.epoch,
+		BaseSequence: seq, Idempotent: true}
 }
 
 // sealLocked closes the open batch of ps and queues it for sending. A nil-key topic whose
@@ -308,7 +390,24 @@ func (p *Producer) sealLocked(ps *partState) {
 	records := ps.open
 	ps.open = nil
 	data, err := ps.builder.Build(getBatchBuffer(ps.builder.Len()))
-	ps.builder.Reset()
+	if err == nil && len(data) > p.cfg.RequestBytesMax {
+		putBatchBuffer(data)
+		err = fmt.Errorf("batch of %d bytes exceeds the %d-byte request limit (broker frame limit): %w",
+			len(data), p.cfg.RequestBytesMax, wire.ErrMessageTooLarge)
+	}
+	if err == nil && p.idempotent {
+		if ps.built != p.identity || ps.builtSeq != ps.nextSeq {
+			// The producer moved to a new epoch while this batch was open.
+			batchSetProducer(data, p.identity, ps.nextSeq)
+		}
+		ps.nextSeq = addSequence(ps.nextSeq, len(records)) // only batches that will be sent take sequences
+	}
+	if p.idempotent {
+		ps.builder.ResetWith(p.builderOptionsLocked(ps.nextSeq))
+		ps.built, ps.builtSeq = p.identity, ps.nextSeq
+	} else {
+		ps.builder.Reset()
+	}
 	if sp, ok := p.sticky[ps.topic]; ok && sp == ps.partition {
 		delete(p.sticky, ps.topic)
 	}
@@ -316,13 +415,16 @@ func (p *Producer) sealLocked(ps *partState) {
 		p.finishLocked(records, fmt.Errorf("build batch for %s/%d: %w", ps.topic, ps.partition, err))
 		return
 	}
-	if len(data) > p.cfg.RequestBytesMax {
-		putBatchBuffer(data)
-		p.finishLocked(records, fmt.Errorf("batch of %d bytes for %s/%d exceeds the %d-byte request limit (broker frame limit): %w",
-			len(data), ps.topic, ps.partition, p.cfg.RequestBytesMax, wire.ErrMessageTooLarge))
-		return
-	}
-	ps.sealed = append(ps.sealed, &sealedBatch{data: data, records: records})
+	ps.sealed = append(ps.sealed, &sealedBatch{data: data, records: records, offset: -1})
+}
+
+func batchSetProducer(data []byte, id producerIdentity, seq int32) {
+	batch.SetProducer(data, id.id, id.epoch, seq)
+}
+
+// addSequence advances a sequence by n records, wrapping after math.MaxInt32 as Kafka does.
+func addSequence(seq int32, n int) int32 {
+	return int32((int64(seq) + int64(n)) % (1 << 31))
 }
 
 type completion struct {
@@ -335,7 +437,6 @@ type completion struct {
 func (p *Producer) finishLocked(records []pendingRecord, err error) {
 	for _, pr := range records {
 		p.buffered -= pr.bytes
-		p.unfinished--
 		p.callbacks = append(p.callbacks, completion{pr, err})
 	}
 	p.cond.Broadcast()
@@ -357,6 +458,10 @@ func (p *Producer) runCallbacks() {
 		for _, c := range batch {
 			c.pr.cb(c.pr.rec, c.err)
 		}
+		p.mu.Lock()
+		p.unfinished -= len(batch) // after the callbacks: Flush returns once they have run
+		p.cond.Broadcast()
+		p.mu.Unlock()
 	}
 }
 
@@ -369,6 +474,7 @@ func (p *Producer) run() {
 		p.mu.Lock()
 		requests, next := p.collectLocked(time.Now())
 		exit := p.closed && p.unfinished == 0
+		bump := p.bumpReadyLocked(time.Now())
 		p.mu.Unlock()
 		p.runCallbacks()
 		for _, rq := range requests {
@@ -376,6 +482,10 @@ func (p *Producer) run() {
 		}
 		if exit {
 			return
+		}
+		if bump {
+			p.bumpEpoch()
+			continue
 		}
 		timer.Reset(next)
 		select {
@@ -390,17 +500,26 @@ func (p *Producer) run() {
 const requestOverheadBytes = 64 << 10
 
 type produceRequest struct {
-	addr    string
-	batches []*partState // each sends its sealed[:inflight], concatenated
-	bytes   int
+	addr   string
+	groups []sendGroup
+	bytes  int
 }
 
-// collectLocked seals batches whose linger expired and gathers, per address, the
-// partitions with sealed batches and no request in flight. A partition sends every sealed
-// batch it has queued (up to the request size limit) in one request: while a request waits
-// for its acknowledgement — an fdatasync, say — the batches sealed meanwhile all go in the
-// next one, so throughput grows with the latency instead of shrinking. It returns how long
-// to sleep.
+// sendGroup is one partition's batches in one request, concatenated on the wire.
+type sendGroup struct {
+	ps      *partState
+	batches []*sealedBatch
+}
+
+// collectLocked seals batches whose linger expired and gathers, per address, what each
+// partition may send now. Without idempotence a partition with no request in flight sends
+// every sealed batch it has queued (up to the request size limit) in one request: while a
+// request waits for its acknowledgement — an fdatasync, say — the batches sealed meanwhile
+// all go in the next one, so throughput grows with the latency instead of shrinking. An
+// idempotent partition does the same with up to InflightBatchesMax batches in flight, in
+// sequence order; a batch sent before goes again alone, so that the broker finds each
+// resent batch either wholly written (and answers with its offsets) or not at all. It
+// returns how long to sleep.
 func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duration) {
 	next := time.Hour
 	byAddr := map[string]*produceRequest{}
@@ -414,28 +533,65 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 				next = min(next, due.Sub(now))
 			}
 		}
-		if ps.inflight > 0 || len(ps.sealed) == 0 {
+		if p.fatal != nil {
+			p.failQueuedLocked(ps, p.fatal)
+			continue
+		}
+		if len(ps.sealed) == 0 || ps.inflight > 0 && (ps.retrying || !p.idempotent) {
 			continue
 		}
 		if now.Before(ps.retryAt) {
 			next = min(next, ps.retryAt.Sub(now))
 			continue
 		}
+		ps.retrying = false
+		first := -1
+		for i, b := range ps.sealed {
+			// While the producer waits to move to a new epoch, only batches sent before go
+			// out (again, under the old epoch): see bumpReadyLocked.
+			if b.state == batchQueued && (b.sent || !p.bumping) {
+				first = i
+				break
+			}
+		}
+		if first < 0 {
+			continue
+		}
+		budget := len(ps.sealed)
+		if p.idempotent {
+			budget = InflightBatchesMax - ps.inflight
+		}
+		if budget <= 0 {
+			continue
+		}
 		addr := p.c.leaderAddr(ps.topic, ps.partition)
 		rq := byAddr[addr]
-		if rq == nil || rq.bytes+len(ps.sealed[0].data) > p.cfg.RequestBytesMax {
+		if rq == nil || rq.bytes+len(ps.sealed[first].data) > p.cfg.RequestBytesMax {
 			rq = &produceRequest{addr: addr}
 			byAddr[addr] = rq
 			out = append(out, rq)
 		}
-		n, size := 1, len(ps.sealed[0].data)
-		for n < len(ps.sealed) && rq.bytes+size+len(ps.sealed[n].data) <= p.cfg.RequestBytesMax {
-			size += len(ps.sealed[n].data)
+		n, size := 1, len(ps.sealed[first].data)
+		resend := p.idempotent && ps.sealed[first].sent || ps.sealed[first].alone
+		for !resend && first+n < len(ps.sealed) && n < budget {
+			b := ps.sealed[first+n]
+			if b.state != batchQueued || b.sent || b.alone || rq.bytes+size+len(b.data) > p.cfg.RequestBytesMax {
+				break
+			}
+			size += len(b.data)
 			n++
 		}
-		rq.batches = append(rq.batches, ps)
+		group := sendGroup{ps: ps, batches: append([]*sealedBatch(nil), ps.sealed[first:first+n]...)}
+		for _, b := range group.batches {
+			b.state, b.sent = batchInflight, true
+		}
+		rq.groups = append(rq.groups, group)
 		rq.bytes += size
-		ps.inflight = n
+		ps.inflight += n
+		p.inflightTotal += n
+	}
+	if p.bumping && p.inflightTotal == 0 && !p.probesPendingLocked() {
+		next = min(next, max(p.bumpRetryAt.Sub(now), 0))
 	}
 	return out, max(next, 0)
 }
@@ -443,42 +599,40 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 func (p *Producer) sendRequest(rq *produceRequest) {
 	req := &wire.ProduceRequest{Acks: p.cfg.Acks.wire(), TimeoutMs: int32(p.cfg.ProduceTimeout.Milliseconds())}
 	topicIndex := map[string]int{}
-	sent := make([][]*sealedBatch, len(rq.batches))
 	p.mu.Lock()
-	for i, ps := range rq.batches {
-		sent[i] = ps.sealed[:ps.inflight:ps.inflight]
-		data := sent[i][0].data
-		if len(sent[i]) > 1 {
+	for _, g := range rq.groups {
+		data := g.batches[0].data
+		if len(g.batches) > 1 {
 			// The protocol takes a partition's batches concatenated; the copy is the price
 			// of keeping each sealed batch retriable on its own buffer.
 			size := 0
-			for _, b := range sent[i] {
+			for _, b := range g.batches {
 				size += len(b.data)
 			}
 			data = make([]byte, 0, size)
-			for _, b := range sent[i] {
+			for _, b := range g.batches {
 				data = append(data, b.data...)
 			}
 		}
-		ti, ok := topicIndex[ps.topic]
+		ti, ok := topicIndex[g.ps.topic]
 		if !ok {
 			ti = len(req.Topics)
-			topicIndex[ps.topic] = ti
-			req.Topics = append(req.Topics, wire.ProduceTopic{Topic: ps.topic})
+			topicIndex[g.ps.topic] = ti
+			req.Topics = append(req.Topics, wire.ProduceTopic{Topic: g.ps.topic})
 		}
-		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, wire.ProducePartition{Partition: ps.partition, Records: data})
+		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, wire.ProducePartition{Partition: g.ps.partition, Records: data})
 	}
 	p.mu.Unlock()
 	if p.cfg.Acks == AckNone {
-		p.c.CallAsync(rq.addr, req, nil, func(_ wire.Message, err error) { p.complete(rq, sent, nil, err) })
+		p.c.CallAsync(rq.addr, req, nil, func(_ wire.Message, err error) { p.complete(rq, nil, err) })
 		return
 	}
 	resp := new(wire.ProduceResponse)
-	p.c.CallAsync(rq.addr, req, resp, func(_ wire.Message, err error) { p.complete(rq, sent, resp, err) })
+	p.c.CallAsync(rq.addr, req, resp, func(_ wire.Message, err error) { p.complete(rq, resp, err) })
 }
 
 // complete applies a produce response (or a transport error) to the batches sent.
-func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *wire.ProduceResponse, err error) {
+func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err error) {
 	results := map[topicPartition]wire.ProduceResponsePartition{}
 	if err == nil && resp != nil {
 		for _, t := range resp.Topics {
@@ -490,46 +644,65 @@ func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *wir
 	var refresh []string
 	p.mu.Lock()
 	now := time.Now()
-	for i, ps := range rq.batches {
-		batches := sent[i]
-		if len(ps.sealed) < len(batches) || ps.sealed[0] != batches[0] || ps.inflight != len(batches) {
-			panic(fmt.Sprintf("ringlog producer: %s/%d completed batches that are not its oldest", ps.topic, ps.partition))
+	for _, g := range rq.groups {
+		ps := g.ps
+		for _, b := range g.batches {
+			if b.state != batchInflight {
+				panic(fmt.Sprintf("ringlog producer: %s/%d completed a batch that was not in flight", ps.topic, ps.partition))
+			}
 		}
-		ps.inflight = 0
+		ps.inflight -= len(g.batches)
+		p.inflightTotal -= len(g.batches)
 		code, baseOffset, batchErr := p.outcome(ps.topicPartition, results, resp, err)
-		if batchErr == nil {
-			// The broker appended the batches in order, contiguously, from baseOffset.
+		switch {
+		case batchErr == nil:
+			// The broker appended the batches in order, contiguously, from baseOffset (or
+			// had appended them so before: a duplicate answers with the original offset).
 			next := baseOffset
-			for _, b := range batches {
-				for j, pr := range b.records {
-					pr.rec.Offset = -1
-					if baseOffset >= 0 {
-						pr.rec.Offset = next + int64(j)
-					}
+			for _, b := range g.batches {
+				b.state, b.offset = batchAcked, -1
+				if baseOffset >= 0 {
+					b.offset = next
+					next += int64(len(b.records))
 				}
-				next += int64(len(b.records))
-				p.finishLocked(b.records, nil)
-				putBatchBuffer(b.data)
 			}
-			ps.sealed = ps.sealed[len(batches):]
-			continue
-		}
-		retriable := code.Retriable() || errors.Is(batchErr, ErrConnClosed)
-		if retriable && batches[0].attempts < p.cfg.Retries {
-			for _, b := range batches {
+		case p.idempotent && code == wire.ErrInvalidProducerEpoch:
+			p.fenceLocked(fmt.Errorf("%w: produce to %s/%d: %w", ErrFenced, ps.topic, ps.partition, batchErr))
+			for _, b := range g.batches {
+				b.state, b.err = batchAcked, p.fatal
+			}
+		case p.retriableLocked(ps, g, code, batchErr):
+			for _, b := range g.batches {
+				b.state = batchQueued
 				b.attempts++
+				if p.bumping && code == wire.ErrOutOfOrderSequence {
+					b.sent = false // a sequence before it is missing: it is not in the log
+				}
 			}
+			ps.retrying = true
 			ps.retryAt = now.Add(p.cfg.RetryBackoff)
 			if code == wire.ErrNotLeaderOrWrongShard || code == wire.ErrUnknownTopicOrPartition || errors.Is(batchErr, ErrConnClosed) {
 				refresh = append(refresh, ps.topic)
 			}
-			continue
+		case len(g.batches) > 1 && code != wire.ErrNone:
+			// The broker refuses a partition's batches as a whole when one is bad: find out
+			// which by sending each on its own.
+			for _, b := range g.batches {
+				b.state, b.alone = batchQueued, true
+			}
+			ps.retrying = true
+		default:
+			for _, b := range g.batches {
+				b.state = batchAcked
+				b.err = fmt.Errorf("produce to %s/%d after %d attempts: %w", ps.topic, ps.partition, b.attempts+1, batchErr)
+			}
+			if p.idempotent && p.fatal == nil {
+				// The batch may or may not be in the log, and the batches after it carry
+				// sequences that no longer follow: move to a new epoch and renumber them.
+				p.bumping = true
+			}
 		}
-		ps.sealed = ps.sealed[len(batches):]
-		for _, b := range batches {
-			putBatchBuffer(b.data)
-			p.finishLocked(b.records, fmt.Errorf("produce to %s/%d after %d attempts: %w", ps.topic, ps.partition, b.attempts+1, batchErr))
-		}
+		p.completeAckedLocked(ps)
 	}
 	p.mu.Unlock()
 	p.runCallbacks()
@@ -544,6 +717,78 @@ func (p *Producer) complete(rq *produceRequest, sent [][]*sealedBatch, resp *wir
 		}()
 	}
 	p.signal()
+}
+
+// retriableLocked decides whether a failed group goes again. OUT_OF_ORDER_SEQUENCE is
+// retriable for an idempotent batch while an earlier batch of its partition is still
+// unacknowledged: that one failed or is in flight, and once it is written this one follows.
+func (p *Producer) retriableLocked(ps *partState, g sendGroup, code wire.ErrorCode, err error) bool {
+	if g.batches[0].attempts >= p.cfg.Retries {
+		return false
+	}
+	if code.Retriable() || errors.Is(err, ErrConnClosed) {
+		return true
+	}
+	if p.idempotent && code == wire.ErrOutOfOrderSequence {
+		if p.bumping {
+			return true // renumbered under the new epoch before it goes again
+		}
+		for _, b := range ps.sealed {
+			if b == g.batches[0] {
+				return false // nothing unacknowledged before it: a real gap
+			}
+			if b.state != batchAcked || b.err != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// completeAckedLocked completes the acknowledged (or failed) batches at the front of ps, so
+// that callbacks run in record order within the partition.
+func (p *Producer) completeAckedLocked(ps *partState) {
+	n := 0
+	for n < len(ps.sealed) && ps.sealed[n].state == batchAcked {
+		b := ps.sealed[n]
+		for j, pr := range b.records {
+			pr.rec.Offset = -1
+			if b.err == nil && b.offset >= 0 {
+				pr.rec.Offset = b.offset + int64(j)
+			}
+		}
+		p.finishLocked(b.records, b.err)
+		putBatchBuffer(b.data)
+		ps.sealed[n] = nil
+		n++
+	}
+	ps.sealed = ps.sealed[n:]
+}
+
+// failQueuedLocked fails every batch of ps not in flight (the producer was fenced).
+func (p *Producer) failQueuedLocked(ps *partState, err error) {
+	for _, b := range ps.sealed {
+		if b.state == batchQueued {
+			b.state, b.err = batchAcked, err
+		}
+	}
+	p.completeAckedLocked(ps)
+}
+
+// fenceLocked finishes the producer: a newer instance with the same Name took over.
+func (p *Producer) fenceLocked(err error) {
+	if p.fatal == nil {
+		p.fatal = err
+	}
+	p.bumping = false
+	for _, ps := range p.parts {
+		for _, pr := range ps.open {
+			p.finishLocked([]pendingRecord{pr}, p.fatal)
+		}
+		ps.open = nil
+		ps.builder.Reset()
+		p.failQueuedLocked(ps, p.fatal)
+	}
 }
 
 // outcome extracts one partition's result.
@@ -565,7 +810,7 @@ func (p *Producer) outcome(key topicPartition, results map[topicPartition]wire.P
 }
 
 // Flush sends every queued record at once (ignoring linger) and waits until all records
-// sent before the call are acknowledged or failed.
+// sent before the call are acknowledged or failed and their callbacks have returned.
 func (p *Producer) Flush(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() {
 		p.mu.Lock()

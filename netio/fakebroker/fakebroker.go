@@ -28,12 +28,13 @@ type Broker struct {
 	dir    string
 	shards []wire.MetadataShard
 
-	mu       sync.Mutex
-	topics   map[string]*topic    // guarded by mu
-	waiters  map[*waiter]struct{} // guarded by mu: parked long-poll fetches
-	injected []injectedError      // guarded by mu
-	closed   bool                 // guarded by mu
-	produced int                  // guarded by mu: produce requests seen (for tests)
+	mu          sync.Mutex
+	topics      map[string]*topic    // guarded by mu
+	waiters     map[*waiter]struct{} // guarded by mu: parked long-poll fetches
+	injected    []injectedError      // guarded by mu
+	closed      bool                 // guarded by mu
+	produced    int                  // guarded by mu: produce requests seen (for tests)
+	producerIDs int64                // guarded by mu: the last producer id handed out
 
 	fetchInjected []injectedError // guarded by mu
 	fetches       int             // guarded by mu: fetch requests seen
@@ -215,6 +216,12 @@ func (b *Broker) Serve(req *netio.Request) {
 		req.ReplyMessage(b.describeConfigs(m))
 	case *wire.AlterConfigsRequest:
 		req.ReplyMessage(b.alterConfigs(m))
+	case *wire.InitProducerIDRequest: // ids only: the fake does not deduplicate
+		b.mu.Lock()
+		b.producerIDs++
+		id := b.producerIDs
+		b.mu.Unlock()
+		req.ReplyMessage(&wire.InitProducerIDResponse{ProducerID: id})
 	default:
 		req.ReplyError(wire.ErrUnknownAPI, fmt.Sprintf("fakebroker does not serve %s", req.Header.API))
 	}

@@ -55,14 +55,16 @@ const (
 	APIDescribeTopics  APIKey = 7
 	APIDescribeConfigs APIKey = 8
 	APIAlterConfigs    APIKey = 9
+	APIInitProducerID  APIKey = 10
 
 	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 10
+	APIKeyCount = 11
 )
 
 var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
+	"InitProducerId",
 }
 
 func (k APIKey) String() string {

@@ -40,6 +40,8 @@ func NewRequest(key APIKey) Message {
 		return new(DescribeConfigsRequest)
 	case APIAlterConfigs:
 		return new(AlterConfigsRequest)
+	case APIInitProducerID:
+		return new(InitProducerIDRequest)
 	}
 	return nil
 }
@@ -67,6 +69,8 @@ func NewResponse(key APIKey) Message {
 		return new(DescribeConfigsResponse)
 	case APIAlterConfigs:
 		return new(AlterConfigsResponse)
+	case APIInitProducerID:
+		return new(InitProducerIDResponse)
 	}
 	return nil
 }

@@ -26,6 +26,8 @@ func sampleRequests() []Message {
 		&AlterConfigsRequest{ValidateOnly: false, Topics: []AlterConfigsTopic{
 			{Topic: "orders", Configs: []AlterConfig{{"retention.ms", AlterConfigSet, "1000"}, {"segment.bytes", AlterConfigDelete, ""}}},
 		}},
+		&InitProducerIDRequest{Name: "billing-writer", ProducerID: -1, ProducerEpoch: -1},
+		&InitProducerIDRequest{ProducerID: 4000, ProducerEpoch: 3},
 	}
 }
 
@@ -56,5 +58,7 @@ func sampleResponses() []Message {
 		&DescribeTopicsResponse{Topics: []DescribeTopic{{Topic: "orders", Partitions: []DescribePartition{{0, ErrNone, 0, 0, 100, 100, 65536, "", 0}, {1, ErrCorruptMessage, 1, 0, 90, 90, 4096, "1 corrupt batch(es)", 1}}}}},
 		&DescribeConfigsResponse{Topics: []DescribeConfigsResult{{Topic: "orders", Configs: []ConfigDescription{{"retention.ms", "86400000", ConfigSourceTopic, false}, {"segment.bytes", "1073741824", ConfigSourceDefault, false}}}}},
 		&AlterConfigsResponse{Topics: []TopicResult{{"orders", ErrInvalidConfig, "retention.ms: not a number"}}},
+		&InitProducerIDResponse{ProducerID: 4000, ProducerEpoch: 4},
+		&InitProducerIDResponse{ErrorCode: ErrInvalidProducerEpoch, ErrorMessage: "name is at epoch 5", ProducerID: -1, ProducerEpoch: -1},
 	}
 }

@@ -1,0 +1,244 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ringlog/ringlog/ring"
+)
+
+// Producer ids: the broker-wide allocation behind InitProducerId. A producer without a name
+// gets a fresh id at epoch 0. A producer with a stable name (Kafka's transactional.id) gets
+// the id that name had before with the epoch bumped by one, so every batch the previous
+// instance still sends carries an older epoch and is refused (fenced). When the epoch would
+// pass math.MaxInt16-1 the name moves to a fresh id at epoch 0, as in Kafka.
+//
+// The state is one JSON document in the data directory, replaced atomically (temp file,
+// fsync, rename, fsync of the directory) before an id or epoch is handed out, so a restarted
+// broker never hands out an id twice nor lets a fenced epoch back in:
+//
+//	{
+//	  "version": 1,
+//	  "next_id": 2000,
+//	  "names": {"billing-writer": {"id": 1000, "epoch": 3}}
+//	}
+//
+// Ids of unnamed producers are reserved in blocks of producerIDBlock (next_id moves a block
+// at a time), so that they cost one file write per block; a restart skips the rest of the
+// block. version must be 1; unknown fields are rejected.
+const (
+	producerIDsFileName = "producer-ids.json"
+	producerIDsVersion  = 1
+	// producerIDBlock is how many ids one write of the file reserves for unnamed producers.
+	producerIDBlock = 1000
+	// producerIDsBytesMax bounds the file read at start-up (~100 k names of 255 bytes).
+	producerIDsBytesMax = 32 << 20
+	// ProducerNameBytesMax bounds a producer name (a transactional.id in Kafka).
+	ProducerNameBytesMax = 255
+	// producerNamesMax bounds the names remembered, so the file and the map stay bounded.
+	producerNamesMax = 100_000
+	producerEpochMax = math.MaxInt16 - 1
+)
+
+// Errors of the producer id registry.
+var (
+	ErrInvalidProducerName = errors.New("invalid producer name")
+	ErrProducerIDsCorrupt  = errors.New("producer id file corrupt")
+	ErrTooManyProducers    = errors.New("too many producer names")
+)
+
+// ProducerIdentity is a producer id and epoch.
+type ProducerIdentity struct {
+	ID    int64 `json:"id"`
+	Epoch int16 `json:"epoch"`
+}
+
+type producerIDsFile struct {
+	Version int                         `json:"version"`
+	NextID  int64                       `json:"next_id"`
+	Names   map[string]ProducerIdentity `json:"names"`
+}
+
+// ProducerIDs is the broker's producer id registry. Safe for concurrent use: Init takes a
+// mutex (it writes a file), CurrentEpoch is a lock-free read for the produce path.
+type ProducerIDs struct {
+	dir string
+	fio ring.FileIO // every fsync of the file and the directory
+
+	mu       sync.Mutex
+	next     int64 // next id for an unnamed producer; guarded by mu
+	reserved int64 // ids below this are reserved in the file; guarded by mu
+	names    map[string]ProducerIdentity
+
+	// epochs maps the id of every named producer to its current epoch. Replaced whole
+	// (copy-on-write) under mu; read without a lock by the produce path.
+	epochs atomic.Pointer[map[int64]int16]
+}
+
+// LoadProducerIDs is OpenProducerIDs with plain system calls.
+func LoadProducerIDs(dir string) (*ProducerIDs, error) { return OpenProducerIDs(dir, ring.Syscalls{}) }
+
+// OpenProducerIDs reads dir/producer-ids.json; a missing file is an empty registry. Every
+// fsync the registry issues later goes through fio.
+func OpenProducerIDs(dir string, fio ring.FileIO) (*ProducerIDs, error) {
+	p := &ProducerIDs{dir: dir, fio: fio, names: map[string]ProducerIdentity{}}
+	b, err := readBounded(filepath.Join(dir, producerIDsFileName), producerIDsBytesMax)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("load producer ids: %w", err)
+	default:
+		f, err := decodeProducerIDs(b)
+		if err != nil {
+			return nil, fmt.Errorf("load producer ids: %w", err)
+		}
+		p.names, p.next, p.reserved = f.Names, f.NextID, f.NextID
+	}
+	p.publishLocked()
+	return p, nil
+}
+
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+func decodeProducerIDs(b []byte) (producerIDsFile, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var f producerIDsFile
+	if err := dec.Decode(&f); err != nil {
+		return f, fmt.Errorf("%w: %w", ErrProducerIDsCorrupt, err)
+	}
+	if dec.More() {
+		return f, fmt.Errorf("%w: trailing data", ErrProducerIDsCorrupt)
+	}
+	if f.Version != producerIDsVersion {
+		return f, fmt.Errorf("%w: version %d, want %d", ErrProducerIDsCorrupt, f.Version, producerIDsVersion)
+	}
+	if f.NextID < 0 || len(f.Names) > producerNamesMax {
+		return f, fmt.Errorf("%w: next_id %d, %d names", ErrProducerIDsCorrupt, f.NextID, len(f.Names))
+	}
+	if f.Names == nil {
+		f.Names = map[string]ProducerIdentity{}
+	}
+	seen := map[int64]bool{}
+	for name, id := range f.Names {
+		if err := validProducerName(name); err != nil || id.ID < 0 || id.ID >= f.NextID || id.Epoch < 0 || seen[id.ID] {
+			return f, fmt.Errorf("%w: name %q holds %+v (next_id %d)", ErrProducerIDsCorrupt, name, id, f.NextID)
+		}
+		seen[id.ID] = true
+	}
+	return f, nil
+}
+
+func validProducerName(name string) error {
+	if name == "" || len(name) > ProducerNameBytesMax {
+		return fmt.Errorf("%w: %d bytes, want 1 to %d", ErrInvalidProducerName, len(name), ProducerNameBytesMax)
+	}
+	return nil
+}
+
+// NoProducer is the identity a producer without one passes to Init.
+var NoProducer = ProducerIdentity{ID: -1, Epoch: -1}
+
+// Init hands out a producer identity. An empty name gets a fresh id at epoch 0; a name gets
+// its previous id with the epoch bumped (a fresh id at epoch 0 the first time, or when the
+// epoch is exhausted). current is the identity the caller holds (NoProducer for a producer
+// starting up): a running producer bumping its own epoch after a failed batch (Kafka's
+// KIP-360) passes it, and when a newer instance has since taken the name, Init refuses
+// with ErrProducerFenced instead of fencing the newer one. The new state is on disk before
+// Init returns.
+func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdentity, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if name == "" {
+		if p.next < p.reserved {
+			id := ProducerIdentity{ID: p.next}
+			p.next++
+			return id, nil
+		}
+		if err := p.saveLocked(p.names, p.next+producerIDBlock); err != nil {
+			return ProducerIdentity{}, err
+		}
+		p.reserved = p.next + producerIDBlock
+		id := ProducerIdentity{ID: p.next}
+		p.next++
+		return id, nil
+	}
+	if err := validProducerName(name); err != nil {
+		return ProducerIdentity{}, err
+	}
+	prev, known := p.names[name]
+	if current.ID >= 0 && (!known || prev != current) {
+		return ProducerIdentity{}, fmt.Errorf("%w: producer %q holds id %d epoch %d, the name is at %+v", ErrProducerFenced, name, current.ID, current.Epoch, prev)
+	}
+	if !known && len(p.names) >= producerNamesMax {
+		return ProducerIdentity{}, fmt.Errorf("%w: %d names", ErrTooManyProducers, len(p.names))
+	}
+	next := ProducerIdentity{ID: prev.ID, Epoch: prev.Epoch + 1}
+	consumed := int64(0)
+	if !known || prev.Epoch >= producerEpochMax {
+		next = ProducerIdentity{ID: p.next}
+		consumed = 1
+	}
+	names := make(map[string]ProducerIdentity, len(p.names)+1)
+	for k, v := range p.names {
+		names[k] = v
+	}
+	names[name] = next
+	reserved := max(p.reserved, p.next+consumed)
+	if err := p.saveLocked(names, reserved); err != nil {
+		return ProducerIdentity{}, err
+	}
+	p.names, p.next, p.reserved = names, p.next+consumed, reserved
+	p.publishLocked()
+	return next, nil
+}
+
+// CurrentEpoch returns the current epoch of a named producer's id (ok false for ids that
+// belong to no name: their epoch never moves, the partitions' own state fences them).
+func (p *ProducerIDs) CurrentEpoch(id int64) (epoch int16, ok bool) {
+	m := p.epochs.Load()
+	if m == nil {
+		return 0, false
+	}
+	epoch, ok = (*m)[id]
+	return epoch, ok
+}
+
+func (p *ProducerIDs) publishLocked() {
+	m := make(map[int64]int16, len(p.names))
+	for _, id := range p.names {
+		m[id.ID] = id.Epoch
+	}
+	p.epochs.Store(&m)
+}
+
+// saveLocked writes the registry with names and next_id = nextID atomically.
+func (p *ProducerIDs) saveLocked(names map[string]ProducerIdentity, nextID int64) error {
+	b, err := json.MarshalIndent(producerIDsFile{Version: producerIDsVersion, NextID: nextID, Names: names}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save producer ids: %w", err)
+	}
+	return writeFileAtomic(p.fio, p.dir, producerIDsFileName, append(b, '\n'))
+}

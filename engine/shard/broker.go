@@ -71,7 +71,11 @@ type Config struct {
 	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
 	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
 	ScrubBytesPerSecond int64
-	Logger              *slog.Logger
+	// FetchFilesMax bounds the segment descriptors held by fetch results not yet sent
+	// (each result dups its segment's descriptor so retention cannot pull the file from
+	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
+	FetchFilesMax int64
+	Logger        *slog.Logger
 
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
 	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
@@ -152,6 +156,7 @@ type Broker struct {
 
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
+	files    *Quota      // descriptors held by unsent fetch results (Config.FetchFilesMax)
 
 	logDefaults atomic.Pointer[engine.LogConfig] // cfg.Log, then SetLogDefaults (defaults.go)
 }
@@ -172,6 +177,9 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	if cfg.Log.Logger == nil {
 		cfg.Log.Logger = cfg.Logger
+	}
+	if cfg.FetchFilesMax <= 0 {
+		cfg.FetchFilesMax = fetchFilesMaxDefault()
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -204,7 +212,7 @@ func Open(cfg Config) (*Broker, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs, files: NewQuota(cfg.FetchFilesMax)}
 	b.logDefaults.Store(&cfg.Log)
 	if b.rep == nil {
 		b.rep = core.Local{}

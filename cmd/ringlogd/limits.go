@@ -5,6 +5,7 @@ import (
 	"flag"
 	"time"
 
+	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/netio"
 )
 
@@ -21,6 +22,7 @@ type limitFlags struct {
 	fetchFilesMax         int64
 	fetchFilesPerConnMax  int64
 	fetchFilesPerAddrMax  int64
+	partitionsMax         int
 	frameTimeout          time.Duration
 	idleTimeout           time.Duration
 	writeTimeout          time.Duration
@@ -36,6 +38,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&l.fetchFilesMax, "max-fetch-files", 0, "segment descriptors held by unsent fetch responses, broker-wide (default a quarter of the descriptor limit)")
 	fs.Int64Var(&l.fetchFilesPerConnMax, "max-fetch-files-per-connection", 0, "segment descriptors held by one connection's unsent fetch responses (default min(256, --max-fetch-files / 16))")
 	fs.Int64Var(&l.fetchFilesPerAddrMax, "max-fetch-files-per-address", 0, "segment descriptors held by one client IP's unsent fetch responses (default --max-fetch-files / 4)")
+	fs.IntVar(&l.partitionsMax, "max-partitions", engine.PartitionsPerBrokerDefault, "partitions of all topics together this broker holds; a create beyond it is refused (INVALID_PARTITIONS)")
 	fs.DurationVar(&l.frameTimeout, "frame-timeout", 30*time.Second, "a request frame must arrive whole within this of its first byte")
 	fs.DurationVar(&l.idleTimeout, "idle-timeout", 10*time.Minute, "close a connection that sent nothing for this long with nothing outstanding")
 	fs.DurationVar(&l.writeTimeout, "write-timeout", 30*time.Second, "close a connection that reads none of a response for this long")
@@ -43,7 +46,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 
 func (l *limitFlags) check() error {
 	for _, v := range []int64{l.bufferBytesMax, l.connBufferBytesMax, l.addressBufferBytesMax, int64(l.connsPerAddressMax),
-		int64(l.requestEntriesMax), l.fetchResponseBytesMax, l.fetchFilesMax, l.fetchFilesPerConnMax, l.fetchFilesPerAddrMax} {
+		int64(l.requestEntriesMax), int64(l.partitionsMax), l.fetchResponseBytesMax, l.fetchFilesMax, l.fetchFilesPerConnMax, l.fetchFilesPerAddrMax} {
 		if v < 0 {
 			return errors.New("limits must not be negative")
 		}

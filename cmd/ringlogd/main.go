@@ -130,6 +130,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			// The shard's 0 means its default; the flag's 0 means off.
 			ScrubBytesPerSecond: scrubRate(o.scrubRate),
 			FetchFilesMax:       o.limits.fetchFilesMax,
+			PartitionsMax:       o.limits.partitionsMax,
 		},
 		FetchResponseBytesMax: o.limits.fetchResponseBytesMax,
 		Listen:                o.listen,

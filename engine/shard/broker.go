@@ -75,6 +75,9 @@ type Config struct {
 	// (each result dups its segment's descriptor so retention cannot pull the file from
 	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
 	FetchFilesMax int64
+	// PartitionsMax bounds the partitions of all topics together; a create beyond it is
+	// refused with ErrInvalidPartitions. 0 means engine.PartitionsPerBrokerDefault.
+	PartitionsMax int
 	Logger        *slog.Logger
 
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
@@ -438,6 +441,10 @@ func (b *Broker) CreateTopic(name string, partitions int, config map[string]stri
 	if old.topics[name] != nil {
 		return fmt.Errorf("%w: %q", ErrTopicExists, name)
 	}
+	if held := old.partitionCount(); held+partitions > b.partitionsMax() {
+		return fmt.Errorf("%w: %d more would make %d on this broker; its limit is %d (ringlogd --max-partitions)",
+			ErrInvalidPartitions, partitions, held+partitions, b.partitionsMax())
+	}
 	shards := make([]int, partitions)
 	h := fnv.New32a()
 	h.Write([]byte(name))
@@ -775,4 +782,21 @@ func (b *Broker) Exec(i int, fn func(r *ring.Reactor) error) error {
 	}
 	s := b.shards[i]
 	return onShard(s, func() error { return fn(s.r) })
+}
+
+// partitionsMax is the broker-wide partition limit (Config.PartitionsMax or the default).
+func (b *Broker) partitionsMax() int {
+	if b.cfg.PartitionsMax > 0 {
+		return b.cfg.PartitionsMax
+	}
+	return engine.PartitionsPerBrokerDefault
+}
+
+// partitionCount is the number of partitions of every topic in m.
+func (m *metadata) partitionCount() int {
+	n := 0
+	for _, t := range m.topics {
+		n += len(t.Partitions)
+	}
+	return n
 }

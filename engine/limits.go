@@ -8,6 +8,11 @@ const (
 	// PartitionsPerTopicMax bounds the partitions of one topic: each partition holds at
 	// least three open descriptors (.log, .index, .timeindex of its active segment).
 	PartitionsPerTopicMax = 10_000
+	// PartitionsPerBrokerDefault bounds the partitions (so the topics) one broker holds
+	// unless ringlogd --max-partitions says otherwise: every partition keeps at least three
+	// descriptors open and a reactor entry on its shard, so an unbounded count let any
+	// client that may create topics exhaust the broker's descriptors.
+	PartitionsPerBrokerDefault = 10_000
 	// TopicNameBytesMax is Kafka's limit: a partition directory name ("<topic>-<n>") must
 	// fit in 255 bytes.
 	TopicNameBytesMax = 249

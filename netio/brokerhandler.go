@@ -24,11 +24,34 @@ type BrokerHandler struct {
 	address    string   // advertised in metadata
 	shardAddrs []string // per-shard addresses advertised in metadata; nil: address for all
 	brokerID   int32
+	// fetchResponseBytesMax caps a fetch's records whatever its max_bytes asks for.
+	fetchResponseBytesMax int64
 }
+
+// FetchResponseBytesMaxDefault is the default cap on a fetch response's records (Kafka's
+// broker fetch.max.bytes is 55 MiB): with the first-batch rule a response stays below
+// this plus one batch, well inside the bundled client's 256 MiB response frame limit.
+const FetchResponseBytesMaxDefault = 64 << 20
+
+// inlineEntriesMax: metadata and describe-configs requests naming more entries than this
+// (or every topic, when the broker has more) are answered from a goroutine of their own
+// instead of on the shard loop that read them, so building a large reply never stalls the
+// loop's partitions.
+const inlineEntriesMax = 64
 
 // NewBrokerHandler returns the handler of a broker advertising address to clients.
 func NewBrokerHandler(b *shard.Broker, address string) *BrokerHandler {
-	return &BrokerHandler{b: b, address: address}
+	return &BrokerHandler{b: b, address: address, fetchResponseBytesMax: FetchResponseBytesMaxDefault}
+}
+
+// WithFetchResponseBytesMax sets the cap on a fetch response's records (n <= 0: the
+// default). Call it before serving.
+func (h *BrokerHandler) WithFetchResponseBytesMax(n int64) *BrokerHandler {
+	if n <= 0 {
+		n = FetchResponseBytesMaxDefault
+	}
+	h.fetchResponseBytesMax = n
+	return h
 }
 
 // WithShardAddresses makes metadata advertise addrs[i] for shard i: a listener that only
@@ -49,8 +72,16 @@ func (h *BrokerHandler) Serve(req *Request) {
 	case *wire.ListOffsetsRequest:
 		h.listOffsets(req, body)
 	case *wire.MetadataRequest:
+		if req.Conn.OnLoop && (len(body.Topics) > inlineEntriesMax || body.Topics == nil && len(h.b.Topics()) > inlineEntriesMax) {
+			go func() { req.ReplyMessage(h.metadata(body)) }()
+			return
+		}
 		req.ReplyMessage(h.metadata(body))
 	case *wire.DescribeConfigsRequest:
+		if req.Conn.OnLoop && len(body.Topics) > inlineEntriesMax/8 {
+			go func() { req.ReplyMessage(h.describeConfigs(body)) }()
+			return
+		}
 		req.ReplyMessage(h.describeConfigs(body))
 	// Admin requests wait for every shard involved. They run on a goroutine of their own so
 	// that a handler called on a shard's loop (the ring driver) never waits for itself.
@@ -203,15 +234,20 @@ func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
 	var fr shard.FetchRequest
 	fr.MinBytes = body.MinBytes
 	fr.MaxWait = time.Duration(body.MaxWaitMs) * time.Millisecond
+	// max_bytes bounds the whole response (first-batch rule included), within the broker's
+	// own cap; a partition's max_bytes bounds that partition.
+	fr.ResponseBytesMax = h.fetchResponseBytesMax
+	if body.MaxBytes > 0 {
+		fr.ResponseBytesMax = min(fr.ResponseBytesMax, int64(body.MaxBytes))
+	}
+	if req.Conn.FetchFiles != nil {
+		fr.Files = req.Conn.FetchFiles
+	}
 	for _, t := range body.Topics {
 		for _, p := range t.Partitions {
-			maxBytes := p.MaxBytes
-			if body.MaxBytes > 0 && (maxBytes <= 0 || maxBytes > body.MaxBytes) {
-				maxBytes = body.MaxBytes
-			}
 			fr.Partitions = append(fr.Partitions, shard.FetchPartition{
 				TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: p.Partition},
-				Offset:         p.FetchOffset, MaxBytes: maxBytes,
+				Offset:         p.FetchOffset, MaxBytes: p.MaxBytes,
 			})
 		}
 	}
@@ -241,10 +277,16 @@ func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
 	})
 }
 
-// fillRecords hands file pieces to the sender as file ranges (zero copy) and copies
-// in-memory pieces (direct mode's block cache) into Records.
+// fillRecords hands file pieces to the sender as file ranges (zero copy). In-memory pieces
+// (direct mode's block cache, immutable) are handed over as they are when the read is one
+// such piece, and copied into Records otherwise (a read spanning chunks or the flushed
+// part; bounded by the fetch's byte budget).
 func fillRecords(out *wire.FetchResponsePartition, r *shard.FetchResult) {
 	pieces := r.Records.Pieces
+	if len(pieces) == 1 && pieces[0].File == nil {
+		out.Records = pieces[0].Data
+		return
+	}
 	allFiles := len(pieces) > 0
 	for _, p := range pieces {
 		if p.File == nil {

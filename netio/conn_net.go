@@ -29,12 +29,15 @@ type conn struct {
 	nc       net.Conn
 	raw      syscall.RawConn // nc's raw fd, for sendfile and TCP_CORK; nil if not a syscall.Conn
 	info     ConnInfo
-	budget   *budget       // this connection's request bytes
+	addr     *address      // the client IP's shared limits
+	budgets  budgets       // request and response bytes: connection, address, shard
 	inflight chan struct{} // one token per request read and not yet released
 	wake     chan struct{} // cap 1: the writer has something to look at
 	stopRead chan struct{} // closed by stopReading
 	stopOnce sync.Once
-	stopped  atomic.Bool // stopRead closed or the connection failed
+	stopped  atomic.Bool   // stopRead closed or the connection failed
+	quit     chan struct{} // closed with stopped set: budget waits give up
+	quitOnce sync.Once
 
 	mu         sync.Mutex
 	queue      []*Request // guarded by mu: requests in arrival order, released by the writer
@@ -50,15 +53,17 @@ type conn struct {
 	copyBuf []byte
 }
 
-func newConn(s *Server, nc net.Conn, info ConnInfo) *conn {
+func newConn(s *Server, nc net.Conn, info ConnInfo, a *address) *conn {
 	c := &conn{
 		srv:      s,
 		nc:       nc,
 		info:     info,
-		budget:   newBudget(s.cfg.ConnBufferBytesMax),
+		addr:     a,
+		budgets:  s.connBudgets(a, info.Shard),
 		inflight: make(chan struct{}, s.cfg.InflightPerConnMax),
 		wake:     make(chan struct{}, 1),
 		stopRead: make(chan struct{}),
+		quit:     make(chan struct{}),
 	}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -76,7 +81,7 @@ func (c *conn) start() {
 	go func() {
 		exits.Wait()
 		c.nc.Close()
-		c.srv.connDone(c, c.info)
+		c.srv.connDone(c, c.info, c.addr)
 	}()
 }
 
@@ -95,8 +100,7 @@ func (c *conn) stopReading() {
 		close(c.stopRead)
 		// Order matters: the reader clears its deadline and then checks stopRead.
 		c.nc.SetReadDeadline(time.Now())
-		c.budget.wake()
-		c.srv.budget.wake()
+		c.quitOnce.Do(func() { close(c.quit) })
 	})
 }
 
@@ -113,8 +117,7 @@ func (c *conn) fail(err error) {
 	}
 	c.stopped.Store(true)
 	c.nc.Close()
-	c.budget.wake()
-	c.srv.budget.wake()
+	c.quitOnce.Do(func() { close(c.quit) })
 	c.signal()
 }
 
@@ -155,7 +158,7 @@ func (c *conn) readLoop() {
 // readRequest reads one frame. It returns a request (possibly one that only carries a
 // frame-level error) or an error that ends the connection.
 func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
-	hdr, err := c.peekHeader(br, cfg)
+	hdr, frameDeadline, err := c.peekHeader(br, cfg)
 	if err != nil {
 		if errors.Is(err, errIdle) {
 			return nil, err
@@ -184,7 +187,7 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 	n := int(h.Length) - (wire.RequestHeaderBytes - wire.FrameLengthBytes)
 	deadline := br.Buffered() < n
 	if deadline {
-		c.setReadDeadline(time.Now().Add(cfg.FrameReadTimeout))
+		c.setReadDeadline(frameDeadline)
 	}
 	err = c.readPayload(br, req, n)
 	if deadline {
@@ -200,28 +203,39 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 // errIdle ends a connection that stayed silent for IdleTimeout with nothing outstanding.
 var errIdle = errors.New("idle")
 
-// peekHeader waits for the next frame header. While it waits the read deadline is
-// IdleTimeout; when it expires with requests still outstanding (the client is waiting for
-// us, e.g. a long-poll) it waits again, otherwise the connection is idle.
-func (c *conn) peekHeader(br *bufio.Reader, cfg *Config) ([]byte, error) {
-	for {
-		if br.Buffered() >= wire.RequestHeaderBytes {
-			return br.Peek(wire.RequestHeaderBytes)
-		}
+// peekHeader waits for the next frame header and returns the time by which the whole frame
+// must have arrived: FrameReadTimeout after its first byte. While it waits for that first
+// byte the read deadline is IdleTimeout; when it expires with requests still outstanding
+// (the client is waiting for us, e.g. a long-poll) it waits again, otherwise the
+// connection is idle.
+func (c *conn) peekHeader(br *bufio.Reader, cfg *Config) ([]byte, time.Time, error) {
+	for br.Buffered() == 0 {
 		c.setReadDeadline(time.Now().Add(cfg.IdleTimeout))
-		hdr, err := br.Peek(wire.RequestHeaderBytes)
+		_, err := br.Peek(1)
 		c.setReadDeadline(time.Time{})
+		if err == nil {
+			break
+		}
 		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || c.stopped.Load() {
-			return hdr, err
+		if !errors.As(err, &ne) || !ne.Timeout() || c.stopped.Load() {
+			return nil, time.Time{}, err
 		}
 		c.mu.Lock()
 		outstanding := len(c.queue) > 0
 		c.mu.Unlock()
 		if !outstanding {
-			return nil, errIdle
+			return nil, time.Time{}, errIdle
 		}
 	}
+	frameDeadline := time.Now().Add(cfg.FrameReadTimeout)
+	if br.Buffered() >= wire.RequestHeaderBytes {
+		hdr, err := br.Peek(wire.RequestHeaderBytes)
+		return hdr, frameDeadline, err
+	}
+	c.setReadDeadline(frameDeadline)
+	hdr, err := br.Peek(wire.RequestHeaderBytes)
+	c.setReadDeadline(time.Time{})
+	return hdr, frameDeadline, err
 }
 
 // setReadDeadline sets the read deadline unless stopReading has taken over the deadline
@@ -238,7 +252,7 @@ func (c *conn) setReadDeadline(t time.Time) {
 // huge frame costs nothing until the client actually sends the bytes.
 func (c *conn) readPayload(br *bufio.Reader, req *Request, n int) error {
 	for filled := 0; ; {
-		chunk := nextFrameChunk(filled, n)
+		chunk := nextFrameChunk(filled, n, br.Buffered())
 		if !c.charge(int64(chunk)) {
 			return ErrServerClosed
 		}
@@ -254,15 +268,10 @@ func (c *conn) readPayload(br *bufio.Reader, req *Request, n int) error {
 }
 
 func (c *conn) charge(n int64) bool {
-	stop := c.stopped.Load
-	if !c.budget.acquire(n, stop) {
+	if c.stopped.Load() {
 		return false
 	}
-	if !c.srv.budget.acquire(n, stop) {
-		c.budget.release(n)
-		return false
-	}
-	return true
+	return c.budgets.acquire(n, c.quit)
 }
 
 func (c *conn) uncharge(req *Request) {
@@ -270,10 +279,9 @@ func (c *conn) uncharge(req *Request) {
 		putFrameBuffer(req.frame)
 		req.frame = nil
 	}
-	if req.charged > 0 {
-		c.budget.release(req.charged)
-		c.srv.budget.release(req.charged)
-		req.charged = 0
+	if n := req.charged + req.respCharged; n > 0 {
+		c.budgets.release(n)
+		req.charged, req.respCharged = 0, 0
 	}
 }
 
@@ -301,8 +309,18 @@ func (s *Server) serveRequest(req *Request) {
 		req.ReplyError(wire.ErrUnsupportedVersion, fmt.Sprintf("%s version %d not supported (max %d)", h.API, h.Version, h.API.VersionMax()))
 		return
 	}
+	if n := countEntries(h.API, *req.frame, s.cfg.RequestEntriesMax); n > s.cfg.RequestEntriesMax {
+		s.stats.refusedRequests.Add(1)
+		req.ReplyError(wire.ErrInvalidRequest, fmt.Sprintf("%s request names more than %d entries (RequestEntriesMax)", h.API, s.cfg.RequestEntriesMax))
+		return
+	}
 	body := wire.NewRequest(h.API)
 	if err := body.ReadFrom(*req.frame); err != nil {
+		req.ReplyError(wire.ErrInvalidRequest, err.Error())
+		return
+	}
+	if err := checkEntries(body); err != nil {
+		s.stats.refusedRequests.Add(1)
 		req.ReplyError(wire.ErrInvalidRequest, err.Error())
 		return
 	}
@@ -352,6 +370,8 @@ func (s *Server) apiVersions() *wire.APIVersionsResponse {
 
 // complete records a handler's reply and wakes the writer.
 func (c *conn) complete(req *Request, resp Response) {
+	req.respCharged = responseBytes(&resp)
+	c.budgets.force(req.respCharged)
 	c.mu.Lock()
 	req.response = resp
 	req.ready = true
@@ -629,14 +649,12 @@ func (c *conn) copyFile(fr wire.FileRange) error {
 // ---------------------------------------------------------------------------------------
 // Frame buffers, pooled by power-of-two size class.
 
-// frameChunkBytes is the first allocation for a request payload; larger payloads grow by
-// doubling as their bytes arrive (at most one extra copy of the payload in total).
-const frameChunkBytes = 1 << 20
-
-// nextFrameChunk is how many more bytes to allocate for a payload of size total with
-// filled bytes received.
-func nextFrameChunk(filled, total int) int {
-	return min(total-filled, max(filled, frameChunkBytes))
+// nextFrameChunk is how many more bytes to charge and allocate for a payload of size total
+// with filled bytes received and arrived more already waiting to be read: what has arrived,
+// at least frameChunkMinBytes, and at least as much as filled, so that the buffer grows by
+// doubling (at most one extra copy of the payload in total) however slowly bytes come.
+func nextFrameChunk(filled, total, arrived int) int {
+	return min(total-filled, max(filled, arrived, frameChunkMinBytes))
 }
 
 // growFrame makes req.frame size bytes long, keeping its contents.

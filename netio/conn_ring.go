@@ -121,19 +121,27 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 		unix.Close(fd)
 		return
 	}
-	// As Go's net package does: no Nagle delay for small responses (MSG_MORE and
-	// SPLICE_F_MORE still coalesce the pieces of one frame).
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	remote := ""
 	if sa, err := unix.Getpeername(fd); err == nil {
 		remote = sockaddrString(sa)
 	}
-	c := &ringConn{srv: s, r: r, fd: fd, info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, OnLoop: true}}
+	a := s.admitAddress(remote, shard)
+	if a == nil {
+		s.connCount.Add(-1)
+		unix.Close(fd)
+		return
+	}
+	// As Go's net package does: no Nagle delay for small responses (MSG_MORE and
+	// SPLICE_F_MORE still coalesce the pieces of one frame).
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	c := &ringConn{srv: s, r: r, fd: fd, addr: a, budgets: s.connBudgets(a, shard),
+		info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, OnLoop: true, FetchFiles: s.fetchFiles(a)}}
 	c.rbuf = make([]byte, readBufferBytes)
 	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
 	c.onSentFn = c.onSent
 	c.drainFn = c.drainCompleted
 	if !s.addConn(c, c.info) {
+		s.addrs.leave(a)
 		s.connCount.Add(-1)
 		unix.Close(fd)
 		return
@@ -180,6 +188,10 @@ type ringConn struct {
 	r    *ring.Reactor
 	fd   int
 	info ConnInfo
+	addr *address
+	// budgets hold the request and response bytes of this connection (lock-free: replies
+	// from other goroutines charge them too).
+	budgets budgets
 
 	rbuf       []byte // receive buffer; unparsed bytes are rbuf[rstart:rend]
 	rstart     int
@@ -190,8 +202,7 @@ type ringConn struct {
 	recvArmed  bool
 	readerDone bool // EOF, error, fatal frame or stopReading
 	stopping   bool
-	inflight   int   // requests read and not released
-	heldBytes  int64 // request bytes held (the per-connection budget)
+	inflight   int // requests read and not released
 	queue      []*Request
 	ops        int // ring ops in flight on this connection
 	dead       bool
@@ -344,7 +355,7 @@ func (c *ringConn) parse() {
 			}
 			if c.curFilled == len(frame) && len(frame) < c.curWant {
 				// Charge and allocate the next chunk only now that the bytes are coming.
-				chunk := nextFrameChunk(len(frame), c.curWant)
+				chunk := nextFrameChunk(len(frame), c.curWant, c.rend-c.rstart)
 				if !c.charge(int64(chunk)) {
 					return
 				}
@@ -353,12 +364,7 @@ func (c *ringConn) parse() {
 				continue
 			}
 			if c.curFilled < c.curWant {
-				if c.frameTimer == nil {
-					c.frameTimer = c.r.AfterFunc(cfg.FrameReadTimeout, func() {
-						c.frameTimer = nil
-						c.failLoop(errors.New("frame not completed within FrameReadTimeout"))
-					})
-				}
+				c.startFrameClock()
 				return
 			}
 			if c.frameTimer != nil {
@@ -370,7 +376,13 @@ func (c *ringConn) parse() {
 			c.dispatch(req)
 			continue
 		}
-		if c.stopping || c.inflight >= cfg.InflightPerConnMax || c.rend-c.rstart < wire.RequestHeaderBytes {
+		if c.stopping || c.inflight >= cfg.InflightPerConnMax {
+			return
+		}
+		if c.rend-c.rstart < wire.RequestHeaderBytes {
+			if c.rend > c.rstart {
+				c.startFrameClock() // the clock runs from a frame's first byte
+			}
 			return
 		}
 		h, herr := wire.ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
@@ -390,7 +402,7 @@ func (c *ringConn) parse() {
 			return
 		}
 		n := int(h.Length) - (wire.RequestHeaderBytes - wire.FrameLengthBytes)
-		chunk := nextFrameChunk(0, n)
+		chunk := nextFrameChunk(0, n, c.rend-c.rstart-wire.RequestHeaderBytes)
 		if !c.charge(int64(chunk)) {
 			return
 		}
@@ -402,14 +414,23 @@ func (c *ringConn) parse() {
 	}
 }
 
-// charge takes n bytes from the connection's and the server's budgets without blocking
-// the loop. On failure parsing pauses: a release on this connection resumes it, and a
-// retry timer covers budget freed by other connections.
-func (c *ringConn) charge(n int64) bool {
-	if c.heldBytes > 0 && c.heldBytes+n > c.srv.cfg.ConnBufferBytesMax {
-		return false
+// startFrameClock arms the frame timer, unless it runs already: a frame must be complete
+// FrameReadTimeout after its first byte arrived, however slowly the rest trickles in.
+func (c *ringConn) startFrameClock() {
+	if c.frameTimer != nil {
+		return
 	}
-	if !c.srv.budget.tryAcquire(n) {
+	c.frameTimer = c.r.AfterFunc(c.srv.cfg.FrameReadTimeout, func() {
+		c.frameTimer = nil
+		c.failLoop(errors.New("frame not completed within FrameReadTimeout of its first byte"))
+	})
+}
+
+// charge takes n bytes from the connection's, its address's and its shard's budgets
+// without blocking the loop. On failure parsing pauses: a release on this connection
+// resumes it, and a retry timer covers budget freed by other connections.
+func (c *ringConn) charge(n int64) bool {
+	if !c.budgets.tryAcquire(n) {
 		if c.retryTimer == nil {
 			c.retryTimer = c.r.AfterFunc(budgetRetryDelay, func() {
 				c.retryTimer = nil
@@ -418,7 +439,6 @@ func (c *ringConn) charge(n int64) bool {
 		}
 		return false
 	}
-	c.heldBytes += n
 	return true
 }
 
@@ -445,6 +465,8 @@ func (c *ringConn) dropCurrent() {
 
 // complete is called by Reply from any goroutine.
 func (c *ringConn) complete(req *Request, resp Response) {
+	req.respCharged = responseBytes(&resp)
+	c.budgets.force(req.respCharged)
 	c.mu.Lock()
 	req.response = resp
 	if c.gone {
@@ -720,9 +742,6 @@ func (c *ringConn) finishBatch() {
 
 // releaseLoop returns what a request holds (loop thread).
 func (c *ringConn) releaseLoop(req *Request) {
-	if req.charged > 0 {
-		c.heldBytes -= req.charged
-	}
 	c.inflight--
 	c.releaseGone(req)
 }
@@ -733,9 +752,9 @@ func (c *ringConn) releaseGone(req *Request) {
 		putFrameBuffer(req.frame)
 		req.frame = nil
 	}
-	if req.charged > 0 {
-		c.srv.budget.release(req.charged)
-		req.charged = 0
+	if n := req.charged + req.respCharged; n > 0 {
+		c.budgets.release(n)
+		req.charged, req.respCharged = 0, 0
 	}
 	if done := req.response.Done; done != nil {
 		req.response.Done = nil
@@ -823,7 +842,7 @@ func (c *ringConn) maybeFinish() {
 		}
 	}
 	c.queue = nil
-	c.srv.connDone(c, c.info)
+	c.srv.connDone(c, c.info, c.addr)
 }
 
 func (c *ringConn) finishBatchQuiet() {

@@ -43,22 +43,30 @@ type ConnInfo struct {
 	// OnLoop is set for connections served by ServeRing: the handler is called on shard
 	// Shard's reactor loop, so it may run that shard's work inline instead of posting it.
 	OnLoop bool
+	// FetchFiles is charged one unit per segment descriptor held by this connection's
+	// unsent fetch responses (FetchFilesPerConnMax, and FetchFilesPerAddressMax for its
+	// client IP). The broker core takes and gives back; nil in tests that build requests
+	// by hand.
+	FetchFiles *Charges
 }
 
 // Request is one decoded request frame waiting for its response.
 type Request struct {
 	Header wire.RequestHeader
-	Body   wire.Message // the decoded request schema (e.g. *ProduceRequest)
+	Body   wire.Message // the decoded request schema (e.g. *wire.ProduceRequest)
 	Conn   ConnInfo
 
-	owner    requestOwner
-	frame    *[]byte // pooled payload buffer; returned when the request is released
-	charged  int64   // bytes charged to the connection and server budgets
-	silent   bool    // acks=0 produce: no response is written
-	fatal    bool    // close the connection after writing this response
-	replied  atomic.Bool
-	ready    bool     // guarded by the owner's lock: resp is set
-	response Response // guarded by the owner's lock until ready, then owned by the writer
+	owner   requestOwner
+	frame   *[]byte // pooled payload buffer; returned when the request is released
+	charged int64   // request bytes charged to the connection, address and shard budgets
+	// respCharged is the reply's memory (responseBytes), charged to the same budgets when
+	// the handler answers and released with the request.
+	respCharged int64
+	silent      bool // acks=0 produce: no response is written
+	fatal       bool // close the connection after writing this response
+	replied     atomic.Bool
+	ready       bool     // guarded by the owner's lock: resp is set
+	response    Response // guarded by the owner's lock until ready, then owned by the writer
 }
 
 // requestOwner is the connection (of whichever I/O driver) a request belongs to.
@@ -114,13 +122,37 @@ const (
 
 // Config holds the server's limits. Zero fields take the defaults below.
 type Config struct {
-	FrameBytesMax        uint32        // largest request frame length; default FrameBytesMaxDefault
-	InflightPerConnMax   int           // requests read ahead per connection; default 64
-	ConnBufferBytesMax   int64         // request bytes one connection may hold; default FrameBytesMax
-	ServerBufferBytesMax int64         // request bytes all connections may hold; default 1 GiB
-	ConnectionsMax       int           // open connections; further ones are closed at accept; default 4096
-	WriteTimeout         time.Duration // a client that reads nothing for this long is dropped; default 30s
-	FrameReadTimeout     time.Duration // a started frame must arrive within this; default 30s
+	FrameBytesMax      uint32 // largest request frame length; default FrameBytesMaxDefault
+	InflightPerConnMax int    // requests read ahead per connection; default 64
+	// ConnBufferBytesMax bounds the request and response bytes one connection holds;
+	// default FrameBytesMax.
+	ConnBufferBytesMax int64
+	// ServerBufferBytesMax bounds the request and response bytes all connections hold;
+	// default 1 GiB. It is split evenly among Shards budgets, so that no request takes a
+	// lock or a counter shared by every shard.
+	ServerBufferBytesMax int64
+	// AddressBufferBytesMax bounds what the connections of one client IP hold together;
+	// default a quarter of ServerBufferBytesMax.
+	AddressBufferBytesMax int64
+	// Shards is the number of shard indexes Serve and ServeRing are given (0..Shards-1);
+	// default 1.
+	Shards         int
+	ConnectionsMax int // open connections; further ones are closed at accept; default 4096
+	// ConnectionsPerAddressMax bounds open connections from one client IP; default a
+	// quarter of ConnectionsMax, and at least min(ConnectionsMax, 16).
+	ConnectionsPerAddressMax int
+	// RequestEntriesMax bounds the entries (partitions, topics, names, config keys, summed)
+	// of one request; more are refused with INVALID_REQUEST before decoding; default 10,000.
+	RequestEntriesMax int
+	// FetchFilesPerConnMax and FetchFilesPerAddressMax bound the segment descriptors held by
+	// unsent fetch responses of one connection and of one client IP; beyond them a
+	// partition is answered THROTTLED. Defaults 256 and 1,024.
+	FetchFilesPerConnMax    int64
+	FetchFilesPerAddressMax int64
+	WriteTimeout            time.Duration // a client that reads nothing for this long is dropped; default 30s
+	// FrameReadTimeout: a frame must be complete this long after its first byte (header
+	// included) arrived; default 30s.
+	FrameReadTimeout time.Duration
 	// IdleTimeout closes a connection that has sent nothing for this long while none of its
 	// requests is outstanding (Kafka's connections.max.idle.ms); default 10 min.
 	IdleTimeout   time.Duration
@@ -142,6 +174,10 @@ const (
 	inflightPerConnDefault       = 64
 	serverBufferBytesDefault     = 1 << 30
 	connectionsMaxDefault        = 4096
+	requestEntriesMaxDefault     = 10000
+	connectionsPerAddressFloor   = 16
+	fetchFilesPerConnDefault     = 256
+	fetchFilesPerAddressDefault  = 1024
 	writeTimeoutDefault          = 30 * time.Second
 	frameReadTimeoutDefault      = 30 * time.Second
 	idleTimeoutDefault           = 10 * time.Minute
@@ -164,6 +200,24 @@ func (c *Config) setDefaults() {
 	}
 	if c.ConnectionsMax <= 0 {
 		c.ConnectionsMax = connectionsMaxDefault
+	}
+	if c.ConnectionsPerAddressMax <= 0 {
+		c.ConnectionsPerAddressMax = max(c.ConnectionsMax/4, min(c.ConnectionsMax, connectionsPerAddressFloor))
+	}
+	if c.AddressBufferBytesMax <= 0 {
+		c.AddressBufferBytesMax = c.ServerBufferBytesMax / 4
+	}
+	if c.Shards <= 0 {
+		c.Shards = 1
+	}
+	if c.RequestEntriesMax <= 0 {
+		c.RequestEntriesMax = requestEntriesMaxDefault
+	}
+	if c.FetchFilesPerConnMax <= 0 {
+		c.FetchFilesPerConnMax = fetchFilesPerConnDefault
+	}
+	if c.FetchFilesPerAddressMax <= 0 {
+		c.FetchFilesPerAddressMax = fetchFilesPerAddressDefault
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = writeTimeoutDefault
@@ -193,7 +247,8 @@ var ErrServerClosed = errors.New("netio: server closed")
 type Server struct {
 	cfg     Config
 	handler Handler
-	budget  *budget // server-wide request bytes
+	budgets []*budget // per shard index: its share of ServerBufferBytesMax
+	addrs   addressTable
 
 	nextConnID       atomic.Uint64
 	connCount        atomic.Int64
@@ -221,7 +276,7 @@ func NewServer(h Handler, cfg Config) *Server {
 	return &Server{
 		cfg:              cfg,
 		handler:          h,
-		budget:           newBudget(cfg.ServerBufferBytesMax),
+		budgets:          shardBudgets(cfg),
 		closing:          make(chan struct{}),
 		stoppedAccepting: make(chan struct{}),
 		killed:           make(chan struct{}),
@@ -230,11 +285,57 @@ func NewServer(h Handler, cfg Config) *Server {
 	}
 }
 
+func shardBudgets(cfg Config) []*budget {
+	out := make([]*budget, cfg.Shards)
+	for i := range out {
+		out[i] = newBudget(max(cfg.ServerBufferBytesMax/int64(cfg.Shards), 1))
+	}
+	return out
+}
+
+// shardBudget is the budget of the shard a connection was accepted for.
+func (s *Server) shardBudget(shard int) *budget { return s.budgets[shard%len(s.budgets)] }
+
+// admitAddress counts a new connection against its client IP's limits; nil when the
+// address already has ConnectionsPerAddressMax open.
+func (s *Server) admitAddress(remote string, shard int) *address {
+	a := s.addrs.admit(remoteIP(remote), &s.cfg)
+	if a == nil {
+		s.stats.refusedConns.Add(1)
+		s.cfg.Logf("netio: refusing %s on shard %d: %d connections open from that address (ConnectionsPerAddressMax)", remote, shard, s.cfg.ConnectionsPerAddressMax)
+	}
+	return a
+}
+
+// connBudgets are the byte budgets of a new connection.
+func (s *Server) connBudgets(a *address, shard int) budgets {
+	return budgets{conn: newBudget(s.cfg.ConnBufferBytesMax), addr: a.bytes, shard: s.shardBudget(shard)}
+}
+
+func (s *Server) fetchFiles(a *address) *Charges {
+	return &Charges{conn: NewCounter(s.cfg.FetchFilesPerConnMax), addr: a.fetchFiles}
+}
+
 // Config returns the effective configuration (defaults filled in).
 func (s *Server) Config() Config { return s.cfg }
 
+// Listen opens the broker's main TCP listener. It does not set SO_REUSEPORT: a second
+// process binding the same address fails with "address already in use" instead of
+// silently taking half of the connections. Every shard accepts on this one socket (Serve
+// and ServeRing may be given the same listener).
+func Listen(ctx context.Context, address string) (net.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", address, err)
+	}
+	return ln, nil
+}
+
 // ListenShard opens a TCP listener with SO_REUSEPORT set, so that every shard can own a
-// listener on the same address and the kernel spreads connections across them.
+// listener on the same address and the kernel spreads connections across them. Any process
+// of the same user can join the group, so a broker's main listener uses Listen; this is
+// for tests and benchmarks that want several listeners of one process on one port.
 func ListenShard(ctx context.Context, address string) (net.Listener, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		var serr error
@@ -300,8 +401,16 @@ func (s *Server) Serve(ln net.Listener, shard int) error {
 }
 
 func (s *Server) startConn(nc net.Conn, shard int) {
-	c := newConn(s, nc, ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: nc.RemoteAddr().String()})
+	remote := nc.RemoteAddr().String()
+	a := s.admitAddress(remote, shard)
+	if a == nil {
+		s.connCount.Add(-1)
+		nc.Close()
+		return
+	}
+	c := newConn(s, nc, ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, FetchFiles: s.fetchFiles(a)}, a)
 	if !s.addConn(c, c.info) {
+		s.addrs.leave(a)
 		s.connCount.Add(-1)
 		nc.Close()
 		return
@@ -309,10 +418,11 @@ func (s *Server) startConn(nc net.Conn, shard int) {
 	c.start()
 }
 
-func (s *Server) connDone(c serverConn, info ConnInfo) {
+func (s *Server) connDone(c serverConn, info ConnInfo, a *address) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.addrs.leave(a)
 	s.connCount.Add(-1)
 	if s.cfg.ConnState != nil {
 		s.cfg.ConnState(info, false)
@@ -342,11 +452,12 @@ type Stats struct {
 	Responses       int64 // response frames written
 	SendfileBytes   int64 // file bytes sent with sendfile or splice (zero-copy)
 	CopiedFileBytes int64 // file bytes sent by pread + write (EgressCopy)
-	RefusedConns    int64 // connections closed at accept by ConnectionsMax
+	RefusedConns    int64 // connections closed at accept by ConnectionsMax or ConnectionsPerAddressMax
+	RefusedRequests int64 // requests refused by RequestEntriesMax or for a repeated entry
 }
 
 type serverStats struct {
-	requests, responses, sendfileBytes, copiedFileBytes, refusedConns atomic.Int64
+	requests, responses, sendfileBytes, copiedFileBytes, refusedConns, refusedRequests atomic.Int64
 }
 
 // Stats returns the current counters.
@@ -357,6 +468,7 @@ func (s *Server) Stats() Stats {
 		SendfileBytes:   s.stats.sendfileBytes.Load(),
 		CopiedFileBytes: s.stats.copiedFileBytes.Load(),
 		RefusedConns:    s.stats.refusedConns.Load(),
+		RefusedRequests: s.stats.refusedRequests.Load(),
 	}
 }
 
@@ -366,8 +478,15 @@ func (s *Server) StoppedAccepting() <-chan struct{} { return s.stoppedAccepting 
 // ConnCount returns the number of open connections.
 func (s *Server) ConnCount() int { return int(s.connCount.Load()) }
 
-// BufferedBytes returns the request bytes currently held across all connections.
-func (s *Server) BufferedBytes() int64 { return s.budget.usedNow() }
+// BufferedBytes returns the request and response bytes currently held across all
+// connections.
+func (s *Server) BufferedBytes() int64 {
+	var n int64
+	for _, b := range s.budgets {
+		n += b.usedNow()
+	}
+	return n
+}
 
 // Shutdown stops accepting, stops reading new requests, waits until every request already
 // read has been answered and written, then closes the connections. If ctx ends first the
@@ -420,7 +539,9 @@ func (s *Server) beginClose() {
 		for _, c := range conns {
 			c.stopReading()
 		}
-		s.budget.abort()
+		for _, b := range s.budgets {
+			b.abort()
+		}
 	})
 }
 
@@ -437,79 +558,4 @@ func (s *Server) kill() {
 			c.fail(ErrServerClosed)
 		}
 	})
-}
-
-// budget is a byte semaphore: acquire blocks until the bytes fit or the budget is aborted.
-type budget struct {
-	mu      sync.Mutex
-	cond    *sync.Cond
-	used    int64 // guarded by mu
-	max     int64
-	aborted bool // guarded by mu
-}
-
-func newBudget(max int64) *budget {
-	b := &budget{max: max}
-	b.cond = sync.NewCond(&b.mu)
-	return b
-}
-
-// acquire takes n bytes, waiting while other holders keep the total above max. A single
-// request larger than max is admitted when nothing else is held, so progress is certain.
-// It returns false if the budget was aborted or stop() reports true.
-func (b *budget) acquire(n int64, stop func() bool) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for b.used > 0 && b.used+n > b.max {
-		if b.aborted || stop() {
-			return false
-		}
-		b.cond.Wait()
-	}
-	if b.aborted || stop() {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-// tryAcquire takes n bytes if they fit now (or nothing else is held).
-func (b *budget) tryAcquire(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.aborted || b.used > 0 && b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-func (b *budget) release(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	if b.used < 0 {
-		panic(fmt.Sprintf("netio: budget released %d bytes more than acquired", -b.used))
-	}
-	b.mu.Unlock()
-	b.cond.Broadcast()
-}
-
-func (b *budget) abort() {
-	b.mu.Lock()
-	b.aborted = true
-	b.mu.Unlock()
-	b.cond.Broadcast()
-}
-
-// wake makes waiters re-check their stop condition.
-func (b *budget) wake() {
-	b.mu.Lock()
-	b.mu.Unlock()
-	b.cond.Broadcast()
-}
-
-func (b *budget) usedNow() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
 }

@@ -76,6 +76,7 @@ type options struct {
 	flushAlways   bool
 	frameBytesMax uint
 	connsMax      int
+	limits        limitFlags
 	shutdownGrace time.Duration
 	sysRoot       string
 	pin           bool
@@ -188,7 +189,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&s.printConfig, "print-config", false, "print the effective configuration, with the source of every value, as YAML and exit")
 	fs.BoolVar(&s.version, "version", false, "print the version and commit and exit")
 	fs.StringVar(&o.dataDir, "data", "./data", "data directory (created if missing)")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (SO_REUSEPORT)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (one socket owned by this process: a second broker on it fails with address in use)")
 	fs.IntVar(&o.shards, "shards", 0, "number of shards (default: one per CPU, or one per --cpus entry)")
 	fs.StringVar(&o.cpus, "cpus", "", "pin shard i to the i-th CPU of this list, e.g. 0-3,8")
 	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned by `ringlog tune plan --format json`")
@@ -197,6 +198,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")
 	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(wire.FrameBytesMaxDefault), "largest request frame accepted")
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
+	o.limits.register(fs)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
@@ -525,6 +527,9 @@ func (s *settings) validate() error {
 	}
 	if o.frameBytesMax < 1 || o.frameBytesMax > frameBytesLimit {
 		return bad("max-frame-bytes", strconv.FormatUint(uint64(o.frameBytesMax), 10), fmt.Sprintf("1..%d", uint64(frameBytesLimit)))
+	}
+	if err := o.limits.check(); err != nil {
+		return refuse(ErrBadValue, "%v", err)
 	}
 	if o.shutdownGrace < 0 {
 		return bad("shutdown-grace", o.shutdownGrace.String(), "a duration >= 0")

@@ -129,17 +129,20 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			Log:     logDefaults,
 			// The shard's 0 means its default; the flag's 0 means off.
 			ScrubBytesPerSecond: scrubRate(o.scrubRate),
+			FetchFilesMax:       o.limits.fetchFilesMax,
+			PartitionsMax:       o.limits.partitionsMax,
 		},
-		Listen:     o.listen,
-		ShardPorts: o.shardPorts,
-		Advertise:  o.advertise,
-		Net:        o.net,
-		Server: netio.Config{
+		FetchResponseBytesMax: o.limits.fetchResponseBytesMax,
+		Listen:                o.listen,
+		ShardPorts:            o.shardPorts,
+		Advertise:             o.advertise,
+		Net:                   o.net,
+		Server: o.limits.serverConfig(netio.Config{
 			FrameBytesMax:  uint32(o.frameBytesMax),
 			ConnectionsMax: o.connsMax,
 			BrokerVersion:  Version,
 			Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
-		},
+		}),
 		Logger: log,
 	})
 	if err != nil {

@@ -71,7 +71,14 @@ type Config struct {
 	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
 	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
 	ScrubBytesPerSecond int64
-	Logger              *slog.Logger
+	// FetchFilesMax bounds the segment descriptors held by fetch results not yet sent
+	// (each result dups its segment's descriptor so retention cannot pull the file from
+	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
+	FetchFilesMax int64
+	// PartitionsMax bounds the partitions of all topics together; a create beyond it is
+	// refused with ErrInvalidPartitions. 0 means engine.PartitionsPerBrokerDefault.
+	PartitionsMax int
+	Logger        *slog.Logger
 
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
 	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
@@ -152,6 +159,7 @@ type Broker struct {
 
 	closing  atomic.Bool
 	draining atomic.Bool // set by Drain: fetches answer at once instead of parking
+	files    *Quota      // descriptors held by unsent fetch results (Config.FetchFilesMax)
 
 	logDefaults atomic.Pointer[engine.LogConfig] // cfg.Log, then SetLogDefaults (defaults.go)
 }
@@ -172,6 +180,9 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	if cfg.Log.Logger == nil {
 		cfg.Log.Logger = cfg.Logger
+	}
+	if cfg.FetchFilesMax <= 0 {
+		cfg.FetchFilesMax = fetchFilesMaxDefault()
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
@@ -204,7 +215,7 @@ func Open(cfg Config) (*Broker, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs}
+	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs, files: NewQuota(cfg.FetchFilesMax)}
 	b.logDefaults.Store(&cfg.Log)
 	if b.rep == nil {
 		b.rep = core.Local{}
@@ -429,6 +440,10 @@ func (b *Broker) CreateTopic(name string, partitions int, config map[string]stri
 	old := b.meta.Load()
 	if old.topics[name] != nil {
 		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	if held := old.partitionCount(); held+partitions > b.partitionsMax() {
+		return fmt.Errorf("%w: %d more would make %d on this broker; its limit is %d (ringlogd --max-partitions)",
+			ErrInvalidPartitions, partitions, held+partitions, b.partitionsMax())
 	}
 	shards := make([]int, partitions)
 	h := fnv.New32a()
@@ -767,4 +782,21 @@ func (b *Broker) Exec(i int, fn func(r *ring.Reactor) error) error {
 	}
 	s := b.shards[i]
 	return onShard(s, func() error { return fn(s.r) })
+}
+
+// partitionsMax is the broker-wide partition limit (Config.PartitionsMax or the default).
+func (b *Broker) partitionsMax() int {
+	if b.cfg.PartitionsMax > 0 {
+		return b.cfg.PartitionsMax
+	}
+	return engine.PartitionsPerBrokerDefault
+}
+
+// partitionCount is the number of partitions of every topic in m.
+func (m *metadata) partitionCount() int {
+	n := 0
+	for _, t := range m.topics {
+		n += len(t.Partitions)
+	}
+	return n
 }

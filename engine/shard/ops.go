@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard/core"
@@ -116,6 +113,14 @@ type FetchRequest struct {
 	Partitions []FetchPartition
 	MinBytes   int32
 	MaxWait    time.Duration
+	// ResponseBytesMax bounds the records of the whole answer (Kafka's fetch max_bytes,
+	// first-batch rule included; see fetchlimits.go). 0: no bound.
+	ResponseBytesMax int64
+	// Files, if set, is charged one unit per segment descriptor the results hold until
+	// Release (the server's per-connection quota).
+	Files FileQuota
+
+	limits *fetchLimits
 }
 
 // FetchResult is one partition's answer. Records holds whole batches below the high
@@ -128,6 +133,8 @@ type FetchResult struct {
 	LogStartOffset int64
 	Records        engine.ReadResult
 	Err            error
+
+	held heldFiles // descriptors charged to the quotas, given back by Release
 }
 
 // AppendTo appends the records' bytes to dst, reading file pieces with plain pread on the
@@ -163,6 +170,7 @@ func (r *FetchResult) Release() {
 			r.Records.Pieces[i].File = nil
 		}
 	}
+	r.held.release()
 }
 
 type fetchOp struct {
@@ -194,6 +202,7 @@ func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult
 	if req.MaxWait > fetchWaitMax {
 		req.MaxWait = fetchWaitMax
 	}
+	req.limits = newFetchLimits(b, req)
 	op := &fetchOp{b: b, req: req, results: make([]FetchResult, len(req.Partitions)), shards: map[int][]int{}, done: done, caller: caller}
 	for i, fp := range req.Partitions {
 		op.results[i].TopicPartition = fp.TopicPartition
@@ -218,13 +227,14 @@ func (op *fetchOp) read() {
 		return
 	}
 	op.pending.Store(int32(len(op.shards)))
+	op.req.limits.reset()
 	inline := op.caller
 	op.caller = CallerNone // later passes run from timers or other loops
 	for si, idx := range op.shards {
 		s := op.b.shards[si]
 		readAll := func() {
 			for _, i := range idx {
-				s.readInto(&op.results[i], op.req.Partitions[i])
+				s.readInto(&op.results[i], op.req.Partitions[i], op.req.limits)
 			}
 			op.shardDone()
 		}
@@ -310,7 +320,7 @@ func (s *Shard) park(op *fetchOp, idx []int) {
 }
 
 // readInto reads one partition up to its high watermark. Loop goroutine.
-func (s *Shard) readInto(out *FetchResult, fp FetchPartition) {
+func (s *Shard) readInto(out *FetchResult, fp FetchPartition, lim *fetchLimits) {
 	p := s.parts[fp.TopicPartition]
 	if p == nil {
 		out.Err = fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, fp.Topic, fp.Partition)
@@ -326,30 +336,20 @@ func (s *Shard) readInto(out *FetchResult, fp FetchPartition) {
 		out.Err = fmt.Errorf("%w: offset %d, partition %s/%d holds [%d, %d)", engine.ErrOffsetOutOfRange, fp.Offset, fp.Topic, fp.Partition, out.LogStartOffset, hw)
 		return
 	}
-	rr, err := p.log.ReadBounded(fp.Offset, int(fp.MaxBytes), hw)
+	limit, ok := lim.reserve(fp.MaxBytes)
+	if !ok {
+		return // the fetch's byte budget is spent: answered without records
+	}
+	rr, err := p.log.ReadBounded(fp.Offset, int(limit), hw)
 	if err != nil {
+		lim.settle(limit, 0)
 		out.Err = err
 		return
 	}
-	pieces := make([]engine.Piece, len(rr.Pieces))
-	copy(pieces, rr.Pieces)
-	rr.Pieces = pieces
-	for i := range rr.Pieces {
-		f := rr.Pieces[i].File
-		if f == nil {
-			continue
-		}
-		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			out.Records = rr
-			out.Release()
-			out.Records = engine.ReadResult{}
-			out.Err = fmt.Errorf("dup segment fd: %w", err)
-			return
-		}
-		rr.Pieces[i].File = os.NewFile(uintptr(fd), f.Name())
+	if !lim.settle(limit, rr.Size) {
+		return
 	}
-	out.Records = rr
+	out.Err = lim.holdFiles(out, rr)
 }
 
 // ListOffset answers a list-offsets query for one partition: TimestampLatest gives the high

@@ -59,8 +59,13 @@ type Config struct {
 	Advertise string
 	// Net is NetRing (default) or NetGo.
 	Net string
-	// Server configures the protocol server (frame and connection limits, egress).
+	// Server configures the protocol server (frame and connection limits, egress). Its
+	// Shards is set to the core's; FetchFilesPerConnMax and FetchFilesPerAddressMax
+	// default to min(256, FetchFilesMax/16) and FetchFilesMax/4 of the core's quota.
 	Server netio.Config
+	// FetchResponseBytesMax caps a fetch response's records; 0 means
+	// netio.FetchResponseBytesMaxDefault.
+	FetchResponseBytesMax int64
 	// Logger receives start-up and shutdown lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -78,7 +83,7 @@ type Node struct {
 	ListenAddr string
 
 	log       *slog.Logger
-	listeners []net.Listener
+	listeners []net.Listener // by shard: the main listener (once per shard), then the per-shard ones
 	errc      chan error
 }
 
@@ -106,8 +111,9 @@ func Start(cfg Config) (*Node, error) {
 		core.Close()
 		return nil, err
 	}
-	handler := netio.NewBrokerHandler(core, n.Addr).WithShardAddresses(n.ShardAddrs)
-	n.Server = netio.NewServer(handler, cfg.Server)
+	handler := netio.NewBrokerHandler(core, n.Addr).WithShardAddresses(n.ShardAddrs).
+		WithFetchResponseBytesMax(cfg.FetchResponseBytesMax)
+	n.Server = netio.NewServer(handler, serverConfig(cfg.Server, core))
 	if err := n.serve(cfg.Net); err != nil {
 		n.Server.Close()
 		n.closeListeners()
@@ -117,22 +123,32 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// listen opens one main listener per shard (the kernel spreads accepted connections over
-// them) and the per-shard listeners.
+// serverConfig fills the server limits that depend on the core.
+func serverConfig(sc netio.Config, core *shard.Broker) netio.Config {
+	sc.Shards = core.Shards()
+	_, filesMax := core.FilesHeld()
+	if sc.FetchFilesPerConnMax <= 0 {
+		sc.FetchFilesPerConnMax = max(min(256, filesMax/16), 1)
+	}
+	if sc.FetchFilesPerAddressMax <= 0 {
+		sc.FetchFilesPerAddressMax = max(filesMax/4, 1)
+	}
+	return sc
+}
+
+// listen opens the main listener, which every shard accepts on, and the per-shard
+// listeners. The main listener is one socket without SO_REUSEPORT (netio.Listen): a second
+// broker on the same address fails with "address already in use" instead of silently
+// receiving a share of the clients.
 func (n *Node) listen(cfg Config) error {
 	shards := n.Core.Shards()
-	listen := cfg.Listen
+	ln, err := netio.Listen(context.Background(), cfg.Listen)
+	if err != nil {
+		return err
+	}
+	n.ListenAddr = ln.Addr().String()
+	n.Addr = advertisedAddr(ln.Addr(), cfg.Advertise)
 	for i := 0; i < shards; i++ {
-		ln, err := netio.ListenShard(context.Background(), listen)
-		if err != nil {
-			return err
-		}
-		if i == 0 {
-			// Port 0 picks a port once; the other shards join that one.
-			listen = ln.Addr().String()
-			n.ListenAddr = listen
-			n.Addr = advertisedAddr(ln.Addr(), cfg.Advertise)
-		}
 		n.listeners = append(n.listeners, ln)
 	}
 	if cfg.Advertise == "" && unspecifiedHost(n.listeners[0].Addr()) {
@@ -189,7 +205,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 
 func (n *Node) closeListeners() {
 	for _, ln := range n.listeners {
-		ln.Close()
+		ln.Close() // the main listener repeats; closing it again is harmless
 	}
 }
 

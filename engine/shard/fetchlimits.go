@@ -1,0 +1,215 @@
+package shard
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ringlog/ringlog/engine"
+)
+
+// What one fetch may cost, enforced while it reads (issue 10):
+//
+//   - Bytes: FetchRequest.ResponseBytesMax bounds the records of the whole answer, Kafka's
+//     fetch max_bytes. Each partition reserves min(its MaxBytes, what remains) before it
+//     reads and gives back what it did not use; a partition finding nothing left reads
+//     nothing. The first partition of the request to return data may exceed its
+//     reservation by its first batch (a consumer must always be able to progress past a
+//     batch larger than its limits); any later partition that would is answered empty.
+//     Partitions on different shards read concurrently, so which partition counts as
+//     "first" is whichever finishes its read first, not the request order, and a
+//     reservation held while its read runs can leave a partition read at the same moment
+//     on another shard with nothing: the bound always holds, the fill may be below it
+//     (Kafka promises only the bound; the consumer asks again).
+//   - Descriptors: every file piece of a result holds a duplicated segment descriptor until
+//     Release. Each is charged to the broker's quota (Config.FetchFilesMax) and to the
+//     request's own quota (FetchRequest.Files, per connection in the server); a partition
+//     that cannot get one is answered with ErrThrottled, retriable, and the live segment's
+//     descriptors are never touched.
+
+// FileQuota counts descriptors held by unsent fetch results. Implementations are safe for
+// concurrent use.
+type FileQuota interface {
+	TryTake(n int64) bool
+	Give(n int64)
+}
+
+// Quota is a FileQuota (or any count) with a fixed maximum; lock-free.
+type Quota struct {
+	held atomic.Int64
+	max  int64
+}
+
+// NewQuota returns a quota of max units (max <= 0: unlimited).
+func NewQuota(max int64) *Quota { return &Quota{max: max} }
+
+// TryTake takes n units if they fit under the maximum.
+func (q *Quota) TryTake(n int64) bool {
+	for {
+		held := q.held.Load()
+		if q.max > 0 && held+n > q.max {
+			return false
+		}
+		if q.held.CompareAndSwap(held, held+n) {
+			return true
+		}
+	}
+}
+
+// Give returns n units.
+func (q *Quota) Give(n int64) {
+	if q.held.Add(-n) < 0 {
+		panic(fmt.Sprintf("shard: quota given back %d units more than taken", -q.held.Load()))
+	}
+}
+
+// Held is the number of units taken now.
+func (q *Quota) Held() int64 { return q.held.Load() }
+
+// Max is the quota's maximum (<= 0: unlimited).
+func (q *Quota) Max() int64 { return q.max }
+
+// fetchFilesMaxDefault derives the broker's descriptor quota for fetch results from the
+// process's descriptor limit: a quarter of it, leaving the rest to segments, indexes,
+// sockets and the rings. With the usual 1,048,576 hard limit (Go raises the soft limit to
+// it) that is 262,144; under `ulimit -n 1024`, 256.
+func fetchFilesMaxDefault() int64 {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		return 1 << 16
+	}
+	return max(int64(lim.Cur/4), 16)
+}
+
+// FilesHeld reports descriptors held by unsent fetch results, and the broker's maximum.
+func (b *Broker) FilesHeld() (held, max int64) { return b.files.Held(), b.files.Max() }
+
+// fetchLimits is one fetch's shared budget; every shard reading for the fetch charges it.
+type fetchLimits struct {
+	bytesMax  int64 // ResponseBytesMax; 0: no bound
+	remaining atomic.Int64
+	first     atomic.Bool // a partition has returned data (the first-batch allowance is used)
+	files     FileQuota   // the request's own quota, or nil
+	broker    *Quota
+}
+
+func newFetchLimits(b *Broker, req FetchRequest) *fetchLimits {
+	l := &fetchLimits{bytesMax: req.ResponseBytesMax, files: req.Files, broker: b.files}
+	l.reset()
+	return l
+}
+
+// reset starts a new read pass (a long-poll's final read follows a released first one).
+func (l *fetchLimits) reset() {
+	l.remaining.Store(l.bytesMax)
+	l.first.Store(false)
+}
+
+// reserve takes a partition's read limit from the remaining bytes; false when nothing is
+// left. partMax <= 0 means no partition limit.
+func (l *fetchLimits) reserve(partMax int32) (int64, bool) {
+	want := int64(partMax)
+	if want <= 0 {
+		want = 1<<31 - 1
+	}
+	if l.bytesMax <= 0 {
+		return want, true
+	}
+	for {
+		left := l.remaining.Load()
+		if left <= 0 {
+			return 0, false
+		}
+		take := min(want, left)
+		if l.remaining.CompareAndSwap(left, left-take) {
+			return take, true
+		}
+	}
+}
+
+// settle gives back what a read did not use of its reservation. A read larger than its
+// reservation (its first batch alone is larger) is kept only if it is the fetch's first
+// data; false means drop it.
+func (l *fetchLimits) settle(reserved, used int64) bool {
+	if used == 0 {
+		l.remaining.Add(reserved)
+		return true
+	}
+	firstData := l.first.CompareAndSwap(false, true)
+	if used <= reserved {
+		l.remaining.Add(reserved - used)
+		return true
+	}
+	if firstData {
+		return true // the first-batch rule: over by at most one batch, once per fetch
+	}
+	l.remaining.Add(reserved)
+	return false
+}
+
+// holdFiles duplicates the segment descriptors of rr's file pieces into out, charging the
+// quotas. On any failure it closes only the duplicates it made (never a segment's own
+// descriptor), leaves out without records and returns the error.
+func (l *fetchLimits) holdFiles(out *FetchResult, rr engine.ReadResult) error {
+	pieces := make([]engine.Piece, len(rr.Pieces))
+	copy(pieces, rr.Pieces)
+	files := int64(0)
+	for _, p := range pieces {
+		if p.File != nil {
+			files++
+		}
+	}
+	if files > 0 {
+		if l.files != nil && !l.files.TryTake(files) {
+			return fmt.Errorf("%w: this connection holds its limit of segment descriptors in unsent fetch responses; read them first", ErrThrottled)
+		}
+		if !l.broker.TryTake(files) {
+			if l.files != nil {
+				l.files.Give(files)
+			}
+			return fmt.Errorf("%w: the broker holds its limit of %d segment descriptors in unsent fetch responses", ErrThrottled, l.broker.Max())
+		}
+	}
+	out.held = heldFiles{n: files, conn: l.files, broker: l.broker}
+	rr.Pieces = pieces
+	for i := range rr.Pieces {
+		f := rr.Pieces[i].File
+		if f == nil {
+			continue
+		}
+		fd, err := dupFile(f.Fd())
+		if err != nil {
+			// Pieces [0, i) hold duplicates; [i, n) still point at the segment's own file.
+			out.Records = engine.ReadResult{Pieces: rr.Pieces[:i]}
+			out.Release()
+			out.Records = engine.ReadResult{}
+			return fmt.Errorf("%w: dup segment fd: %w", ErrThrottled, err)
+		}
+		rr.Pieces[i].File = os.NewFile(uintptr(fd), f.Name())
+	}
+	out.Records = rr
+	return nil
+}
+
+// dupFile duplicates a segment descriptor (close-on-exec); a variable so that tests can
+// make it fail as EMFILE does.
+var dupFile = func(fd uintptr) (int, error) { return unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }
+
+// heldFiles is what a FetchResult gives back on Release.
+type heldFiles struct {
+	n            int64
+	conn, broker FileQuota
+}
+
+func (h *heldFiles) release() {
+	if h.n == 0 {
+		return
+	}
+	if h.conn != nil {
+		h.conn.Give(h.n)
+	}
+	h.broker.Give(h.n)
+	*h = heldFiles{}
+}

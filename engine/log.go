@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -569,6 +570,14 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 		return res, nil
 	}
 	s := l.segments[l.segmentFor(offset)]
+	fence, fenced := Corruption{}, false
+	if len(l.corruptions) > 0 {
+		l.pruneCorruptions()
+		fence, fenced = l.fenceFor(s)
+	}
+	if fenced && offset >= fence.Offset {
+		return res, fmt.Errorf("read at %d: %w", offset, l.corruptReadError(fence))
+	}
 	if err := l.ensureIndex(s); err != nil {
 		return res, fmt.Errorf("read at %d: %w", offset, err)
 	}
@@ -577,7 +586,10 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 		return res, fmt.Errorf("read at %d: %w", offset, err)
 	}
 	limit := s.size
-	if maxOffset < s.nextOffset {
+	switch {
+	case fenced && maxOffset >= fence.Offset:
+		limit = fence.Position // headers from there on are not trusted: never walk them
+	case maxOffset < s.nextOffset:
 		if limit, err = s.positionOf(l.fio, &l.headers, maxOffset); err != nil {
 			return res, fmt.Errorf("read at %d: %w", offset, err)
 		}
@@ -588,15 +600,8 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 	}
 	res.FirstOffset = first.BaseOffset
 	res.NextOffset = s.nextOffset
-	if len(l.corruptions) > 0 {
-		l.pruneCorruptions()
-		if c, found := l.corruptionIn(s, pos, endPos); found {
-			if c.Position == pos {
-				return res, fmt.Errorf("read at %d: %w", offset, l.corruptReadError(c))
-			}
-			endPos = c.Position // serve the good batches before it
-			res.NextOffset = c.Offset
-		}
+	if fenced && endPos == fence.Position {
+		res.NextOffset = fence.Offset // the good batches before it are served
 	}
 	if endPos < s.size && res.NextOffset == s.nextOffset {
 		h, err := s.readHeaderAt(l.fio, &l.headers, endPos)
@@ -677,7 +682,14 @@ func (l *Log) offsetForTimestampIn(s *segment, ts int64) (int64, bool, error) {
 	}
 	rel := s.timeIndex.lowerBound(ts)
 	pos := int64(s.index.floorByOffset(rel).position)
-	for pos < s.size {
+	limit := s.size
+	if len(l.corruptions) > 0 {
+		l.pruneCorruptions()
+		if fence, fenced := l.fenceFor(s); fenced {
+			limit = fence.Position // a known bad batch: its header is not walked
+		}
+	}
+	for pos < limit {
 		h, err := s.readHeaderAt(l.fio, &l.headers, pos)
 		if err != nil {
 			return 0, false, err
@@ -727,8 +739,11 @@ func (l *Log) Close() error {
 	l.closed = true
 	err = errors.Join(err, l.closeFiles())
 	if err == nil && l.failed == nil {
-		// Not synced: if the marker is lost, the next open merely syncs what it recovered.
-		err = os.WriteFile(filepath.Join(l.dir, cleanShutdownFileName), nil, 0o644)
+		// Not synced: if the marker (or its contents) is lost, the next open merely syncs
+		// what it recovered. It records the end offset that is synced now: after a power
+		// loss took back its removal at the next open, only offsets below it count as
+		// synced by Close (see recover).
+		err = os.WriteFile(filepath.Join(l.dir, cleanShutdownFileName), []byte(strconv.FormatInt(l.EndOffset(), 10)+"\n"), 0o644)
 	}
 	return err
 }

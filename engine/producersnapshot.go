@@ -314,9 +314,20 @@ func (l *Log) loadProducerState(report *RecoveryReport) error {
 // scanProducers applies the header of every batch from offset on to the producer state.
 func (l *Log) scanProducers(from int64) (int, error) {
 	scanned := 0
+	if len(l.corruptions) > 0 {
+		l.pruneCorruptions()
+	}
 	for _, s := range l.segments {
 		if s.nextOffset <= from || s.size == 0 {
 			continue
+		}
+		// A known bad batch (scrub.go): neither it nor the rest of its segment is read.
+		limit := s.size
+		if fence, fenced := l.fenceFor(s); fenced {
+			if from >= fence.Offset {
+				continue
+			}
+			limit = fence.Position
 		}
 		pos := int64(0)
 		if from > s.baseOffset {
@@ -329,7 +340,7 @@ func (l *Log) scanProducers(from int64) (int, error) {
 			}
 			pos = p
 		}
-		for pos < s.size {
+		for pos < limit {
 			h, err := s.readHeaderAt(l.fio, &l.headers, pos)
 			if err != nil {
 				return scanned, err

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -26,15 +28,19 @@ type RecoveryReport struct {
 	// RebuiltIndexes lists base offsets of segments whose index was missing or corrupt and
 	// was rebuilt from the log.
 	RebuiltIndexes []int64
-	// DeletedSegments lists segments removed because an earlier closed segment was corrupt
-	// (the log must stay contiguous).
+	// DeletedSegments lists segments removed because they lay wholly below the log start
+	// offset checkpoint (retired segments a power loss brought back), or because an earlier
+	// sealed segment had a torn tail that was never synced (see Log.recover). Damage in a
+	// segment known to be synced never deletes later segments (see Corruptions).
 	DeletedSegments []int64
 	Corruption      string // why the first tail was cut; "" when nothing was
-	// Corruptions lists bad batches in sealed segments found by LogConfig.VerifySegments
-	// (kept in the log, not cut: see Log.Corruptions).
+	// Corruptions lists bad batches in sealed segments, kept in the log and fenced, not cut
+	// (see Log.Corruptions): those recovery's re-scan found (Reason starts with
+	// "recovery: "), and with LogConfig.VerifySegments those a full verification found.
 	Corruptions []Corruption
-	// CleanShutdown: the log was closed by Close, so its files were synced and recovery
-	// issued no fdatasync.
+	// CleanShutdown: the clean-shutdown marker Close leaves was found. Segments that end at
+	// or below the end offset it records were synced by Close, and recovery issued no
+	// fdatasync for them.
 	CleanShutdown bool
 	// ProducerSnapshot is the offset of the producer state snapshot recovery started from
 	// (-1: none usable); ProducerBatchesScanned counts the batch headers read after it, and
@@ -114,16 +120,43 @@ func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
 
 // recover opens every segment in l.dir and re-scans each from its last trustworthy index
 // entry to its end (the bytes before that entry were fdatasync'ed before the entry was
-// written). A closed segment that does not end where the next one begins is corrupt: the log
-// ends there and later segments are deleted, so the log stays contiguous.
+// written).
+//
+// The active (last) segment's tail that fails the scan is cut: a crash tore it. A sealed
+// segment whose re-scanned tail fails is either damaged media under synced (perhaps
+// acknowledged) records, or the torn unsynced tail of a segment sealed shortly before a power
+// loss. The two look alike on disk (the crash model lets unsynced bytes survive, vanish or
+// tear in any order, so a torn tail can look like one bad batch), so recovery looks for proof
+// that the segment was wholly fdatasync'ed (sealedProof):
+//
+//   - with proof, the bad batch is damage: it is recorded as a Corruption (as the scrubber
+//     would record it), reads are fenced around it, nothing is cut, no later segment is
+//     touched, and the segment's end is taken from the next segment's base;
+//   - without proof, the tail may be torn, and it is cut as an active segment's would be, and
+//     the later segments are deleted (the log stays contiguous).
+//
+// Why cutting is safe without proof: a sealed segment's bytes can be unsynced only while it is
+// on l.unsyncedSegments, and SyncedOffset() is unsyncedSegments[0].syncedNextOffset, so no
+// offset in or after that segment counts as synced (nor is acknowledged under flush.always or
+// acks=all) until a Sync or EndSync that fdatasync'ed the whole segment returned. Sync syncs
+// the sealed segments before the active one; BeginSync puts every unsynced sealed segment in
+// the same ticket as the active one, and EndSync raises the marks only after every descriptor
+// of the ticket was synced. So a torn sealed segment means no sync completed since it was
+// sealed: every later segment holds only records that were never acknowledged as synced
+// (their bytes may have reached the disk: a ticket's fdatasyncs run concurrently), and none
+// of them is lost by deleting them. Every completed sync since the seal leaves proof behind,
+// unless a power loss also took it back (index files are not fsynced): see
+// sealedProof for what counts and docs/storage.md for the one case that remains.
 func (l *Log) recover(report *RecoveryReport) error {
 	bases, err := l.listSegments()
 	if err != nil {
 		return err
 	}
 	marker := filepath.Join(l.dir, cleanShutdownFileName)
-	if _, err := os.Stat(marker); err == nil {
+	closeEnd := int64(-1) // the log end offset the last Close synced; -1: unknown
+	if b, err := os.ReadFile(marker); err == nil {
 		report.CleanShutdown = true
+		closeEnd = parseCleanShutdown(b)
 		// Gone before any new write: a crash from here on must not look clean. The unlink
 		// becomes durable with the first sync (dirGen), before anything appended from here
 		// on counts as synced; a power loss before that may bring the marker back, which is
@@ -137,6 +170,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 	if bases, err = l.dropBelowCheckpoint(bases, report); err != nil {
 		return err
 	}
+	laterIndexed := l.laterIndexed(bases)
 	for i, base := range bases {
 		s, err := openSegmentFiles(l.dir, base, false)
 		if err != nil {
@@ -144,23 +178,28 @@ func (l *Log) recover(report *RecoveryReport) error {
 		}
 		l.segments = append(l.segments, s)
 		last := i == len(bases)-1
-		if err := l.recoverSegment(s, !last, report.CleanShutdown, report); err != nil {
+		end := int64(-1) // the active segment: no next base
+		if !last {
+			end = bases[i+1]
+		}
+		if err := l.recoverSegment(s, end, closeEnd, laterIndexed[i], report); err != nil {
 			return err
 		}
 		if last {
 			continue
 		}
-		if s.nextOffset == bases[i+1] && s.size > 0 {
+		if s.nextOffset == end {
 			l.releaseIndexAfterRecovery(s)
 			continue
 		}
+		// No proof the segment was ever wholly synced, and its tail was cut (see above).
 		if report.Corruption == "" {
-			report.Corruption = fmt.Sprintf("segment %d ends at offset %d, next segment starts at %d", base, s.nextOffset, bases[i+1])
+			report.Corruption = fmt.Sprintf("segment %d ends at offset %d, next segment starts at %d", base, s.nextOffset, end)
 		}
 		for _, b := range bases[i+1:] {
 			gone := &segment{baseOffset: b}
 			if err := gone.removeFiles(l.dir); err != nil {
-				return fmt.Errorf("remove segment %d after corruption: %w", b, err)
+				return fmt.Errorf("remove segment %d after a torn sealed segment: %w", b, err)
 			}
 			report.DeletedSegments = append(report.DeletedSegments, b)
 		}
@@ -189,11 +228,47 @@ func (l *Log) recover(report *RecoveryReport) error {
 		return err
 	}
 	report.Segments = len(l.segments)
+	report.Corruptions = l.Corruptions()
 	if err := l.activate(l.active()); err != nil {
 		return err
 	}
 	l.assertInvariants()
 	return nil
+}
+
+// parseCleanShutdown reads the log end offset Close wrote into the clean-shutdown marker
+// ("<offset>\n"), or -1 when it is missing or unreadable (an older marker, or one whose
+// unsynced contents a power loss took).
+func parseCleanShutdown(b []byte) int64 {
+	text, ok := strings.CutSuffix(string(b), "\n")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// laterIndexed reports, for each segment, whether some later segment has a non-empty index or
+// time-index file. Index entries are written only after a sync completed (Sync, EndSync,
+// Close, or recovery after it fdatasync'ed every earlier segment), and any sync that could
+// write a later segment's entries began after the earlier segments were sealed and so
+// fdatasync'ed them first (see recover). Such a file is proof that every earlier segment was
+// wholly synced.
+func (l *Log) laterIndexed(bases []int64) []bool {
+	out := make([]bool, len(bases))
+	seen := false
+	for i := len(bases) - 1; i >= 0; i-- {
+		out[i] = seen
+		for _, suffix := range []string{indexSuffix, timeIndexSuffix} {
+			if fi, err := os.Stat(segmentPath(l.dir, bases[i], suffix)); err == nil && fi.Size() > 0 {
+				seen = true
+			}
+		}
+	}
+	return out
 }
 
 // dropBelowCheckpoint removes the segments that lie wholly below the log start offset
@@ -325,10 +400,14 @@ func (l *Log) loadIndexes(s *segment, relativeEnd, logSizeBound int64) error {
 }
 
 // rescan drops index state after startPos, then scans batches from startPos (whose base offset
-// must be expected), CRC-checking each and rebuilding index entries, and cuts the file after
-// the last intact batch. closed adds the final time-index entry of a closed segment. Index
-// files are cut to the entries that are still valid on disk.
-func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *RecoveryReport) error {
+// must be expected), CRC-checking each and rebuilding index entries. end is the next
+// segment's base offset for a sealed segment, -1 for the active one. The active segment's
+// file is cut after the last intact batch. A sealed segment's is cut after a batch ending
+// exactly at end (what follows is zero padding), or where the scan stopped when proof does not
+// show the segment was synced past that point (a torn tail); otherwise it keeps its bytes, and
+// the first bad batch is recorded as a Corruption (see recover). A sealed segment gets its
+// final time-index entry. Index files are cut to the entries that are still valid on disk.
+func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProof, report *RecoveryReport) error {
 	fileBytes, err := fileSize(s.log)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
@@ -348,7 +427,7 @@ func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *
 	s.maxTimestamp = s.timeIndex.lastTimestamp()
 	sc := newBatchScanner(l.fio, s.logFd(), fileBytes)
 	var reason error
-	for s.size < fileBytes {
+	for s.size < fileBytes && (end < 0 || s.nextOffset < end) {
 		h, err := sc.batchAt(s.size)
 		if errors.Is(err, errRecoveryRead) {
 			return fmt.Errorf("segment %d at %d: %w", s.baseOffset, s.size, err)
@@ -359,6 +438,9 @@ func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *
 		if err == nil && h.LastOffset()-s.baseOffset > maxRelativeOffset {
 			err = fmt.Errorf("last offset %d too far from segment base", h.LastOffset())
 		}
+		if err == nil && end >= 0 && h.LastOffset() >= end {
+			err = fmt.Errorf("batch offsets [%d, %d] reach the next segment's base %d", h.BaseOffset, h.LastOffset(), end)
+		}
 		if err != nil {
 			reason = fmt.Errorf("segment %d at %d: %w", s.baseOffset, s.size, err)
 			break
@@ -367,12 +449,15 @@ func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *
 		report.ScannedBatches++
 	}
 	report.ScannedBytes += s.size - startPos
-	if s.size < fileBytes {
+	switch {
+	case end >= 0 && s.nextOffset < end && proof.synced(s.nextOffset):
+		l.fenceSealedTail(s, fileBytes, end, reason)
+	case s.size < fileBytes:
 		if err := l.dropTail(s, sc, fileBytes, reason, report); err != nil {
 			return err
 		}
 	}
-	if closed {
+	if end >= 0 {
 		s.addFinalTimeEntry()
 	}
 	// Entries identical to those already in the file need not be rewritten.
@@ -382,6 +467,37 @@ func (l *Log) rescan(s *segment, startPos, expected int64, closed bool, report *
 	}
 	s.timeIndex.onDisk = n
 	return s.truncateIndexFiles()
+}
+
+// sealedProof is what recovery knows about whether a sealed segment was wholly fdatasync'ed.
+type sealedProof struct {
+	closeEnd     int64 // offsets below it were synced by the last Close (clean-shutdown marker); -1: none
+	laterIndexed bool  // a later segment has index entries on disk (see laterIndexed)
+	finalEntry   bool  // the segment's own final time-index entry is on disk
+}
+
+// synced reports whether the sealed segment is known to have been synced past offset (where
+// its re-scan stopped): then a bad batch there is damage, not a torn write.
+func (p sealedProof) synced(offset int64) bool {
+	return p.laterIndexed || p.finalEntry || offset < p.closeEnd
+}
+
+// fenceSealedTail keeps the bytes of sealed segment s from s.size (where the scan stopped,
+// short of the next segment's base end) to the end of its file, and records them as a
+// Corruption ending at end: reads stop before it, and the segment ends at end, so the log
+// stays contiguous and every later segment stays readable.
+func (l *Log) fenceSealedTail(s *segment, fileBytes, end int64, reason error) {
+	why := "recovery: "
+	switch {
+	case reason != nil:
+		why += reason.Error()
+	case fileBytes == 0:
+		why += fmt.Sprintf("segment file is empty, the next segment starts at %d", end)
+	default:
+		why += fmt.Sprintf("segment file ends at offset %d, the next segment starts at %d", s.nextOffset, end)
+	}
+	l.recordCorruption(Corruption{Segment: s.baseOffset, Position: s.size, Offset: s.nextOffset, NextOffset: end, Reason: why})
+	s.size, s.nextOffset = fileBytes, end
 }
 
 // dropTail cuts the log file of s at s.size and accounts for what was dropped.
@@ -434,9 +550,10 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason err
 
 // recoverSegment loads a segment's indexes (a missing or corrupt index is rebuilt from the
 // log), finds the last index entry whose batch passes its CRC with the offset the entry
-// claims, and re-scans from there to the end of the file. The recovered segment is synced and
-// its rebuilt index entries persisted.
-func (l *Log) recoverSegment(s *segment, closed, clean bool, report *RecoveryReport) error {
+// claims, and re-scans from there to the end of the file (see rescan; end is the next
+// segment's base, -1 for the active segment). The recovered segment is synced and its
+// rebuilt index entries persisted.
+func (l *Log) recoverSegment(s *segment, end, closeEnd int64, laterIndexed bool, report *RecoveryReport) error {
 	var err error
 	if s.size, err = fileSize(s.log); err != nil {
 		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
@@ -453,6 +570,11 @@ func (l *Log) recoverSegment(s *segment, closed, clean bool, report *RecoveryRep
 		s.index, s.timeIndex = offsetIndex{}, timeIndex{}
 	}
 	s.indexMissing = false // the files exist now and are rewritten below
+	proof := sealedProof{closeEnd: closeEnd, laterIndexed: laterIndexed}
+	if n := len(s.timeIndex.entries); end >= 0 && n > 0 {
+		// The final entry of a sealed segment is written only after it was wholly synced.
+		proof.finalEntry = int64(s.timeIndex.entries[n-1].relativeOffset) == end-s.baseOffset
+	}
 	sc := newBatchScanner(l.fio, s.logFd(), s.size)
 	startPos, expected := int64(0), s.baseOffset
 	for {
@@ -471,12 +593,15 @@ func (l *Log) recoverSegment(s *segment, closed, clean bool, report *RecoveryRep
 		s.index.entries = s.index.entries[:len(s.index.entries)-1]
 		s.index.onDisk = len(s.index.entries)
 	}
-	if err := l.rescan(s, startPos, expected, closed, report); err != nil {
+	if err := l.rescan(s, startPos, expected, end, proof, report); err != nil {
 		return err
 	}
-	// After a clean Close the files are synced; otherwise what recovery kept may still be
-	// only in the page cache (a process crash), and it is synced before it is called durable.
-	if !clean || len(report.RebuiltIndexes) > 0 && report.RebuiltIndexes[len(report.RebuiltIndexes)-1] == s.baseOffset {
+	// What the last Close synced (below the end offset in its marker) needs no sync; anything
+	// else recovery kept may still be only in the page cache (a process crash, or appends after
+	// a clean open whose marker removal a power loss took back), and it is synced before it is
+	// called durable.
+	closeSynced := closeEnd >= 0 && s.nextOffset <= closeEnd
+	if !closeSynced || len(report.RebuiltIndexes) > 0 && report.RebuiltIndexes[len(report.RebuiltIndexes)-1] == s.baseOffset {
 		if err := l.fio.Fdatasync(s.logFd()); err != nil {
 			return fmt.Errorf("segment %d: sync recovered log: %w", s.baseOffset, err)
 		}

@@ -201,12 +201,16 @@ func TestRecoveryRebuildsClosedSegmentIndex(t *testing.T) {
 	})
 }
 
-func TestRecoveryCorruptClosedSegmentEndsLog(t *testing.T) {
+// TestRecoveryCorruptClosedSegmentIsFenced: damage in the middle of a sealed segment whose
+// index is gone (so recovery re-scans it all) after a clean shutdown is media damage under
+// synced records: it is recorded and fenced, and nothing is cut or deleted (this test used to
+// expect the log to end there, with every later segment deleted).
+func TestRecoveryCorruptClosedSegmentIsFenced(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(StoragePageCache)
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
 	all := appendSome(t, l, 0, 400, 0)
-	segs := l.SegmentCount()
+	segs, end := l.SegmentCount(), l.EndOffset()
 	first := l.segments[0]
 	firstSize := first.size
 	second := l.segments[1].baseOffset
@@ -219,14 +223,13 @@ func TestRecoveryCorruptClosedSegmentEndsLog(t *testing.T) {
 	os.Remove(segmentFile(dir, first.baseOffset, indexSuffix))
 	l2, rep := openLog(t, dir, cfg, ring.Syscalls{})
 	defer l2.Close()
-	if len(rep.DeletedSegments) != segs-1 || rep.DeletedSegments[0] != second || rep.DroppedBytes == 0 || l2.SegmentCount() != 1 {
+	if len(rep.DeletedSegments) != 0 || rep.DroppedBytes != 0 || l2.SegmentCount() != segs || l2.EndOffset() != end ||
+		len(rep.Corruptions) != 1 || rep.Corruptions[0].NextOffset != second || rep.Corruptions[0].Position > firstSize/2 {
 		t.Fatalf("report %+v, %d segments", rep, l2.SegmentCount())
 	}
-	got := readAll(t, l2, 1<<20)
-	mustEqualBytes(t, "surviving prefix", got, all[:len(got)])
-	if int64(len(got)) >= firstSize/2+1 {
-		t.Fatalf("kept %d bytes past the damage at %d", len(got), firstSize/2)
-	}
+	c := rep.Corruptions[0]
+	mustEqualBytes(t, "prefix", readUntil(t, l2, l2.StartOffset(), c.Offset), all[:c.Position])
+	mustEqualBytes(t, "later segments", readUntil(t, l2, second, end), all[firstSize:])
 	if _, err := l2.Append(makeBatch(t, 9999, 1, 10, 0)); err != nil {
 		t.Fatalf("append after recovery: %v", err)
 	}

@@ -10,8 +10,9 @@ import (
 
 // Scrubbing: finding corruption in sealed segments before a consumer does.
 //
-// Recovery re-checks only the active segment's tail; sealed segments are trusted by their
-// index, and a fetch hands their bytes to the socket without reading them. A flipped bit in
+// Recovery re-checks each segment only from its last index entry (a sealed segment's bad
+// batch found there is recorded here too, not cut); before that, sealed segments are trusted
+// by their index, and a fetch hands their bytes to the socket without reading them. A flipped bit in
 // the middle of an old segment would otherwise surface only as a CRC error in some
 // consumer, which could do nothing about it. Scrub walks sealed segments batch by batch
 // (CRC-32C, header, offsets continuing), a bounded number of bytes per call so that the
@@ -33,10 +34,11 @@ import (
 // offset.
 var ErrCorruptBatch = errors.New("corrupt stored batch")
 
-// Corruption is one bad batch found in a sealed segment.
+// Corruption is one bad batch found in a sealed segment, by the scrubber or by recovery's
+// re-scan of the segment's tail (see recover in recovery.go).
 type Corruption struct {
 	Segment    int64  // base offset of the segment file
-	Position   int64  // byte position of the bad batch in the segment
+	Position   int64  // byte position of the bad batch in the segment (its size: bytes missing)
 	Offset     int64  // first offset the bad batch holds (the one after the last good batch)
 	NextOffset int64  // first offset known readable after it (the next segment's base)
 	Reason     string // what failed (crc mismatch, bad header, offsets out of order, read error)
@@ -208,7 +210,8 @@ func (l *Log) pruneCorruptions() {
 	for _, c := range l.corruptions {
 		i := l.segmentFor(c.Offset)
 		s := l.segments[i]
-		if s.baseOffset == c.Segment && c.Position < s.size && c.NextOffset > l.startOffset {
+		// Position == size: recovery found the file ending short of the next segment.
+		if s.baseOffset == c.Segment && c.Position <= s.size && c.Offset < s.nextOffset && c.NextOffset > l.startOffset {
 			live = append(live, c)
 		}
 	}
@@ -216,11 +219,12 @@ func (l *Log) pruneCorruptions() {
 	l.corruptions = live
 }
 
-// corruptionIn returns the first known bad batch of segment s whose position is in
-// [from, to), if any.
-func (l *Log) corruptionIn(s *segment, from, to int64) (Corruption, bool) {
-	for _, c := range l.corruptions {
-		if c.Segment == s.baseOffset && c.Position >= from && c.Position < to {
+// fenceFor returns the first known bad batch of segment s, if any: reads of s stop at its
+// position, and no offset from its Offset to the segment's end is served (the rest of the
+// segment is not trusted). The caller has pruned l.corruptions.
+func (l *Log) fenceFor(s *segment) (Corruption, bool) {
+	for _, c := range l.corruptions { // by offset, so the first of s is its lowest position
+		if c.Segment == s.baseOffset {
 			return c, true
 		}
 	}

@@ -49,7 +49,11 @@ func (l *Log) TruncateTo(offset int64) error {
 	}
 	l.forgetLoaded(s)
 	pos, newNext := s.size, s.nextOffset
-	if offset < s.nextOffset {
+	l.pruneCorruptions()
+	if fence, fenced := l.fenceFor(s); fenced && offset >= fence.Offset {
+		// Nothing from a known bad batch on is trusted, its header included: cut there.
+		pos, newNext = fence.Position, fence.Offset
+	} else if offset < s.nextOffset {
 		p, h, err := s.findBatch(l.fio, &l.headers, offset)
 		if err != nil {
 			return fmt.Errorf("truncate to %d: %w", offset, err)
@@ -66,6 +70,7 @@ func (l *Log) TruncateTo(offset int64) error {
 		}
 		l.startOffset = newNext
 	}
+	l.pruneCorruptions() // before an append can reuse a cut bad batch's position
 	if err := l.reloadProducers(); err != nil {
 		return err
 	}

@@ -23,52 +23,22 @@ const benchRecordBytes = 1024
 // BenchmarkBrokerProduce1KiB: 1 KiB records through the bundled producer (1 MiB batches,
 // 8 partitions, acks=1) into the real broker over loopback. Client and broker share the
 // machine's cores, as they do in bench/.
-func BenchmarkBrokerProduce1KiB(b *testing.B) {
-	c, stop := realBroker(b, netio.EgressSendfile)
-	defer stop()
-	ctx := context.Background()
-	if err := c.CreateTopic(ctx, "bench", 8, nil); err != nil {
-		b.Fatal(err)
-	}
-	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20})
-	value := make([]byte, benchRecordBytes)
-	var failed error
-	cb := func(_ *client.Record, err error) {
-		if err != nil && failed == nil {
-			failed = err
-		}
-	}
-	recs := make([]client.Record, 4096)
-	b.SetBytes(benchRecordBytes)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		r := &recs[i%len(recs)]
-		*r = client.Record{Topic: "bench", Partition: int32(i % 8), Value: value}
-		if err := p.Send(ctx, r, cb); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := p.Flush(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	if failed != nil {
-		b.Fatal(failed)
-	}
-}
+func BenchmarkBrokerProduce1KiB(b *testing.B) { benchProduce1KiB(b, client.AckLeader) }
 
 // BenchmarkBrokerProduceSync1KiB: as BenchmarkBrokerProduce1KiB with acks=all, so every
 // acknowledgement waits for the broker's pipelined group-commit fdatasync (the sync-produce
 // path).
-func BenchmarkBrokerProduceSync1KiB(b *testing.B) {
+func BenchmarkBrokerProduceSync1KiB(b *testing.B) { benchProduce1KiB(b, client.AckAll) }
+
+// benchProduce1KiB sends 1 KiB records through the bundled producer at the given acks.
+func benchProduce1KiB(b *testing.B, acks client.Acks) {
 	c, stop := realBroker(b, netio.EgressSendfile)
 	defer stop()
 	ctx := context.Background()
 	if err := c.CreateTopic(ctx, "bench", 8, nil); err != nil {
 		b.Fatal(err)
 	}
-	p := c.NewProducer(client.ProducerConfig{Acks: client.AckAll, BatchBytes: 1 << 20})
+	p := c.NewProducer(client.ProducerConfig{Acks: acks, BatchBytes: 1 << 20})
 	value := make([]byte, benchRecordBytes)
 	var failed error
 	cb := func(_ *client.Record, err error) {

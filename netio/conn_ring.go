@@ -42,6 +42,9 @@ type ringListener struct {
 // thread (BrokerHandler does). Serving on a reactor that is not that shard's would run
 // shard code on the wrong thread.
 func (s *Server) ServeRing(r *ring.Reactor, ln *net.TCPListener, shard int) error {
+	if s.cfg.TLS != nil {
+		return ErrRingTLS
+	}
 	f, err := ln.File()
 	if err != nil {
 		return fmt.Errorf("serve ring shard %d: dup listener: %w", shard, err)
@@ -88,6 +91,11 @@ func (l *ringListener) onAccept(res int32, flags uint32) {
 		}
 	})
 }
+
+// ErrRingTLS is returned by ServeRing on a server configured with TLS: the ring driver
+// sends plain bytes (recv, send and splice ops on the socket), so TLS connections are
+// served by Serve (the net driver), whose connections wrap crypto/tls.
+var ErrRingTLS = errors.New("netio: TLS connections are served by the net driver (Serve), not ServeRing")
 
 const acceptRetryDelay = 10 * time.Millisecond
 

@@ -2,6 +2,7 @@ package netio
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -155,8 +156,13 @@ type Config struct {
 	FrameReadTimeout time.Duration
 	// IdleTimeout closes a connection that has sent nothing for this long while none of its
 	// requests is outstanding (Kafka's connections.max.idle.ms); default 10 min.
-	IdleTimeout   time.Duration
-	Egress        Egress // default EgressSendfile
+	IdleTimeout time.Duration
+	Egress      Egress // default EgressSendfile
+	// TLS, when set, makes every connection of Serve a TLS server connection (crypto/tls)
+	// with this configuration; the handshake must finish within FrameReadTimeout. File
+	// ranges are then copied through user space (EgressCopy), since the kernel cannot
+	// encrypt a sendfile, and ServeRing refuses to run: TLS connections take the net driver.
+	TLS           *tls.Config
 	BrokerVersion string // reported by ApiVersions
 	Logf          func(format string, args ...any)
 	// ConnState, if set, is called when a connection opens (open = true) and after it has
@@ -396,6 +402,9 @@ func (s *Server) Serve(ln net.Listener, shard int) error {
 			nc.Close()
 			continue
 		}
+		if s.cfg.TLS != nil {
+			nc = tls.Server(nc, s.cfg.TLS)
+		}
 		s.startConn(nc, shard)
 	}
 }
@@ -454,10 +463,11 @@ type Stats struct {
 	CopiedFileBytes int64 // file bytes sent by pread + write (EgressCopy)
 	RefusedConns    int64 // connections closed at accept by ConnectionsMax or ConnectionsPerAddressMax
 	RefusedRequests int64 // requests refused by RequestEntriesMax or for a repeated entry
+	TLSHandshakes   int64 // TLS handshakes completed (Config.TLS)
 }
 
 type serverStats struct {
-	requests, responses, sendfileBytes, copiedFileBytes, refusedConns, refusedRequests atomic.Int64
+	requests, responses, sendfileBytes, copiedFileBytes, refusedConns, refusedRequests, tlsHandshakes atomic.Int64
 }
 
 // Stats returns the current counters.
@@ -469,6 +479,7 @@ func (s *Server) Stats() Stats {
 		CopiedFileBytes: s.stats.copiedFileBytes.Load(),
 		RefusedConns:    s.stats.refusedConns.Load(),
 		RefusedRequests: s.stats.refusedRequests.Load(),
+		TLSHandshakes:   s.stats.tlsHandshakes.Load(),
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/security"
 )
 
 const (
@@ -103,13 +104,46 @@ func brokerFlag(fs *flag.FlagSet) *string {
 	if def == "" {
 		def = brokerDefault
 	}
+	connSecurityFlags(fs)
 	return fs.String("broker", def, "broker address HOST:PORT (env "+brokerEnv+")")
+}
+
+// connSecurity holds the TLS and SASL flags of the command being run (every
+// broker-facing command registers them with brokerFlag; defining them resets them).
+var connSecurity struct {
+	tls security.ClientTLSOptions
+}
+
+func connSecurityFlags(fs *flag.FlagSet) {
+	o := &connSecurity.tls
+	fs.StringVar(&o.CAFile, "tls-ca", "", "connect over TLS, verifying the broker against these PEM CA certificates")
+	fs.StringVar(&o.CertFile, "tls-cert", "", "connect over TLS with this PEM client certificate (mutual TLS; with --tls-key)")
+	fs.StringVar(&o.KeyFile, "tls-key", "", "private key of --tls-cert")
+	fs.BoolVar(&o.InsecureSkipVerify, "tls-insecure-skip-verify", false, "connect over TLS without verifying the broker's certificate (tests only)")
+}
+
+// clientConfig is the client configuration of the command's flags.
+func clientConfig(broker string) (client.Config, error) {
+	cfg := client.Config{Broker: broker, ClientID: "ringlog-cli", DialTimeout: dialTimeoutDefault}
+	o := connSecurity.tls
+	if o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" || o.InsecureSkipVerify {
+		tc, err := security.ClientConfig(o)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.TLS = tc
+	}
+	return cfg, nil
 }
 
 // dial connects to the broker, with a short dial timeout so that a broker that is down
 // fails the command quickly.
 func dial(ctx context.Context, broker string) (*client.Client, error) {
-	c, err := client.New(ctx, client.Config{Broker: broker, ClientID: "ringlog-cli", DialTimeout: dialTimeoutDefault})
+	cfg, err := clientConfig(broker)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to broker %s: %w", broker, err)
 	}

@@ -111,6 +111,10 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			shards = len(cpus)
 		}
 	}
+	serverTLS, err := o.security.serverTLS()
+	if err != nil {
+		return err
+	}
 	disk, err := engine.NewDiskSpace(o.dataDir, o.diskFreeMin, nil)
 	if err != nil {
 		return err
@@ -119,6 +123,15 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	// the reloadable ones (storage, flush-always, topic-defaults).
 	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds()}
 	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
+	serverCfg := o.limits.serverConfig(netio.Config{
+		FrameBytesMax:  uint32(o.frameBytesMax),
+		ConnectionsMax: o.connsMax,
+		BrokerVersion:  Version,
+		Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
+	})
+	if serverTLS != nil {
+		serverCfg.TLS = serverTLS.Config()
+	}
 	n, err := node.Start(node.Config{
 		Core: shard.Config{
 			DataDir: o.dataDir,
@@ -137,13 +150,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		ShardPorts:            o.shardPorts,
 		Advertise:             o.advertise,
 		Net:                   o.net,
-		Server: o.limits.serverConfig(netio.Config{
-			FrameBytesMax:  uint32(o.frameBytesMax),
-			ConnectionsMax: o.connsMax,
-			BrokerVersion:  Version,
-			Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
-		}),
-		Logger: log,
+		Server:                serverCfg,
+		Logger:                log,
 	})
 	if err != nil {
 		return err
@@ -158,7 +166,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
 	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
-		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()))
+		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()),
+		"tls", serverTLS != nil)
 
 	if o.debugAddr != "" {
 		go func() {
@@ -175,6 +184,7 @@ wait:
 		select {
 		case <-hup:
 			running = reload(running, args, os.LookupEnv, n.Core, logBase, level, log)
+			reloadTLS(serverTLS, log)
 		case s := <-sig:
 			log.Info("shutting down", "signal", s.String())
 			break wait

@@ -13,6 +13,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sort"
@@ -33,6 +34,10 @@ type Config struct {
 	// DisableShardRouting sends every request to Broker even when metadata names shard
 	// addresses (by default a partition's requests go to its shard's address).
 	DisableShardRouting bool
+	// TLS, when set, makes every connection (seed and shard addresses) a TLS client
+	// connection with this configuration. An empty ServerName is taken from the address
+	// dialled.
+	TLS *tls.Config
 }
 
 const (
@@ -124,7 +129,7 @@ func (c *Client) connFor(addr string) (*conn, error) {
 		return cn, nil
 	}
 	c.mu.Unlock()
-	cn, err := dialConn(addr, c.cfg.DialTimeout, c.cfg.InflightPerConnMax, c.cfg.FrameBytesMax)
+	cn, err := dialConn(addr, &c.cfg)
 	if err != nil {
 		// As retriable as a connection that broke: the address may be a shard listener
 		// that a restarted broker no longer has, and fresh metadata will say so.

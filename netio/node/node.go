@@ -57,7 +57,8 @@ type Config struct {
 	ShardPorts string
 	// Advertise is the host clients are told to connect to; empty means the Listen host.
 	Advertise string
-	// Net is NetRing (default) or NetGo.
+	// Net is NetRing (default) or NetGo. With Server.TLS set it is always NetGo: TLS
+	// connections take the net driver (netio.ErrRingTLS).
 	Net string
 	// Server configures the protocol server (frame and connection limits, egress). Its
 	// Shards is set to the core's; FetchFilesPerConnMax and FetchFilesPerAddressMax
@@ -100,6 +101,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.Net != NetRing && cfg.Net != NetGo {
 		return nil, fmt.Errorf("network driver %q: want %s or %s", cfg.Net, NetRing, NetGo)
+	}
+	if cfg.Server.TLS != nil && cfg.Net == NetRing {
+		// The ring driver moves plain bytes (recv, send, splice on the socket); TLS
+		// connections are crypto/tls over Go's net package.
+		cfg.Logger.Info("TLS on: connections are served by Go's netpoller (net driver), file bytes are copied, not spliced")
+		cfg.Net = NetGo
 	}
 	core, err := shard.Open(cfg.Core)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/wire"
 
 	"golang.org/x/sys/unix"
@@ -122,6 +123,9 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	c.srv.stats.tlsHandshakes.Add(1)
+	if p := security.TLSPrincipal(tc.ConnectionState()); p != "" {
+		c.info.Session.setPrincipal(p)
+	}
 	return true
 }
 
@@ -368,6 +372,9 @@ func (s *Server) serveRequest(req *Request) {
 	if p, ok := body.(*wire.ProduceRequest); ok && p.Acks == wire.AcksNone {
 		req.silent = true
 	}
+	if s.serveSecurity(req) {
+		return
+	}
 	if h.API == wire.APIVersions {
 		req.ReplyMessage(s.apiVersions())
 		return
@@ -407,6 +414,8 @@ func (s *Server) apiVersions() *wire.APIVersionsResponse {
 	}
 	return resp
 }
+
+func (c *conn) server() *Server { return c.srv }
 
 // complete records a handler's reply and wakes the writer.
 func (c *conn) complete(req *Request, resp Response) {

@@ -143,7 +143,7 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 	// SPLICE_F_MORE still coalesce the pieces of one frame).
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	c := &ringConn{srv: s, r: r, fd: fd, addr: a, budgets: s.connBudgets(a, shard),
-		info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, OnLoop: true, FetchFiles: s.fetchFiles(a)}}
+		info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, OnLoop: true, FetchFiles: s.fetchFiles(a), Session: &Session{}}}
 	c.rbuf = make([]byte, readBufferBytes)
 	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
 	c.onSentFn = c.onSent
@@ -456,7 +456,12 @@ func (c *ringConn) dispatch(req *Request) {
 	c.queue = append(c.queue, req)
 	c.srv.stats.requests.Add(1)
 	c.srv.serveRequest(req)
+	if req.fatal { // refused by the security gate: answer, then close
+		c.readerDone = true
+	}
 }
+
+func (c *ringConn) server() *Server { return c.srv }
 
 // dropCurrent releases a frame that will never complete.
 func (c *ringConn) dropCurrent() {

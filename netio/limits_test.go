@@ -50,6 +50,14 @@ func entriesOf(m wire.Message) int {
 		for _, t := range r.Topics {
 			n += len(t.Configs)
 		}
+	case *wire.DescribeUsersRequest:
+		n = len(r.Users)
+	case *wire.AlterUsersRequest:
+		n = len(r.Upsertions) + len(r.Deletions)
+	case *wire.CreateAclsRequest:
+		n = len(r.ACLs)
+	case *wire.DeleteAclsRequest:
+		n = len(r.Filters)
 	}
 	return n
 }
@@ -67,6 +75,11 @@ func entrySamples() []wire.Message {
 		&wire.DescribeConfigsRequest{Topics: []wire.DescribeConfigsTopic{{Topic: "t", Keys: []string{"a", "b"}}, {Topic: "u"}}},
 		&wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{{Topic: "t", Configs: []wire.AlterConfig{{Key: "k", Value: "v"}}}}},
 		&wire.APIVersionsRequest{ClientID: "c"},
+		&wire.DescribeUsersRequest{Users: []string{"a", "b"}},
+		&wire.AlterUsersRequest{Upsertions: []wire.UserUpsertion{{User: "a", Salt: []byte("s")}}, Deletions: []wire.UserDeletion{{User: "b"}, {User: "c"}}},
+		&wire.CreateAclsRequest{ACLs: []wire.ACLBinding{{Principal: "User:a"}, {ResourceName: "t"}}},
+		&wire.DeleteAclsRequest{Filters: []wire.ACLBinding{{}}},
+		&wire.SaslAuthenticateRequest{AuthBytes: []byte("n,,n=a,r=b")},
 	}
 }
 
@@ -102,7 +115,7 @@ func FuzzCountEntries(f *testing.F) {
 	f.Add(uint16(wire.APIMetadata), []byte{0x7f, 0xff, 0xff, 0xff})
 	f.Add(uint16(wire.APIFetch), []byte{})
 	f.Fuzz(func(t *testing.T, api uint16, payload []byte) {
-		key := wire.APIKey(api % 16)
+		key := wire.APIKey(api % uint16(wire.APIKeyCount+2)) // and two unknown keys
 		got := countEntries(key, payload, 1<<30)
 		if got < 0 {
 			t.Fatalf("negative count %d", got)

@@ -100,6 +100,12 @@ func completionSpec() completion {
 		c.subcommands["topic"] = append(c.subcommands["topic"], name)
 		c.flags["topic "+name] = helpFlags(func() error { return sub.run(sub.usage, []string{"-h"}, io.Discard) })
 	}
+	for group, cmds := range map[string]map[string]subcommand{"user": userCommands, "acl": aclCommands} {
+		for name, sub := range cmds {
+			c.subcommands[group] = append(c.subcommands[group], name)
+			c.flags[group+" "+name] = helpFlags(func() error { return sub.run(sub.usage, []string{"-h"}, io.Discard) })
+		}
+	}
 	for name := range benchCommands {
 		c.subcommands["bench"] = append(c.subcommands["bench"], name)
 	}

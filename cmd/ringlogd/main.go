@@ -132,6 +132,9 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	if serverTLS != nil {
 		serverCfg.TLS = serverTLS.Config()
 	}
+	if serverCfg.Security, err = o.security.serverSecurity(o.dataDir, log); err != nil {
+		return err
+	}
 	n, err := node.Start(node.Config{
 		Core: shard.Config{
 			DataDir: o.dataDir,
@@ -167,7 +170,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	}
 	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()),
-		"tls", serverTLS != nil)
+		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 
 	if o.debugAddr != "" {
 		go func() {

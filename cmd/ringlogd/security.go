@@ -6,8 +6,11 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
+	"strings"
 
+	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
 )
 
@@ -15,12 +18,22 @@ type securityFlags struct {
 	tlsCert     string
 	tlsKey      string
 	tlsClientCA string
+	auth        string
+	acl         string
+	superUsers  string
+	quotas      security.QuotaConfig
 }
 
 func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate chain of the client listener; with --tls-key turns TLS on (re-read on SIGHUP)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (re-read on SIGHUP)")
 	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM CA certificates: clients must present a certificate they signed (mutual TLS; the subject's CN is the principal); re-read on SIGHUP")
+	fs.StringVar(&f.auth, "auth", "off", "required: every connection authenticates (SASL/SCRAM-SHA-256/512 with the users of DATA/credentials.json, or a --tls-client-ca certificate) before any request; off: anyone connects as User:ANONYMOUS")
+	fs.StringVar(&f.acl, "acl", "off", "on: every request is checked against the ACLs of DATA/acls.json (ringlog acl), deny before allow, default deny; off: everything is allowed")
+	fs.StringVar(&f.superUsers, "super-users", "", "principals allowed everything, ACLs or not, and the only ones who administer users and ACLs when --auth required and --acl off: User:NAME[,User:NAME...]")
+	fs.Int64Var(&f.quotas.ProduceBytesPerSec, "quota-produce-bytes-per-sec", 0, "produce request bytes per second each client (principal, or client id when anonymous) may send before its replies are delayed; 0: unlimited")
+	fs.Int64Var(&f.quotas.FetchBytesPerSec, "quota-fetch-bytes-per-sec", 0, "fetched record bytes per second each client may receive before its replies are delayed; 0: unlimited")
+	fs.Int64Var(&f.quotas.RequestsPerSec, "quota-requests-per-sec", 0, "requests per second each client may send before its replies are delayed; 0: unlimited")
 }
 
 func (f *securityFlags) check() error {
@@ -30,7 +43,51 @@ func (f *securityFlags) check() error {
 	if f.tlsClientCA != "" && f.tlsCert == "" {
 		return errors.New("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
 	}
+	if f.auth != "required" && f.auth != "off" {
+		return fmt.Errorf("--auth %q: want required or off", f.auth)
+	}
+	if f.acl != "on" && f.acl != "off" {
+		return fmt.Errorf("--acl %q: want on or off", f.acl)
+	}
+	for _, p := range f.superUserList() {
+		if !security.ValidPrincipal(p) || p == security.AnyPrincipal {
+			return fmt.Errorf("--super-users: %q: want User:NAME", p)
+		}
+	}
+	if f.quotas.ProduceBytesPerSec < 0 || f.quotas.FetchBytesPerSec < 0 || f.quotas.RequestsPerSec < 0 {
+		return errors.New("--quota-*: want 0 (unlimited) or a positive rate")
+	}
 	return nil
+}
+
+func (f *securityFlags) superUserList() []string {
+	var out []string
+	for _, p := range strings.Split(f.superUsers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serverSecurity opens the credentials and ACLs of dataDir and sets up the quotas.
+func (f *securityFlags) serverSecurity(dataDir string, log *slog.Logger) (*netio.Security, error) {
+	creds, err := security.OpenCredentials(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	authz, err := security.OpenAuthorizer(dataDir, f.acl == "on", f.superUserList())
+	if err != nil {
+		return nil, err
+	}
+	sec := &netio.Security{Credentials: creds, AuthRequired: f.auth == "required", Authorizer: authz, Quotas: security.NewQuotas(f.quotas)}
+	if sec.AuthRequired && f.tlsCert == "" {
+		log.Warn("--auth required without TLS: SCRAM never sends the password, but everything after the login travels in clear and can be taken over on the path; use --tls-cert")
+	}
+	if sec.AuthRequired && creds.Len() == 0 && f.tlsClientCA == "" {
+		log.Warn("--auth required with no SCRAM users and no client CA: nobody can log in; add users with `ringlog user add --data DIR` while the broker is stopped")
+	}
+	return sec, nil
 }
 
 // serverTLS loads the listener's TLS files; nil when TLS is off.

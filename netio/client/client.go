@@ -38,6 +38,8 @@ type Config struct {
 	// connection with this configuration. An empty ServerName is taken from the address
 	// dialled.
 	TLS *tls.Config
+	// SASL, when set, authenticates every connection with SCRAM before it is used.
+	SASL *SASLConfig
 }
 
 const (
@@ -60,6 +62,8 @@ type Client struct {
 	closed bool                  // guarded by mu
 
 	serverFrameBytesMax int32 // from the ApiVersions handshake
+	sasl                saslState
+	principal           string // guarded by mu: what the broker authenticated us as
 }
 
 type topicMeta struct {
@@ -135,6 +139,16 @@ func (c *Client) connFor(addr string) (*conn, error) {
 		// that a restarted broker no longer has, and fresh metadata will say so.
 		return nil, fmt.Errorf("%w: %w", ErrConnClosed, err)
 	}
+	if c.cfg.SASL != nil {
+		principal, err := c.authenticate(cn)
+		if err != nil {
+			cn.close()
+			return nil, err
+		}
+		c.mu.Lock()
+		c.principal = principal
+		c.mu.Unlock()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -188,6 +202,14 @@ func (c *Client) Call(ctx context.Context, addr string, req, resp wire.Message) 
 	case <-ctx.Done():
 		return fmt.Errorf("%s to %s: %w", req.API(), addr, ctx.Err())
 	}
+}
+
+// Principal is the principal the broker authenticated this client as ("" before the
+// first connection, or without SASL).
+func (c *Client) Principal() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.principal
 }
 
 // BrokerAddr is the seed address.

@@ -43,6 +43,14 @@ const (
 	ErrFrameTooLarge           ErrorCode = 25
 	ErrInvalidTimestamp        ErrorCode = 26
 	ErrTopicDeletionInProgress ErrorCode = 27
+	// Security (docs/security.md).
+	ErrSaslAuthenticationFailed   ErrorCode = 28
+	ErrUnsupportedSaslMechanism   ErrorCode = 29
+	ErrIllegalSaslState           ErrorCode = 30
+	ErrTopicAuthorizationFailed   ErrorCode = 31
+	ErrGroupAuthorizationFailed   ErrorCode = 32
+	ErrClusterAuthorizationFailed ErrorCode = 33
+	ErrSecurityDisabled           ErrorCode = 34
 )
 
 type errorInfo struct {
@@ -52,34 +60,41 @@ type errorInfo struct {
 }
 
 var errorTable = map[ErrorCode]errorInfo{
-	ErrNone:                    {"NONE", "no error", false},
-	ErrUnknown:                 {"UNKNOWN", "unexpected server error", false},
-	ErrCorruptMessage:          {"CORRUPT_MESSAGE", "record batch failed its CRC or size checks", true},
-	ErrUnknownTopicOrPartition: {"UNKNOWN_TOPIC_OR_PARTITION", "topic or partition does not exist", true},
-	ErrOffsetOutOfRange:        {"OFFSET_OUT_OF_RANGE", "offset is outside the partition's [log start, high watermark] range", false},
-	ErrMessageTooLarge:         {"MESSAGE_TOO_LARGE", "record batch is larger than the topic's segment.bytes or the broker's frame limit", false},
-	ErrNotEnoughReplicas:       {"NOT_ENOUGH_REPLICAS", "fewer in-sync replicas than min.insync.replicas; write refused", true},
-	ErrRequestTimedOut:         {"REQUEST_TIMED_OUT", "request did not complete within its timeout", true},
-	ErrThrottled:               {"THROTTLED", "request refused by a quota; retry after the throttle time", true},
-	ErrInvalidRequest:          {"INVALID_REQUEST", "request could not be decoded or is malformed", false},
-	ErrTopicAlreadyExists:      {"TOPIC_ALREADY_EXISTS", "topic already exists", false},
-	ErrUnsupportedVersion:      {"UNSUPPORTED_VERSION", "API version not supported by this broker", false},
-	ErrInvalidConfig:           {"INVALID_CONFIG", "configuration key or value is invalid", false},
-	ErrNotLeaderOrWrongShard:   {"NOT_LEADER_OR_WRONG_SHARD", "this broker or shard does not own the partition; refresh metadata", true},
-	ErrStorage:                 {"STORAGE_ERROR", "disk error on the broker while serving the partition", true},
-	ErrUnknownAPI:              {"UNKNOWN_API", "API key not known to this broker", false},
-	ErrInvalidTopic:            {"INVALID_TOPIC", "topic name is empty, too long or uses characters outside [a-zA-Z0-9._-]", false},
-	ErrInvalidPartitions:       {"INVALID_PARTITIONS", "partition count is out of range", false},
-	ErrInvalidReplication:      {"INVALID_REPLICATION_FACTOR", "replication factor is out of range", false},
-	ErrNotEnoughReplicasAfter:  {"NOT_ENOUGH_REPLICAS_AFTER_APPEND", "written locally, but the ISR shrank below min.insync.replicas before it was replicated", true},
-	ErrInvalidRequiredAcks:     {"INVALID_REQUIRED_ACKS", "acks must be 0, 1 or -1", false},
-	ErrOutOfOrderSequence:      {"OUT_OF_ORDER_SEQUENCE", "producer sequence number is out of order", false},
-	ErrDuplicateSequence:       {"DUPLICATE_SEQUENCE", "batch is a duplicate of one already written", false},
-	ErrInvalidProducerEpoch:    {"INVALID_PRODUCER_EPOCH", "producer epoch is older than the current one", false},
-	ErrShuttingDown:            {"SHUTTING_DOWN", "broker is shutting down", true},
-	ErrFrameTooLarge:           {"FRAME_TOO_LARGE", "frame length exceeds the broker's max frame size; connection closed", false},
-	ErrInvalidTimestamp:        {"INVALID_TIMESTAMP", "timestamp is out of the accepted range", false},
-	ErrTopicDeletionInProgress: {"TOPIC_DELETION_IN_PROGRESS", "topic is being deleted", true},
+	ErrNone:                       {"NONE", "no error", false},
+	ErrUnknown:                    {"UNKNOWN", "unexpected server error", false},
+	ErrCorruptMessage:             {"CORRUPT_MESSAGE", "record batch failed its CRC or size checks", true},
+	ErrUnknownTopicOrPartition:    {"UNKNOWN_TOPIC_OR_PARTITION", "topic or partition does not exist", true},
+	ErrOffsetOutOfRange:           {"OFFSET_OUT_OF_RANGE", "offset is outside the partition's [log start, high watermark] range", false},
+	ErrMessageTooLarge:            {"MESSAGE_TOO_LARGE", "record batch is larger than the topic's segment.bytes or the broker's frame limit", false},
+	ErrNotEnoughReplicas:          {"NOT_ENOUGH_REPLICAS", "fewer in-sync replicas than min.insync.replicas; write refused", true},
+	ErrRequestTimedOut:            {"REQUEST_TIMED_OUT", "request did not complete within its timeout", true},
+	ErrThrottled:                  {"THROTTLED", "request refused by a quota; retry after the throttle time", true},
+	ErrInvalidRequest:             {"INVALID_REQUEST", "request could not be decoded or is malformed", false},
+	ErrTopicAlreadyExists:         {"TOPIC_ALREADY_EXISTS", "topic already exists", false},
+	ErrUnsupportedVersion:         {"UNSUPPORTED_VERSION", "API version not supported by this broker", false},
+	ErrInvalidConfig:              {"INVALID_CONFIG", "configuration key or value is invalid", false},
+	ErrNotLeaderOrWrongShard:      {"NOT_LEADER_OR_WRONG_SHARD", "this broker or shard does not own the partition; refresh metadata", true},
+	ErrStorage:                    {"STORAGE_ERROR", "disk error on the broker while serving the partition", true},
+	ErrUnknownAPI:                 {"UNKNOWN_API", "API key not known to this broker", false},
+	ErrInvalidTopic:               {"INVALID_TOPIC", "topic name is empty, too long or uses characters outside [a-zA-Z0-9._-]", false},
+	ErrInvalidPartitions:          {"INVALID_PARTITIONS", "partition count is out of range", false},
+	ErrInvalidReplication:         {"INVALID_REPLICATION_FACTOR", "replication factor is out of range", false},
+	ErrNotEnoughReplicasAfter:     {"NOT_ENOUGH_REPLICAS_AFTER_APPEND", "written locally, but the ISR shrank below min.insync.replicas before it was replicated", true},
+	ErrInvalidRequiredAcks:        {"INVALID_REQUIRED_ACKS", "acks must be 0, 1 or -1", false},
+	ErrOutOfOrderSequence:         {"OUT_OF_ORDER_SEQUENCE", "producer sequence number is out of order", false},
+	ErrDuplicateSequence:          {"DUPLICATE_SEQUENCE", "batch is a duplicate of one already written", false},
+	ErrInvalidProducerEpoch:       {"INVALID_PRODUCER_EPOCH", "producer epoch is older than the current one", false},
+	ErrShuttingDown:               {"SHUTTING_DOWN", "broker is shutting down", true},
+	ErrFrameTooLarge:              {"FRAME_TOO_LARGE", "frame length exceeds the broker's max frame size; connection closed", false},
+	ErrInvalidTimestamp:           {"INVALID_TIMESTAMP", "timestamp is out of the accepted range", false},
+	ErrTopicDeletionInProgress:    {"TOPIC_DELETION_IN_PROGRESS", "topic is being deleted", true},
+	ErrSaslAuthenticationFailed:   {"SASL_AUTHENTICATION_FAILED", "authentication failed (unknown user or wrong password), or a request came before authentication; connection closed", false},
+	ErrUnsupportedSaslMechanism:   {"UNSUPPORTED_SASL_MECHANISM", "the broker does not offer this SASL mechanism", false},
+	ErrIllegalSaslState:           {"ILLEGAL_SASL_STATE", "SASL request out of order (authenticate before handshake, or after success)", false},
+	ErrTopicAuthorizationFailed:   {"TOPIC_AUTHORIZATION_FAILED", "the principal is not allowed this operation on the topic", false},
+	ErrGroupAuthorizationFailed:   {"GROUP_AUTHORIZATION_FAILED", "the principal is not allowed this operation on the group", false},
+	ErrClusterAuthorizationFailed: {"CLUSTER_AUTHORIZATION_FAILED", "the principal is not allowed this cluster operation", false},
+	ErrSecurityDisabled:           {"SECURITY_DISABLED", "the broker runs without the security feature this request administers (--auth or --acl off)", false},
 }
 
 // Error returns the code's name and default message.

@@ -56,15 +56,24 @@ const (
 	APIDescribeConfigs APIKey = 8
 	APIAlterConfigs    APIKey = 9
 	APIInitProducerID  APIKey = 10
+	// Security (security.go, docs/security.md).
+	APISaslHandshake    APIKey = 11
+	APISaslAuthenticate APIKey = 12
+	APIDescribeUsers    APIKey = 13
+	APIAlterUsers       APIKey = 14
+	APIDescribeAcls     APIKey = 15
+	APICreateAcls       APIKey = 16
+	APIDeleteAcls       APIKey = 17
 
 	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 11
+	APIKeyCount = 18
 )
 
 var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
-	"InitProducerId",
+	"InitProducerId", "SaslHandshake", "SaslAuthenticate", "DescribeUsers", "AlterUsers",
+	"DescribeAcls", "CreateAcls", "DeleteAcls",
 }
 
 func (k APIKey) String() string {

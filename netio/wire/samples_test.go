@@ -28,6 +28,17 @@ func sampleRequests() []Message {
 		}},
 		&InitProducerIDRequest{Name: "billing-writer", ProducerID: -1, ProducerEpoch: -1},
 		&InitProducerIDRequest{ProducerID: 4000, ProducerEpoch: 3},
+		&SaslHandshakeRequest{Mechanism: "SCRAM-SHA-512"},
+		&SaslAuthenticateRequest{AuthBytes: []byte("n,,n=user,r=rOprNGfwEbeRWgbNEkqO")},
+		&SaslAuthenticateRequest{AuthBytes: []byte("c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")},
+		&DescribeUsersRequest{Users: []string{"alice"}},
+		&DescribeUsersRequest{},
+		&AlterUsersRequest{Upsertions: []UserUpsertion{{"alice", "SCRAM-SHA-256", 8192, []byte("salt"), []byte("salted password bytes")}},
+			Deletions: []UserDeletion{{"bob", ""}, {"carol", "SCRAM-SHA-512"}}},
+		&DescribeAclsRequest{Filter: ACLBinding{ResourceType: ACLResourceTopic, Principal: "User:alice"}},
+		&CreateAclsRequest{ACLs: []ACLBinding{{ACLResourceTopic, "orders-", ACLPatternPrefixed, "User:alice", ACLOperationWrite, ACLPermissionAllow},
+			{ACLResourceCluster, "", ACLPatternLiteral, "User:bob", ACLOperationCreate, ACLPermissionDeny}}},
+		&DeleteAclsRequest{Filters: []ACLBinding{{Principal: "User:alice"}}},
 	}
 }
 
@@ -60,5 +71,15 @@ func sampleResponses() []Message {
 		&AlterConfigsResponse{Topics: []TopicResult{{"orders", ErrInvalidConfig, "retention.ms: not a number"}}},
 		&InitProducerIDResponse{ProducerID: 4000, ProducerEpoch: 4},
 		&InitProducerIDResponse{ErrorCode: ErrInvalidProducerEpoch, ErrorMessage: "name is at epoch 5", ProducerID: -1, ProducerEpoch: -1},
+		&SaslHandshakeResponse{Mechanisms: []string{"SCRAM-SHA-512", "SCRAM-SHA-256"}},
+		&SaslHandshakeResponse{ErrorCode: ErrUnsupportedSaslMechanism, ErrorMessage: "PLAIN is not offered", Mechanisms: []string{"SCRAM-SHA-512"}},
+		&SaslAuthenticateResponse{AuthBytes: []byte("r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")},
+		&SaslAuthenticateResponse{AuthBytes: []byte("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="), Principal: "User:user"},
+		&SaslAuthenticateResponse{ErrorCode: ErrSaslAuthenticationFailed, ErrorMessage: "authentication failed"},
+		&DescribeUsersResponse{Users: []UserDescription{{"alice", []UserMechanism{{"SCRAM-SHA-256", 8192}, {"SCRAM-SHA-512", 4096}}}}},
+		&AlterUsersResponse{Results: []UserResult{{"alice", ErrNone, ""}, {"bob", ErrInvalidRequest, "no such user"}}},
+		&DescribeAclsResponse{ACLs: []ACLBinding{{ACLResourceGroup, "billing", ACLPatternLiteral, "User:alice", ACLOperationRead, ACLPermissionAllow}}},
+		&CreateAclsResponse{Results: []TopicResult{{"", ErrNone, ""}, {"", ErrInvalidRequest, "unknown operation 9"}}},
+		&DeleteAclsResponse{Deleted: []ACLBinding{{ACLResourceTopic, "orders", ACLPatternLiteral, "User:alice", ACLOperationAll, ACLPermissionDeny}}},
 	}
 }

@@ -168,13 +168,13 @@ func (c *Credentials) Set(user string, m *scram.Mechanism, salt []byte, iteratio
 	if err := scram.CheckIterations(iterations); err != nil {
 		return err
 	}
-	if len(salt) < 8 || len(salt) > 64 || len(saltedPassword) == 0 || len(saltedPassword) > 64 {
-		return errors.New("salt must be 8-64 bytes and the salted password 1-64 bytes")
+	if len(salt) < 8 || len(salt) > 64 {
+		return fmt.Errorf("salt of %d bytes: want 8-64", len(salt))
+	}
+	if len(saltedPassword) != m.Size() {
+		return fmt.Errorf("salted password of %d bytes, want %d for %s", len(saltedPassword), m.Size(), m.Name)
 	}
 	cred := m.CredentialFromSalted(saltedPassword, salt, iterations)
-	if !m.Valid(cred) {
-		return fmt.Errorf("salted password of %d bytes, want %d for %s", len(saltedPassword), len(cred.StoredKey), m.Name)
-	}
 	return c.change(func(users map[string]map[string]scram.Credential) error {
 		if users[user] == nil {
 			if len(users) >= usersMax {

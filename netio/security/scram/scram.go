@@ -91,6 +91,9 @@ type Credential struct {
 	ServerKey  []byte
 }
 
+// Size is the hash's output size: the length of a salted password and of both keys.
+func (m *Mechanism) Size() int { return m.size }
+
 // SaltPassword computes SaltedPassword (the expensive step: PBKDF2 with iterations rounds).
 func (m *Mechanism) SaltPassword(password string, salt []byte, iterations int) []byte {
 	out, err := pbkdf2.Key(m.hash, password, salt, iterations, m.size)

@@ -3,14 +3,20 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/security/scram"
 	"github.com/ringlog/ringlog/netio/security/securitytest"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // TestSighupReloadsTLS on the real binary: ringlogd serves TLS with --tls-cert/--tls-key,
@@ -57,4 +63,73 @@ func TestSighupReloadsTLS(t *testing.T) {
 		t.Fatalf("an open TLS connection after reload: %v", err)
 	}
 	p.stop()
+}
+
+// TestAuthRequiredBinary on the real binary with --auth required --acl on: the user made
+// in the data directory logs in, a wrong password and an unauthenticated client are
+// refused, and the broker's whole log (at debug level) holds neither the password nor
+// any stored salt or key.
+func TestAuthRequiredBinary(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const password = "binary-test-password-42"
+	creds, err := security.OpenCredentials(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range scram.Mechanisms {
+		salt := scram.NewSalt()
+		if err := creds.Set("admin", m, salt, scram.IterationsMin, m.SaltPassword(password, salt, scram.IterationsMin)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, addr := startedAddr(t, "--data", data, "--auth", "required", "--acl", "on", "--super-users", "User:admin", "--log-level", "debug")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Broker: addr, SASL: &client.SASLConfig{User: "admin", Password: password}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "guarded", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if bad, err := client.New(ctx, client.Config{Broker: addr, SASL: &client.SASLConfig{User: "admin", Password: password + "x"}}); err == nil {
+		bad.Close()
+		t.Fatal("a wrong password logged in")
+	}
+	anon, err := client.New(ctx, client.Config{Broker: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, err := anon.ListTopics(ctx); !errors.Is(err, wire.ErrSaslAuthenticationFailed) {
+		t.Fatalf("unauthenticated: %v", err)
+	}
+	p.stop()
+	p.mu.Lock()
+	logged := strings.Join(p.log, "\n") // every line since start
+	p.mu.Unlock()
+	if !strings.Contains(logged, `SASL authentication failed for user \"admin\"`) && !strings.Contains(logged, `SASL authentication failed for user "admin"`) {
+		t.Errorf("the failed login is not in the log:\n%s", logged)
+	}
+	file, err := os.ReadFile(filepath.Join(data, security.CredentialsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{password}
+	for _, field := range regexp.MustCompile(`"(?:salt|stored_key|server_key)": "([^"]+)"`).FindAllStringSubmatch(string(file), -1) {
+		secrets = append(secrets, field[1])
+	}
+	if len(secrets) != 7 {
+		t.Fatalf("found %d secrets in the credentials file, want the password and 6", len(secrets))
+	}
+	for _, s := range secrets {
+		if strings.Contains(logged, s) {
+			t.Fatalf("the broker log holds a secret (%d bytes)", len(s))
+		}
+	}
 }

@@ -16,13 +16,15 @@ import (
 //
 // Cost: one map lookup and one mutex per recorded request. Memory: at most
 // QuotaClientsMax clients; beyond them, clients idle for a burst are dropped, and new
-// clients share one overflow bucket until room frees up.
+// clients share one overflow bucket until room frees up (the table is swept for idle
+// clients at most once a burst).
 type Quotas struct {
 	cfg QuotaConfig
 	now func() time.Time
 
-	mu      sync.Mutex
-	clients map[string]*quotaClient // guarded by mu
+	mu        sync.Mutex
+	clients   map[string]*quotaClient // guarded by mu
+	lastSweep time.Time               // guarded by mu: when idle clients were last dropped
 }
 
 // QuotaKind names what a bucket counts.
@@ -138,7 +140,10 @@ func (q *Quotas) clientLocked(key string, now time.Time) *quotaClient {
 	if c := q.clients[key]; c != nil {
 		return c
 	}
-	if len(q.clients) >= QuotaClientsMax {
+	// A full table is swept for idle clients at most once a burst, so that a flood of new
+	// client ids costs one O(QuotaClientsMax) sweep per burst, not one per request.
+	if len(q.clients) >= QuotaClientsMax && now.Sub(q.lastSweep) >= q.cfg.Burst {
+		q.lastSweep = now
 		for k, c := range q.clients { // drop clients with nothing owed
 			idle := true
 			for _, t := range c.tat {

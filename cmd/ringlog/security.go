@@ -28,6 +28,7 @@ func init() {
 	register("acl", "add, list and remove ACLs", func(args []string) error { return runGroup("acl", aclCommands, args) })
 }
 
+// subcommand is one subcommand of a command group (topic, user, acl).
 type subcommand struct {
 	usage string
 	run   func(usage string, args []string, stdout io.Writer) error
@@ -45,14 +46,16 @@ var aclCommands = map[string]subcommand{
 	"remove": {"acl remove [--principal P] [--topic T | --group G | --cluster] [--prefixed] [--operation OP] [--deny|--allow] [--data DIR]", aclRemove},
 }
 
+// runGroup runs the subcommand args[0] of the command group name, or prints the group's
+// usage.
 func runGroup(name string, cmds map[string]subcommand, args []string) error {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(os.Stderr, "usage: ringlog %s SUBCOMMAND [--broker HOST:PORT] [ARGS]\n\nsubcommands:\n", name)
-		names := make([]string, 0, len(cmds))
-		for n := range cmds {
-			names = append(names, n)
-		}
-		sort.Strings(names)
 		for _, n := range names {
 			fmt.Fprintf(os.Stderr, "  ringlog %s\n", cmds[n].usage)
 		}
@@ -63,7 +66,7 @@ func runGroup(name string, cmds map[string]subcommand, args []string) error {
 	}
 	sub, ok := cmds[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown subcommand %q (want add, list or remove)", args[0])
+		return fmt.Errorf("unknown subcommand %q (want one of %s)", args[0], strings.Join(names, ", "))
 	}
 	err := sub.run(sub.usage, args[1:], os.Stdout)
 	if errors.Is(err, errHelp) {
@@ -317,19 +320,26 @@ func (f *aclFlags) operationList() ([]security.Operation, error) {
 	return ops, nil
 }
 
-func aclAdd(usage string, args []string, stdout io.Writer) error {
-	fs := newFlagSet("acl add", usage)
+// parseACL parses the flags of an acl subcommand (no positional arguments) and returns
+// the broker, the flags and the rule or filter they name.
+func parseACL(name, usage string, args []string, withRule bool) (string, *aclFlags, security.ACL, error) {
+	fs := newFlagSet(name, usage)
 	broker := brokerFlag(fs)
-	var f aclFlags
-	f.register(fs, true)
+	f := &aclFlags{}
+	f.register(fs, withRule)
 	positional, err := parseArgs(fs, args)
 	if err != nil {
-		return err
+		return "", nil, security.ACL{}, err
 	}
 	if err := wantArgs(positional); err != nil {
-		return err
+		return "", nil, security.ACL{}, err
 	}
-	base, err := f.filter()
+	filter, err := f.filter()
+	return *broker, f, filter, err
+}
+
+func aclAdd(usage string, args []string, stdout io.Writer) error {
+	broker, f, base, err := parseACL("acl add", usage, args, true)
 	if err != nil {
 		return err
 	}
@@ -373,7 +383,7 @@ func aclAdd(usage string, args []string, stdout io.Writer) error {
 			return done()
 		})
 	}
-	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+	return withClient(broker, func(ctx context.Context, c *client.Client) error {
 		var bindings []wire.ACLBinding
 		for _, r := range rules {
 			bindings = append(bindings, binding(r))
@@ -409,18 +419,7 @@ func printACLs(stdout io.Writer, rules []security.ACL) error {
 }
 
 func aclList(usage string, args []string, stdout io.Writer) error {
-	fs := newFlagSet("acl list", usage)
-	broker := brokerFlag(fs)
-	var f aclFlags
-	f.register(fs, false)
-	positional, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(positional); err != nil {
-		return err
-	}
-	filter, err := f.filter()
+	broker, f, filter, err := parseACL("acl list", usage, args, false)
 	if err != nil {
 		return err
 	}
@@ -433,7 +432,7 @@ func aclList(usage string, args []string, stdout io.Writer) error {
 			return printACLs(stdout, a.List(filter))
 		})
 	}
-	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+	return withClient(broker, func(ctx context.Context, c *client.Client) error {
 		bindings, err := c.DescribeACLs(ctx, binding(filter))
 		if err != nil {
 			return err
@@ -447,18 +446,7 @@ func aclList(usage string, args []string, stdout io.Writer) error {
 }
 
 func aclRemove(usage string, args []string, stdout io.Writer) error {
-	fs := newFlagSet("acl remove", usage)
-	broker := brokerFlag(fs)
-	var f aclFlags
-	f.register(fs, true)
-	positional, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(positional); err != nil {
-		return err
-	}
-	base, err := f.filter()
+	broker, f, base, err := parseACL("acl remove", usage, args, true)
 	if err != nil {
 		return err
 	}
@@ -500,7 +488,7 @@ func aclRemove(usage string, args []string, stdout io.Writer) error {
 			return report(removed)
 		})
 	}
-	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+	return withClient(broker, func(ctx context.Context, c *client.Client) error {
 		var bindings []wire.ACLBinding
 		for _, r := range filters {
 			bindings = append(bindings, binding(r))

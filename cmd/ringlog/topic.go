@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sort"
 	"text/tabwriter"
 
 	"github.com/ringlog/ringlog/engine"
@@ -23,12 +21,7 @@ func init() {
 	register("topic", "create, list, describe, delete and configure topics", runTopic)
 }
 
-type topicCommand struct {
-	usage string
-	run   func(usage string, args []string, stdout io.Writer) error
-}
-
-var topicCommands = map[string]topicCommand{
+var topicCommands = map[string]subcommand{
 	"create":   {"topic create NAME --partitions N [--config k=v ...]", topicCreate},
 	"list":     {"topic list", topicList},
 	"describe": {"topic describe NAME", topicDescribe},
@@ -37,36 +30,7 @@ var topicCommands = map[string]topicCommand{
 	"repair":   {"topic repair NAME --data DIR --partition P (--truncate-to OFFSET | --skip-to OFFSET)  (broker stopped)", topicRepair},
 }
 
-func topicUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ringlog topic SUBCOMMAND [--broker HOST:PORT] [ARGS]\n\nsubcommands:")
-	names := make([]string, 0, len(topicCommands))
-	for name := range topicCommands {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		fmt.Fprintf(w, "  ringlog %s\n", topicCommands[name].usage)
-	}
-}
-
-func runTopic(args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		topicUsage(os.Stderr)
-		if len(args) == 0 {
-			return errors.New("missing subcommand")
-		}
-		return nil
-	}
-	sub, ok := topicCommands[args[0]]
-	if !ok {
-		return fmt.Errorf("unknown subcommand %q (want create, list, describe, delete, config or repair)", args[0])
-	}
-	err := sub.run(sub.usage, args[1:], os.Stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	}
-	return err
-}
+func runTopic(args []string) error { return runGroup("topic", topicCommands, args) }
 
 // partitionsMax bounds --partitions (and --partition) on the client side with the broker's
 // own limit, so the CLI refuses exactly what the broker would.

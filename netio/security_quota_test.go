@@ -141,3 +141,58 @@ func TestProduceQuota(t *testing.T) {
 		t.Errorf("calm tenant's latency went from %v to %v", base, busy)
 	}
 }
+
+// TestFetchQuota: an anonymous consumer (keyed by its client id) that fetches more than
+// its fetch quota's burst gets the reply held back and told so in ThrottleMs; a second
+// client id is not affected.
+func TestFetchQuota(t *testing.T) {
+	const rate = 4 << 20
+	quotas := security.NewQuotas(security.QuotaConfig{FetchBytesPerSec: rate, Burst: 100 * time.Millisecond})
+	rb := brokertest.Start(t, brokertest.Options{Client: client.Config{ClientID: "reader"}, Node: func(cfg *node.Config) {
+		cfg.Server.Security = &netio.Security{Quotas: quotas}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := rb.Client
+	if err := c.CreateTopic(ctx, "bulk", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, Compression: batch.CodecNone})
+	for range 16 {
+		if err := p.Send(ctx, &client.Record{Topic: "bulk", Value: make([]byte, 64<<10)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(c *client.Client, maxBytes int32) (wire.FetchResponse, time.Duration) {
+		t.Helper()
+		var resp wire.FetchResponse
+		req := &wire.FetchRequest{MaxBytes: maxBytes, Topics: []wire.FetchTopic{{Topic: "bulk", Partitions: []wire.FetchPartition{{MaxBytes: maxBytes}}}}}
+		start := time.Now()
+		if err := c.Call(ctx, c.BrokerAddr(), req, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(resp.Topics[0].Partitions[0].Records); n < int(maxBytes)/2 {
+			t.Fatalf("fetched %d bytes, want about %d", n, maxBytes)
+		}
+		return resp, time.Since(start)
+	}
+	resp, took := fetch(c, 1<<20)
+	// About 1 MiB at 4 MiB/s with a 100 ms burst: about 150 ms owed.
+	throttle := time.Duration(resp.ThrottleMs) * time.Millisecond
+	if throttle <= 0 || took < throttle {
+		t.Fatalf("first fetch: throttle %v, took %v (want a throttle, and the reply held back that long)", throttle, took)
+	}
+	other, err := client.New(ctx, client.Config{Broker: rb.Addr, ClientID: "someone-else"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// 128 KiB: within its own burst (400 KiB at 4 MiB/s and 100 ms).
+	if resp, _ := fetch(other, 128<<10); resp.ThrottleMs != 0 {
+		t.Fatalf("another client id was throttled %d ms", resp.ThrottleMs)
+	}
+	t.Logf("first fetch throttled %v, answered after %v", throttle, took)
+}

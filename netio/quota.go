@@ -16,7 +16,7 @@ import (
 // reply where the schema has the field, and returns how long to hold the reply back.
 func (s *Server) throttle(req *Request, resp *Response) time.Duration {
 	sec := s.cfg.Security
-	if sec == nil || sec.Quotas == nil || req.Conn.Session == nil {
+	if sec == nil || sec.Quotas == nil || req.Conn.Session == nil || !sec.Quotas.Active() {
 		return 0
 	}
 	switch req.Header.API {
@@ -24,8 +24,7 @@ func (s *Server) throttle(req *Request, resp *Response) time.Duration {
 		return 0 // the handshake is never throttled
 	}
 	q := sec.Quotas
-	sess := req.Conn.Session
-	key := security.QuotaKey(sess.Principal(), sess.ClientID())
+	key := req.Conn.Session.quotaKey()
 	delay := q.Record(key, security.QuotaRequests, 1)
 	switch m := resp.Body.(type) {
 	case *wire.ProduceResponse:

@@ -42,6 +42,18 @@ type Session struct {
 	clientID  string        // guarded by mu: from ApiVersions
 	conv      *scram.Server // guarded by mu: the SCRAM exchange under way
 	stage     int           // guarded by mu: SCRAM messages received (0, 1, 2)
+	key       string        // guarded by mu: the quota key, "" until first asked or after a change
+}
+
+// quotaKey is the connection's quota bucket (security.QuotaKey), computed once per change
+// of principal or client id.
+func (s *Session) quotaKey() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.key == "" {
+		s.key = security.QuotaKey(s.principal, s.clientID)
+	}
+	return s.key
 }
 
 // Principal is the authenticated principal, or security.Anonymous.
@@ -70,7 +82,7 @@ func (s *Session) ClientID() string {
 
 func (s *Session) setPrincipal(p string) {
 	s.mu.Lock()
-	s.principal = p
+	s.principal, s.key = p, ""
 	s.mu.Unlock()
 }
 
@@ -82,7 +94,7 @@ func (s *Server) serveSecurity(req *Request) bool {
 	switch body := req.Body.(type) {
 	case *wire.APIVersionsRequest:
 		sess.mu.Lock()
-		sess.clientID = body.ClientID
+		sess.clientID, sess.key = body.ClientID, ""
 		sess.mu.Unlock()
 		return false
 	case *wire.SaslHandshakeRequest:
@@ -173,7 +185,7 @@ func (s *Server) saslAuthenticate(req *Request, body *wire.SaslAuthenticateReque
 	if stage == 1 {
 		p := security.UserPrincipal(conv.User())
 		sess.mu.Lock()
-		sess.principal, sess.conv = p, nil
+		sess.principal, sess.conv, sess.key = p, nil, ""
 		sess.mu.Unlock()
 		resp.Principal = p
 	}

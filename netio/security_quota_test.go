@@ -35,7 +35,7 @@ func TestProduceQuota(t *testing.T) {
 	}
 	addUser(t, creds, "greedy", testPassword)
 	addUser(t, creds, "calm", testPassword)
-	quotas := security.NewQuotas(security.QuotaConfig{ProduceBytesPerSec: rate, Burst: 100 * time.Millisecond})
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: rate}, Burst: 100 * time.Millisecond})
 	rb := brokertest.Start(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
 		cfg.Server.Security = &netio.Security{Credentials: creds, AuthRequired: true, Quotas: quotas}
 	}})
@@ -147,7 +147,7 @@ func TestProduceQuota(t *testing.T) {
 // client id is not affected.
 func TestFetchQuota(t *testing.T) {
 	const rate = 4 << 20
-	quotas := security.NewQuotas(security.QuotaConfig{FetchBytesPerSec: rate, Burst: 100 * time.Millisecond})
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{FetchBytesPerSec: rate}, Burst: 100 * time.Millisecond})
 	rb := brokertest.Start(t, brokertest.Options{Client: client.Config{ClientID: "reader"}, Node: func(cfg *node.Config) {
 		cfg.Server.Security = &netio.Security{Quotas: quotas}
 	}})

@@ -41,7 +41,7 @@ func FuzzSecureServerStream(f *testing.F) {
 		f.Fatal(err)
 	}
 	sec := &netio.Security{Credentials: creds, AuthRequired: true, Authorizer: authz,
-		Quotas: security.NewQuotas(security.QuotaConfig{RequestsPerSec: 1 << 20})}
+		Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 1 << 20}})}
 	conv := scram.SHA256.NewClient("alice", testPassword, nil)
 	fuzzServerStream(f, sec, []wire.Message{
 		&wire.APIVersionsRequest{ClientID: "fuzz"},

@@ -186,8 +186,10 @@ wait:
 	for {
 		select {
 		case <-hup:
+			before := running
 			running = reload(running, args, os.LookupEnv, n.Core, logBase, level, log)
 			reloadTLS(serverTLS, log)
+			reloadQuotas(serverCfg.Security.Quotas, before, running, log)
 		case s := <-sig:
 			log.Info("shutting down", "signal", s.String())
 			break wait

@@ -21,7 +21,8 @@ type securityFlags struct {
 	auth        string
 	acl         string
 	superUsers  string
-	quotas      security.QuotaConfig
+	quotas      security.QuotaRates
+	overrides   string
 }
 
 func (f *securityFlags) register(fs *flag.FlagSet) {
@@ -34,6 +35,7 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.quotas.ProduceBytesPerSec, "quota-produce-bytes-per-sec", 0, "produce request bytes per second each client (principal, or client id when anonymous) may send before its replies are delayed; 0: unlimited")
 	fs.Int64Var(&f.quotas.FetchBytesPerSec, "quota-fetch-bytes-per-sec", 0, "fetched record bytes per second each client may receive before its replies are delayed; 0: unlimited")
 	fs.Int64Var(&f.quotas.RequestsPerSec, "quota-requests-per-sec", 0, "requests per second each client may send before its replies are delayed; 0: unlimited")
+	fs.StringVar(&f.overrides, "quota-overrides", "", "per-client rates replacing the three defaults for the clients named: ENTITY=KIND:RATE[,KIND:RATE][;ENTITY=...], ENTITY User:NAME or client-id:ID, KIND produce, fetch or requests (unnamed kinds: unlimited)")
 }
 
 func (f *securityFlags) check() error {
@@ -56,6 +58,9 @@ func (f *securityFlags) check() error {
 	}
 	if f.quotas.ProduceBytesPerSec < 0 || f.quotas.FetchBytesPerSec < 0 || f.quotas.RequestsPerSec < 0 {
 		return errors.New("--quota-*: want 0 (unlimited) or a positive rate")
+	}
+	if _, err := security.ParseQuotaOverrides(f.overrides); err != nil {
+		return fmt.Errorf("--quota-overrides: %w", err)
 	}
 	return nil
 }
@@ -80,7 +85,9 @@ func (f *securityFlags) serverSecurity(dataDir string, log *slog.Logger) (*netio
 	if err != nil {
 		return nil, err
 	}
-	sec := &netio.Security{Credentials: creds, AuthRequired: f.auth == "required", Authorizer: authz, Quotas: security.NewQuotas(f.quotas)}
+	overrides, _ := security.ParseQuotaOverrides(f.overrides) // validated
+	quotas := security.NewQuotas(security.QuotaConfig{Default: f.quotas, Overrides: overrides})
+	sec := &netio.Security{Credentials: creds, AuthRequired: f.auth == "required", Authorizer: authz, Quotas: quotas}
 	if sec.AuthRequired && f.tlsCert == "" {
 		log.Warn("--auth required without TLS: SCRAM never sends the password, but everything after the login travels in clear and can be taken over on the path; use --tls-cert")
 	}
@@ -110,4 +117,24 @@ func reloadTLS(st *security.ServerTLS, log *slog.Logger) {
 	}
 	leaf := st.Leaf()
 	log.Info("TLS certificate reloaded", "subject", leaf.Subject.String(), "not_after", leaf.NotAfter)
+}
+
+// quotaKeys are the reloadable quota settings (reload.go); reloadQuotas applies them.
+var quotaKeys = []string{"quota-produce-bytes-per-sec", "quota-fetch-bytes-per-sec", "quota-requests-per-sec", "quota-overrides"}
+
+// reloadQuotas applies the quota settings of the configuration now running (after a
+// SIGHUP) if they differ from before: owed time is kept, new rates apply to the next reply.
+func reloadQuotas(q *security.Quotas, before, after *settings, log *slog.Logger) {
+	changed := false
+	for _, k := range quotaKeys {
+		changed = changed || before.value(k) != after.value(k)
+	}
+	if !changed {
+		return
+	}
+	f := after.o.security
+	overrides, _ := security.ParseQuotaOverrides(f.overrides) // validated
+	q.SetRates(f.quotas, overrides)
+	log.Info("quotas reloaded", "produce_bytes_per_sec", f.quotas.ProduceBytesPerSec, "fetch_bytes_per_sec", f.quotas.FetchBytesPerSec,
+		"requests_per_sec", f.quotas.RequestsPerSec, "overrides", len(overrides))
 }

@@ -133,3 +133,31 @@ func TestAuthRequiredBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestSighupReloadsQuotas on the real binary: a changed quota key in the config file is
+// applied on SIGHUP without a restart, a bad override is refused and the running quotas
+// stay.
+func TestSighupReloadsQuotas(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ringlogd.yaml")
+	write := func(text string) {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "data: " + filepath.Join(dir, "data") + "\n"
+	write(base + "quota-produce-bytes-per-sec: 0\n")
+	p, _ := startedAddr(t, "--config", path)
+	write(base + "quota-produce-bytes-per-sec: 1048576\nquota-overrides: \"User:etl=produce:10485760\"\n")
+	p.signal(syscall.SIGHUP)
+	line, _ := p.waitFor(`msg="quotas reloaded"`)
+	if !strings.Contains(line, "produce_bytes_per_sec=1048576") || !strings.Contains(line, "overrides=1") {
+		t.Fatalf("reload line: %s", line)
+	}
+	write(base + "quota-overrides: \"etl=produce:1\"\n")
+	p.signal(syscall.SIGHUP)
+	if line, _ := p.waitFor("configuration reload failed"); !strings.Contains(line, "quota-overrides") {
+		t.Fatalf("bad override: %s", line)
+	}
+	p.stop()
+}

@@ -16,7 +16,7 @@ func (c *fakeClock) now() time.Time { return c.t }
 // over its rate; clients and kinds are separate; debt is capped at ThrottleMax.
 func TestQuotaDelays(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
-	q := security.NewQuotas(security.QuotaConfig{ProduceBytesPerSec: 1000, RequestsPerSec: 10, Burst: time.Second, Now: clock.now})
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1000, RequestsPerSec: 10}, Burst: time.Second, Now: clock.now})
 	for i, c := range []struct {
 		advance time.Duration
 		client  string
@@ -42,8 +42,8 @@ func TestQuotaDelays(t *testing.T) {
 			t.Errorf("step %d (%s %s %d): delay %v, want %v", i, c.client, c.kind, c.n, got, c.want)
 		}
 	}
-	if security.NewQuotas(security.QuotaConfig{}) != nil {
-		t.Error("quotas without a rate should be nil")
+	if d := security.NewQuotas(security.QuotaConfig{}).Record("a", security.QuotaRequests, 1<<40); d != 0 {
+		t.Errorf("quotas without a rate delayed %v", d)
 	}
 	if k := security.QuotaKey(security.Anonymous, "app-1"); k != "client-id:app-1" {
 		t.Errorf("anonymous key %q", k)
@@ -56,7 +56,7 @@ func TestQuotaDelays(t *testing.T) {
 // TestQuotaClientsBounded: a flood of client ids stays within QuotaClientsMax buckets.
 func TestQuotaClientsBounded(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
-	q := security.NewQuotas(security.QuotaConfig{RequestsPerSec: 1, Burst: time.Second, Now: clock.now})
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 1}, Burst: time.Second, Now: clock.now})
 	for i := range security.QuotaClientsMax * 2 {
 		q.Record(security.QuotaKey("", string(rune(i))+"-id"), security.QuotaRequests, 5)
 	}
@@ -71,9 +71,42 @@ func TestQuotaClientsBounded(t *testing.T) {
 }
 
 func BenchmarkQuotaRecord(b *testing.B) {
-	q := security.NewQuotas(security.QuotaConfig{ProduceBytesPerSec: 1 << 40})
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1 << 40}})
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		q.Record("User:alice", security.QuotaProduceBytes, 1024)
+	}
+}
+
+// TestQuotaOverrides: an override replaces every rate of the client it names, parsing
+// refuses what it cannot read, and SetRates applies at once.
+func TestQuotaOverrides(t *testing.T) {
+	overrides, err := security.ParseQuotaOverrides("User:bulk=produce:100 ; client-id:etl=fetch:0,requests:5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]security.QuotaRates{"User:bulk": {ProduceBytesPerSec: 100}, "client-id:etl": {RequestsPerSec: 5}}
+	if len(overrides) != 2 || overrides["User:bulk"] != want["User:bulk"] || overrides["client-id:etl"] != want["client-id:etl"] {
+		t.Fatalf("parsed %+v", overrides)
+	}
+	for _, bad := range []string{"alice=produce:1", "User:a=produce", "User:a=produce:-1", "User:a=bytes:1", "User:a=produce:1;User:a=fetch:1", "client-id:=fetch:1"} {
+		if _, err := security.ParseQuotaOverrides(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1000}, Overrides: overrides, Burst: time.Second, Now: clock.now})
+	if d := q.Record("User:bulk", security.QuotaProduceBytes, 200); d != time.Second {
+		t.Errorf("override: %v, want 1s (200 B at 100 B/s, 1 s burst)", d)
+	}
+	if d := q.Record("client-id:etl", security.QuotaProduceBytes, 1<<30); d != 0 {
+		t.Errorf("an override without a produce rate throttled produce: %v", d)
+	}
+	if d := q.Record("User:other", security.QuotaProduceBytes, 2000); d != time.Second {
+		t.Errorf("default: %v", d)
+	}
+	q.SetRates(security.QuotaRates{}, nil)
+	if d := q.Record("User:other", security.QuotaProduceBytes, 1<<30); d != 0 {
+		t.Errorf("after SetRates to unlimited: %v", d)
 	}
 }

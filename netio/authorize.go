@@ -3,8 +3,8 @@ package netio
 // ACL decisions on data and topic-admin requests (docs/security.md "Authorization").
 // Denied entries are taken out of the request before the handler sees it and put back
 // into the reply, each with TOPIC_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED for
-// InitProducerId); a request with nothing left is answered here. Metadata without a topic
-// list hides the topics the principal may not describe.
+// InitProducerId); a request with nothing left is answered here. Metadata and
+// DescribeTopics without a topic list hide the topics the principal may not describe.
 
 import (
 	"fmt"
@@ -83,6 +83,15 @@ func (s *Server) authorize(req *Request) bool {
 	case *wire.MetadataRequest:
 		return s.authorizeMetadata(req, body, can(security.OpDescribe), p)
 	case *wire.DescribeTopicsRequest:
+		if body.Topics == nil { // every topic: list only those the principal may describe
+			describe := can(security.OpDescribe)
+			req.amend = func(r *Response) {
+				if m, ok := r.Body.(*wire.DescribeTopicsResponse); ok {
+					splitTopics(&m.Topics, func(t *wire.DescribeTopic) string { return t.Topic }, describe)
+				}
+			}
+			return false
+		}
 		var out []wire.DescribeTopic
 		for _, t := range splitTopics(&body.Topics, func(t *string) string { return *t }, can(security.OpDescribe)) {
 			out = append(out, wire.DescribeTopic{Topic: t, ErrorCode: failed, ErrorMessage: deniedMessage(p, security.OpDescribe, t)})

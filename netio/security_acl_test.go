@@ -151,6 +151,20 @@ func checkAccess(t *testing.T, ctx context.Context, c *client.Client, topic stri
 	if got := md.Topics[0]; (got.ErrorCode == wire.ErrNone) != want.describe || !want.describe && len(got.Partitions) != 0 {
 		t.Errorf("metadata for %s: %s, %d partitions, want allowed=%v", topic, got.ErrorCode.Name(), len(got.Partitions), want.describe)
 	}
+	described, err := c.DescribeTopics(ctx) // every topic
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := false
+	for _, d := range described {
+		shown = shown || d.Topic == topic
+	}
+	if shown != want.describe {
+		t.Errorf("describe-topics of every topic shows %s: %v, want %v", topic, shown, want.describe)
+	}
+	if _, err := c.DescribeTopics(ctx, topic); (err == nil) != want.describe || err != nil && !errors.Is(err, wire.ErrTopicAuthorizationFailed) {
+		t.Errorf("describe-topics of %s: %v, want allowed=%v", topic, err, want.describe)
+	}
 }
 
 // oneBatch is a one-record batch.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
 	"github.com/ringlog/ringlog/netio/node"
@@ -120,14 +121,18 @@ func produceAndFetch(t *testing.T, ctx context.Context, c *client.Client, topic 
 }
 
 // BenchmarkBrokerTLS: produce (1 KiB records, acks=1) and 1 MiB raw fetches over plain TCP
-// (sendfile egress) and over TLS (user-space copy and encryption), in one run, so that the
-// cost of TLS is read off side by side (docs/benchmarks.md).
+// with sendfile egress, over plain TCP with copy egress (pread + write: what TLS must do
+// before it encrypts), and over TLS, in one run, so that the cost of losing sendfile and
+// the cost of encryption are read off side by side (docs/benchmarks.md).
 func BenchmarkBrokerTLS(b *testing.B) {
 	ts := newTLSSetup(b, false)
-	for _, mode := range []string{"plain", "tls"} {
+	for _, mode := range []string{"plain", "copy", "tls"} {
 		start := func(b *testing.B) *brokertest.Broker {
-			if mode == "plain" {
+			switch mode {
+			case "plain":
 				return brokertest.Start(b, brokertest.Options{})
+			case "copy":
+				return brokertest.Start(b, brokertest.Options{Egress: netio.EgressCopy})
 			}
 			return brokertest.Start(b, brokertest.Options{Node: withTLS(ts.server), Client: client.Config{TLS: ts.clientTL}})
 		}

@@ -168,7 +168,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
+	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", n.Net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()),
 		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 

@@ -82,6 +82,8 @@ type Node struct {
 	ShardAddrs []string
 	// ListenAddr is the main listener's bound address (Addr may differ by --advertise).
 	ListenAddr string
+	// Net is the network driver serving connections (NetGo when TLS asked it to be).
+	Net string
 
 	log       *slog.Logger
 	listeners []net.Listener // by shard: the main listener (once per shard), then the per-shard ones
@@ -112,7 +114,7 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Core: core, log: cfg.Logger}
+	n := &Node{Core: core, log: cfg.Logger, Net: cfg.Net}
 	if err := n.listen(cfg); err != nil {
 		n.closeListeners()
 		core.Close()

@@ -24,6 +24,10 @@ type Record struct {
 	OffsetDelta    int32
 	Key, Value     []byte
 	Headers        []RecordHeader
+
+	// wire is the record as encoded (length varint included), aliasing the batch or its
+	// decompressed records: Filter copies kept records through it without re-encoding.
+	wire []byte
 }
 
 // decodeState is the per-call scratch Decode reuses through a pool: the Record handed to
@@ -31,6 +35,7 @@ type Record struct {
 type decodeState struct {
 	record       Record
 	decompressed []byte
+	filtered     []byte // Filter's kept records before compression
 }
 
 var decodeStatePool = sync.Pool{New: func() any { return new(decodeState) }}
@@ -80,7 +85,10 @@ const (
 // for interning, and returns state to the pool.
 func putDecodeState(state *decodeState) {
 	r := &state.record
-	r.Key, r.Value = nil, nil
+	r.Key, r.Value, r.wire = nil, nil, nil
+	if cap(state.filtered) > decompressBufferBytesMax {
+		state.filtered = nil
+	}
 	headers := r.Headers[:cap(r.Headers)]
 	if len(headers) > pooledHeadersMax {
 		headers = nil
@@ -112,6 +120,7 @@ func decodeRecords(h *Header, records []byte, rec *Record, fn func(int64, int64,
 				ErrInvalidRecord, h.BaseOffset, index, length, len(lengthReader.src))
 		}
 		body := lengthReader.src[:length]
+		rec.wire = rest[:len(rest)-len(lengthReader.src)+int(length)]
 		rest = lengthReader.src[length:]
 
 		if field := readRecord(reader{src: body}, rec); field != "" {

@@ -81,6 +81,7 @@ type Log struct {
 	snapshotScratch      []byte
 
 	scrub       scrubCursor  // where the next Scrub continues (scrub.go)
+	cleaner     cleanerState // compaction (compact.go)
 	corruptions []Corruption // bad batches found in sealed segments, by offset
 
 	headers      headerReader // header window for lookups; invalidated by truncation
@@ -736,6 +737,7 @@ func (l *Log) Close() error {
 			err = l.finishActive()
 		}
 	}
+	l.abandonPass()
 	l.closed = true
 	err = errors.Join(err, l.closeFiles())
 	if err == nil && l.failed == nil {

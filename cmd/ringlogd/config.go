@@ -406,6 +406,7 @@ var topicConfigKeys = []string{
 	engine.ConfigSegmentBytes, engine.ConfigSegmentMs, engine.ConfigIndexIntervalBytes,
 	engine.ConfigRetentionMs, engine.ConfigRetentionBytes, engine.ConfigFlushMessages,
 	engine.ConfigFlushMs, engine.ConfigFlushAlways, engine.ConfigStorageMode,
+	engine.ConfigCleanupPolicy, engine.ConfigDeleteRetentionMs, engine.ConfigMinCleanableDirtyRatio,
 }
 
 func isTopicConfigKey(k string) bool {

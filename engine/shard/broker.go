@@ -764,9 +764,12 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigFlushMs:            strconv.FormatInt(c.FlushMs, 10),
 		engine.ConfigFlushAlways:        strconv.FormatBool(c.FlushAlways),
 		engine.ConfigStorageMode:        string(c.Storage),
+		engine.ConfigCleanupPolicy:      string(c.CleanupPolicy),
+		engine.ConfigDeleteRetentionMs:  strconv.FormatInt(c.DeleteRetentionMs, 10),
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
 	m[engine.ConfigProducerIDExpirationMs] = strconv.FormatInt(c.ProducerIDExpirationMs, 10)
+	m[engine.ConfigMinCleanableDirtyRatio] = strconv.FormatFloat(c.MinCleanableDirtyRatio, 'g', -1, 64)
 	return m
 }
 

@@ -748,6 +748,9 @@ func (l *Log) loadCleanerState() error {
 			if err := os.Remove(filepath.Join(l.dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove unfinished rewrite %s: %w", e.Name(), err)
 			}
+			if strings.HasSuffix(e.Name(), logSuffix+cleanedSuffix) {
+				l.cfg.Logger.Info("discarded an unfinished compaction rewrite", "dir", l.dir, "file", e.Name())
+			}
 		}
 	}
 	b, err := os.ReadFile(filepath.Join(l.dir, cleanerCheckpointFileName))

@@ -591,22 +591,21 @@ func (l *Log) finishRewrite(p *CleanProgress) error {
 
 // swapCleaned puts the synced rewrite of segment base in place of the segment:
 //
-//  1. fsync the directory: the three .cleaned names are durable;
-//  2. rename <base>.log.cleaned to <base>.log.swap, fsync the directory: the commit point
-//     (from here on recovery finishes the swap instead of discarding the rewrite);
-//  3. rename <base>.index.cleaned and <base>.timeindex.cleaned over the indexes, fsync the
+//  1. rename <base>.log.cleaned to <base>.log.swap, fsync the directory: the commit point
+//     (the same fsync makes the names of the two .cleaned indexes durable; from here on
+//     recovery finishes the swap instead of discarding the rewrite);
+//  2. rename <base>.index.cleaned and <base>.timeindex.cleaned over the indexes, fsync the
 //     directory;
-//  4. rename <base>.log.swap over <base>.log, fsync the directory.
+//  3. rename <base>.log.swap over <base>.log, fsync the directory.
 //
 // While <base>.log.swap exists, every index is either still .cleaned or already the new one,
-// so finishSwaps can complete from any crash point. An error after step 2 leaves the swap to
-// the next open's recovery and stops cleaning this log (the live log keeps serving its old,
+// so finishSwap can complete from any crash point. (Recovery would also survive a stale index
+// next to a rewritten log: it drops index entries whose batch does not match, from the end,
+// and re-scans; the order above does not rely on that.) An error after step 1 leaves the swap
+// to the next open's recovery and stops cleaning this log (the live log keeps serving its old,
 // still open, files meanwhile).
 func (l *Log) swapCleaned(base int64) error {
 	path := func(suffix string) string { return segmentPath(l.dir, base, suffix) }
-	if err := syncDir(l.fio, l.dir); err != nil {
-		return err
-	}
 	if err := os.Rename(path(logSuffix)+cleanedSuffix, path(logSuffix)+swapSuffix); err != nil {
 		return fmt.Errorf("segment %d: commit rewrite: %w", base, err)
 	}
@@ -621,7 +620,7 @@ func (l *Log) swapCleaned(base int64) error {
 	return nil
 }
 
-// finishSwap does steps 3 and 4 of swapCleaned for a committed rewrite of segment base.
+// finishSwap does steps 2 and 3 of swapCleaned for a committed rewrite of segment base.
 func finishSwap(l *Log, base int64) error {
 	path := func(suffix string) string { return segmentPath(l.dir, base, suffix) }
 	renamed := false

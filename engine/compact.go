@@ -269,6 +269,11 @@ func (l *Log) Clean(m *OffsetMap, budgetBytes int64, now time.Time) (CleanProgre
 		case cleanerWriting:
 			done, err = l.writeStep(m, &p, now)
 		}
+		if errors.Is(err, errPassInterrupted) { // retention or a truncation got there first
+			l.abandonPass()
+			p.PassComplete = true
+			break
+		}
 		if err != nil {
 			l.abandonPass()
 			c.stats.LastError = err.Error()
@@ -332,6 +337,10 @@ func (l *Log) beginSegment(s *segment, pos int64) {
 	c.scanner.fd, c.scanner.fileSize, c.scanner.bufStart, c.scanner.bufLen = s.logFd(), s.size, 0, 0
 }
 
+// errPassInterrupted: the segment a pass was reading or rewriting was deleted or cut (retention,
+// DeleteRecordsBefore, a truncation) meanwhile; the pass is dropped and starts over later.
+var errPassInterrupted = errors.New("segment changed during the pass")
+
 // segmentStillThere reports whether the cursor's segment is still in the log unchanged
 // (retention, truncation or DeleteRecordsBefore did not remove or cut it); its index.
 func (l *Log) segmentStillThere() (int, bool) {
@@ -354,7 +363,7 @@ func (l *Log) mapStep(m *OffsetMap, p *CleanProgress) (bool, error) {
 	c := &l.cleaner
 	i, ok := l.segmentStillThere()
 	if !ok {
-		return false, fmt.Errorf("segment %d changed during the pass", c.seg.baseOffset)
+		return false, fmt.Errorf("segment %d: %w", c.seg.baseOffset, errPassInterrupted)
 	}
 	if c.pos >= c.seg.size {
 		if i+1 >= len(l.segments) || l.segments[i+1].baseOffset >= c.dirtyEnd {
@@ -430,7 +439,7 @@ func (l *Log) writeStep(m *OffsetMap, p *CleanProgress, now time.Time) (bool, er
 		return false, l.beginRewrite(s, now)
 	}
 	if _, ok := l.segmentStillThere(); !ok {
-		return false, fmt.Errorf("segment %d changed during the pass", c.seg.baseOffset)
+		return false, fmt.Errorf("segment %d: %w", c.seg.baseOffset, errPassInterrupted)
 	}
 	if c.pos >= c.seg.size {
 		base := c.seg.nextOffset

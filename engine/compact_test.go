@@ -558,3 +558,51 @@ func BenchmarkClean(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestCompactInterrupted: a pass whose segments DeleteRecordsBefore removes or a truncation
+// cuts meanwhile is dropped quietly (no error, no .cleaned file left) and a later pass cleans.
+func TestCompactInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cut  func(l *Log) error
+	}{
+		{"delete records", func(l *Log) error { _, err := l.DeleteRecordsBefore(l.segments[3].baseOffset); return err }},
+		{"truncate", func(l *Log) error { return l.TruncateTo(l.segments[2].baseOffset + 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(9, 9))
+			dir := t.TempDir()
+			l, _ := openLog(t, dir, compactConfig(), ring.Syscalls{})
+			defer l.Close()
+			model := compactModel{}
+			appendKeyed(t, l, rng, model, 300, 10, 0, batch.CodecNone, 1_700_000_000_000)
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			m := NewOffsetMap(OffsetMapBytesMin)
+			for l.cleaner.phase != cleanerWriting || l.cleaner.seg == nil {
+				if _, err := l.Clean(m, 1, time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tc.cut(l); err != nil {
+				t.Fatal(err)
+			}
+			if p, err := l.Clean(m, 1<<20, time.Now()); err != nil || !p.PassComplete {
+				t.Fatalf("interrupted pass: %+v %v", p, err)
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "*"+cleanedSuffix)); len(left) > 0 {
+				t.Fatalf("left behind: %v", left)
+			}
+			appendKeyed(t, l, rng, model, 100, 10, 0, batch.CodecNone, 1_700_000_000_000)
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if p := cleanFully(t, l, m, time.Now()); p.SegmentsCleaned == 0 {
+				t.Fatalf("no cleaning after the interruption: %+v", p)
+			}
+			mustInvariants(t, l)
+			checkReads(t, l, readSurvivors(t, l))
+		})
+	}
+}

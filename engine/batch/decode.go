@@ -60,18 +60,28 @@ func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
 	state := decodeStatePool.Get().(*decodeState)
 	defer putDecodeState(state)
 
-	records := b[HeaderSize:]
-	if h.Compression() == CodecZstd {
-		out, err := decompressZstd(state.decompressed, records)
-		if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
-			state.decompressed = out[:0]
-		}
-		if err != nil {
-			return fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
-		}
-		records = out
+	records, err := state.records(&h, b)
+	if err != nil {
+		return err
 	}
 	return decodeRecords(&h, records, &state.record, fn)
+}
+
+// records returns the uncompressed records section of the validated batch b (header h): the
+// batch's own bytes, or a zstd batch decompressed into the state's buffer.
+func (state *decodeState) records(h *Header, b []byte) ([]byte, error) {
+	records := b[HeaderSize:]
+	if h.Compression() != CodecZstd {
+		return records, nil
+	}
+	out, err := decompressZstd(state.decompressed, records)
+	if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
+		state.decompressed = out[:0]
+	}
+	if err != nil {
+		return nil, fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
+	}
+	return out, nil
 }
 
 // Bounds on what a pooled decodeState keeps between calls, so one hostile batch (65 536

@@ -52,16 +52,9 @@ func Filter(dst, b []byte, keepOne bool, keep func(offset, ts int64, r *Record) 
 	state := decodeStatePool.Get().(*decodeState)
 	defer putDecodeState(state)
 
-	records := b[HeaderSize:]
-	if h.Compression() == CodecZstd {
-		out, err := decompressZstd(state.decompressed, records)
-		if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
-			state.decompressed = out[:0]
-		}
-		if err != nil {
-			return dst, res, fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
-		}
-		records = out
+	records, err := state.records(&h, b)
+	if err != nil {
+		return dst, res, err
 	}
 	kept := state.filtered[:0]
 	var last []byte

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"sort"
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
@@ -74,16 +73,7 @@ func (s *Shard) armCleaner() {
 func (s *Shard) cleanerTick(budget int64) bool {
 	st := &s.cleaner
 	if st.next >= len(st.order) {
-		st.order = st.order[:0]
-		for tp, p := range s.parts {
-			if p.log.Compacted() {
-				st.order = append(st.order, tp)
-			}
-		}
-		sort.Slice(st.order, func(i, j int) bool {
-			a, b := st.order[i], st.order[j]
-			return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
-		})
+		st.order = s.sortedPartitions(st.order[:0], func(p *partition) bool { return p.log.Compacted() })
 		st.next = 0
 	}
 	if len(st.order) == 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -722,10 +723,10 @@ func decodeCleanerCheckpoint(b []byte) (cleanedTo, gapsBelow int64, err error) {
 
 // loadCleanerState finishes or discards interrupted swaps and reads the checkpoint. It runs
 // at the start of recovery, before the segments are listed: a committed swap (a .swap file)
-// is completed, every other rewrite file is removed. An unreadable checkpoint is logged and
-// counts as none (the next pass rescans the log; recovery then accepts no gaps, so a
-// rewritten segment would be fenced as corrupt: the checkpoint is written atomically, so
-// only damage to the disk gets there).
+// is completed, every other rewrite file is removed. A checkpoint that exists but does not
+// decode (it is written atomically, so only damage gets there) is logged; the next pass then
+// starts from scratch, and recovery accepts gaps anywhere rather than taking the rewritten
+// segments for torn ones.
 func (l *Log) loadCleanerState() error {
 	c := &l.cleaner
 	c.cleanedTo, c.gapsBelow = 0, 0
@@ -769,8 +770,11 @@ func (l *Log) loadCleanerState() error {
 		c.cleanedTo, c.gapsBelow, err = decodeCleanerCheckpoint(b)
 	}
 	if err != nil {
-		l.cfg.Logger.Warn("ignoring cleaner checkpoint", "dir", l.dir, "err", err)
-		c.cleanedTo, c.gapsBelow = 0, 0
+		// The file exists, so the log was cleaned: recovery tolerates gaps anywhere rather
+		// than cutting or fencing rewritten segments, and the next pass starts from scratch.
+		l.cfg.Logger.Warn("ignoring damaged cleaner checkpoint; recovery accepts compaction gaps anywhere in this log",
+			"dir", l.dir, "err", err)
+		c.cleanedTo, c.gapsBelow = 0, math.MaxInt64
 	}
 	return nil
 }

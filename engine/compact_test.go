@@ -606,3 +606,36 @@ func TestCompactInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestCompactDamagedCheckpoint: a cleaned log whose checkpoint file is damaged still opens
+// whole (its gaps are not taken for torn segments) and cleans again.
+func TestCompactDamagedCheckpoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 11))
+	dir := t.TempDir()
+	cfg := compactConfig()
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	model := compactModel{}
+	appendKeyed(t, l, rng, model, 300, 10, 5, batch.CodecNone, 1_700_000_000_000)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	cleanFully(t, l, NewOffsetMap(OffsetMapBytesMin), time.Now())
+	before := len(readSurvivors(t, l))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, cleanerCheckpointFileName), []byte("v1 garbage\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, cleanShutdownFileName))
+	l, rep := openLog(t, dir, cfg, ring.Syscalls{})
+	defer l.Close()
+	if rep.DroppedBytes != 0 || len(rep.Corruptions) != 0 || len(rep.DeletedSegments) != 0 {
+		t.Fatalf("recovery with a damaged checkpoint repaired something: %+v", rep)
+	}
+	if got := checkCompactedLoose(t, l, model); got != before {
+		t.Fatalf("%d records after reopen, %d before", got, before)
+	}
+	cleanFully(t, l, NewOffsetMap(OffsetMapBytesMin), time.Now())
+	checkCompacted(t, l, model, false, nil)
+}

@@ -25,6 +25,8 @@
 //	  00000000000000052311.log        active segment: appends go here
 //	  00000000000000052311.index
 //	  00000000000000052311.timeindex
+//	  cleaner-offset-checkpoint       compacted topics only (compact.go), with the
+//	                                  .cleaned/.swap files of a rewrite in progress
 //
 // # .log
 //

@@ -188,11 +188,20 @@ func TestCompaction(t *testing.T) {
 	}
 	const records = 3000
 	acks := &compactAcks{byKey: map[string]acked{}}
+	stopReading := make(chan struct{})
+	readerDone := make(chan readSweeps, 1)
+	go func() { readerDone <- readWhileCleaning(ctx, b.client(t), "compacted", 2, stopReading) }()
 	produceKeyed(t, ctx, c, "compacted", acks, 0, records, 0, nil)
 	expire := &compactAcks{byKey: map[string]acked{}}
 	produceKeyed(t, ctx, c, "tombstones-expire", expire, 0, records, 0, nil)
 	waitCleaned(t, ctx, b, "compacted", 0)
 	waitCleaned(t, ctx, b, "tombstones-expire", 0)
+	close(stopReading)
+	if sweeps := <-readerDone; sweeps.err != nil || sweeps.records == 0 {
+		t.Fatalf("consumer reading while the cleaner swapped segments: %d sweeps, %d records: %v", sweeps.sweeps, sweeps.records, sweeps.err)
+	} else {
+		t.Logf("a consumer read %d records in %d sweeps from the start while cleaning ran", sweeps.records, sweeps.sweeps)
+	}
 	read := checkCompactedTopic(t, ctx, c, "compacted", acks)
 	if read >= records/2 {
 		t.Fatalf("%d of %d records left after cleaning", read, records)
@@ -222,6 +231,60 @@ func TestCompaction(t *testing.T) {
 	}
 	if strings.Contains(b.logText(), "repaired") || strings.Contains(b.logText(), "corrupt") {
 		t.Fatalf("restart of a cleaned log repaired something:\n%s", b.logText())
+	}
+}
+
+// readSweeps is what readWhileCleaning saw.
+type readSweeps struct {
+	sweeps, records int
+	err             error
+}
+
+// readWhileCleaning reads the partitions of topic from the start again and again until stop
+// (and at least 5 sweeps),
+// checking that offsets only grow within a sweep and that every record is consistent (its key
+// is the one its value names): fetches race the cleaner's swaps.
+func readWhileCleaning(ctx context.Context, c *client.Client, topic string, partitions int32, stop <-chan struct{}) readSweeps {
+	var out readSweeps
+	co := c.NewConsumer(client.ConsumerConfig{MaxWait: 20 * time.Millisecond})
+	last := map[int32]int64{}
+	restart := func() {
+		for p := range partitions {
+			co.Seek(topic, p, client.Earliest())
+			last[p] = -1
+		}
+		out.sweeps++
+	}
+	restart()
+	for empty := 0; ; {
+		select {
+		case <-stop:
+			if out.sweeps >= 5 { // some of them over cleaned segments
+				return out
+			}
+		default:
+		}
+		recs, err := co.Poll(ctx)
+		if err != nil {
+			out.err = err
+			return out
+		}
+		for _, r := range recs {
+			idx := compactIndex(r.Value)
+			if r.Offset <= last[r.Partition] || idx == -2 || idx >= 0 && !bytes.Equal(r.Key, compactKey(idx)) {
+				out.err = fmt.Errorf("%s/%d@%d after %d: key %q value %q", topic, r.Partition, r.Offset, last[r.Partition], r.Key, r.Value)
+				return out
+			}
+			last[r.Partition] = r.Offset
+			out.records++
+		}
+		if empty++; len(recs) > 0 {
+			empty = 0
+		}
+		if empty >= 3 {
+			restart()
+			empty = 0
+		}
 	}
 }
 

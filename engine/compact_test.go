@@ -252,6 +252,9 @@ func TestCompactKeepsNewestPerKey(t *testing.T) {
 			if got := l.CleanerStats().CleanedTo; got != cleanedTo {
 				t.Fatalf("checkpoint %d after reopen, was %d", got, cleanedTo)
 			}
+			if p := cleanFully(t, l, m, now); !p.Idle || p.BytesRead != 0 {
+				t.Fatalf("a pass after reopen without new data rescanned: %+v", p)
+			}
 			checkCompacted(t, l, model, false, nil)
 			if v, err := l.VerifySealed(); err != nil || v.Found != 0 {
 				t.Fatalf("scrub of the cleaned log: %+v %v", v, err)
@@ -638,4 +641,70 @@ func TestCompactDamagedCheckpoint(t *testing.T) {
 	}
 	cleanFully(t, l, NewOffsetMap(OffsetMapBytesMin), time.Now())
 	checkCompacted(t, l, model, false, nil)
+}
+
+// TestCompactKeepsProducerLastBatchWithoutSnapshot: an idempotent producer's last batches sit
+// in the newest closed segment and a later writer shadows every record in them. Cleaning
+// keeps their headers (each keeps one record), so with every producer snapshot gone the state
+// rebuilt from the log still knows the producer: a retry of its last batch is a duplicate,
+// not a second copy. (Without the rule the batches go whole and the retry is appended.)
+func TestCompactKeepsProducerLastBatchWithoutSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	cfg := compactConfig()
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	build := func(seq int32, producer bool) []byte {
+		opts := batch.BuilderOptions{}
+		if producer {
+			opts = batch.BuilderOptions{ProducerID: 7, ProducerEpoch: 1, BaseSequence: seq, Idempotent: true}
+		}
+		b := batch.NewBuilder(opts)
+		b.Append(time.Now().UnixMilli(), []byte("same"), bytes.Repeat([]byte{'p'}, 100), nil)
+		out, err := b.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// Fill the first segment with other writers, so that the producer's batches land in the
+	// second, which the roll below closes.
+	for l.SegmentCount() < 2 {
+		if _, err := l.Append(build(0, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last []byte
+	for seq := int32(0); seq < 5; seq++ {
+		last = build(seq, true)
+		if _, err := l.Append(bytes.Clone(last)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for l.SegmentCount() < 3 { // shadow them all, and close their segment
+		if _, err := l.Append(build(0, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if p := cleanFully(t, l, NewOffsetMap(OffsetMapBytesMin), time.Now()); p.RecordsRemoved == 0 {
+		t.Fatalf("nothing cleaned: %+v", p)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, cleanShutdownFileName))
+	offs, err := listProducerSnapshots(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range offs {
+		os.Remove(producerSnapshotPath(dir, off)) // rebuild from the log's headers alone
+	}
+	l, _ = openLog(t, dir, cfg, ring.Syscalls{})
+	defer l.Close()
+	res, err := l.AppendBatches([][]byte{bytes.Clone(last)})
+	if err != nil || !res.Duplicate {
+		t.Fatalf("retry of the producer's last batch after cleaning and a rebuild from the log: %+v %v", res, err)
+	}
 }

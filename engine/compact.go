@@ -22,7 +22,7 @@ import (
 //     synced segments: from the cleaner checkpoint's cleanedTo to the first segment that is
 //     unsynced or active. The map is bounded; when it fills, the pass stops its dirty range at
 //     the first record it could not add (the rest waits for the next pass);
-//  2. rewrites every closed segment that ends at or below that point (the clean part too:
+//  2. rewrites every closed segment that starts below that point (the clean part too:
 //     the dirty part may shadow keys there), one segment at a time, into <base>.log.cleaned
 //     (+ .index.cleaned, .timeindex.cleaned) keeping a record unless
 //     - a newer record of its key is in the map, or
@@ -99,6 +99,11 @@ func NewOffsetMap(bytes int64) *OffsetMap {
 	for int64(n)*2*offsetMapSlotBytes <= bytes {
 		n *= 2
 	}
+	return newOffsetMapSlots(n)
+}
+
+// newOffsetMapSlots makes a map of n slots (a power of two); tests use tiny ones.
+func newOffsetMapSlots(n int) *OffsetMap {
 	return &OffsetMap{slots: make([]offsetSlot, n), limit: int(float64(n) * offsetMapLoadFactor),
 		seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
 }
@@ -403,26 +408,34 @@ func (l *Log) mapStep(m *OffsetMap, p *CleanProgress) (bool, error) {
 	return false, nil
 }
 
-// startWriting ends the mapping phase: gapsBelow is checkpointed before any swap, and the
-// cursor moves to the first segment.
+// startWriting ends the mapping phase: gapsBelow is checkpointed before any swap (it covers
+// the whole of every segment the pass rewrites), and the cursor moves to the first segment.
 func (l *Log) startWriting() error {
 	c := &l.cleaner
-	if c.dirtyEnd > c.gapsBelow {
-		if err := writeCleanerCheckpoint(l, c.cleanedTo, c.dirtyEnd); err != nil {
+	rewriteEnd := c.dirtyEnd
+	if i := l.segmentFor(c.dirtyEnd - 1); l.segments[i].baseOffset < c.dirtyEnd {
+		rewriteEnd = max(rewriteEnd, l.segments[i].nextOffset) // the map filled inside it
+	}
+	if rewriteEnd > c.gapsBelow {
+		if err := writeCleanerCheckpoint(l, c.cleanedTo, rewriteEnd); err != nil {
 			return err
 		}
-		c.gapsBelow = c.dirtyEnd
+		c.gapsBelow = rewriteEnd
 	}
 	c.phase = cleanerWriting
 	c.seg = nil
 	return nil
 }
 
-// nextToRewrite returns the first segment at or after base that ends at or below dirtyEnd.
+// nextToRewrite returns the first closed segment at or after base that starts below
+// dirtyEnd. That includes the segment the map filled in (when it did): its records below
+// dirtyEnd must be deduplicated by this pass's map, which holds the newer records of the same
+// segment (the next pass's map starts at dirtyEnd and would never see them); its records from
+// dirtyEnd on are not in the map, so each key's entry there is older, and they are all kept.
 func (l *Log) nextToRewrite(base int64) *segment {
 	c := &l.cleaner
 	for _, s := range l.segments[:len(l.segments)-1] {
-		if s.baseOffset >= base && s.nextOffset <= c.dirtyEnd && s.size > 0 {
+		if s.baseOffset >= base && s.baseOffset < c.dirtyEnd && s.size > 0 {
 			return s
 		}
 	}

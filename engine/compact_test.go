@@ -301,6 +301,9 @@ func decodeBatches(b []byte, fn func(offset int64)) error {
 // after pass, to one record per key (plus the pinned ones).
 func TestCompactSmallMap(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("RINGLOG_COMPACT_SEED"), 10, 64); err == nil {
+		seed = v // replay a failed run
+	}
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	l, _ := openLog(t, t.TempDir(), compactConfig(), ring.Syscalls{})
@@ -404,6 +407,15 @@ func TestCompactOnlyCompactsWhenAsked(t *testing.T) {
 // of the swap, the checkpoint) leaves a log that recovers without repairs, holds every
 // record's newest value at its offset, and cleans to the same result afterwards.
 func TestCompactPowerLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		batches, keys, slots int
+	}{{"map holds every key", 30, 6, 1024}, {"map fills inside segments", 15, 12, 8}} {
+		t.Run(tc.name, func(t *testing.T) { testCompactPowerLoss(t, tc.batches, tc.keys, tc.slots) })
+	}
+}
+
+func testCompactPowerLoss(t *testing.T, batches, keys, slots int) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 4))
@@ -413,7 +425,7 @@ func TestCompactPowerLoss(t *testing.T) {
 	setup := func(dir string) {
 		l, _ := openLog(t, dir, cfg, ring.Syscalls{})
 		model = compactModel{}
-		appendKeyed(t, l, rand.New(rand.NewPCG(seed, 5)), model, 30, 6, 5, batch.CodecNone, 1_700_000_000_000)
+		appendKeyed(t, l, rand.New(rand.NewPCG(seed, 5)), model, batches, keys, 5, batch.CodecNone, 1_700_000_000_000)
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -430,10 +442,10 @@ func TestCompactPowerLoss(t *testing.T) {
 			return err
 		}
 		defer l.Close()
-		m := NewOffsetMap(OffsetMapBytesMin)
-		for {
+		m := newOffsetMapSlots(slots)
+		for { // every pass there is to run (several when the map is small)
 			p, err := l.Clean(m, 1<<10, now)
-			if err != nil || p.PassComplete {
+			if err != nil || p.Idle {
 				return err
 			}
 		}
@@ -455,7 +467,8 @@ func TestCompactPowerLoss(t *testing.T) {
 		if workErr == nil {
 			outcomes["done"]++
 		}
-		cleanFully(t, l, NewOffsetMap(OffsetMapBytesMin), now)
+		for m := newOffsetMapSlots(slots); !cleanFully(t, l, m, now).Idle; {
+		}
 		checkCompacted(t, l, model, false, nil)
 	})
 	t.Logf("outcomes %v", outcomes)

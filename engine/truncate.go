@@ -96,7 +96,7 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 	s.maxTimestamp = s.timeIndex.lastTimestamp()
 	scanFrom := int64(0)
 	if n := len(s.timeIndex.entries); n > 0 {
-		scanFrom = int64(s.index.floorByOffset(s.timeIndex.entries[n-1].relativeOffset).position)
+		scanFrom = s.checkedFloor(l.fio, &l.headers, s.index.floorIndexByOffset(s.timeIndex.entries[n-1].relativeOffset))
 	}
 	for p := scanFrom; p < pos; {
 		h, err := s.readHeaderAt(l.fio, &l.headers, p)

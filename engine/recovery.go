@@ -551,38 +551,6 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason err
 	return nil
 }
 
-// verifyIndexEntries checks every .index entry of the active segment s against the log (the
-// batch header at its position must carry the offset it names) and drops the entries from the
-// first that does not, so that the re-scan rebuilds them. Index files are never fsynced (the
-// index is advisory), and a power loss can tear or undo any unsynced write, including one in
-// the middle of the file while later entries survive: such an entry can still decode as
-// increasing (e.g. its position's low byte lost), the check of the last entry alone does not
-// see it, and reads through it would land inside a batch. Cost: one header read per entry,
-// sequential through the scanner's 1 MiB window, i.e. one read of the active segment.
-func (l *Log) verifyIndexEntries(s *segment, sc *batchScanner) error {
-	for i, e := range s.index.entries {
-		hb, err := sc.window(int64(e.position), batch.HeaderSize)
-		if errors.Is(err, errRecoveryRead) {
-			return fmt.Errorf("segment %d: index entry %d at %d: %w", s.baseOffset, i, e.position, err)
-		}
-		if err == nil {
-			var h batch.Header
-			h, err = batch.ParseHeader(hb)
-			if err == nil && h.BaseOffset != s.baseOffset+int64(e.relativeOffset) {
-				err = fmt.Errorf("batch at %d starts at offset %d", e.position, h.BaseOffset)
-			}
-		}
-		if err != nil {
-			l.cfg.Logger.Warn("dropping index entries that do not match the log", "dir", l.dir, "segment", s.baseOffset,
-				"entry", i, "relative_offset", e.relativeOffset, "position", e.position, "err", err)
-			s.index.entries = s.index.entries[:i]
-			s.index.onDisk = i
-			return nil
-		}
-	}
-	return nil
-}
-
 // recoverSegment loads a segment's indexes (a missing or corrupt index is rebuilt from the
 // log), finds the last index entry whose batch passes its CRC with the offset the entry
 // claims, and re-scans from there to the end of the file (see rescan; end is the next
@@ -611,11 +579,6 @@ func (l *Log) recoverSegment(s *segment, end, closeEnd int64, laterIndexed bool,
 		proof.finalEntry = int64(s.timeIndex.entries[n-1].relativeOffset) == end-s.baseOffset
 	}
 	sc := newBatchScanner(l.fio, s.logFd(), s.size)
-	if end < 0 {
-		if err := l.verifyIndexEntries(s, sc); err != nil {
-			return err
-		}
-	}
 	startPos, expected := int64(0), s.baseOffset
 	for {
 		e, ok := s.index.last()

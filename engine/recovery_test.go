@@ -254,12 +254,12 @@ func overwriteFile(path string, b []byte) error {
 	return f.Close()
 }
 
-// TestRecoveryDropsTornMiddleIndexEntry: a power loss can tear an unsynced index write in the
+// TestReadsSkipTornActiveIndexEntry: a power loss can tear an unsynced index write in the
 // middle of the active segment's .index while later entries survive, leaving an entry that
 // still decodes in order but points inside a batch (seen as TestPowerLossKeepsSyncedData
-// failing with "unsupported magic" for seed 20946). Recovery must not trust it: every offset
+// failing with "unsupported magic" for seed 20946). Lookups must not trust it: every offset
 // stays readable after the reopen.
-func TestRecoveryDropsTornMiddleIndexEntry(t *testing.T) {
+func TestReadsSkipTornActiveIndexEntry(t *testing.T) {
 	dir := t.TempDir()
 	cfg := LogConfig{SegmentBytes: 64 << 10, IndexIntervalBytes: 256, Logger: quietLogger}
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})

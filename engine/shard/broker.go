@@ -71,6 +71,18 @@ type Config struct {
 	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
 	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
 	ScrubBytesPerSecond int64
+	// CleanerDisabled turns off log compaction (compact.go): topics with cleanup.policy
+	// compact keep every record until it is turned back on.
+	CleanerDisabled bool
+	// CleanerIOBytesPerSecond bounds the bytes each shard's cleaner reads and writes per
+	// second. 0 means 32 MiB/s.
+	CleanerIOBytesPerSecond int64
+	// CleanerDedupeBufferBytes is the memory of each shard's offset map (key hash -> newest
+	// offset, 24 bytes a key); a pass deduplicates as many records as fit. 0 means 32 MiB.
+	CleanerDedupeBufferBytes int64
+	// CleanerInterval is how often each shard looks for compacted partitions to clean when
+	// no pass is under way. 0 means 15 s.
+	CleanerInterval time.Duration
 	// FetchFilesMax bounds the segment descriptors held by fetch results not yet sent
 	// (each result dups its segment's descriptor so retention cannot pull the file from
 	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
@@ -764,9 +776,12 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigFlushMs:            strconv.FormatInt(c.FlushMs, 10),
 		engine.ConfigFlushAlways:        strconv.FormatBool(c.FlushAlways),
 		engine.ConfigStorageMode:        string(c.Storage),
+		engine.ConfigCleanupPolicy:      string(c.CleanupPolicy),
+		engine.ConfigDeleteRetentionMs:  strconv.FormatInt(c.DeleteRetentionMs, 10),
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
 	m[engine.ConfigProducerIDExpirationMs] = strconv.FormatInt(c.ProducerIDExpirationMs, 10)
+	m[engine.ConfigMinCleanableDirtyRatio] = strconv.FormatFloat(c.MinCleanableDirtyRatio, 'g', -1, 64)
 	return m
 }
 

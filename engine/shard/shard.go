@@ -24,11 +24,12 @@ type Shard struct {
 
 	// Owned by the loop goroutine.
 	parts      map[TopicPartition]*partition
-	core       *core.Core  // acks, sync schedule and fetch waiters of parts (see package core)
-	flushTimer *ring.Timer // runs core.EndTurn after a loop turn's mailbox drain
-	waitTimer  *ring.Timer // runs core.Tick at the earliest long-poll deadline
-	tick       func()      // s.onTick, allocated once
-	scrub      scrubState  // background segment verification (scrub.go)
+	core       *core.Core   // acks, sync schedule and fetch waiters of parts (see package core)
+	flushTimer *ring.Timer  // runs core.EndTurn after a loop turn's mailbox drain
+	waitTimer  *ring.Timer  // runs core.Tick at the earliest long-poll deadline
+	tick       func()       // s.onTick, allocated once
+	scrub      scrubState   // background segment verification (scrub.go)
+	cleaner    cleanerState // background log compaction (compact.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -83,6 +84,7 @@ func (s *Shard) armTimers() {
 	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
 	s.armScrub()
+	s.armCleaner()
 }
 
 func (s *Shard) onTick() { s.core.Tick(s.r.Now()) }

@@ -78,7 +78,9 @@ type Config struct {
 	// PartitionsMax bounds the partitions of all topics together; a create beyond it is
 	// refused with ErrInvalidPartitions. 0 means engine.PartitionsPerBrokerDefault.
 	PartitionsMax int
-	Logger        *slog.Logger
+	// Groups configures the consumer group coordinators (groups.go).
+	Groups GroupsConfig
+	Logger *slog.Logger
 
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
 	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
@@ -162,6 +164,8 @@ type Broker struct {
 	files    *Quota      // descriptors held by unsent fetch results (Config.FetchFilesMax)
 
 	logDefaults atomic.Pointer[engine.LogConfig] // cfg.Log, then SetLogDefaults (defaults.go)
+
+	groups *Groups // routes group requests to the coordinator shards (groups.go)
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -226,6 +230,12 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.meta.Store(meta)
+	offsetsPartitions, err := b.offsetsPartitionCount(meta)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	b.groups = &Groups{b: b, partitions: offsetsPartitions}
 	for i := 0; i < cfg.Shards; i++ {
 		s, err := startShard(b, i)
 		if err != nil {
@@ -246,6 +256,10 @@ func Open(cfg Config) (*Broker, error) {
 		}
 	}
 	if err := runAll(opens); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err := b.createOffsetsTopic(); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -515,6 +529,9 @@ func (b *Broker) DeleteTopic(name string) error {
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
+	if internalTopic(name) {
+		return fmt.Errorf("%w: %q holds committed offsets and group metadata; it cannot be deleted", ErrInternalTopic, name)
+	}
 	b.publish(old, name, nil)
 	if err := b.cat.Delete(name); err != nil {
 		b.meta.Store(old)
@@ -639,12 +656,17 @@ func (b *Broker) openLog(s *Shard, tp TopicPartition, lc engine.LogConfig) (*eng
 }
 
 func (b *Broker) partitionOpened(shard int, tp TopicPartition) {
+	s := b.shards[shard]
+	if p := s.parts[tp]; p != nil {
+		s.groupsOpened(p)
+	}
 	for _, l := range b.cfg.PartitionListeners {
 		l.PartitionOpened(shard, tp)
 	}
 }
 
 func (b *Broker) partitionClosed(shard int, tp TopicPartition) {
+	b.shards[shard].groupsClosed(tp)
 	for _, l := range b.cfg.PartitionListeners {
 		l.PartitionClosed(shard, tp)
 	}

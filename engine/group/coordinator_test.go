@@ -478,6 +478,42 @@ func TestRandomTrafficInvariants(t *testing.T) {
 	}
 }
 
+// TestFirstCommitSurvivesTickBeforeAppendDone: a commit that creates a group (no members)
+// keeps it alive while its append is in flight; a Tick meanwhile (the broker's timer
+// fires before the acks=all append completes) must not drop the group and lose the commit.
+func TestFirstCommitSurvivesTickBeforeAppendDone(t *testing.T) {
+	c := New(Config{OffsetsPartitions: 1})
+	if err := c.Load(t0, 0, NewReplayer().Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	c.Handle(t0, OffsetCommit{ReqID: 1, Group: "ops", Generation: -1, Offsets: []CommitOffset{{Topic: "orders", Partition: 1, Offset: 5, LeaderEpoch: -1}}})
+	var appendID uint64
+	for _, o := range c.Ready() {
+		if a, ok := o.(Append); ok {
+			appendID = a.ID
+		}
+	}
+	if at, ok := c.NextDeadline(); ok {
+		c.Tick(at)
+	}
+	c.Tick(t0.Add(time.Second))
+	c.AppendDone(t0.Add(time.Second), appendID, nil)
+	c.Ready()
+	c.Handle(t0.Add(time.Second), OffsetFetch{ReqID: 2, Group: "ops"})
+	for _, o := range c.Ready() {
+		r, ok := o.(Reply)
+		if !ok || r.ReqID != 2 {
+			continue
+		}
+		fr := r.Response.(OffsetFetchResponse)
+		if len(fr.Partitions) != 1 || fr.Partitions[0].Offset != 5 {
+			t.Fatalf("offsets after a tick during the first commit: %+v", fr)
+		}
+		return
+	}
+	t.Fatal("no OffsetFetch reply")
+}
+
 func BenchmarkOffsetCommit(b *testing.B) {
 	c := New(Config{OffsetsPartitions: 1})
 	if err := c.Load(t0, 0, NewReplayer().Snapshot()); err != nil {

@@ -28,6 +28,7 @@ type group struct {
 	initialDelayEnd   time.Time // the latest the initial delay may run to
 	syncDeadline      time.Time // when members still in pendingSync are removed
 	assignmentPending bool      // the leader's assignment is being appended
+	appendsPending    int       // appends for the group not yet done (AppendDone)
 
 	scheduled   bool      // the timer heap holds an entry for the group at scheduledAt
 	scheduledAt time.Time // its earliest entry (<= the group's next deadline)
@@ -253,7 +254,7 @@ func (g *group) nextDeadline(cfg Config) (time.Time, bool) {
 			for _, v := range g.offsets {
 				consider(g.offsetExpiry(v, cfg.OffsetsRetention))
 			}
-			if len(g.offsets) == 0 {
+			if len(g.offsets) == 0 && g.appendsPending == 0 {
 				consider(g.stateSince) // an empty group with nothing to keep: drop it
 			}
 		}

@@ -1,0 +1,185 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/internal/brokertest"
+	"github.com/ringlog/ringlog/netio/wire"
+)
+
+// Group consumers against the real broker in-process (the e2e suite runs the same against
+// ringlogd processes).
+
+func startGroupBroker(t *testing.T, dir string) *brokertest.Broker {
+	t.Helper()
+	return brokertest.Start(t, brokertest.Options{Shards: 2, Dir: dir, Driver: "ring",
+		Groups: shard.GroupsConfig{SessionTimeoutMin: 300 * time.Millisecond, OffsetsPartitions: 4}})
+}
+
+func produceN(t *testing.T, c *client.Client, topic string, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	p := c.NewProducer(client.ProducerConfig{})
+	for i := range n {
+		if err := p.Send(ctx, &client.Record{Topic: topic, Partition: -1, Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprint(i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newMember(t *testing.T, addr, groupID string, assignors ...string) (*client.Client, *client.GroupConsumer) {
+	t.Helper()
+	c, err := client.New(context.Background(), client.Config{Broker: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	g, err := c.NewGroupConsumer(client.GroupConfig{Group: groupID, SessionTimeout: 1500 * time.Millisecond, AutoCommit: true,
+		AutoCommitInterval: 100 * time.Millisecond, AutoOffsetReset: "earliest", Assignors: assignors,
+		Consumer: client.ConsumerConfig{MaxWait: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Subscribe("orders")
+	return c, g
+}
+
+// TestGroupConsumersSharePartitions: three members of one group read every record
+// exactly once between them, with eager and cooperative assignors.
+func TestGroupConsumersSharePartitions(t *testing.T) {
+	for _, assignor := range []string{"range", "cooperative-sticky"} {
+		t.Run(assignor, func(t *testing.T) {
+			b := startGroupBroker(t, t.TempDir())
+			ctx := ctxT(t)
+			if err := b.Client.CreateTopic(ctx, "orders", 6, nil); err != nil {
+				t.Fatal(err)
+			}
+			const records = 900
+			produceN(t, b.Client, "orders", records)
+			var mu sync.Mutex
+			seen := map[string]int{}
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			errs := make(chan error, 3)
+			for i := range 3 {
+				_, g := newMember(t, b.Addr, "billing", assignor)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer g.Close(context.Background())
+					time.Sleep(time.Duration(i) * 200 * time.Millisecond) // join one after another
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						recs, err := g.Poll(ctx)
+						if err != nil {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						for _, r := range recs {
+							seen[fmt.Sprintf("%d@%d", r.Partition, r.Offset)]++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				mu.Lock()
+				n := len(seen)
+				mu.Unlock()
+				if n == records {
+					break
+				}
+				select {
+				case err := <-errs:
+					t.Fatal(err)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("read %d of %d records", n, records)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			// Let the members settle into one generation, then stop them.
+			time.Sleep(500 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			for k, n := range seen {
+				if n != 1 {
+					t.Errorf("record %s read %d times", k, n)
+				}
+			}
+			d, err := b.Client.DescribeGroup(ctx, "billing")
+			if err != nil || (d.State != "Empty" && d.State != "PreparingRebalance") {
+				t.Fatalf("after every member left: %+v, %v", d, err)
+			}
+			committed, err := b.Client.FetchCommitted(ctx, "billing")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var total int64
+			for _, o := range committed {
+				total += o.Offset
+			}
+			if total != records {
+				t.Fatalf("committed offsets sum to %d, want %d: %+v", total, records, committed)
+			}
+		})
+	}
+}
+
+// TestGroupAdminCalls: list, describe, reset (commit outside the group) and delete.
+func TestGroupAdminCalls(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir())
+	ctx := ctxT(t)
+	if err := b.Client.CreateTopic(ctx, "orders", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := b.Client.CommitOffsets(ctx, "ops", []client.CommittedOffset{{TopicPartition: client.TopicPartition{Topic: "orders", Partition: 1}, Offset: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := b.Client.ListGroups(ctx)
+	if err != nil || len(groups) != 1 || groups[0].Group != "ops" || groups[0].State != "Empty" {
+		t.Fatalf("list: %+v, %v", groups, err)
+	}
+	got, err := b.Client.FetchCommitted(ctx, "ops", client.TopicPartition{Topic: "orders", Partition: 1}, client.TopicPartition{Topic: "orders", Partition: 0})
+	if err != nil || len(got) != 2 || got[0].Offset != 5 || got[1].Offset != -1 {
+		t.Fatalf("fetch committed: %+v, %v", got, err)
+	}
+	_, g := newMember(t, b.Addr, "ops")
+	if _, err := g.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.DeleteGroup(ctx, "ops"); !errors.Is(err, wire.ErrNonEmptyGroup) {
+		t.Fatalf("delete a group with a member: %v, want NON_EMPTY_GROUP", err)
+	}
+	err = b.Client.CommitOffsets(ctx, "ops", []client.CommittedOffset{{TopicPartition: client.TopicPartition{Topic: "orders", Partition: 1}, Offset: 0}})
+	if !errors.Is(err, wire.ErrUnknownMemberID) && !errors.Is(err, wire.ErrIllegalGeneration) {
+		t.Fatalf("reset of a group with a member: %v, want refused", err)
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.DeleteGroup(ctx, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Client.DeleteGroup(ctx, "ops"); !errors.Is(err, wire.ErrGroupIDNotFound) {
+		t.Fatalf("delete again: %v, want GROUP_ID_NOT_FOUND", err)
+	}
+}

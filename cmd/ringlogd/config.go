@@ -91,7 +91,13 @@ type options struct {
 	scrubRate     int64
 	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
 	producerIDExpiration time.Duration
-	logLevel             string
+	// Consumer groups: bounds of a member's session timeout, members per group, and the
+	// partition count of __consumer_offsets when this broker creates it.
+	groupSessionMin   time.Duration
+	groupSessionMax   time.Duration
+	groupMembersMax   int
+	offsetsPartitions int
+	logLevel          string
 	topicDefaults        topicDefaults
 }
 
@@ -211,6 +217,10 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&o.verify, "verify-segments", false, "verify the CRC of every batch in every sealed segment at start-up (reads the whole log); bad batches are logged and shown by topic describe")
 	fs.Int64Var(&o.scrubRate, "scrub-bytes-per-sec", 8<<20, "bytes of sealed segments each shard re-verifies per second in the background; 0 turns the scrubber off")
 	fs.DurationVar(&o.producerIDExpiration, "producer-id-expiration", 0, "broker default of producer.id.expiration.ms: how long an idempotent producer's dedup state outlives its last write (0: 24h; topics may override)")
+	fs.DurationVar(&o.groupSessionMin, "group-min-session-timeout", 6*time.Second, "shortest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT below it)")
+	fs.DurationVar(&o.groupSessionMax, "group-max-session-timeout", 30*time.Minute, "longest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT above it)")
+	fs.IntVar(&o.groupMembersMax, "group-max-size", 1000, "members one consumer group may have (GROUP_MAX_SIZE_REACHED beyond it)")
+	fs.IntVar(&o.offsetsPartitions, "offsets-partitions", 8, "partitions of __consumer_offsets when this broker creates it (first start); an existing topic keeps its count. They count against --max-partitions")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (SIGHUP reloads it)")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
@@ -521,6 +531,15 @@ func (s *settings) validate() error {
 	}
 	if o.producerIDExpiration < 0 {
 		return bad("producer-id-expiration", o.producerIDExpiration.String(), "0 (24h) or a positive duration")
+	}
+	if o.groupSessionMin <= 0 || o.groupSessionMax < o.groupSessionMin {
+		return bad("group-max-session-timeout", o.groupSessionMax.String(), fmt.Sprintf("at least --group-min-session-timeout (%s), which must be positive", o.groupSessionMin))
+	}
+	if o.groupMembersMax < 1 {
+		return bad("group-max-size", strconv.Itoa(o.groupMembersMax), "at least 1")
+	}
+	if o.offsetsPartitions < 1 || o.offsetsPartitions > 1024 {
+		return bad("offsets-partitions", strconv.Itoa(o.offsetsPartitions), "1..1024")
 	}
 	if o.connsMax < 1 {
 		return bad("max-connections", strconv.Itoa(o.connsMax), "at least 1")

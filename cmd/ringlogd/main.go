@@ -131,6 +131,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			ScrubBytesPerSecond: scrubRate(o.scrubRate),
 			FetchFilesMax:       o.limits.fetchFilesMax,
 			PartitionsMax:       o.limits.partitionsMax,
+			Groups: shard.GroupsConfig{OffsetsPartitions: o.offsetsPartitions, SessionTimeoutMin: o.groupSessionMin,
+				SessionTimeoutMax: o.groupSessionMax, GroupMembersMax: o.groupMembersMax},
 		},
 		FetchResponseBytesMax: o.limits.fetchResponseBytesMax,
 		Listen:                o.listen,

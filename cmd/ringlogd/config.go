@@ -98,7 +98,7 @@ type options struct {
 	groupMembersMax   int
 	offsetsPartitions int
 	logLevel          string
-	topicDefaults        topicDefaults
+	topicDefaults     topicDefaults
 }
 
 // topicDefaults is the topic-defaults key: broker-wide topic configs (the same keys as

@@ -177,6 +177,14 @@ func (g *GroupConsumer) Seek(tp TopicPartition, offset int64) error {
 	return nil
 }
 
+// Position returns the next offset Poll reads from an owned partition.
+func (g *GroupConsumer) Position(ctx context.Context, tp TopicPartition) (int64, error) {
+	if !slices.Contains(g.owned, tp) {
+		return -1, fmt.Errorf("position of %s/%d: not assigned to this member", tp.Topic, tp.Partition)
+	}
+	return g.co.Position(ctx, tp.Topic, tp.Partition)
+}
+
 // Poll joins or rejoins the group when needed, commits what the previous Polls returned
 // when auto commit is due, and returns the next records of the owned partitions (waiting
 // up to Consumer.MaxWait).

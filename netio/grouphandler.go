@@ -1,6 +1,7 @@
 package netio
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -13,6 +14,10 @@ import (
 // mailbox hop unless this connection is served by that shard). The answer comes back on
 // that loop and is translated back. A JoinGroup's answer may come much later (when the
 // join phase ends); nothing waits for it meanwhile.
+
+// Byte fields of a decoded request alias its pooled frame buffer, which is reused once the
+// request is answered; what the coordinator keeps (protocol metadata, assignments) is
+// copied here.
 
 // groupCodes maps the coordinator's (Kafka's) codes onto the ringlog wire codes.
 var groupCodes = map[group.Code]wire.ErrorCode{
@@ -146,7 +151,7 @@ func joinRequest(body *wire.JoinGroupRequest, remote string) group.JoinGroup {
 		SessionTimeout: msToDuration(body.SessionTimeoutMs), RebalanceTimeout: msToDuration(body.RebalanceTimeoutMs),
 		ProtocolType: body.ProtocolType}
 	for _, p := range body.Protocols {
-		j.Protocols = append(j.Protocols, group.Protocol{Name: p.Name, Metadata: p.Metadata})
+		j.Protocols = append(j.Protocols, group.Protocol{Name: p.Name, Metadata: bytes.Clone(p.Metadata)})
 	}
 	return j
 }
@@ -165,7 +170,7 @@ func syncRequest(body *wire.SyncGroupRequest) group.SyncGroup {
 	s := group.SyncGroup{Group: body.Group, MemberID: body.MemberID, InstanceID: body.InstanceID, Generation: body.Generation,
 		ProtocolType: body.ProtocolType, Protocol: body.Protocol}
 	for _, a := range body.Assignments {
-		s.Assignments = append(s.Assignments, group.MemberAssignment{MemberID: a.MemberID, Assignment: a.Assignment})
+		s.Assignments = append(s.Assignments, group.MemberAssignment{MemberID: a.MemberID, Assignment: bytes.Clone(a.Assignment)})
 	}
 	return s
 }

@@ -195,7 +195,7 @@ func TestGroupExactlyOnceWithoutCrashes(t *testing.T) {
 			const total = 6000
 			waitFor(t, 60*time.Second, members, func() bool { return len(counts(members...)) == total },
 				func() string { return fmt.Sprintf("%d of %d records read", len(counts(members...)), total) })
-			d := describeStable(t, c, "g", 3)
+			d := describeStable(t, c, "g", 3, members...)
 			for _, m := range members {
 				m.close()
 			}
@@ -210,10 +210,10 @@ func TestGroupExactlyOnceWithoutCrashes(t *testing.T) {
 }
 
 // describeStable waits until the group is Stable with n members covering every partition.
-func describeStable(t *testing.T, c *client.Client, groupID string, n int) (d describedGroup) {
+func describeStable(t *testing.T, c *client.Client, groupID string, n int, members ...*member) (d describedGroup) {
 	t.Helper()
 	ctx := testContext(t, 30*time.Second)
-	waitFor(t, 30*time.Second, nil, func() bool {
+	waitFor(t, 30*time.Second, members, func() bool {
 		g, err := c.DescribeGroup(ctx, groupID)
 		if err != nil || g.State != "Stable" || len(g.Members) != n {
 			d.state = fmt.Sprintf("%s with %d members, %v", g.State, len(g.Members), err)
@@ -251,7 +251,7 @@ func TestGroupCrashedMemberPartitionsMoveAndUncommittedAreRedelivered(t *testing
 	a := newMember(t, b, "g", "a", memberOptions{})
 	bb := newMember(t, b, "g", "b", memberOptions{})
 	victim := newMember(t, b, "g", "victim", memberOptions{noCommit: true})
-	describeStable(t, c, "g", 3)
+	describeStable(t, c, "g", 3, a, bb, victim)
 	produceGroupRecords(t, c, 0, 1200)
 	members := []*member{a, bb, victim}
 	waitFor(t, 30*time.Second, members, func() bool { return len(counts(members...)) == 1200 },
@@ -262,7 +262,7 @@ func TestGroupCrashedMemberPartitionsMoveAndUncommittedAreRedelivered(t *testing
 	}
 	crashedAt := time.Now()
 	victim.crash()
-	d := describeStable(t, c, "g", 2)
+	d := describeStable(t, c, "g", 2, a, bb)
 	moved := time.Since(crashedAt)
 	if moved > groupSession+2*time.Second {
 		t.Errorf("partitions moved %v after the crash; the session timeout is %v", moved, groupSession)
@@ -343,7 +343,7 @@ func TestGroupSurvivesRestart(t *testing.T) {
 	c := setupGroupTopic(t, b, 600)
 	m := newMember(t, b, "g", "static", memberOptions{instance: "host-1"})
 	waitFor(t, 30*time.Second, []*member{m}, func() bool { return len(m.read()) == 600 }, func() string { return "read" })
-	before := describeStable(t, c, "g", 1)
+	before := describeStable(t, c, "g", 1, m)
 	m.crash() // a static member leaves nothing to do: the restart brings it back
 	committedBefore, err := c.FetchCommitted(testContext(t, 10*time.Second), "g")
 	if err != nil {
@@ -373,14 +373,14 @@ func TestStaticMemberRestartKeepsPartitions(t *testing.T) {
 	c := setupGroupTopic(t, b, 0)
 	s1 := newMember(t, b, "g", "s1", memberOptions{instance: "host-1"})
 	s2 := newMember(t, b, "g", "s2", memberOptions{instance: "host-2"})
-	before := describeStable(t, c, "g", 2)
+	before := describeStable(t, c, "g", 2, s1, s2)
 	s1.crash()
 	s1 = newMember(t, b, "g", "s1-restarted", memberOptions{instance: "host-1"})
 	produceGroupRecords(t, c, 0, 240)
 	members := []*member{s1, s2}
 	waitFor(t, 30*time.Second, members, func() bool { return len(counts(members...)) == 240 },
 		func() string { return fmt.Sprintf("%d of 240 read", len(counts(members...))) })
-	after := describeStable(t, c, "g", 2)
+	after := describeStable(t, c, "g", 2, s1, s2)
 	if after.Generation != before.Generation {
 		t.Fatalf("generation %d after the static restart, %d before: a rebalance happened", after.Generation, before.Generation)
 	}

@@ -43,9 +43,12 @@ type GroupConsumer struct {
 	mu         sync.Mutex // guards the membership fields below (shared with the heartbeat goroutine)
 	memberID   string
 	generation int32
-	rejoin     bool  // a rebalance is under way (or the subscription changed): rejoin on Poll
-	lost       bool  // the coordinator removed the member: its partitions are gone
-	fatal      error // fenced by a newer instance with the same InstanceID
+	rejoin     bool // a rebalance is under way (or the subscription changed): rejoin on Poll
+	// rejoinGen is the generation the rebalance news was about (-1: any); news about an
+	// older generation than the member now has is stale (it rejoined meanwhile).
+	rejoinGen int32
+	lost      bool  // the coordinator removed the member: its partitions are gone
+	fatal     error // fenced by a newer instance with the same InstanceID
 
 	stopHeartbeat chan struct{}
 	heartbeatDone chan struct{}
@@ -153,7 +156,7 @@ func (g *GroupConsumer) Subscribe(topics ...string) {
 	g.topics = slices.Sorted(slices.Values(topics))
 	g.topics = slices.Compact(g.topics)
 	g.mu.Lock()
-	g.rejoin = true
+	g.rejoin, g.rejoinGen = true, -1
 	g.mu.Unlock()
 }
 
@@ -288,20 +291,24 @@ func (g *GroupConsumer) commitOffsets(ctx context.Context, offsets []CommittedOf
 	g.mu.Unlock()
 	err := g.c.commit(ctx, g.cfg.Group, member, g.cfg.InstanceID, generation, offsets)
 	if errors.Is(err, wire.ErrRebalanceInProgress) || errors.Is(err, wire.ErrIllegalGeneration) || errors.Is(err, wire.ErrUnknownMemberID) {
-		g.needRejoin(errors.Is(err, wire.ErrUnknownMemberID))
+		g.needRejoin(generation, errors.Is(err, wire.ErrUnknownMemberID))
 	}
 	return err
 }
 
-// needRejoin marks a rebalance; lost says the coordinator no longer knows the member.
-func (g *GroupConsumer) needRejoin(lost bool) {
+// needRejoin marks a rebalance learned while the member was at generation (-1: now);
+// lost says the coordinator no longer knows the member.
+func (g *GroupConsumer) needRejoin(generation int32, lost bool) {
 	g.mu.Lock()
-	g.rejoin = true
+	defer g.mu.Unlock()
+	if generation >= 0 && generation < g.generation {
+		return // about a generation the member already left behind
+	}
+	g.rejoin, g.rejoinGen = true, -1
 	if lost {
 		g.lost = true
 		g.memberID, g.generation = "", -1
 	}
-	g.mu.Unlock()
 }
 
 // ensureActive runs join rounds until the member holds a current assignment.
@@ -309,6 +316,9 @@ func (g *GroupConsumer) ensureActive(ctx context.Context) error {
 	for range joinRoundsMax {
 		g.mu.Lock()
 		fatal, rejoin, lost, member := g.fatal, g.rejoin, g.lost, g.memberID
+		if rejoin && g.rejoinGen >= 0 && g.rejoinGen < g.generation {
+			rejoin = false // news about a generation this member has left behind
+		}
 		g.rejoin, g.lost = false, false
 		g.mu.Unlock()
 		if fatal != nil {
@@ -355,10 +365,10 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 	switch jr.ErrorCode {
 	case wire.ErrNone:
 	case wire.ErrUnknownMemberID, wire.ErrIllegalGeneration:
-		g.needRejoin(true)
+		g.needRejoin(-1, true)
 		return nil
 	case wire.ErrRebalanceInProgress:
-		g.needRejoin(false)
+		g.needRejoin(-1, false)
 		return nil
 	case wire.ErrFencedInstanceID:
 		return g.setFatal(wire.CodeError(jr.ErrorCode, jr.ErrorMessage))
@@ -384,10 +394,10 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 	switch sr.ErrorCode {
 	case wire.ErrNone:
 	case wire.ErrUnknownMemberID, wire.ErrIllegalGeneration:
-		g.needRejoin(true)
+		g.needRejoin(-1, true)
 		return nil
 	case wire.ErrRebalanceInProgress:
-		g.needRejoin(false)
+		g.needRejoin(-1, false)
 		return nil
 	case wire.ErrFencedInstanceID:
 		return g.setFatal(wire.CodeError(sr.ErrorCode, sr.ErrorMessage))
@@ -423,7 +433,7 @@ func (g *GroupConsumer) apply(ctx context.Context, got []TopicPartition, coop bo
 	if len(revoked) > 0 {
 		g.revoke(ctx, revoked, g.cfg.AutoCommit)
 		if coop {
-			g.needRejoin(false) // the second round hands them to their new owners
+			g.needRejoin(-1, false) // the second round hands them to their new owners
 		}
 	}
 	if len(added) == 0 {
@@ -554,9 +564,9 @@ func (g *GroupConsumer) heartbeatLoop() {
 		if g.memberID == member && g.generation == generation { // not rejoined meanwhile
 			switch resp.ErrorCode {
 			case wire.ErrRebalanceInProgress:
-				g.rejoin = true
+				g.rejoin, g.rejoinGen = true, generation
 			case wire.ErrIllegalGeneration, wire.ErrUnknownMemberID:
-				g.rejoin, g.lost = true, true
+				g.rejoin, g.rejoinGen, g.lost = true, -1, true
 				g.memberID, g.generation = "", -1
 			case wire.ErrFencedInstanceID:
 				g.fatal = fmt.Errorf("group %s: %w", g.cfg.Group, wire.CodeError(resp.ErrorCode, resp.ErrorMessage))

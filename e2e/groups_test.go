@@ -231,7 +231,9 @@ func describeStable(t *testing.T, c *client.Client, groupID string, n int, membe
 		}
 		d = describedGroup{state: fmt.Sprintf("%s owning %d", g.State, len(owners)), Generation: g.Generation, owners: owners}
 		return len(owners) == groupPartitions
-	}, func() string { return fmt.Sprintf("group %s not Stable with %d members owning all partitions (state %s)", groupID, n, d.state) })
+	}, func() string {
+		return fmt.Sprintf("group %s not Stable with %d members owning all partitions (state %s)", groupID, n, d.state)
+	})
 	return d
 }
 

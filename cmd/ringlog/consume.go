@@ -218,12 +218,8 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 					continue
 				}
 			}
-			if enc != nil {
-				if err := enc.Encode(newJSONRecord(&r)); err != nil {
-					return written, fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
-				}
-			} else {
-				writeRecord(out, o, &r)
+			if err := emitRecord(out, enc, o, &r); err != nil {
+				return written, err
 			}
 			written++
 			if o.max > 0 && written >= o.max {
@@ -279,12 +275,8 @@ func consumeGroup(ctx context.Context, c *client.Client, o consumeOptions, out *
 			return written, err
 		}
 		for _, r := range records {
-			if enc != nil {
-				if err := enc.Encode(newJSONRecord(&r)); err != nil {
-					return written, fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
-				}
-			} else {
-				writeRecord(out, o, &r)
+			if err := emitRecord(out, enc, o, &r); err != nil {
+				return written, err
 			}
 			written++
 			if o.max > 0 && written >= o.max {
@@ -351,6 +343,18 @@ func groupCaughtUp(ctx context.Context, c *client.Client, g *client.GroupConsume
 		}
 	}
 	return true, nil
+}
+
+// emitRecord writes one record as JSON (enc set) or per --format / --print-*.
+func emitRecord(out *bufio.Writer, enc *json.Encoder, o consumeOptions, r *client.ConsumedRecord) error {
+	if enc == nil {
+		writeRecord(out, o, r)
+		return nil
+	}
+	if err := enc.Encode(newJSONRecord(r)); err != nil {
+		return fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	return nil
 }
 
 func writeRecord(out *bufio.Writer, o consumeOptions, r *client.ConsumedRecord) {

@@ -362,18 +362,8 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 	if err := g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode }); err != nil {
 		return fmt.Errorf("join group %s: %w", g.cfg.Group, err)
 	}
-	switch jr.ErrorCode {
-	case wire.ErrNone:
-	case wire.ErrUnknownMemberID, wire.ErrIllegalGeneration:
-		g.needRejoin(-1, true)
-		return nil
-	case wire.ErrRebalanceInProgress:
-		g.needRejoin(-1, false)
-		return nil
-	case wire.ErrFencedInstanceID:
-		return g.setFatal(wire.CodeError(jr.ErrorCode, jr.ErrorMessage))
-	default:
-		return fmt.Errorf("join group %s: %w", g.cfg.Group, wire.CodeError(jr.ErrorCode, jr.ErrorMessage))
+	if proceed, err := g.membershipCode("join", jr.ErrorCode, jr.ErrorMessage); !proceed {
+		return err
 	}
 	g.mu.Lock()
 	g.memberID, g.generation = jr.MemberID, jr.Generation
@@ -391,18 +381,8 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 	if err := g.c.groupCall(joinCtx, g.cfg.Group, syncReq, &sr, func() wire.ErrorCode { return sr.ErrorCode }); err != nil {
 		return fmt.Errorf("sync group %s: %w", g.cfg.Group, err)
 	}
-	switch sr.ErrorCode {
-	case wire.ErrNone:
-	case wire.ErrUnknownMemberID, wire.ErrIllegalGeneration:
-		g.needRejoin(-1, true)
-		return nil
-	case wire.ErrRebalanceInProgress:
-		g.needRejoin(-1, false)
-		return nil
-	case wire.ErrFencedInstanceID:
-		return g.setFatal(wire.CodeError(sr.ErrorCode, sr.ErrorMessage))
-	default:
-		return fmt.Errorf("sync group %s: %w", g.cfg.Group, wire.CodeError(sr.ErrorCode, sr.ErrorMessage))
+	if proceed, err := g.membershipCode("sync", sr.ErrorCode, sr.ErrorMessage); !proceed {
+		return err
 	}
 	var got []TopicPartition
 	if len(sr.Assignment) > 0 {
@@ -413,6 +393,24 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 		got = fromAssign(a.Partitions)
 	}
 	return g.apply(ctx, got, g.cooperative(jr.Protocol))
+}
+
+// membershipCode acts on a JoinGroup or SyncGroup error code: proceed on success; a code
+// that means "rejoin" schedules another round (nil error); fencing is fatal.
+func (g *GroupConsumer) membershipCode(what string, code wire.ErrorCode, message string) (proceed bool, err error) {
+	switch code {
+	case wire.ErrNone:
+		return true, nil
+	case wire.ErrUnknownMemberID, wire.ErrIllegalGeneration:
+		g.needRejoin(-1, true)
+		return false, nil
+	case wire.ErrRebalanceInProgress:
+		g.needRejoin(-1, false)
+		return false, nil
+	case wire.ErrFencedInstanceID:
+		return false, g.setFatal(wire.CodeError(code, message))
+	}
+	return false, fmt.Errorf("%s group %s: %w", what, g.cfg.Group, wire.CodeError(code, message))
 }
 
 // apply takes the new assignment: revokes what moved away (cooperative: then rejoins for

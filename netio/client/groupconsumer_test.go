@@ -183,3 +183,130 @@ func TestGroupAdminCalls(t *testing.T) {
 		t.Fatalf("delete again: %v, want GROUP_ID_NOT_FOUND", err)
 	}
 }
+
+// TestCooperativeRevokesOnlyMovedPartitions: when a second member joins, an eager (range)
+// member revokes everything it owned; a cooperative-sticky member revokes only the
+// partitions that move to the newcomer and keeps reading the rest.
+func TestCooperativeRevokesOnlyMovedPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		assignor    string
+		wantRevoked int // of the first member's 6 partitions
+	}{{"range", 6}, {"cooperative-sticky", 3}} {
+		t.Run(tc.assignor, func(t *testing.T) {
+			b := startGroupBroker(t, t.TempDir())
+			ctx := ctxT(t)
+			if err := b.Client.CreateTopic(ctx, "orders", 6, nil); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var revoked []client.TopicPartition
+			c, err := client.New(ctx, client.Config{Broker: b.Addr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			first, err := c.NewGroupConsumer(client.GroupConfig{Group: "g", SessionTimeout: 1500 * time.Millisecond, Assignors: []string{tc.assignor},
+				AutoOffsetReset: "earliest", Consumer: client.ConsumerConfig{MaxWait: 20 * time.Millisecond},
+				OnRevoked: func(_ context.Context, tps []client.TopicPartition) {
+					mu.Lock()
+					revoked = append(revoked, tps...)
+					mu.Unlock()
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first.Subscribe("orders")
+			if _, err := first.Poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(first.Assignment()); n != 6 {
+				t.Fatalf("alone, the first member owns %d partitions", n)
+			}
+			_, second := newMember(t, b.Addr, "g", tc.assignor)
+			done := make(chan error, 1)
+			go func() {
+				for len(second.Assignment()) != 3 {
+					if _, err := second.Poll(ctx); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			deadline := time.Now().Add(15 * time.Second)
+			for len(first.Assignment()) != 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("first member still owns %v", first.Assignment())
+				}
+				if _, err := first.Poll(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(revoked) != tc.wantRevoked {
+				t.Fatalf("%s: the first member revoked %v, want %d partitions", tc.assignor, revoked, tc.wantRevoked)
+			}
+		})
+	}
+}
+
+// TestAutoOffsetReset: without a committed offset, "none" reports ErrNoCommittedOffset
+// until Seek; a committed offset outside the log is reported under "none" (nothing is
+// skipped) and restarts at the log start under "earliest".
+func TestAutoOffsetReset(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir())
+	ctx := ctxT(t)
+	if err := b.Client.CreateTopic(ctx, "orders", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, b.Client, "orders", 10)
+	member := func(groupID, reset string) *client.GroupConsumer {
+		g, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: groupID, SessionTimeout: time.Second, AutoOffsetReset: reset,
+			Consumer: client.ConsumerConfig{MaxWait: 20 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Subscribe("orders")
+		t.Cleanup(func() { g.Close(context.Background()) })
+		return g
+	}
+	g := member("fresh", "none")
+	if _, err := g.Poll(ctx); !errors.Is(err, client.ErrNoCommittedOffset) {
+		t.Fatalf("no committed offset under none: %v", err)
+	}
+	if err := g.Seek(client.TopicPartition{Topic: "orders", Partition: 0}, 4); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := g.Poll(ctx)
+	if err != nil || len(recs) == 0 || recs[0].Offset != 4 {
+		t.Fatalf("after seek to 4: %d records, %v", len(recs), err)
+	}
+	beyond := []client.CommittedOffset{{TopicPartition: client.TopicPartition{Topic: "orders", Partition: 0}, Offset: 1000}}
+	for _, id := range []string{"strict", "lenient"} {
+		if err := b.Client.CommitOffsets(ctx, id, beyond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	strict := member("strict", "none")
+	if _, err := strict.Poll(ctx); !errors.Is(err, wire.ErrOffsetOutOfRange) {
+		t.Fatalf("committed offset outside the log under none: %v, want OFFSET_OUT_OF_RANGE", err)
+	}
+	lenient := member("lenient", "earliest")
+	var got []client.ConsumedRecord
+	for range 50 {
+		recs, err := lenient.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = append(got, recs...); len(got) >= 10 {
+			break
+		}
+	}
+	if len(got) != 10 || got[0].Offset != 0 {
+		t.Fatalf("under earliest: %d records from %v", len(got), got)
+	}
+}

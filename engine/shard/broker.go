@@ -612,8 +612,10 @@ func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
 
 // Drain prepares a shutdown: every parked long-poll fetch is answered now with what its
 // partitions hold, and fetches from here on answer at once instead of waiting for data, so
-// that a server waiting for its in-flight requests is not held up by MaxWait. Produce and
-// admin work carry on as before. Safe to call from any goroutine, more than once.
+// that a server waiting for its in-flight requests is not held up by MaxWait. The group
+// coordinators stop serving (parked JoinGroup and SyncGroup requests, and every group
+// request from then on, are answered NOT_COORDINATOR). Produce and admin work carry on as
+// before. Safe to call from any goroutine, more than once.
 func (b *Broker) Drain() {
 	if b.draining.Swap(true) {
 		return
@@ -621,6 +623,10 @@ func (b *Broker) Drain() {
 	for _, s := range b.shards {
 		// park checks draining too, so a waiter parked after this post runs still fires.
 		_ = s.r.Post(s.core.WakeAll)
+		// Group requests parked in a join or sync phase are answered NOT_COORDINATOR (the
+		// client finds the coordinator again after the restart) instead of holding the
+		// shutdown for their rebalance timeout.
+		_ = s.r.Post(s.unloadGroups)
 	}
 }
 

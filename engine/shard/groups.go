@@ -175,6 +175,16 @@ func (s *Shard) groupsClosed(tp TopicPartition) {
 	s.drainGroups()
 }
 
+// unloadGroups stops serving every group of this shard (Broker.Drain). Loop goroutine.
+func (s *Shard) unloadGroups() {
+	for tp := range s.parts {
+		if tp.Topic == group.OffsetsTopic {
+			s.groups.coord.Unload(s.r.Now(), tp.Partition)
+		}
+	}
+	s.drainGroups()
+}
+
 // handleGroup runs one request on this shard's coordinator. Loop goroutine.
 func (s *Shard) handleGroup(req group.Request, done func(group.Response)) {
 	sg := s.groups

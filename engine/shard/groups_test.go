@@ -153,3 +153,32 @@ func TestGroupSessionTimeoutOnShardClock(t *testing.T) {
 		time.Sleep(time.Millisecond) // the loop's timer runs on its next turn
 	}
 }
+
+// TestDrainAnswersParkedJoins: a JoinGroup waiting for a join phase is answered at once
+// (NOT_COORDINATOR) when the broker drains for shutdown, instead of holding the shutdown
+// for the group's rebalance timeout.
+func TestDrainAnswersParkedJoins(t *testing.T) {
+	b := openGroupsBroker(t, t.TempDir(), nil)
+	defer b.Close()
+	if err := b.CreateTopic("orders", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	joinAlone(t, b, "g", "", "orders", 2) // a member that will not rejoin
+	sub := assign.EncodeSubscription(nil, assign.Subscription{Topics: []string{"orders"}, Generation: -1})
+	answer := make(chan group.Response, 1)
+	b.Groups().Do(CallerNone, group.JoinGroup{Group: "g", ClientID: "c", SessionTimeout: 10 * time.Second, RebalanceTimeout: time.Minute,
+		ProtocolType: assign.ProtocolType, Protocols: []group.Protocol{{Name: assign.Range, Metadata: sub}}}, func(r group.Response) { answer <- r })
+	// The join phase waits for the first member to rejoin: the new member's join is parked.
+	if d := handle(t, b, group.DescribeGroups{Groups: []string{"g"}}).(group.DescribeGroupsResponse).Groups[0]; d.State != group.PreparingRebalance {
+		t.Fatalf("before the drain: %v, want PreparingRebalance", d.State)
+	}
+	b.Drain()
+	select {
+	case r := <-answer:
+		if jr := r.(group.JoinGroupResponse); jr.Err != group.CodeNotCoordinator {
+			t.Fatalf("parked join after the drain: %+v", jr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("parked join not answered by the drain")
+	}
+}

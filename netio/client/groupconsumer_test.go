@@ -310,3 +310,53 @@ func TestAutoOffsetReset(t *testing.T) {
 		t.Fatalf("under earliest: %d records from %v", len(got), got)
 	}
 }
+
+// TestCommitAsyncAndSeek: CommitAsync commits the positions of what Poll returned; Seek
+// moves a position and the next commit stores it.
+func TestCommitAsyncAndSeek(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir())
+	ctx := ctxT(t)
+	if err := b.Client.CreateTopic(ctx, "orders", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceN(t, b.Client, "orders", 20)
+	g, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: "async", SessionTimeout: time.Second, AutoOffsetReset: "earliest",
+		Consumer: client.ConsumerConfig{MaxWait: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(ctx)
+	g.Subscribe("orders")
+	var read int
+	for read < 20 {
+		recs, err := g.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += len(recs)
+	}
+	committed := func() int64 {
+		offs, err := b.Client.FetchCommitted(ctx, "async", client.TopicPartition{Topic: "orders"})
+		if err != nil || len(offs) != 1 {
+			t.Fatalf("fetch committed: %+v, %v", offs, err)
+		}
+		return offs[0].Offset
+	}
+	done := make(chan error, 1)
+	g.CommitAsync(ctx, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := committed(); got != 20 {
+		t.Fatalf("after CommitAsync: committed %d, want 20", got)
+	}
+	if err := g.Seek(client.TopicPartition{Topic: "orders"}, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CommitSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := committed(); got != 7 {
+		t.Fatalf("after Seek(7) and CommitSync: committed %d", got)
+	}
+}

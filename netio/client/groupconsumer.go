@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/group/assign"
@@ -50,6 +51,11 @@ type GroupConsumer struct {
 	lost      bool  // the coordinator removed the member: its partitions are gone
 	fatal     error // fenced by a newer instance with the same InstanceID
 
+	// lastPollNanos is when Poll last returned (unix ns); the heartbeat goroutine leaves the
+	// group when it is older than RebalanceTimeout (Kafka's max.poll.interval.ms).
+	lastPollNanos atomic.Int64
+	inPoll        atomic.Bool // a Poll is running (a join inside it may take long)
+
 	stopHeartbeat chan struct{}
 	heartbeatDone chan struct{}
 }
@@ -65,7 +71,9 @@ type GroupConfig struct {
 	// long. Default 10 s; the broker bounds it (--group-min/max-session-timeout).
 	SessionTimeout time.Duration
 	// RebalanceTimeout is Kafka's max.poll.interval.ms: how long a join phase waits for
-	// this member's Poll. Default 5 min.
+	// this member's Poll, and how long the member may go without calling Poll before it
+	// leaves the group by itself (its partitions go to the others; the next Poll rejoins).
+	// Default 5 min.
 	RebalanceTimeout time.Duration
 	// HeartbeatInterval defaults to SessionTimeout / 3.
 	HeartbeatInterval time.Duration
@@ -198,6 +206,11 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	if len(g.topics) == 0 {
 		return nil, errors.New("poll: no topics subscribed")
 	}
+	g.inPoll.Store(true)
+	defer func() {
+		g.lastPollNanos.Store(time.Now().UnixNano())
+		g.inPoll.Store(false)
+	}()
 	if err := g.ensureActive(ctx); err != nil {
 		return nil, err
 	}
@@ -547,6 +560,10 @@ func (g *GroupConsumer) heartbeatLoop() {
 		if member == "" || generation < 0 {
 			continue
 		}
+		if last := g.lastPollNanos.Load(); last != 0 && !g.inPoll.Load() && time.Since(time.Unix(0, last)) > g.cfg.RebalanceTimeout {
+			g.leaveStuck(member)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), g.cfg.HeartbeatInterval)
 		var resp wire.HeartbeatResponse
 		err := g.c.groupCall(ctx, g.cfg.Group, &wire.HeartbeatRequest{Group: g.cfg.Group, MemberID: member, InstanceID: g.cfg.InstanceID, Generation: generation},
@@ -572,6 +589,28 @@ func (g *GroupConsumer) heartbeatLoop() {
 		}
 		g.mu.Unlock()
 	}
+}
+
+// leaveStuck leaves the group for a member whose Poll has not run for RebalanceTimeout,
+// as Kafka's consumer does: the others get its partitions at once instead of waiting for
+// the coordinator's rebalance timeout. The next Poll revokes the partitions (without
+// committing: they belong to others now) and joins again. A static member leaves too.
+func (g *GroupConsumer) leaveStuck(member string) {
+	g.mu.Lock()
+	if g.memberID != member {
+		g.mu.Unlock()
+		return
+	}
+	g.rejoin, g.rejoinGen, g.lost = true, -1, true
+	g.memberID, g.generation = "", -1
+	g.mu.Unlock()
+	g.co.cfg.Logger.Warn("group consumer: Poll not called within the rebalance timeout (max.poll.interval); leaving the group",
+		"group", g.cfg.Group, "member", member, "rebalance_timeout", g.cfg.RebalanceTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.SessionTimeout)
+	defer cancel()
+	var resp wire.LeaveGroupResponse
+	_ = g.c.groupCall(ctx, g.cfg.Group, &wire.LeaveGroupRequest{Group: g.cfg.Group, Members: []wire.GroupMemberRef{{MemberID: member, InstanceID: g.cfg.InstanceID}}},
+		&resp, func() wire.ErrorCode { return resp.ErrorCode })
 }
 
 // Close commits (AutoCommit), revokes the partitions and leaves the group — except a

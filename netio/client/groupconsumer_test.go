@@ -360,3 +360,48 @@ func TestCommitAsyncAndSeek(t *testing.T) {
 		t.Fatalf("after Seek(7) and CommitSync: committed %d", got)
 	}
 }
+
+// TestStuckMemberLeaves: a member that stops calling Poll for longer than its
+// RebalanceTimeout (max.poll.interval) leaves the group by itself although its heartbeats
+// would keep it in; its next Poll joins again.
+func TestStuckMemberLeaves(t *testing.T) {
+	b := startGroupBroker(t, t.TempDir())
+	ctx := ctxT(t)
+	if err := b.Client.CreateTopic(ctx, "orders", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: "stuck", SessionTimeout: 3 * time.Second, HeartbeatInterval: 50 * time.Millisecond,
+		RebalanceTimeout: 300 * time.Millisecond, AutoOffsetReset: "earliest", Consumer: client.ConsumerConfig{MaxWait: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(ctx)
+	g.Subscribe("orders")
+	if _, err := g.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := g.Member()
+	deadline := time.Now().Add(10 * time.Second) // well before the 3 s session would matter twice
+	for {
+		d, err := b.Client.DescribeGroup(ctx, "stuck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Members) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stuck member still in the group: %+v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := g.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := g.Member(); again == "" || again == first {
+		t.Fatalf("after the next Poll: member %q (was %q)", again, first)
+	}
+	if n := len(g.Assignment()); n != 2 {
+		t.Fatalf("after rejoining: %d partitions", n)
+	}
+}

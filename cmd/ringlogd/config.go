@@ -95,8 +95,14 @@ type options struct {
 	cleanerEvery  time.Duration
 	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
 	producerIDExpiration time.Duration
-	logLevel             string
-	topicDefaults        topicDefaults
+	// Consumer groups: bounds of a member's session timeout, members per group, and the
+	// partition count of __consumer_offsets when this broker creates it.
+	groupSessionMin   time.Duration
+	groupSessionMax   time.Duration
+	groupMembersMax   int
+	offsetsPartitions int
+	logLevel          string
+	topicDefaults     topicDefaults
 }
 
 // topicDefaults is the topic-defaults key: broker-wide topic configs (the same keys as
@@ -219,6 +225,10 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.Int64Var(&o.cleanerMap, "cleaner-dedupe-buffer-bytes", engine.CleanerDedupeBufferBytesDefault, "memory of each shard's compaction offset map (24 bytes a key); a pass deduplicates as many records as fit")
 	fs.DurationVar(&o.cleanerEvery, "cleaner-interval", 15*time.Second, "how often each shard looks for compacted partitions to clean when no pass is under way")
 	fs.DurationVar(&o.producerIDExpiration, "producer-id-expiration", 0, "broker default of producer.id.expiration.ms: how long an idempotent producer's dedup state outlives its last write (0: 24h; topics may override)")
+	fs.DurationVar(&o.groupSessionMin, "group-min-session-timeout", 6*time.Second, "shortest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT below it)")
+	fs.DurationVar(&o.groupSessionMax, "group-max-session-timeout", 30*time.Minute, "longest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT above it)")
+	fs.IntVar(&o.groupMembersMax, "group-max-size", 1000, "members one consumer group may have (GROUP_MAX_SIZE_REACHED beyond it)")
+	fs.IntVar(&o.offsetsPartitions, "offsets-partitions", 8, "partitions of __consumer_offsets when this broker creates it (first start); an existing topic keeps its count. They count against --max-partitions")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (SIGHUP reloads it)")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
@@ -539,6 +549,15 @@ func (s *settings) validate() error {
 	}
 	if o.producerIDExpiration < 0 {
 		return bad("producer-id-expiration", o.producerIDExpiration.String(), "0 (24h) or a positive duration")
+	}
+	if o.groupSessionMin <= 0 || o.groupSessionMax < o.groupSessionMin {
+		return bad("group-max-session-timeout", o.groupSessionMax.String(), fmt.Sprintf("at least --group-min-session-timeout (%s), which must be positive", o.groupSessionMin))
+	}
+	if o.groupMembersMax < 1 {
+		return bad("group-max-size", strconv.Itoa(o.groupMembersMax), "at least 1")
+	}
+	if o.offsetsPartitions < 1 || o.offsetsPartitions > 1024 {
+		return bad("offsets-partitions", strconv.Itoa(o.offsetsPartitions), "1..1024")
 	}
 	if o.connsMax < 1 {
 		return bad("max-connections", strconv.Itoa(o.connsMax), "at least 1")

@@ -135,6 +135,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			CleanerInterval:          o.cleanerEvery,
 			FetchFilesMax:            o.limits.fetchFilesMax,
 			PartitionsMax:            o.limits.partitionsMax,
+			Groups: shard.GroupsConfig{OffsetsPartitions: o.offsetsPartitions, SessionTimeoutMin: o.groupSessionMin,
+				SessionTimeoutMax: o.groupSessionMax, GroupMembersMax: o.groupMembersMax},
 		},
 		FetchResponseBytesMax: o.limits.fetchResponseBytesMax,
 		Listen:                o.listen,

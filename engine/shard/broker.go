@@ -90,7 +90,9 @@ type Config struct {
 	// PartitionsMax bounds the partitions of all topics together; a create beyond it is
 	// refused with ErrInvalidPartitions. 0 means engine.PartitionsPerBrokerDefault.
 	PartitionsMax int
-	Logger        *slog.Logger
+	// Groups configures the consumer group coordinators (groups.go).
+	Groups GroupsConfig
+	Logger *slog.Logger
 
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
 	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
@@ -174,6 +176,8 @@ type Broker struct {
 	files    *Quota      // descriptors held by unsent fetch results (Config.FetchFilesMax)
 
 	logDefaults atomic.Pointer[engine.LogConfig] // cfg.Log, then SetLogDefaults (defaults.go)
+
+	groups *Groups // routes group requests to the coordinator shards (groups.go)
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -238,6 +242,12 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.meta.Store(meta)
+	offsetsPartitions, err := b.offsetsPartitionCount(meta)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	b.groups = &Groups{b: b, partitions: offsetsPartitions}
 	for i := 0; i < cfg.Shards; i++ {
 		s, err := startShard(b, i)
 		if err != nil {
@@ -258,6 +268,10 @@ func Open(cfg Config) (*Broker, error) {
 		}
 	}
 	if err := runAll(opens); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err := b.createOffsetsTopic(); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -527,6 +541,9 @@ func (b *Broker) DeleteTopic(name string) error {
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
+	if internalTopic(name) {
+		return fmt.Errorf("%w: %q holds committed offsets and group metadata; it cannot be deleted", ErrInternalTopic, name)
+	}
 	b.publish(old, name, nil)
 	if err := b.cat.Delete(name); err != nil {
 		b.meta.Store(old)
@@ -607,8 +624,10 @@ func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
 
 // Drain prepares a shutdown: every parked long-poll fetch is answered now with what its
 // partitions hold, and fetches from here on answer at once instead of waiting for data, so
-// that a server waiting for its in-flight requests is not held up by MaxWait. Produce and
-// admin work carry on as before. Safe to call from any goroutine, more than once.
+// that a server waiting for its in-flight requests is not held up by MaxWait. The group
+// coordinators stop serving (parked JoinGroup and SyncGroup requests, and every group
+// request from then on, are answered NOT_COORDINATOR). Produce and admin work carry on as
+// before. Safe to call from any goroutine, more than once.
 func (b *Broker) Drain() {
 	if b.draining.Swap(true) {
 		return
@@ -616,6 +635,10 @@ func (b *Broker) Drain() {
 	for _, s := range b.shards {
 		// park checks draining too, so a waiter parked after this post runs still fires.
 		_ = s.r.Post(s.core.WakeAll)
+		// Group requests parked in a join or sync phase are answered NOT_COORDINATOR (the
+		// client finds the coordinator again after the restart) instead of holding the
+		// shutdown for their rebalance timeout.
+		_ = s.r.Post(s.unloadGroups)
 	}
 }
 
@@ -651,12 +674,17 @@ func (b *Broker) openLog(s *Shard, tp TopicPartition, lc engine.LogConfig) (*eng
 }
 
 func (b *Broker) partitionOpened(shard int, tp TopicPartition) {
+	s := b.shards[shard]
+	if p := s.parts[tp]; p != nil {
+		s.groupsOpened(p)
+	}
 	for _, l := range b.cfg.PartitionListeners {
 		l.PartitionOpened(shard, tp)
 	}
 }
 
 func (b *Broker) partitionClosed(shard int, tp TopicPartition) {
+	b.shards[shard].groupsClosed(tp)
 	for _, l := range b.cfg.PartitionListeners {
 		l.PartitionClosed(shard, tp)
 	}

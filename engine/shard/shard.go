@@ -30,6 +30,7 @@ type Shard struct {
 	tick       func()       // s.onTick, allocated once
 	scrub      scrubState   // background segment verification (scrub.go)
 	cleaner    cleanerState // background log compaction (compact.go)
+	groups     *shardGroups // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -42,6 +43,7 @@ type partition struct {
 func startShard(b *Broker, index int) (*Shard, error) {
 	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, exited: make(chan error, 1)}
 	s.core = core.New((*coreDriver)(s), b.rep)
+	s.startGroups()
 	s.tick = s.onTick
 	ready := make(chan struct{})
 	err := ring.StartPinned(s.cpu, b.cfg.Ring, func(r *ring.Reactor) {

@@ -50,6 +50,16 @@ func entriesOf(m wire.Message) int {
 		for _, t := range r.Topics {
 			n += len(t.Configs)
 		}
+	case *wire.ReplicaFetchRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.OffsetsForLeaderEpochRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
 	}
 	return n
 }
@@ -67,6 +77,9 @@ func entrySamples() []wire.Message {
 		&wire.DescribeConfigsRequest{Topics: []wire.DescribeConfigsTopic{{Topic: "t", Keys: []string{"a", "b"}}, {Topic: "u"}}},
 		&wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{{Topic: "t", Configs: []wire.AlterConfig{{Key: "k", Value: "v"}}}}},
 		&wire.APIVersionsRequest{ClientID: "c"},
+		&wire.ReplicaFetchRequest{ReplicaID: 2, Topics: []wire.ReplicaFetchTopic{{Topic: "a", Partitions: []wire.ReplicaFetchPartition{{Partition: 0}, {Partition: 1}}}}},
+		&wire.OffsetsForLeaderEpochRequest{Topics: []wire.OffsetsForLeaderEpochTopic{{Topic: "a", Partitions: []wire.OffsetsForLeaderEpochPartition{{Partition: 2}}}, {Topic: "b"}}},
+		&wire.ControllerRequest{Body: []byte("{}")},
 	}
 }
 

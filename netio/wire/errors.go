@@ -43,6 +43,9 @@ const (
 	ErrFrameTooLarge           ErrorCode = 25
 	ErrInvalidTimestamp        ErrorCode = 26
 	ErrTopicDeletionInProgress ErrorCode = 27
+	ErrFencedLeaderEpoch       ErrorCode = 28
+	ErrUnknownLeaderEpoch      ErrorCode = 29
+	ErrNotController           ErrorCode = 30
 )
 
 type errorInfo struct {
@@ -80,6 +83,9 @@ var errorTable = map[ErrorCode]errorInfo{
 	ErrFrameTooLarge:           {"FRAME_TOO_LARGE", "frame length exceeds the broker's max frame size; connection closed", false},
 	ErrInvalidTimestamp:        {"INVALID_TIMESTAMP", "timestamp is out of the accepted range", false},
 	ErrTopicDeletionInProgress: {"TOPIC_DELETION_IN_PROGRESS", "topic is being deleted", true},
+	ErrFencedLeaderEpoch:       {"FENCED_LEADER_EPOCH", "the request's leader epoch is older than the partition's; refresh metadata", true},
+	ErrUnknownLeaderEpoch:      {"UNKNOWN_LEADER_EPOCH", "the request's leader epoch is newer than this broker knows; retry", true},
+	ErrNotController:           {"NOT_CONTROLLER", "no controller leader is reachable from this broker; retry", true},
 }
 
 // Error returns the code's name and default message.

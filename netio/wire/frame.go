@@ -56,15 +56,19 @@ const (
 	APIDescribeConfigs APIKey = 8
 	APIAlterConfigs    APIKey = 9
 	APIInitProducerID  APIKey = 10
+	// Between brokers (replication), and the CLI's cluster view.
+	APIReplicaFetch          APIKey = 11
+	APIOffsetsForLeaderEpoch APIKey = 12
+	APIController            APIKey = 13
 
 	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 11
+	APIKeyCount = 14
 )
 
 var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
-	"InitProducerId",
+	"InitProducerId", "ReplicaFetch", "OffsetsForLeaderEpoch", "Controller",
 }
 
 func (k APIKey) String() string {

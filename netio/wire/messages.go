@@ -42,6 +42,12 @@ func NewRequest(key APIKey) Message {
 		return new(AlterConfigsRequest)
 	case APIInitProducerID:
 		return new(InitProducerIDRequest)
+	case APIReplicaFetch:
+		return new(ReplicaFetchRequest)
+	case APIOffsetsForLeaderEpoch:
+		return new(OffsetsForLeaderEpochRequest)
+	case APIController:
+		return new(ControllerRequest)
 	}
 	return nil
 }
@@ -71,6 +77,12 @@ func NewResponse(key APIKey) Message {
 		return new(AlterConfigsResponse)
 	case APIInitProducerID:
 		return new(InitProducerIDResponse)
+	case APIReplicaFetch:
+		return new(ReplicaFetchResponse)
+	case APIOffsetsForLeaderEpoch:
+		return new(OffsetsForLeaderEpochResponse)
+	case APIController:
+		return new(ControllerResponse)
 	}
 	return nil
 }

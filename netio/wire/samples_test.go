@@ -28,6 +28,14 @@ func sampleRequests() []Message {
 		}},
 		&InitProducerIDRequest{Name: "billing-writer", ProducerID: -1, ProducerEpoch: -1},
 		&InitProducerIDRequest{ProducerID: 4000, ProducerEpoch: 3},
+		&ReplicaFetchRequest{ReplicaID: 2, MaxWaitMs: 500, MinBytes: 1, MaxBytes: 1 << 20, Topics: []ReplicaFetchTopic{
+			{Topic: "orders", Partitions: []ReplicaFetchPartition{{Partition: 0, CurrentLeaderEpoch: 3, FetchOffset: 42, MaxBytes: 1 << 20}}},
+		}},
+		&OffsetsForLeaderEpochRequest{Topics: []OffsetsForLeaderEpochTopic{
+			{Topic: "orders", Partitions: []OffsetsForLeaderEpochPartition{{0, 4, 3}, {1, 4, -1}}},
+		}},
+		&ControllerRequest{Op: ControllerSubmit, Body: []byte(`{"Type":2}`)},
+		&ControllerRequest{Op: ControllerMetadata},
 	}
 }
 
@@ -60,5 +68,16 @@ func sampleResponses() []Message {
 		&AlterConfigsResponse{Topics: []TopicResult{{"orders", ErrInvalidConfig, "retention.ms: not a number"}}},
 		&InitProducerIDResponse{ProducerID: 4000, ProducerEpoch: 4},
 		&InitProducerIDResponse{ErrorCode: ErrInvalidProducerEpoch, ErrorMessage: "name is at epoch 5", ProducerID: -1, ProducerEpoch: -1},
+		&ReplicaFetchResponse{Topics: []ReplicaFetchResponseTopic{
+			{Topic: "orders", Partitions: []ReplicaFetchResponsePartition{
+				{Partition: 0, HighWatermark: 40, LogStartOffset: 0, LogEndOffset: 50, Records: []byte("batches")},
+				{Partition: 1, ErrorCode: ErrFencedLeaderEpoch, ErrorMessage: "epoch 2, leader's 3", HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1},
+			}},
+		}},
+		&OffsetsForLeaderEpochResponse{Topics: []OffsetsForLeaderEpochResponseTopic{
+			{Topic: "orders", Partitions: []OffsetsForLeaderEpochResponsePartition{{0, ErrNone, "", 3, 120}, {1, ErrNotLeaderOrWrongShard, "not the leader", -1, -1}}},
+		}},
+		&ControllerResponse{Body: []byte(`{"Version":7}`)},
+		&ControllerResponse{ErrorCode: ErrNotController, ErrorMessage: "no controller leader"},
 	}
 }

@@ -29,7 +29,7 @@ type topicCommand struct {
 }
 
 var topicCommands = map[string]topicCommand{
-	"create":   {"topic create NAME --partitions N [--config k=v ...]", topicCreate},
+	"create":   {"topic create NAME --partitions N [--replication-factor R] [--config k=v ...]", topicCreate},
 	"list":     {"topic list", topicList},
 	"describe": {"topic describe NAME", topicDescribe},
 	"delete":   {"topic delete NAME", topicDelete},
@@ -72,10 +72,14 @@ func runTopic(args []string) error {
 // own limit, so the CLI refuses exactly what the broker would.
 const partitionsMax = engine.PartitionsPerTopicMax
 
+// replicationFactorMax is the controller's limit on replicas per partition.
+const replicationFactorMax = 16
+
 func topicCreate(usage string, args []string, stdout io.Writer) error {
 	fs := newFlagSet("topic create", usage)
 	broker := brokerFlag(fs)
 	partitions := fs.Int("partitions", 1, "number of partitions")
+	replicationFactor := fs.Int("replication-factor", 1, "replicas of each partition, on different brokers (a cluster of at least R brokers)")
 	configs := keyValueFlag{}
 	fs.Var(configs, "config", "topic config key=value (repeatable), e.g. flush.always=true, retention.ms=3600000")
 	positional, err := parseArgs(fs, args)
@@ -88,8 +92,11 @@ func topicCreate(usage string, args []string, stdout io.Writer) error {
 	if *partitions < 1 || *partitions > partitionsMax {
 		return fmt.Errorf("--partitions %d: want 1..%d", *partitions, partitionsMax)
 	}
+	if *replicationFactor < 1 || *replicationFactor > replicationFactorMax {
+		return fmt.Errorf("--replication-factor %d: want 1..%d", *replicationFactor, replicationFactorMax)
+	}
 	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
-		if err := c.CreateTopic(ctx, positional[0], int32(*partitions), configs); err != nil {
+		if err := c.CreateReplicatedTopic(ctx, positional[0], int32(*partitions), int16(*replicationFactor), configs); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "created topic %s with %d partitions\n", positional[0], *partitions)

@@ -297,7 +297,13 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
 
 // CreateTopic creates a topic with the given partition count and configs.
 func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
-	ct := wire.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: 1}
+	return c.CreateReplicatedTopic(ctx, name, partitions, 1, configs)
+}
+
+// CreateReplicatedTopic creates a topic whose partitions have replicationFactor replicas
+// on different brokers of a cluster (a single broker refuses more than 1).
+func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partitions int32, replicationFactor int16, configs map[string]string) error {
+	ct := wire.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: replicationFactor}
 	for _, k := range sortedKeys(configs) {
 		ct.Configs = append(ct.Configs, wire.ConfigEntry{Key: k, Value: configs[k]})
 	}
@@ -306,6 +312,21 @@ func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32,
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	return topicResultErr("create topic", name, resp.Topics)
+}
+
+// ClusterMetadata returns the broker's view of the cluster's controller metadata as JSON
+// (brokers, controller leader, topics with their leaders, replicas, ISR and epochs, and
+// the high watermark of each partition the broker leads). A single broker answers
+// NOT_CONTROLLER.
+func (c *Client) ClusterMetadata(ctx context.Context) ([]byte, error) {
+	var resp wire.ControllerResponse
+	if err := c.Call(ctx, c.cfg.Broker, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp); err != nil {
+		return nil, fmt.Errorf("cluster metadata: %w", err)
+	}
+	if err := resp.ErrorCode.Err(); err != nil {
+		return nil, fmt.Errorf("cluster metadata: %w: %s", err, resp.ErrorMessage)
+	}
+	return resp.Body, nil
 }
 
 // DeleteTopic deletes a topic.

@@ -110,9 +110,18 @@ func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error
 	}
 	r.mu.Unlock()
 	// A new leader epoch (or our first look): stop what we did, then start the new role.
+	// The shard calls block on the partition's loop, which may itself wait for r.mu (a
+	// follower's fetch), so they run before r.mu is taken.
 	r.resign(m)
 	_, leo, err := m.b.LogOffsets(r.tp)
 	if err != nil {
+		return err
+	}
+	stamp := int32(-1) // a follower keeps the leader's epochs in the batches it copies
+	if p.Leader == m.cfg.NodeID {
+		stamp = p.LeaderEpoch
+	}
+	if err := m.b.SetLeaderEpoch(r.tp, stamp); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -125,6 +134,7 @@ func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error
 	switch p.Leader {
 	case m.cfg.NodeID:
 		if latest := r.epochs.LatestEpoch(); p.LeaderEpoch < latest {
+			r.leaderEpoch = -1
 			return fmt.Errorf("controller names us leader at epoch %d, the log has %d", p.LeaderEpoch, latest)
 		}
 		l, err := isr.NewLeader(isr.LeaderConfig{
@@ -134,12 +144,11 @@ func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error
 			ReplicaLagMax: m.cfg.ReplicaLagMax, Now: m.cfg.Now(),
 		}, r.epochs)
 		if err != nil {
+			r.leaderEpoch = -1
 			return err
 		}
 		if err := r.saveEpochsLocked(); err != nil {
-			return err
-		}
-		if err := m.b.SetLeaderEpoch(r.tp, p.LeaderEpoch); err != nil {
+			r.leaderEpoch = -1
 			return err
 		}
 		r.leader = l
@@ -149,9 +158,6 @@ func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error
 	case controller.NoLeader:
 		// offline: nothing to follow
 	default:
-		if err := m.b.SetLeaderEpoch(r.tp, -1); err != nil {
-			return err
-		}
 		r.follower = isr.NewFollower(isr.ReplicaID(m.cfg.NodeID), isr.ReplicaID(p.Leader), p.LeaderEpoch, leo, min(r.hwm.Load(), leo), r.epochs)
 		r.hwm.Store(r.follower.HighWatermark())
 		m.log.Info("following partition", "topic", r.tp.Topic, "partition", r.tp.Partition, "leader", p.Leader, "epoch", p.LeaderEpoch, "leo", leo)
@@ -360,6 +366,16 @@ func (m *Manager) checkFollowerFetch(fp FetchPartition, replicaID int32) error {
 		return fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrFencedLeaderEpoch)
 	case fp.LeaderEpoch > r.leader.LeaderEpoch():
 		return fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrUnknownLeaderEpoch)
+	}
+	// Record the follower's position now: the fetch may park until new records come, and
+	// the high watermark (and acks=all) must not wait for that.
+	now := m.cfg.Now()
+	if leo := r.leo.Load(); leo > r.leader.LogEndOffset() {
+		r.leader.Appended(now, leo)
+	}
+	if fp.Offset <= r.leader.LogEndOffset() {
+		r.leader.Fetch(now, isr.FetchRequest{Replica: isr.ReplicaID(replicaID), FetchOffset: fp.Offset, CurrentLeaderEpoch: fp.LeaderEpoch})
+		r.publishLeaderLocked(m)
 	}
 	return nil
 }

@@ -1,0 +1,284 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
+	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
+)
+
+// Replication across real ringlogd processes on 127.0.0.1: every broker runs a controller
+// voter (--node-id, --controller-voters) and its own data directory and ports.
+
+const (
+	clusterSessionTimeout = "6s"
+	clusterLagMax         = "2s"
+	failoverMax           = 20 * time.Second // raft re-election plus the session timeout, on a loaded 2-core box
+)
+
+type testCluster struct {
+	t       *testing.T
+	brokers []*broker // brokers[i] is node i+1
+	c       *client.Client
+}
+
+// startCluster starts n brokers, each a controller voter, and waits until all registered.
+func startCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	var raft, voters []string
+	for i := 0; i < n; i++ {
+		raft = append(raft, freeAddr(t))
+		voters = append(voters, fmt.Sprintf("%d@%s", i+1, raft[i]))
+	}
+	tc := &testCluster{t: t}
+	for i := 0; i < n; i++ {
+		tc.brokers = append(tc.brokers, startBroker(t, "--node-id", strconv.Itoa(i+1), "--controller-voters", strings.Join(voters, ","),
+			"--broker-session-timeout", clusterSessionTimeout, "--replica-lag-time-max", clusterLagMax, "--shard-ports", "off"))
+	}
+	tc.c = tc.brokers[0].client(t)
+	tc.waitFor("every broker registered and live", func(v *cluster.View) bool {
+		live := 0
+		for _, b := range v.Metadata.Brokers {
+			if !b.Fenced {
+				live++
+			}
+		}
+		return live == n
+	}, tc.brokers[0])
+	return tc
+}
+
+// view asks broker b for its view of the cluster; nil when it does not answer.
+func (tc *testCluster) view(b *broker) *cluster.View {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var resp wire.ControllerResponse
+	if err := tc.c.Call(ctx, b.addr, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp); err != nil || resp.ErrorCode != wire.ErrNone {
+		return nil
+	}
+	var v cluster.View
+	if err := json.Unmarshal(resp.Body, &v); err != nil {
+		tc.t.Fatalf("decode cluster view: %v", err)
+	}
+	return &v
+}
+
+// waitFor polls b's view until ok holds.
+func (tc *testCluster) waitFor(what string, ok func(*cluster.View) bool, b *broker) *cluster.View {
+	tc.t.Helper()
+	deadline := time.Now().Add(soakScaled(60 * time.Second))
+	for time.Now().Before(deadline) {
+		if v := tc.view(b); v != nil && ok(v) {
+			return v
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	tc.t.Fatalf("timed out waiting for %s", what)
+	return nil
+}
+
+func partitionOf(v *cluster.View, topic string) *controller.Partition {
+	t := v.Metadata.Topics[topic]
+	if t == nil || len(t.Partitions) == 0 {
+		return nil
+	}
+	return &t.Partitions[0]
+}
+
+func (tc *testCluster) node(id int32) *broker { return tc.brokers[id-1] }
+
+func (tc *testCluster) idOf(b *broker) int32 {
+	return int32(slices.Index(tc.brokers, b) + 1)
+}
+
+// leader is the broker that leads partition 0 of topic as a running broker's view says;
+// nil while there is none.
+func (tc *testCluster) leader(topic string) *broker {
+	for _, b := range tc.brokers {
+		if !b.running() {
+			continue
+		}
+		if v := tc.view(b); v != nil {
+			if p := partitionOf(v, topic); p != nil && p.Leader > 0 && tc.node(p.Leader).running() {
+				return tc.node(p.Leader)
+			}
+		}
+	}
+	return nil
+}
+
+// produce sends one record to partition 0's leader, following leadership changes (as a
+// client refreshing metadata on NOT_LEADER would), until it is answered without a
+// retriable error; it fails the test on any other error.
+func (tc *testCluster) produce(ctx context.Context, topic string, acks int16, value []byte) (wire.ProduceResponsePartition, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var res wire.ProduceResponsePartition
+		var err error
+		if b := tc.leader(topic); b != nil {
+			res, err = produceOne(ctx, tc.c, b.addr, topic, acks, value)
+			if err == nil && res.ErrorCode == wire.ErrNone {
+				return res, nil
+			}
+			if err == nil && !res.ErrorCode.Retriable() {
+				return res, fmt.Errorf("%s: %s", res.ErrorCode.Name(), res.ErrorMessage)
+			}
+			if err == nil && res.ErrorCode == wire.ErrNotEnoughReplicas {
+				return res, fmt.Errorf("%s: %s", res.ErrorCode.Name(), res.ErrorMessage)
+			}
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("no leader took the produce within a minute (last: %v %s %s)", err, res.ErrorCode.Name(), res.ErrorMessage)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// produceOne sends one single-record batch to addr and returns the answer.
+func produceOne(ctx context.Context, c *client.Client, addr, topic string, acks int16, value []byte) (wire.ProduceResponsePartition, error) {
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	b.Append(time.Now().UnixMilli(), nil, value, nil)
+	records, err := b.Build(nil)
+	if err != nil {
+		return wire.ProduceResponsePartition{}, err
+	}
+	var resp wire.ProduceResponse
+	req := &wire.ProduceRequest{Acks: acks, TimeoutMs: 10000, Topics: []wire.ProduceTopic{{Topic: topic, Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}}}}
+	if err := c.Call(ctx, addr, req, &resp); err != nil {
+		return wire.ProduceResponsePartition{}, err
+	}
+	return resp.Topics[0].Partitions[0], nil
+}
+
+// readAll fetches partition 0 of topic from addr up to its high watermark: offset -> value.
+func readAll(t *testing.T, c *client.Client, addr, topic string) (map[int64][]byte, int64) {
+	t.Helper()
+	ctx := testContext(t, 30*time.Second)
+	out := map[int64][]byte{}
+	var offset, hwm int64
+	for {
+		var resp wire.FetchResponse
+		req := &wire.FetchRequest{MaxBytes: 1 << 20, Topics: []wire.FetchTopic{{Topic: topic, Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: offset, MaxBytes: 1 << 20}}}}}
+		if err := c.Call(ctx, addr, req, &resp); err != nil {
+			t.Fatalf("fetch from %s: %v", addr, err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != wire.ErrNone {
+			t.Fatalf("fetch from %s at %d: %s %s", addr, offset, p.ErrorCode.Name(), p.ErrorMessage)
+		}
+		hwm = p.HighWatermark
+		recs := p.Records
+		for len(recs) > 0 {
+			h, err := batch.ParseHeader(recs)
+			if err != nil {
+				t.Fatalf("fetched batch: %v", err)
+			}
+			err = batch.Decode(recs[:h.Size()], func(off, _ int64, r *batch.Record) error {
+				out[off] = append([]byte(nil), r.Value...)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("decode fetched batch: %v", err)
+			}
+			offset = h.LastOffset() + 1
+			recs = recs[h.Size():]
+		}
+		if offset >= hwm || len(p.Records) == 0 {
+			return out, hwm
+		}
+	}
+}
+
+// TestReplicationLeaderFailover: 3 brokers, RF=3, min.insync.replicas=2, acks=all. kill -9
+// the partition's leader: a new leader from the ISR takes over, every acknowledged record
+// reads back from it with identical bytes at its offset, produces continue, and the old
+// leader rejoins the ISR after a restart.
+func TestReplicationLeaderFailover(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	if err := tc.c.CreateReplicatedTopic(ctx, "orders", 1, 3, map[string]string{"min.insync.replicas": "2"}); err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	v := tc.waitFor("a leader with a full ISR", func(v *cluster.View) bool {
+		p := partitionOf(v, "orders")
+		return p != nil && p.Leader > 0 && len(p.ISR) == 3
+	}, tc.brokers[0])
+	leader := partitionOf(v, "orders").Leader
+	acked := map[int64][]byte{}
+	produce := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			value := []byte(fmt.Sprintf("record-%06d-%s", i, strings.Repeat("x", i%50)))
+			res, err := tc.produce(ctx, "orders", wire.AcksAll, value)
+			if err != nil {
+				t.Fatalf("produce %d: %v", i, err)
+			}
+			acked[res.BaseOffset] = value
+		}
+	}
+	start := time.Now()
+	produce(0, 200)
+	t.Logf("200 acks=all produces one at a time: %v", time.Since(start).Round(time.Millisecond))
+	leader = tc.idOf(tc.leader("orders"))
+
+	// A follower refuses clients.
+	follower := tc.brokers[0]
+	if follower == tc.node(leader) {
+		follower = tc.brokers[1]
+	}
+	if res, err := produceOne(ctx, tc.c, follower.addr, "orders", wire.AcksAll, []byte("wrong broker")); err != nil || res.ErrorCode != wire.ErrNotLeaderOrWrongShard {
+		t.Fatalf("produce to a follower: %v %s, want NOT_LEADER_OR_WRONG_SHARD", err, res.ErrorCode.Name())
+	}
+
+	old := tc.node(leader)
+	old.kill()
+	killedAt := time.Now()
+	var survivor *broker
+	for _, b := range tc.brokers {
+		if b != old {
+			survivor = b
+			break
+		}
+	}
+	v = tc.waitFor("a new leader", func(v *cluster.View) bool {
+		p := partitionOf(v, "orders")
+		return p != nil && p.Leader > 0 && p.Leader != leader
+	}, survivor)
+	took := time.Since(killedAt)
+	p := partitionOf(v, "orders")
+	t.Logf("new leader %d (epoch %d, isr %v) %v after kill -9 of %d", p.Leader, p.LeaderEpoch, p.ISR, took.Round(time.Millisecond), leader)
+	if took > failoverMax {
+		t.Errorf("failover took %v, want under %v", took, failoverMax)
+	}
+	newLeader := tc.node(p.Leader)
+	produce(200, 100)
+	newLeader = tc.leader("orders")
+	got, hwm := readAll(t, tc.c, newLeader.addr, "orders")
+	for off, want := range acked {
+		if !bytes.Equal(got[off], want) {
+			t.Fatalf("acknowledged offset %d: read %q from the new leader, want %q", off, got[off], want)
+		}
+	}
+	if int64(len(got)) != hwm {
+		t.Errorf("read %d records below the high watermark %d", len(got), hwm)
+	}
+
+	// The old leader comes back as a follower, catches up and rejoins the ISR.
+	start = time.Now()
+	old.restart()
+	defer func() { t.Logf("the old leader rejoined the ISR %v after its restart", time.Since(start).Round(time.Millisecond)) }()
+	tc.waitFor("the old leader back in the ISR", func(v *cluster.View) bool {
+		p := partitionOf(v, "orders")
+		return p != nil && slices.Contains(p.ISR, leader) && len(p.ISR) == 3
+	}, survivor)
+}

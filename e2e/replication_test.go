@@ -276,7 +276,9 @@ func TestReplicationLeaderFailover(t *testing.T) {
 	// The old leader comes back as a follower, catches up and rejoins the ISR.
 	start = time.Now()
 	old.restart()
-	defer func() { t.Logf("the old leader rejoined the ISR %v after its restart", time.Since(start).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("the old leader rejoined the ISR %v after its restart", time.Since(start).Round(time.Millisecond))
+	}()
 	tc.waitFor("the old leader back in the ISR", func(v *cluster.View) bool {
 		p := partitionOf(v, "orders")
 		return p != nil && slices.Contains(p.ISR, leader) && len(p.ISR) == 3

@@ -533,7 +533,7 @@ func (m *Manager) alterISR(r *replica, a isr.AlterISR) {
 			LeaderEpoch: a.LeaderEpoch, PartitionEpoch: a.PartitionEpoch, ISR: ids,
 		}})
 		if err != nil {
-			m.log.Info("ISR change refused or not delivered", "topic", r.tp.Topic, "partition", r.tp.Partition, "isr", ids, "err", err)
+			m.log.Debug("ISR change refused or not delivered", "topic", r.tp.Topic, "partition", r.tp.Partition, "isr", ids, "err", err)
 			r.isrRejected(a)
 		}
 	}()

@@ -38,7 +38,7 @@ type replica struct {
 	leading  atomic.Bool
 	lone     atomic.Bool  // leading, and the maximal ISR is this broker alone: HWM = LEO
 	hwm      atomic.Int64 // the leader's or the follower's high watermark
-	isrSize  atomic.Int32
+	isrSize  atomic.Int32 // the committed ISR less the members lagging now (isr.Leader.InSyncNow)
 	leo      atomic.Int64 // the log end offset last seen on the shard loop
 	minInsyn atomic.Int32
 }
@@ -206,7 +206,7 @@ func (r *replica) publishLeaderLocked(m *Manager) {
 		r.hwm.Store(l.HighWatermark())
 		moved = true
 	}
-	r.isrSize.Store(int32(l.InSyncReplicas()))
+	r.isrSize.Store(int32(min(l.InSyncReplicas(), l.InSyncNow(m.cfg.Now()))))
 	if r.lone.Swap(lone) != lone {
 		moved = true
 	}

@@ -169,3 +169,25 @@ func TestFollowerEdges(t *testing.T) {
 		t.Errorf("epoch cache after truncation %v", got)
 	}
 }
+
+// TestInSyncNow: members of the committed ISR that stopped catching up stop counting once
+// the lag limit passes, before the controller has committed their removal.
+func TestInSyncNow(t *testing.T) {
+	l, now := newTestLeader(t, []isr.ReplicaID{1, 2, 3}, 2)
+	l.Appended(now, 10)
+	if got := l.InSyncNow(now); got != 3 {
+		t.Fatalf("at the start: %d in sync, want 3 (one lag period of grace)", got)
+	}
+	later := now.Add(5 * time.Second)
+	l.Fetch(later, isr.FetchRequest{Replica: 2, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	late := now.Add(11 * time.Second)
+	if got := l.InSyncNow(late); got != 2 {
+		t.Fatalf("replica 3 silent past the lag: %d in sync, want 2", got)
+	}
+	if got := l.InSyncReplicas(); got != 3 {
+		t.Fatalf("committed ISR %d, want 3 until the controller commits a change", got)
+	}
+	if got := l.InSyncNow(now.Add(16 * time.Second)); got != 1 {
+		t.Fatalf("both silent: %d, want 1 (the leader)", got)
+	}
+}

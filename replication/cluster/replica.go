@@ -94,6 +94,11 @@ func ids(in []int32) []isr.ReplicaID {
 func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error {
 	r.minInsyn.Store(int32(max(minInsync, 1)))
 	r.mu.Lock()
+	if p.PartitionEpoch != r.partitionEpoch {
+		m.log.Info("partition state", "topic", r.tp.Topic, "partition", r.tp.Partition, "leader", p.Leader,
+			"leader_epoch", p.LeaderEpoch, "partition_epoch", p.PartitionEpoch, "isr", p.ISR, "replicas", p.Replicas)
+		r.partitionEpoch = p.PartitionEpoch
+	}
 	sameEpoch := p.LeaderEpoch == r.leaderEpoch && p.Leader == r.leaderID
 	switch {
 	case sameEpoch && r.leader != nil:

@@ -420,13 +420,16 @@ func (l *Leader) Tick(now time.Time) {
 
 // maybeExpand proposes adding follower id to the ISR once its log end offset reaches the
 // high watermark and the start of this leader epoch (so that it holds everything of this
-// epoch the ISR has agreed on).
+// epoch the ISR has agreed on), and it caught up within ReplicaLagMax.
 func (l *Leader) maybeExpand(now time.Time, id ReplicaID) {
 	if l.inflight != nil || slices.Contains(l.isr, id) {
 		return
 	}
 	f := l.followers[id]
-	if f.leo >= l.hwm && f.leo >= l.epochStart {
+	// Caught up by offset is not enough: a follower that stopped fetching right after its
+	// removal still shows a log end offset at the high watermark (Kafka's isCaughtUp also
+	// asks for a recent catch-up).
+	if f.leo >= l.hwm && f.leo >= l.epochStart && now.Sub(f.lastCaughtUp) <= l.cfg.ReplicaLagMax {
 		l.propose(now, sortedIDs(append(slices.Clone(l.isr), id)))
 	}
 }

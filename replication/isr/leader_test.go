@@ -191,3 +191,33 @@ func TestInSyncNow(t *testing.T) {
 		t.Fatalf("both silent: %d, want 1 (the leader)", got)
 	}
 }
+
+// TestNoReexpansionOfSilentFollower: a follower removed for lagging whose last fetch left
+// it at the high watermark (it stopped right after catching up, and nothing was appended
+// since) is not proposed back when the controller commits its removal: it has not caught
+// up within the lag limit. (Seen with a SIGSTOPped follower in e2e: it was re-added within
+// 100 ms of its removal and then elected leader.)
+func TestNoReexpansionOfSilentFollower(t *testing.T) {
+	l, now := newTestLeader(t, []isr.ReplicaID{1, 2, 3}, 2)
+	l.Appended(now, 10)
+	for _, f := range []isr.ReplicaID{2, 3} {
+		l.Fetch(now, isr.FetchRequest{Replica: f, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	}
+	l.Outputs()
+	later := now.Add(11 * time.Second)
+	l.Fetch(later, isr.FetchRequest{Replica: 3, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	l.Tick(later)
+	a, ok := l.PendingISR()
+	if !ok || !slices.Equal(a.ISR, []isr.ReplicaID{1, 3}) {
+		t.Fatalf("pending ISR %v %v, want (1,3)", a.ISR, ok)
+	}
+	l.ISRCommitted(later, a.ISR, a.PartitionEpoch+1)
+	if a, ok := l.PendingISR(); ok {
+		t.Fatalf("silent replica 2 proposed back: %v", a)
+	}
+	// Once it fetches again it rejoins.
+	l.Fetch(later.Add(time.Second), isr.FetchRequest{Replica: 2, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	if a, ok := l.PendingISR(); !ok || !slices.Equal(a.ISR, []isr.ReplicaID{1, 2, 3}) {
+		t.Fatalf("after fetching again: pending %v %v, want (1,2,3)", a.ISR, ok)
+	}
+}

@@ -418,7 +418,9 @@ func TestCompletion(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"ringlog con":                           "consume",
-		"ringlog ":                              "--broker --help bench completion consume produce topic tune version",
+		"ringlog ":                              "--broker --help bench cluster completion consume produce topic tune version",
+		"ringlog cluster ":                      "describe",
+		"ringlog cluster describe --j":          "--json",
 		"ringlog --broker h:1 top":              "topic",
 		"ringlog topic ":                        "config create delete describe list repair",
 		"ringlog topic create orders --par":     "--partitions",

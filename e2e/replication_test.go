@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,9 +30,10 @@ const (
 )
 
 type testCluster struct {
-	t       *testing.T
-	brokers []*broker // brokers[i] is node i+1
-	c       *client.Client
+	t          *testing.T
+	brokers    []*broker // brokers[i] is node i+1
+	c          *client.Client
+	lastLeader *broker // the broker the last produce succeeded on (produce's goroutine only)
 }
 
 // startCluster starts n brokers, each a controller voter, and waits until all registered.
@@ -64,12 +66,12 @@ func startCluster(t *testing.T, n int) *testCluster {
 func (tc *testCluster) view(b *broker) *cluster.View {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	var resp wire.ControllerResponse
-	if err := tc.c.Call(ctx, b.addr, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp); err != nil || resp.ErrorCode != wire.ErrNone {
+	body, err := tc.c.ClusterMetadataAt(ctx, b.addr)
+	if err != nil {
 		return nil
 	}
 	var v cluster.View
-	if err := json.Unmarshal(resp.Body, &v); err != nil {
+	if err := json.Unmarshal(body, &v); err != nil {
 		tc.t.Fatalf("decode cluster view: %v", err)
 	}
 	return &v
@@ -104,16 +106,29 @@ func (tc *testCluster) idOf(b *broker) int32 {
 }
 
 // leader is the broker that leads partition 0 of topic as a running broker's view says;
-// nil while there is none.
+// nil while there is none. The brokers are asked at once, so that a frozen one (which
+// answers nothing) costs one timeout, not one per call.
 func (tc *testCluster) leader(topic string) *broker {
+	answers := make(chan *broker, len(tc.brokers))
+	asked := 0
 	for _, b := range tc.brokers {
 		if !b.running() {
 			continue
 		}
-		if v := tc.view(b); v != nil {
-			if p := partitionOf(v, topic); p != nil && p.Leader > 0 && tc.node(p.Leader).running() {
-				return tc.node(p.Leader)
+		asked++
+		go func() {
+			if v := tc.view(b); v != nil {
+				if p := partitionOf(v, topic); p != nil && p.Leader > 0 {
+					answers <- tc.node(p.Leader)
+					return
+				}
 			}
+			answers <- nil
+		}()
+	}
+	for ; asked > 0; asked-- {
+		if b := <-answers; b != nil && b.running() {
+			return b
 		}
 	}
 	return nil
@@ -121,21 +136,24 @@ func (tc *testCluster) leader(topic string) *broker {
 
 // produce sends one record to partition 0's leader, following leadership changes (as a
 // client refreshing metadata on NOT_LEADER would), until it is answered without a
-// retriable error; it fails the test on any other error.
+// retriable error; NOT_ENOUGH_REPLICAS and other errors come back as errors.
 func (tc *testCluster) produce(ctx context.Context, topic string, acks int16, value []byte) (wire.ProduceResponsePartition, error) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var res wire.ProduceResponsePartition
 		var err error
-		if b := tc.leader(topic); b != nil {
+		b := tc.lastLeader
+		if b == nil || !b.running() {
+			b = tc.leader(topic)
+		}
+		if b != nil {
 			res, err = produceOne(ctx, tc.c, b.addr, topic, acks, value)
 			if err == nil && res.ErrorCode == wire.ErrNone {
+				tc.lastLeader = b
 				return res, nil
 			}
-			if err == nil && !res.ErrorCode.Retriable() {
-				return res, fmt.Errorf("%s: %s", res.ErrorCode.Name(), res.ErrorMessage)
-			}
-			if err == nil && res.ErrorCode == wire.ErrNotEnoughReplicas {
+			tc.lastLeader = nil
+			if err == nil && (!res.ErrorCode.Retriable() || res.ErrorCode == wire.ErrNotEnoughReplicas) {
 				return res, fmt.Errorf("%s: %s", res.ErrorCode.Name(), res.ErrorMessage)
 			}
 		}
@@ -144,6 +162,39 @@ func (tc *testCluster) produce(ctx context.Context, topic string, acks int16, va
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// produceOnConn produces one record on a connection of its own, closed afterwards, waiting
+// at most limit for the answer (a produce that hangs then holds back nothing else).
+func produceOnConn(addr string, acks int16, topic string, value []byte, limit time.Duration) (wire.ProduceResponsePartition, error) {
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	b.Append(time.Now().UnixMilli(), nil, value, nil)
+	records, err := b.Build(nil)
+	if err != nil {
+		return wire.ProduceResponsePartition{}, err
+	}
+	conn, err := net.DialTimeout("tcp", addr, limit)
+	if err != nil {
+		return wire.ProduceResponsePartition{}, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(limit))
+	req := &wire.ProduceRequest{Acks: acks, TimeoutMs: int32(limit / time.Millisecond), Topics: []wire.ProduceTopic{{Topic: topic, Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}}}}
+	if _, err := conn.Write(wire.AppendRequest(nil, 1, req)); err != nil {
+		return wire.ProduceResponsePartition{}, err
+	}
+	h, payload, _, err := wire.ReadResponse(conn, nil, wire.FrameBytesMaxDefault)
+	if err != nil {
+		return wire.ProduceResponsePartition{}, err
+	}
+	if h.ErrorCode != wire.ErrNone {
+		return wire.ProduceResponsePartition{}, h.ErrorCode
+	}
+	var resp wire.ProduceResponse
+	if err := resp.ReadFrom(payload); err != nil {
+		return wire.ProduceResponsePartition{}, err
+	}
+	return resp.Topics[0].Partitions[0], nil
 }
 
 // produceOne sends one single-record batch to addr and returns the answer.
@@ -374,10 +425,7 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 	// its connection: each attempt gets its own deadline and its own client.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		attempt, cancel := context.WithTimeout(ctx, time.Second)
-		c := leader.client(t)
-		res, err := produceOne(attempt, c, leader.addr, "frozen", wire.AcksAll, []byte("refused"))
-		cancel()
+		res, err := produceOnConn(leader.addr, wire.AcksAll, "frozen", []byte("refused"), time.Second)
 		if err == nil && res.ErrorCode == wire.ErrNotEnoughReplicas {
 			t.Logf("acks=all refused: %s", res.ErrorMessage)
 			break
@@ -386,7 +434,7 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 			t.Fatalf("acks=all with two followers frozen: %v %s %s, want NOT_ENOUGH_REPLICAS", err, res.ErrorCode.Name(), res.ErrorMessage)
 		}
 	}
-	res, err := produceOne(ctx, leader.client(t), leader.addr, "frozen", wire.AcksLeader, []byte("acks=1 alone"))
+	res, err := produceOnConn(leader.addr, wire.AcksLeader, "frozen", []byte("acks=1 alone"), 10*time.Second)
 	if err != nil || res.ErrorCode != wire.ErrNone {
 		t.Fatalf("acks=1 with two followers frozen: %v %s %s", err, res.ErrorCode.Name(), res.ErrorMessage)
 	}

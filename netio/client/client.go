@@ -319,14 +319,39 @@ func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partiti
 // the high watermark of each partition the broker leads). A single broker answers
 // NOT_CONTROLLER.
 func (c *Client) ClusterMetadata(ctx context.Context) ([]byte, error) {
+	return c.ClusterMetadataAt(ctx, c.cfg.Broker)
+}
+
+// ClusterMetadataAt is ClusterMetadata asked of the broker at addr.
+func (c *Client) ClusterMetadataAt(ctx context.Context, addr string) ([]byte, error) {
+	type answer struct {
+		body []byte
+		err  error
+	}
+	result := make(chan answer, 1)
 	var resp wire.ControllerResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp); err != nil {
-		return nil, fmt.Errorf("cluster metadata: %w", err)
+	c.callAsyncOwned(addr, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp, func(_ wire.Message, err error, release func()) {
+		// The body aliases the frame buffer, which release hands back: copy it first.
+		a := answer{err: err}
+		if err == nil {
+			if a.err = resp.ErrorCode.Err(); a.err != nil {
+				a.err = fmt.Errorf("%w: %s", a.err, resp.ErrorMessage)
+			} else {
+				a.body = append([]byte(nil), resp.Body...)
+			}
+		}
+		release()
+		result <- a
+	})
+	select {
+	case a := <-result:
+		if a.err != nil {
+			return nil, fmt.Errorf("cluster metadata: %w", a.err)
+		}
+		return a.body, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cluster metadata from %s: %w", addr, ctx.Err())
 	}
-	if err := resp.ErrorCode.Err(); err != nil {
-		return nil, fmt.Errorf("cluster metadata: %w: %s", err, resp.ErrorMessage)
-	}
-	return resp.Body, nil
 }
 
 // DeleteTopic deletes a topic.

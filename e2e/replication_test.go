@@ -340,6 +340,31 @@ func TestReplicationLeaderFailover(t *testing.T) {
 		p := partitionOf(v, "orders")
 		return p != nil && slices.Contains(p.ISR, leader) && len(p.ISR) == 3
 	}, survivor)
+
+	// The CLI shows it: cluster describe from any broker, topic describe with the
+	// replication table (the leader's high watermark comes from the leader).
+	out := ok(t, "", nil, "--broker", old.addr, "cluster", "describe").stdout
+	for _, want := range []string{"controller leader: node", "topic orders", "partition 0  leader=", "node 1  " + tc.brokers[0].addr} {
+		if !strings.Contains(out, want) {
+			t.Errorf("cluster describe lacks %q:\n%s", want, out)
+		}
+	}
+	out = ok(t, "", nil, "--broker", old.addr, "topic", "describe", "orders").stdout
+	if !strings.Contains(out, "LEADER-EPOCH") || !strings.Contains(out, "LEADER-HWM") {
+		t.Errorf("topic describe lacks the replication table:\n%s", out)
+	}
+}
+
+// TestClusterDescribeSingleBroker: a broker without --node-id is not a cluster; the CLI
+// says so, and topic describe prints no replication table.
+func TestClusterDescribeSingleBroker(t *testing.T) {
+	b := startBroker(t)
+	fails(t, "NOT_CONTROLLER", nil, "--broker", b.addr, "cluster", "describe")
+	ok(t, "", nil, "--broker", b.addr, "topic", "create", "solo")
+	if out := ok(t, "", nil, "--broker", b.addr, "topic", "describe", "solo").stdout; strings.Contains(out, "LEADER-EPOCH") {
+		t.Errorf("a single broker printed a replication table:\n%s", out)
+	}
+	fails(t, "INVALID_REPLICATION_FACTOR", nil, "--broker", b.addr, "topic", "create", "triple", "--replication-factor", "3")
 }
 
 // signal sends sig to the broker process (SIGSTOP/SIGCONT to freeze and thaw it).

@@ -388,6 +388,19 @@ func (tc *testCluster) createReplicated(ctx context.Context, topic string, confi
 		p := partitionOf(v, topic)
 		return p != nil && p.Leader > 0 && len(p.ISR) == 3
 	}, tc.brokers[0])
+	for _, b := range tc.brokers { // every broker has opened its replica
+		for {
+			var resp wire.MetadataResponse
+			err := tc.c.Call(ctx, b.addr, &wire.MetadataRequest{Topics: []string{topic}}, &resp)
+			if err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == wire.ErrNone {
+				break
+			}
+			if ctx.Err() != nil {
+				tc.t.Fatalf("node %d never opened %s: %v", tc.idOf(b), topic, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // followers are the running brokers other than the leader.
@@ -552,5 +565,55 @@ func TestReplicationAcksOneLoss(t *testing.T) {
 	}
 	if !strings.Contains(leader.logText(), "follower truncated its log to the leader's") {
 		t.Errorf("the returning old leader did not log a truncation:\n%s", leader.logText())
+	}
+}
+
+// TestReplicationClientFollowsLeader: the bundled idempotent producer, seeded with a broker
+// that does not lead the partition, sends there through the leader it learns from the
+// cluster view; kill -9 of the leader mid-stream: it retries on the new leader (found by
+// refreshing metadata), and every record is in the log exactly once — the producer's
+// sequences carried over, since followers copy the producer state with the batches.
+func TestReplicationClientFollowsLeader(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	tc.createReplicated(ctx, "follow", map[string]string{"min.insync.replicas": "2"})
+	leader := tc.leader("follow")
+	seed := tc.followers(leader)[0]
+	c := seed.client(t)
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckAll, Retries: 1000, RetryBackoff: 50 * time.Millisecond, Linger: time.Millisecond})
+	const total = 3000
+	errs := make(chan error, total)
+	for i := 0; i < total; i++ {
+		if i == total/3 {
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			leader.kill()
+		}
+		r := &client.Record{Topic: "follow", Partition: 0, Value: []byte(fmt.Sprintf("follow-%05d", i))}
+		if err := p.Send(ctx, r, func(_ *client.Record, err error) { errs <- err }); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("close the producer: %v", err)
+	}
+	for i := 0; i < total; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("a record failed: %v", err)
+		}
+	}
+	got, _ := readAll(t, c, tc.leader("follow").addr, "follow")
+	seen := map[string]int{}
+	for _, v := range got {
+		seen[string(v)]++
+	}
+	for i := 0; i < total; i++ {
+		if n := seen[fmt.Sprintf("follow-%05d", i)]; n != 1 {
+			t.Fatalf("record %d is in the log %d times, want once", i, n)
+		}
+	}
+	if len(got) != total {
+		t.Fatalf("%d records in the log, want %d", len(got), total)
 	}
 }

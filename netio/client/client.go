@@ -13,9 +13,11 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -65,6 +67,9 @@ type topicMeta struct {
 
 type partitionMeta struct {
 	shard int32
+	// leader is the address of the broker leading the partition when that is not the seed
+	// broker (a replicated cluster; from the seed's cluster view), else "".
+	leader string
 }
 
 // ErrClosed is returned by calls on a closed Client.
@@ -197,6 +202,7 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 	if err := c.Call(ctx, c.cfg.Broker, &wire.MetadataRequest{Topics: topics}, &resp); err != nil {
 		return nil, err
 	}
+	leaders := c.clusterLeadersOf(ctx, resp.BrokerID)
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -211,12 +217,60 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 		tm := &topicMeta{fetchedAt: now, partitions: make([]partitionMeta, len(t.Partitions))}
 		for _, p := range t.Partitions {
 			if p.Partition >= 0 && int(p.Partition) < len(tm.partitions) {
-				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard}
+				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard, leader: leaders.addr(resp.BrokerID, t.Topic, p.Partition)}
 			}
 		}
 		c.topics[t.Topic] = tm
 	}
 	return &resp, nil
+}
+
+// clusterLeaders is the part of a broker's cluster view (the Controller API's JSON,
+// replication/cluster.View) that routing needs: who leads each partition, and where.
+type clusterLeaders struct {
+	Metadata struct {
+		Brokers map[string]struct{ Address string }
+		Topics  map[string]struct {
+			Partitions []struct{ Index, Leader int32 }
+		}
+	}
+}
+
+// addr is the address of the broker leading topic/partition, or "" when it is the seed
+// broker (self), unknown, or there is no cluster.
+func (v *clusterLeaders) addr(self int32, topic string, partition int32) string {
+	if v == nil {
+		return ""
+	}
+	t, ok := v.Metadata.Topics[topic]
+	if !ok {
+		return ""
+	}
+	for _, p := range t.Partitions {
+		if p.Index == partition && p.Leader > 0 && p.Leader != self {
+			return v.Metadata.Brokers[strconv.Itoa(int(p.Leader))].Address
+		}
+	}
+	return ""
+}
+
+// clusterLeadersOf asks the seed broker of a replicated cluster (a metadata answer with a
+// broker id; a single broker answers 0) who leads what; nil for a single broker or when
+// the view cannot be had (routing then falls back to the seed, which answers
+// NOT_LEADER_OR_WRONG_SHARD for partitions it does not lead, and the retry asks again).
+func (c *Client) clusterLeadersOf(ctx context.Context, brokerID int32) *clusterLeaders {
+	if brokerID <= 0 {
+		return nil
+	}
+	data, err := c.ClusterMetadataAt(ctx, c.cfg.Broker)
+	if err != nil {
+		return nil
+	}
+	var v clusterLeaders
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	return &v
 }
 
 // Partitions returns the topic's partition count, from cache or a metadata request.
@@ -252,16 +306,20 @@ func (c *Client) invalidate(topic string) {
 	c.mu.Unlock()
 }
 
-// leaderAddr returns the address to send topic/partition requests to: the owning shard's
+// leaderAddr returns the address to send topic/partition requests to: the leading
+// broker's when another broker of a cluster leads the partition, else the owning shard's
 // address when metadata names one and routing is on, else the seed address.
 func (c *Client) leaderAddr(topic string, partition int32) string {
-	if c.cfg.DisableShardRouting {
-		return c.cfg.Broker
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tm := c.topics[topic]
 	if tm == nil || partition < 0 || int(partition) >= len(tm.partitions) {
+		return c.cfg.Broker
+	}
+	if leader := tm.partitions[partition].leader; leader != "" {
+		return leader // another broker of the cluster leads it
+	}
+	if c.cfg.DisableShardRouting {
 		return c.cfg.Broker
 	}
 	if addr := c.shards[tm.partitions[partition].shard]; addr != "" {

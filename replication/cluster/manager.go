@@ -368,7 +368,10 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 	if err != nil {
 		return err
 	}
-	for m.b.Topic(name) == nil { // the metadata loop opens it
+	// Wait until this broker's voter has applied the create and, when this broker holds a
+	// replica, until the metadata loop has opened it: a produce right after the answer
+	// then finds it.
+	for !m.topicReady(name) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("topic %q created; not open here yet: %w", name, ctx.Err())
@@ -378,6 +381,11 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 		}
 	}
 	return nil
+}
+
+// topicReady: this broker's voter knows the topic and the metadata loop has opened it.
+func (m *Manager) topicReady(name string) bool {
+	return m.ctl.Metadata().Topics[name] != nil && m.b.Topic(name) != nil
 }
 
 // configUnclean is the topic config the controller reads at create.
@@ -456,15 +464,9 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 		return
 	}
 	for name, t := range md.Topics {
-		mine := false
-		for _, p := range t.Partitions {
-			if slices.Contains(p.Replicas, m.cfg.NodeID) {
-				mine = true
-			}
-		}
-		if !mine {
-			continue
-		}
+		// Every broker opens every topic, replica or not, so that its metadata answers
+		// for it (partition count) and clients seeded with it route to the leaders; a
+		// partition it holds no replica of stays empty and refuses clients.
 		if m.b.Topic(name) == nil {
 			err := m.b.CreateTopic(name, len(t.Partitions), t.Config)
 			if err != nil && !errors.Is(err, shard.ErrTopicExists) {

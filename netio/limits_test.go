@@ -50,6 +50,38 @@ func entriesOf(m wire.Message) int {
 		for _, t := range r.Topics {
 			n += len(t.Configs)
 		}
+	case *wire.JoinGroupRequest:
+		n = len(r.Protocols)
+	case *wire.SyncGroupRequest:
+		n = len(r.Assignments)
+	case *wire.LeaveGroupRequest:
+		n = len(r.Members)
+	case *wire.OffsetCommitRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.OffsetFetchRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.ListGroupsRequest:
+		n = len(r.States)
+	case *wire.DescribeGroupsRequest:
+		n = len(r.Groups)
+	case *wire.DeleteGroupsRequest:
+		n = len(r.Groups)
+	case *wire.ReplicaFetchRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.OffsetsForLeaderEpochRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
 	case *wire.DescribeUsersRequest:
 		n = len(r.Users)
 	case *wire.AlterUsersRequest:
@@ -75,6 +107,18 @@ func entrySamples() []wire.Message {
 		&wire.DescribeConfigsRequest{Topics: []wire.DescribeConfigsTopic{{Topic: "t", Keys: []string{"a", "b"}}, {Topic: "u"}}},
 		&wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{{Topic: "t", Configs: []wire.AlterConfig{{Key: "k", Value: "v"}}}}},
 		&wire.APIVersionsRequest{ClientID: "c"},
+		&wire.JoinGroupRequest{Group: "g", ClientID: "c", Protocols: []wire.GroupProtocol{{Name: "range"}, {Name: "sticky", Metadata: []byte{1}}}},
+		&wire.SyncGroupRequest{Group: "g", Assignments: []wire.SyncGroupAssignment{{MemberID: "m"}}},
+		&wire.LeaveGroupRequest{Group: "g", Members: []wire.GroupMemberRef{{MemberID: "a"}, {InstanceID: "b"}}},
+		&wire.OffsetCommitRequest{Group: "g", Topics: []wire.OffsetCommitTopic{{Topic: "t", Partitions: []wire.OffsetCommitPartition{{Partition: 1, Metadata: "x"}, {Partition: 2}}}}},
+		&wire.OffsetFetchRequest{Group: "g", Topics: []wire.OffsetFetchTopic{{Topic: "t", Partitions: []int32{0, 1}}, {Topic: "u"}}},
+		&wire.OffsetFetchRequest{Group: "g"},
+		&wire.ListGroupsRequest{States: []string{"Stable"}},
+		&wire.DescribeGroupsRequest{Groups: []string{"a", "b"}},
+		&wire.DeleteGroupsRequest{Groups: []string{"a"}},
+		&wire.ReplicaFetchRequest{ReplicaID: 2, Topics: []wire.ReplicaFetchTopic{{Topic: "a", Partitions: []wire.ReplicaFetchPartition{{Partition: 0}, {Partition: 1}}}}},
+		&wire.OffsetsForLeaderEpochRequest{Topics: []wire.OffsetsForLeaderEpochTopic{{Topic: "a", Partitions: []wire.OffsetsForLeaderEpochPartition{{Partition: 2}}}, {Topic: "b"}}},
+		&wire.ControllerRequest{Body: []byte("{}")},
 		&wire.DescribeUsersRequest{Users: []string{"a", "b"}},
 		&wire.AlterUsersRequest{Upsertions: []wire.UserUpsertion{{User: "a", Salt: []byte("s")}}, Deletions: []wire.UserDeletion{{User: "b"}, {User: "c"}}},
 		&wire.CreateAclsRequest{ACLs: []wire.ACLBinding{{Principal: "User:a"}, {ResourceName: "t"}}},

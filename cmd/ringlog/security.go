@@ -24,11 +24,11 @@ import (
 )
 
 func init() {
-	register("user", "add, list and remove SCRAM users", func(args []string) error { return runGroup("user", userCommands, args) })
-	register("acl", "add, list and remove ACLs", func(args []string) error { return runGroup("acl", aclCommands, args) })
+	register("user", "add, list and remove SCRAM users", func(args []string) error { return runSubcommands("user", userCommands, args) })
+	register("acl", "add, list and remove ACLs", func(args []string) error { return runSubcommands("acl", aclCommands, args) })
 }
 
-// subcommand is one subcommand of a command group (topic, user, acl).
+// subcommand is one subcommand of a command (topic, group, user, acl).
 type subcommand struct {
 	usage string
 	run   func(usage string, args []string, stdout io.Writer) error
@@ -46,9 +46,9 @@ var aclCommands = map[string]subcommand{
 	"remove": {"acl remove [--principal P] [--topic T | --group G | --cluster] [--prefixed] [--operation OP] [--deny|--allow] [--data DIR]", aclRemove},
 }
 
-// runGroup runs the subcommand args[0] of the command group name, or prints the group's
+// runSubcommands runs the subcommand args[0] of the command name (topic, group, user, acl), or prints the group's
 // usage.
-func runGroup(name string, cmds map[string]subcommand, args []string) error {
+func runSubcommands(name string, cmds map[string]subcommand, args []string) error {
 	names := make([]string, 0, len(cmds))
 	for n := range cmds {
 		names = append(names, n)

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/replication/cluster"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -135,7 +136,13 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	if serverCfg.Security, err = o.security.serverSecurity(o.dataDir, log); err != nil {
 		return err
 	}
+	var clusterCfg *cluster.Config
+	if o.nodeID > 0 {
+		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Rack: o.rack,
+			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, RaftLog: os.Stderr}
+	}
 	n, err := node.Start(node.Config{
+		Cluster: clusterCfg,
 		Core: shard.Config{
 			DataDir: o.dataDir,
 			Shards:  shards,
@@ -144,9 +151,15 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
 			Log:     logDefaults,
 			// The shard's 0 means its default; the flag's 0 means off.
-			ScrubBytesPerSecond: scrubRate(o.scrubRate),
-			FetchFilesMax:       o.limits.fetchFilesMax,
-			PartitionsMax:       o.limits.partitionsMax,
+			ScrubBytesPerSecond:      scrubRate(o.scrubRate),
+			CleanerDisabled:          !o.cleanerEnable,
+			CleanerIOBytesPerSecond:  o.cleanerRate,
+			CleanerDedupeBufferBytes: o.cleanerMap,
+			CleanerInterval:          o.cleanerEvery,
+			FetchFilesMax:            o.limits.fetchFilesMax,
+			PartitionsMax:            o.limits.partitionsMax,
+			Groups: shard.GroupsConfig{OffsetsPartitions: o.offsetsPartitions, SessionTimeoutMin: o.groupSessionMin,
+				SessionTimeoutMax: o.groupSessionMax, GroupMembersMax: o.groupMembersMax},
 		},
 		FetchResponseBytesMax: o.limits.fetchResponseBytesMax,
 		Listen:                o.listen,
@@ -169,7 +182,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
 	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", n.Net,
-		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()),
+		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID,
 		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 
 	if o.debugAddr != "" {

@@ -24,23 +24,27 @@ type Shard struct {
 
 	// Owned by the loop goroutine.
 	parts      map[TopicPartition]*partition
-	core       *core.Core  // acks, sync schedule and fetch waiters of parts (see package core)
-	flushTimer *ring.Timer // runs core.EndTurn after a loop turn's mailbox drain
-	waitTimer  *ring.Timer // runs core.Tick at the earliest long-poll deadline
-	tick       func()      // s.onTick, allocated once
-	scrub      scrubState  // background segment verification (scrub.go)
+	core       *core.Core   // acks, sync schedule and fetch waiters of parts (see package core)
+	flushTimer *ring.Timer  // runs core.EndTurn after a loop turn's mailbox drain
+	waitTimer  *ring.Timer  // runs core.Tick at the earliest long-poll deadline
+	tick       func()       // s.onTick, allocated once
+	scrub      scrubState   // background segment verification (scrub.go)
+	cleaner    cleanerState // background log compaction (compact.go)
+	groups     *shardGroups // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
 type partition struct {
-	tp  TopicPartition
-	log *engine.Log
-	c   core.Partition // c.Log is log
+	tp          TopicPartition
+	log         *engine.Log
+	c           core.Partition // c.Log is log
+	leaderEpoch int32          // SetLeaderEpoch's; -1: the producer's value is kept
 }
 
 func startShard(b *Broker, index int) (*Shard, error) {
 	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, exited: make(chan error, 1)}
 	s.core = core.New((*coreDriver)(s), b.rep)
+	s.startGroups()
 	s.tick = s.onTick
 	ready := make(chan struct{})
 	err := ring.StartPinned(s.cpu, b.cfg.Ring, func(r *ring.Reactor) {
@@ -83,6 +87,7 @@ func (s *Shard) armTimers() {
 	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
 	s.armScrub()
+	s.armCleaner()
 }
 
 func (s *Shard) onTick() { s.core.Tick(s.r.Now()) }
@@ -205,7 +210,7 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 				"rebuilt_indexes", len(report.RebuiltIndexes), "deleted_segments", len(report.DeletedSegments),
 				"reason", report.Corruption)
 		}
-		p := &partition{tp: tp, log: l}
+		p := &partition{tp: tp, log: l, leaderEpoch: -1}
 		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, MinInsync: minInsync}
 		s.parts[tp] = p
 		s.b.partitionOpened(s.index, tp)
@@ -255,6 +260,7 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 			return fmt.Errorf("reopen %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
 		p.log = l
+		l.SetLeaderEpoch(p.leaderEpoch)
 		p.c.Log, p.c.FlushAlways, p.c.MinInsync = l, lc.FlushAlways, minInsync
 		return nil
 	})

@@ -1,6 +1,7 @@
 // Package client is ringlog's bundled Go client: a pipelined connection pool with
 // shard-aware routing (Client), a batching producer (Producer), a consumer without groups
-// (Consumer) and admin calls (topics and configs). It speaks the protocol in
+// (Consumer), a consumer in a consumer group (GroupConsumer) and admin calls (topics,
+// configs, groups). It speaks the protocol in
 // docs/protocol.md through the codecs in netio and builds record batches with
 // engine/batch.
 //
@@ -14,9 +15,11 @@ package client
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -59,7 +62,9 @@ type Client struct {
 	conns  map[string]*conn      // guarded by mu: by address
 	topics map[string]*topicMeta // guarded by mu: metadata cache
 	shards map[int32]string      // guarded by mu: shard -> address
-	closed bool                  // guarded by mu
+	// coordinators maps a group id to its coordinator's address; guarded by mu.
+	coordinators map[string]string
+	closed       bool // guarded by mu
 
 	serverFrameBytesMax int32 // from the ApiVersions handshake
 	sasl                saslState
@@ -74,6 +79,9 @@ type topicMeta struct {
 
 type partitionMeta struct {
 	shard int32
+	// leader is the address of the broker leading the partition when that is not the seed
+	// broker (a replicated cluster; from the seed's cluster view), else "".
+	leader string
 }
 
 // ErrClosed is returned by calls on a closed Client.
@@ -99,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.FrameBytesMax == 0 {
 		cfg.FrameBytesMax = defaultFrameBytesMax
 	}
-	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}}
+	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}, coordinators: map[string]string{}}
 	var ver wire.APIVersionsResponse
 	if err := c.Call(ctx, cfg.Broker, &wire.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
 		return nil, fmt.Errorf("handshake with %s: %w", cfg.Broker, err)
@@ -224,6 +232,7 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 	if err := c.Call(ctx, c.cfg.Broker, &wire.MetadataRequest{Topics: topics}, &resp); err != nil {
 		return nil, err
 	}
+	leaders := c.clusterLeadersOf(ctx, resp.BrokerID)
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -238,12 +247,60 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 		tm := &topicMeta{fetchedAt: now, partitions: make([]partitionMeta, len(t.Partitions))}
 		for _, p := range t.Partitions {
 			if p.Partition >= 0 && int(p.Partition) < len(tm.partitions) {
-				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard}
+				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard, leader: leaders.addr(resp.BrokerID, t.Topic, p.Partition)}
 			}
 		}
 		c.topics[t.Topic] = tm
 	}
 	return &resp, nil
+}
+
+// clusterLeaders is the part of a broker's cluster view (the Controller API's JSON,
+// replication/cluster.View) that routing needs: who leads each partition, and where.
+type clusterLeaders struct {
+	Metadata struct {
+		Brokers map[string]struct{ Address string }
+		Topics  map[string]struct {
+			Partitions []struct{ Index, Leader int32 }
+		}
+	}
+}
+
+// addr is the address of the broker leading topic/partition, or "" when it is the seed
+// broker (self), unknown, or there is no cluster.
+func (v *clusterLeaders) addr(self int32, topic string, partition int32) string {
+	if v == nil {
+		return ""
+	}
+	t, ok := v.Metadata.Topics[topic]
+	if !ok {
+		return ""
+	}
+	for _, p := range t.Partitions {
+		if p.Index == partition && p.Leader > 0 && p.Leader != self {
+			return v.Metadata.Brokers[strconv.Itoa(int(p.Leader))].Address
+		}
+	}
+	return ""
+}
+
+// clusterLeadersOf asks the seed broker of a replicated cluster (a metadata answer with a
+// broker id; a single broker answers 0) who leads what; nil for a single broker or when
+// the view cannot be had (routing then falls back to the seed, which answers
+// NOT_LEADER_OR_WRONG_SHARD for partitions it does not lead, and the retry asks again).
+func (c *Client) clusterLeadersOf(ctx context.Context, brokerID int32) *clusterLeaders {
+	if brokerID <= 0 {
+		return nil
+	}
+	data, err := c.ClusterMetadataAt(ctx, c.cfg.Broker)
+	if err != nil {
+		return nil
+	}
+	var v clusterLeaders
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	return &v
 }
 
 // Partitions returns the topic's partition count, from cache or a metadata request.
@@ -279,16 +336,20 @@ func (c *Client) invalidate(topic string) {
 	c.mu.Unlock()
 }
 
-// leaderAddr returns the address to send topic/partition requests to: the owning shard's
+// leaderAddr returns the address to send topic/partition requests to: the leading
+// broker's when another broker of a cluster leads the partition, else the owning shard's
 // address when metadata names one and routing is on, else the seed address.
 func (c *Client) leaderAddr(topic string, partition int32) string {
-	if c.cfg.DisableShardRouting {
-		return c.cfg.Broker
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tm := c.topics[topic]
 	if tm == nil || partition < 0 || int(partition) >= len(tm.partitions) {
+		return c.cfg.Broker
+	}
+	if leader := tm.partitions[partition].leader; leader != "" {
+		return leader // another broker of the cluster leads it
+	}
+	if c.cfg.DisableShardRouting {
 		return c.cfg.Broker
 	}
 	if addr := c.shards[tm.partitions[partition].shard]; addr != "" {
@@ -324,7 +385,13 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
 
 // CreateTopic creates a topic with the given partition count and configs.
 func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
-	ct := wire.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: 1}
+	return c.CreateReplicatedTopic(ctx, name, partitions, 1, configs)
+}
+
+// CreateReplicatedTopic creates a topic whose partitions have replicationFactor replicas
+// on different brokers of a cluster (a single broker refuses more than 1).
+func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partitions int32, replicationFactor int16, configs map[string]string) error {
+	ct := wire.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: replicationFactor}
 	for _, k := range sortedKeys(configs) {
 		ct.Configs = append(ct.Configs, wire.ConfigEntry{Key: k, Value: configs[k]})
 	}
@@ -333,6 +400,46 @@ func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32,
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	return topicResultErr("create topic", name, resp.Topics)
+}
+
+// ClusterMetadata returns the broker's view of the cluster's controller metadata as JSON
+// (brokers, controller leader, topics with their leaders, replicas, ISR and epochs, and
+// the high watermark of each partition the broker leads). A single broker answers
+// NOT_CONTROLLER.
+func (c *Client) ClusterMetadata(ctx context.Context) ([]byte, error) {
+	return c.ClusterMetadataAt(ctx, c.cfg.Broker)
+}
+
+// ClusterMetadataAt is ClusterMetadata asked of the broker at addr.
+func (c *Client) ClusterMetadataAt(ctx context.Context, addr string) ([]byte, error) {
+	type answer struct {
+		body []byte
+		err  error
+	}
+	result := make(chan answer, 1)
+	var resp wire.ControllerResponse
+	c.callAsyncOwned(addr, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp, func(_ wire.Message, err error, release func()) {
+		// The body aliases the frame buffer, which release hands back: copy it first.
+		a := answer{err: err}
+		if err == nil {
+			if a.err = resp.ErrorCode.Err(); a.err != nil {
+				a.err = fmt.Errorf("%w: %s", a.err, resp.ErrorMessage)
+			} else {
+				a.body = append([]byte(nil), resp.Body...)
+			}
+		}
+		release()
+		result <- a
+	})
+	select {
+	case a := <-result:
+		if a.err != nil {
+			return nil, fmt.Errorf("cluster metadata: %w", a.err)
+		}
+		return a.body, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cluster metadata from %s: %w", addr, ctx.Err())
+	}
 }
 
 // DeleteTopic deletes a topic.

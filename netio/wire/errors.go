@@ -43,14 +43,37 @@ const (
 	ErrFrameTooLarge           ErrorCode = 25
 	ErrInvalidTimestamp        ErrorCode = 26
 	ErrTopicDeletionInProgress ErrorCode = 27
+
+	// Consumer group codes (Kafka's names; the group coordinator's group.Code maps onto them).
+	ErrCoordinatorLoadInProgress ErrorCode = 28
+	ErrCoordinatorNotAvailable   ErrorCode = 29
+	ErrNotCoordinator            ErrorCode = 30
+	ErrIllegalGeneration         ErrorCode = 31
+	ErrInconsistentGroupProtocol ErrorCode = 32
+	ErrInvalidGroupID            ErrorCode = 33
+	ErrUnknownMemberID           ErrorCode = 34
+	ErrInvalidSessionTimeout     ErrorCode = 35
+	ErrRebalanceInProgress       ErrorCode = 36
+	ErrInvalidCommitOffsetSize   ErrorCode = 37
+	ErrNonEmptyGroup             ErrorCode = 38
+	ErrGroupIDNotFound           ErrorCode = 39
+	ErrGroupMaxSizeReached       ErrorCode = 40
+	ErrFencedInstanceID          ErrorCode = 41
+	ErrOffsetMetadataTooLarge    ErrorCode = 42
+
+	// Replication codes.
+	ErrFencedLeaderEpoch  ErrorCode = 43
+	ErrUnknownLeaderEpoch ErrorCode = 44
+	ErrNotController      ErrorCode = 45
+
 	// Security (docs/security.md).
-	ErrSaslAuthenticationFailed   ErrorCode = 28
-	ErrUnsupportedSaslMechanism   ErrorCode = 29
-	ErrIllegalSaslState           ErrorCode = 30
-	ErrTopicAuthorizationFailed   ErrorCode = 31
-	ErrGroupAuthorizationFailed   ErrorCode = 32
-	ErrClusterAuthorizationFailed ErrorCode = 33
-	ErrSecurityDisabled           ErrorCode = 34
+	ErrSaslAuthenticationFailed   ErrorCode = 46
+	ErrUnsupportedSaslMechanism   ErrorCode = 47
+	ErrIllegalSaslState           ErrorCode = 48
+	ErrTopicAuthorizationFailed   ErrorCode = 49
+	ErrGroupAuthorizationFailed   ErrorCode = 50
+	ErrClusterAuthorizationFailed ErrorCode = 51
+	ErrSecurityDisabled           ErrorCode = 52
 )
 
 type errorInfo struct {
@@ -60,34 +83,55 @@ type errorInfo struct {
 }
 
 var errorTable = map[ErrorCode]errorInfo{
-	ErrNone:                       {"NONE", "no error", false},
-	ErrUnknown:                    {"UNKNOWN", "unexpected server error", false},
-	ErrCorruptMessage:             {"CORRUPT_MESSAGE", "record batch failed its CRC or size checks", true},
-	ErrUnknownTopicOrPartition:    {"UNKNOWN_TOPIC_OR_PARTITION", "topic or partition does not exist", true},
-	ErrOffsetOutOfRange:           {"OFFSET_OUT_OF_RANGE", "offset is outside the partition's [log start, high watermark] range", false},
-	ErrMessageTooLarge:            {"MESSAGE_TOO_LARGE", "record batch is larger than the topic's segment.bytes or the broker's frame limit", false},
-	ErrNotEnoughReplicas:          {"NOT_ENOUGH_REPLICAS", "fewer in-sync replicas than min.insync.replicas; write refused", true},
-	ErrRequestTimedOut:            {"REQUEST_TIMED_OUT", "request did not complete within its timeout", true},
-	ErrThrottled:                  {"THROTTLED", "request refused by a quota; retry after the throttle time", true},
-	ErrInvalidRequest:             {"INVALID_REQUEST", "request could not be decoded or is malformed", false},
-	ErrTopicAlreadyExists:         {"TOPIC_ALREADY_EXISTS", "topic already exists", false},
-	ErrUnsupportedVersion:         {"UNSUPPORTED_VERSION", "API version not supported by this broker", false},
-	ErrInvalidConfig:              {"INVALID_CONFIG", "configuration key or value is invalid", false},
-	ErrNotLeaderOrWrongShard:      {"NOT_LEADER_OR_WRONG_SHARD", "this broker or shard does not own the partition; refresh metadata", true},
-	ErrStorage:                    {"STORAGE_ERROR", "disk error on the broker while serving the partition", true},
-	ErrUnknownAPI:                 {"UNKNOWN_API", "API key not known to this broker", false},
-	ErrInvalidTopic:               {"INVALID_TOPIC", "topic name is empty, too long or uses characters outside [a-zA-Z0-9._-]", false},
-	ErrInvalidPartitions:          {"INVALID_PARTITIONS", "partition count is out of range", false},
-	ErrInvalidReplication:         {"INVALID_REPLICATION_FACTOR", "replication factor is out of range", false},
-	ErrNotEnoughReplicasAfter:     {"NOT_ENOUGH_REPLICAS_AFTER_APPEND", "written locally, but the ISR shrank below min.insync.replicas before it was replicated", true},
-	ErrInvalidRequiredAcks:        {"INVALID_REQUIRED_ACKS", "acks must be 0, 1 or -1", false},
-	ErrOutOfOrderSequence:         {"OUT_OF_ORDER_SEQUENCE", "producer sequence number is out of order", false},
-	ErrDuplicateSequence:          {"DUPLICATE_SEQUENCE", "batch is a duplicate of one already written", false},
-	ErrInvalidProducerEpoch:       {"INVALID_PRODUCER_EPOCH", "producer epoch is older than the current one", false},
-	ErrShuttingDown:               {"SHUTTING_DOWN", "broker is shutting down", true},
-	ErrFrameTooLarge:              {"FRAME_TOO_LARGE", "frame length exceeds the broker's max frame size; connection closed", false},
-	ErrInvalidTimestamp:           {"INVALID_TIMESTAMP", "timestamp is out of the accepted range", false},
-	ErrTopicDeletionInProgress:    {"TOPIC_DELETION_IN_PROGRESS", "topic is being deleted", true},
+	ErrNone:                    {"NONE", "no error", false},
+	ErrUnknown:                 {"UNKNOWN", "unexpected server error", false},
+	ErrCorruptMessage:          {"CORRUPT_MESSAGE", "record batch failed its CRC or size checks", true},
+	ErrUnknownTopicOrPartition: {"UNKNOWN_TOPIC_OR_PARTITION", "topic or partition does not exist", true},
+	ErrOffsetOutOfRange:        {"OFFSET_OUT_OF_RANGE", "offset is outside the partition's [log start, high watermark] range", false},
+	ErrMessageTooLarge:         {"MESSAGE_TOO_LARGE", "record batch is larger than the topic's segment.bytes or the broker's frame limit", false},
+	ErrNotEnoughReplicas:       {"NOT_ENOUGH_REPLICAS", "fewer in-sync replicas than min.insync.replicas; write refused", true},
+	ErrRequestTimedOut:         {"REQUEST_TIMED_OUT", "request did not complete within its timeout", true},
+	ErrThrottled:               {"THROTTLED", "request refused by a quota; retry after the throttle time", true},
+	ErrInvalidRequest:          {"INVALID_REQUEST", "request could not be decoded or is malformed", false},
+	ErrTopicAlreadyExists:      {"TOPIC_ALREADY_EXISTS", "topic already exists", false},
+	ErrUnsupportedVersion:      {"UNSUPPORTED_VERSION", "API version not supported by this broker", false},
+	ErrInvalidConfig:           {"INVALID_CONFIG", "configuration key or value is invalid", false},
+	ErrNotLeaderOrWrongShard:   {"NOT_LEADER_OR_WRONG_SHARD", "this broker or shard does not own the partition; refresh metadata", true},
+	ErrStorage:                 {"STORAGE_ERROR", "disk error on the broker while serving the partition", true},
+	ErrUnknownAPI:              {"UNKNOWN_API", "API key not known to this broker", false},
+	ErrInvalidTopic:            {"INVALID_TOPIC", "topic name is empty, too long or uses characters outside [a-zA-Z0-9._-]", false},
+	ErrInvalidPartitions:       {"INVALID_PARTITIONS", "partition count is out of range", false},
+	ErrInvalidReplication:      {"INVALID_REPLICATION_FACTOR", "replication factor is out of range", false},
+	ErrNotEnoughReplicasAfter:  {"NOT_ENOUGH_REPLICAS_AFTER_APPEND", "written locally, but the ISR shrank below min.insync.replicas before it was replicated", true},
+	ErrInvalidRequiredAcks:     {"INVALID_REQUIRED_ACKS", "acks must be 0, 1 or -1", false},
+	ErrOutOfOrderSequence:      {"OUT_OF_ORDER_SEQUENCE", "producer sequence number is out of order", false},
+	ErrDuplicateSequence:       {"DUPLICATE_SEQUENCE", "batch is a duplicate of one already written", false},
+	ErrInvalidProducerEpoch:    {"INVALID_PRODUCER_EPOCH", "producer epoch is older than the current one", false},
+	ErrShuttingDown:            {"SHUTTING_DOWN", "broker is shutting down", true},
+	ErrFrameTooLarge:           {"FRAME_TOO_LARGE", "frame length exceeds the broker's max frame size; connection closed", false},
+	ErrInvalidTimestamp:        {"INVALID_TIMESTAMP", "timestamp is out of the accepted range", false},
+	ErrTopicDeletionInProgress: {"TOPIC_DELETION_IN_PROGRESS", "topic is being deleted", true},
+
+	ErrCoordinatorLoadInProgress: {"COORDINATOR_LOAD_IN_PROGRESS", "the group's coordinator is still loading its offsets; retry", true},
+	ErrCoordinatorNotAvailable:   {"COORDINATOR_NOT_AVAILABLE", "the group's coordinator cannot serve it now (starting, stopping, or its offsets could not be written); retry", true},
+	ErrNotCoordinator:            {"NOT_COORDINATOR", "this shard does not coordinate the group; find its coordinator again", true},
+	ErrIllegalGeneration:         {"ILLEGAL_GENERATION", "the request names an older generation of the group; rejoin", false},
+	ErrInconsistentGroupProtocol: {"INCONSISTENT_GROUP_PROTOCOL", "the member's protocol type or assignors match none the group uses", false},
+	ErrInvalidGroupID:            {"INVALID_GROUP_ID", "group id is empty", false},
+	ErrUnknownMemberID:           {"UNKNOWN_MEMBER_ID", "the member is not in the group (removed after its session or rebalance timeout, or it left); rejoin", false},
+	ErrInvalidSessionTimeout:     {"INVALID_SESSION_TIMEOUT", "session timeout outside the broker's group-min/max-session-timeout", false},
+	ErrRebalanceInProgress:       {"REBALANCE_IN_PROGRESS", "the group is rebalancing; rejoin", false},
+	ErrInvalidCommitOffsetSize:   {"INVALID_COMMIT_OFFSET_SIZE", "the offset commit is too large", false},
+	ErrNonEmptyGroup:             {"NON_EMPTY_GROUP", "the group has members; only an empty group can be deleted or reset", false},
+	ErrGroupIDNotFound:           {"GROUP_ID_NOT_FOUND", "no such group", false},
+	ErrGroupMaxSizeReached:       {"GROUP_MAX_SIZE_REACHED", "the group has the most members the broker allows (group-max-size)", false},
+	ErrFencedInstanceID:          {"FENCED_INSTANCE_ID", "a newer member took over this group.instance.id", false},
+	ErrOffsetMetadataTooLarge:    {"OFFSET_METADATA_TOO_LARGE", "the commit's metadata string is too long", false},
+
+	ErrFencedLeaderEpoch:  {"FENCED_LEADER_EPOCH", "the request's leader epoch is older than the partition's; refresh metadata", true},
+	ErrUnknownLeaderEpoch: {"UNKNOWN_LEADER_EPOCH", "the request's leader epoch is newer than this broker knows; retry", true},
+	ErrNotController:      {"NOT_CONTROLLER", "no controller leader is reachable from this broker; retry", true},
+
 	ErrSaslAuthenticationFailed:   {"SASL_AUTHENTICATION_FAILED", "authentication failed (unknown user or wrong password), or a request came before authentication; connection closed", false},
 	ErrUnsupportedSaslMechanism:   {"UNSUPPORTED_SASL_MECHANISM", "the broker does not offer this SASL mechanism", false},
 	ErrIllegalSaslState:           {"ILLEGAL_SASL_STATE", "SASL request out of order (authenticate before handshake, or after success)", false},

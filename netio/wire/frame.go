@@ -56,23 +56,39 @@ const (
 	APIDescribeConfigs APIKey = 8
 	APIAlterConfigs    APIKey = 9
 	APIInitProducerID  APIKey = 10
+	APIFindCoordinator APIKey = 11
+	APIJoinGroup       APIKey = 12
+	APISyncGroup       APIKey = 13
+	APIHeartbeat       APIKey = 14
+	APILeaveGroup      APIKey = 15
+	APIOffsetCommit    APIKey = 16
+	APIOffsetFetch     APIKey = 17
+	APIListGroups      APIKey = 18
+	APIDescribeGroups  APIKey = 19
+	APIDeleteGroups    APIKey = 20
+	// Between brokers (replication), and the CLI's cluster view.
+	APIReplicaFetch          APIKey = 21
+	APIOffsetsForLeaderEpoch APIKey = 22
+	APIController            APIKey = 23
 	// Security (security.go, docs/security.md).
-	APISaslHandshake    APIKey = 11
-	APISaslAuthenticate APIKey = 12
-	APIDescribeUsers    APIKey = 13
-	APIAlterUsers       APIKey = 14
-	APIDescribeAcls     APIKey = 15
-	APICreateAcls       APIKey = 16
-	APIDeleteAcls       APIKey = 17
+	APISaslHandshake    APIKey = 24
+	APISaslAuthenticate APIKey = 25
+	APIDescribeUsers    APIKey = 26
+	APIAlterUsers       APIKey = 27
+	APIDescribeAcls     APIKey = 28
+	APICreateAcls       APIKey = 29
+	APIDeleteAcls       APIKey = 30
 
 	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 18
+	APIKeyCount = 31
 )
 
 var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
-	"InitProducerId", "SaslHandshake", "SaslAuthenticate", "DescribeUsers", "AlterUsers",
+	"InitProducerId", "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat",
+	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups", "ReplicaFetch", "OffsetsForLeaderEpoch", "Controller",
+	"SaslHandshake", "SaslAuthenticate", "DescribeUsers", "AlterUsers",
 	"DescribeAcls", "CreateAcls", "DeleteAcls",
 }
 

@@ -34,6 +34,8 @@ type Options struct {
 	// none, for brokers that refuse the default client.
 	Client   client.Config
 	NoClient bool
+	// Groups configures the group coordinators (tests lower the session timeout bounds).
+	Groups shard.GroupsConfig
 }
 
 // Broker is a running in-process broker with a client connected to it.
@@ -58,7 +60,7 @@ func Start(tb testing.TB, o Options) *Broker {
 		o.Dir = tb.TempDir()
 	}
 	cfg := node.Config{
-		Core:       shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"}},
+		Core:       shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"}, Groups: o.Groups},
 		Listen:     "127.0.0.1:0",
 		ShardPorts: node.ShardPortsOff,
 		Net:        node.NetGo,

@@ -114,6 +114,44 @@ func (s *Server) authorize(req *Request) bool {
 	case *wire.AlterConfigsRequest:
 		out := topicResults(splitTopics(&body.Topics, func(t *wire.AlterConfigsTopic) string { return t.Topic }, can(security.OpAlter)), func(t *wire.AlterConfigsTopic) string { return t.Topic }, p, security.OpAlter)
 		return finishSplit(req, len(body.Topics), len(out), &wire.AlterConfigsResponse{Topics: out}, func(m *wire.AlterConfigsResponse) { m.Topics = append(m.Topics, out...) })
+	case *wire.FindCoordinatorRequest:
+		return s.denyGroups(req, p, security.OpDescribe, body.Group)
+	case *wire.JoinGroupRequest:
+		return s.denyGroups(req, p, security.OpRead, body.Group)
+	case *wire.SyncGroupRequest:
+		return s.denyGroups(req, p, security.OpRead, body.Group)
+	case *wire.HeartbeatRequest:
+		return s.denyGroups(req, p, security.OpRead, body.Group)
+	case *wire.LeaveGroupRequest:
+		return s.denyGroups(req, p, security.OpRead, body.Group)
+	case *wire.OffsetCommitRequest:
+		// Kafka's rule: Read on the group and on every topic committed.
+		if s.denyGroups(req, p, security.OpRead, body.Group) {
+			return true
+		}
+		for _, t := range body.Topics {
+			if !can(security.OpRead)(t.Topic) {
+				req.ReplyError(failed, deniedMessage(p, security.OpRead, t.Topic))
+				return true
+			}
+		}
+	case *wire.OffsetFetchRequest:
+		return s.denyGroups(req, p, security.OpDescribe, body.Group)
+	case *wire.DescribeGroupsRequest:
+		return s.denyGroups(req, p, security.OpDescribe, body.Groups...)
+	case *wire.DeleteGroupsRequest:
+		return s.denyGroups(req, p, security.OpDelete, body.Groups...)
+	case *wire.ListGroupsRequest:
+		return s.denyCluster(req, p, security.OpDescribe)
+	case *wire.ReplicaFetchRequest, *wire.OffsetsForLeaderEpochRequest:
+		// Between brokers: a replica reads every partition it follows, so it needs the
+		// cluster's All (Kafka's ClusterAction).
+		return s.denyCluster(req, p, security.OpAll)
+	case *wire.ControllerRequest:
+		if body.Op == wire.ControllerMetadata {
+			return s.denyCluster(req, p, security.OpDescribe)
+		}
+		return s.denyCluster(req, p, security.OpAll)
 	case *wire.InitProducerIDRequest:
 		// An idempotent producer needs to write somewhere: Write on the cluster or on any
 		// topic (Kafka's IdempotentWrite rule since 3.0).
@@ -171,4 +209,26 @@ func (s *Server) authorizeMetadata(req *Request, body *wire.MetadataRequest, des
 		out = append(out, wire.MetadataTopic{Topic: t, ErrorCode: wire.ErrTopicAuthorizationFailed, ErrorMessage: deniedMessage(p, security.OpDescribe, t)})
 	}
 	return finishSplit(req, len(body.Topics), len(out), &wire.MetadataResponse{Topics: out}, func(m *wire.MetadataResponse) { m.Topics = append(m.Topics, out...) })
+}
+
+// denyGroups answers req with GROUP_AUTHORIZATION_FAILED, whole, unless the principal may
+// do op on every group named; true if it answered.
+func (s *Server) denyGroups(req *Request, principal string, op security.Operation, groups ...string) bool {
+	for _, g := range groups {
+		if !s.cfg.Security.Authorizer.Authorize(principal, op, security.ResourceGroup, g) {
+			req.ReplyError(wire.ErrGroupAuthorizationFailed, fmt.Sprintf("%s may not %s group %q", principal, op, g))
+			return true
+		}
+	}
+	return false
+}
+
+// denyCluster answers req with CLUSTER_AUTHORIZATION_FAILED unless the principal may do op
+// on the cluster; true if it answered.
+func (s *Server) denyCluster(req *Request, principal string, op security.Operation) bool {
+	if s.cfg.Security.Authorizer.Authorize(principal, op, security.ResourceCluster, security.ClusterName) {
+		return false
+	}
+	req.ReplyError(wire.ErrClusterAuthorizationFailed, fmt.Sprintf("%s may not %s the cluster", principal, op))
+	return true
 }

@@ -64,6 +64,34 @@ func testACLs(t *testing.T, driver string) {
 		t.Fatalf("create without a grant: %v", err)
 	}
 
+	// Groups and the broker-to-broker APIs are checked as a whole request.
+	denied := []struct {
+		req, resp wire.Message
+		want      wire.ErrorCode
+	}{
+		{&wire.JoinGroupRequest{Group: "g", ProtocolType: "consumer", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000,
+			Protocols: []wire.GroupProtocol{{Name: "range"}}}, &wire.JoinGroupResponse{}, wire.ErrGroupAuthorizationFailed},
+		{&wire.OffsetFetchRequest{Group: "g"}, &wire.OffsetFetchResponse{}, wire.ErrGroupAuthorizationFailed},
+		{&wire.DeleteGroupsRequest{Groups: []string{"g"}}, &wire.DeleteGroupsResponse{}, wire.ErrGroupAuthorizationFailed},
+		{&wire.ListGroupsRequest{}, &wire.ListGroupsResponse{}, wire.ErrClusterAuthorizationFailed},
+		{&wire.ReplicaFetchRequest{ReplicaID: 2, Topics: []wire.ReplicaFetchTopic{{Topic: "payroll",
+			Partitions: []wire.ReplicaFetchPartition{{MaxBytes: 1 << 20}}}}}, &wire.ReplicaFetchResponse{}, wire.ErrClusterAuthorizationFailed},
+		{&wire.ControllerRequest{Op: wire.ControllerMetadata}, &wire.ControllerResponse{}, wire.ErrClusterAuthorizationFailed},
+	}
+	for _, d := range denied {
+		if err := alice.Call(ctx, rb.Addr, d.req, d.resp); !errors.Is(err, d.want) {
+			t.Fatalf("%s without a grant: %v, want %s", d.req.API(), err, d.want)
+		}
+	}
+	if err := admin.CreateACLs(ctx, wire.ACLBinding{ResourceType: wire.ACLResourceGroup, ResourceName: "g", PatternType: wire.ACLPatternLiteral,
+		Principal: "User:alice", Operation: wire.ACLOperationRead, Permission: wire.ACLPermissionAllow}); err != nil {
+		t.Fatal(err)
+	}
+	var offsets wire.OffsetFetchResponse
+	if err := alice.Call(ctx, rb.Addr, &wire.OffsetFetchRequest{Group: "g"}, &offsets); err != nil {
+		t.Fatalf("offset fetch with a read grant on the group: %v", err)
+	}
+
 	// Prefix grant for orders-*, with a deny on orders-us.
 	grant := func(perm int8, name string, pattern int8, ops ...int8) {
 		for _, op := range ops {

@@ -422,7 +422,7 @@ func TestCompletion(t *testing.T) {
 		"ringlog acl ":                          "add list remove",
 		"ringlog user add --pass":               "--password-file",
 		"ringlog group ":                        "delete describe list reset",
-		"ringlog group reset g --t":             "--to --topic",
+		"ringlog group reset g --to":            "--to --topic",
 		"ringlog cluster ":                      "describe",
 		"ringlog cluster describe --j":          "--json",
 		"ringlog --broker h:1 top":              "topic",

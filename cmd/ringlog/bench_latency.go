@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/ringlogdriver"
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
+)
+
+func init() {
+	benchCommands["pingpong"] = benchCommand{"raw TCP ping-pong over loopback: the floor under a one-record round trip", benchPingPong}
+	benchCommands["single"] = benchCommand{"one record at a time, acks=1, on the bundled client vs a ping-pong in the same run", benchSingle}
+}
+
+// Limits of the latency commands: a count beyond this is a soak test, not a latency probe.
+const (
+	latencyCountMax    = 10_000_000
+	latencyRoundsMax   = 1000
+	latencyWarmupCount = 1000
+)
+
+func benchPingPong(args []string) error {
+	fs := flag.NewFlagSet("bench pingpong", flag.ContinueOnError)
+	size := fs.Int("size", 1024, "bytes each way per round trip")
+	count := fs.Int("count", 100_000, "round trips measured (after a warm-up of 1000)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax {
+		return fmt.Errorf("want --count in 1..%d and no arguments", latencyCountMax)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pp, err := bench.NewPingPong(*size)
+	if err != nil {
+		return err
+	}
+	defer pp.Close()
+	if err := pp.Run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
+		return err
+	}
+	lat := bench.NewLatency()
+	if err := pp.Run(ctx, *count, lat); err != nil {
+		return err
+	}
+	printLatencyHeader()
+	printLatencyRow(fmt.Sprintf("pingpong %dB", *size), lat, nil)
+	return nil
+}
+
+// singleSeries is one way of sending a record in `ringlog bench single`.
+type singleSeries struct {
+	name string
+	lat  *bench.Latency
+	run  func(ctx context.Context, n int, lat *bench.Latency) error
+}
+
+func benchSingle(args []string) error {
+	fs := flag.NewFlagSet("bench single", flag.ContinueOnError)
+	broker := fs.String("broker", ringlogdriver.DefaultAddress, "broker address")
+	topic := fs.String("topic", "bench-single", "topic (created with one partition when missing)")
+	size := fs.Int("size", 1024, "record value bytes (and ping-pong bytes each way)")
+	count := fs.Int("count", 20_000, "records per series (after a warm-up of 1000)")
+	rounds := fs.Int("rounds", 10, "the series take turns this many times, so load hits all alike")
+	queued := fs.Bool("queued", true, "also measure Send plus waiting for the callback (the batching path, through the sender goroutine)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax || *rounds < 1 || *rounds > latencyRoundsMax || *rounds > *count {
+		return fmt.Errorf("want --count in 1..%d, --rounds in 1..min(%d, count) and no arguments", latencyCountMax, latencyRoundsMax)
+	}
+	if *size < 0 || *size > bench.PingPongSizeMax {
+		return fmt.Errorf("--size %d outside 0..%d", *size, bench.PingPongSizeMax)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	c, err := client.New(ctx, client.Config{Broker: *broker})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, *topic, 1, nil); err != nil && !errors.Is(err, wire.ErrTopicAlreadyExists) {
+		return fmt.Errorf("create %s: %w", *topic, err)
+	}
+	pp, err := bench.NewPingPong(max(*size, 1))
+	if err != nil {
+		return err
+	}
+	defer pp.Close()
+	value := make([]byte, *size)
+	syncProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
+	defer syncProducer.Close(context.Background())
+	series := []singleSeries{
+		{name: fmt.Sprintf("pingpong %dB", max(*size, 1)), run: pp.Run},
+		{name: "SendSync acks=1", run: func(ctx context.Context, n int, lat *bench.Latency) error {
+			for range n {
+				start := time.Now()
+				if _, err := syncProducer.SendSync(ctx, &client.Record{Topic: *topic, Partition: 0, Value: value}); err != nil {
+					return err
+				}
+				lat.Record(time.Since(start))
+			}
+			return nil
+		}},
+	}
+	if *queued {
+		queuedProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, Linger: -1})
+		defer queuedProducer.Close(context.Background())
+		done := make(chan error, 1)
+		callback := func(_ *client.Record, err error) { done <- err }
+		series = append(series, singleSeries{name: "Send+wait acks=1", run: func(ctx context.Context, n int, lat *bench.Latency) error {
+			for range n {
+				start := time.Now()
+				if err := queuedProducer.Send(ctx, &client.Record{Topic: *topic, Partition: 0, Value: value}, callback); err != nil {
+					return err
+				}
+				if err := <-done; err != nil {
+					return err
+				}
+				lat.Record(time.Since(start))
+			}
+			return nil
+		}})
+	}
+	for i := range series {
+		if err := series[i].run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
+			return fmt.Errorf("%s: %w", series[i].name, err)
+		}
+		series[i].lat = bench.NewLatency()
+	}
+	// Take turns, each series starting a round in turn, so a burst of load or writeback
+	// lands on all of them alike.
+	for round := range *rounds {
+		n := *count / *rounds
+		if round == *rounds-1 {
+			n = *count - n*(*rounds-1)
+		}
+		for k := range series {
+			s := &series[(round+k)%len(series)]
+			if err := s.run(ctx, n, s.lat); err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+		}
+	}
+	fmt.Printf("one record at a time to %s (%s/0), %d B values, %d per series in %d rounds; load average %s\n",
+		*broker, *topic, *size, *count, *rounds, loadAverage())
+	printLatencyHeader()
+	for _, s := range series {
+		var floor *bench.Latency
+		if s.name != series[0].name {
+			floor = series[0].lat
+		}
+		printLatencyRow(s.name, s.lat, floor)
+	}
+	fmt.Println("goal: p50 ≤ 1.5× and p99 ≤ 2× the ping-pong")
+	return nil
+}
+
+func printLatencyHeader() {
+	fmt.Printf("%-20s %10s %10s %10s %10s %10s\n", "series", "count", "p50 µs", "p99 µs", "p99.9 µs", "max µs")
+}
+
+// printLatencyRow prints one series and, given a floor, its p50/p99/p99.9 as multiples of it.
+func printLatencyRow(name string, lat, floor *bench.Latency) {
+	s := lat.Summarize()
+	fmt.Printf("%-20s %10d %10.1f %10.1f %10.1f %10.1f", name, s.Count, s.P50Us, s.P99Us, s.P999Us, s.MaxUs)
+	if floor != nil {
+		f := floor.Summarize()
+		fmt.Printf("   ×%.2f ×%.2f ×%.2f", s.P50Us/f.P50Us, s.P99Us/f.P99Us, s.P999Us/f.P999Us)
+	}
+	fmt.Println()
+}
+
+// loadAverage is /proc/loadavg's first three fields, or "unknown".
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil || len(data) == 0 {
+		return "unknown"
+	}
+	var a, b, c string
+	if _, err := fmt.Sscan(string(data), &a, &b, &c); err != nil {
+		return "unknown"
+	}
+	return a + " " + b + " " + c
+}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"runtime/trace"
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
@@ -71,6 +73,8 @@ func benchSingle(args []string) error {
 	count := fs.Int("count", 20_000, "records per series (after a warm-up of 1000)")
 	rounds := fs.Int("rounds", 10, "the series take turns this many times, so load hits all alike")
 	queued := fs.Bool("queued", true, "also measure Send plus waiting for the callback (the batching path, through the sender goroutine)")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the measured rounds to this file")
+	traceFile := fs.String("trace", "", "write a Go execution trace of the measured rounds to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -136,6 +140,11 @@ func benchSingle(args []string) error {
 		}
 		series[i].lat = bench.NewLatency()
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	// Take turns, each series starting a round in turn, so a burst of load or writeback
 	// lands on all of them alike.
 	for round := range *rounds {
@@ -150,6 +159,7 @@ func benchSingle(args []string) error {
 			}
 		}
 	}
+	stopProfiles()
 	fmt.Printf("one record at a time to %s (%s/0), %d B values, %d per series in %d rounds; load average %s\n",
 		*broker, *topic, *size, *count, *rounds, loadAverage())
 	printLatencyHeader()
@@ -190,4 +200,41 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return a + " " + b + " " + c
+}
+
+// startProfiles starts a CPU profile and an execution trace where asked; the returned stop
+// may be called more than once.
+func startProfiles(cpuPath, tracePath string) (func(), error) {
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+		stops = nil
+	}
+	if cpuPath != "" {
+		f, err := os.Create(cpuPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if tracePath != "" {
+		f, err := os.Create(tracePath)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			stop()
+			return nil, err
+		}
+		stops = append(stops, func() { trace.Stop(); f.Close() })
+	}
+	return stop, nil
 }

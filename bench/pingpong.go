@@ -12,56 +12,78 @@ import (
 const PingPongSizeMax = 1 << 20
 
 // PingPong is a raw TCP ping-pong over 127.0.0.1: one connection, a client that writes size
-// bytes and waits for size bytes back, a server goroutine that echoes them. Each round trip
-// is the floor under any request/response over loopback on this machine (two socket
-// wake-ups, no protocol work): a one-record-at-a-time produce cannot be faster. A PingPong
-// keeps its connection open between Run calls, so runs can be interleaved with another
-// measurement in the same minute.
+// bytes and waits for size bytes back, an echo that sends them back. Each round trip is the
+// floor under any request/response over loopback on this machine (two socket wake-ups, no
+// protocol work): a one-record-at-a-time produce cannot be faster. The echo runs either in
+// this process (NewPingPong: a goroutine of the same Go runtime, whose spinning threads often
+// spare a wake-up) or in another process (DialPingPong, against ServeEcho there: the same
+// process boundary a broker has). A PingPong keeps its connection open between Run calls, so
+// runs can be interleaved with another measurement in the same minute.
 type PingPong struct {
 	size     int
-	listener net.Listener
+	listener net.Listener // nil when the echo is elsewhere
 	conn     net.Conn
 	served   chan error
 	out, in  []byte
 }
 
-// NewPingPong connects a ping-pong of size-byte messages.
-func NewPingPong(size int) (*PingPong, error) {
+func checkPingPongSize(size int) error {
 	if size < 1 || size > PingPongSizeMax {
-		return nil, fmt.Errorf("pingpong: size %d outside 1..%d", size, PingPongSizeMax)
+		return fmt.Errorf("pingpong: size %d outside 1..%d", size, PingPongSizeMax)
+	}
+	return nil
+}
+
+// NewPingPong connects a ping-pong of size-byte messages to an echo goroutine of its own.
+func NewPingPong(size int) (*PingPong, error) {
+	if err := checkPingPongSize(size); err != nil {
+		return nil, err
 	}
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("pingpong: %w", err)
 	}
-	p := &PingPong{size: size, listener: listener, served: make(chan error, 1),
-		out: make([]byte, size), in: make([]byte, size)}
-	go p.serve()
-	conn, err := net.Dial("tcp", listener.Addr().String())
+	served := make(chan error, 1)
+	go func() { served <- ServeEcho(listener, size) }()
+	p, err := DialPingPong(listener.Addr().String(), size)
 	if err != nil {
 		listener.Close()
-		return nil, fmt.Errorf("pingpong: %w", err)
+		return nil, err
 	}
-	p.conn = conn
+	p.listener, p.served = listener, served
 	return p, nil
 }
 
-func (p *PingPong) serve() {
-	conn, err := p.listener.Accept()
+// DialPingPong connects a ping-pong of size-byte messages to an echo at addr (ServeEcho).
+func DialPingPong(addr string, size int) (*PingPong, error) {
+	if err := checkPingPongSize(size); err != nil {
+		return nil, err
+	}
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
-		p.served <- err
-		return
+		return nil, fmt.Errorf("pingpong: %w", err)
+	}
+	return &PingPong{size: size, conn: conn, out: make([]byte, size), in: make([]byte, size)}, nil
+}
+
+// ServeEcho accepts one connection on listener and sends back every size-byte message it
+// reads until the peer closes it (a clean end: nil) or a write fails.
+func ServeEcho(listener net.Listener, size int) error {
+	if err := checkPingPongSize(size); err != nil {
+		return err
+	}
+	conn, err := listener.Accept()
+	if err != nil {
+		return err
 	}
 	defer conn.Close()
-	buf := make([]byte, p.size)
+	buf := make([]byte, size)
 	for {
 		if _, err := io.ReadFull(conn, buf); err != nil {
-			p.served <- nil // the client closed
-			return
+			return nil // the client closed
 		}
 		if _, err := conn.Write(buf); err != nil {
-			p.served <- err
-			return
+			return err
 		}
 	}
 }
@@ -84,9 +106,12 @@ func (p *PingPong) Run(ctx context.Context, count int, lat *Latency) error {
 	return nil
 }
 
-// Close ends the server goroutine and closes both ends.
+// Close closes the connection and, for an echo of its own, ends the echo goroutine.
 func (p *PingPong) Close() error {
 	p.conn.Close()
+	if p.listener == nil {
+		return nil
+	}
 	p.listener.Close()
 	return <-p.served
 }

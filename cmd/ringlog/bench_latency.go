@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
@@ -33,6 +38,7 @@ func benchPingPong(args []string) error {
 	fs := flag.NewFlagSet("bench pingpong", flag.ContinueOnError)
 	size := fs.Int("size", 1024, "bytes each way per round trip")
 	count := fs.Int("count", 100_000, "round trips measured (after a warm-up of 1000)")
+	process := fs.Bool("process", false, "echo from another process (the broker's process boundary) instead of a goroutine of this one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,11 +47,11 @@ func benchPingPong(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	pp, err := bench.NewPingPong(*size)
+	pp, stop, err := newPingPong(*size, *process)
 	if err != nil {
 		return err
 	}
-	defer pp.Close()
+	defer stop()
 	if err := pp.Run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
 		return err
 	}
@@ -54,8 +60,85 @@ func benchPingPong(args []string) error {
 		return err
 	}
 	printLatencyHeader()
-	printLatencyRow(fmt.Sprintf("pingpong %dB", *size), lat, nil)
+	name := fmt.Sprintf("pingpong %dB", *size)
+	if *process {
+		name += " proc"
+	}
+	printLatencyRow(name, lat)
 	return nil
+}
+
+// echoChildEnv, set to a message size, makes this binary serve one ping-pong echo
+// connection (bench.ServeEcho) on 127.0.0.1 instead of running its command line: it prints
+// the address on stdout and exits when the connection closes. startEchoProcess sets it.
+const echoChildEnv = "RINGLOG_BENCH_ECHO_SIZE"
+
+// echoChildMain runs the echo child and returns its exit status.
+func echoChildMain(size string) int {
+	if err := runEchoChild(size); err != nil {
+		fmt.Fprintf(os.Stderr, "ringlog echo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runEchoChild is the echo process's whole life.
+func runEchoChild(sizeText string) error {
+	size, err := strconv.Atoi(sizeText)
+	if err != nil {
+		return fmt.Errorf("%s=%q: %w", echoChildEnv, sizeText, err)
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer listener.Close()
+	fmt.Println(listener.Addr().String())
+	return bench.ServeEcho(listener, size)
+}
+
+// startEchoProcess runs this binary again as an echo (runEchoChild) and connects a
+// ping-pong to it: the floor with the same process boundary a broker has.
+func startEchoProcess(size int) (*bench.PingPong, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", echoChildEnv, size))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("echo process: %w", err)
+	}
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, fmt.Errorf("echo process: no address: %w", err)
+	}
+	pp, err := bench.DialPingPong(strings.TrimSpace(addr), size)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, err
+	}
+	return pp, func() { pp.Close(); _ = cmd.Wait() }, nil
+}
+
+// newPingPong starts a ping-pong with its echo in this process or in another one.
+func newPingPong(size int, process bool) (*bench.PingPong, func(), error) {
+	if process {
+		return startEchoProcess(size)
+	}
+	pp, err := bench.NewPingPong(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pp, func() { pp.Close() }, nil
 }
 
 // singleSeries is one way of sending a record in `ringlog bench single`.
@@ -72,6 +155,7 @@ func benchSingle(args []string) error {
 	size := fs.Int("size", 1024, "record value bytes (and ping-pong bytes each way)")
 	count := fs.Int("count", 20_000, "records per series (after a warm-up of 1000)")
 	rounds := fs.Int("rounds", 10, "the series take turns this many times, so load hits all alike")
+	processFloor := fs.Bool("process-floor", true, "also run the ping-pong against an echo in another process (the broker's process boundary); ratios are printed against both floors")
 	queued := fs.Bool("queued", true, "also measure Send plus waiting for the callback (the batching path, through the sender goroutine)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the measured rounds to this file")
 	traceFile := fs.String("trace", "", "write a Go execution trace of the measured rounds to this file")
@@ -100,6 +184,15 @@ func benchSingle(args []string) error {
 	}
 	defer pp.Close()
 	value := make([]byte, *size)
+	var processPP *bench.PingPong
+	if *processFloor {
+		pp, stop, err := newPingPong(max(*size, 1), true)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		processPP = pp
+	}
 	syncProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
 	defer syncProducer.Close(context.Background())
 	series := []singleSeries{
@@ -114,6 +207,11 @@ func benchSingle(args []string) error {
 			}
 			return nil
 		}},
+	}
+	floors := 1
+	if processPP != nil {
+		series = append(series[:1], append([]singleSeries{{name: fmt.Sprintf("pingpong %dB proc", max(*size, 1)), run: processPP.Run}}, series[1:]...)...)
+		floors = 2
 	}
 	if *queued {
 		queuedProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, Linger: -1})
@@ -163,13 +261,16 @@ func benchSingle(args []string) error {
 	fmt.Printf("one record at a time to %s (%s/0), %d B values, %d per series in %d rounds; load average %s\n",
 		*broker, *topic, *size, *count, *rounds, loadAverage())
 	printLatencyHeader()
-	for _, s := range series {
-		var floor *bench.Latency
-		if s.name != series[0].name {
-			floor = series[0].lat
+	for i, s := range series {
+		var against []*bench.Latency
+		if i >= floors {
+			for _, f := range series[:floors] {
+				against = append(against, f.lat)
+			}
 		}
-		printLatencyRow(s.name, s.lat, floor)
+		printLatencyRow(s.name, s.lat, against...)
 	}
+	fmt.Println("ratios: p50 p99 p99.9 against the in-process ping-pong", map[bool]string{true: "| against the echo in another process", false: ""}[floors == 2])
 	fmt.Println("goal: p50 ≤ 1.5× and p99 ≤ 2× the ping-pong")
 	return nil
 }
@@ -178,13 +279,17 @@ func printLatencyHeader() {
 	fmt.Printf("%-20s %10s %10s %10s %10s %10s\n", "series", "count", "p50 µs", "p99 µs", "p99.9 µs", "max µs")
 }
 
-// printLatencyRow prints one series and, given a floor, its p50/p99/p99.9 as multiples of it.
-func printLatencyRow(name string, lat, floor *bench.Latency) {
+// printLatencyRow prints one series and its p50/p99/p99.9 as multiples of each floor.
+func printLatencyRow(name string, lat *bench.Latency, floors ...*bench.Latency) {
 	s := lat.Summarize()
 	fmt.Printf("%-20s %10d %10.1f %10.1f %10.1f %10.1f", name, s.Count, s.P50Us, s.P99Us, s.P999Us, s.MaxUs)
-	if floor != nil {
+	for i, floor := range floors {
 		f := floor.Summarize()
-		fmt.Printf("   ×%.2f ×%.2f ×%.2f", s.P50Us/f.P50Us, s.P99Us/f.P99Us, s.P999Us/f.P999Us)
+		sep := "  "
+		if i > 0 {
+			sep = " |"
+		}
+		fmt.Printf("%s ×%.2f ×%.2f ×%.2f", sep, s.P50Us/f.P50Us, s.P99Us/f.P99Us, s.P999Us/f.P999Us)
 	}
 	fmt.Println()
 }

@@ -58,6 +58,14 @@ func TestBenchRunAndCompare(t *testing.T) {
 	}
 }
 
+// TestMain lets `ringlog bench single` start this test binary as its echo process.
+func TestMain(m *testing.M) {
+	if size, ok := os.LookupEnv(echoChildEnv); ok {
+		os.Exit(echoChildMain(size))
+	}
+	os.Exit(m.Run())
+}
+
 func TestBenchRejectsBadArguments(t *testing.T) {
 	dir := t.TempDir()
 	for name, args := range map[string][]string{
@@ -117,13 +125,15 @@ func TestBenchSingleAgainstBroker(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	for _, want := range []string{"pingpong 100B", "SendSync acks=1", "Send+wait acks=1", "goal:"} {
+	for _, want := range []string{"pingpong 100B", "pingpong 100B proc", "SendSync acks=1", "Send+wait acks=1", "goal:"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if err := runBench([]string{"pingpong", "--count", "10", "--size", "64"}); err != nil {
-		t.Fatal(err)
+	for _, process := range []string{"--process=false", "--process"} {
+		if err := runBench([]string{"pingpong", "--count", "10", "--size", "64", process}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -108,6 +108,10 @@ func caller(req *Request) int {
 	return shard.CallerNone
 }
 
+// CodeFor maps a broker or engine error to the protocol error code a client is answered
+// with (the broker core counts failures by it; see shard.Config.ErrorCode).
+func CodeFor(err error) wire.ErrorCode { return codeFor(err) }
+
 // codeFor maps broker and engine errors to protocol error codes.
 func codeFor(err error) wire.ErrorCode {
 	switch {
@@ -213,6 +217,7 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			*out = wire.ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 			batches, err := splitBatches(p.Records)
 			if err != nil {
+				h.b.CountProduceError(err)
 				out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error()
 				finish()
 				continue

@@ -95,6 +95,9 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Core.Logger == nil {
 		cfg.Core.Logger = cfg.Logger
 	}
+	if cfg.Core.ErrorCode == nil { // the shards count failures by protocol code
+		cfg.Core.ErrorCode = func(err error) int { return int(netio.CodeFor(err)) }
+	}
 	if cfg.Net == "" {
 		cfg.Net = NetRing
 	}

@@ -143,10 +143,15 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			BrokerVersion:  Version,
 			Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
 		}),
+		Admin:  o.admin.config(),
 		Logger: log,
 	})
 	if err != nil {
 		return err
+	}
+	adminAddr := ""
+	if n.Admin != nil {
+		adminAddr = n.Admin.Addr()
 	}
 	backend := "?"
 	for _, s := range n.Core.ShardInfos() {
@@ -157,7 +162,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
+	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()))
 
 	if o.debugAddr != "" {

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -215,4 +216,28 @@ func (s *Shard) snapshot(out *ShardStats) {
 	for _, p := range s.parts {
 		out.Partitions = append(out.Partitions, s.partitionState(p))
 	}
+}
+
+// Ping posts a no-op to every shard's mailbox and waits, up to wait, until each has run it:
+// every loop is alive and draining its mailbox. Any goroutine (readiness checks).
+func (b *Broker) Ping(wait time.Duration) error {
+	if b.closing.Load() || b.draining.Load() {
+		return ErrShuttingDown
+	}
+	done := make(chan int, len(b.shards))
+	for i, s := range b.shards {
+		if err := s.r.Post(func() { done <- i }); err != nil {
+			return fmt.Errorf("shard %d: %w", i, postErr(s, err))
+		}
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for range b.shards {
+		select {
+		case <-done:
+		case <-timer.C:
+			return fmt.Errorf("a shard did not answer its mailbox within %s", wait)
+		}
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	// FetchResponseBytesMax caps a fetch response's records; 0 means
 	// netio.FetchResponseBytesMaxDefault.
 	FetchResponseBytesMax int64
+	// Admin configures the admin HTTP listener (metrics, health, the JSON API); an empty
+	// Admin.Listen leaves it off.
+	Admin admin.Config
 	// Logger receives start-up and shutdown lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -81,6 +85,8 @@ type Node struct {
 	ShardAddrs []string
 	// ListenAddr is the main listener's bound address (Addr may differ by --advertise).
 	ListenAddr string
+	// Admin is the admin HTTP listener; nil when Config.Admin.Listen is empty.
+	Admin *admin.Server
 
 	log       *slog.Logger
 	listeners []net.Listener // by shard: the main listener (once per shard), then the per-shard ones
@@ -122,6 +128,18 @@ func Start(cfg Config) (*Node, error) {
 		n.closeListeners()
 		core.Close()
 		return nil, err
+	}
+	if cfg.Admin.Listen != "" {
+		if cfg.Admin.Logger == nil {
+			cfg.Admin.Logger = cfg.Logger
+		}
+		if n.Admin, err = admin.Start(cfg.Admin, core, n.Server); err != nil {
+			n.Server.Close()
+			n.closeListeners()
+			core.Close()
+			return nil, err
+		}
+		n.Admin.SetReady(true) // catalog loaded, partitions recovered, listeners serving
 	}
 	return n, nil
 }
@@ -194,10 +212,18 @@ func (n *Node) Errors() <-chan error { return n.errc }
 // Shutdown answers parked long-polls, stops accepting, lets in-flight requests answer until
 // ctx ends, then syncs and closes every partition. It returns the first error.
 func (n *Node) Shutdown(ctx context.Context) error {
+	if n.Admin != nil {
+		n.Admin.SetReady(false) // /readyz fails from here on
+	}
 	n.Core.Drain() // Shutdown below waits for every in-flight request, parked fetches too
 	serr := n.Server.Shutdown(ctx)
 	if serr != nil {
 		n.log.Warn("in-flight requests cut off at shutdown", "err", serr)
+	}
+	if n.Admin != nil {
+		if err := n.Admin.Shutdown(ctx); err != nil {
+			n.log.Warn("admin requests cut off at shutdown", "err", err)
+		}
 	}
 	n.closeListeners()
 	if err := n.Core.Close(); err != nil {

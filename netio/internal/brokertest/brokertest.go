@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/ring"
@@ -27,6 +28,9 @@ type Options struct {
 	// ShardListeners adds one listener per shard, advertised in metadata, as ringlogd's
 	// --shard-ports auto does.
 	ShardListeners bool
+	// Admin starts the admin HTTP listener (metrics, health, JSON API) on a loopback port
+	// with this configuration (its Listen is set); nil leaves it off.
+	Admin *admin.Config
 }
 
 // Broker is a running in-process broker with a client connected to it.
@@ -62,6 +66,10 @@ func Start(tb testing.TB, o Options) *Broker {
 	}
 	if o.Driver == "ring" {
 		cfg.Net = node.NetRing
+	}
+	if o.Admin != nil {
+		cfg.Admin = *o.Admin
+		cfg.Admin.Listen = "127.0.0.1:0"
 	}
 	n, err := node.Start(cfg)
 	if errors.Is(err, node.ErrRingDriverUnavailable) {

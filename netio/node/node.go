@@ -1,7 +1,8 @@
 // Package node assembles one running broker: the broker core (engine/shard), the ringlog
 // protocol server (netio) on the shards' rings or on Go's netpoller, its listeners (the
 // main address and the optional per-shard addresses advertised in metadata), and their
-// orderly shutdown. It is the one constructor of a broker: cmd/ringlogd and every
+// orderly shutdown, and the admin HTTP listener (netio/admin: metrics, health, the JSON
+// API) when Config.Admin names an address. It is the one constructor of a broker: cmd/ringlogd and every
 // in-process test broker (netio/internal/brokertest) go through Start, so the stack under
 // test is the stack that ships.
 //

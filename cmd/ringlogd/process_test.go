@@ -272,7 +272,7 @@ func TestSighupReload(t *testing.T) {
 	p.waitFor("nothing to change at run time")
 	write(base + "log-level: loud\n")
 	p.signal(syscall.SIGHUP)
-	if line, _ := p.waitFor("configuration reload failed"); !strings.Contains(line, path+`:6: log-level \"loud\"`) {
+	if line, _ := p.waitFor("configuration reload failed"); !strings.Contains(line, path+`:7: log-level \"loud\"`) {
 		t.Errorf("refusal line: %s", line)
 	}
 	if _, err := c.ListTopics(ctx); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/shard/core"
 )
 
@@ -124,5 +125,38 @@ func BenchmarkStatsHotPath(b *testing.B) {
 			s.counters.produce.Bytes += uint64(len(p))
 		}
 		s.produceAnswered(core.ProduceResult{Received: received})
+	}
+}
+
+// TestBatchTimes reads the timestamps of the batches holding given offsets.
+func TestBatchTimes(t *testing.T) {
+	b := openBroker(t, t.TempDir(), "auto", 2)
+	defer b.Close()
+	if err := b.CreateTopic("bt", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	tp := TopicPartition{"bt", 1}
+	for _, ts := range []int64{1000, 5000} {
+		bl := batch.NewBuilder(batch.BuilderOptions{})
+		bl.Append(ts, nil, []byte("a"), nil)
+		bl.Append(ts+7, nil, []byte("b"), nil)
+		raw, err := bl.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := produce(t, b, tp, AcksLeader, raw); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	q := []BatchTimesQuery{{TopicPartition: tp, Offset: 1}, {TopicPartition: tp, Offset: 2}, {TopicPartition: tp, Offset: 4},
+		{TopicPartition: TopicPartition{"bt", 0}, Offset: 0}, {TopicPartition: TopicPartition{"none", 0}}}
+	if err := b.BatchTimes(q); err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]int64{{1000, 1007}, {5000, 5007}, {-1, -1}, {-1, -1}, {-1, -1}}
+	for i, w := range want {
+		if q[i].BaseTimestamp != w[0] || q[i].MaxTimestamp != w[1] {
+			t.Errorf("query %d (%s/%d @%d): %d..%d, want %d..%d", i, q[i].Topic, q[i].Partition, q[i].Offset, q[i].BaseTimestamp, q[i].MaxTimestamp, w[0], w[1])
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/signal"
@@ -219,13 +220,16 @@ func renderGroups(w io.Writer, o topOptions, cur scrape.Metrics) {
 		}
 		get := func(name string) string {
 			v, ok := cur.Value(name, "group", g, "topic", t, "partition", p)
-			if !ok || v < 0 {
+			switch {
+			case !ok || v < 0:
 				return "-"
+			case math.IsInf(v, 1):
+				return "never"
 			}
 			return fmt.Sprintf("%.0f", v)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t\n", g, t, p, get("ringlog_group_committed_offset"), s.Value,
-			get("ringlog_group_lag_seconds"), get("ringlog_group_retention_margin_seconds"))
+			get("ringlog_group_lag_seconds"), get("ringlog_group_retention_overtake_seconds"))
 	}
 	tw.Flush()
 }

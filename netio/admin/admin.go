@@ -69,7 +69,10 @@ type Config struct {
 	// Replication reports ISR changes, replica counts and the controller's reachability;
 	// nil means Local (this broker is every partition's only replica).
 	Replication Replication
-	Logger      *slog.Logger
+	// Groups gives the committed offsets of the consumer groups this broker coordinates
+	// (group lag metrics, the /v1/groups API); nil leaves both out.
+	Groups Groups
+	Logger *slog.Logger
 }
 
 // Replication is the admin endpoint's seam to replication: what the ISR metrics and the
@@ -126,7 +129,7 @@ func Start(cfg Config, core *shard.Broker, srv *netio.Server) (*Server, error) {
 	s.ln = newLimitListener(ln, cfg.ConnectionsMax, cfg.ConnectionsPerAddressMax)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(),
-		newCollector(core, srv, cfg.Replication))
+		newCollector(core, srv, cfg.Replication, cfg.Groups))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Timeout: scrapeWaitMax}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") })

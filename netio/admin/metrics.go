@@ -58,9 +58,10 @@ var (
 // collector turns one Broker.Stats copy per scrape into metrics. It keeps the previous
 // scrape's loop times for the busy ratio.
 type collector struct {
-	core *shard.Broker
-	net  *netio.Server
-	rep  Replication
+	core   *shard.Broker
+	net    *netio.Server
+	rep    Replication
+	groups Groups // nil: no group lag series
 
 	mu   sync.Mutex // guards prev: scrapes may overlap
 	prev map[int]loopTimes
@@ -68,8 +69,8 @@ type collector struct {
 
 type loopTimes struct{ busy, running time.Duration }
 
-func newCollector(core *shard.Broker, srv *netio.Server, rep Replication) *collector {
-	return &collector{core: core, net: srv, rep: rep, prev: map[int]loopTimes{}}
+func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups Groups) *collector {
+	return &collector{core: core, net: srv, rep: rep, groups: groups, prev: map[int]loopTimes{}}
 }
 
 // Describe implements prometheus.Collector.
@@ -79,6 +80,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr} {
+		ch <- d
+	}
+	for _, d := range groupDescs {
 		ch <- d
 	}
 }
@@ -117,6 +121,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- histogram(descProduceLat, &produce.Latency)
 	ch <- histogram(descFetchLat, &fetch.Latency)
 	ch <- histogram(descFsyncLat, &fsync)
+	c.collectGroups(ch, stats)
 }
 
 func (c *collector) collectServer(ch chan<- prometheus.Metric) {

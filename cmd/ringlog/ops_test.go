@@ -418,8 +418,8 @@ func TestCompletion(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"ringlog con":                           "consume",
-		"ringlog ":                              "--broker --help bench completion consume produce topic tune version",
-		"ringlog --broker h:1 top":              "topic",
+		"ringlog ":                              "--broker --help bench completion consume produce top topic tune version",
+		"ringlog --broker h:1 topi":             "topic",
 		"ringlog topic ":                        "config create delete describe list repair",
 		"ringlog topic create orders --par":     "--partitions",
 		"ringlog produce orders --acks ":        "0 1 all",

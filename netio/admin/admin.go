@@ -50,6 +50,7 @@ const (
 	// scrapeWaitMax bounds how long a scrape or a readiness check waits for the shards.
 	scrapeWaitMax       = 10 * time.Second
 	readHeaderTimeout   = 10 * time.Second
+	readTimeout         = 30 * time.Second // headers and body: a trickled body cannot hold a connection longer
 	headerBytesMax      = 64 << 10
 	idleTimeout         = 2 * time.Minute
 	writeTimeoutPadding = 30 * time.Second // beyond the longest long-poll
@@ -138,6 +139,7 @@ func Start(cfg Config, core *shard.Broker, srv *netio.Server) (*Server, error) {
 	s.http = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
 		WriteTimeout:      FetchWaitMax + writeTimeoutPadding,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    headerBytesMax,

@@ -114,8 +114,9 @@ type Server struct {
 	ready  atomic.Bool // set by SetReady once the broker serves; cleared at shutdown
 	served chan error
 
-	producersMu sync.Mutex // serialises first use of a producer name (ProducerIdentity)
-	roundRobin  atomic.Uint32
+	producersMu  sync.Mutex // serialises first use of a producer name (ProducerIdentity)
+	roundRobin   atomic.Uint32
+	httpRequests *prometheus.CounterVec // by endpoint and status (the API's own traffic)
 }
 
 // Start listens on cfg.Listen and serves. core and srv are the broker's core and protocol
@@ -131,6 +132,9 @@ func Start(cfg Config, core *shard.Broker, srv *netio.Server) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(),
 		newCollector(core, srv, cfg.Replication, cfg.Groups))
+	s.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ringlog_http_requests_total",
+		Help: "Requests to the admin listener's JSON API by endpoint and HTTP status."}, []string{"endpoint", "code"})
+	reg.MustRegister(s.httpRequests)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Timeout: scrapeWaitMax}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeText(w, http.StatusOK, "ok\n") })

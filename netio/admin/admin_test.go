@@ -356,6 +356,9 @@ func TestMetricsAfterTraffic(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want 0 on a lone broker", name, v, ok)
 		}
 	}
+	if v, _ := m.Value("ringlog_http_requests_total", "endpoint", "fetch", "code", "416"); v != 1 {
+		t.Errorf("HTTP fetches answered 416: %v, want 1", v)
+	}
 	for _, name := range []string{"ringlog_shard_ring_submissions_total", "ringlog_shard_loop_busy_ratio", "ringlog_shard_mailbox_depth",
 		"ringlog_fsync_latency_seconds", "go_goroutines", "process_resident_memory_bytes"} {
 		if _, ok := m[name]; !ok {

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -34,9 +37,14 @@ const (
 )
 
 func (s *Server) routes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/topics", s.createTopic)
-	mux.HandleFunc("POST /v1/topics/{topic}/records", s.produce)
-	mux.HandleFunc("GET /v1/topics/{topic}/records", s.fetch)
+	s.handle(mux, "POST /v1/topics", "create_topic", s.createTopic)
+	s.handle(mux, "POST /v1/topics/{topic}/records", "produce", s.produce)
+	s.handle(mux, "GET /v1/topics/{topic}/records", "fetch", s.fetch)
+}
+
+// handle serves pattern with fn, counting its requests by status as endpoint.
+func (s *Server) handle(mux *http.ServeMux, pattern, endpoint string, fn http.HandlerFunc) {
+	mux.Handle(pattern, promhttp.InstrumentHandlerCounter(s.httpRequests.MustCurryWith(prometheus.Labels{"endpoint": endpoint}), fn))
 }
 
 // apiError is an error answered with a protocol code.

@@ -29,6 +29,8 @@ type Shard struct {
 	waitTimer  *ring.Timer   // runs core.Tick at the earliest long-poll deadline
 	tick       func()        // s.onTick, allocated once
 	scrub      scrubState    // background segment verification (scrub.go)
+	cleaner    cleanerState  // background log compaction (compact.go)
+	groups     *shardGroups  // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
 	counters   shardCounters // produce, fetch and fsync counters (stats.go)
 }
 
@@ -42,6 +44,7 @@ type partition struct {
 func startShard(b *Broker, index int) (*Shard, error) {
 	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, exited: make(chan error, 1)}
 	s.core = core.New((*coreDriver)(s), b.rep)
+	s.startGroups()
 	s.tick = s.onTick
 	ready := make(chan struct{})
 	err := ring.StartPinned(s.cpu, b.cfg.Ring, func(r *ring.Reactor) {
@@ -84,6 +87,7 @@ func (s *Shard) armTimers() {
 	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
 	s.armScrub()
+	s.armCleaner()
 }
 
 func (s *Shard) onTick() { s.core.Tick(s.r.Now()) }

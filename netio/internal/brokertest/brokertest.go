@@ -28,6 +28,8 @@ type Options struct {
 	// ShardListeners adds one listener per shard, advertised in metadata, as ringlogd's
 	// --shard-ports auto does.
 	ShardListeners bool
+	// Groups configures the group coordinators (tests lower the session timeout bounds).
+	Groups shard.GroupsConfig
 	// Admin starts the admin HTTP listener (metrics, health, JSON API) on a loopback port
 	// with this configuration (its Listen is set); nil leaves it off.
 	Admin *admin.Config
@@ -55,7 +57,7 @@ func Start(tb testing.TB, o Options) *Broker {
 		o.Dir = tb.TempDir()
 	}
 	cfg := node.Config{
-		Core:       shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"}},
+		Core:       shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"}, Groups: o.Groups},
 		Listen:     "127.0.0.1:0",
 		ShardPorts: node.ShardPortsOff,
 		Net:        node.NetGo,

@@ -94,7 +94,20 @@ func TestMetricsOfRealBroker(t *testing.T) {
 		t.Fatalf("HTTP fetch from 10: %d %s", code, body)
 	}
 
+	// An HTTP consumer group commits part of the way: its lag is exported per partition.
+	if code, body := httpCall(t, "POST", base+"/v1/groups/e2e-http/offsets", nil, `{"topic": "ops", "offsets": {"0": 10, "1": 5}}`); code != 204 {
+		t.Fatalf("HTTP offset commit: %d %s", code, body)
+	}
+
 	m = scrapeMetrics(t, base)
+	for part, lag := range map[string]float64{"0": 3, "1": 6} {
+		if v, ok := m.Value("ringlog_group_lag_records", "group", "e2e-http", "topic", "ops", "partition", part); !ok || v != lag {
+			t.Errorf("group lag on partition %s: %v (present %v), want %v", part, v, ok, lag)
+		}
+		if _, ok := m.Value("ringlog_group_retention_overtake_seconds", "group", "e2e-http", "topic", "ops", "partition", part); !ok {
+			t.Errorf("no retention overtake estimate for partition %s", part)
+		}
+	}
 	for part, end := range map[string]float64{"0": 13, "1": 11} {
 		if v, _ := m.Value("ringlog_partition_log_end_offset", "topic", "ops", "partition", part); v != end {
 			t.Errorf("partition %s end offset %v, want %v", part, v, end)
@@ -103,8 +116,8 @@ func TestMetricsOfRealBroker(t *testing.T) {
 			t.Errorf("partition %s high watermark %v, want %v", part, v, end)
 		}
 	}
-	if n := m.Sum("ringlog_produce_requests_total"); n != records+4 {
-		t.Errorf("produce requests %v, want %d (20 binary, 1 HTTP batch, 3 idempotent)", n, records+4)
+	if n := m.Sum("ringlog_produce_requests_total"); n != records+5 {
+		t.Errorf("produce requests %v, want %d (20 binary, 1 HTTP batch, 3 idempotent, 1 offset commit into __consumer_offsets)", n, records+5)
 	}
 	if n, _ := m.Value("ringlog_produce_errors_total", "code", "OUT_OF_ORDER_SEQUENCE"); n != 1 {
 		t.Errorf("OUT_OF_ORDER_SEQUENCE produce errors %v, want 1", n)

@@ -7,9 +7,10 @@
 // time, so nothing here touches a partition or adds work to the produce and fetch paths.
 // The engine never imports this package; netio/node starts it.
 //
-// Replication and consumer groups plug in through the Replication seam (ISR changes,
-// replica counts, readiness of the controller); without one the broker is its own only
-// replica.
+// Replication plugs in through the Replication seam (ISR changes, replica counts,
+// readiness of the controller); without one the broker is its own only replica. Consumer
+// groups plug in through the Groups seam (committed offsets for the lag metrics; netio/node
+// wires the broker's coordinators with GroupsOf).
 package admin
 
 import (

@@ -28,7 +28,8 @@ import (
 //	POST /v1/topics/{topic}/records?acks=all {key, value, headers} | {records: [...]} -> 202 {partition, offset} | {records: [{partition, offset}]}
 //	GET  /v1/topics/{topic}/records?partition=0&offset=earliest&max=500&wait_ms=1000 -> 200 {records, next_offset, high_watermark, log_start_offset}
 //
-// Errors are {"error": {"code", "name", "message"}} with the binary protocol's codes.
+// and, on a broker with consumer groups, the group endpoints of groupapi.go. Errors are
+// {"error": {"code", "name", "message"}} with the binary protocol's codes.
 
 // Idempotence headers of a produce.
 const (
@@ -40,6 +41,7 @@ func (s *Server) routes(mux *http.ServeMux) {
 	s.handle(mux, "POST /v1/topics", "create_topic", s.createTopic)
 	s.handle(mux, "POST /v1/topics/{topic}/records", "produce", s.produce)
 	s.handle(mux, "GET /v1/topics/{topic}/records", "fetch", s.fetch)
+	s.groupRoutes(mux)
 }
 
 // handle serves pattern with fn, counting its requests by status as endpoint.

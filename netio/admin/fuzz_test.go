@@ -102,3 +102,29 @@ func FuzzParseFetchQuery(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeCommitOffsets: any body decodes into offsets within the bounds (partitions
+// in order, none negative) or fails as malformed.
+func FuzzDecodeCommitOffsets(f *testing.F) {
+	for _, seed := range []string{``, `{"topic": "t", "offsets": {"0": 5, "1": 0}}`, `{"topic": "t", "offsets": {"01": 1}}`,
+		`{"topic": "t", "offsets": {"-1": 1}}`, `{"topic": "", "offsets": {"0": 1}}`, `{"topic": "t", "offsets": {"0": 1.5}}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		topic, offsets, err := decodeCommitOffsets(bytes.NewReader(body))
+		if err != nil {
+			if !errors.Is(err, errBadBody) {
+				t.Fatalf("decode error %v is not a malformed-body error", err)
+			}
+			return
+		}
+		if topic == "" || len(offsets) == 0 || len(offsets) > engineParts {
+			t.Fatalf("topic %q with %d offsets", topic, len(offsets))
+		}
+		for i, o := range offsets {
+			if o.Offset < 0 || o.Partition < 0 || i > 0 && o.Partition <= offsets[i-1].Partition || o.Topic != topic {
+				t.Fatalf("offset %d: %+v", i, o)
+			}
+		}
+	})
+}

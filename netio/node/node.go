@@ -134,6 +134,9 @@ func Start(cfg Config) (*Node, error) {
 		if cfg.Admin.Logger == nil {
 			cfg.Admin.Logger = cfg.Logger
 		}
+		if cfg.Admin.Groups == nil {
+			cfg.Admin.Groups = admin.GroupsOf(core.Groups())
+		}
 		if n.Admin, err = admin.Start(cfg.Admin, core, n.Server); err != nil {
 			n.Server.Close()
 			n.closeListeners()

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/netio/admin/scrape"
+	"github.com/ringlog/ringlog/netio/client"
 )
 
 type groupRecords struct {
@@ -101,5 +103,57 @@ func TestGroupLagMetrics(t *testing.T) {
 	}
 	if v, ok := m.Value("ringlog_group_scrape_error"); !ok || v != 0 {
 		t.Errorf("group scrape error %v (present %v)", v, ok)
+	}
+}
+
+// A binary group member consumes what HTTP produced and commits; the HTTP lag endpoint and
+// the lag series show its committed offsets.
+func TestBinaryGroupMemberLag(t *testing.T) {
+	b, base := startBroker(t, admin.Config{})
+	createTopic(t, base, "members", 1)
+	for i := range 5 {
+		if code := call(t, "POST", base+"/v1/topics/members/records", nil, fmt.Sprintf(`{"value": "v%d"}`, i), nil); code != http.StatusAccepted {
+			t.Fatalf("produce %d: %d", i, code)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: "members-g", AutoOffsetReset: "earliest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(ctx)
+	g.Subscribe("members")
+	for got := 0; got < 5; {
+		recs, err := g.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += len(recs)
+	}
+	if err := g.CommitSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := call(t, "POST", base+"/v1/topics/members/records", nil, `{"value": "late"}`, nil); code != http.StatusAccepted {
+		t.Fatalf("produce after the commit: %d", code)
+	}
+	var lag map[string]*int64
+	if code := call(t, "GET", base+"/v1/groups/members-g/lag?topic=members", nil, "", &lag); code != 200 || lag["0"] == nil || *lag["0"] != 1 {
+		t.Fatalf("lag: %d %v, want 1", code, lag)
+	}
+	m, err := scrape.Fetch(ctx, http.DefaultClient, base+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := m.Value("ringlog_group_committed_offset", "group", "members-g", "topic", "members", "partition", "0"); v != 5 {
+		t.Errorf("committed offset %v, want 5", v)
+	}
+	if v, _ := m.Value("ringlog_group_lag_records", "group", "members-g", "topic", "members", "partition", "0"); v != 1 {
+		t.Errorf("lag %v, want 1", v)
+	}
+	// A member-less HTTP commit into a group with a live member is refused with its code.
+	var e apiError
+	if code := call(t, "POST", base+"/v1/groups/members-g/offsets", nil, `{"topic": "members", "offsets": {"0": 6}}`, &e); code/100 != 4 || e.Error.Name == "" {
+		t.Errorf("HTTP commit into a group with members: %d %+v", code, e)
 	}
 }

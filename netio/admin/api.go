@@ -96,9 +96,10 @@ func httpStatus(code wire.ErrorCode) int {
 	switch code {
 	case wire.ErrNone:
 		return http.StatusOK
-	case wire.ErrUnknownTopicOrPartition:
+	case wire.ErrUnknownTopicOrPartition, wire.ErrGroupIDNotFound:
 		return http.StatusNotFound
-	case wire.ErrTopicAlreadyExists, wire.ErrOutOfOrderSequence, wire.ErrDuplicateSequence, wire.ErrInvalidProducerEpoch:
+	case wire.ErrTopicAlreadyExists, wire.ErrOutOfOrderSequence, wire.ErrDuplicateSequence, wire.ErrInvalidProducerEpoch,
+		wire.ErrIllegalGeneration, wire.ErrUnknownMemberID, wire.ErrRebalanceInProgress, wire.ErrNonEmptyGroup, wire.ErrFencedInstanceID:
 		return http.StatusConflict
 	case wire.ErrMessageTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -107,7 +108,8 @@ func httpStatus(code wire.ErrorCode) int {
 	case wire.ErrThrottled:
 		return http.StatusTooManyRequests
 	case wire.ErrNotEnoughReplicas, wire.ErrNotEnoughReplicasAfter, wire.ErrShuttingDown, wire.ErrStorage,
-		wire.ErrRequestTimedOut, wire.ErrNotLeaderOrWrongShard:
+		wire.ErrRequestTimedOut, wire.ErrNotLeaderOrWrongShard,
+		wire.ErrCoordinatorLoadInProgress, wire.ErrCoordinatorNotAvailable, wire.ErrNotCoordinator:
 		return http.StatusServiceUnavailable
 	case wire.ErrUnknown:
 		return http.StatusInternalServerError

@@ -153,7 +153,7 @@ func TestBinaryGroupMemberLag(t *testing.T) {
 	}
 	// A member-less HTTP commit into a group with a live member is refused with its code.
 	var e apiError
-	if code := call(t, "POST", base+"/v1/groups/members-g/offsets", nil, `{"topic": "members", "offsets": {"0": 6}}`, &e); code/100 != 4 || e.Error.Name == "" {
+	if code := call(t, "POST", base+"/v1/groups/members-g/offsets", nil, `{"topic": "members", "offsets": {"0": 6}}`, &e); code != http.StatusConflict || e.Error.Name == "" {
 		t.Errorf("HTTP commit into a group with members: %d %+v", code, e)
 	}
 }

@@ -72,6 +72,16 @@ func entriesOf(m wire.Message) int {
 		n = len(r.Groups)
 	case *wire.DeleteGroupsRequest:
 		n = len(r.Groups)
+	case *wire.ReplicaFetchRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.OffsetsForLeaderEpochRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
 	}
 	return n
 }
@@ -98,6 +108,9 @@ func entrySamples() []wire.Message {
 		&wire.ListGroupsRequest{States: []string{"Stable"}},
 		&wire.DescribeGroupsRequest{Groups: []string{"a", "b"}},
 		&wire.DeleteGroupsRequest{Groups: []string{"a"}},
+		&wire.ReplicaFetchRequest{ReplicaID: 2, Topics: []wire.ReplicaFetchTopic{{Topic: "a", Partitions: []wire.ReplicaFetchPartition{{Partition: 0}, {Partition: 1}}}}},
+		&wire.OffsetsForLeaderEpochRequest{Topics: []wire.OffsetsForLeaderEpochTopic{{Topic: "a", Partitions: []wire.OffsetsForLeaderEpochPartition{{Partition: 2}}}, {Topic: "b"}}},
+		&wire.ControllerRequest{Body: []byte("{}")},
 	}
 }
 

@@ -110,6 +110,8 @@ func completionSpec() completion {
 		c.flags["tune "+name] = flagSetFlags(newTuneFlags(name, io.Discard).set)
 	}
 	c.subcommands["completion"] = []string{"bash", "zsh"}
+	c.subcommands["cluster"] = []string{"describe"}
+	c.flags["cluster describe"] = helpFlags(func() error { return clusterDescribe([]string{"-h"}, io.Discard) })
 	for _, subs := range c.subcommands {
 		sort.Strings(subs)
 	}

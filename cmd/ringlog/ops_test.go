@@ -418,9 +418,11 @@ func TestCompletion(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"ringlog con":                           "consume",
-		"ringlog ":                              "--broker --help bench completion consume group produce top topic tune version",
+		"ringlog ":                              "--broker --help bench cluster completion consume group produce top topic tune version",
 		"ringlog group ":                        "delete describe list reset",
 		"ringlog group reset g --t":             "--to --topic",
+		"ringlog cluster ":                      "describe",
+		"ringlog cluster describe --j":          "--json",
 		"ringlog --broker h:1 topi":             "topic",
 		"ringlog topic ":                        "config create delete describe list repair",
 		"ringlog topic create orders --par":     "--partitions",

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/replication/cluster"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -119,7 +120,13 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	// the reloadable ones (storage, flush-always, topic-defaults).
 	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds()}
 	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
+	var clusterCfg *cluster.Config
+	if o.nodeID > 0 {
+		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Rack: o.rack,
+			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, RaftLog: os.Stderr}
+	}
 	n, err := node.Start(node.Config{
+		Cluster: clusterCfg,
 		Core: shard.Config{
 			DataDir: o.dataDir,
 			Shards:  shards,
@@ -169,7 +176,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
 	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
-		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()))
+		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID)
 
 	if o.debugAddr != "" {
 		go func() {

@@ -25,6 +25,7 @@ import (
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/admin"
+	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -73,6 +74,10 @@ type Config struct {
 	Admin admin.Config
 	// Logger receives start-up and shutdown lines; nil discards them.
 	Logger *slog.Logger
+	// Cluster, when set, makes this broker a member of a replicated cluster: it runs a
+	// controller voter and replicates partitions (replication/cluster). Its DataDir, Dial
+	// and Logger are filled in here. nil: a single broker, exactly as before.
+	Cluster *cluster.Config
 }
 
 // Node is a running broker.
@@ -88,6 +93,9 @@ type Node struct {
 	ListenAddr string
 	// Admin is the admin HTTP listener; nil when Config.Admin.Listen is empty.
 	Admin *admin.Server
+
+	// Cluster is this broker's replication; nil on a single broker.
+	Cluster *cluster.Manager
 
 	log       *slog.Logger
 	listeners []net.Listener // by shard: the main listener (once per shard), then the per-shard ones
@@ -111,24 +119,48 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Net != NetRing && cfg.Net != NetGo {
 		return nil, fmt.Errorf("network driver %q: want %s or %s", cfg.Net, NetRing, NetGo)
 	}
+	var mgr *cluster.Manager
+	if cfg.Cluster != nil {
+		cc := *cfg.Cluster
+		cc.DataDir, cc.Dial, cc.Logger = cfg.Core.DataDir, netio.DialPeer, cfg.Logger
+		var err error
+		if mgr, err = cluster.New(cc); err != nil {
+			return nil, err
+		}
+		cfg.Core.Replicator = mgr
+	}
+	closeCluster := func() {
+		if mgr != nil {
+			mgr.Close()
+		}
+	}
 	core, err := shard.Open(cfg.Core)
 	if err != nil {
+		closeCluster()
 		return nil, err
 	}
-	n := &Node{Core: core, log: cfg.Logger}
+	n := &Node{Core: core, Cluster: mgr, log: cfg.Logger}
 	if err := n.listen(cfg); err != nil {
 		n.closeListeners()
+		closeCluster()
 		core.Close()
 		return nil, err
 	}
 	handler := netio.NewBrokerHandler(core, n.Addr).WithShardAddresses(n.ShardAddrs).
 		WithFetchResponseBytesMax(cfg.FetchResponseBytesMax)
+	if mgr != nil {
+		handler.WithCluster(mgr)
+	}
 	n.Server = netio.NewServer(handler, serverConfig(cfg.Server, core))
 	if err := n.serve(cfg.Net); err != nil {
 		n.Server.Close()
 		n.closeListeners()
+		closeCluster()
 		core.Close()
 		return nil, err
+	}
+	if mgr != nil {
+		mgr.Attach(core, n.Addr)
 	}
 	if cfg.Admin.Listen != "" {
 		if cfg.Admin.Logger == nil {
@@ -140,6 +172,7 @@ func Start(cfg Config) (*Node, error) {
 		if n.Admin, err = admin.Start(cfg.Admin, core, n.Server); err != nil {
 			n.Server.Close()
 			n.closeListeners()
+			closeCluster()
 			core.Close()
 			return nil, err
 		}
@@ -216,6 +249,13 @@ func (n *Node) Errors() <-chan error { return n.errc }
 // Shutdown answers parked long-polls, stops accepting, lets in-flight requests answer until
 // ctx ends, then syncs and closes every partition. It returns the first error.
 func (n *Node) Shutdown(ctx context.Context) error {
+	if n.Cluster != nil {
+		// Leave the cluster first: fetchers stop, leaderships end (waiting acks=all
+		// produces answer NOT_LEADER), the voter stops.
+		if err := n.Cluster.Close(); err != nil {
+			n.log.Warn("leave the cluster", "err", err)
+		}
+	}
 	if n.Admin != nil {
 		n.Admin.SetReady(false) // /readyz fails from here on
 	}

@@ -60,6 +60,11 @@ const (
 	ErrGroupMaxSizeReached       ErrorCode = 40
 	ErrFencedInstanceID          ErrorCode = 41
 	ErrOffsetMetadataTooLarge    ErrorCode = 42
+
+	// Replication codes.
+	ErrFencedLeaderEpoch  ErrorCode = 43
+	ErrUnknownLeaderEpoch ErrorCode = 44
+	ErrNotController      ErrorCode = 45
 )
 
 type errorInfo struct {
@@ -113,6 +118,10 @@ var errorTable = map[ErrorCode]errorInfo{
 	ErrGroupMaxSizeReached:       {"GROUP_MAX_SIZE_REACHED", "the group has the most members the broker allows (group-max-size)", false},
 	ErrFencedInstanceID:          {"FENCED_INSTANCE_ID", "a newer member took over this group.instance.id", false},
 	ErrOffsetMetadataTooLarge:    {"OFFSET_METADATA_TOO_LARGE", "the commit's metadata string is too long", false},
+
+	ErrFencedLeaderEpoch:  {"FENCED_LEADER_EPOCH", "the request's leader epoch is older than the partition's; refresh metadata", true},
+	ErrUnknownLeaderEpoch: {"UNKNOWN_LEADER_EPOCH", "the request's leader epoch is newer than this broker knows; retry", true},
+	ErrNotController:      {"NOT_CONTROLLER", "no controller leader is reachable from this broker; retry", true},
 }
 
 // Error returns the code's name and default message.

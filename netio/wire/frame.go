@@ -66,16 +66,20 @@ const (
 	APIListGroups      APIKey = 18
 	APIDescribeGroups  APIKey = 19
 	APIDeleteGroups    APIKey = 20
+	// Between brokers (replication), and the CLI's cluster view.
+	APIReplicaFetch          APIKey = 21
+	APIOffsetsForLeaderEpoch APIKey = 22
+	APIController            APIKey = 23
 
 	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 21
+	APIKeyCount = 24
 )
 
 var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
 	"InitProducerId", "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat",
-	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups",
+	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups", "ReplicaFetch", "OffsetsForLeaderEpoch", "Controller",
 }
 
 func (k APIKey) String() string {

@@ -62,6 +62,12 @@ func NewRequest(key APIKey) Message {
 		return new(DescribeGroupsRequest)
 	case APIDeleteGroups:
 		return new(DeleteGroupsRequest)
+	case APIReplicaFetch:
+		return new(ReplicaFetchRequest)
+	case APIOffsetsForLeaderEpoch:
+		return new(OffsetsForLeaderEpochRequest)
+	case APIController:
+		return new(ControllerRequest)
 	}
 	return nil
 }
@@ -111,6 +117,12 @@ func NewResponse(key APIKey) Message {
 		return new(DescribeGroupsResponse)
 	case APIDeleteGroups:
 		return new(DeleteGroupsResponse)
+	case APIReplicaFetch:
+		return new(ReplicaFetchResponse)
+	case APIOffsetsForLeaderEpoch:
+		return new(OffsetsForLeaderEpochResponse)
+	case APIController:
+		return new(ControllerResponse)
 	}
 	return nil
 }

@@ -43,6 +43,14 @@ func sampleRequests() []Message {
 		&ListGroupsRequest{},
 		&DescribeGroupsRequest{Groups: []string{"billing", "audit"}},
 		&DeleteGroupsRequest{Groups: []string{"old"}},
+		&ReplicaFetchRequest{ReplicaID: 2, MaxWaitMs: 500, MinBytes: 1, MaxBytes: 1 << 20, Topics: []ReplicaFetchTopic{
+			{Topic: "orders", Partitions: []ReplicaFetchPartition{{Partition: 0, CurrentLeaderEpoch: 3, FetchOffset: 42, MaxBytes: 1 << 20}}},
+		}},
+		&OffsetsForLeaderEpochRequest{Topics: []OffsetsForLeaderEpochTopic{
+			{Topic: "orders", Partitions: []OffsetsForLeaderEpochPartition{{0, 4, 3}, {1, 4, -1}}},
+		}},
+		&ControllerRequest{Op: ControllerSubmit, Body: []byte(`{"Type":2}`)},
+		&ControllerRequest{Op: ControllerMetadata},
 	}
 }
 
@@ -90,5 +98,16 @@ func sampleResponses() []Message {
 			Members: []DescribedMember{{MemberID: "c-1", ClientID: "ringlog-go", ClientHost: "127.0.0.1", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 300000, Metadata: []byte{0}, Assignment: []byte{1}}}},
 			{Group: "nobody", State: "Dead", Generation: -1}}},
 		&DeleteGroupsResponse{Groups: []GroupResult{{"old", ErrNone, ""}, {"busy", ErrNonEmptyGroup, "group busy has 2 members"}}},
+		&ReplicaFetchResponse{Topics: []ReplicaFetchResponseTopic{
+			{Topic: "orders", Partitions: []ReplicaFetchResponsePartition{
+				{Partition: 0, HighWatermark: 40, LogStartOffset: 0, LogEndOffset: 50, Records: []byte("batches")},
+				{Partition: 1, ErrorCode: ErrFencedLeaderEpoch, ErrorMessage: "epoch 2, leader's 3", HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1},
+			}},
+		}},
+		&OffsetsForLeaderEpochResponse{Topics: []OffsetsForLeaderEpochResponseTopic{
+			{Topic: "orders", Partitions: []OffsetsForLeaderEpochResponsePartition{{0, ErrNone, "", 3, 120}, {1, ErrNotLeaderOrWrongShard, "not the leader", -1, -1}}},
+		}},
+		&ControllerResponse{Body: []byte(`{"Version":7}`)},
+		&ControllerResponse{ErrorCode: ErrNotController, ErrorMessage: "no controller leader"},
 	}
 }

@@ -143,6 +143,23 @@ func containsRow(out string, want ...string) bool {
 	return false
 }
 
+// waitMetric scrapes b until the series of name with labels reads want (replication
+// publishes ISR changes asynchronously), failing after half a minute.
+func waitMetric(t *testing.T, b *broker, name string, want float64, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, ok := scrapeMetrics(t, "http://"+b.admin).Value(name, labels...)
+		if ok && v == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v = %v (present %v), want %v", name, labels, v, ok, want)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a child process: no clock to inject
+	}
+}
+
 func scrapeMetrics(t *testing.T, base string) scrape.Metrics {
 	t.Helper()
 	m, err := scrape.Fetch(testContext(t, 30*time.Second), http.DefaultClient, base+"/metrics")

@@ -81,8 +81,12 @@ type Config struct {
 // readiness check need beyond what each shard's core.Replicator reports (the ISR size).
 // The implementation must be safe for concurrent use; it is called at scrape time only.
 type Replication interface {
-	// Replicas is the number of replicas assigned to a partition (its replication factor).
-	Replicas(topic string, partition int32) int
+	// ReplicaCounts returns the number of replicas assigned to each partition (its
+	// replication factor), read once per scrape; a partition it leaves out has one.
+	ReplicaCounts() map[shard.TopicPartition]int
+	// Leads reports whether this broker leads tp: the ISR size, under-replication and an
+	// empty ISR are the leader's to report.
+	Leads(tp shard.TopicPartition) bool
 	// ISRChanges returns the ISR shrinks and expands of the partitions this broker leads,
 	// since it started.
 	ISRChanges() (shrinks, expands uint64)
@@ -95,8 +99,11 @@ type Replication interface {
 // no controller to reach.
 type Local struct{}
 
-// Replicas implements Replication.
-func (Local) Replicas(string, int32) int { return 1 }
+// ReplicaCounts implements Replication: every partition has one replica.
+func (Local) ReplicaCounts() map[shard.TopicPartition]int { return nil }
+
+// Leads implements Replication: a lone broker leads everything.
+func (Local) Leads(shard.TopicPartition) bool { return true }
 
 // ISRChanges implements Replication.
 func (Local) ISRChanges() (uint64, uint64) { return 0, 0 }

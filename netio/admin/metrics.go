@@ -23,7 +23,8 @@ var (
 	descHighWater   = prometheus.NewDesc("ringlog_partition_high_watermark", "Offset below which consumers may read.", partitionLabels, nil)
 	descSize        = prometheus.NewDesc("ringlog_partition_size_bytes", "Bytes of the partition's segment files.", partitionLabels, nil)
 	descSegments    = prometheus.NewDesc("ringlog_partition_segments", "Segment files of the partition.", partitionLabels, nil)
-	descISR         = prometheus.NewDesc("ringlog_partition_isr_size", "In-sync replicas of the partition, the leader included.", partitionLabels, nil)
+	descISR         = prometheus.NewDesc("ringlog_partition_isr_size", "In-sync replicas of a partition this broker leads, the leader included.", partitionLabels, nil)
+	descLeader      = prometheus.NewDesc("ringlog_partition_leader", "1 when this broker leads the partition, 0 when it follows.", partitionLabels, nil)
 	descReplicas    = prometheus.NewDesc("ringlog_partition_replicas", "Replicas assigned to the partition (its replication factor).", partitionLabels, nil)
 	descUnderRepl   = prometheus.NewDesc("ringlog_under_replicated_partitions", "Partitions whose ISR is smaller than their replica set.", nil, nil)
 	descOffline     = prometheus.NewDesc("ringlog_offline_partitions", "Partitions that cannot take writes: their log failed (sticky fdatasync or storage error) or their ISR is empty.", nil, nil)
@@ -75,7 +76,7 @@ func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR,
+	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR, descLeader,
 		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descSubmissions,
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat,
@@ -102,6 +103,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	var produce, fetch shard.OpStats
 	var fsync shard.Histogram
 	var under, offline int
+	replicas := c.rep.ReplicaCounts()
 	for i := range stats {
 		s := &stats[i]
 		c.collectShard(ch, s)
@@ -109,7 +111,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		fetch.Add(&s.Fetch)
 		fsync.Add(&s.Fsync)
 		for _, p := range s.Partitions {
-			u, o := c.collectPartition(ch, &p)
+			tp := shard.TopicPartition{Topic: p.Topic, Partition: p.Partition}
+			n, ok := replicas[tp]
+			if !ok {
+				n = 1
+			}
+			u, o := c.collectPartition(ch, &p, n, c.rep.Leads(tp))
 			under += u
 			offline += o
 		}
@@ -169,24 +176,37 @@ func (c *collector) busyRatio(shardIndex int, now loopTimes) float64 {
 
 // collectPartition sends one partition's metrics and says whether it is under-replicated
 // and offline (1 or 0 each).
-func (c *collector) collectPartition(ch chan<- prometheus.Metric, p *shard.PartitionState) (under, offline int) {
+func (c *collector) collectPartition(ch chan<- prometheus.Metric, p *shard.PartitionState, replicas int, leader bool) (under, offline int) {
 	labels := []string{p.Topic, strconv.Itoa(int(p.Partition))}
-	replicas := c.rep.Replicas(p.Topic, p.Partition)
+	if p.Err != "" {
+		offline = 1
+	}
+	ch <- gauge(descLeader, boolValue(leader), labels...)
 	ch <- gauge(descLogStart, float64(p.LogStartOffset), labels...)
 	ch <- gauge(descLogEnd, float64(p.LogEndOffset), labels...)
 	ch <- gauge(descHighWater, float64(p.HighWatermark), labels...)
 	ch <- gauge(descSize, float64(p.SizeBytes), labels...)
 	ch <- gauge(descSegments, float64(p.Segments), labels...)
-	ch <- gauge(descISR, float64(p.InSyncReplicas), labels...)
 	ch <- gauge(descReplicas, float64(replicas), labels...)
 	ch <- gauge(descCorrupt, float64(p.CorruptBatches), labels...)
+	if !leader { // a follower's ISR is its leader's to report
+		return under, offline
+	}
+	ch <- gauge(descISR, float64(p.InSyncReplicas), labels...)
 	if p.InSyncReplicas < replicas {
 		under = 1
 	}
-	if p.Err != "" || p.InSyncReplicas <= 0 {
+	if p.InSyncReplicas <= 0 {
 		offline = 1
 	}
 	return under, offline
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // collectErrors sends one series per error code seen (codes never seen are left out).

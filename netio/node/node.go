@@ -169,6 +169,9 @@ func Start(cfg Config) (*Node, error) {
 		if cfg.Admin.Groups == nil {
 			cfg.Admin.Groups = admin.GroupsOf(core.Groups())
 		}
+		if cfg.Admin.Replication == nil && mgr != nil {
+			cfg.Admin.Replication = mgr // ISR changes, replica counts, controller readiness
+		}
 		if n.Admin, err = admin.Start(cfg.Admin, core, n.Server); err != nil {
 			n.Server.Close()
 			n.closeListeners()

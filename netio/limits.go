@@ -454,6 +454,23 @@ func countEntries(api wire.APIKey, payload []byte, limit int) int {
 		topicLists(func() { s.skip(4 + 4 + 8 + 4) })
 	case wire.APIOffsetsForLeaderEpoch:
 		topicLists(func() { s.skip(4 + 4 + 4) })
+	case wire.APIDescribeUsers:
+		names()
+	case wire.APIAlterUsers:
+		n := s.array()
+		if add(n) {
+			for i := 0; i < n && !s.bad; i++ {
+				s.string()
+				s.string()
+				s.skip(4)
+				s.bytes()
+				s.bytes()
+			}
+			m := s.array()
+			add(m)
+		}
+	case wire.APICreateAcls, wire.APIDeleteAcls:
+		add(s.array()) // fixed-shape bindings: the decoder bounds their bytes
 	}
 	return total
 }

@@ -82,6 +82,14 @@ func entriesOf(m wire.Message) int {
 		for _, t := range r.Topics {
 			n += len(t.Partitions)
 		}
+	case *wire.DescribeUsersRequest:
+		n = len(r.Users)
+	case *wire.AlterUsersRequest:
+		n = len(r.Upsertions) + len(r.Deletions)
+	case *wire.CreateAclsRequest:
+		n = len(r.ACLs)
+	case *wire.DeleteAclsRequest:
+		n = len(r.Filters)
 	}
 	return n
 }
@@ -111,6 +119,11 @@ func entrySamples() []wire.Message {
 		&wire.ReplicaFetchRequest{ReplicaID: 2, Topics: []wire.ReplicaFetchTopic{{Topic: "a", Partitions: []wire.ReplicaFetchPartition{{Partition: 0}, {Partition: 1}}}}},
 		&wire.OffsetsForLeaderEpochRequest{Topics: []wire.OffsetsForLeaderEpochTopic{{Topic: "a", Partitions: []wire.OffsetsForLeaderEpochPartition{{Partition: 2}}}, {Topic: "b"}}},
 		&wire.ControllerRequest{Body: []byte("{}")},
+		&wire.DescribeUsersRequest{Users: []string{"a", "b"}},
+		&wire.AlterUsersRequest{Upsertions: []wire.UserUpsertion{{User: "a", Salt: []byte("s")}}, Deletions: []wire.UserDeletion{{User: "b"}, {User: "c"}}},
+		&wire.CreateAclsRequest{ACLs: []wire.ACLBinding{{Principal: "User:a"}, {ResourceName: "t"}}},
+		&wire.DeleteAclsRequest{Filters: []wire.ACLBinding{{}}},
+		&wire.SaslAuthenticateRequest{AuthBytes: []byte("n,,n=a,r=b")},
 	}
 }
 
@@ -146,7 +159,7 @@ func FuzzCountEntries(f *testing.F) {
 	f.Add(uint16(wire.APIMetadata), []byte{0x7f, 0xff, 0xff, 0xff})
 	f.Add(uint16(wire.APIFetch), []byte{})
 	f.Fuzz(func(t *testing.T, api uint16, payload []byte) {
-		key := wire.APIKey(api % wire.APIKeyCount)
+		key := wire.APIKey(api % uint16(wire.APIKeyCount+2)) // and two unknown keys
 		got := countEntries(key, payload, 1<<30)
 		if got < 0 {
 			t.Fatalf("negative count %d", got)

@@ -10,10 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sort"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/ringlog/ringlog/engine"
@@ -27,12 +24,7 @@ func init() {
 	register("topic", "create, list, describe, delete and configure topics", runTopic)
 }
 
-type topicCommand struct {
-	usage string
-	run   func(usage string, args []string, stdout io.Writer) error
-}
-
-var topicCommands = map[string]topicCommand{
+var topicCommands = map[string]subcommand{
 	"create":   {"topic create NAME --partitions N [--replication-factor R] [--config k=v ...]", topicCreate},
 	"list":     {"topic list", topicList},
 	"describe": {"topic describe NAME", topicDescribe},
@@ -42,44 +34,6 @@ var topicCommands = map[string]topicCommand{
 }
 
 func runTopic(args []string) error { return runSubcommands("topic", topicCommands, args) }
-
-// subcommandUsage lists a command's subcommands.
-func subcommandUsage(w io.Writer, name string, cmds map[string]topicCommand) {
-	fmt.Fprintf(w, "usage: ringlog %s SUBCOMMAND [--broker HOST:PORT] [ARGS]\n\nsubcommands:\n", name)
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  ringlog %s\n", cmds[n].usage)
-	}
-}
-
-// runSubcommands runs `ringlog NAME SUBCOMMAND ARGS` (topic, group).
-func runSubcommands(name string, cmds map[string]topicCommand, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		subcommandUsage(os.Stderr, name, cmds)
-		if len(args) == 0 {
-			return errors.New("missing subcommand")
-		}
-		return nil
-	}
-	sub, ok := cmds[args[0]]
-	if !ok {
-		names := make([]string, 0, len(cmds))
-		for n := range cmds {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return fmt.Errorf("unknown subcommand %q (want %s)", args[0], strings.Join(names, ", "))
-	}
-	err := sub.run(sub.usage, args[1:], os.Stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	}
-	return err
-}
 
 // partitionsMax bounds --partitions (and --partition) on the client side with the broker's
 // own limit, so the CLI refuses exactly what the broker would.

@@ -109,6 +109,7 @@ type options struct {
 	rack             string
 	sessionTimeout   time.Duration
 	replicaLagMax    time.Duration
+	security         securityFlags
 	admin            adminFlags
 }
 
@@ -216,6 +217,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(wire.FrameBytesMaxDefault), "largest request frame accepted")
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
 	o.limits.register(fs)
+	o.security.register(fs)
 	o.admin.register(fs)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
@@ -596,6 +598,9 @@ func (s *settings) validate() error {
 	}
 	if err := o.limits.check(); err != nil {
 		return refuse(ErrBadValue, "%v", err)
+	}
+	if err := o.security.check(); err != nil {
+		return refuse(ErrConflict, "%v", err)
 	}
 	if o.shutdownGrace < 0 {
 		return bad("shutdown-grace", o.shutdownGrace.String(), "a duration >= 0")

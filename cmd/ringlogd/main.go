@@ -112,6 +112,10 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			shards = len(cpus)
 		}
 	}
+	serverTLS, err := o.security.serverTLS()
+	if err != nil {
+		return err
+	}
 	disk, err := engine.NewDiskSpace(o.dataDir, o.diskFreeMin, nil)
 	if err != nil {
 		return err
@@ -120,6 +124,18 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	// the reloadable ones (storage, flush-always, topic-defaults).
 	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds()}
 	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
+	serverCfg := o.limits.serverConfig(netio.Config{
+		FrameBytesMax:  uint32(o.frameBytesMax),
+		ConnectionsMax: o.connsMax,
+		BrokerVersion:  Version,
+		Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
+	})
+	if serverTLS != nil {
+		serverCfg.TLS = serverTLS.Config()
+	}
+	if serverCfg.Security, err = o.security.serverSecurity(o.dataDir, log); err != nil {
+		return err
+	}
 	var clusterCfg *cluster.Config
 	if o.nodeID > 0 {
 		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Rack: o.rack,
@@ -150,14 +166,9 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		ShardPorts:            o.shardPorts,
 		Advertise:             o.advertise,
 		Net:                   o.net,
-		Server: o.limits.serverConfig(netio.Config{
-			FrameBytesMax:  uint32(o.frameBytesMax),
-			ConnectionsMax: o.connsMax,
-			BrokerVersion:  Version,
-			Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
-		}),
-		Admin:  o.admin.config(),
-		Logger: log,
+		Server:                serverCfg,
+		Admin:                 o.admin.config(),
+		Logger:                log,
 	})
 	if err != nil {
 		return err
@@ -175,8 +186,9 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", o.net,
-		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID)
+	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", n.Net,
+		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID,
+		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 
 	if o.debugAddr != "" {
 		go func() {
@@ -192,7 +204,10 @@ wait:
 	for {
 		select {
 		case <-hup:
+			before := running
 			running = reload(running, args, os.LookupEnv, n.Core, logBase, level, log)
+			reloadTLS(serverTLS, log)
+			reloadQuotas(serverCfg.Security.Quotas, before, running, log)
 		case s := <-sig:
 			log.Info("shutting down", "signal", s.String())
 			break wait

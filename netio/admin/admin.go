@@ -74,7 +74,12 @@ type Config struct {
 	// Groups gives the committed offsets of the consumer groups this broker coordinates
 	// (group lag metrics, the /v1/groups API); nil leaves both out.
 	Groups Groups
-	Logger *slog.Logger
+	// APIRefused, when not empty, turns the JSON API (/v1/...) off with this reason: the
+	// admin listener has no authentication, so a broker whose main listener requires it
+	// (or enforces ACLs) must not offer an unauthenticated way around them. Metrics and
+	// health checks stay.
+	APIRefused string
+	Logger     *slog.Logger
 }
 
 // Replication is the admin endpoint's seam to replication: what the ISR metrics and the

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/netio/admin/scrape"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
+	"github.com/ringlog/ringlog/netio/node"
 )
 
 // startBroker starts an in-process broker (the stack ringlogd runs) with its admin
@@ -394,5 +396,27 @@ func TestHTTPIdempotentRetryAcrossRestart(t *testing.T) {
 	_, states, err := b.Core.DescribeTopic("restart")
 	if err != nil || states[0].LogEndOffset != 3 {
 		t.Fatalf("log end %+v %v, want 3 (the retry wrote nothing)", states, err)
+	}
+}
+
+// A broker whose main listener requires authentication offers no unauthenticated way
+// around it: the JSON API answers 403, metrics and health still answer.
+func TestAPIRefusedWhenAuthRequired(t *testing.T) {
+	cfg := admin.Config{}
+	b := brokertest.Start(t, brokertest.Options{Admin: &cfg, NoClient: true, Node: func(c *node.Config) {
+		c.Server.Security = &netio.Security{AuthRequired: true}
+	}})
+	base := "http://" + b.Node.Admin.Addr()
+	var e apiError
+	for _, path := range []string{"/v1/topics", "/v1/topics/t/records"} {
+		if code := call(t, "POST", base+path, nil, `{"name": "t"}`, &e); code != http.StatusForbidden || !strings.Contains(e.Error.Message, "authentication") {
+			t.Errorf("POST %s with auth required: %d %+v", path, code, e)
+		}
+	}
+	if code := call(t, "GET", base+"/metrics", nil, "", nil); code != http.StatusOK {
+		t.Errorf("metrics with auth required: %d", code)
+	}
+	if b.Core.Topic("t") != nil {
+		t.Error("the refused create made a topic")
 	}
 }

@@ -46,6 +46,12 @@ func (s *Server) routes(mux *http.ServeMux) {
 
 // handle serves pattern with fn, counting its requests by status as endpoint.
 func (s *Server) handle(mux *http.ServeMux, pattern, endpoint string, fn http.HandlerFunc) {
+	if reason := s.cfg.APIRefused; reason != "" {
+		fn = func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusForbidden, errorBody{Error: errorJSON{Code: int16(wire.ErrInvalidRequest),
+				Name: wire.ErrInvalidRequest.Name(), Message: "the JSON API is off: " + reason}})
+		}
+	}
 	mux.Handle(pattern, promhttp.InstrumentHandlerCounter(s.httpRequests.MustCurryWith(prometheus.Labels{"endpoint": endpoint}), fn))
 }
 

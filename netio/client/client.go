@@ -14,6 +14,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,12 @@ type Config struct {
 	// DisableShardRouting sends every request to Broker even when metadata names shard
 	// addresses (by default a partition's requests go to its shard's address).
 	DisableShardRouting bool
+	// TLS, when set, makes every connection (seed and shard addresses) a TLS client
+	// connection with this configuration. An empty ServerName is taken from the address
+	// dialled.
+	TLS *tls.Config
+	// SASL, when set, authenticates every connection with SCRAM before it is used.
+	SASL *SASLConfig
 }
 
 const (
@@ -60,6 +67,8 @@ type Client struct {
 	closed       bool // guarded by mu
 
 	serverFrameBytesMax int32 // from the ApiVersions handshake
+	sasl                saslState
+	principal           string // guarded by mu: what the broker authenticated us as
 }
 
 type topicMeta struct {
@@ -132,11 +141,21 @@ func (c *Client) connFor(addr string) (*conn, error) {
 		return cn, nil
 	}
 	c.mu.Unlock()
-	cn, err := dialConn(addr, c.cfg.DialTimeout, c.cfg.InflightPerConnMax, c.cfg.FrameBytesMax)
+	cn, err := dialConn(addr, &c.cfg)
 	if err != nil {
 		// As retriable as a connection that broke: the address may be a shard listener
 		// that a restarted broker no longer has, and fresh metadata will say so.
 		return nil, fmt.Errorf("%w: %w", ErrConnClosed, err)
+	}
+	if c.cfg.SASL != nil {
+		principal, err := c.authenticate(cn)
+		if err != nil {
+			cn.close()
+			return nil, err
+		}
+		c.mu.Lock()
+		c.principal = principal
+		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -191,6 +210,14 @@ func (c *Client) Call(ctx context.Context, addr string, req, resp wire.Message) 
 	case <-ctx.Done():
 		return fmt.Errorf("%s to %s: %w", req.API(), addr, ctx.Err())
 	}
+}
+
+// Principal is the principal the broker authenticated this client as ("" before the
+// first connection, or without SASL).
+func (c *Client) Principal() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.principal
 }
 
 // BrokerAddr is the seed address.

@@ -60,7 +60,8 @@ type Config struct {
 	ShardPorts string
 	// Advertise is the host clients are told to connect to; empty means the Listen host.
 	Advertise string
-	// Net is NetRing (default) or NetGo.
+	// Net is NetRing (default) or NetGo. With Server.TLS set it is always NetGo: TLS
+	// connections take the net driver (netio.ErrRingTLS).
 	Net string
 	// Server configures the protocol server (frame and connection limits, egress). Its
 	// Shards is set to the core's; FetchFilesPerConnMax and FetchFilesPerAddressMax
@@ -93,6 +94,8 @@ type Node struct {
 	ListenAddr string
 	// Admin is the admin HTTP listener; nil when Config.Admin.Listen is empty.
 	Admin *admin.Server
+	// Net is the network driver serving connections (NetGo when TLS asked it to be).
+	Net string
 
 	// Cluster is this broker's replication; nil on a single broker.
 	Cluster *cluster.Manager
@@ -119,6 +122,12 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Net != NetRing && cfg.Net != NetGo {
 		return nil, fmt.Errorf("network driver %q: want %s or %s", cfg.Net, NetRing, NetGo)
 	}
+	if cfg.Server.TLS != nil && cfg.Net == NetRing {
+		// The ring driver moves plain bytes (recv, send, splice on the socket); TLS
+		// connections are crypto/tls over Go's net package.
+		cfg.Logger.Info("TLS on: connections are served by Go's netpoller (net driver), file bytes are copied, not spliced")
+		cfg.Net = NetGo
+	}
 	var mgr *cluster.Manager
 	if cfg.Cluster != nil {
 		cc := *cfg.Cluster
@@ -139,7 +148,7 @@ func Start(cfg Config) (*Node, error) {
 		closeCluster()
 		return nil, err
 	}
-	n := &Node{Core: core, Cluster: mgr, log: cfg.Logger}
+	n := &Node{Core: core, Cluster: mgr, log: cfg.Logger, Net: cfg.Net}
 	if err := n.listen(cfg); err != nil {
 		n.closeListeners()
 		closeCluster()
@@ -168,6 +177,10 @@ func Start(cfg Config) (*Node, error) {
 		}
 		if cfg.Admin.Groups == nil {
 			cfg.Admin.Groups = admin.GroupsOf(core.Groups())
+		}
+		if sec := cfg.Server.Security; sec != nil && cfg.Admin.APIRefused == "" &&
+			(sec.AuthRequired || sec.Authorizer != nil && sec.Authorizer.Enabled()) {
+			cfg.Admin.APIRefused = "the broker requires authentication or enforces ACLs, which the admin listener cannot check; use the binary protocol"
 		}
 		if cfg.Admin.Replication == nil && mgr != nil {
 			cfg.Admin.Replication = mgr // ISR changes, replica counts, controller readiness

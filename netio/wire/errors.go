@@ -65,6 +65,15 @@ const (
 	ErrFencedLeaderEpoch  ErrorCode = 43
 	ErrUnknownLeaderEpoch ErrorCode = 44
 	ErrNotController      ErrorCode = 45
+
+	// Security (docs/security.md).
+	ErrSaslAuthenticationFailed   ErrorCode = 46
+	ErrUnsupportedSaslMechanism   ErrorCode = 47
+	ErrIllegalSaslState           ErrorCode = 48
+	ErrTopicAuthorizationFailed   ErrorCode = 49
+	ErrGroupAuthorizationFailed   ErrorCode = 50
+	ErrClusterAuthorizationFailed ErrorCode = 51
+	ErrSecurityDisabled           ErrorCode = 52
 )
 
 type errorInfo struct {
@@ -122,6 +131,14 @@ var errorTable = map[ErrorCode]errorInfo{
 	ErrFencedLeaderEpoch:  {"FENCED_LEADER_EPOCH", "the request's leader epoch is older than the partition's; refresh metadata", true},
 	ErrUnknownLeaderEpoch: {"UNKNOWN_LEADER_EPOCH", "the request's leader epoch is newer than this broker knows; retry", true},
 	ErrNotController:      {"NOT_CONTROLLER", "no controller leader is reachable from this broker; retry", true},
+
+	ErrSaslAuthenticationFailed:   {"SASL_AUTHENTICATION_FAILED", "authentication failed (unknown user or wrong password), or a request came before authentication; connection closed", false},
+	ErrUnsupportedSaslMechanism:   {"UNSUPPORTED_SASL_MECHANISM", "the broker does not offer this SASL mechanism", false},
+	ErrIllegalSaslState:           {"ILLEGAL_SASL_STATE", "SASL request out of order (authenticate before handshake, or after success)", false},
+	ErrTopicAuthorizationFailed:   {"TOPIC_AUTHORIZATION_FAILED", "the principal is not allowed this operation on the topic", false},
+	ErrGroupAuthorizationFailed:   {"GROUP_AUTHORIZATION_FAILED", "the principal is not allowed this operation on the group", false},
+	ErrClusterAuthorizationFailed: {"CLUSTER_AUTHORIZATION_FAILED", "the principal is not allowed this cluster operation", false},
+	ErrSecurityDisabled:           {"SECURITY_DISABLED", "the broker runs without the security feature this request administers (--auth or --acl off)", false},
 }
 
 // Error returns the code's name and default message.

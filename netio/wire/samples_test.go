@@ -51,6 +51,17 @@ func sampleRequests() []Message {
 		}},
 		&ControllerRequest{Op: ControllerSubmit, Body: []byte(`{"Type":2}`)},
 		&ControllerRequest{Op: ControllerMetadata},
+		&SaslHandshakeRequest{Mechanism: "SCRAM-SHA-512"},
+		&SaslAuthenticateRequest{AuthBytes: []byte("n,,n=user,r=rOprNGfwEbeRWgbNEkqO")},
+		&SaslAuthenticateRequest{AuthBytes: []byte("c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")},
+		&DescribeUsersRequest{Users: []string{"alice"}},
+		&DescribeUsersRequest{},
+		&AlterUsersRequest{Upsertions: []UserUpsertion{{"alice", "SCRAM-SHA-256", 8192, []byte("salt"), []byte("salted password bytes")}},
+			Deletions: []UserDeletion{{"bob", ""}, {"carol", "SCRAM-SHA-512"}}},
+		&DescribeAclsRequest{Filter: ACLBinding{ResourceType: ACLResourceTopic, Principal: "User:alice"}},
+		&CreateAclsRequest{ACLs: []ACLBinding{{ACLResourceTopic, "orders-", ACLPatternPrefixed, "User:alice", ACLOperationWrite, ACLPermissionAllow},
+			{ACLResourceCluster, "", ACLPatternLiteral, "User:bob", ACLOperationCreate, ACLPermissionDeny}}},
+		&DeleteAclsRequest{Filters: []ACLBinding{{Principal: "User:alice"}}},
 	}
 }
 
@@ -109,5 +120,15 @@ func sampleResponses() []Message {
 		}},
 		&ControllerResponse{Body: []byte(`{"Version":7}`)},
 		&ControllerResponse{ErrorCode: ErrNotController, ErrorMessage: "no controller leader"},
+		&SaslHandshakeResponse{Mechanisms: []string{"SCRAM-SHA-512", "SCRAM-SHA-256"}},
+		&SaslHandshakeResponse{ErrorCode: ErrUnsupportedSaslMechanism, ErrorMessage: "PLAIN is not offered", Mechanisms: []string{"SCRAM-SHA-512"}},
+		&SaslAuthenticateResponse{AuthBytes: []byte("r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")},
+		&SaslAuthenticateResponse{AuthBytes: []byte("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="), Principal: "User:user"},
+		&SaslAuthenticateResponse{ErrorCode: ErrSaslAuthenticationFailed, ErrorMessage: "authentication failed"},
+		&DescribeUsersResponse{Users: []UserDescription{{"alice", []UserMechanism{{"SCRAM-SHA-256", 8192}, {"SCRAM-SHA-512", 4096}}}}},
+		&AlterUsersResponse{Results: []UserResult{{"alice", ErrNone, ""}, {"bob", ErrInvalidRequest, "no such user"}}},
+		&DescribeAclsResponse{ACLs: []ACLBinding{{ACLResourceGroup, "billing", ACLPatternLiteral, "User:alice", ACLOperationRead, ACLPermissionAllow}}},
+		&CreateAclsResponse{Results: []TopicResult{{"", ErrNone, ""}, {"", ErrInvalidRequest, "unknown operation 9"}}},
+		&DeleteAclsResponse{Deleted: []ACLBinding{{ACLResourceTopic, "orders", ACLPatternLiteral, "User:alice", ACLOperationAll, ACLPermissionDeny}}},
 	}
 }

@@ -371,15 +371,21 @@ func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 
 // sendNow seals key's open batch and sends, from the calling goroutine, whatever the
 // sender loop would send now. It reports whether a request went out; if none did (the
-// partition waits for a retry or for its in-flight requests), the sender loop must be
-// woken to send the batch later.
+// partition waits for a retry or for its in-flight requests, or the sender loop or another
+// SendSync is writing right now), the sender loop must be woken to send the batch later.
+// It never waits for sendMu, a dial or a free request slot on the connection (the sender
+// loop does that): a caller stuck there could not honour its context.
 func (p *Producer) sendNow(key topicPartition) bool {
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
 	p.mu.Lock()
 	if ps := p.parts[key]; ps != nil && len(ps.open) > 0 {
 		p.sealLocked(ps) // do not wait for the linger: the caller is waiting
 	}
+	p.mu.Unlock()
+	if !p.c.connReady(p.c.leaderAddr(key.topic, key.partition)) || !p.sendMu.TryLock() {
+		return false
+	}
+	defer p.sendMu.Unlock()
+	p.mu.Lock()
 	requests, _ := p.collectLocked(time.Now())
 	p.mu.Unlock()
 	for _, rq := range requests {

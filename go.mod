@@ -24,6 +24,8 @@ require (
 	github.com/hashicorp/golang-lru v0.5.0 // indirect
 	github.com/mattn/go-colorable v0.1.12 // indirect
 	github.com/mattn/go-isatty v0.0.14 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/twmb/franz-go v1.22.3 // indirect
 	go.etcd.io/bbolt v1.3.5 // indirect
 )

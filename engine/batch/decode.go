@@ -38,7 +38,7 @@ var decodeStatePool = sync.Pool{New: func() any { return new(decodeState) }}
 // Decode validates b as one whole batch as stored (see ValidateStored) and calls fn for each record in
 // order with its absolute offset (baseOffset + offsetDelta) and timestamp (baseTimestamp +
 // timestampDelta, or maxTimestamp for log-append-time batches). The *Record and every
-// slice in it are reused: they are valid only until fn returns. A zstd batch is
+// slice in it are reused: they are valid only until fn returns. A compressed batch is
 // decompressed into a pooled buffer, refusing more than MaxDecompressedBytes.
 //
 // Decode checks every record: lengths in bounds, varints well formed, offset deltas
@@ -56,8 +56,8 @@ func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
 	defer putDecodeState(state)
 
 	records := b[HeaderSize:]
-	if h.Compression() == CodecZstd {
-		out, err := decompressZstd(state.decompressed, records)
+	if c := h.Compression(); c != CodecNone {
+		out, err := decompress(c, state.decompressed, records)
 		if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
 			state.decompressed = out[:0]
 		}

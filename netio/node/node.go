@@ -1,7 +1,7 @@
 // Package node assembles one running broker: the broker core (engine/shard), the ringlog
 // protocol server (netio) on the shards' rings or on Go's netpoller, its listeners (the
-// main address and the optional per-shard addresses advertised in metadata), and their
-// orderly shutdown. It is the one constructor of a broker: cmd/ringlogd and every
+// main address and the optional per-shard addresses advertised in metadata), the optional
+// Kafka protocol listener (netio/kafka) under the same limits, and their orderly shutdown. It is the one constructor of a broker: cmd/ringlogd and every
 // in-process test broker (netio/internal/brokertest) go through Start, so the stack under
 // test is the stack that ships.
 //
@@ -23,6 +23,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/kafka"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -68,6 +69,15 @@ type Config struct {
 	FetchResponseBytesMax int64
 	// Logger receives start-up and shutdown lines; nil discards them.
 	Logger *slog.Logger
+	// KafkaListen, if set, opens the Kafka protocol listener (netio/kafka) on this address,
+	// served by the same core under the same limits as the ringlog protocol.
+	KafkaListen string
+	// KafkaAdvertise is the host:port Kafka clients are told to connect to; empty means the
+	// bound KafkaListen address (with Advertise's host when that is set).
+	KafkaAdvertise string
+	// KafkaAutoCreateTopics creates topics Kafka Metadata requests name (Kafka's
+	// auto.create.topics.enable).
+	KafkaAutoCreateTopics bool
 }
 
 // Node is a running broker.
@@ -81,6 +91,10 @@ type Node struct {
 	ShardAddrs []string
 	// ListenAddr is the main listener's bound address (Addr may differ by --advertise).
 	ListenAddr string
+	// Kafka is the Kafka protocol listener (nil without Config.KafkaListen); KafkaAddr is
+	// the address it advertises.
+	Kafka     *kafka.Server
+	KafkaAddr string
 
 	log       *slog.Logger
 	listeners []net.Listener // by shard: the main listener (once per shard), then the per-shard ones
@@ -120,7 +134,42 @@ func Start(cfg Config) (*Node, error) {
 		core.Close()
 		return nil, err
 	}
+	if cfg.KafkaListen != "" {
+		if err := n.serveKafka(cfg); err != nil {
+			n.Server.Close()
+			n.closeListeners()
+			core.Close()
+			return nil, err
+		}
+	}
 	return n, nil
+}
+
+// serveKafka opens the Kafka listener: its connections are admitted under n.Server's limits
+// and served on Go's netpoller (requests reach shards through their mailboxes).
+func (n *Node) serveKafka(cfg Config) error {
+	ln, err := netio.Listen(context.Background(), cfg.KafkaListen)
+	if err != nil {
+		return fmt.Errorf("kafka listener: %w", err)
+	}
+	n.KafkaAddr = advertisedAddr(ln.Addr(), cfg.Advertise)
+	if cfg.KafkaAdvertise != "" {
+		n.KafkaAddr = cfg.KafkaAdvertise
+	}
+	srv, err := kafka.NewServer(n.Core, n.KafkaAddr, kafka.Config{
+		Limits:                n.Server,
+		FetchResponseBytesMax: cfg.FetchResponseBytesMax,
+		AutoCreateTopics:      cfg.KafkaAutoCreateTopics,
+		Logf:                  func(format string, a ...any) { n.log.Info(fmt.Sprintf(format, a...)) },
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	n.Kafka = srv
+	n.listeners = append(n.listeners, ln)
+	go func() { n.errc <- srv.Serve(ln) }()
+	return nil
 }
 
 // serverConfig fills the server limits that depend on the core.
@@ -170,7 +219,7 @@ func (n *Node) listen(cfg Config) error {
 // by shard i.
 func (n *Node) serve(driver string) error {
 	shards := n.Core.Shards()
-	n.errc = make(chan error, len(n.listeners))
+	n.errc = make(chan error, len(n.listeners)+1) // +1: the Kafka listener
 	for i, ln := range n.listeners {
 		si := i % shards
 		if driver == NetGo {
@@ -192,7 +241,14 @@ func (n *Node) Errors() <-chan error { return n.errc }
 // ctx ends, then syncs and closes every partition. It returns the first error.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.Core.Drain() // Shutdown below waits for every in-flight request, parked fetches too
+	var kerr error
+	if n.Kafka != nil {
+		kerr = n.Kafka.Shutdown(ctx)
+	}
 	serr := n.Server.Shutdown(ctx)
+	if serr == nil {
+		serr = kerr
+	}
 	if serr != nil {
 		n.log.Warn("in-flight requests cut off at shutdown", "err", serr)
 	}

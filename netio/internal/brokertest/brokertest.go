@@ -27,6 +27,10 @@ type Options struct {
 	// ShardListeners adds one listener per shard, advertised in metadata, as ringlogd's
 	// --shard-ports auto does.
 	ShardListeners bool
+	// Kafka opens the Kafka protocol listener on an ephemeral loopback port (KafkaAddr);
+	// KafkaAutoCreateTopics turns on its topic auto-creation.
+	Kafka                 bool
+	KafkaAutoCreateTopics bool
 }
 
 // Broker is a running in-process broker with a client connected to it.
@@ -35,6 +39,7 @@ type Broker struct {
 	Node       *node.Node
 	Addr       string
 	ShardAddrs []string
+	KafkaAddr  string
 	Client     *client.Client
 
 	stopped bool
@@ -63,6 +68,9 @@ func Start(tb testing.TB, o Options) *Broker {
 	if o.Driver == "ring" {
 		cfg.Net = node.NetRing
 	}
+	if o.Kafka {
+		cfg.KafkaListen, cfg.KafkaAutoCreateTopics = "127.0.0.1:0", o.KafkaAutoCreateTopics
+	}
 	n, err := node.Start(cfg)
 	if errors.Is(err, node.ErrRingDriverUnavailable) {
 		tb.Skipf("ring driver unavailable here: %v", err)
@@ -70,7 +78,7 @@ func Start(tb testing.TB, o Options) *Broker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b := &Broker{Core: n.Core, Node: n, Addr: n.Addr, ShardAddrs: n.ShardAddrs, tb: tb}
+	b := &Broker{Core: n.Core, Node: n, Addr: n.Addr, ShardAddrs: n.ShardAddrs, KafkaAddr: n.KafkaAddr, tb: tb}
 	if b.Client, err = client.New(context.Background(), client.Config{Broker: b.Addr}); err != nil {
 		b.Stop()
 		tb.Fatal(err)

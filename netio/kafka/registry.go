@@ -94,12 +94,7 @@ func (s *Server) dispatch(p *pending) {
 		s.closeWith(p, fmt.Sprintf("%s v%d: no schema for that version", kmsg.NameForKey(h.key), h.version))
 		return
 	}
-	req.SetVersion(h.version)
-	body, err := parseClientID(h, frame, req.IsFlexible())
-	if err == nil {
-		err = req.ReadFrom(body)
-	}
-	if err != nil {
+	if err := decodeRequest(h, req, frame); err != nil {
 		s.closeWith(p, fmt.Sprintf("%s v%d: undecodable request: %v", kmsg.NameForKey(h.key), h.version, err))
 		return
 	}
@@ -119,6 +114,16 @@ func (s *Server) dispatch(p *pending) {
 	default:
 		a.serve(s, p, req)
 	}
+}
+
+// decodeRequest reads frame's client id and body into req at h's version.
+func decodeRequest(h *requestHeader, req kmsg.Request, frame []byte) error {
+	req.SetVersion(h.version)
+	body, err := parseClientID(h, frame, req.IsFlexible())
+	if err != nil {
+		return err
+	}
+	return req.ReadFrom(body)
 }
 
 // closeWith answers p with nothing and closes the connection after the responses before it.

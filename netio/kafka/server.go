@@ -38,11 +38,19 @@ type Config struct {
 	Logf func(format string, args ...any)
 }
 
-// adminFrameBytesMax bounds the frame of every API but Produce. kmsg allocates decoded
-// arrays from lengths it has checked against the bytes left, so a request's decoded
-// structs stay within a small multiple of its frame (FuzzServeFrame measures it); 1 MiB
-// holds a Metadata or ListOffsets request naming 10,000 topics.
+// adminFrameBytesMax bounds the frame of every API but Produce: 1 MiB holds a Metadata or
+// ListOffsets request naming 10,000 topics.
 const adminFrameBytesMax = 1 << 20
+
+// decodedBytesPerFrameByteMax bounds what kmsg allocates decoding a request, per frame
+// byte. kmsg checks every array length against the bytes left before allocating, so the
+// worst case is an array of the smallest elements into the largest structs: a flexible
+// Metadata request's topics cost 2 bytes on the wire and 48 in memory (24x; DeleteTopics
+// and DescribeConfigs names 16x, Fetch partitions 2x, Produce records alias the frame).
+// FuzzServeFrame checks the bound on every input. A frame of an API other than Produce is
+// charged to the connection's byte budgets at this multiple of its size, so decoded
+// requests count against the same limits as raw bytes.
+const decodedBytesPerFrameByteMax = 32
 
 // Server is the Kafka protocol listener over one shard.Broker.
 type Server struct {
@@ -198,7 +206,7 @@ type pending struct {
 	c       *conn
 	hdr     requestHeader
 	body    []byte // the whole frame until dispatch; record bytes alias it
-	charged int64  // frame bytes charged to the admission until written
+	charged int64  // bytes charged to the admission until written (see decodedBytesPerFrameByteMax)
 	done    chan struct{}
 	replied atomic.Bool
 	// Set by reply before done is closed.
@@ -307,17 +315,21 @@ func (c *conn) readRequest(br *bufio.Reader) (*pending, error) {
 		return nil, fmt.Errorf("%s frame of %d bytes (correlation id %d): only Produce may exceed %d bytes; closing",
 			kmsg.NameForKey(hdr.key), size, hdr.correlationID, adminFrameBytesMax)
 	}
-	if !c.adm.Acquire(size, c.quit) {
+	charge := size
+	if hdr.key != keyProduce {
+		charge = size * decodedBytesPerFrameByteMax
+	}
+	if !c.adm.Acquire(charge, c.quit) {
 		return nil, io.EOF
 	}
 	frame := make([]byte, size)
 	copy(frame, fixed[:])
 	if _, err := io.ReadFull(br, frame[requestHeaderFixedBytes:]); err != nil {
-		c.adm.Release(size)
+		c.adm.Release(charge)
 		return nil, fmt.Errorf("read %d-byte %s frame: %w", size, kmsg.NameForKey(hdr.key), noEOF(err))
 	}
 	c.adm.Counted(1, 0)
-	return &pending{c: c, hdr: hdr, charged: size, done: make(chan struct{}), body: frame}, nil
+	return &pending{c: c, hdr: hdr, charged: charge, done: make(chan struct{}), body: frame}, nil
 }
 
 func noEOF(err error) error {

@@ -32,9 +32,13 @@ var fetchAPI = api{
 	},
 }
 
+// fetchPartition is a partition's answer without records. Its records are empty, not null:
+// kmsg encodes a nil slice as null (length -1), which librdkafka refuses ("invalid
+// MessageSetSize -1") where Kafka always sends a length.
 func fetchPartition(partition int32) kmsg.FetchResponseTopicPartition {
 	rp := kmsg.NewFetchResponseTopicPartition()
 	rp.Partition, rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = partition, -1, -1, -1
+	rp.RecordBatches = []byte{}
 	return rp
 }
 

@@ -1,9 +1,13 @@
 package kafka
 
 import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -65,8 +69,8 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 		}
 	}
 	s.b.FetchFrom(shard.CallerNone, fr, func(results []shard.FetchResult) {
-		// On a shard loop: only hand the results over; the writer reads their bytes.
-		p.replyLater(func() kmsg.Response { return fetchResponse(req, results) }, func() {
+		// On a shard loop: only hand the results over; the writer encodes and sends them.
+		p.replyFrame(func(dst []byte) ([]byte, []wire.Splice) { return appendFetchResponse(dst, req, results) }, func() {
 			for i := range results {
 				results[i].Release()
 			}
@@ -74,15 +78,26 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 	})
 }
 
-// fetchResponse builds the response, reading the records of every partition into one
-// buffer (file pieces with pread on the results' own descriptors). Writer goroutine.
-func fetchResponse(req *kmsg.FetchRequest, results []shard.FetchResult) kmsg.Response {
+// recordsMarkerBytes is the size of the stand-in a partition's records get while kmsg
+// encodes the response.
+const recordsMarkerBytes = 16
+
+// appendFetchResponse appends the encoded response to dst with every partition's records
+// left out and returns where they go: file ranges the writer sends with sendfile (zero
+// copy, as the ringlog protocol does) and in-memory pieces (direct mode's block cache).
+//
+// kmsg encodes the whole response; each partition with records carries a random 16-byte
+// marker in place of its records, and the marker with its length prefix is then replaced
+// by the real length prefix and a splice of the records. A marker is only taken where its
+// length prefix reads 16, so bytes elsewhere in the response that happened to equal it
+// (a 2^-128 chance) could not be mistaken for it.
+func appendFetchResponse(dst []byte, req *kmsg.FetchRequest, results []shard.FetchResult) ([]byte, []wire.Splice) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
-	var size int64
-	for i := range results {
-		size += results[i].Records.Size
+	type marked struct {
+		marker []byte
+		result *shard.FetchResult
 	}
-	buf := make([]byte, 0, size)
+	var markers []marked
 	k := 0
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
@@ -95,21 +110,61 @@ func fetchResponse(req *kmsg.FetchRequest, results []shard.FetchResult) kmsg.Res
 			*out = fetchPartition(r.Partition)
 			out.HighWatermark, out.LastStableOffset, out.LogStartOffset = r.HighWatermark, r.HighWatermark, r.LogStartOffset
 			out.ErrorCode = codeFor(r.Err)
-			if r.Err != nil || r.Records.Size == 0 {
-				continue
+			if r.Err == nil && r.Records.Size > 0 {
+				marker := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, rand.Uint64()), rand.Uint64())
+				out.RecordBatches = marker
+				markers = append(markers, marked{marker, r})
 			}
-			start := len(buf)
-			var err error
-			if buf, err = r.AppendTo(buf); err != nil {
-				out.ErrorCode = kerr.KafkaStorageError.Code
-				buf = buf[:start]
-				continue
-			}
-			out.RecordBatches = buf[start:len(buf):len(buf)]
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
-	return resp
+	if resp.IsFlexible() {
+		dst = append(dst, 0) // the response header's tagged fields
+	}
+	encoded := resp.AppendTo(nil)
+	var splices []wire.Splice
+	prev := 0
+	for _, m := range markers {
+		at, prefix := findMarker(encoded, prev, m.marker, resp.IsFlexible())
+		if at < 0 {
+			panic("kafka: a fetch response lost a records marker kmsg was given")
+		}
+		dst = append(dst, encoded[prev:at-prefix]...)
+		if resp.IsFlexible() {
+			dst = binary.AppendUvarint(dst, uint64(m.result.Records.Size)+1)
+		} else {
+			dst = binary.BigEndian.AppendUint32(dst, uint32(m.result.Records.Size))
+		}
+		for _, piece := range m.result.Records.Pieces {
+			if piece.File == nil {
+				splices = append(splices, wire.Splice{At: len(dst), Data: piece.Data})
+				continue
+			}
+			splices = append(splices, wire.Splice{At: len(dst), Range: wire.FileRange{File: piece.File, Offset: piece.Position, Length: piece.Size}})
+		}
+		prev = at + recordsMarkerBytes
+	}
+	return append(dst, encoded[prev:]...), splices
+}
+
+// findMarker finds marker in b from index from, preceded by its length prefix (int32 16,
+// or uvarint 17 when flexible); it returns the marker's index and the prefix's size.
+func findMarker(b []byte, from int, marker []byte, flexible bool) (int, int) {
+	for from < len(b) {
+		i := bytes.Index(b[from:], marker)
+		if i < 0 {
+			return -1, 0
+		}
+		at := from + i
+		switch {
+		case flexible && at >= 1 && b[at-1] == recordsMarkerBytes+1:
+			return at, 1
+		case !flexible && at >= 4 && binary.BigEndian.Uint32(b[at-4:]) == recordsMarkerBytes:
+			return at, 4
+		}
+		from = at + 1
+	}
+	return -1, 0
 }
 
 func failFetch(req kmsg.Request, code int16, _ string) kmsg.Response {

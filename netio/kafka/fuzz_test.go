@@ -71,12 +71,13 @@ func serveOne(t *testing.T, srv *fuzzBroker, frame []byte) {
 	case <-time.After(time.Minute): // a long-poll fetch waits at most 30 s
 		t.Fatalf("%s v%d: no answer within a minute", kmsg.NameForKey(h.key), h.version)
 	}
-	if p.build != nil {
-		p.resp = p.build()
-	}
-	if p.resp != nil {
-		out := p.appendResponse(nil)
-		if int(binary.BigEndian.Uint32(out)) != len(out)-4 || int32(binary.BigEndian.Uint32(out[4:])) != h.correlationID {
+	if p.resp != nil || p.frame != nil {
+		out, splices := p.appendResponse(nil, nil)
+		size := int64(len(out) - 4)
+		for _, sp := range splices {
+			size += sp.Len()
+		}
+		if int64(binary.BigEndian.Uint32(out)) != size || int32(binary.BigEndian.Uint32(out[4:])) != h.correlationID {
 			t.Fatalf("%s v%d: response frame mis-sized or with the wrong correlation id", kmsg.NameForKey(h.key), h.version)
 		}
 	} else if !p.fatal && !(h.key == keyProduce && isAcksZero(frame)) {

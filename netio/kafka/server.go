@@ -15,6 +15,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -209,9 +210,10 @@ type pending struct {
 	charged int64  // bytes charged to the admission until written (see decodedBytesPerFrameByteMax)
 	done    chan struct{}
 	replied atomic.Bool
-	// Set by reply before done is closed.
-	resp    kmsg.Response // nil (and build nil): no response (acks=0 produce)
-	build   func() kmsg.Response
+	// Set by reply or replyFrame before done is closed; nil resp and frame: no response
+	// (acks=0 produce, or a connection closed after the responses before it).
+	resp    kmsg.Response
+	frame   frameBuilder
 	release func()
 	fatal   bool // close the connection after this response
 }
@@ -226,14 +228,17 @@ func (p *pending) reply(resp kmsg.Response, release func()) {
 	close(p.done)
 }
 
-// replyLater completes p with a response the writer builds when its turn comes (fetch: the
-// records are read on the writer goroutine, never on a shard loop, and one connection
-// holds the bytes of one fetch response at a time).
-func (p *pending) replyLater(build func() kmsg.Response, release func()) {
+// frameBuilder appends a response (header tagged fields included) after the correlation
+// id and says where bytes outside the buffer go (fetch records, sent by sendfile).
+type frameBuilder func(dst []byte) ([]byte, []wire.Splice)
+
+// replyFrame completes p with a response the writer encodes when its turn comes: a fetch's
+// records are then sent from their files, never read on a shard loop.
+func (p *pending) replyFrame(frame frameBuilder, release func()) {
 	if p.replied.Swap(true) {
 		panic(fmt.Sprintf("kafka: %s correlation id %d answered twice", kmsg.NameForKey(p.hdr.key), p.hdr.correlationID))
 	}
-	p.build, p.release = build, release
+	p.frame, p.release = frame, release
 	close(p.done)
 }
 
@@ -339,61 +344,115 @@ func noEOF(err error) error {
 	return err
 }
 
-// writeLoop writes responses in request order. After a write failure it keeps draining
-// (waiting for each reply and releasing it) so that nothing the handlers hold leaks.
+// writeBatchBytesTarget: the writer gathers responses that are ready, in order, until
+// their bytes reach this, then sends them in one writev (file ranges by sendfile).
+const writeBatchBytesTarget = 256 << 10
+
+// writeLoop writes responses in request order, gathering those already answered into one
+// write. After a write failure it keeps draining (waiting for each reply and releasing it)
+// so that nothing the handlers hold leaks.
 func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
-	var buf []byte
-	for p := range c.queue {
-		select {
-		case <-p.done:
-		case <-c.quit:
-			<-p.done // the handler still answers; its release must run
-		}
-		if p.build != nil && !c.dead.Load() {
-			p.resp = p.build()
-		}
-		if !c.dead.Load() && p.resp != nil {
-			buf = p.appendResponse(buf[:0])
-			c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
-			_, err := bw.Write(buf)
-			if err == nil && len(c.queue) == 0 {
-				err = bw.Flush()
+	out := netio.NewSpliceWriter(c.nc, c.s.cfg.Limits)
+	var (
+		buf     []byte
+		splices []wire.Splice
+		batch   []*pending
+		next    *pending
+	)
+	for open := true; open || next != nil; {
+		p := next
+		next = nil
+		if p == nil {
+			if p, open = <-c.queue; !open {
+				break
 			}
-			if err != nil {
-				c.s.logf("kafka: conn from %s: write %s response: %v", c.remote, kmsg.NameForKey(p.hdr.key), err)
+		}
+		c.wait(p)
+		batch = append(batch[:0], p)
+		buf, splices = p.appendResponse(buf[:0], splices[:0])
+	gather:
+		for len(buf) < writeBatchBytesTarget && !p.fatal {
+			select {
+			case q, ok := <-c.queue:
+				if !ok {
+					open = false
+					break gather
+				}
+				select {
+				case <-q.done:
+				default:
+					next = q // not answered yet: send what is ready first
+					break gather
+				}
+				batch = append(batch, q)
+				buf, splices = q.appendResponse(buf, splices)
+				p = q
+			default:
+				break gather
+			}
+		}
+		if len(buf) > 0 && !c.dead.Load() {
+			c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
+			if err := out.Emit(buf, splices); err != nil {
+				c.s.logf("kafka: conn from %s: write responses: %v", c.remote, err)
 				c.fail()
 			} else {
-				c.adm.Counted(0, 1)
-			}
-			if cap(buf) > 1<<20 {
-				buf = nil
+				c.adm.Counted(0, int64(len(batch)))
 			}
 		}
-		if p.release != nil {
-			p.release()
+		for _, q := range batch {
+			if q.release != nil {
+				q.release()
+			}
+			c.adm.Release(q.charged)
+			if q.fatal {
+				c.fail()
+			}
 		}
-		p.resp = nil
-		c.adm.Release(p.charged)
-		if p.fatal {
-			c.fail()
+		clear(batch)
+		clear(splices)
+		if cap(buf) > 4*writeBatchBytesTarget {
+			buf = nil
 		}
-	}
-	if !c.dead.Load() {
-		bw.Flush()
 	}
 }
 
-// appendResponse appends the framed response: size, correlation id, the header's tagged
-// fields for a flexible response other than ApiVersions, then the body.
-func (p *pending) appendResponse(dst []byte) []byte {
+// wait blocks until p is answered (also after the connection failed: the handler still
+// answers, and its release must run).
+func (c *conn) wait(p *pending) {
+	select {
+	case <-p.done:
+	case <-c.quit:
+		<-p.done
+	}
+}
+
+// appendResponse appends the framed response — size, correlation id, the header's tagged
+// fields for a flexible response other than ApiVersions, the body — and its splices. A
+// request answered with nothing, or answered after the connection failed, appends nothing.
+func (p *pending) appendResponse(dst []byte, splices []wire.Splice) ([]byte, []wire.Splice) {
+	if p.resp == nil && p.frame == nil || p.c.dead.Load() {
+		return dst, splices
+	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(p.hdr.correlationID))
-	if p.resp.IsFlexible() && p.hdr.key != keyApiVersions {
-		dst = append(dst, 0)
+	spliced := int64(0)
+	if p.frame != nil {
+		first := len(splices)
+		var more []wire.Splice
+		dst, more = p.frame(dst)
+		splices = append(splices, more...)
+		for _, sp := range splices[first:] {
+			spliced += sp.Len()
+		}
+	} else {
+		if p.resp.IsFlexible() && p.hdr.key != keyApiVersions {
+			dst = append(dst, 0)
+		}
+		dst = p.resp.AppendTo(dst)
 	}
-	dst = p.resp.AppendTo(dst)
-	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
-	return dst
+	binary.BigEndian.PutUint32(dst[start:], uint32(int64(len(dst)-start-4)+spliced))
+	p.resp, p.frame = nil, nil
+	return dst, splices
 }

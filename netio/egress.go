@@ -192,3 +192,11 @@ func (c *SpliceWriter) copyFile(fr wire.FileRange) error {
 	return nil
 }
 
+
+// FrameBuffer returns a request frame buffer of n bytes from the pools the ringlog protocol
+// drivers use (power-of-two size classes; contents undefined). Give it back with
+// PutFrameBuffer once nothing refers to it.
+func FrameBuffer(n int) *[]byte { return getFrameBuffer(n) }
+
+// PutFrameBuffer returns a buffer FrameBuffer handed out.
+func PutFrameBuffer(b *[]byte) { putFrameBuffer(b) }

@@ -207,6 +207,9 @@ type pending struct {
 	c       *conn
 	hdr     requestHeader
 	body    []byte // the whole frame until dispatch; record bytes alias it
+	// pooled holds the frame until the response is written (produced records alias it
+	// until the append is answered), then goes back to netio's frame pools.
+	pooled *[]byte
 	charged int64  // bytes charged to the admission until written (see decodedBytesPerFrameByteMax)
 	done    chan struct{}
 	replied atomic.Bool
@@ -327,14 +330,16 @@ func (c *conn) readRequest(br *bufio.Reader) (*pending, error) {
 	if !c.adm.Acquire(charge, c.quit) {
 		return nil, io.EOF
 	}
-	frame := make([]byte, size)
+	pooled := netio.FrameBuffer(int(size))
+	frame := *pooled
 	copy(frame, fixed[:])
 	if _, err := io.ReadFull(br, frame[requestHeaderFixedBytes:]); err != nil {
+		netio.PutFrameBuffer(pooled)
 		c.adm.Release(charge)
 		return nil, fmt.Errorf("read %d-byte %s frame: %w", size, kmsg.NameForKey(hdr.key), noEOF(err))
 	}
 	c.adm.Counted(1, 0)
-	return &pending{c: c, hdr: hdr, charged: charge, done: make(chan struct{}), body: frame}, nil
+	return &pending{c: c, hdr: hdr, charged: charge, done: make(chan struct{}), body: frame, pooled: pooled}, nil
 }
 
 func noEOF(err error) error {
@@ -403,6 +408,10 @@ func (c *conn) writeLoop() {
 		for _, q := range batch {
 			if q.release != nil {
 				q.release()
+			}
+			if q.pooled != nil {
+				netio.PutFrameBuffer(q.pooled)
+				q.pooled = nil
 			}
 			c.adm.Release(q.charged)
 			if q.fatal {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/wire"
-
 )
 
 // The net-package I/O driver: per connection, a reader goroutine (frames in, requests to

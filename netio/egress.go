@@ -192,7 +192,6 @@ func (c *SpliceWriter) copyFile(fr wire.FileRange) error {
 	return nil
 }
 
-
 // FrameBuffer returns a request frame buffer of n bytes from the pools the ringlog protocol
 // drivers use (power-of-two size classes; contents undefined). Give it back with
 // PutFrameBuffer once nothing refers to it.

@@ -90,9 +90,9 @@ type options struct {
 	kafkaListen     string
 	kafkaAdvertise  string
 	kafkaAutoCreate bool
-	diskFreeMin   int64
-	verify        bool
-	scrubRate     int64
+	diskFreeMin     int64
+	verify          bool
+	scrubRate       int64
 	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
 	producerIDExpiration time.Duration
 	logLevel             string

@@ -25,7 +25,7 @@ import (
 var fetchAPI = api{
 	key: keyFetch, min: 4, max: 12,
 	serve: func(s *Server, p *pending, req kmsg.Request) { s.fetch(p, req.(*kmsg.FetchRequest)) },
-	fail: failFetch,
+	fail:  failFetch,
 	entries: func(req kmsg.Request) int {
 		r := req.(*kmsg.FetchRequest)
 		n := len(r.ForgottenTopics)

@@ -19,7 +19,7 @@ import (
 var produceAPI = api{
 	key: keyProduce, min: 3, max: 9,
 	serve: func(s *Server, p *pending, req kmsg.Request) { s.produce(p, req.(*kmsg.ProduceRequest)) },
-	fail: failProduce,
+	fail:  failProduce,
 	entries: func(req kmsg.Request) int {
 		n := 0
 		for _, t := range req.(*kmsg.ProduceRequest).Topics {

@@ -487,14 +487,14 @@ func TestUnsupportedRequests(t *testing.T) {
 		t.Fatalf("ApiVersions v99 answered %v: code %d, %d keys", err, av.ErrorCode, len(av.ApiKeys))
 	}
 
-	join := kmsg.NewPtrJoinGroupRequest()
-	join.Version, join.Group, join.ProtocolType = 5, "g", "consumer"
-	c.send(11, 5, 2, join.AppendTo(nil))
+	endTxn := kmsg.NewPtrEndTxnRequest()
+	endTxn.Version, endTxn.TransactionalID, endTxn.ProducerID = 1, "txn", 1
+	c.send(26, 1, 2, endTxn.AppendTo(nil))
 	id, body, err = c.recv()
-	jr := kmsg.NewPtrJoinGroupResponse()
-	jr.Version = 5
-	if err != nil || id != 2 || jr.ReadFrom(body) != nil || jr.ErrorCode != kerr.UnsupportedVersion.Code {
-		t.Fatalf("JoinGroup: %v, id %d, code %d", err, id, jr.ErrorCode)
+	er := kmsg.NewPtrEndTxnResponse()
+	er.Version = 1
+	if err != nil || id != 2 || er.ReadFrom(body) != nil || er.ErrorCode != kerr.UnsupportedVersion.Code {
+		t.Fatalf("EndTxn: %v, id %d, code %d", err, id, er.ErrorCode)
 	}
 
 	c.send(2, 0, 3, (&kmsg.ListOffsetsRequest{Version: 0, ReplicaID: -1, Topics: []kmsg.ListOffsetsRequestTopic{{Topic: "x", Partitions: []kmsg.ListOffsetsRequestTopicPartition{{Partition: 0, Timestamp: -1, MaxNumOffsets: 1}}}}}).AppendTo(nil))

@@ -204,13 +204,13 @@ type conn struct {
 
 // pending is one request waiting for its response.
 type pending struct {
-	c       *conn
-	hdr     requestHeader
-	body    []byte // the whole frame until dispatch; record bytes alias it
+	c    *conn
+	hdr  requestHeader
+	body []byte // the whole frame until dispatch; record bytes alias it
 	// pooled holds the frame until the response is written (produced records alias it
 	// until the append is answered), then goes back to netio's frame pools.
-	pooled *[]byte
-	charged int64  // bytes charged to the admission until written (see decodedBytesPerFrameByteMax)
+	pooled  *[]byte
+	charged int64 // bytes charged to the admission until written (see decodedBytesPerFrameByteMax)
 	done    chan struct{}
 	replied atomic.Bool
 	// Set by reply or replyFrame before done is closed; nil resp and frame: no response

@@ -52,31 +52,33 @@ func compress(c Codec, dst, src []byte) []byte {
 		dst = append(dst, make([]byte, snappy.MaxEncodedLen(len(src)))...)
 		return dst[:n+len(snappy.Encode(dst[n:], src))]
 	case CodecGzip:
-		buf := bytes.NewBuffer(dst)
-		w := gzipWriters.Get().(*gzip.Writer)
-		w.Reset(buf)
-		writeAll(w, src, "gzip")
-		gzipWriters.Put(w)
-		return buf.Bytes()
+		return compressStream(&gzipWriters, dst, src, c)
 	case CodecLZ4:
-		buf := bytes.NewBuffer(dst)
-		w := lz4Writers.Get().(*lz4.Writer)
-		w.Reset(buf)
-		writeAll(w, src, "lz4")
-		lz4Writers.Put(w)
-		return buf.Bytes()
+		return compressStream(&lz4Writers, dst, src, c)
 	}
 	panic(fmt.Sprintf("batch: compress called with %s", c))
 }
 
-// writeAll writes src and closes w; writing into a bytes.Buffer cannot fail.
-func writeAll(w io.WriteCloser, src []byte, name string) {
+// streamWriter is a pooled gzip or lz4 writer.
+type streamWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+// compressStream appends src compressed by a writer from pool to dst; writing into a
+// bytes.Buffer cannot fail.
+func compressStream(pool *sync.Pool, dst, src []byte, c Codec) []byte {
+	buf := bytes.NewBuffer(dst)
+	w := pool.Get().(streamWriter)
+	w.Reset(buf)
 	if _, err := w.Write(src); err != nil {
-		panic(fmt.Sprintf("batch: %s into memory: %v", name, err))
+		panic(fmt.Sprintf("batch: %s into memory: %v", c, err))
 	}
 	if err := w.Close(); err != nil {
-		panic(fmt.Sprintf("batch: %s close into memory: %v", name, err))
+		panic(fmt.Sprintf("batch: %s close into memory: %v", c, err))
 	}
+	pool.Put(w)
+	return buf.Bytes()
 }
 
 // decompress decodes the records section compressed with c into scratch[:0] (or a larger

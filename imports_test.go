@@ -85,7 +85,9 @@ var importRules = []importRule{
 	{Name: "the wire codec links nothing of ours but engine/batch",
 		From: under("netio/wire"), To: and(ours, not(exactly("engine/batch", "netio/wire"))), Closure: true},
 	{Name: "the bundled client links neither the server, the broker core, engine internals nor ring",
-		From: under("netio/client"), To: and(ours, not(exactly("engine/batch", "netio/wire", "netio/client"))), Closure: true},
+		From: under("netio/client"), To: and(ours, not(exactly("engine/batch", "engine/group/assign", "netio/wire", "netio/client"))), Closure: true},
+	{Name: "the assignors (run by a group's leader, a client) link nothing of ours",
+		From: under("engine/group/assign"), To: and(ours, not(exactly("engine/group/assign"))), Closure: true},
 }
 
 // The bench and client rules above allow their own sub-packages; refine the bench rule so

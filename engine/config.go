@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,6 +28,10 @@ const (
 	segmentBytesMax           = math.MaxInt32 // index positions are u32; Kafka caps at Int.Max too
 	indexIntervalBytesDefault = 4096
 	retentionMsDefault        = 7 * 24 * 60 * 60 * 1000
+	// deleteRetentionMsDefault is Kafka's delete.retention.ms default: one day.
+	deleteRetentionMsDefault = 24 * 60 * 60 * 1000
+	// minCleanableDirtyRatioDefault is Kafka's min.cleanable.dirty.ratio default.
+	minCleanableDirtyRatioDefault = 0.5
 
 	// directChunkBytesDefault is the size of one aligned staging chunk in direct mode. 1 MiB
 	// keeps a 1 MiB produce batch in at most two pwritev iovecs.
@@ -40,6 +45,51 @@ const (
 	// iovecsPerWriteMax bounds one pwritev call (Linux UIO_MAXIOV).
 	iovecsPerWriteMax = 1024
 )
+
+// CleanupPolicy is a topic's cleanup.policy: what happens to old closed segments.
+type CleanupPolicy string
+
+const (
+	// CleanupDelete: retention.ms and retention.bytes delete whole old segments (default).
+	CleanupDelete CleanupPolicy = "delete"
+	// CleanupCompact: the background cleaner keeps the newest record per key (compact.go);
+	// retention.ms and retention.bytes delete nothing.
+	CleanupCompact CleanupPolicy = "compact"
+	// CleanupCompactDelete: both.
+	CleanupCompactDelete CleanupPolicy = "compact,delete"
+)
+
+// parseCleanupPolicy accepts Kafka's spellings: a comma-separated list of delete and
+// compact, in either order, spaces ignored.
+func parseCleanupPolicy(v string) (CleanupPolicy, error) {
+	var compact, del bool
+	for _, part := range strings.Split(v, ",") {
+		switch strings.TrimSpace(part) {
+		case "compact":
+			compact = true
+		case "delete":
+			del = true
+		default:
+			return "", fmt.Errorf("want delete, compact or compact,delete")
+		}
+	}
+	switch {
+	case compact && del:
+		return CleanupCompactDelete, nil
+	case compact:
+		return CleanupCompact, nil
+	default:
+		return CleanupDelete, nil
+	}
+}
+
+// Compacts reports whether the policy runs the cleaner.
+func (p CleanupPolicy) Compacts() bool { return p == CleanupCompact || p == CleanupCompactDelete }
+
+// Deletes reports whether retention.ms and retention.bytes delete segments.
+func (p CleanupPolicy) Deletes() bool {
+	return p == "" || p == CleanupDelete || p == CleanupCompactDelete
+}
 
 // LogConfig configures one partition log. The zero value means "defaults"; see each field.
 type LogConfig struct {
@@ -66,6 +116,15 @@ type LogConfig struct {
 	// FlushAlways: every Flush with unsynced data calls fdatasync, so an append is durable
 	// before it is acknowledged.
 	FlushAlways bool
+	// CleanupPolicy: delete (default), compact or compact,delete. See compact.go.
+	CleanupPolicy CleanupPolicy
+	// DeleteRetentionMs is how long a tombstone (a record with a null value) survives
+	// compaction, counted from the last modification of the segment holding it. 0 means one
+	// day; negative is refused.
+	DeleteRetentionMs int64
+	// MinCleanableDirtyRatio: a compacted log is cleaned once the bytes not yet cleaned are at
+	// least this share of its closed segments. 0 means 0.5; must be in (0, 1].
+	MinCleanableDirtyRatio float64
 	// Storage selects page-cache (default) or direct mode. Direct falls back to page-cache
 	// (with a log line) when the directory's file system lacks O_DIRECT.
 	Storage StorageMode
@@ -130,6 +189,25 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 	if c.FlushMs < 0 {
 		return c, fmt.Errorf("flush.ms %d is negative: want 0 (off) or milliseconds", c.FlushMs)
 	}
+	switch c.CleanupPolicy {
+	case "":
+		c.CleanupPolicy = CleanupDelete
+	case CleanupDelete, CleanupCompact, CleanupCompactDelete:
+	default:
+		return c, fmt.Errorf("cleanup.policy %q: want delete, compact or compact,delete", c.CleanupPolicy)
+	}
+	if c.DeleteRetentionMs == 0 {
+		c.DeleteRetentionMs = deleteRetentionMsDefault
+	}
+	if c.DeleteRetentionMs < 0 {
+		return c, fmt.Errorf("delete.retention.ms %d is negative", c.DeleteRetentionMs)
+	}
+	if c.MinCleanableDirtyRatio == 0 {
+		c.MinCleanableDirtyRatio = minCleanableDirtyRatioDefault
+	}
+	if !(c.MinCleanableDirtyRatio > 0 && c.MinCleanableDirtyRatio <= 1) {
+		return c, fmt.Errorf("min.cleanable.dirty.ratio %v: want a number in (0, 1]", c.MinCleanableDirtyRatio)
+	}
 	switch c.Storage {
 	case "":
 		c.Storage = StoragePageCache
@@ -175,6 +253,14 @@ const (
 	ConfigFlushMs            = "flush.ms"
 	ConfigFlushAlways        = "flush.always"
 	ConfigStorageMode        = "storage.mode"
+	// ConfigCleanupPolicy: delete, compact or compact,delete (Kafka's cleanup.policy).
+	ConfigCleanupPolicy = "cleanup.policy"
+	// ConfigDeleteRetentionMs: how long compaction keeps tombstones (Kafka's
+	// delete.retention.ms), counted from the last modification of their segment.
+	ConfigDeleteRetentionMs = "delete.retention.ms"
+	// ConfigMinCleanableDirtyRatio: the share of not-yet-cleaned bytes that starts a cleaning
+	// pass (Kafka's min.cleanable.dirty.ratio).
+	ConfigMinCleanableDirtyRatio = "min.cleanable.dirty.ratio"
 	// ConfigProducerIDExpirationMs: how long an idempotent producer's dedup state outlives
 	// its last write (Kafka's producer.id.expiration.ms; a broker setting there, a topic
 	// setting here too).
@@ -222,6 +308,15 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 			c.FlushAlways, err = strconv.ParseBool(v)
 		case ConfigStorageMode:
 			c.Storage = StorageMode(v)
+		case ConfigCleanupPolicy:
+			c.CleanupPolicy, err = parseCleanupPolicy(v)
+		case ConfigDeleteRetentionMs:
+			c.DeleteRetentionMs, err = strconv.ParseInt(v, 10, 64)
+		case ConfigMinCleanableDirtyRatio:
+			c.MinCleanableDirtyRatio, err = strconv.ParseFloat(v, 64)
+			if err == nil && !(c.MinCleanableDirtyRatio > 0 && c.MinCleanableDirtyRatio <= 1) {
+				err = fmt.Errorf("want a number in (0, 1]")
+			}
 		case ConfigProducerIDExpirationMs:
 			c.ProducerIDExpirationMs, err = strconv.ParseInt(v, 10, 64)
 		case ConfigMinInsyncReplicas:

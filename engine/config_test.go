@@ -33,6 +33,19 @@ func TestLogConfigRanges(t *testing.T) {
 		{ConfigMinInsyncReplicas, "0", "min.insync.replicas"},
 		{ConfigMinInsyncReplicas, "-1", "min.insync.replicas"},
 		{"no.such.key", "1", "unknown topic config"},
+		{ConfigCleanupPolicy, "compact", ""},
+		{ConfigCleanupPolicy, "delete", ""},
+		{ConfigCleanupPolicy, "compact,delete", ""},
+		{ConfigCleanupPolicy, "delete, compact", ""},
+		{ConfigCleanupPolicy, "compacted", "cleanup.policy"},
+		{ConfigCleanupPolicy, "", "cleanup.policy"},
+		{ConfigDeleteRetentionMs, "-1", "delete.retention.ms -1 is negative"},
+		{ConfigDeleteRetentionMs, "1", ""},
+		{ConfigMinCleanableDirtyRatio, "0", "min.cleanable.dirty.ratio"},
+		{ConfigMinCleanableDirtyRatio, "1.5", "min.cleanable.dirty.ratio"},
+		{ConfigMinCleanableDirtyRatio, "NaN", "min.cleanable.dirty.ratio"},
+		{ConfigMinCleanableDirtyRatio, "1", ""},
+		{ConfigMinCleanableDirtyRatio, "0.01", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
@@ -47,5 +60,20 @@ func TestLogConfigRanges(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestCleanupPolicyParse: Kafka's spellings map to the three policies.
+func TestCleanupPolicyParse(t *testing.T) {
+	for in, want := range map[string]CleanupPolicy{"delete": CleanupDelete, "compact": CleanupCompact,
+		"compact,delete": CleanupCompactDelete, "delete,compact": CleanupCompactDelete, " compact ": CleanupCompact} {
+		c, err := LogConfigFromMap(LogConfig{}, map[string]string{ConfigCleanupPolicy: in})
+		if err != nil || c.CleanupPolicy != want {
+			t.Errorf("%q: %q %v", in, c.CleanupPolicy, err)
+		}
+	}
+	c, _ := LogConfig{}.Resolved()
+	if c.CleanupPolicy != CleanupDelete || c.DeleteRetentionMs != 86_400_000 || c.MinCleanableDirtyRatio != 0.5 || c.CleanupPolicy.Compacts() {
+		t.Fatalf("defaults %q %d %v", c.CleanupPolicy, c.DeleteRetentionMs, c.MinCleanableDirtyRatio)
 	}
 }

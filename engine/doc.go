@@ -1,5 +1,5 @@
 // Package engine owns the partition log on disk: segments (.log, .index, .timeindex), the
-// partition Log API (append, read, flush, truncate, retention), recovery, the two storage
+// partition Log API (append, read, flush, truncate, retention, compaction: compact.go), recovery, the two storage
 // modes, the topic catalog, and idempotent producers: per-partition producer state with its
 // .snapshot files (producerstate.go, producersnapshot.go) and the broker-wide producer id
 // registry (producerids.go). Record batches themselves are engine/batch's. It must not
@@ -25,13 +25,18 @@
 //	  00000000000000052311.log        active segment: appends go here
 //	  00000000000000052311.index
 //	  00000000000000052311.timeindex
+//	  cleaner-offset-checkpoint       compacted topics only (compact.go), with the
+//	                                  .cleaned/.swap files of a rewrite in progress
 //
 // # .log
 //
 // Kafka RecordBatch v2 batches back to back, exactly as produced except for the broker-owned
 // baseOffset and partitionLeaderEpoch (see engine/batch for the 61-byte header). Offsets are
 // contiguous: each batch's baseOffset is the previous batch's last offset + 1, and the first
-// batch's is the segment's base offset. Nothing else is in the file: no per-file header, no
+// batch's is the segment's base offset — until compaction thins the segment: then a batch may
+// start past the previous one's end (and the first past the base), never before, and only below
+// the cleaner checkpoint's gap bound (compact.go); the last batch still ends where the next
+// segment begins. Nothing else is in the file: no per-file header, no
 // padding (direct mode pads its last block while the segment is active and cuts it on close).
 //
 //	+----------------+----------------+----------------+-- - -

@@ -135,23 +135,15 @@ func appendTimeIndexEntries(dst []byte, entries []timeIndexEntry) []byte {
 	return dst
 }
 
-// floorByOffset returns the last entry with relativeOffset <= rel, or (0,0) when none: the
-// start of the segment is always a valid place to begin a scan.
-func (x *offsetIndex) floorByOffset(rel uint32) indexEntry {
-	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].relativeOffset > rel })
-	if i == 0 {
-		return indexEntry{}
-	}
-	return x.entries[i-1]
+// floorIndexByOffset is the index in entries of the last entry with relativeOffset <= rel,
+// or -1 when none: the start of the segment is then the place to begin a scan.
+func (x *offsetIndex) floorIndexByOffset(rel uint32) int {
+	return sort.Search(len(x.entries), func(i int) bool { return x.entries[i].relativeOffset > rel }) - 1
 }
 
-// floorByPosition returns the last entry with position <= pos, or (0,0).
-func (x *offsetIndex) floorByPosition(pos uint32) indexEntry {
-	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].position > pos })
-	if i == 0 {
-		return indexEntry{}
-	}
-	return x.entries[i-1]
+// floorIndexByPosition is the index in entries of the last entry with position <= pos, or -1.
+func (x *offsetIndex) floorIndexByPosition(pos uint32) int {
+	return sort.Search(len(x.entries), func(i int) bool { return x.entries[i].position > pos }) - 1
 }
 
 // truncateAtPosition drops entries at or beyond pos.

@@ -27,4 +27,16 @@ const (
 	// refused with STORAGE_ERROR while the data directory's file system has less free.
 	// 64 MiB leaves room for index files, the catalog and a roll's new segment files.
 	DiskFreeMinBytesDefault = 64 << 20
+	// CleanerDedupeBufferBytesDefault is each shard's compaction offset map unless ringlogd
+	// --cleaner-dedupe-buffer-bytes says otherwise: 24 bytes a key, filled to 90 %, so about
+	// 1.2 million distinct keys per pass (Kafka's log.cleaner.dedupe.buffer.size is 128 MiB
+	// for all its cleaner threads together).
+	CleanerDedupeBufferBytesDefault = 32 << 20
+	// CleanerDedupeBufferBytesMax bounds the flag: the map is allocated whole, per shard.
+	CleanerDedupeBufferBytesMax = 4 << 30
+	// CleanerDedupeBufferBytesMin is the smallest map (1024 slots).
+	CleanerDedupeBufferBytesMin = OffsetMapBytesMin
+	// CleanerIOBytesPerSecondDefault is what each shard's cleaner reads plus writes per
+	// second unless ringlogd --cleaner-io-max-bytes-per-second says otherwise.
+	CleanerIOBytesPerSecondDefault = 32 << 20
 )

@@ -81,6 +81,7 @@ type Log struct {
 	snapshotScratch      []byte
 
 	scrub       scrubCursor  // where the next Scrub continues (scrub.go)
+	cleaner     cleanerState // compaction (compact.go)
 	corruptions []Corruption // bad batches found in sealed segments, by offset
 
 	headers      headerReader // header window for lookups; invalidated by truncation
@@ -622,7 +623,7 @@ func (l *Log) readEnd(s *segment, pos int64, first batch.Header, limit, maxBytes
 		return limit, nil
 	}
 	upper := pos + maxBytes
-	p := max(pos, int64(s.index.floorByPosition(uint32(upper)).position))
+	p := max(pos, s.checkedFloor(l.fio, &l.headers, s.index.floorIndexByPosition(uint32(upper))))
 	for steps := 0; p < limit; steps++ {
 		h, err := s.readHeaderAt(l.fio, &l.headers, p)
 		if err != nil {
@@ -681,7 +682,7 @@ func (l *Log) offsetForTimestampIn(s *segment, ts int64) (int64, bool, error) {
 		return 0, false, err
 	}
 	rel := s.timeIndex.lowerBound(ts)
-	pos := int64(s.index.floorByOffset(rel).position)
+	pos := s.checkedFloor(l.fio, &l.headers, s.index.floorIndexByOffset(rel))
 	limit := s.size
 	if len(l.corruptions) > 0 {
 		l.pruneCorruptions()
@@ -736,6 +737,7 @@ func (l *Log) Close() error {
 			err = l.finishActive()
 		}
 	}
+	l.abandonPass()
 	l.closed = true
 	err = errors.Join(err, l.closeFiles())
 	if err == nil && l.failed == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,6 +28,9 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			dir := t.TempDir()
 			seed := uint64(os.Getpid())
+			if v, err := strconv.ParseUint(os.Getenv("RINGLOG_POWERLOSS_SEED"), 10, 64); err == nil {
+				seed = v // replay a failed run
+			}
 			rng := rand.New(rand.NewPCG(seed, 3))
 			t.Logf("seed %d", seed)
 			cfg := LogConfig{Storage: mode, SegmentBytes: 4 << 10, IndexIntervalBytes: 512,

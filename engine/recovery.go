@@ -148,6 +148,9 @@ func (sc *batchScanner) batchAt(pos int64) (batch.Header, error) {
 // unless a power loss also took it back (index files are not fsynced): see
 // sealedProof for what counts and docs/storage.md for the one case that remains.
 func (l *Log) recover(report *RecoveryReport) error {
+	if err := l.loadCleanerState(); err != nil {
+		return err
+	}
 	bases, err := l.listSegments()
 	if err != nil {
 		return err
@@ -432,7 +435,7 @@ func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProo
 		if errors.Is(err, errRecoveryRead) {
 			return fmt.Errorf("segment %d at %d: %w", s.baseOffset, s.size, err)
 		}
-		if err == nil && h.BaseOffset != s.nextOffset {
+		if err == nil && h.BaseOffset != s.nextOffset && !l.gapAllowed(s.nextOffset, h.BaseOffset) {
 			err = fmt.Errorf("base offset %d, expected %d", h.BaseOffset, s.nextOffset)
 		}
 		if err == nil && h.LastOffset()-s.baseOffset > maxRelativeOffset {

@@ -315,8 +315,7 @@ func (s *segment) readHeaderAt(fio ring.FileIO, r *headerReader, pos int64) (bat
 // whose last offset is >= offset), scanning forward from the index floor. offset must be in
 // [baseOffset, nextOffset).
 func (s *segment) findBatch(fio ring.FileIO, r *headerReader, offset int64) (int64, batch.Header, error) {
-	e := s.index.floorByOffset(s.relative(offset))
-	pos := int64(e.position)
+	pos := s.checkedFloor(fio, r, s.index.floorIndexByOffset(s.relative(offset)))
 	for steps := 0; pos < s.size; steps++ {
 		h, err := s.readHeaderAt(fio, r, pos)
 		if err != nil {
@@ -328,6 +327,24 @@ func (s *segment) findBatch(fio ring.FileIO, r *headerReader, offset int64) (int
 		pos += batchSize(h)
 	}
 	return 0, batch.Header{}, fmt.Errorf("segment %d: offset %d not found below size %d: %w", s.baseOffset, offset, s.size, ErrCorruptLog)
+}
+
+// checkedFloor returns the position of index entry i, or of the nearest entry before it,
+// whose batch header carries the offset the entry names; 0 (the segment's start, always a
+// batch) when none does or i < 0. Index files are advisory and never fsynced: a power loss can
+// tear a write in the middle of one while later entries survive, leaving an entry that still
+// decodes in order but points inside a batch (recovery checks every entry of the active
+// segment, not those of sealed ones). The check costs nothing on the usual path: the header it
+// reads is the one the caller reads next, from the same window.
+func (s *segment) checkedFloor(fio ring.FileIO, r *headerReader, i int) int64 {
+	for ; i >= 0; i-- {
+		e := s.index.entries[i]
+		h, err := s.readHeaderAt(fio, r, int64(e.position))
+		if err == nil && h.BaseOffset == s.baseOffset+int64(e.relativeOffset) {
+			return int64(e.position)
+		}
+	}
+	return 0
 }
 
 // positionOf returns the position of the first batch whose base offset is >= offset, or

@@ -23,6 +23,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	if offset >= l.EndOffset() {
 		return nil
 	}
+	l.cleanerTruncated(offset)
 	if offset <= l.startOffset || offset <= l.segments[0].baseOffset {
 		return l.truncateFullyAndStartAt(offset)
 	}
@@ -95,7 +96,7 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 	s.maxTimestamp = s.timeIndex.lastTimestamp()
 	scanFrom := int64(0)
 	if n := len(s.timeIndex.entries); n > 0 {
-		scanFrom = int64(s.index.floorByOffset(s.timeIndex.entries[n-1].relativeOffset).position)
+		scanFrom = s.checkedFloor(l.fio, &l.headers, s.index.floorIndexByOffset(s.timeIndex.entries[n-1].relativeOffset))
 	}
 	for p := scanFrom; p < pos; {
 		h, err := s.readHeaderAt(l.fio, &l.headers, p)
@@ -134,6 +135,7 @@ func (l *Log) ResetTo(offset int64) error {
 	if offset < 0 {
 		return fmt.Errorf("%w: reset to %d", ErrOffsetOutOfRange, offset)
 	}
+	l.cleanerTruncated(offset)
 	return l.truncateFullyAndStartAt(offset)
 }
 
@@ -189,7 +191,8 @@ func (l *Log) dropSegment(i int, retire bool) error {
 	return nil
 }
 
-// EnforceRetention deletes closed segments (never the active one), oldest first, while the
+// EnforceRetention (under cleanup.policy delete or compact,delete; a compact-only log keeps
+// its segments and only expires idle producers) deletes closed segments (never the active one), oldest first, while the
 // oldest one is past retention.ms (by its newest timestamp, or its file's modification time
 // when it has none) or the log without it still holds retention.bytes. The log start offset
 // advances to the first remaining segment.
@@ -205,7 +208,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	}
 	l.ExpireProducers(now.UnixMilli())
 	n, size := 0, l.Size()
-	for ; n < len(l.segments)-1; n++ {
+	for ; n < len(l.segments)-1 && l.cfg.CleanupPolicy.Deletes(); n++ {
 		s := l.segments[n]
 		expired, err := l.expired(s, now)
 		if err != nil {

@@ -64,6 +64,9 @@ func (h *BrokerHandler) WithShardAddresses(addrs []string) *BrokerHandler {
 
 // Serve dispatches one decoded request.
 func (h *BrokerHandler) Serve(req *Request) {
+	if h.serveGroup(req) { // grouphandler.go
+		return
+	}
 	switch body := req.Body.(type) {
 	case *wire.ProduceRequest:
 		h.produce(req, body)

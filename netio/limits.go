@@ -419,6 +419,36 @@ func countEntries(api wire.APIKey, payload []byte, limit int) int {
 	case wire.APIAlterConfigs:
 		s.skip(1)
 		topicLists(func() { s.string(); s.skip(1); s.string() })
+	case wire.APIJoinGroup: // group, member, instance, client, timeouts, protocol type, [protocol]
+		s.string()
+		s.string()
+		s.string()
+		s.string()
+		s.skip(4 + 4)
+		s.string()
+		add(s.array())
+	case wire.APISyncGroup: // group, member, instance, generation, type, protocol, [assignment]
+		s.string()
+		s.string()
+		s.string()
+		s.skip(4)
+		s.string()
+		s.string()
+		add(s.array())
+	case wire.APILeaveGroup:
+		s.string()
+		add(s.array())
+	case wire.APIOffsetCommit:
+		s.string()
+		s.string()
+		s.string()
+		s.skip(4)
+		topicLists(func() { s.skip(4 + 8 + 4); s.string() })
+	case wire.APIOffsetFetch:
+		s.string()
+		topicLists(func() { s.skip(4) })
+	case wire.APIListGroups, wire.APIDescribeGroups, wire.APIDeleteGroups:
+		names()
 	}
 	return total
 }
@@ -501,6 +531,22 @@ func checkEntries(body wire.Message) error {
 		for _, t := range m.Topics {
 			names = append(names, t.Topic)
 		}
+	case *wire.OffsetCommitRequest:
+		for _, t := range m.Topics {
+			for _, p := range t.Partitions {
+				partitions = append(partitions, topicPartitionKey{t.Topic, p.Partition})
+			}
+		}
+	case *wire.OffsetFetchRequest:
+		for _, t := range m.Topics {
+			for _, p := range t.Partitions {
+				partitions = append(partitions, topicPartitionKey{t.Topic, p})
+			}
+		}
+	case *wire.DescribeGroupsRequest:
+		names = m.Groups
+	case *wire.DeleteGroupsRequest:
+		names = m.Groups
 	}
 	if i := firstDuplicate(partitions); i >= 0 {
 		return &entryError{fmt.Sprintf("partition %s/%d named twice in one request", partitions[i].topic, partitions[i].partition)}
@@ -574,6 +620,8 @@ func responseBytes(resp *Response) int64 {
 		n += topicResultsBytes(m.Topics)
 	case *wire.AlterConfigsResponse:
 		n += topicResultsBytes(m.Topics)
+	default:
+		n += groupResponseBytes(resp.Body)
 	}
 	return n
 }
@@ -581,6 +629,45 @@ func responseBytes(resp *Response) int64 {
 func topicResultsBytes(rs []wire.TopicResult) (n int64) {
 	for _, r := range rs {
 		n += 48 + int64(len(r.Topic)+len(r.ErrorMessage))
+	}
+	return n
+}
+
+// groupResponseBytes estimates the memory of a group API reply (the others cost the base).
+func groupResponseBytes(body wire.Message) (n int64) {
+	switch m := body.(type) {
+	case *wire.JoinGroupResponse:
+		for _, mb := range m.Members {
+			n += 64 + int64(len(mb.MemberID)+len(mb.InstanceID)+len(mb.Metadata))
+		}
+	case *wire.SyncGroupResponse:
+		n += int64(len(m.Assignment))
+	case *wire.OffsetCommitResponse:
+		for _, t := range m.Topics {
+			n += responseTopicBytes + int64(len(t.Topic)) + int64(len(t.Partitions))*8
+		}
+	case *wire.OffsetFetchResponse:
+		for _, t := range m.Topics {
+			n += responseTopicBytes + int64(len(t.Topic))
+			for _, p := range t.Partitions {
+				n += responsePartitionBytes + int64(len(p.Metadata))
+			}
+		}
+	case *wire.ListGroupsResponse:
+		for _, g := range m.Groups {
+			n += 64 + int64(len(g.Group)+len(g.ProtocolType)+len(g.State))
+		}
+	case *wire.DescribeGroupsResponse:
+		for _, g := range m.Groups {
+			n += responseTopicBytes + int64(len(g.Group)+len(g.Leader)+len(g.Protocol))
+			for _, mb := range g.Members {
+				n += 128 + int64(len(mb.MemberID)+len(mb.InstanceID)+len(mb.ClientID)+len(mb.ClientHost)+len(mb.Metadata)+len(mb.Assignment))
+			}
+		}
+	case *wire.DeleteGroupsResponse:
+		for _, g := range m.Groups {
+			n += 48 + int64(len(g.Group)+len(g.ErrorMessage))
+		}
 	}
 	return n
 }

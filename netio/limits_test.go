@@ -50,6 +50,28 @@ func entriesOf(m wire.Message) int {
 		for _, t := range r.Topics {
 			n += len(t.Configs)
 		}
+	case *wire.JoinGroupRequest:
+		n = len(r.Protocols)
+	case *wire.SyncGroupRequest:
+		n = len(r.Assignments)
+	case *wire.LeaveGroupRequest:
+		n = len(r.Members)
+	case *wire.OffsetCommitRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.OffsetFetchRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.ListGroupsRequest:
+		n = len(r.States)
+	case *wire.DescribeGroupsRequest:
+		n = len(r.Groups)
+	case *wire.DeleteGroupsRequest:
+		n = len(r.Groups)
 	}
 	return n
 }
@@ -67,6 +89,15 @@ func entrySamples() []wire.Message {
 		&wire.DescribeConfigsRequest{Topics: []wire.DescribeConfigsTopic{{Topic: "t", Keys: []string{"a", "b"}}, {Topic: "u"}}},
 		&wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{{Topic: "t", Configs: []wire.AlterConfig{{Key: "k", Value: "v"}}}}},
 		&wire.APIVersionsRequest{ClientID: "c"},
+		&wire.JoinGroupRequest{Group: "g", ClientID: "c", Protocols: []wire.GroupProtocol{{Name: "range"}, {Name: "sticky", Metadata: []byte{1}}}},
+		&wire.SyncGroupRequest{Group: "g", Assignments: []wire.SyncGroupAssignment{{MemberID: "m"}}},
+		&wire.LeaveGroupRequest{Group: "g", Members: []wire.GroupMemberRef{{MemberID: "a"}, {InstanceID: "b"}}},
+		&wire.OffsetCommitRequest{Group: "g", Topics: []wire.OffsetCommitTopic{{Topic: "t", Partitions: []wire.OffsetCommitPartition{{Partition: 1, Metadata: "x"}, {Partition: 2}}}}},
+		&wire.OffsetFetchRequest{Group: "g", Topics: []wire.OffsetFetchTopic{{Topic: "t", Partitions: []int32{0, 1}}, {Topic: "u"}}},
+		&wire.OffsetFetchRequest{Group: "g"},
+		&wire.ListGroupsRequest{States: []string{"Stable"}},
+		&wire.DescribeGroupsRequest{Groups: []string{"a", "b"}},
+		&wire.DeleteGroupsRequest{Groups: []string{"a"}},
 	}
 }
 
@@ -102,7 +133,7 @@ func FuzzCountEntries(f *testing.F) {
 	f.Add(uint16(wire.APIMetadata), []byte{0x7f, 0xff, 0xff, 0xff})
 	f.Add(uint16(wire.APIFetch), []byte{})
 	f.Fuzz(func(t *testing.T, api uint16, payload []byte) {
-		key := wire.APIKey(api % 16)
+		key := wire.APIKey(api % wire.APIKeyCount)
 		got := countEntries(key, payload, 1<<30)
 		if got < 0 {
 			t.Fatalf("negative count %d", got)

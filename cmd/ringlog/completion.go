@@ -96,9 +96,11 @@ func completionSpec() completion {
 	sort.Strings(c.commands)
 	c.flags["produce"] = helpFlags(func() error { _, err := parseProduceFlags([]string{"-h"}); return err })
 	c.flags["consume"] = helpFlags(func() error { _, err := parseConsumeFlags([]string{"-h"}); return err })
-	for name, sub := range topicCommands {
-		c.subcommands["topic"] = append(c.subcommands["topic"], name)
-		c.flags["topic "+name] = helpFlags(func() error { return sub.run(sub.usage, []string{"-h"}, io.Discard) })
+	for cmd, subs := range map[string]map[string]topicCommand{"topic": topicCommands, "group": groupCommands} {
+		for name, sub := range subs {
+			c.subcommands[cmd] = append(c.subcommands[cmd], name)
+			c.flags[cmd+" "+name] = helpFlags(func() error { return sub.run(sub.usage, []string{"-h"}, io.Discard) })
+		}
 	}
 	for name := range benchCommands {
 		c.subcommands["bench"] = append(c.subcommands["bench"], name)

@@ -1,7 +1,8 @@
 package main
 
 // `ringlog consume`: print a topic's records, one value per stdout line, through the
-// consumer of netio/client (no consumer groups: it assigns partitions itself).
+// consumer of netio/client: assigning partitions itself, or with --group as a member of a
+// consumer group (committing what it printed after each batch).
 
 import (
 	"bufio"
@@ -24,7 +25,7 @@ func init() {
 }
 
 const (
-	consumeUsage = "consume TOPIC [--partition P] [--from earliest|latest|OFFSET|@UNIX_MS] [--max N] [--exit-at-end] [--print-key] [--print-offset] [--format FORMAT|json]"
+	consumeUsage = "consume TOPIC [--partition P | --group G [--instance-id ID]] [--from earliest|latest|OFFSET|@UNIX_MS] [--max N] [--exit-at-end] [--print-key] [--print-offset] [--format FORMAT|json]"
 	// consumeMaxWait is the long-poll wait per fetch: short enough that Ctrl-C and
 	// --exit-at-end react quickly, long enough not to spin on an idle topic.
 	consumeMaxWait = 500 * time.Millisecond
@@ -34,17 +35,21 @@ const (
 )
 
 type consumeOptions struct {
-	broker       string
-	topic        string
-	partition    int32 // -1 = every partition
-	from         client.Offset
-	max          int64 // 0 = unlimited
-	exitAtEnd    bool
-	printKey     bool
-	printOffset  bool
-	keySeparator string
-	format       []formatPart // --format FORMAT; nil: the value (and --print-*) per line
-	json         bool         // --format json
+	broker         string
+	topic          string
+	partition      int32 // -1 = every partition
+	from           client.Offset
+	max            int64 // 0 = unlimited
+	exitAtEnd      bool
+	printKey       bool
+	printOffset    bool
+	keySeparator   string
+	format         []formatPart // --format FORMAT; nil: the value (and --print-*) per line
+	json           bool         // --format json
+	group          string       // --group: consume as a member of this consumer group
+	instanceID     string       // --instance-id: static membership
+	reset          string       // the group's auto.offset.reset (from --from)
+	sessionTimeout time.Duration
 }
 
 // parseFrom parses --from: earliest, latest, an offset, or @UNIX_MS.
@@ -74,7 +79,10 @@ func parseConsumeFlags(args []string) (consumeOptions, error) {
 	fs := newFlagSet("consume", consumeUsage)
 	broker := brokerFlag(fs)
 	partition := fs.Int("partition", -1, "read only this partition; -1 = all partitions")
-	from := fs.String("from", "earliest", "start at earliest, latest, an OFFSET, or @UNIX_MS (first record at or after that time)")
+	from := fs.String("from", "earliest", "start at earliest, latest, an OFFSET, or @UNIX_MS (first record at or after that time); with --group: where partitions without a committed offset start (earliest, latest, or none: fail instead)")
+	fs.StringVar(&o.group, "group", "", "consume as a member of this consumer group: partitions are shared with its other members and what is printed is committed")
+	fs.StringVar(&o.instanceID, "instance-id", "", "with --group: static member id (group.instance.id); a restart within the session timeout keeps the partitions")
+	fs.DurationVar(&o.sessionTimeout, "session-timeout", 10*time.Second, "with --group: the member's session timeout")
 	fs.Int64Var(&o.max, "max", 0, "stop after N records (0 = no limit)")
 	fs.BoolVar(&o.exitAtEnd, "exit-at-end", false, "stop once every partition reached the high watermark seen at start")
 	fs.BoolVar(&o.printKey, "print-key", false, "print KEY SEP VALUE (SEP from --key-separator)")
@@ -93,7 +101,17 @@ func parseConsumeFlags(args []string) (consumeOptions, error) {
 		return o, fmt.Errorf("--partition %d: want a partition number", *partition)
 	}
 	o.partition = int32(*partition)
-	if o.from, err = parseFrom(*from); err != nil {
+	if o.group != "" {
+		if o.partition >= 0 {
+			return o, errors.New("--partition and --group exclude each other (the group assigns partitions)")
+		}
+		switch *from {
+		case "earliest", "latest", "none":
+			o.reset = *from
+		default:
+			return o, fmt.Errorf("--from %q with --group: want earliest, latest or none (use `ringlog group reset` for offsets and times)", *from)
+		}
+	} else if o.from, err = parseFrom(*from); err != nil {
 		return o, err
 	}
 	if o.max < 0 {
@@ -128,7 +146,11 @@ func runConsume(args []string) error {
 	}
 	defer c.Close()
 	out := bufio.NewWriterSize(os.Stdout, 64<<10)
-	_, err = consumeRecords(ctx, c, o, out)
+	if o.group != "" {
+		_, err = consumeGroup(ctx, c, o, out)
+	} else {
+		_, err = consumeRecords(ctx, c, o, out)
+	}
 	if flushErr := out.Flush(); err == nil && flushErr != nil {
 		err = fmt.Errorf("write stdout: %w", flushErr)
 	}
@@ -196,12 +218,8 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 					continue
 				}
 			}
-			if enc != nil {
-				if err := enc.Encode(newJSONRecord(&r)); err != nil {
-					return written, fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
-				}
-			} else {
-				writeRecord(out, o, &r)
+			if err := emitRecord(out, enc, o, &r); err != nil {
+				return written, err
 			}
 			written++
 			if o.max > 0 && written >= o.max {
@@ -228,6 +246,115 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 		}
 	}
 	return written, fmt.Errorf("gave up after %d polls", pollRoundsMax)
+}
+
+// consumeGroup consumes as a member of o.group: it prints each poll's records, flushes
+// stdout, then commits (at least once: a crash between the two prints them again). With
+// --exit-at-end it stops once every partition it owns is read up to its high watermark.
+func consumeGroup(ctx context.Context, c *client.Client, o consumeOptions, out *bufio.Writer) (written int64, err error) {
+	g, err := c.NewGroupConsumer(client.GroupConfig{Group: o.group, InstanceID: o.instanceID, SessionTimeout: o.sessionTimeout,
+		AutoOffsetReset: o.reset, Consumer: client.ConsumerConfig{MaxWait: consumeMaxWait}})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if cerr := g.Close(closeCtx); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	g.Subscribe(o.topic)
+	var enc *json.Encoder
+	if o.json {
+		enc = newJSONEncoder(out)
+	}
+	for range pollRoundsMax {
+		records, err := g.Poll(ctx)
+		if err != nil {
+			return written, err
+		}
+		for _, r := range records {
+			if err := emitRecord(out, enc, o, &r); err != nil {
+				return written, err
+			}
+			written++
+			if o.max > 0 && written >= o.max {
+				// Commit exactly what was printed: the rest of this poll is read again.
+				if err := out.Flush(); err != nil {
+					return written, fmt.Errorf("write stdout: %w", err)
+				}
+				return written, commitThrough(ctx, g, records, r)
+			}
+		}
+		if err := out.Flush(); err != nil {
+			return written, fmt.Errorf("write stdout: %w", err)
+		}
+		if len(records) > 0 {
+			if err := g.CommitSync(ctx); err != nil {
+				return written, err
+			}
+			continue
+		}
+		if o.exitAtEnd {
+			if done, err := groupCaughtUp(ctx, c, g); err != nil || done {
+				return written, err
+			}
+		}
+	}
+	return written, fmt.Errorf("gave up after %d polls", pollRoundsMax)
+}
+
+// commitThrough commits, per partition, the offset after the last record of records
+// printed (up to and including last).
+func commitThrough(ctx context.Context, g *client.GroupConsumer, records []client.ConsumedRecord, last client.ConsumedRecord) error {
+	next := map[client.TopicPartition]int64{}
+	for _, r := range records {
+		next[client.TopicPartition{Topic: r.Topic, Partition: r.Partition}] = r.Offset + 1
+		if r.Topic == last.Topic && r.Partition == last.Partition && r.Offset == last.Offset {
+			break
+		}
+	}
+	offsets := make([]client.CommittedOffset, 0, len(next))
+	for tp, off := range next {
+		offsets = append(offsets, client.CommittedOffset{TopicPartition: tp, Offset: off})
+	}
+	return g.CommitOffsets(ctx, offsets)
+}
+
+// groupCaughtUp reports whether the member owns partitions and has read each up to its
+// high watermark.
+func groupCaughtUp(ctx context.Context, c *client.Client, g *client.GroupConsumer) (bool, error) {
+	owned := g.Assignment()
+	if len(owned) == 0 {
+		return false, nil
+	}
+	for _, tp := range owned {
+		pos, err := g.Position(ctx, tp)
+		if err != nil {
+			return false, err
+		}
+		hw, err := c.ListOffset(ctx, tp.Topic, tp.Partition, wire.TimestampLatest)
+		if err != nil {
+			return false, err
+		}
+		if pos < hw {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// emitRecord writes one record as JSON (enc set) or per --format / --print-*.
+func emitRecord(out *bufio.Writer, enc *json.Encoder, o consumeOptions, r *client.ConsumedRecord) error {
+	if enc == nil {
+		writeRecord(out, o, r)
+		return nil
+	}
+	if err := enc.Encode(newJSONRecord(r)); err != nil {
+		return fmt.Errorf("write record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	return nil
 }
 
 func writeRecord(out *bufio.Writer, o consumeOptions, r *client.ConsumedRecord) {

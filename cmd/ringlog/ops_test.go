@@ -418,7 +418,9 @@ func TestCompletion(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"ringlog con":                           "consume",
-		"ringlog ":                              "--broker --help bench completion consume produce topic tune version",
+		"ringlog ":                              "--broker --help bench completion consume group produce topic tune version",
+		"ringlog group ":                        "delete describe list reset",
+		"ringlog group reset g --t":             "--to --topic",
 		"ringlog --broker h:1 top":              "topic",
 		"ringlog topic ":                        "config create delete describe list repair",
 		"ringlog topic create orders --par":     "--partitions",

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/ringlog/ringlog/engine"
@@ -37,29 +38,38 @@ var topicCommands = map[string]topicCommand{
 	"repair":   {"topic repair NAME --data DIR --partition P (--truncate-to OFFSET | --skip-to OFFSET)  (broker stopped)", topicRepair},
 }
 
-func topicUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ringlog topic SUBCOMMAND [--broker HOST:PORT] [ARGS]\n\nsubcommands:")
-	names := make([]string, 0, len(topicCommands))
-	for name := range topicCommands {
-		names = append(names, name)
+func runTopic(args []string) error { return runSubcommands("topic", topicCommands, args) }
+
+// subcommandUsage lists a command's subcommands.
+func subcommandUsage(w io.Writer, name string, cmds map[string]topicCommand) {
+	fmt.Fprintf(w, "usage: ringlog %s SUBCOMMAND [--broker HOST:PORT] [ARGS]\n\nsubcommands:\n", name)
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		fmt.Fprintf(w, "  ringlog %s\n", topicCommands[name].usage)
+	for _, n := range names {
+		fmt.Fprintf(w, "  ringlog %s\n", cmds[n].usage)
 	}
 }
 
-func runTopic(args []string) error {
+// runSubcommands runs `ringlog NAME SUBCOMMAND ARGS` (topic, group).
+func runSubcommands(name string, cmds map[string]topicCommand, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		topicUsage(os.Stderr)
+		subcommandUsage(os.Stderr, name, cmds)
 		if len(args) == 0 {
 			return errors.New("missing subcommand")
 		}
 		return nil
 	}
-	sub, ok := topicCommands[args[0]]
+	sub, ok := cmds[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown subcommand %q (want create, list, describe, delete, config or repair)", args[0])
+		names := make([]string, 0, len(cmds))
+		for n := range cmds {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return fmt.Errorf("unknown subcommand %q (want %s)", args[0], strings.Join(names, ", "))
 	}
 	err := sub.run(sub.usage, args[1:], os.Stdout)
 	if errors.Is(err, errHelp) {

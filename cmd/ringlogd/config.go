@@ -93,10 +93,20 @@ type options struct {
 	diskFreeMin     int64
 	verify          bool
 	scrubRate       int64
+	cleanerEnable   bool
+	cleanerRate     int64
+	cleanerMap      int64
+	cleanerEvery    time.Duration
 	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
 	producerIDExpiration time.Duration
-	logLevel             string
-	topicDefaults        topicDefaults
+	// Consumer groups: bounds of a member's session timeout, members per group, and the
+	// partition count of __consumer_offsets when this broker creates it.
+	groupSessionMin   time.Duration
+	groupSessionMax   time.Duration
+	groupMembersMax   int
+	offsetsPartitions int
+	logLevel          string
+	topicDefaults     topicDefaults
 }
 
 // topicDefaults is the topic-defaults key: broker-wide topic configs (the same keys as
@@ -217,7 +227,15 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.Int64Var(&o.diskFreeMin, "disk-free-min-bytes", engine.DiskFreeMinBytesDefault, "refuse produces (STORAGE_ERROR naming the disk) while the data directory's file system has fewer free bytes than this; 0 refuses only when it is full")
 	fs.BoolVar(&o.verify, "verify-segments", false, "verify the CRC of every batch in every sealed segment at start-up (reads the whole log); bad batches are logged and shown by topic describe")
 	fs.Int64Var(&o.scrubRate, "scrub-bytes-per-sec", 8<<20, "bytes of sealed segments each shard re-verifies per second in the background; 0 turns the scrubber off")
+	fs.BoolVar(&o.cleanerEnable, "cleaner-enable", true, "run the log cleaner: each shard compacts its partitions whose cleanup.policy includes compact")
+	fs.Int64Var(&o.cleanerRate, "cleaner-io-max-bytes-per-second", engine.CleanerIOBytesPerSecondDefault, "bytes each shard's log cleaner reads plus writes per second")
+	fs.Int64Var(&o.cleanerMap, "cleaner-dedupe-buffer-bytes", engine.CleanerDedupeBufferBytesDefault, "memory of each shard's compaction offset map (24 bytes a key); a pass deduplicates as many records as fit")
+	fs.DurationVar(&o.cleanerEvery, "cleaner-interval", 15*time.Second, "how often each shard looks for compacted partitions to clean when no pass is under way")
 	fs.DurationVar(&o.producerIDExpiration, "producer-id-expiration", 0, "broker default of producer.id.expiration.ms: how long an idempotent producer's dedup state outlives its last write (0: 24h; topics may override)")
+	fs.DurationVar(&o.groupSessionMin, "group-min-session-timeout", 6*time.Second, "shortest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT below it)")
+	fs.DurationVar(&o.groupSessionMax, "group-max-session-timeout", 30*time.Minute, "longest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT above it)")
+	fs.IntVar(&o.groupMembersMax, "group-max-size", 1000, "members one consumer group may have (GROUP_MAX_SIZE_REACHED beyond it)")
+	fs.IntVar(&o.offsetsPartitions, "offsets-partitions", 8, "partitions of __consumer_offsets when this broker creates it (first start); an existing topic keeps its count. They count against --max-partitions")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (SIGHUP reloads it)")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
@@ -413,6 +431,7 @@ var topicConfigKeys = []string{
 	engine.ConfigSegmentBytes, engine.ConfigSegmentMs, engine.ConfigIndexIntervalBytes,
 	engine.ConfigRetentionMs, engine.ConfigRetentionBytes, engine.ConfigFlushMessages,
 	engine.ConfigFlushMs, engine.ConfigFlushAlways, engine.ConfigStorageMode,
+	engine.ConfigCleanupPolicy, engine.ConfigDeleteRetentionMs, engine.ConfigMinCleanableDirtyRatio,
 }
 
 func isTopicConfigKey(k string) bool {
@@ -523,11 +542,29 @@ func (s *settings) validate() error {
 	if o.scrubRate < 0 {
 		return bad("scrub-bytes-per-sec", strconv.FormatInt(o.scrubRate, 10), "0 (off) or more")
 	}
+	if o.cleanerRate < 1 {
+		return bad("cleaner-io-max-bytes-per-second", strconv.FormatInt(o.cleanerRate, 10), "at least 1 (turn the cleaner off with --cleaner-enable=false)")
+	}
+	if o.cleanerMap < engine.CleanerDedupeBufferBytesMin || o.cleanerMap > engine.CleanerDedupeBufferBytesMax {
+		return bad("cleaner-dedupe-buffer-bytes", strconv.FormatInt(o.cleanerMap, 10), fmt.Sprintf("%d..%d", engine.CleanerDedupeBufferBytesMin, int64(engine.CleanerDedupeBufferBytesMax)))
+	}
+	if o.cleanerEvery <= 0 {
+		return bad("cleaner-interval", o.cleanerEvery.String(), "a positive duration")
+	}
 	if o.diskFreeMin < 0 {
 		return bad("disk-free-min-bytes", strconv.FormatInt(o.diskFreeMin, 10), "0 or more")
 	}
 	if o.producerIDExpiration < 0 {
 		return bad("producer-id-expiration", o.producerIDExpiration.String(), "0 (24h) or a positive duration")
+	}
+	if o.groupSessionMin <= 0 || o.groupSessionMax < o.groupSessionMin {
+		return bad("group-max-session-timeout", o.groupSessionMax.String(), fmt.Sprintf("at least --group-min-session-timeout (%s), which must be positive", o.groupSessionMin))
+	}
+	if o.groupMembersMax < 1 {
+		return bad("group-max-size", strconv.Itoa(o.groupMembersMax), "at least 1")
+	}
+	if o.offsetsPartitions < 1 || o.offsetsPartitions > 1024 {
+		return bad("offsets-partitions", strconv.Itoa(o.offsetsPartitions), "1..1024")
 	}
 	if o.connsMax < 1 {
 		return bad("max-connections", strconv.Itoa(o.connsMax), "at least 1")

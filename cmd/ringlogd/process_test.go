@@ -248,7 +248,7 @@ func TestSighupReload(t *testing.T) {
 	write(base + "log-level: debug\ntopic-defaults:\n  retention.ms: \"2000000\"\n  flush.always: \"true\"\n")
 	p.signal(syscall.SIGHUP)
 	line, _ := p.waitFor(`msg="configuration reloaded"`)
-	for _, want := range []string{"changed=log-level,topic-defaults", "log_level=debug", "topics_reconfigured=orders"} {
+	for _, want := range []string{"changed=log-level,topic-defaults", "log_level=debug", "topics_reconfigured=__consumer_offsets,orders"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("reload line lacks %q: %s", want, line)
 		}

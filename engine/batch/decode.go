@@ -24,6 +24,10 @@ type Record struct {
 	OffsetDelta    int32
 	Key, Value     []byte
 	Headers        []RecordHeader
+
+	// wire is the record as encoded (length varint included), aliasing the batch or its
+	// decompressed records: Filter copies kept records through it without re-encoding.
+	wire []byte
 }
 
 // decodeState is the per-call scratch Decode reuses through a pool: the Record handed to
@@ -31,6 +35,7 @@ type Record struct {
 type decodeState struct {
 	record       Record
 	decompressed []byte
+	filtered     []byte // Filter's kept records before compression
 }
 
 var decodeStatePool = sync.Pool{New: func() any { return new(decodeState) }}
@@ -55,18 +60,29 @@ func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
 	state := decodeStatePool.Get().(*decodeState)
 	defer putDecodeState(state)
 
-	records := b[HeaderSize:]
-	if c := h.Compression(); c != CodecNone {
-		out, err := decompress(c, state.decompressed, records)
-		if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
-			state.decompressed = out[:0]
-		}
-		if err != nil {
-			return fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
-		}
-		records = out
+	records, err := state.records(&h, b)
+	if err != nil {
+		return err
 	}
 	return decodeRecords(&h, records, &state.record, fn)
+}
+
+// records returns the uncompressed records section of the validated batch b (header h): the
+// batch's own bytes, or a zstd batch decompressed into the state's buffer.
+func (state *decodeState) records(h *Header, b []byte) ([]byte, error) {
+	records := b[HeaderSize:]
+	c := h.Compression()
+	if c == CodecNone {
+		return records, nil
+	}
+	out, err := decompress(c, state.decompressed, records)
+	if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
+		state.decompressed = out[:0]
+	}
+	if err != nil {
+		return nil, fmt.Errorf("batch at offset %d: %w", h.BaseOffset, err)
+	}
+	return out, nil
 }
 
 // Bounds on what a pooled decodeState keeps between calls, so one hostile batch (65 536
@@ -80,7 +96,10 @@ const (
 // for interning, and returns state to the pool.
 func putDecodeState(state *decodeState) {
 	r := &state.record
-	r.Key, r.Value = nil, nil
+	r.Key, r.Value, r.wire = nil, nil, nil
+	if cap(state.filtered) > decompressBufferBytesMax {
+		state.filtered = nil
+	}
 	headers := r.Headers[:cap(r.Headers)]
 	if len(headers) > pooledHeadersMax {
 		headers = nil
@@ -112,6 +131,7 @@ func decodeRecords(h *Header, records []byte, rec *Record, fn func(int64, int64,
 				ErrInvalidRecord, h.BaseOffset, index, length, len(lengthReader.src))
 		}
 		body := lengthReader.src[:length]
+		rec.wire = rest[:len(rest)-len(lengthReader.src)+int(length)]
 		rest = lengthReader.src[length:]
 
 		if field := readRecord(reader{src: body}, rec); field != "" {

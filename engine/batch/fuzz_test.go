@@ -252,6 +252,11 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		files[filepath.Join("FuzzCheckStored", fmt.Sprintf("seed-%02d", i))] = fmt.Sprintf(
 			"go test fuzz v1\nint16(%d)\nint32(%d)\nint32(%d)\n[]byte(%s)\n", s.attributes, s.count, s.lastOffsetDelta, strconv.Quote(string(s.records)))
 	}
+	for i, s := range filterSeeds(t) {
+		files[filepath.Join("FuzzFilter", fmt.Sprintf("seed-%02d", i))] = fmt.Sprintf(
+			"go test fuzz v1\nint16(%d)\nint32(%d)\nint32(%d)\nuint64(%d)\nbool(%v)\n[]byte(%s)\n",
+			s.attributes, s.count, s.lastOffsetDelta, s.mask, s.keepOne, strconv.Quote(string(s.records)))
+	}
 	write := os.Getenv("RINGLOG_WRITE_FUZZ_SEEDS") == "1"
 	for name, content := range files {
 		path := filepath.Join("testdata", "fuzz", name)

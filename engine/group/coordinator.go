@@ -124,6 +124,7 @@ func (c *Coordinator) append(g *group, recs []Record, done func(Code)) {
 	c.nextAppend++
 	partition := g.partition
 	c.pending[id] = &pendingAppend{partition: partition, group: g, done: done}
+	g.appendsPending++
 	c.out = append(c.out, Append{ID: id, Partition: partition, Records: recs})
 }
 
@@ -143,6 +144,9 @@ func (c *Coordinator) AppendDone(now time.Time, id uint64, err error) {
 		return // its partition was unloaded meanwhile
 	}
 	delete(c.pending, id)
+	if p.group != nil {
+		p.group.appendsPending--
+	}
 	p.done(appendCode(err))
 	if p.group != nil {
 		c.schedule(p.group)

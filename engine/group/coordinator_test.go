@@ -478,6 +478,42 @@ func TestRandomTrafficInvariants(t *testing.T) {
 	}
 }
 
+// TestFirstCommitSurvivesTickBeforeAppendDone: a commit that creates a group (no members)
+// keeps it alive while its append is in flight; a Tick meanwhile (the broker's timer
+// fires before the acks=all append completes) must not drop the group and lose the commit.
+func TestFirstCommitSurvivesTickBeforeAppendDone(t *testing.T) {
+	c := New(Config{OffsetsPartitions: 1})
+	if err := c.Load(t0, 0, NewReplayer().Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	c.Handle(t0, OffsetCommit{ReqID: 1, Group: "ops", Generation: -1, Offsets: []CommitOffset{{Topic: "orders", Partition: 1, Offset: 5, LeaderEpoch: -1}}})
+	var appendID uint64
+	for _, o := range c.Ready() {
+		if a, ok := o.(Append); ok {
+			appendID = a.ID
+		}
+	}
+	if at, ok := c.NextDeadline(); ok {
+		c.Tick(at)
+	}
+	c.Tick(t0.Add(time.Second))
+	c.AppendDone(t0.Add(time.Second), appendID, nil)
+	c.Ready()
+	c.Handle(t0.Add(time.Second), OffsetFetch{ReqID: 2, Group: "ops"})
+	for _, o := range c.Ready() {
+		r, ok := o.(Reply)
+		if !ok || r.ReqID != 2 {
+			continue
+		}
+		fr := r.Response.(OffsetFetchResponse)
+		if len(fr.Partitions) != 1 || fr.Partitions[0].Offset != 5 {
+			t.Fatalf("offsets after a tick during the first commit: %+v", fr)
+		}
+		return
+	}
+	t.Fatal("no OffsetFetch reply")
+}
+
 func BenchmarkOffsetCommit(b *testing.B) {
 	c := New(Config{OffsetsPartitions: 1})
 	if err := c.Load(t0, 0, NewReplayer().Snapshot()); err != nil {
@@ -522,5 +558,66 @@ func BenchmarkTick(b *testing.B) {
 				c.NextDeadline()
 			}
 		})
+	}
+}
+
+// TestLeaderSyncWhileOlderAssignmentAppends: the leader's assignment of generation 1 is
+// still being appended (acks=all on a real broker takes an fdatasync) when a member joins
+// and generation 2 forms; the leader's SyncGroup for generation 2 must be stored, not
+// mistaken for the pending one (the group stayed in CompletingRebalance until the sync
+// timeout).
+func TestLeaderSyncWhileOlderAssignmentAppends(t *testing.T) {
+	c := New(Config{OffsetsPartitions: 1})
+	if err := c.Load(t0, 0, NewReplayer().Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	var held []Append
+	replies := map[uint64]Response{}
+	take := func() {
+		for _, o := range c.Ready() {
+			switch o := o.(type) {
+			case Reply:
+				replies[o.ReqID] = o.Response
+			case Append:
+				held = append(held, o)
+			}
+		}
+	}
+	join := func(id uint64, member string) {
+		c.Handle(t0, JoinGroup{ReqID: id, Group: "g", MemberID: member, SessionTimeout: 10 * time.Second, RebalanceTimeout: time.Minute,
+			ProtocolType: "consumer", Protocols: []Protocol{{Name: "range"}}})
+		take()
+	}
+	join(1, "")
+	leader := replies[1].(JoinGroupResponse)
+	c.Handle(t0, SyncGroup{ReqID: 2, Group: "g", MemberID: leader.MemberID, Generation: leader.Generation,
+		Assignments: []MemberAssignment{{MemberID: leader.MemberID, Assignment: []byte{1}}}})
+	take()
+	if len(held) != 1 {
+		t.Fatalf("generation 1 assignment: %d appends", len(held))
+	}
+	join(3, "")              // a second member: rebalance
+	join(4, leader.MemberID) // the leader rejoins: generation 2 forms
+	second, first := replies[3].(JoinGroupResponse), replies[4].(JoinGroupResponse)
+	if first.Generation != 2 || first.Leader != leader.MemberID {
+		t.Fatalf("rejoin: %+v", first)
+	}
+	c.Handle(t0, SyncGroup{ReqID: 5, Group: "g", MemberID: second.MemberID, Generation: 2})
+	c.Handle(t0, SyncGroup{ReqID: 6, Group: "g", MemberID: leader.MemberID, Generation: 2,
+		Assignments: []MemberAssignment{{MemberID: leader.MemberID, Assignment: []byte{1}}, {MemberID: second.MemberID, Assignment: []byte{2}}}})
+	take()
+	for len(held) > 0 { // complete every append, the old generation's first
+		a := held[0]
+		held = held[1:]
+		c.AppendDone(t0, a.ID, nil)
+		take()
+	}
+	if r, ok := replies[5].(SyncGroupResponse); !ok || r.Err != CodeNone || string(r.Assignment) != "\x02" {
+		t.Fatalf("member's sync of generation 2: %+v (present %v)", replies[5], ok)
+	}
+	c.Handle(t0, DescribeGroups{ReqID: 7, Groups: []string{"g"}})
+	take()
+	if d := replies[7].(DescribeGroupsResponse).Groups[0]; d.State != Stable || d.Generation != 2 {
+		t.Fatalf("group: %v generation %d, want Stable 2", d.State, d.Generation)
 	}
 }

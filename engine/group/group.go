@@ -23,11 +23,15 @@ type group struct {
 	pendingSync  map[string]bool    // members of this generation that have not sent SyncGroup
 	offsets      map[TopicPartition]OffsetValue
 
-	joinDeadline      time.Time // PreparingRebalance: when the join phase ends regardless
-	initialDelay      bool      // the join phase is an Empty group's initial delay
-	initialDelayEnd   time.Time // the latest the initial delay may run to
-	syncDeadline      time.Time // when members still in pendingSync are removed
-	assignmentPending bool      // the leader's assignment is being appended
+	joinDeadline    time.Time // PreparingRebalance: when the join phase ends regardless
+	initialDelay    bool      // the join phase is an Empty group's initial delay
+	initialDelayEnd time.Time // the latest the initial delay may run to
+	syncDeadline    time.Time // when members still in pendingSync are removed
+	// assignmentPending: the leader's assignment of generation assignmentPendingGen is being
+	// appended. One of an older generation does not count: the new leader's must be stored.
+	assignmentPending    bool
+	assignmentPendingGen int32
+	appendsPending       int // appends for the group not yet done (AppendDone)
 
 	scheduled   bool      // the timer heap holds an entry for the group at scheduledAt
 	scheduledAt time.Time // its earliest entry (<= the group's next deadline)
@@ -253,7 +257,7 @@ func (g *group) nextDeadline(cfg Config) (time.Time, bool) {
 			for _, v := range g.offsets {
 				consider(g.offsetExpiry(v, cfg.OffsetsRetention))
 			}
-			if len(g.offsets) == 0 {
+			if len(g.offsets) == 0 && g.appendsPending == 0 {
 				consider(g.stateSince) // an empty group with nothing to keep: drop it
 			}
 		}

@@ -264,7 +264,7 @@ func (c *Coordinator) sync(r SyncGroup) {
 		}
 		m.awaitingSync, m.syncReq = true, r.ReqID
 		delete(g.pendingSync, m.id)
-		if m.id == g.leader && !g.assignmentPending {
+		if m.id == g.leader && !(g.assignmentPending && g.assignmentPendingGen == g.generation) {
 			c.storeAssignment(g, r.Assignments)
 		}
 	default:
@@ -288,10 +288,12 @@ func (c *Coordinator) storeAssignment(g *group, assignments []MemberAssignment) 
 			m.assignment = []byte{}
 		}
 	}
-	g.assignmentPending = true
 	generation := g.generation
+	g.assignmentPending, g.assignmentPendingGen = true, generation
 	c.append(g, []Record{GroupRecord(g.id, g.value(c.now))}, func(code Code) {
-		g.assignmentPending = false
+		if g.assignmentPendingGen == generation {
+			g.assignmentPending = false
+		}
 		if c.groups[g.id] != g || g.generation != generation || g.state != CompletingRebalance {
 			return // the rebalance moved on; its waiting syncs were answered then
 		}

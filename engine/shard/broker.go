@@ -71,6 +71,18 @@ type Config struct {
 	// ScrubBytesPerSecond is how many bytes of sealed segments each shard verifies per
 	// second in the background (scrub.go). 0 means 8 MiB/s; negative turns scrubbing off.
 	ScrubBytesPerSecond int64
+	// CleanerDisabled turns off log compaction (compact.go): topics with cleanup.policy
+	// compact keep every record until it is turned back on.
+	CleanerDisabled bool
+	// CleanerIOBytesPerSecond bounds the bytes each shard's cleaner reads and writes per
+	// second. 0 means 32 MiB/s.
+	CleanerIOBytesPerSecond int64
+	// CleanerDedupeBufferBytes is the memory of each shard's offset map (key hash -> newest
+	// offset, 24 bytes a key); a pass deduplicates as many records as fit. 0 means 32 MiB.
+	CleanerDedupeBufferBytes int64
+	// CleanerInterval is how often each shard looks for compacted partitions to clean when
+	// no pass is under way. 0 means 15 s.
+	CleanerInterval time.Duration
 	// FetchFilesMax bounds the segment descriptors held by fetch results not yet sent
 	// (each result dups its segment's descriptor so retention cannot pull the file from
 	// under the send). 0 means a quarter of the process's RLIMIT_NOFILE.
@@ -78,7 +90,9 @@ type Config struct {
 	// PartitionsMax bounds the partitions of all topics together; a create beyond it is
 	// refused with ErrInvalidPartitions. 0 means engine.PartitionsPerBrokerDefault.
 	PartitionsMax int
-	Logger        *slog.Logger
+	// Groups configures the consumer group coordinators (groups.go).
+	Groups GroupsConfig
+	Logger *slog.Logger
 
 	// Replicator is what each shard's core asks for a partition's high watermark, committed
 	// offset and ISR size. nil means core.Local (this broker is the only replica). Its
@@ -162,6 +176,8 @@ type Broker struct {
 	files    *Quota      // descriptors held by unsent fetch results (Config.FetchFilesMax)
 
 	logDefaults atomic.Pointer[engine.LogConfig] // cfg.Log, then SetLogDefaults (defaults.go)
+
+	groups *Groups // routes group requests to the coordinator shards (groups.go)
 }
 
 // Open starts the shards, loads the catalog and opens every partition on its shard.
@@ -226,6 +242,12 @@ func Open(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.meta.Store(meta)
+	offsetsPartitions, err := b.offsetsPartitionCount(meta)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	b.groups = &Groups{b: b, partitions: offsetsPartitions}
 	for i := 0; i < cfg.Shards; i++ {
 		s, err := startShard(b, i)
 		if err != nil {
@@ -246,6 +268,10 @@ func Open(cfg Config) (*Broker, error) {
 		}
 	}
 	if err := runAll(opens); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err := b.createOffsetsTopic(); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -515,6 +541,9 @@ func (b *Broker) DeleteTopic(name string) error {
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
+	if internalTopic(name) {
+		return fmt.Errorf("%w: %q holds committed offsets and group metadata; it cannot be deleted", ErrInternalTopic, name)
+	}
 	b.publish(old, name, nil)
 	if err := b.cat.Delete(name); err != nil {
 		b.meta.Store(old)
@@ -595,8 +624,10 @@ func (b *Broker) DescribeTopic(name string) (*Topic, []PartitionState, error) {
 
 // Drain prepares a shutdown: every parked long-poll fetch is answered now with what its
 // partitions hold, and fetches from here on answer at once instead of waiting for data, so
-// that a server waiting for its in-flight requests is not held up by MaxWait. Produce and
-// admin work carry on as before. Safe to call from any goroutine, more than once.
+// that a server waiting for its in-flight requests is not held up by MaxWait. The group
+// coordinators stop serving (parked JoinGroup and SyncGroup requests, and every group
+// request from then on, are answered NOT_COORDINATOR). Produce and admin work carry on as
+// before. Safe to call from any goroutine, more than once.
 func (b *Broker) Drain() {
 	if b.draining.Swap(true) {
 		return
@@ -604,6 +635,10 @@ func (b *Broker) Drain() {
 	for _, s := range b.shards {
 		// park checks draining too, so a waiter parked after this post runs still fires.
 		_ = s.r.Post(s.core.WakeAll)
+		// Group requests parked in a join or sync phase are answered NOT_COORDINATOR (the
+		// client finds the coordinator again after the restart) instead of holding the
+		// shutdown for their rebalance timeout.
+		_ = s.r.Post(s.unloadGroups)
 	}
 }
 
@@ -639,12 +674,17 @@ func (b *Broker) openLog(s *Shard, tp TopicPartition, lc engine.LogConfig) (*eng
 }
 
 func (b *Broker) partitionOpened(shard int, tp TopicPartition) {
+	s := b.shards[shard]
+	if p := s.parts[tp]; p != nil {
+		s.groupsOpened(p)
+	}
 	for _, l := range b.cfg.PartitionListeners {
 		l.PartitionOpened(shard, tp)
 	}
 }
 
 func (b *Broker) partitionClosed(shard int, tp TopicPartition) {
+	b.shards[shard].groupsClosed(tp)
 	for _, l := range b.cfg.PartitionListeners {
 		l.PartitionClosed(shard, tp)
 	}
@@ -764,9 +804,12 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigFlushMs:            strconv.FormatInt(c.FlushMs, 10),
 		engine.ConfigFlushAlways:        strconv.FormatBool(c.FlushAlways),
 		engine.ConfigStorageMode:        string(c.Storage),
+		engine.ConfigCleanupPolicy:      string(c.CleanupPolicy),
+		engine.ConfigDeleteRetentionMs:  strconv.FormatInt(c.DeleteRetentionMs, 10),
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
 	m[engine.ConfigProducerIDExpirationMs] = strconv.FormatInt(c.ProducerIDExpirationMs, 10)
+	m[engine.ConfigMinCleanableDirtyRatio] = strconv.FormatFloat(c.MinCleanableDirtyRatio, 'g', -1, 64)
 	return m
 }
 

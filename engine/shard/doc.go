@@ -1,6 +1,7 @@
 // Package shard owns the broker core: the shards (one pinned goroutine and one ring.Reactor
-// each), the partitions placed on them, and the operations the protocol layer asks of them
-// (produce, fetch with long-poll, list offsets, topic admin).
+// each), the partitions placed on them, the operations the protocol layer asks of them
+// (produce, fetch with long-poll, list offsets, topic admin), and the hosting of the
+// consumer group coordinators (groups.go).
 //
 // Threading contract:
 //
@@ -39,8 +40,26 @@
 //     size of a partition. Default core.Local, this broker as the only replica.
 //     replication/ implements it and reports changes with Broker.OffsetsMoved.
 //   - Config.PartitionListeners (PartitionListener): told on the owning loop when a
-//     partition opens or closes; a group coordinator attaches here to serve the groups
-//     whose __consumer_offsets partitions this broker holds.
+//     partition opens or closes.
+//
+// Consumer groups (groups.go): every shard runs an engine/group.Coordinator for the
+// partitions of the internal topic __consumer_offsets it owns (created at Open with
+// Config.Groups.OffsetsPartitions partitions; clients may not produce to it or delete it).
+// A group's coordinator is the shard owning partition group.PartitionFor(id, P). The one
+// entry point for protocol adapters (the ringlog protocol's netio handler, a Kafka
+// protocol adapter) is Broker.Groups():
+//
+//	groups.Do(caller, req, done)       // async; done(resp) runs on a shard loop, must not block
+//	groups.Handle(ctx, req) (resp, err) // blocking; for goroutines that are not shard loops
+//	groups.CoordinatorShard(groupID)    // FindCoordinator: the shard, or a group.Code
+//
+// req is one of engine/group's request types (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+// OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups; ReqID is ignored)
+// and resp the matching *Response value, carrying Kafka's error codes (group.Code).
+// ListGroups asks every shard; DescribeGroups and DeleteGroups are split by coordinator. A
+// JoinGroup's answer comes when its join phase ends; an OffsetCommit's once its records
+// are appended (acks=all) to __consumer_offsets. Byte fields of req (metadata,
+// assignments) are kept by the coordinator: the caller must not reuse them.
 //
 // It must not open sockets.
 package shard

@@ -63,6 +63,9 @@ const CallerNone = -1
 // a mailbox hop. CallerNone always posts.
 func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
 	s, err := b.shardFor(tp)
+	if err == nil && internalTopic(tp.Topic) {
+		err = fmt.Errorf("%w: %s is written only by the group coordinator", ErrInternalTopic, tp.Topic)
+	}
 	if err == nil {
 		err = b.checkFenced(batches)
 	}

@@ -9,9 +9,13 @@ import (
 
 // TestBrokerPartitionLimit: creates that would take the broker past Config.PartitionsMax
 // are refused with ErrInvalidPartitions and leave nothing behind; creates within it work.
+// __consumer_offsets (2 partitions here) counts against the limit.
 func TestBrokerPartitionLimit(t *testing.T) {
 	dir := t.TempDir()
-	b, err := Open(Config{DataDir: dir, Shards: 1, Ring: ring.Config{Backend: "syscall"}, PartitionsMax: 5})
+	if _, err := Open(Config{DataDir: dir, Shards: 1, Ring: ring.Config{Backend: "syscall"}, PartitionsMax: 1, Groups: GroupsConfig{OffsetsPartitions: 2}}); !errors.Is(err, ErrInvalidPartitions) {
+		t.Fatalf("open with a limit below __consumer_offsets: %v, want ErrInvalidPartitions", err)
+	}
+	b, err := Open(Config{DataDir: dir, Shards: 1, Ring: ring.Config{Backend: "syscall"}, PartitionsMax: 7, Groups: GroupsConfig{OffsetsPartitions: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}

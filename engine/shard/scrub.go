@@ -55,14 +55,7 @@ func (s *Shard) scrubTick(budget int64) {
 	st := &s.scrub
 	for rounds := 0; budget > 0 && rounds <= len(s.parts); rounds++ {
 		if st.next >= len(st.order) {
-			st.order = st.order[:0]
-			for tp := range s.parts {
-				st.order = append(st.order, tp)
-			}
-			sort.Slice(st.order, func(i, j int) bool {
-				a, b := st.order[i], st.order[j]
-				return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
-			})
+			st.order = s.sortedPartitions(st.order[:0], func(*partition) bool { return true })
 			st.next = 0
 			if len(st.order) == 0 {
 				return
@@ -82,6 +75,21 @@ func (s *Shard) scrubTick(budget int64) {
 			s.b.scrubFound.Add(int64(progress.Found))
 		}
 	}
+}
+
+// sortedPartitions appends to dst the partitions of s that keep selects, by topic and
+// partition: the round-robin order of the background scrubber and cleaner. Loop goroutine.
+func (s *Shard) sortedPartitions(dst []TopicPartition, keep func(*partition) bool) []TopicPartition {
+	for tp, p := range s.parts {
+		if keep(p) {
+			dst = append(dst, tp)
+		}
+	}
+	sort.Slice(dst, func(i, j int) bool {
+		a, b := dst[i], dst[j]
+		return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
+	})
+	return dst
 }
 
 // describeCorruption fills the corruption fields of out from p's log. Loop goroutine.

@@ -24,11 +24,13 @@ type Shard struct {
 
 	// Owned by the loop goroutine.
 	parts      map[TopicPartition]*partition
-	core       *core.Core  // acks, sync schedule and fetch waiters of parts (see package core)
-	flushTimer *ring.Timer // runs core.EndTurn after a loop turn's mailbox drain
-	waitTimer  *ring.Timer // runs core.Tick at the earliest long-poll deadline
-	tick       func()      // s.onTick, allocated once
-	scrub      scrubState  // background segment verification (scrub.go)
+	core       *core.Core   // acks, sync schedule and fetch waiters of parts (see package core)
+	flushTimer *ring.Timer  // runs core.EndTurn after a loop turn's mailbox drain
+	waitTimer  *ring.Timer  // runs core.Tick at the earliest long-poll deadline
+	tick       func()       // s.onTick, allocated once
+	scrub      scrubState   // background segment verification (scrub.go)
+	cleaner    cleanerState // background log compaction (compact.go)
+	groups     *shardGroups // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -41,6 +43,7 @@ type partition struct {
 func startShard(b *Broker, index int) (*Shard, error) {
 	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, exited: make(chan error, 1)}
 	s.core = core.New((*coreDriver)(s), b.rep)
+	s.startGroups()
 	s.tick = s.onTick
 	ready := make(chan struct{})
 	err := ring.StartPinned(s.cpu, b.cfg.Ring, func(r *ring.Reactor) {
@@ -83,6 +86,7 @@ func (s *Shard) armTimers() {
 	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
 	s.armScrub()
+	s.armCleaner()
 }
 
 func (s *Shard) onTick() { s.core.Tick(s.r.Now()) }

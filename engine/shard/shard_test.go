@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -302,7 +303,7 @@ func TestDeleteAndAlterTopic(t *testing.T) {
 	b.Close()
 	b = openBroker(t, dir, "syscall", 3) // a different shard count remaps placement
 	defer b.Close()
-	topics := b.Topics()
+	topics := userTopics(b)
 	if len(topics) != 1 || topics[0].Name != "kept" || topics[0].Config["retention.ms"] != "1000" {
 		t.Fatalf("catalog after restart: %+v", topics)
 	}
@@ -340,10 +341,16 @@ func TestEffectiveConfig(t *testing.T) {
 	}
 	got := b.EffectiveConfig(b.Topic("t"))
 	want := map[string]string{"retention.ms": "1000", "segment.bytes": "1073741824", "retention.bytes": "-1",
-		"index.interval.bytes": "4096", "storage.mode": "page-cache", "flush.always": "false", "min.insync.replicas": "1"}
+		"index.interval.bytes": "4096", "storage.mode": "page-cache", "flush.always": "false", "min.insync.replicas": "1",
+		"cleanup.policy": "delete", "delete.retention.ms": "86400000", "min.cleanable.dirty.ratio": "0.5"}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
 		}
 	}
+}
+
+// userTopics is b's topics without the internal ones (__consumer_offsets).
+func userTopics(b *Broker) []*Topic {
+	return slices.DeleteFunc(b.Topics(), func(t *Topic) bool { return internalTopic(t.Name) })
 }

@@ -1,6 +1,7 @@
 // Package client is ringlog's bundled Go client: a pipelined connection pool with
 // shard-aware routing (Client), a batching producer (Producer), a consumer without groups
-// (Consumer) and admin calls (topics and configs). It speaks the protocol in
+// (Consumer), a consumer in a consumer group (GroupConsumer) and admin calls (topics,
+// configs, groups). It speaks the protocol in
 // docs/protocol.md through the codecs in netio and builds record batches with
 // engine/batch.
 //
@@ -52,7 +53,9 @@ type Client struct {
 	conns  map[string]*conn      // guarded by mu: by address
 	topics map[string]*topicMeta // guarded by mu: metadata cache
 	shards map[int32]string      // guarded by mu: shard -> address
-	closed bool                  // guarded by mu
+	// coordinators maps a group id to its coordinator's address; guarded by mu.
+	coordinators map[string]string
+	closed       bool // guarded by mu
 
 	serverFrameBytesMax int32 // from the ApiVersions handshake
 }
@@ -90,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.FrameBytesMax == 0 {
 		cfg.FrameBytesMax = defaultFrameBytesMax
 	}
-	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}}
+	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}, coordinators: map[string]string{}}
 	var ver wire.APIVersionsResponse
 	if err := c.Call(ctx, cfg.Broker, &wire.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
 		return nil, fmt.Errorf("handshake with %s: %w", cfg.Broker, err)

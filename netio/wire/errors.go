@@ -43,6 +43,23 @@ const (
 	ErrFrameTooLarge           ErrorCode = 25
 	ErrInvalidTimestamp        ErrorCode = 26
 	ErrTopicDeletionInProgress ErrorCode = 27
+
+	// Consumer group codes (Kafka's names; the group coordinator's group.Code maps onto them).
+	ErrCoordinatorLoadInProgress ErrorCode = 28
+	ErrCoordinatorNotAvailable   ErrorCode = 29
+	ErrNotCoordinator            ErrorCode = 30
+	ErrIllegalGeneration         ErrorCode = 31
+	ErrInconsistentGroupProtocol ErrorCode = 32
+	ErrInvalidGroupID            ErrorCode = 33
+	ErrUnknownMemberID           ErrorCode = 34
+	ErrInvalidSessionTimeout     ErrorCode = 35
+	ErrRebalanceInProgress       ErrorCode = 36
+	ErrInvalidCommitOffsetSize   ErrorCode = 37
+	ErrNonEmptyGroup             ErrorCode = 38
+	ErrGroupIDNotFound           ErrorCode = 39
+	ErrGroupMaxSizeReached       ErrorCode = 40
+	ErrFencedInstanceID          ErrorCode = 41
+	ErrOffsetMetadataTooLarge    ErrorCode = 42
 )
 
 type errorInfo struct {
@@ -80,6 +97,22 @@ var errorTable = map[ErrorCode]errorInfo{
 	ErrFrameTooLarge:           {"FRAME_TOO_LARGE", "frame length exceeds the broker's max frame size; connection closed", false},
 	ErrInvalidTimestamp:        {"INVALID_TIMESTAMP", "timestamp is out of the accepted range", false},
 	ErrTopicDeletionInProgress: {"TOPIC_DELETION_IN_PROGRESS", "topic is being deleted", true},
+
+	ErrCoordinatorLoadInProgress: {"COORDINATOR_LOAD_IN_PROGRESS", "the group's coordinator is still loading its offsets; retry", true},
+	ErrCoordinatorNotAvailable:   {"COORDINATOR_NOT_AVAILABLE", "the group's coordinator cannot serve it now (starting, stopping, or its offsets could not be written); retry", true},
+	ErrNotCoordinator:            {"NOT_COORDINATOR", "this shard does not coordinate the group; find its coordinator again", true},
+	ErrIllegalGeneration:         {"ILLEGAL_GENERATION", "the request names an older generation of the group; rejoin", false},
+	ErrInconsistentGroupProtocol: {"INCONSISTENT_GROUP_PROTOCOL", "the member's protocol type or assignors match none the group uses", false},
+	ErrInvalidGroupID:            {"INVALID_GROUP_ID", "group id is empty", false},
+	ErrUnknownMemberID:           {"UNKNOWN_MEMBER_ID", "the member is not in the group (removed after its session or rebalance timeout, or it left); rejoin", false},
+	ErrInvalidSessionTimeout:     {"INVALID_SESSION_TIMEOUT", "session timeout outside the broker's group-min/max-session-timeout", false},
+	ErrRebalanceInProgress:       {"REBALANCE_IN_PROGRESS", "the group is rebalancing; rejoin", false},
+	ErrInvalidCommitOffsetSize:   {"INVALID_COMMIT_OFFSET_SIZE", "the offset commit is too large", false},
+	ErrNonEmptyGroup:             {"NON_EMPTY_GROUP", "the group has members; only an empty group can be deleted or reset", false},
+	ErrGroupIDNotFound:           {"GROUP_ID_NOT_FOUND", "no such group", false},
+	ErrGroupMaxSizeReached:       {"GROUP_MAX_SIZE_REACHED", "the group has the most members the broker allows (group-max-size)", false},
+	ErrFencedInstanceID:          {"FENCED_INSTANCE_ID", "a newer member took over this group.instance.id", false},
+	ErrOffsetMetadataTooLarge:    {"OFFSET_METADATA_TOO_LARGE", "the commit's metadata string is too long", false},
 }
 
 // Error returns the code's name and default message.

@@ -56,15 +56,26 @@ const (
 	APIDescribeConfigs APIKey = 8
 	APIAlterConfigs    APIKey = 9
 	APIInitProducerID  APIKey = 10
+	APIFindCoordinator APIKey = 11
+	APIJoinGroup       APIKey = 12
+	APISyncGroup       APIKey = 13
+	APIHeartbeat       APIKey = 14
+	APILeaveGroup      APIKey = 15
+	APIOffsetCommit    APIKey = 16
+	APIOffsetFetch     APIKey = 17
+	APIListGroups      APIKey = 18
+	APIDescribeGroups  APIKey = 19
+	APIDeleteGroups    APIKey = 20
 
 	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 11
+	APIKeyCount = 21
 )
 
 var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
-	"InitProducerId",
+	"InitProducerId", "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat",
+	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups",
 }
 
 func (k APIKey) String() string {

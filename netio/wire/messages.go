@@ -42,6 +42,26 @@ func NewRequest(key APIKey) Message {
 		return new(AlterConfigsRequest)
 	case APIInitProducerID:
 		return new(InitProducerIDRequest)
+	case APIFindCoordinator:
+		return new(FindCoordinatorRequest)
+	case APIJoinGroup:
+		return new(JoinGroupRequest)
+	case APISyncGroup:
+		return new(SyncGroupRequest)
+	case APIHeartbeat:
+		return new(HeartbeatRequest)
+	case APILeaveGroup:
+		return new(LeaveGroupRequest)
+	case APIOffsetCommit:
+		return new(OffsetCommitRequest)
+	case APIOffsetFetch:
+		return new(OffsetFetchRequest)
+	case APIListGroups:
+		return new(ListGroupsRequest)
+	case APIDescribeGroups:
+		return new(DescribeGroupsRequest)
+	case APIDeleteGroups:
+		return new(DeleteGroupsRequest)
 	}
 	return nil
 }
@@ -71,6 +91,26 @@ func NewResponse(key APIKey) Message {
 		return new(AlterConfigsResponse)
 	case APIInitProducerID:
 		return new(InitProducerIDResponse)
+	case APIFindCoordinator:
+		return new(FindCoordinatorResponse)
+	case APIJoinGroup:
+		return new(JoinGroupResponse)
+	case APISyncGroup:
+		return new(SyncGroupResponse)
+	case APIHeartbeat:
+		return new(HeartbeatResponse)
+	case APILeaveGroup:
+		return new(LeaveGroupResponse)
+	case APIOffsetCommit:
+		return new(OffsetCommitResponse)
+	case APIOffsetFetch:
+		return new(OffsetFetchResponse)
+	case APIListGroups:
+		return new(ListGroupsResponse)
+	case APIDescribeGroups:
+		return new(DescribeGroupsResponse)
+	case APIDeleteGroups:
+		return new(DeleteGroupsResponse)
 	}
 	return nil
 }

@@ -28,6 +28,21 @@ func sampleRequests() []Message {
 		}},
 		&InitProducerIDRequest{Name: "billing-writer", ProducerID: -1, ProducerEpoch: -1},
 		&InitProducerIDRequest{ProducerID: 4000, ProducerEpoch: 3},
+		&FindCoordinatorRequest{Group: "billing"},
+		&JoinGroupRequest{Group: "billing", InstanceID: "host-1", ClientID: "ringlog-go", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 300000, ProtocolType: "consumer",
+			Protocols: []GroupProtocol{{Name: "cooperative-sticky", Metadata: []byte{0, 3, 0, 0, 0, 1}}, {Name: "range", Metadata: nil}}},
+		&SyncGroupRequest{Group: "billing", MemberID: "c-1", Generation: 4, ProtocolType: "consumer", Protocol: "range",
+			Assignments: []SyncGroupAssignment{{MemberID: "c-1", Assignment: []byte{0, 1}}, {MemberID: "c-2", Assignment: []byte{}}}},
+		&HeartbeatRequest{Group: "billing", MemberID: "c-1", Generation: 4},
+		&LeaveGroupRequest{Group: "billing", Members: []GroupMemberRef{{MemberID: "c-1"}, {InstanceID: "host-2"}}},
+		&OffsetCommitRequest{Group: "billing", MemberID: "c-1", Generation: 4, Topics: []OffsetCommitTopic{
+			{Topic: "orders", Partitions: []OffsetCommitPartition{{Partition: 0, Offset: 42, LeaderEpoch: -1, Metadata: "m"}, {Partition: 3, Offset: 0, LeaderEpoch: 2}}}}},
+		&OffsetFetchRequest{Group: "billing", Topics: []OffsetFetchTopic{{Topic: "orders", Partitions: []int32{0, 3}}}},
+		&OffsetFetchRequest{Group: "billing"},
+		&ListGroupsRequest{States: []string{"Stable", "Empty"}},
+		&ListGroupsRequest{},
+		&DescribeGroupsRequest{Groups: []string{"billing", "audit"}},
+		&DeleteGroupsRequest{Groups: []string{"old"}},
 	}
 }
 
@@ -60,5 +75,20 @@ func sampleResponses() []Message {
 		&AlterConfigsResponse{Topics: []TopicResult{{"orders", ErrInvalidConfig, "retention.ms: not a number"}}},
 		&InitProducerIDResponse{ProducerID: 4000, ProducerEpoch: 4},
 		&InitProducerIDResponse{ErrorCode: ErrInvalidProducerEpoch, ErrorMessage: "name is at epoch 5", ProducerID: -1, ProducerEpoch: -1},
+		&FindCoordinatorResponse{Shard: 1, Address: "127.0.0.1:9401"},
+		&FindCoordinatorResponse{ErrorCode: ErrCoordinatorNotAvailable, ErrorMessage: "shutting down", Shard: -1},
+		&JoinGroupResponse{Generation: 4, ProtocolType: "consumer", Protocol: "range", Leader: "c-1", MemberID: "c-1",
+			Members: []JoinGroupMember{{MemberID: "c-1", Metadata: []byte{0, 3}}, {MemberID: "c-2", InstanceID: "host-2", Metadata: nil}}},
+		&JoinGroupResponse{ErrorCode: ErrInvalidSessionTimeout, Generation: -1},
+		&SyncGroupResponse{ProtocolType: "consumer", Protocol: "range", Assignment: []byte{0, 1, 0, 0}},
+		&HeartbeatResponse{ErrorCode: ErrRebalanceInProgress},
+		&LeaveGroupResponse{Members: []LeaveGroupResult{{MemberID: "c-1"}, {InstanceID: "host-2", ErrorCode: ErrUnknownMemberID}}},
+		&OffsetCommitResponse{Topics: []OffsetCommitResponseTopic{{Topic: "orders", Partitions: []PartitionError{{0, ErrNone}, {3, ErrIllegalGeneration}}}}},
+		&OffsetFetchResponse{Topics: []OffsetFetchResponseTopic{{Topic: "orders", Partitions: []OffsetFetchPartition{{0, 42, -1, "m", ErrNone}, {3, -1, -1, "", ErrNone}}}}},
+		&ListGroupsResponse{Groups: []ListedGroup{{"audit", "consumer", "Empty"}, {"billing", "consumer", "Stable"}}},
+		&DescribeGroupsResponse{Groups: []DescribedGroup{{Group: "billing", State: "Stable", ProtocolType: "consumer", Protocol: "range", Generation: 4, Leader: "c-1",
+			Members: []DescribedMember{{MemberID: "c-1", ClientID: "ringlog-go", ClientHost: "127.0.0.1", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 300000, Metadata: []byte{0}, Assignment: []byte{1}}}},
+			{Group: "nobody", State: "Dead", Generation: -1}}},
+		&DeleteGroupsResponse{Groups: []GroupResult{{"old", ErrNone, ""}, {"busy", ErrNonEmptyGroup, "group busy has 2 members"}}},
 	}
 }

@@ -31,6 +31,8 @@ type Options struct {
 	// KafkaAutoCreateTopics turns on its topic auto-creation.
 	Kafka                 bool
 	KafkaAutoCreateTopics bool
+	// Groups configures the group coordinators (tests lower the session timeout bounds).
+	Groups shard.GroupsConfig
 }
 
 // Broker is a running in-process broker with a client connected to it.
@@ -56,7 +58,7 @@ func Start(tb testing.TB, o Options) *Broker {
 		o.Dir = tb.TempDir()
 	}
 	cfg := node.Config{
-		Core:       shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"}},
+		Core:       shard.Config{DataDir: o.Dir, Shards: o.Shards, Ring: ring.Config{Backend: "auto"}, Groups: o.Groups},
 		Listen:     "127.0.0.1:0",
 		ShardPorts: node.ShardPortsOff,
 		Net:        node.NetGo,

@@ -1,0 +1,322 @@
+package main
+
+// `ringlog group`: list, describe (with lag and the retention-overtake estimate), reset and
+// delete consumer groups through the group admin calls of netio/client.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/group"
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
+)
+
+func init() {
+	register("group", "list, describe, reset and delete consumer groups", runGroup)
+}
+
+var groupCommands = map[string]topicCommand{
+	"list":     {"group list", groupList},
+	"describe": {"group describe GROUP", groupDescribe},
+	"reset":    {"group reset GROUP --topic TOPIC --to earliest|latest|OFFSET|@UNIX_MS  (group must have no members)", groupReset},
+	"delete":   {"group delete GROUP  (group must have no members)", groupDelete},
+}
+
+func runGroup(args []string) error { return runSubcommands("group", groupCommands, args) }
+
+func groupList(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("group list", usage)
+	broker := brokerFlag(fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional); err != nil {
+		return err
+	}
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		groups, err := c.ListGroups(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "GROUP\tSTATE\tPROTOCOL-TYPE")
+		for _, g := range groups {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", g.Group, g.State, dash(g.ProtocolType))
+		}
+		return tw.Flush()
+	})
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func groupDelete(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("group delete", usage)
+	broker := brokerFlag(fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "GROUP"); err != nil {
+		return err
+	}
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		if err := c.DeleteGroup(ctx, positional[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted group %s\n", positional[0])
+		return nil
+	})
+}
+
+func groupReset(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("group reset", usage)
+	broker := brokerFlag(fs)
+	topic := fs.String("topic", "", "topic whose partitions are reset (required)")
+	to := fs.String("to", "", "earliest, latest, an OFFSET, or @UNIX_MS (the first record at or after that time; latest when none)")
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "GROUP"); err != nil {
+		return err
+	}
+	if *topic == "" || *to == "" {
+		return errors.New("--topic and --to are required")
+	}
+	target, err := parseFrom(*to)
+	if err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	groupID := positional[0]
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		d, err := c.DescribeGroup(ctx, groupID)
+		if err != nil {
+			return err
+		}
+		if len(d.Members) > 0 {
+			return fmt.Errorf("group %s has %d members (state %s): %w; stop its consumers first", groupID, len(d.Members), d.State, wire.ErrNonEmptyGroup)
+		}
+		partitions, err := c.Partitions(ctx, *topic)
+		if err != nil {
+			return err
+		}
+		offsets := make([]client.CommittedOffset, 0, partitions)
+		for p := range int32(partitions) {
+			off, err := resolveOffset(ctx, c, *topic, p, target)
+			if err != nil {
+				return err
+			}
+			offsets = append(offsets, client.CommittedOffset{TopicPartition: client.TopicPartition{Topic: *topic, Partition: p}, Offset: off})
+		}
+		// The broker refuses the commit too when a member joined meanwhile.
+		if err := c.CommitOffsets(ctx, groupID, offsets); err != nil {
+			return err
+		}
+		for _, o := range offsets {
+			fmt.Fprintf(stdout, "group %s %s/%d reset to %d\n", groupID, o.Topic, o.Partition, o.Offset)
+		}
+		return nil
+	})
+}
+
+// resolveOffset turns a --to value into an offset of one partition.
+func resolveOffset(ctx context.Context, c *client.Client, topic string, partition int32, to client.Offset) (int64, error) {
+	var ts int64
+	switch s := to.String(); {
+	case s == "earliest":
+		ts = wire.TimestampEarliest
+	case s == "latest":
+		ts = wire.TimestampLatest
+	case strings.HasPrefix(s, "@"):
+		ts, _ = strconv.ParseInt(s[1:], 10, 64)
+	default:
+		return strconv.ParseInt(s, 10, 64)
+	}
+	off, err := c.ListOffset(ctx, topic, partition, ts)
+	if err == nil && off < 0 { // no record at or after the time: the end
+		off, err = c.ListOffset(ctx, topic, partition, wire.TimestampLatest)
+	}
+	return off, err
+}
+
+func groupDescribe(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("group describe", usage)
+	broker := brokerFlag(fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "GROUP"); err != nil {
+		return err
+	}
+	groupID := positional[0]
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		d, err := c.DescribeGroup(ctx, groupID)
+		if err != nil {
+			return err
+		}
+		committed, err := c.FetchCommitted(ctx, groupID)
+		if err != nil {
+			return err
+		}
+		if d.State == group.Dead.String() && len(committed) == 0 {
+			return fmt.Errorf("group %s: %w", groupID, wire.ErrGroupIDNotFound)
+		}
+		fmt.Fprintf(stdout, "group %s  state %s  generation %d  protocol %s  members %d\n", groupID, d.State, d.Generation, dash(d.Protocol), len(d.Members))
+		for _, m := range d.Members {
+			tps, _ := client.DecodeMemberAssignment(m.Assignment)
+			fmt.Fprintf(stdout, "member %s  instance %s  host %s  partitions %s\n", m.MemberID, dash(m.InstanceID), m.ClientHost, formatTPs(tps))
+		}
+		rows, err := lagRows(ctx, c, committed, time.Now())
+		if err != nil {
+			return err
+		}
+		return printLag(stdout, rows)
+	})
+}
+
+func formatTPs(tps []client.TopicPartition) string {
+	if len(tps) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(tps))
+	for i, tp := range tps {
+		parts[i] = fmt.Sprintf("%s/%d", tp.Topic, tp.Partition)
+	}
+	return strings.Join(parts, ",")
+}
+
+// lagRow is one partition of `group describe`.
+type lagRow struct {
+	tp        client.TopicPartition
+	committed int64
+	logEnd    int64
+	lag       group.Lag
+	overtake  group.Overtake
+	known     bool // the overtake estimate could be made
+}
+
+// lagRows computes, per committed partition: lag in records and in time (record
+// timestamps at the committed offset and at the tail) and the retention-overtake estimate.
+// The produce rate for the size bound is the partition's average over what it retains:
+// its size divided by the time between its oldest and newest record.
+func lagRows(ctx context.Context, c *client.Client, committed []client.CommittedOffset, now time.Time) ([]lagRow, error) {
+	topics := map[string]wire.DescribeTopic{}
+	retention := map[string][2]int64{}
+	var rows []lagRow
+	for _, o := range committed {
+		t, ok := topics[o.Topic]
+		if !ok {
+			described, err := c.DescribeTopics(ctx, o.Topic)
+			if err != nil || len(described) != 1 {
+				rows = append(rows, lagRow{tp: o.TopicPartition, committed: o.Offset, logEnd: -1, lag: group.Lag{Records: -1}})
+				continue
+			}
+			t = described[0]
+			topics[o.Topic] = t
+			retention[o.Topic] = topicRetention(ctx, c, o.Topic)
+		}
+		if int(o.Partition) >= len(t.Partitions) {
+			continue
+		}
+		p := t.Partitions[o.Partition]
+		in := group.LagInput{Committed: o.Offset, LogStart: p.LogStartOffset, LogEnd: p.HighWatermark, CommittedTimestampMs: -1, NewestTimestampMs: -1}
+		first := max(o.Offset, p.LogStartOffset)
+		if o.Offset >= 0 && first < p.HighWatermark {
+			in.CommittedTimestampMs = recordTimestamp(ctx, c, o.TopicPartition, first)
+			in.NewestTimestampMs = recordTimestamp(ctx, c, o.TopicPartition, p.HighWatermark-1)
+		}
+		row := lagRow{tp: o.TopicPartition, committed: o.Offset, logEnd: p.HighWatermark, lag: group.ComputeLag(in)}
+		if in.CommittedTimestampMs >= 0 {
+			oldest := recordTimestamp(ctx, c, o.TopicPartition, p.LogStartOffset)
+			rate := 0.0
+			if span := in.NewestTimestampMs - oldest; oldest >= 0 && span > 0 {
+				rate = float64(p.SizeBytes) / (float64(span) / 1000)
+			}
+			fromCommitted := int64(0)
+			if records := p.HighWatermark - p.LogStartOffset; records > 0 {
+				fromCommitted = int64(float64(p.SizeBytes) * float64(p.HighWatermark-first) / float64(records))
+			}
+			r := retention[o.Topic]
+			row.overtake = group.RetentionOvertake(group.RetentionInput{Now: now, CommittedTimestampMs: in.CommittedTimestampMs,
+				RetentionMs: r[0], RetentionBytes: r[1], BytesFromCommitted: fromCommitted, ProduceBytesPerSecond: rate})
+			row.known = true
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// topicRetention returns retention.ms and retention.bytes (-1: unlimited or unknown).
+func topicRetention(ctx context.Context, c *client.Client, topic string) [2]int64 {
+	out := [2]int64{-1, -1}
+	configs, err := c.DescribeConfigs(ctx, topic, engine.ConfigRetentionMs, engine.ConfigRetentionBytes)
+	if err != nil {
+		return out
+	}
+	for _, cfg := range configs {
+		v, err := strconv.ParseInt(cfg.Value, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch cfg.Key {
+		case engine.ConfigRetentionMs:
+			out[0] = v
+		case engine.ConfigRetentionBytes:
+			out[1] = v
+		}
+	}
+	return out
+}
+
+// recordTimestamp reads the timestamp (ms) of the first record at or after offset; -1
+// when none could be read.
+func recordTimestamp(ctx context.Context, c *client.Client, tp client.TopicPartition, offset int64) int64 {
+	co := c.NewConsumer(client.ConsumerConfig{MaxWait: 100 * time.Millisecond, PartitionMaxBytes: 64 << 10, MaxBytes: 64 << 10})
+	co.Assign(tp.Topic, tp.Partition, client.AtOffset(offset))
+	recs, err := co.Poll(ctx)
+	if err != nil || len(recs) == 0 {
+		return -1
+	}
+	return recs[0].Timestamp.UnixMilli()
+}
+
+func printLag(w io.Writer, rows []lagRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tLAG-SECONDS\tRETENTION-HOURS\t")
+	for _, r := range rows {
+		lag, lagTime, hours := "-", "-", "-"
+		if r.lag.Records >= 0 {
+			lag = strconv.FormatInt(r.lag.Records, 10)
+			if r.lag.BelowLogStart {
+				lag += " (below log start)"
+			}
+		}
+		if r.lag.TimeKnown {
+			lagTime = strconv.FormatFloat(r.lag.Time.Seconds(), 'f', 1, 64)
+		}
+		switch {
+		case r.known && r.overtake.Never:
+			hours = "never"
+		case r.known:
+			hours = strconv.FormatFloat(math.Round(r.overtake.Hours*10)/10, 'f', 1, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.tp.Topic, r.tp.Partition, r.committed, r.logEnd, lag, lagTime, hours)
+	}
+	return tw.Flush()
+}

@@ -44,7 +44,8 @@ func kcat(t *testing.T, stdin string, args ...string) string {
 
 // TestKcat runs an unmodified Kafka client (kcat, on librdkafka) against a real ringlogd's
 // Kafka listener: produce keyed lines with each codec librdkafka offers, consume them back
-// with their keys, and look offsets up by time.
+// with their keys, consume them with a consumer group and resume it from its commits, and
+// look offsets up by time.
 func TestKcat(t *testing.T) {
 	kafkaAddr := freeAddr(t)
 	b := startBroker(t, "--kafka-listen", kafkaAddr)
@@ -69,6 +70,29 @@ func TestKcat(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("kcat consumed %d lines, want %d; first: %q", len(got), len(want), got[:min(3, len(got))])
+	}
+
+	// A consumer group: kcat -G reads everything and commits; a second run of the same
+	// group reads only what was produced since, and the ringlog protocol sees the commits.
+	out = kcat(t, "", "-b", kafkaAddr, "-G", "kcat-group", "-o", "beginning", "-e", "-q", "-f", "%k:%s\n", "kcat")
+	if got := strings.Count(out, "\n"); got != len(want) {
+		t.Fatalf("kcat -G consumed %d lines, want %d", got, len(want))
+	}
+	kcat(t, "later:one\nlater:two\n", "-b", kafkaAddr, "-P", "-t", "kcat", "-K:")
+	out = kcat(t, "", "-b", kafkaAddr, "-G", "kcat-group", "-e", "-q", "-f", "%k:%s\n", "kcat")
+	if lines := strings.Fields(out); len(lines) != 2 || !slices.Contains(lines, "later:one") || !slices.Contains(lines, "later:two") {
+		t.Fatalf("kcat -G after a restart of the group consumed %q, want the 2 new lines", lines)
+	}
+	committed, err := c.FetchCommitted(ctx, "kcat-group")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, o := range committed {
+		sum += o.Offset
+	}
+	if sum != int64(len(want)+2) {
+		t.Fatalf("committed offsets seen over the ringlog protocol sum to %d, want %d: %+v", sum, len(want)+2, committed)
 	}
 
 	// Offsets by time: records with known timestamps (written with the bundled client

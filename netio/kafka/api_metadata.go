@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 
+	"github.com/ringlog/ringlog/engine/group"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -107,7 +108,7 @@ func (s *Server) metadata(r *kmsg.MetadataRequest) *kmsg.MetadataResponse {
 
 func topicMetadata(t *shard.Topic) kmsg.MetadataResponseTopic {
 	out := kmsg.NewMetadataResponseTopic()
-	out.Topic = str(t.Name)
+	out.Topic, out.IsInternal = str(t.Name), t.Name == group.OffsetsTopic
 	out.Partitions = make([]kmsg.MetadataResponseTopicPartition, len(t.Partitions))
 	for i := range t.Partitions {
 		p := kmsg.NewMetadataResponseTopicPartition()

@@ -38,6 +38,9 @@ func FuzzServeFrame(f *testing.F) {
 			return // the reader closes the connection before the frame is read
 		}
 		checkDecodeBound(t, key, version, frame)
+		if waitsLong(frame) {
+			return
+		}
 		serveOne(t, srv, frame)
 	})
 }
@@ -88,6 +91,21 @@ func serveOne(t *testing.T, srv *fuzzBroker, frame []byte) {
 	}
 }
 
+// waitsLong reports a JoinGroup whose answer may take more than a second by design: a
+// second member of a group waits for the first to rejoin for up to the first's rebalance
+// timeout (v0: its session timeout). The harness only checks how such frames decode.
+func waitsLong(frame []byte) bool {
+	h, _ := parseFixedHeader(frame)
+	if h.key != keyJoinGroup {
+		return false
+	}
+	req := kmsg.NewPtrJoinGroupRequest()
+	if decodeRequest(&h, req, frame) != nil {
+		return false
+	}
+	return req.RebalanceTimeoutMillis > 1000 || req.SessionTimeoutMillis > 1000
+}
+
 func isAcksZero(frame []byte) bool {
 	h, _ := parseFixedHeader(frame)
 	req := kmsg.NewPtrProduceRequest()
@@ -102,7 +120,11 @@ type fuzzBroker struct {
 // fuzzServer opens a broker (one shard, a topic "fuzz" of 2 partitions) for the fuzz
 // target; it closes with the target.
 func fuzzServer(f *testing.F) *fuzzBroker {
-	core, err := shard.Open(shard.Config{DataDir: f.TempDir(), Shards: 1, Ring: ring.Config{Backend: "auto"}, ScrubBytesPerSecond: -1})
+	// Short group sessions: a member a seed leaves behind is gone before a later seed's
+	// member of the same group would wait for it to rejoin (each seed runs twice: as f.Add
+	// and from testdata).
+	core, err := shard.Open(shard.Config{DataDir: f.TempDir(), Shards: 1, Ring: ring.Config{Backend: "auto"}, ScrubBytesPerSecond: -1,
+		Groups: shard.GroupsConfig{SessionTimeoutMin: 10 * time.Millisecond, SessionTimeoutMax: time.Second}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -194,6 +216,24 @@ func fuzzFrameSeeds(tb testing.TB) []frameSeed {
 				add("init producer id", kmsg.NewPtrInitProducerIDRequest(), v)
 			case keyApiVersions:
 				add("api versions", kmsg.NewPtrApiVersionsRequest(), v)
+			case keyOffsetCommit:
+				req := kmsg.NewPtrOffsetCommitRequest()
+				req.Group, req.Generation = "fuzz-group", -1
+				req.Topics = []kmsg.OffsetCommitRequestTopic{{Topic: "fuzz", Partitions: []kmsg.OffsetCommitRequestTopicPartition{{Partition: 0, Offset: 1}}}}
+				add("offset commit", req, v)
+			case keyOffsetFetch:
+				req := kmsg.NewPtrOffsetFetchRequest()
+				req.Group = "fuzz-group"
+				add("offset fetch", req, v)
+			case keyJoinGroup:
+				req := kmsg.NewPtrJoinGroupRequest()
+				// A group of its own per version, short timeouts: a second member in one group
+				// waits for the first to rejoin, up to its rebalance timeout.
+				req.Group, req.ProtocolType, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = fmt.Sprintf("fuzz-join-%d", v), "consumer", 20, 20
+				req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 1, 0, 0, 0, 1, 0, 4, 'f', 'u', 'z', 'z', 0, 0, 0, 0}}}
+				add("join group", req, v)
+			default: // the other group APIs: empty requests name an invalid group
+				add(kmsg.NameForKey(a.key), kmsg.RequestForKey(a.key), v)
 			}
 		}
 	}

@@ -15,6 +15,15 @@ const (
 	keyFetch            int16 = 1
 	keyListOffsets      int16 = 2
 	keyMetadata         int16 = 3
+	keyOffsetCommit     int16 = 8
+	keyOffsetFetch      int16 = 9
+	keyFindCoordinator  int16 = 10
+	keyJoinGroup        int16 = 11
+	keyHeartbeat        int16 = 12
+	keyLeaveGroup       int16 = 13
+	keySyncGroup        int16 = 14
+	keyDescribeGroups   int16 = 15
+	keyListGroups       int16 = 16
 	keyApiVersions      int16 = 18
 	keyCreateTopics     int16 = 19
 	keyDeleteTopics     int16 = 20
@@ -48,6 +57,8 @@ func init() {
 		&apiVersionsAPI, &produceAPI, &fetchAPI, &listOffsetsAPI, &metadataAPI,
 		&createTopicsAPI, &deleteTopicsAPI, &createPartitionsAPI, &describeConfigsAPI,
 		&initProducerIDAPI,
+		&findCoordinatorAPI, &joinGroupAPI, &syncGroupAPI, &heartbeatAPI, &leaveGroupAPI,
+		&offsetCommitAPI, &offsetFetchAPI, &listGroupsAPI, &describeGroupsAPI,
 	} {
 		if kmsg.RequestForKey(a.key) == nil || a.max > kmsg.RequestForKey(a.key).MaxVersion() || a.min > a.max {
 			panic(fmt.Sprintf("kafka: API %d registered with versions %d..%d that kmsg cannot decode", a.key, a.min, a.max))

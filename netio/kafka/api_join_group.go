@@ -21,12 +21,6 @@ var joinGroupAPI = api{
 			j.RebalanceTimeout = j.SessionTimeout // v0 has one timeout for both
 		}
 		for _, proto := range r.Protocols {
-			if proto.Name == "" {
-				// The coordinator takes "" for "no protocol chosen" (a JoinGroup naming only
-				// "" made it panic); Kafka's assignors all have names.
-				p.reply(failJoinGroup(req, int16(group.CodeInconsistentGroupProtocol), ""), nil)
-				return
-			}
 			j.Protocols = append(j.Protocols, group.Protocol{Name: proto.Name, Metadata: bytes.Clone(proto.Metadata)})
 		}
 		s.groupDo(p, j, func(resp group.Response) kmsg.Response {

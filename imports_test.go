@@ -85,17 +85,22 @@ var importRules = []importRule{
 	{Name: "the wire codec links nothing of ours but engine/batch",
 		From: under("netio/wire"), To: and(ours, not(exactly("engine/batch", "netio/wire"))), Closure: true},
 	{Name: "the bundled client links neither the server, the broker core, engine internals nor ring",
-		From: under("netio/client"), To: and(ours, not(exactly("engine/batch", "engine/group/assign", "netio/wire", "netio/client"))), Closure: true},
+		From: under("netio/client"), To: and(ours, not(exactly("engine/batch", "engine/group/assign", "netio/wire", "netio/client", "netio/security/scram"))), Closure: true},
+	{Name: "the SCRAM mechanism (linked by the client) links nothing of ours",
+		From: under("netio/security/scram"), To: and(ours, not(exactly("netio/security/scram"))), Closure: true},
+	{Name: "the listener-independent security parts never import a listener or the engine",
+		From: under("netio/security"), To: and(ours, not(under("netio/security"))), Closure: false},
 	{Name: "the assignors (run by a group's leader, a client) link nothing of ours",
 		From: under("engine/group/assign"), To: and(ours, not(exactly("engine/group/assign"))), Closure: true},
 }
 
 // The bench and client rules above allow their own sub-packages; refine the bench rule so
-// that bench may use the client (netio/client, netio/wire) but nothing else under netio.
+// that bench may use the client (netio/client, netio/wire, and the SCRAM mechanism the
+// client links) but nothing else under netio.
 func init() {
 	for i := range importRules {
 		if strings.HasPrefix(importRules[i].Name, "bench talks") {
-			importRules[i].To = and(under("engine/shard", "netio", "replication"), not(under("netio/client", "netio/wire")))
+			importRules[i].To = and(under("engine/shard", "netio", "replication"), not(under("netio/client", "netio/wire", "netio/security/scram")))
 		}
 	}
 }

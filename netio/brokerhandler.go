@@ -14,6 +14,7 @@ import (
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/replication/cluster"
 )
 
 // BrokerHandler answers protocol requests from a shard.Broker: it splits each request by
@@ -26,6 +27,8 @@ type BrokerHandler struct {
 	brokerID   int32
 	// fetchResponseBytesMax caps a fetch's records whatever its max_bytes asks for.
 	fetchResponseBytesMax int64
+	// cluster is this broker's replication (WithCluster); nil on a single broker.
+	cluster *cluster.Manager
 }
 
 // FetchResponseBytesMaxDefault is the default cap on a fetch response's records (Kafka's
@@ -98,6 +101,12 @@ func (h *BrokerHandler) Serve(req *Request) {
 		go func() { req.ReplyMessage(h.alterConfigs(body)) }()
 	case *wire.InitProducerIDRequest: // writes (fsyncs) the producer id file
 		go func() { req.ReplyMessage(h.initProducerID(body)) }()
+	case *wire.ReplicaFetchRequest:
+		h.replicaFetch(req, body)
+	case *wire.OffsetsForLeaderEpochRequest: // reads the leader's state under its lock
+		go func() { req.ReplyMessage(h.offsetsForLeaderEpoch(body)) }()
+	case *wire.ControllerRequest: // a raft round trip
+		go func() { req.ReplyMessage(h.controllerOp(body)) }()
 	default:
 		req.ReplyError(wire.ErrUnknownAPI, fmt.Sprintf("%s is not served by this broker", req.Header.API))
 	}
@@ -113,6 +122,9 @@ func caller(req *Request) int {
 
 // codeFor maps broker and engine errors to protocol error codes.
 func codeFor(err error) wire.ErrorCode {
+	if c := clusterCodeFor(err); c != wire.ErrNone {
+		return c
+	}
 	switch {
 	case err == nil:
 		return wire.ErrNone
@@ -215,6 +227,9 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			out := &rt.Partitions[j]
 			*out = wire.ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 			batches, err := SplitBatches(p.Records)
+			if err == nil {
+				err = h.checkLeader(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition})
+			}
 			if err != nil {
 				out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error()
 				finish()
@@ -246,15 +261,26 @@ func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
 	if req.Conn.FetchFiles != nil {
 		fr.Files = req.Conn.FetchFiles
 	}
+	var refused []error // by request position; nil: every partition is served here
 	for _, t := range body.Topics {
 		for _, p := range t.Partitions {
-			fr.Partitions = append(fr.Partitions, shard.FetchPartition{
-				TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: p.Partition},
-				Offset:         p.FetchOffset, MaxBytes: p.MaxBytes,
-			})
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}
+			if err := h.checkLeader(tp); err != nil || refused != nil {
+				if refused == nil {
+					refused = make([]error, len(fr.Partitions), len(fr.Partitions)+1)
+				}
+				refused = append(refused, err)
+				if err != nil {
+					continue
+				}
+			}
+			fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: tp, Offset: p.FetchOffset, MaxBytes: p.MaxBytes})
 		}
 	}
 	h.b.FetchFrom(caller(req), fr, func(results []shard.FetchResult) {
+		if refused != nil {
+			results = withRefused(results, refused, body)
+		}
 		resp := &wire.FetchResponse{Topics: make([]wire.FetchResponseTopic, len(body.Topics))}
 		k := 0
 		for i, t := range body.Topics {
@@ -313,6 +339,26 @@ func fillRecords(out *wire.FetchResponsePartition, r *shard.FetchResult) {
 	}
 }
 
+// withRefused puts the partitions refused before the fetch (refused[i] != nil) back at
+// their request positions, as results carrying their error.
+func withRefused(results []shard.FetchResult, refused []error, body *wire.FetchRequest) []shard.FetchResult {
+	out := make([]shard.FetchResult, 0, len(refused))
+	k, i := 0, 0
+	for _, t := range body.Topics {
+		for _, p := range t.Partitions {
+			if i < len(refused) && refused[i] != nil {
+				out = append(out, shard.FetchResult{TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: p.Partition},
+					HighWatermark: -1, LogStartOffset: -1, Err: refused[i]})
+			} else {
+				out = append(out, results[k])
+				k++
+			}
+			i++
+		}
+	}
+	return out
+}
+
 func (h *BrokerHandler) listOffsets(req *Request, body *wire.ListOffsetsRequest) {
 	resp := &wire.ListOffsetsResponse{Topics: make([]wire.ListOffsetsResponseTopic, len(body.Topics))}
 	var wg sync.WaitGroup
@@ -323,8 +369,13 @@ func (h *BrokerHandler) listOffsets(req *Request, body *wire.ListOffsetsRequest)
 		for j, p := range t.Partitions {
 			out := &rt.Partitions[j]
 			out.Partition, out.Timestamp = p.Partition, -1
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}
+			if err := h.checkLeader(tp); err != nil {
+				out.Offset, out.ErrorCode, out.ErrorMessage = -1, codeFor(err), err.Error()
+				continue
+			}
 			wg.Add(1)
-			h.b.ListOffset(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, p.Timestamp, func(off int64, err error) {
+			h.b.ListOffset(tp, p.Timestamp, func(off int64, err error) {
 				out.Offset, out.ErrorCode, out.ErrorMessage = off, codeFor(err), errMessage(err)
 				if p.Timestamp >= 0 && off >= 0 {
 					out.Timestamp = p.Timestamp
@@ -386,7 +437,9 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 		res := wire.TopicResult{Topic: t.Topic}
 		var err error
 		switch {
-		case t.ReplicationFactor > 1:
+		case h.cluster != nil && !body.ValidateOnly && (t.ReplicationFactor >= 1 || t.ReplicationFactor == -1):
+			err = h.createReplicated(t)
+		case t.ReplicationFactor > 1 && h.cluster == nil:
 			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: this is a single-broker cluster", t.ReplicationFactor)
 		case t.ReplicationFactor == 0 || t.ReplicationFactor < -1:
 			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: want 1, or -1 for the broker default", t.ReplicationFactor)
@@ -406,6 +459,11 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 func (h *BrokerHandler) deleteTopics(body *wire.DeleteTopicsRequest) *wire.DeleteTopicsResponse {
 	resp := &wire.DeleteTopicsResponse{}
 	for _, name := range body.Topics {
+		if h.cluster != nil {
+			resp.Topics = append(resp.Topics, wire.TopicResult{Topic: name, ErrorCode: wire.ErrInvalidRequest,
+				ErrorMessage: "deleting a replicated topic is not supported yet"})
+			continue
+		}
 		err := h.b.DeleteTopic(name)
 		resp.Topics = append(resp.Topics, wire.TopicResult{Topic: name, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
 	}

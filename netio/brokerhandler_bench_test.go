@@ -34,6 +34,11 @@ func BenchmarkBrokerProduceSync1KiB(b *testing.B) { benchProduce1KiB(b, client.A
 func benchProduce1KiB(b *testing.B, acks client.Acks) {
 	c, stop := realBroker(b, netio.EgressSendfile)
 	defer stop()
+	benchProduceOn(b, c, acks)
+}
+
+// benchProduceOn is benchProduce1KiB's body on a running broker's client.
+func benchProduceOn(b *testing.B, c *client.Client, acks client.Acks) {
 	ctx := context.Background()
 	if err := c.CreateTopic(ctx, "bench", 8, nil); err != nil {
 		b.Fatal(err)
@@ -76,47 +81,53 @@ func BenchmarkBrokerFetch1KiB(b *testing.B) {
 		b.Run(eg.name, func(b *testing.B) {
 			c, stop := realBroker(b, eg.egress)
 			defer stop()
-			ctx := context.Background()
-			if err := c.CreateTopic(ctx, "bench", 1, nil); err != nil {
-				b.Fatal(err)
-			}
-			// Preload 64 MiB once; every iteration reads one record's worth, cycling.
-			const preload = 64 << 10
-			p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20, Compression: batch.CodecNone})
-			value := make([]byte, benchRecordBytes)
-			for i := 0; i < preload; i++ {
-				if err := p.Send(ctx, &client.Record{Topic: "bench", Partition: 0, Value: value}, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := p.Flush(ctx); err != nil {
-				b.Fatal(err)
-			}
-			// Raw fetches (no record decoding in the client): this measures the broker's
-			// read path and egress, not the consumer's decoder.
-			const fetchBytes = 1 << 20
-			req := &wire.FetchRequest{MaxBytes: fetchBytes, Topics: []wire.FetchTopic{{Topic: "bench",
-				Partitions: []wire.FetchPartition{{Partition: 0, MaxBytes: fetchBytes}}}}}
-			b.SetBytes(fetchBytes)
-			b.ReportAllocs()
-			b.ResetTimer()
-			offset := int64(0)
-			for i := 0; i < b.N; i++ {
-				req.Topics[0].Partitions[0].FetchOffset = offset
-				var resp wire.FetchResponse
-				if err := c.Call(ctx, c.BrokerAddr(), req, &resp); err != nil {
-					b.Fatal(err)
-				}
-				p := resp.Topics[0].Partitions[0]
-				if p.ErrorCode != wire.ErrNone || len(p.Records) == 0 {
-					b.Fatalf("fetch at %d: %v %q, %d bytes", offset, p.ErrorCode, p.ErrorMessage, len(p.Records))
-				}
-				offset = nextOffset(b, p.Records)
-				if offset >= preload {
-					offset = 0
-				}
-			}
+			benchFetchOn(b, c)
 		})
+	}
+}
+
+// benchFetchOn preloads 64 MiB of 1 KiB records and measures 1 MiB raw fetches of them
+// (BenchmarkBrokerFetch1KiB's body) on a running broker's client.
+func benchFetchOn(b *testing.B, c *client.Client) {
+	ctx := context.Background()
+	if err := c.CreateTopic(ctx, "bench", 1, nil); err != nil {
+		b.Fatal(err)
+	}
+	// Preload 64 MiB once; every iteration reads one record's worth, cycling.
+	const preload = 64 << 10
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20, Compression: batch.CodecNone})
+	value := make([]byte, benchRecordBytes)
+	for i := 0; i < preload; i++ {
+		if err := p.Send(ctx, &client.Record{Topic: "bench", Partition: 0, Value: value}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	// Raw fetches (no record decoding in the client): this measures the broker's
+	// read path and egress, not the consumer's decoder.
+	const fetchBytes = 1 << 20
+	req := &wire.FetchRequest{MaxBytes: fetchBytes, Topics: []wire.FetchTopic{{Topic: "bench",
+		Partitions: []wire.FetchPartition{{Partition: 0, MaxBytes: fetchBytes}}}}}
+	b.SetBytes(fetchBytes)
+	b.ReportAllocs()
+	b.ResetTimer()
+	offset := int64(0)
+	for i := 0; i < b.N; i++ {
+		req.Topics[0].Partitions[0].FetchOffset = offset
+		var resp wire.FetchResponse
+		if err := c.Call(ctx, c.BrokerAddr(), req, &resp); err != nil {
+			b.Fatal(err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != wire.ErrNone || len(p.Records) == 0 {
+			b.Fatalf("fetch at %d: %v %q, %d bytes", offset, p.ErrorCode, p.ErrorMessage, len(p.Records))
+		}
+		offset = nextOffset(b, p.Records)
+		if offset >= preload {
+			offset = 0
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package netio
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/wire"
 )
 
@@ -67,13 +70,54 @@ func newConn(s *Server, nc net.Conn, info ConnInfo, a *address) *conn {
 func (c *conn) start() {
 	var exits sync.WaitGroup
 	exits.Add(2)
-	go func() { defer exits.Done(); c.readLoop() }()
+	go func() {
+		defer exits.Done()
+		if c.handshake() {
+			c.readLoop()
+			return
+		}
+		c.mu.Lock()
+		c.readerDone = true
+		c.mu.Unlock()
+		c.signal()
+	}()
 	go func() { defer exits.Done(); c.writeLoop() }()
 	go func() {
 		exits.Wait()
 		c.nc.Close()
 		c.srv.connDone(c, c.info, c.addr)
 	}()
+}
+
+// handshake completes a TLS server handshake within FrameReadTimeout (a client that opens
+// a connection and says nothing is dropped like one that sends half a frame). It reports
+// false if the connection must close. A plain connection needs none.
+func (c *conn) handshake() bool {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.srv.cfg.FrameReadTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		if !c.stopped.Load() {
+			c.srv.cfg.Logf("netio: conn %d from %s: TLS handshake: %v", c.info.ID, c.info.RemoteAddr, err)
+		}
+		c.fail(err)
+		return false
+	}
+	c.srv.stats.tlsHandshakes.Add(1)
+	if p := security.TLSPrincipal(tc.ConnectionState()); p != "" {
+		c.info.Session.setPrincipal(p)
+	}
+	return true
 }
 
 func (c *conn) signal() {
@@ -319,6 +363,9 @@ func (s *Server) serveRequest(req *Request) {
 	if p, ok := body.(*wire.ProduceRequest); ok && p.Acks == wire.AcksNone {
 		req.silent = true
 	}
+	if s.serveSecurity(req) {
+		return
+	}
 	if h.API == wire.APIVersions {
 		req.ReplyMessage(s.apiVersions())
 		return
@@ -358,6 +405,8 @@ func (s *Server) apiVersions() *wire.APIVersionsResponse {
 	}
 	return resp
 }
+
+func (c *conn) server() *Server { return c.srv }
 
 // complete records a handler's reply and wakes the writer.
 func (c *conn) complete(req *Request, resp Response) {

@@ -42,6 +42,9 @@ type ringListener struct {
 // thread (BrokerHandler does). Serving on a reactor that is not that shard's would run
 // shard code on the wrong thread.
 func (s *Server) ServeRing(r *ring.Reactor, ln *net.TCPListener, shard int) error {
+	if s.cfg.TLS != nil {
+		return ErrRingTLS
+	}
 	f, err := ln.File()
 	if err != nil {
 		return fmt.Errorf("serve ring shard %d: dup listener: %w", shard, err)
@@ -89,6 +92,11 @@ func (l *ringListener) onAccept(res int32, flags uint32) {
 	})
 }
 
+// ErrRingTLS is returned by ServeRing on a server configured with TLS: the ring driver
+// sends plain bytes (recv, send and splice ops on the socket), so TLS connections are
+// served by Serve (the net driver), whose connections wrap crypto/tls.
+var ErrRingTLS = errors.New("netio: TLS connections are served by the net driver (Serve), not ServeRing")
+
 const acceptRetryDelay = 10 * time.Millisecond
 
 // stop ends the accept: shutdown on a listening socket fails its pending accept and
@@ -135,7 +143,7 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 	// SPLICE_F_MORE still coalesce the pieces of one frame).
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	c := &ringConn{srv: s, r: r, fd: fd, addr: a, budgets: s.connBudgets(a, shard),
-		info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, OnLoop: true, FetchFiles: s.fetchFiles(a)}}
+		info: ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, OnLoop: true, FetchFiles: s.fetchFiles(a), Session: &Session{}}}
 	c.rbuf = make([]byte, readBufferBytes)
 	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
 	c.onSentFn = c.onSent
@@ -448,7 +456,12 @@ func (c *ringConn) dispatch(req *Request) {
 	c.queue = append(c.queue, req)
 	c.srv.stats.requests.Add(1)
 	c.srv.serveRequest(req)
+	if req.fatal { // refused by the security gate: answer, then close
+		c.readerDone = true
+	}
 }
+
+func (c *ringConn) server() *Server { return c.srv }
 
 // dropCurrent releases a frame that will never complete.
 func (c *ringConn) dropCurrent() {

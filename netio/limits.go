@@ -449,6 +449,28 @@ func countEntries(api wire.APIKey, payload []byte, limit int) int {
 		topicLists(func() { s.skip(4) })
 	case wire.APIListGroups, wire.APIDescribeGroups, wire.APIDeleteGroups:
 		names()
+	case wire.APIReplicaFetch:
+		s.skip(4 + 4 + 4 + 4)
+		topicLists(func() { s.skip(4 + 4 + 8 + 4) })
+	case wire.APIOffsetsForLeaderEpoch:
+		topicLists(func() { s.skip(4 + 4 + 4) })
+	case wire.APIDescribeUsers:
+		names()
+	case wire.APIAlterUsers:
+		n := s.array()
+		if add(n) {
+			for i := 0; i < n && !s.bad; i++ {
+				s.string()
+				s.string()
+				s.skip(4)
+				s.bytes()
+				s.bytes()
+			}
+			m := s.array()
+			add(m)
+		}
+	case wire.APICreateAcls, wire.APIDeleteAcls:
+		add(s.array()) // fixed-shape bindings: the decoder bounds their bytes
 	}
 	return total
 }
@@ -508,6 +530,18 @@ func checkEntries(body wire.Message) error {
 			}
 		}
 	case *wire.ListOffsetsRequest:
+		for _, t := range m.Topics {
+			for _, p := range t.Partitions {
+				partitions = append(partitions, topicPartitionKey{t.Topic, p.Partition})
+			}
+		}
+	case *wire.ReplicaFetchRequest:
+		for _, t := range m.Topics {
+			for _, p := range t.Partitions {
+				partitions = append(partitions, topicPartitionKey{t.Topic, p.Partition})
+			}
+		}
+	case *wire.OffsetsForLeaderEpochRequest:
 		for _, t := range m.Topics {
 			for _, p := range t.Partitions {
 				partitions = append(partitions, topicPartitionKey{t.Topic, p.Partition})
@@ -620,6 +654,19 @@ func responseBytes(resp *Response) int64 {
 		n += topicResultsBytes(m.Topics)
 	case *wire.AlterConfigsResponse:
 		n += topicResultsBytes(m.Topics)
+	case *wire.ReplicaFetchResponse:
+		for _, t := range m.Topics {
+			n += responseTopicBytes + int64(len(t.Topic))
+			for _, p := range t.Partitions {
+				n += responsePartitionBytes + int64(len(p.ErrorMessage)+len(p.Records))
+			}
+		}
+	case *wire.OffsetsForLeaderEpochResponse:
+		for _, t := range m.Topics {
+			n += responseTopicBytes + int64(len(t.Topic)) + int64(len(t.Partitions))*responsePartitionBytes
+		}
+	case *wire.ControllerResponse:
+		n += int64(len(m.ErrorMessage) + len(m.Body))
 	default:
 		n += groupResponseBytes(resp.Body)
 	}

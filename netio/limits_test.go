@@ -72,6 +72,24 @@ func entriesOf(m wire.Message) int {
 		n = len(r.Groups)
 	case *wire.DeleteGroupsRequest:
 		n = len(r.Groups)
+	case *wire.ReplicaFetchRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.OffsetsForLeaderEpochRequest:
+		n += len(r.Topics)
+		for _, t := range r.Topics {
+			n += len(t.Partitions)
+		}
+	case *wire.DescribeUsersRequest:
+		n = len(r.Users)
+	case *wire.AlterUsersRequest:
+		n = len(r.Upsertions) + len(r.Deletions)
+	case *wire.CreateAclsRequest:
+		n = len(r.ACLs)
+	case *wire.DeleteAclsRequest:
+		n = len(r.Filters)
 	}
 	return n
 }
@@ -98,6 +116,14 @@ func entrySamples() []wire.Message {
 		&wire.ListGroupsRequest{States: []string{"Stable"}},
 		&wire.DescribeGroupsRequest{Groups: []string{"a", "b"}},
 		&wire.DeleteGroupsRequest{Groups: []string{"a"}},
+		&wire.ReplicaFetchRequest{ReplicaID: 2, Topics: []wire.ReplicaFetchTopic{{Topic: "a", Partitions: []wire.ReplicaFetchPartition{{Partition: 0}, {Partition: 1}}}}},
+		&wire.OffsetsForLeaderEpochRequest{Topics: []wire.OffsetsForLeaderEpochTopic{{Topic: "a", Partitions: []wire.OffsetsForLeaderEpochPartition{{Partition: 2}}}, {Topic: "b"}}},
+		&wire.ControllerRequest{Body: []byte("{}")},
+		&wire.DescribeUsersRequest{Users: []string{"a", "b"}},
+		&wire.AlterUsersRequest{Upsertions: []wire.UserUpsertion{{User: "a", Salt: []byte("s")}}, Deletions: []wire.UserDeletion{{User: "b"}, {User: "c"}}},
+		&wire.CreateAclsRequest{ACLs: []wire.ACLBinding{{Principal: "User:a"}, {ResourceName: "t"}}},
+		&wire.DeleteAclsRequest{Filters: []wire.ACLBinding{{}}},
+		&wire.SaslAuthenticateRequest{AuthBytes: []byte("n,,n=a,r=b")},
 	}
 }
 
@@ -133,7 +159,7 @@ func FuzzCountEntries(f *testing.F) {
 	f.Add(uint16(wire.APIMetadata), []byte{0x7f, 0xff, 0xff, 0xff})
 	f.Add(uint16(wire.APIFetch), []byte{})
 	f.Fuzz(func(t *testing.T, api uint16, payload []byte) {
-		key := wire.APIKey(api % wire.APIKeyCount)
+		key := wire.APIKey(api % uint16(wire.APIKeyCount+2)) // and two unknown keys
 		got := countEntries(key, payload, 1<<30)
 		if got < 0 {
 			t.Fatalf("negative count %d", got)

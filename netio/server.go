@@ -2,6 +2,7 @@ package netio
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,9 @@ type ConnInfo struct {
 	// OnLoop is set for connections served by ServeRing: the handler is called on shard
 	// Shard's reactor loop, so it may run that shard's work inline instead of posting it.
 	OnLoop bool
+	// Session is the connection's security state: its principal and client id
+	// (security.go). Never nil for connections the server accepted.
+	Session *Session
 	// FetchFiles is charged one unit per segment descriptor held by this connection's
 	// unsent fetch responses (FetchFilesPerConnMax, and FetchFilesPerAddressMax for its
 	// client IP). The broker core takes and gives back; nil in tests that build requests
@@ -63,15 +67,19 @@ type Request struct {
 	// the handler answers and released with the request.
 	respCharged int64
 	silent      bool // acks=0 produce: no response is written
-	fatal       bool // close the connection after writing this response
-	replied     atomic.Bool
-	ready       bool     // guarded by the owner's lock: resp is set
-	response    Response // guarded by the owner's lock until ready, then owned by the writer
+	// amend, if set by the server before the handler runs, edits the handler's reply
+	// (authorize.go puts back the entries an ACL denied).
+	amend    func(*Response)
+	fatal    bool // close the connection after writing this response
+	replied  atomic.Bool
+	ready    bool     // guarded by the owner's lock: resp is set
+	response Response // guarded by the owner's lock until ready, then owned by the writer
 }
 
 // requestOwner is the connection (of whichever I/O driver) a request belongs to.
 type requestOwner interface {
 	complete(req *Request, resp Response)
+	server() *Server
 }
 
 // serverConn is what Shutdown and Close need from a connection of any driver.
@@ -96,6 +104,13 @@ type Response struct {
 func (r *Request) Reply(resp Response) {
 	if r.replied.Swap(true) {
 		panic(fmt.Sprintf("netio: Reply called twice for %s correlation id %d", r.Header.API, r.Header.CorrelationID))
+	}
+	if r.amend != nil {
+		r.amend(&resp)
+	}
+	if delay := r.owner.server().throttle(r, &resp); delay > 0 {
+		time.AfterFunc(delay, func() { r.owner.complete(r, resp) })
+		return
 	}
 	r.owner.complete(r, resp)
 }
@@ -155,8 +170,15 @@ type Config struct {
 	FrameReadTimeout time.Duration
 	// IdleTimeout closes a connection that has sent nothing for this long while none of its
 	// requests is outstanding (Kafka's connections.max.idle.ms); default 10 min.
-	IdleTimeout   time.Duration
-	Egress        Egress // default EgressSendfile
+	IdleTimeout time.Duration
+	Egress      Egress // default EgressSendfile
+	// TLS, when set, makes every connection of Serve a TLS server connection (crypto/tls)
+	// with this configuration; the handshake must finish within FrameReadTimeout. File
+	// ranges are then copied through user space (EgressCopy), since the kernel cannot
+	// encrypt a sendfile, and ServeRing refuses to run: TLS connections take the net driver.
+	TLS *tls.Config
+	// Security configures authentication, ACLs and quotas (security.go); nil: none.
+	Security      *Security
 	BrokerVersion string // reported by ApiVersions
 	Logf          func(format string, args ...any)
 	// ConnState, if set, is called when a connection opens (open = true) and after it has
@@ -396,6 +418,9 @@ func (s *Server) Serve(ln net.Listener, shard int) error {
 			nc.Close()
 			continue
 		}
+		if s.cfg.TLS != nil {
+			nc = tls.Server(nc, s.cfg.TLS)
+		}
 		s.startConn(nc, shard)
 	}
 }
@@ -408,7 +433,7 @@ func (s *Server) startConn(nc net.Conn, shard int) {
 		nc.Close()
 		return
 	}
-	c := newConn(s, nc, ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, FetchFiles: s.fetchFiles(a)}, a)
+	c := newConn(s, nc, ConnInfo{ID: s.nextConnID.Add(1), Shard: shard, RemoteAddr: remote, FetchFiles: s.fetchFiles(a), Session: &Session{}}, a)
 	if !s.addConn(c, c.info) {
 		s.addrs.leave(a)
 		s.connCount.Add(-1)
@@ -454,10 +479,13 @@ type Stats struct {
 	CopiedFileBytes int64 // file bytes sent by pread + write (EgressCopy)
 	RefusedConns    int64 // connections closed at accept by ConnectionsMax or ConnectionsPerAddressMax
 	RefusedRequests int64 // requests refused by RequestEntriesMax or for a repeated entry
+	TLSHandshakes   int64 // TLS handshakes completed (Config.TLS)
+	AuthFailures    int64 // SASL exchanges that failed (the connection was closed)
+	Throttled       int64 // replies delayed by a quota
 }
 
 type serverStats struct {
-	requests, responses, sendfileBytes, copiedFileBytes, refusedConns, refusedRequests atomic.Int64
+	requests, responses, sendfileBytes, copiedFileBytes, refusedConns, refusedRequests, tlsHandshakes, authFailures, throttled atomic.Int64
 }
 
 // Stats returns the current counters.
@@ -469,6 +497,9 @@ func (s *Server) Stats() Stats {
 		CopiedFileBytes: s.stats.copiedFileBytes.Load(),
 		RefusedConns:    s.stats.refusedConns.Load(),
 		RefusedRequests: s.stats.refusedRequests.Load(),
+		TLSHandshakes:   s.stats.tlsHandshakes.Load(),
+		AuthFailures:    s.stats.authFailures.Load(),
+		Throttled:       s.stats.throttled.Load(),
 	}
 }
 

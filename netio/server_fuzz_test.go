@@ -10,20 +10,55 @@ import (
 
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/fakebroker"
+	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/security/scram"
 )
 
 // FuzzServerStream writes arbitrary bytes to a live server (net driver, fakebroker fixture)
 // and checks that the server answers and closes (after the client half-closes) without
 // crashing, and still serves a well-formed client afterwards.
 func FuzzServerStream(f *testing.F) {
-	var stream []byte
-	for i, m := range []wire.Message{
+	fuzzServerStream(f, nil, []wire.Message{
 		&wire.APIVersionsRequest{ClientID: "fuzz"},
 		&wire.CreateTopicsRequest{Topics: []wire.CreateTopic{{Topic: "t", Partitions: 2, ReplicationFactor: 1}}},
 		&wire.MetadataRequest{},
 		&wire.FetchRequest{Topics: []wire.FetchTopic{{Topic: "t", Partitions: []wire.FetchPartition{{Partition: 0, MaxBytes: 1 << 20}}}}},
 		&wire.ProduceRequest{Acks: wire.AcksLeader, Topics: []wire.ProduceTopic{{Topic: "t", Partitions: []wire.ProducePartition{{Partition: 1, Records: []byte("not a batch")}}}}},
-	} {
+	})
+}
+
+// FuzzSecureServerStream is FuzzServerStream against a server that requires SCRAM logins
+// and applies ACLs: the SASL exchange, the authentication gate and the ACL filters see
+// arbitrary frames.
+func FuzzSecureServerStream(f *testing.F) {
+	creds, err := security.OpenCredentials(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	addUser(f, creds, "alice", testPassword)
+	authz, err := security.OpenAuthorizer(f.TempDir(), true, []string{"User:root"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	sec := &netio.Security{Credentials: creds, AuthRequired: true, Authorizer: authz,
+		Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 1 << 20}})}
+	conv := scram.SHA256.NewClient("alice", testPassword, nil)
+	fuzzServerStream(f, sec, []wire.Message{
+		&wire.APIVersionsRequest{ClientID: "fuzz"},
+		&wire.SaslHandshakeRequest{Mechanism: scram.SHA256.Name},
+		&wire.SaslAuthenticateRequest{AuthBytes: []byte(conv.First())},
+		&wire.SaslAuthenticateRequest{AuthBytes: []byte("c=biws,r=x,p=AAAA")},
+		&wire.MetadataRequest{},
+		&wire.CreateAclsRequest{ACLs: []wire.ACLBinding{{ResourceType: 1, ResourceName: "t", PatternType: 1, Principal: "User:alice", Operation: 1, Permission: 2}}},
+		&wire.DescribeUsersRequest{},
+	})
+}
+
+// fuzzServerStream is the body of the server fuzz targets: seeds are the given requests,
+// alone and concatenated, served by a fakebroker behind a server enforcing sec.
+func fuzzServerStream(f *testing.F, sec *netio.Security, seeds []wire.Message) {
+	var stream []byte
+	for i, m := range seeds {
 		frame := wire.AppendRequest(nil, uint32(i), m)
 		f.Add(frame)
 		stream = append(stream, frame...)
@@ -45,7 +80,7 @@ func FuzzServerStream(f *testing.F) {
 		}
 		fake.Serve(req)
 	})
-	srv := netio.NewServer(clamp, netio.Config{FrameBytesMax: 1 << 16, WriteTimeout: time.Second, FrameReadTimeout: time.Second})
+	srv := netio.NewServer(clamp, netio.Config{FrameBytesMax: 1 << 16, WriteTimeout: time.Second, FrameReadTimeout: time.Second, Security: sec})
 	go srv.Serve(ln, 0)
 	f.Cleanup(func() { srv.Close(); fake.Close() })
 	addr := ln.Addr().String()

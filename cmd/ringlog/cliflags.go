@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/security"
 )
 
 const (
@@ -103,13 +104,107 @@ func brokerFlag(fs *flag.FlagSet) *string {
 	if def == "" {
 		def = brokerDefault
 	}
+	connSecurityFlags(fs)
 	return fs.String("broker", def, "broker address HOST:PORT (env "+brokerEnv+")")
+}
+
+// connSecurity holds the TLS and SASL flags of the command being run (every
+// broker-facing command registers them with brokerFlag; defining them resets them).
+var connSecurity struct {
+	tls              security.ClientTLSOptions
+	saslUser         string
+	saslMechanism    string
+	saslPasswordFile string
+}
+
+const (
+	saslUserEnv     = "RINGLOG_SASL_USER"
+	saslPasswordEnv = "RINGLOG_SASL_PASSWORD"
+)
+
+func connSecurityFlags(fs *flag.FlagSet) {
+	o := &connSecurity.tls
+	fs.StringVar(&o.CAFile, "tls-ca", "", "connect over TLS, verifying the broker against these PEM CA certificates")
+	fs.StringVar(&o.CertFile, "tls-cert", "", "connect over TLS with this PEM client certificate (mutual TLS; with --tls-key)")
+	fs.StringVar(&o.KeyFile, "tls-key", "", "private key of --tls-cert")
+	fs.BoolVar(&o.InsecureSkipVerify, "tls-insecure-skip-verify", false, "connect over TLS without verifying the broker's certificate (tests only)")
+	fs.StringVar(&connSecurity.saslUser, "sasl-user", os.Getenv(saslUserEnv), "log in with SASL/SCRAM as this user (env "+saslUserEnv+"); the password comes from --sasl-password-file or $"+saslPasswordEnv)
+	fs.StringVar(&connSecurity.saslMechanism, "sasl-mechanism", "SCRAM-SHA-512", "SCRAM-SHA-512 or SCRAM-SHA-256")
+	fs.StringVar(&connSecurity.saslPasswordFile, "sasl-password-file", "", "file whose first line is the --sasl-user password (never a flag value: it would show in ps)")
+}
+
+// saslConfig is the login of the command's flags; nil without --sasl-user.
+func saslConfig() (*client.SASLConfig, error) {
+	cs := &connSecurity
+	if cs.saslUser == "" {
+		return nil, nil
+	}
+	password, err := readSecret(cs.saslPasswordFile, saslPasswordEnv, "--sasl-password-file")
+	if err != nil {
+		return nil, err
+	}
+	return &client.SASLConfig{Mechanism: cs.saslMechanism, User: cs.saslUser, Password: password}, nil
+}
+
+// secretBytesMax bounds a password file.
+const secretBytesMax = 4096
+
+// readSecret returns the first line of file, else the environment variable env. Secrets
+// never come from flag values, which any user can read in the process list.
+func readSecret(file, env, flagName string) (string, error) {
+	if file == "" {
+		if v, ok := os.LookupEnv(env); ok && v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("no password: give %s FILE or set $%s", flagName, env)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flagName, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, secretBytesMax+1))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flagName, err)
+	}
+	if len(data) > secretBytesMax {
+		return "", fmt.Errorf("%s: over %d bytes", flagName, secretBytesMax)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	if line == "" {
+		return "", fmt.Errorf("%s: empty password", flagName)
+	}
+	return line, nil
+}
+
+// clientConfig is the client configuration of the command's flags.
+func clientConfig(broker string) (client.Config, error) {
+	cfg := client.Config{Broker: broker, ClientID: "ringlog-cli", DialTimeout: dialTimeoutDefault}
+	o := connSecurity.tls
+	if o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" || o.InsecureSkipVerify {
+		tc, err := security.ClientConfig(o)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.TLS = tc
+	}
+	sasl, err := saslConfig()
+	if err != nil {
+		return cfg, err
+	}
+	cfg.SASL = sasl
+	return cfg, nil
 }
 
 // dial connects to the broker, with a short dial timeout so that a broker that is down
 // fails the command quickly.
 func dial(ctx context.Context, broker string) (*client.Client, error) {
-	c, err := client.New(ctx, client.Config{Broker: broker, ClientID: "ringlog-cli", DialTimeout: dialTimeoutDefault})
+	cfg, err := clientConfig(broker)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to broker %s: %w", broker, err)
 	}

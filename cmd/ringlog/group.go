@@ -24,7 +24,7 @@ func init() {
 	register("group", "list, describe, reset and delete consumer groups", runGroup)
 }
 
-var groupCommands = map[string]topicCommand{
+var groupCommands = map[string]subcommand{
 	"list":     {"group list", groupList},
 	"describe": {"group describe GROUP", groupDescribe},
 	"reset":    {"group reset GROUP --topic TOPIC --to earliest|latest|OFFSET|@UNIX_MS  (group must have no members)", groupReset},

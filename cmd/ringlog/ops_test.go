@@ -418,9 +418,13 @@ func TestCompletion(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"ringlog con":                           "consume",
-		"ringlog ":                              "--broker --help bench completion consume group produce topic tune version",
+		"ringlog ":                              "--broker --help acl bench cluster completion consume group produce topic tune user version",
+		"ringlog acl ":                          "add list remove",
+		"ringlog user add --pass":               "--password-file",
 		"ringlog group ":                        "delete describe list reset",
-		"ringlog group reset g --t":             "--to --topic",
+		"ringlog group reset g --to":            "--to --topic",
+		"ringlog cluster ":                      "describe",
+		"ringlog cluster describe --j":          "--json",
 		"ringlog --broker h:1 top":              "topic",
 		"ringlog topic ":                        "config create delete describe list repair",
 		"ringlog topic create orders --par":     "--partitions",

@@ -5,32 +5,27 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sort"
-	"strings"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/wire"
+	"github.com/ringlog/ringlog/replication/cluster"
 )
 
 func init() {
 	register("topic", "create, list, describe, delete and configure topics", runTopic)
 }
 
-type topicCommand struct {
-	usage string
-	run   func(usage string, args []string, stdout io.Writer) error
-}
-
-var topicCommands = map[string]topicCommand{
-	"create":   {"topic create NAME --partitions N [--config k=v ...]", topicCreate},
+var topicCommands = map[string]subcommand{
+	"create":   {"topic create NAME --partitions N [--replication-factor R] [--config k=v ...]", topicCreate},
 	"list":     {"topic list", topicList},
 	"describe": {"topic describe NAME", topicDescribe},
 	"delete":   {"topic delete NAME", topicDelete},
@@ -40,52 +35,18 @@ var topicCommands = map[string]topicCommand{
 
 func runTopic(args []string) error { return runSubcommands("topic", topicCommands, args) }
 
-// subcommandUsage lists a command's subcommands.
-func subcommandUsage(w io.Writer, name string, cmds map[string]topicCommand) {
-	fmt.Fprintf(w, "usage: ringlog %s SUBCOMMAND [--broker HOST:PORT] [ARGS]\n\nsubcommands:\n", name)
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  ringlog %s\n", cmds[n].usage)
-	}
-}
-
-// runSubcommands runs `ringlog NAME SUBCOMMAND ARGS` (topic, group).
-func runSubcommands(name string, cmds map[string]topicCommand, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		subcommandUsage(os.Stderr, name, cmds)
-		if len(args) == 0 {
-			return errors.New("missing subcommand")
-		}
-		return nil
-	}
-	sub, ok := cmds[args[0]]
-	if !ok {
-		names := make([]string, 0, len(cmds))
-		for n := range cmds {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return fmt.Errorf("unknown subcommand %q (want %s)", args[0], strings.Join(names, ", "))
-	}
-	err := sub.run(sub.usage, args[1:], os.Stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	}
-	return err
-}
-
 // partitionsMax bounds --partitions (and --partition) on the client side with the broker's
 // own limit, so the CLI refuses exactly what the broker would.
 const partitionsMax = engine.PartitionsPerTopicMax
+
+// replicationFactorMax is the controller's limit on replicas per partition.
+const replicationFactorMax = 16
 
 func topicCreate(usage string, args []string, stdout io.Writer) error {
 	fs := newFlagSet("topic create", usage)
 	broker := brokerFlag(fs)
 	partitions := fs.Int("partitions", 1, "number of partitions")
+	replicationFactor := fs.Int("replication-factor", 1, "replicas of each partition, on different brokers (a cluster of at least R brokers)")
 	configs := keyValueFlag{}
 	fs.Var(configs, "config", "topic config key=value (repeatable), e.g. flush.always=true, retention.ms=3600000")
 	positional, err := parseArgs(fs, args)
@@ -98,8 +59,11 @@ func topicCreate(usage string, args []string, stdout io.Writer) error {
 	if *partitions < 1 || *partitions > partitionsMax {
 		return fmt.Errorf("--partitions %d: want 1..%d", *partitions, partitionsMax)
 	}
+	if *replicationFactor < 1 || *replicationFactor > replicationFactorMax {
+		return fmt.Errorf("--replication-factor %d: want 1..%d", *replicationFactor, replicationFactorMax)
+	}
 	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
-		if err := c.CreateTopic(ctx, positional[0], int32(*partitions), configs); err != nil {
+		if err := c.CreateReplicatedTopic(ctx, positional[0], int32(*partitions), int16(*replicationFactor), configs); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "created topic %s with %d partitions\n", positional[0], *partitions)
@@ -153,8 +117,57 @@ func topicDescribe(usage string, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return printDescription(stdout, topics[0], configs)
+		if err := printDescription(stdout, topics[0], configs); err != nil {
+			return err
+		}
+		return printReplication(ctx, stdout, c, positional[0])
 	})
+}
+
+// printReplication adds, on a broker of a cluster, each partition's leader, leader epoch,
+// replicas, ISR and the high watermark its leader reports. A single broker prints nothing.
+func printReplication(ctx context.Context, w io.Writer, c *client.Client, topic string) error {
+	data, err := c.ClusterMetadata(ctx)
+	if err != nil {
+		return nil // not a cluster (NOT_CONTROLLER): the table above is the whole story
+	}
+	var v cluster.View
+	if err := json.Unmarshal(data, &v); err != nil {
+		return fmt.Errorf("decode cluster view: %w", err)
+	}
+	t := v.Metadata.Topics[topic]
+	if t == nil {
+		return nil
+	}
+	views := map[int32]*cluster.View{v.NodeID: &v}
+	leaderView := func(id int32) *cluster.View {
+		if lv, ok := views[id]; ok {
+			return lv
+		}
+		views[id] = nil
+		if b := v.Metadata.Brokers[id]; b != nil {
+			if data, err := c.ClusterMetadataAt(ctx, b.Address); err == nil {
+				var lv cluster.View
+				if json.Unmarshal(data, &lv) == nil {
+					views[id] = &lv
+				}
+			}
+		}
+		return views[id]
+	}
+	fmt.Fprintf(w, "replication (controller leader: node %d)\n", v.ControllerLeader)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PARTITION\tLEADER\tLEADER-EPOCH\tREPLICAS\tISR\tLEADER-HWM\t")
+	for _, p := range t.Partitions {
+		hwm := "-"
+		if lv := leaderView(p.Leader); lv != nil {
+			if h, ok := lv.HighWatermarks[topic+"/"+strconv.Itoa(int(p.Index))]; ok {
+				hwm = strconv.FormatInt(h, 10)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t\n", p.Index, p.Leader, p.LeaderEpoch, joinIDs(p.Replicas), joinIDs(p.ISR), hwm)
+	}
+	return tw.Flush()
 }
 
 // printDescription prints a topic summary, one row per partition, then the topic's

@@ -107,6 +107,13 @@ type options struct {
 	offsetsPartitions int
 	logLevel          string
 	topicDefaults     topicDefaults
+	// Cluster membership (replication/cluster); nodeID 0 is a single broker.
+	nodeID           int
+	controllerVoters string
+	rack             string
+	sessionTimeout   time.Duration
+	replicaLagMax    time.Duration
+	security         securityFlags
 }
 
 // topicDefaults is the topic-defaults key: broker-wide topic configs (the same keys as
@@ -213,6 +220,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.UintVar(&o.frameBytesMax, "max-frame-bytes", uint(wire.FrameBytesMaxDefault), "largest request frame accepted")
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
 	o.limits.register(fs)
+	o.security.register(fs)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
@@ -238,6 +246,11 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&o.offsetsPartitions, "offsets-partitions", 8, "partitions of __consumer_offsets when this broker creates it (first start); an existing topic keeps its count. They count against --max-partitions")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (SIGHUP reloads it)")
+	fs.IntVar(&o.nodeID, "node-id", 0, "this broker's id in a replicated cluster (with --controller-voters); 0: a single broker with no replication")
+	fs.StringVar(&o.controllerVoters, "controller-voters", "", "the controller quorum, ID@HOST:PORT,... (1, 3 or 5 voters; raft ports, not client ports); every broker of the cluster must be one of them")
+	fs.StringVar(&o.rack, "rack", "", "this broker's rack: replicas of a partition are placed on different racks where there are enough")
+	fs.DurationVar(&o.sessionTimeout, "broker-session-timeout", 6*time.Second, "a broker that has not heartbeated to the controller for this long loses its leaderships and leaves every ISR")
+	fs.DurationVar(&o.replicaLagMax, "replica-lag-time-max", 10*time.Second, "replica.lag.time.max: a follower that has not caught up with its leader for this long leaves the ISR")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
 	return fs
 }
@@ -539,6 +552,19 @@ func (s *settings) validate() error {
 	if o.shards < 0 {
 		return bad("shards", strconv.Itoa(o.shards), "0 (one per CPU) or more")
 	}
+	if o.nodeID < 0 || o.nodeID > math.MaxInt32 {
+		return bad("node-id", strconv.Itoa(o.nodeID), "0 (single broker) or a positive id")
+	}
+	if (o.nodeID > 0) != (o.controllerVoters != "") {
+		return refuse(ErrConflict, "%s and %s go together: set both for a cluster, neither for a single broker",
+			s.sources["node-id"].label("node-id"), s.sources["controller-voters"].label("controller-voters"))
+	}
+	if o.sessionTimeout <= 0 {
+		return bad("broker-session-timeout", o.sessionTimeout.String(), "a positive duration")
+	}
+	if o.replicaLagMax <= 0 {
+		return bad("replica-lag-time-max", o.replicaLagMax.String(), "a positive duration")
+	}
 	if o.scrubRate < 0 {
 		return bad("scrub-bytes-per-sec", strconv.FormatInt(o.scrubRate, 10), "0 (off) or more")
 	}
@@ -574,6 +600,9 @@ func (s *settings) validate() error {
 	}
 	if err := o.limits.check(); err != nil {
 		return refuse(ErrBadValue, "%v", err)
+	}
+	if err := o.security.check(); err != nil {
+		return refuse(ErrConflict, "%v", err)
 	}
 	if o.shutdownGrace < 0 {
 		return bad("shutdown-grace", o.shutdownGrace.String(), "a duration >= 0")

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/replication/cluster"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -112,6 +113,10 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			shards = len(cpus)
 		}
 	}
+	serverTLS, err := o.security.serverTLS()
+	if err != nil {
+		return err
+	}
 	disk, err := engine.NewDiskSpace(o.dataDir, o.diskFreeMin, nil)
 	if err != nil {
 		return err
@@ -120,7 +125,25 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	// the reloadable ones (storage, flush-always, topic-defaults).
 	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds()}
 	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
+	serverCfg := o.limits.serverConfig(netio.Config{
+		FrameBytesMax:  uint32(o.frameBytesMax),
+		ConnectionsMax: o.connsMax,
+		BrokerVersion:  Version,
+		Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
+	})
+	if serverTLS != nil {
+		serverCfg.TLS = serverTLS.Config()
+	}
+	if serverCfg.Security, err = o.security.serverSecurity(o.dataDir, log); err != nil {
+		return err
+	}
+	var clusterCfg *cluster.Config
+	if o.nodeID > 0 {
+		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Rack: o.rack,
+			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, RaftLog: os.Stderr}
+	}
 	n, err := node.Start(node.Config{
+		Cluster: clusterCfg,
 		Core: shard.Config{
 			DataDir: o.dataDir,
 			Shards:  shards,
@@ -147,13 +170,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		KafkaAdvertise:        o.kafkaAdvertise,
 		KafkaAutoCreateTopics: o.kafkaAutoCreate,
 		Net:                   o.net,
-		Server: o.limits.serverConfig(netio.Config{
-			FrameBytesMax:  uint32(o.frameBytesMax),
-			ConnectionsMax: o.connsMax,
-			BrokerVersion:  Version,
-			Logf:           func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) },
-		}),
-		Logger: log,
+		Server:                serverCfg,
+		Logger:                log,
 	})
 	if err != nil {
 		return err
@@ -167,8 +185,9 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "kafka", n.KafkaAddr, "shards", shards, "net", o.net,
-		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()))
+	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "kafka", n.KafkaAddr, "shards", shards, "net", n.Net,
+		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID,
+		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 
 	if o.debugAddr != "" {
 		go func() {
@@ -184,7 +203,10 @@ wait:
 	for {
 		select {
 		case <-hup:
+			before := running
 			running = reload(running, args, os.LookupEnv, n.Core, logBase, level, log)
+			reloadTLS(serverTLS, log)
+			reloadQuotas(serverCfg.Security.Quotas, before, running, log)
 		case s := <-sig:
 			log.Info("shutting down", "signal", s.String())
 			break wait

@@ -843,3 +843,8 @@ func (m *metadata) partitionCount() int {
 	}
 	return n
 }
+
+// LockDataDir takes the data directory's broker lock for an offline tool (ringlog user
+// add --data, like topic repair): it fails with ErrDataDirInUse while a broker runs on dir.
+// Close the file to release it.
+func LockDataDir(dir string) (*os.File, error) { return lockDataDir(dir) }

@@ -93,10 +93,11 @@ type fetchLimits struct {
 	first     atomic.Bool // a partition has returned data (the first-batch allowance is used)
 	files     FileQuota   // the request's own quota, or nil
 	broker    *Quota
+	replica   bool // FetchRequest.Replica: read up to the log end offset
 }
 
 func newFetchLimits(b *Broker, req FetchRequest) *fetchLimits {
-	l := &fetchLimits{bytesMax: req.ResponseBytesMax, files: req.Files, broker: b.files}
+	l := &fetchLimits{bytesMax: req.ResponseBytesMax, files: req.Files, broker: b.files, replica: req.Replica}
 	l.reset()
 	return l
 }

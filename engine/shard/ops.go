@@ -122,6 +122,9 @@ type FetchRequest struct {
 	// Files, if set, is charged one unit per segment descriptor the results hold until
 	// Release (the server's per-connection quota).
 	Files FileQuota
+	// Replica marks a follower's fetch: it reads up to the log end offset instead of the
+	// high watermark, and a long-poll waits for the log end offset to pass its offset.
+	Replica bool
 
 	limits *fetchLimits
 }
@@ -134,6 +137,7 @@ type FetchResult struct {
 	TopicPartition
 	HighWatermark  int64
 	LogStartOffset int64
+	LogEndOffset   int64 // read with the records (a leader learns its LEO for a follower's fetch)
 	Records        engine.ReadResult
 	Err            error
 
@@ -310,7 +314,7 @@ func (s *Shard) park(op *fetchOp, idx []int) {
 	for _, i := range idx {
 		fp := op.req.Partitions[i]
 		p := s.parts[fp.TopicPartition]
-		if p == nil || s.core.Ready(&p.c, fp.Offset) {
+		if p == nil || !op.req.Replica && s.core.Ready(&p.c, fp.Offset) || op.req.Replica && s.core.ReadyEnd(&p.c, fp.Offset) {
 			op.Fire()
 			return
 		}
@@ -318,6 +322,10 @@ func (s *Shard) park(op *fetchOp, idx []int) {
 	h := s.core.Wait(op, op.deadline)
 	for _, i := range idx {
 		fp := op.req.Partitions[i]
+		if op.req.Replica {
+			s.core.WatchEnd(h, &s.parts[fp.TopicPartition].c, fp.Offset)
+			continue
+		}
 		s.core.Watch(h, &s.parts[fp.TopicPartition].c, fp.Offset)
 	}
 }
@@ -330,20 +338,24 @@ func (s *Shard) readInto(out *FetchResult, fp FetchPartition, lim *fetchLimits) 
 		return
 	}
 	hw := s.highWatermark(p)
-	out.HighWatermark, out.LogStartOffset, out.Err = hw, p.log.StartOffset(), nil
+	out.HighWatermark, out.LogStartOffset, out.LogEndOffset, out.Err = hw, p.log.StartOffset(), p.log.EndOffset(), nil
 	out.Records = engine.ReadResult{}
-	if fp.Offset == hw {
+	bound := hw // what a consumer may read; a follower copies up to the log end
+	if lim.replica {
+		bound = out.LogEndOffset
+	}
+	if fp.Offset == bound {
 		return
 	}
-	if fp.Offset < out.LogStartOffset || fp.Offset > hw {
-		out.Err = fmt.Errorf("%w: offset %d, partition %s/%d holds [%d, %d)", engine.ErrOffsetOutOfRange, fp.Offset, fp.Topic, fp.Partition, out.LogStartOffset, hw)
+	if fp.Offset < out.LogStartOffset || fp.Offset > bound {
+		out.Err = fmt.Errorf("%w: offset %d, partition %s/%d holds [%d, %d)", engine.ErrOffsetOutOfRange, fp.Offset, fp.Topic, fp.Partition, out.LogStartOffset, bound)
 		return
 	}
 	limit, ok := lim.reserve(fp.MaxBytes)
 	if !ok {
 		return // the fetch's byte budget is spent: answered without records
 	}
-	rr, err := p.log.ReadBounded(fp.Offset, int(limit), hw)
+	rr, err := p.log.ReadBounded(fp.Offset, int(limit), bound)
 	if err != nil {
 		lim.settle(limit, 0)
 		out.Err = err

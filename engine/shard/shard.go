@@ -35,9 +35,10 @@ type Shard struct {
 
 // partition is a partition's shard-owned state. Loop goroutine only.
 type partition struct {
-	tp  TopicPartition
-	log *engine.Log
-	c   core.Partition // c.Log is log
+	tp          TopicPartition
+	log         *engine.Log
+	c           core.Partition // c.Log is log
+	leaderEpoch int32          // SetLeaderEpoch's; -1: the producer's value is kept
 }
 
 func startShard(b *Broker, index int) (*Shard, error) {
@@ -209,7 +210,7 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 				"rebuilt_indexes", len(report.RebuiltIndexes), "deleted_segments", len(report.DeletedSegments),
 				"reason", report.Corruption)
 		}
-		p := &partition{tp: tp, log: l}
+		p := &partition{tp: tp, log: l, leaderEpoch: -1}
 		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, MinInsync: minInsync}
 		s.parts[tp] = p
 		s.b.partitionOpened(s.index, tp)
@@ -259,6 +260,7 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 			return fmt.Errorf("reopen %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
 		p.log = l
+		l.SetLeaderEpoch(p.leaderEpoch)
 		p.c.Log, p.c.FlushAlways, p.c.MinInsync = l, lc.FlushAlways, minInsync
 		return nil
 	})

@@ -14,9 +14,12 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -34,6 +37,12 @@ type Config struct {
 	// DisableShardRouting sends every request to Broker even when metadata names shard
 	// addresses (by default a partition's requests go to its shard's address).
 	DisableShardRouting bool
+	// TLS, when set, makes every connection (seed and shard addresses) a TLS client
+	// connection with this configuration. An empty ServerName is taken from the address
+	// dialled.
+	TLS *tls.Config
+	// SASL, when set, authenticates every connection with SCRAM before it is used.
+	SASL *SASLConfig
 }
 
 const (
@@ -58,6 +67,8 @@ type Client struct {
 	closed       bool // guarded by mu
 
 	serverFrameBytesMax int32 // from the ApiVersions handshake
+	sasl                saslState
+	principal           string // guarded by mu: what the broker authenticated us as
 }
 
 type topicMeta struct {
@@ -68,6 +79,9 @@ type topicMeta struct {
 
 type partitionMeta struct {
 	shard int32
+	// leader is the address of the broker leading the partition when that is not the seed
+	// broker (a replicated cluster; from the seed's cluster view), else "".
+	leader string
 }
 
 // ErrClosed is returned by calls on a closed Client.
@@ -127,11 +141,21 @@ func (c *Client) connFor(addr string) (*conn, error) {
 		return cn, nil
 	}
 	c.mu.Unlock()
-	cn, err := dialConn(addr, c.cfg.DialTimeout, c.cfg.InflightPerConnMax, c.cfg.FrameBytesMax)
+	cn, err := dialConn(addr, &c.cfg)
 	if err != nil {
 		// As retriable as a connection that broke: the address may be a shard listener
 		// that a restarted broker no longer has, and fresh metadata will say so.
 		return nil, fmt.Errorf("%w: %w", ErrConnClosed, err)
+	}
+	if c.cfg.SASL != nil {
+		principal, err := c.authenticate(cn)
+		if err != nil {
+			cn.close()
+			return nil, err
+		}
+		c.mu.Lock()
+		c.principal = principal
+		c.mu.Unlock()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -188,6 +212,14 @@ func (c *Client) Call(ctx context.Context, addr string, req, resp wire.Message) 
 	}
 }
 
+// Principal is the principal the broker authenticated this client as ("" before the
+// first connection, or without SASL).
+func (c *Client) Principal() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.principal
+}
+
 // BrokerAddr is the seed address.
 func (c *Client) BrokerAddr() string { return c.cfg.Broker }
 
@@ -200,6 +232,7 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 	if err := c.Call(ctx, c.cfg.Broker, &wire.MetadataRequest{Topics: topics}, &resp); err != nil {
 		return nil, err
 	}
+	leaders := c.clusterLeadersOf(ctx, resp.BrokerID)
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -214,12 +247,60 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 		tm := &topicMeta{fetchedAt: now, partitions: make([]partitionMeta, len(t.Partitions))}
 		for _, p := range t.Partitions {
 			if p.Partition >= 0 && int(p.Partition) < len(tm.partitions) {
-				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard}
+				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard, leader: leaders.addr(resp.BrokerID, t.Topic, p.Partition)}
 			}
 		}
 		c.topics[t.Topic] = tm
 	}
 	return &resp, nil
+}
+
+// clusterLeaders is the part of a broker's cluster view (the Controller API's JSON,
+// replication/cluster.View) that routing needs: who leads each partition, and where.
+type clusterLeaders struct {
+	Metadata struct {
+		Brokers map[string]struct{ Address string }
+		Topics  map[string]struct {
+			Partitions []struct{ Index, Leader int32 }
+		}
+	}
+}
+
+// addr is the address of the broker leading topic/partition, or "" when it is the seed
+// broker (self), unknown, or there is no cluster.
+func (v *clusterLeaders) addr(self int32, topic string, partition int32) string {
+	if v == nil {
+		return ""
+	}
+	t, ok := v.Metadata.Topics[topic]
+	if !ok {
+		return ""
+	}
+	for _, p := range t.Partitions {
+		if p.Index == partition && p.Leader > 0 && p.Leader != self {
+			return v.Metadata.Brokers[strconv.Itoa(int(p.Leader))].Address
+		}
+	}
+	return ""
+}
+
+// clusterLeadersOf asks the seed broker of a replicated cluster (a metadata answer with a
+// broker id; a single broker answers 0) who leads what; nil for a single broker or when
+// the view cannot be had (routing then falls back to the seed, which answers
+// NOT_LEADER_OR_WRONG_SHARD for partitions it does not lead, and the retry asks again).
+func (c *Client) clusterLeadersOf(ctx context.Context, brokerID int32) *clusterLeaders {
+	if brokerID <= 0 {
+		return nil
+	}
+	data, err := c.ClusterMetadataAt(ctx, c.cfg.Broker)
+	if err != nil {
+		return nil
+	}
+	var v clusterLeaders
+	if json.Unmarshal(data, &v) != nil {
+		return nil
+	}
+	return &v
 }
 
 // Partitions returns the topic's partition count, from cache or a metadata request.
@@ -255,16 +336,20 @@ func (c *Client) invalidate(topic string) {
 	c.mu.Unlock()
 }
 
-// leaderAddr returns the address to send topic/partition requests to: the owning shard's
+// leaderAddr returns the address to send topic/partition requests to: the leading
+// broker's when another broker of a cluster leads the partition, else the owning shard's
 // address when metadata names one and routing is on, else the seed address.
 func (c *Client) leaderAddr(topic string, partition int32) string {
-	if c.cfg.DisableShardRouting {
-		return c.cfg.Broker
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tm := c.topics[topic]
 	if tm == nil || partition < 0 || int(partition) >= len(tm.partitions) {
+		return c.cfg.Broker
+	}
+	if leader := tm.partitions[partition].leader; leader != "" {
+		return leader // another broker of the cluster leads it
+	}
+	if c.cfg.DisableShardRouting {
 		return c.cfg.Broker
 	}
 	if addr := c.shards[tm.partitions[partition].shard]; addr != "" {
@@ -300,7 +385,13 @@ func (c *Client) ListTopics(ctx context.Context) ([]TopicInfo, error) {
 
 // CreateTopic creates a topic with the given partition count and configs.
 func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32, configs map[string]string) error {
-	ct := wire.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: 1}
+	return c.CreateReplicatedTopic(ctx, name, partitions, 1, configs)
+}
+
+// CreateReplicatedTopic creates a topic whose partitions have replicationFactor replicas
+// on different brokers of a cluster (a single broker refuses more than 1).
+func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partitions int32, replicationFactor int16, configs map[string]string) error {
+	ct := wire.CreateTopic{Topic: name, Partitions: partitions, ReplicationFactor: replicationFactor}
 	for _, k := range sortedKeys(configs) {
 		ct.Configs = append(ct.Configs, wire.ConfigEntry{Key: k, Value: configs[k]})
 	}
@@ -309,6 +400,46 @@ func (c *Client) CreateTopic(ctx context.Context, name string, partitions int32,
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	return topicResultErr("create topic", name, resp.Topics)
+}
+
+// ClusterMetadata returns the broker's view of the cluster's controller metadata as JSON
+// (brokers, controller leader, topics with their leaders, replicas, ISR and epochs, and
+// the high watermark of each partition the broker leads). A single broker answers
+// NOT_CONTROLLER.
+func (c *Client) ClusterMetadata(ctx context.Context) ([]byte, error) {
+	return c.ClusterMetadataAt(ctx, c.cfg.Broker)
+}
+
+// ClusterMetadataAt is ClusterMetadata asked of the broker at addr.
+func (c *Client) ClusterMetadataAt(ctx context.Context, addr string) ([]byte, error) {
+	type answer struct {
+		body []byte
+		err  error
+	}
+	result := make(chan answer, 1)
+	var resp wire.ControllerResponse
+	c.callAsyncOwned(addr, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp, func(_ wire.Message, err error, release func()) {
+		// The body aliases the frame buffer, which release hands back: copy it first.
+		a := answer{err: err}
+		if err == nil {
+			if a.err = resp.ErrorCode.Err(); a.err != nil {
+				a.err = fmt.Errorf("%w: %s", a.err, resp.ErrorMessage)
+			} else {
+				a.body = append([]byte(nil), resp.Body...)
+			}
+		}
+		release()
+		result <- a
+	})
+	select {
+	case a := <-result:
+		if a.err != nil {
+			return nil, fmt.Errorf("cluster metadata: %w", a.err)
+		}
+		return a.body, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cluster metadata from %s: %w", addr, ctx.Err())
+	}
 }
 
 // DeleteTopic deletes a topic.

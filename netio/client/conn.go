@@ -2,11 +2,12 @@ package client
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
-	"time"
 
 	"github.com/ringlog/ringlog/netio/wire"
 )
@@ -52,16 +53,27 @@ type conn struct {
 	err error // guarded by emu: first failure
 }
 
-func dialConn(addr string, timeout time.Duration, inflightMax int, frameBytesMax uint32) (*conn, error) {
-	nc, err := net.DialTimeout("tcp", addr, timeout)
+// dialConn connects to addr, over TLS when cfg.TLS is set (the handshake completes within
+// DialTimeout).
+func dialConn(addr string, cfg *Config) (*conn, error) {
+	var nc net.Conn
+	var err error
+	if cfg.TLS != nil {
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: cfg.DialTimeout}, Config: cfg.TLS}
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+		nc, err = d.DialContext(ctx, "tcp", addr)
+		cancel()
+	} else {
+		nc, err = net.DialTimeout("tcp", addr, cfg.DialTimeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	c := &conn{
 		addr:          addr,
 		nc:            nc,
-		frameBytesMax: frameBytesMax,
-		pending:       make(chan *call, inflightMax),
+		frameBytesMax: cfg.FrameBytesMax,
+		pending:       make(chan *call, cfg.InflightPerConnMax),
 		closed:        make(chan struct{}),
 	}
 	go c.readLoop()

@@ -24,6 +24,7 @@ import (
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/kafka"
+	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -58,7 +59,8 @@ type Config struct {
 	ShardPorts string
 	// Advertise is the host clients are told to connect to; empty means the Listen host.
 	Advertise string
-	// Net is NetRing (default) or NetGo.
+	// Net is NetRing (default) or NetGo. With Server.TLS set it is always NetGo: TLS
+	// connections take the net driver (netio.ErrRingTLS).
 	Net string
 	// Server configures the protocol server (frame and connection limits, egress). Its
 	// Shards is set to the core's; FetchFilesPerConnMax and FetchFilesPerAddressMax
@@ -78,6 +80,10 @@ type Config struct {
 	// KafkaAutoCreateTopics creates topics Kafka Metadata requests name (Kafka's
 	// auto.create.topics.enable).
 	KafkaAutoCreateTopics bool
+	// Cluster, when set, makes this broker a member of a replicated cluster: it runs a
+	// controller voter and replicates partitions (replication/cluster). Its DataDir, Dial
+	// and Logger are filled in here. nil: a single broker, exactly as before.
+	Cluster *cluster.Config
 }
 
 // Node is a running broker.
@@ -95,6 +101,11 @@ type Node struct {
 	// the address it advertises.
 	Kafka     *kafka.Server
 	KafkaAddr string
+	// Net is the network driver serving connections (NetGo when TLS asked it to be).
+	Net string
+
+	// Cluster is this broker's replication; nil on a single broker.
+	Cluster *cluster.Manager
 
 	log       *slog.Logger
 	listeners []net.Listener // by shard: the main listener (once per shard), then the per-shard ones
@@ -115,22 +126,52 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.Net != NetRing && cfg.Net != NetGo {
 		return nil, fmt.Errorf("network driver %q: want %s or %s", cfg.Net, NetRing, NetGo)
 	}
-	core, err := shard.Open(cfg.Core)
-	if err != nil {
+	if cfg.Server.TLS != nil && cfg.Net == NetRing {
+		// The ring driver moves plain bytes (recv, send, splice on the socket); TLS
+		// connections are crypto/tls over Go's net package.
+		cfg.Logger.Info("TLS on: connections are served by Go's netpoller (net driver), file bytes are copied, not spliced")
+		cfg.Net = NetGo
+	}
+	if err := checkKafka(cfg); err != nil {
 		return nil, err
 	}
-	n := &Node{Core: core, log: cfg.Logger}
+	var mgr *cluster.Manager
+	if cfg.Cluster != nil {
+		cc := *cfg.Cluster
+		cc.DataDir, cc.Dial, cc.Logger = cfg.Core.DataDir, netio.DialPeer, cfg.Logger
+		var err error
+		if mgr, err = cluster.New(cc); err != nil {
+			return nil, err
+		}
+		cfg.Core.Replicator = mgr
+	}
+	closeCluster := func() {
+		if mgr != nil {
+			mgr.Close()
+		}
+	}
+	core, err := shard.Open(cfg.Core)
+	if err != nil {
+		closeCluster()
+		return nil, err
+	}
+	n := &Node{Core: core, Cluster: mgr, log: cfg.Logger, Net: cfg.Net}
 	if err := n.listen(cfg); err != nil {
 		n.closeListeners()
+		closeCluster()
 		core.Close()
 		return nil, err
 	}
 	handler := netio.NewBrokerHandler(core, n.Addr).WithShardAddresses(n.ShardAddrs).
 		WithFetchResponseBytesMax(cfg.FetchResponseBytesMax)
+	if mgr != nil {
+		handler.WithCluster(mgr)
+	}
 	n.Server = netio.NewServer(handler, serverConfig(cfg.Server, core))
 	if err := n.serve(cfg.Net); err != nil {
 		n.Server.Close()
 		n.closeListeners()
+		closeCluster()
 		core.Close()
 		return nil, err
 	}
@@ -138,11 +179,35 @@ func Start(cfg Config) (*Node, error) {
 		if err := n.serveKafka(cfg); err != nil {
 			n.Server.Close()
 			n.closeListeners()
+			closeCluster()
 			core.Close()
 			return nil, err
 		}
 	}
+	if mgr != nil {
+		mgr.Attach(core, n.Addr)
+	}
 	return n, nil
+}
+
+// ErrKafkaUnsupported refuses a Kafka listener next to features it does not serve yet.
+var ErrKafkaUnsupported = errors.New("kafka listener")
+
+// checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
+// has no TLS, no SASL, no ACLs and no quotas, so beside a secured ringlog listener it would
+// be an open door; and its Metadata describes this broker alone, which a replicated
+// cluster's clients must not be told.
+func checkKafka(cfg Config) error {
+	if cfg.KafkaListen == "" {
+		return nil
+	}
+	switch {
+	case cfg.Server.TLS != nil || cfg.Server.Security != nil:
+		return fmt.Errorf("%w: TLS, SASL, ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or the security settings)", ErrKafkaUnsupported)
+	case cfg.Cluster != nil:
+		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
+	}
+	return nil
 }
 
 // serveKafka opens the Kafka listener: its connections are admitted under n.Server's limits
@@ -240,6 +305,13 @@ func (n *Node) Errors() <-chan error { return n.errc }
 // Shutdown answers parked long-polls, stops accepting, lets in-flight requests answer until
 // ctx ends, then syncs and closes every partition. It returns the first error.
 func (n *Node) Shutdown(ctx context.Context) error {
+	if n.Cluster != nil {
+		// Leave the cluster first: fetchers stop, leaderships end (waiting acks=all
+		// produces answer NOT_LEADER), the voter stops.
+		if err := n.Cluster.Close(); err != nil {
+			n.log.Warn("leave the cluster", "err", err)
+		}
+	}
 	n.Core.Drain() // Shutdown below waits for every in-flight request, parked fetches too
 	var kerr error
 	if n.Kafka != nil {

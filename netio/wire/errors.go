@@ -60,6 +60,20 @@ const (
 	ErrGroupMaxSizeReached       ErrorCode = 40
 	ErrFencedInstanceID          ErrorCode = 41
 	ErrOffsetMetadataTooLarge    ErrorCode = 42
+
+	// Replication codes.
+	ErrFencedLeaderEpoch  ErrorCode = 43
+	ErrUnknownLeaderEpoch ErrorCode = 44
+	ErrNotController      ErrorCode = 45
+
+	// Security (docs/security.md).
+	ErrSaslAuthenticationFailed   ErrorCode = 46
+	ErrUnsupportedSaslMechanism   ErrorCode = 47
+	ErrIllegalSaslState           ErrorCode = 48
+	ErrTopicAuthorizationFailed   ErrorCode = 49
+	ErrGroupAuthorizationFailed   ErrorCode = 50
+	ErrClusterAuthorizationFailed ErrorCode = 51
+	ErrSecurityDisabled           ErrorCode = 52
 )
 
 type errorInfo struct {
@@ -113,6 +127,18 @@ var errorTable = map[ErrorCode]errorInfo{
 	ErrGroupMaxSizeReached:       {"GROUP_MAX_SIZE_REACHED", "the group has the most members the broker allows (group-max-size)", false},
 	ErrFencedInstanceID:          {"FENCED_INSTANCE_ID", "a newer member took over this group.instance.id", false},
 	ErrOffsetMetadataTooLarge:    {"OFFSET_METADATA_TOO_LARGE", "the commit's metadata string is too long", false},
+
+	ErrFencedLeaderEpoch:  {"FENCED_LEADER_EPOCH", "the request's leader epoch is older than the partition's; refresh metadata", true},
+	ErrUnknownLeaderEpoch: {"UNKNOWN_LEADER_EPOCH", "the request's leader epoch is newer than this broker knows; retry", true},
+	ErrNotController:      {"NOT_CONTROLLER", "no controller leader is reachable from this broker; retry", true},
+
+	ErrSaslAuthenticationFailed:   {"SASL_AUTHENTICATION_FAILED", "authentication failed (unknown user or wrong password), or a request came before authentication; connection closed", false},
+	ErrUnsupportedSaslMechanism:   {"UNSUPPORTED_SASL_MECHANISM", "the broker does not offer this SASL mechanism", false},
+	ErrIllegalSaslState:           {"ILLEGAL_SASL_STATE", "SASL request out of order (authenticate before handshake, or after success)", false},
+	ErrTopicAuthorizationFailed:   {"TOPIC_AUTHORIZATION_FAILED", "the principal is not allowed this operation on the topic", false},
+	ErrGroupAuthorizationFailed:   {"GROUP_AUTHORIZATION_FAILED", "the principal is not allowed this operation on the group", false},
+	ErrClusterAuthorizationFailed: {"CLUSTER_AUTHORIZATION_FAILED", "the principal is not allowed this cluster operation", false},
+	ErrSecurityDisabled:           {"SECURITY_DISABLED", "the broker runs without the security feature this request administers (--auth or --acl off)", false},
 }
 
 // Error returns the code's name and default message.

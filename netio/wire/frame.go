@@ -66,16 +66,30 @@ const (
 	APIListGroups      APIKey = 18
 	APIDescribeGroups  APIKey = 19
 	APIDeleteGroups    APIKey = 20
+	// Between brokers (replication), and the CLI's cluster view.
+	APIReplicaFetch          APIKey = 21
+	APIOffsetsForLeaderEpoch APIKey = 22
+	APIController            APIKey = 23
+	// Security (security.go, docs/security.md).
+	APISaslHandshake    APIKey = 24
+	APISaslAuthenticate APIKey = 25
+	APIDescribeUsers    APIKey = 26
+	APIAlterUsers       APIKey = 27
+	APIDescribeAcls     APIKey = 28
+	APICreateAcls       APIKey = 29
+	APIDeleteAcls       APIKey = 30
 
 	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 21
+	APIKeyCount = 31
 )
 
 var apiNames = [APIKeyCount]string{
 	"ApiVersions", "Produce", "Fetch", "ListOffsets", "Metadata",
 	"CreateTopics", "DeleteTopics", "DescribeTopics", "DescribeConfigs", "AlterConfigs",
 	"InitProducerId", "FindCoordinator", "JoinGroup", "SyncGroup", "Heartbeat",
-	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups",
+	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups", "ReplicaFetch", "OffsetsForLeaderEpoch", "Controller",
+	"SaslHandshake", "SaslAuthenticate", "DescribeUsers", "AlterUsers",
+	"DescribeAcls", "CreateAcls", "DeleteAcls",
 }
 
 func (k APIKey) String() string {

@@ -178,3 +178,45 @@ func FuzzAlterConfigsRequest(f *testing.F) {
 func FuzzAlterConfigsResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(AlterConfigsResponse) }, sampleResponses())
 }
+func FuzzSaslHandshakeRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SaslHandshakeRequest) }, sampleRequests())
+}
+func FuzzSaslHandshakeResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SaslHandshakeResponse) }, sampleResponses())
+}
+func FuzzSaslAuthenticateRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SaslAuthenticateRequest) }, sampleRequests())
+}
+func FuzzSaslAuthenticateResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SaslAuthenticateResponse) }, sampleResponses())
+}
+func FuzzDescribeUsersRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeUsersRequest) }, sampleRequests())
+}
+func FuzzDescribeUsersResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeUsersResponse) }, sampleResponses())
+}
+func FuzzAlterUsersRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(AlterUsersRequest) }, sampleRequests())
+}
+func FuzzAlterUsersResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(AlterUsersResponse) }, sampleResponses())
+}
+func FuzzDescribeAclsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeAclsRequest) }, sampleRequests())
+}
+func FuzzDescribeAclsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DescribeAclsResponse) }, sampleResponses())
+}
+func FuzzCreateAclsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(CreateAclsRequest) }, sampleRequests())
+}
+func FuzzCreateAclsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(CreateAclsResponse) }, sampleResponses())
+}
+func FuzzDeleteAclsRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DeleteAclsRequest) }, sampleRequests())
+}
+func FuzzDeleteAclsResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(DeleteAclsResponse) }, sampleResponses())
+}

@@ -62,6 +62,26 @@ func NewRequest(key APIKey) Message {
 		return new(DescribeGroupsRequest)
 	case APIDeleteGroups:
 		return new(DeleteGroupsRequest)
+	case APIReplicaFetch:
+		return new(ReplicaFetchRequest)
+	case APIOffsetsForLeaderEpoch:
+		return new(OffsetsForLeaderEpochRequest)
+	case APIController:
+		return new(ControllerRequest)
+	case APISaslHandshake:
+		return new(SaslHandshakeRequest)
+	case APISaslAuthenticate:
+		return new(SaslAuthenticateRequest)
+	case APIDescribeUsers:
+		return new(DescribeUsersRequest)
+	case APIAlterUsers:
+		return new(AlterUsersRequest)
+	case APIDescribeAcls:
+		return new(DescribeAclsRequest)
+	case APICreateAcls:
+		return new(CreateAclsRequest)
+	case APIDeleteAcls:
+		return new(DeleteAclsRequest)
 	}
 	return nil
 }
@@ -111,6 +131,26 @@ func NewResponse(key APIKey) Message {
 		return new(DescribeGroupsResponse)
 	case APIDeleteGroups:
 		return new(DeleteGroupsResponse)
+	case APIReplicaFetch:
+		return new(ReplicaFetchResponse)
+	case APIOffsetsForLeaderEpoch:
+		return new(OffsetsForLeaderEpochResponse)
+	case APIController:
+		return new(ControllerResponse)
+	case APISaslHandshake:
+		return new(SaslHandshakeResponse)
+	case APISaslAuthenticate:
+		return new(SaslAuthenticateResponse)
+	case APIDescribeUsers:
+		return new(DescribeUsersResponse)
+	case APIAlterUsers:
+		return new(AlterUsersResponse)
+	case APIDescribeAcls:
+		return new(DescribeAclsResponse)
+	case APICreateAcls:
+		return new(CreateAclsResponse)
+	case APIDeleteAcls:
+		return new(DeleteAclsResponse)
 	}
 	return nil
 }

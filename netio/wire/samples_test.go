@@ -43,6 +43,25 @@ func sampleRequests() []Message {
 		&ListGroupsRequest{},
 		&DescribeGroupsRequest{Groups: []string{"billing", "audit"}},
 		&DeleteGroupsRequest{Groups: []string{"old"}},
+		&ReplicaFetchRequest{ReplicaID: 2, MaxWaitMs: 500, MinBytes: 1, MaxBytes: 1 << 20, Topics: []ReplicaFetchTopic{
+			{Topic: "orders", Partitions: []ReplicaFetchPartition{{Partition: 0, CurrentLeaderEpoch: 3, FetchOffset: 42, MaxBytes: 1 << 20}}},
+		}},
+		&OffsetsForLeaderEpochRequest{Topics: []OffsetsForLeaderEpochTopic{
+			{Topic: "orders", Partitions: []OffsetsForLeaderEpochPartition{{0, 4, 3}, {1, 4, -1}}},
+		}},
+		&ControllerRequest{Op: ControllerSubmit, Body: []byte(`{"Type":2}`)},
+		&ControllerRequest{Op: ControllerMetadata},
+		&SaslHandshakeRequest{Mechanism: "SCRAM-SHA-512"},
+		&SaslAuthenticateRequest{AuthBytes: []byte("n,,n=user,r=rOprNGfwEbeRWgbNEkqO")},
+		&SaslAuthenticateRequest{AuthBytes: []byte("c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")},
+		&DescribeUsersRequest{Users: []string{"alice"}},
+		&DescribeUsersRequest{},
+		&AlterUsersRequest{Upsertions: []UserUpsertion{{"alice", "SCRAM-SHA-256", 8192, []byte("salt"), []byte("salted password bytes")}},
+			Deletions: []UserDeletion{{"bob", ""}, {"carol", "SCRAM-SHA-512"}}},
+		&DescribeAclsRequest{Filter: ACLBinding{ResourceType: ACLResourceTopic, Principal: "User:alice"}},
+		&CreateAclsRequest{ACLs: []ACLBinding{{ACLResourceTopic, "orders-", ACLPatternPrefixed, "User:alice", ACLOperationWrite, ACLPermissionAllow},
+			{ACLResourceCluster, "", ACLPatternLiteral, "User:bob", ACLOperationCreate, ACLPermissionDeny}}},
+		&DeleteAclsRequest{Filters: []ACLBinding{{Principal: "User:alice"}}},
 	}
 }
 
@@ -90,5 +109,26 @@ func sampleResponses() []Message {
 			Members: []DescribedMember{{MemberID: "c-1", ClientID: "ringlog-go", ClientHost: "127.0.0.1", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 300000, Metadata: []byte{0}, Assignment: []byte{1}}}},
 			{Group: "nobody", State: "Dead", Generation: -1}}},
 		&DeleteGroupsResponse{Groups: []GroupResult{{"old", ErrNone, ""}, {"busy", ErrNonEmptyGroup, "group busy has 2 members"}}},
+		&ReplicaFetchResponse{Topics: []ReplicaFetchResponseTopic{
+			{Topic: "orders", Partitions: []ReplicaFetchResponsePartition{
+				{Partition: 0, HighWatermark: 40, LogStartOffset: 0, LogEndOffset: 50, Records: []byte("batches")},
+				{Partition: 1, ErrorCode: ErrFencedLeaderEpoch, ErrorMessage: "epoch 2, leader's 3", HighWatermark: -1, LogStartOffset: -1, LogEndOffset: -1},
+			}},
+		}},
+		&OffsetsForLeaderEpochResponse{Topics: []OffsetsForLeaderEpochResponseTopic{
+			{Topic: "orders", Partitions: []OffsetsForLeaderEpochResponsePartition{{0, ErrNone, "", 3, 120}, {1, ErrNotLeaderOrWrongShard, "not the leader", -1, -1}}},
+		}},
+		&ControllerResponse{Body: []byte(`{"Version":7}`)},
+		&ControllerResponse{ErrorCode: ErrNotController, ErrorMessage: "no controller leader"},
+		&SaslHandshakeResponse{Mechanisms: []string{"SCRAM-SHA-512", "SCRAM-SHA-256"}},
+		&SaslHandshakeResponse{ErrorCode: ErrUnsupportedSaslMechanism, ErrorMessage: "PLAIN is not offered", Mechanisms: []string{"SCRAM-SHA-512"}},
+		&SaslAuthenticateResponse{AuthBytes: []byte("r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")},
+		&SaslAuthenticateResponse{AuthBytes: []byte("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="), Principal: "User:user"},
+		&SaslAuthenticateResponse{ErrorCode: ErrSaslAuthenticationFailed, ErrorMessage: "authentication failed"},
+		&DescribeUsersResponse{Users: []UserDescription{{"alice", []UserMechanism{{"SCRAM-SHA-256", 8192}, {"SCRAM-SHA-512", 4096}}}}},
+		&AlterUsersResponse{Results: []UserResult{{"alice", ErrNone, ""}, {"bob", ErrInvalidRequest, "no such user"}}},
+		&DescribeAclsResponse{ACLs: []ACLBinding{{ACLResourceGroup, "billing", ACLPatternLiteral, "User:alice", ACLOperationRead, ACLPermissionAllow}}},
+		&CreateAclsResponse{Results: []TopicResult{{"", ErrNone, ""}, {"", ErrInvalidRequest, "unknown operation 9"}}},
+		&DeleteAclsResponse{Deleted: []ACLBinding{{ACLResourceTopic, "orders", ACLPatternLiteral, "User:alice", ACLOperationAll, ACLPermissionDeny}}},
 	}
 }

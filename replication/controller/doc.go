@@ -21,5 +21,6 @@
 //     the first replica of the assignment when it is live and in sync.
 //
 // Controller runs one voter: raft over TCP, the log and stable store in bolt, snapshots in
-// files. It must not import netio, cmd or bench; the brokers' wiring to it is not built yet.
+// files. It must not import netio, cmd or bench; replication/cluster runs it inside each
+// broker and forwards brokers' commands to the leader voter.
 package controller

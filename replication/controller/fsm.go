@@ -56,6 +56,8 @@ type TopicRequest struct {
 	Partitions            int32 `json:",omitempty"`
 	ReplicationFactor     int32 `json:",omitempty"`
 	UncleanLeaderElection bool  `json:",omitempty"`
+	// Config (create): the topic's configuration, stored with it.
+	Config map[string]string `json:",omitempty"`
 }
 
 // AlterISRRequest is a partition leader's ISR change (isr.AlterISR, named by partition).

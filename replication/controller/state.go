@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 )
@@ -80,7 +81,10 @@ type Topic struct {
 	// UncleanLeaderElection is unclean.leader.election.enable: when no ISR member is alive,
 	// elect any live replica (losing what it missed) rather than stay offline.
 	UncleanLeaderElection bool
-	Partitions            []Partition
+	// Config is the topic's configuration (retention.ms, min.insync.replicas, ...): every
+	// replica's broker opens its partitions with it.
+	Config     map[string]string `json:",omitempty"`
+	Partitions []Partition
 }
 
 // Metadata is the controller's whole replicated state.
@@ -106,7 +110,7 @@ func (m *Metadata) Clone() *Metadata {
 		c.Brokers[id] = &bc
 	}
 	for name, t := range m.Topics {
-		tc := &Topic{Name: t.Name, UncleanLeaderElection: t.UncleanLeaderElection, Partitions: make([]Partition, len(t.Partitions))}
+		tc := &Topic{Name: t.Name, UncleanLeaderElection: t.UncleanLeaderElection, Config: maps.Clone(t.Config), Partitions: make([]Partition, len(t.Partitions))}
 		for i, p := range t.Partitions {
 			p.Replicas = slices.Clone(p.Replicas)
 			p.TargetReplicas = slices.Clone(p.TargetReplicas)
@@ -373,7 +377,7 @@ func (m *Metadata) createTopic(req *TopicRequest) (*Topic, error) {
 		return nil, fmt.Errorf("create %s: replication factor %d, %d live brokers: %w", req.Name, req.ReplicationFactor, len(live), ErrNotEnoughBrokers)
 	}
 	assignment := placeReplicas(req.Name, live, int(req.Partitions), int(req.ReplicationFactor))
-	t := &Topic{Name: req.Name, UncleanLeaderElection: req.UncleanLeaderElection, Partitions: make([]Partition, req.Partitions)}
+	t := &Topic{Name: req.Name, UncleanLeaderElection: req.UncleanLeaderElection, Config: maps.Clone(req.Config), Partitions: make([]Partition, req.Partitions)}
 	for i, replicas := range assignment {
 		t.Partitions[i] = Partition{Index: int32(i), Replicas: replicas, Leader: replicas[0], ISR: slices.Clone(replicas)}
 	}

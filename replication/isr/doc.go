@@ -17,7 +17,6 @@
 //   - EpochCache: epoch -> start offset per partition replica, with its checkpoint file
 //     (WriteCheckpoint: temporary file, fsync, rename, directory fsync).
 //
-// Not wired into the broker yet: engine/shard's core.Replicator seam (HighWatermark,
-// CommittedOffset, InSyncReplicas) is what a driver around Leader will implement. This
+// replication/cluster drives it in the broker (engine/shard's core.Replicator seam). This
 // package imports nothing of ringlog.
 package isr

@@ -237,6 +237,22 @@ func (l *Leader) ISR() []ReplicaID { return slices.Clone(l.isr) }
 // InSyncReplicas is the committed ISR's size (core.Replicator's InSyncReplicas).
 func (l *Leader) InSyncReplicas() int { return len(l.isr) }
 
+// InSyncNow is how many members of the committed ISR (this leader included) have caught up
+// within ReplicaLagMax as of now: the ISR the leader is about to propose, before the
+// controller commits it. A produce refused against it (min.insync.replicas) is refused a
+// little early, never wrongly accepted: while the controller cannot be reached (a lost
+// quorum), an ISR that cannot shrink would otherwise admit acks=all writes that can never
+// be acknowledged.
+func (l *Leader) InSyncNow(now time.Time) int {
+	n := 0
+	for _, id := range l.isr {
+		if id == l.cfg.Self || now.Sub(l.followers[id].lastCaughtUp) <= l.cfg.ReplicaLagMax {
+			n++
+		}
+	}
+	return n
+}
+
 // LeaderEpoch and PartitionEpoch are the epochs this leader runs under.
 func (l *Leader) LeaderEpoch() int32    { return l.cfg.LeaderEpoch }
 func (l *Leader) PartitionEpoch() int32 { return l.partitionEpoch }
@@ -404,13 +420,16 @@ func (l *Leader) Tick(now time.Time) {
 
 // maybeExpand proposes adding follower id to the ISR once its log end offset reaches the
 // high watermark and the start of this leader epoch (so that it holds everything of this
-// epoch the ISR has agreed on).
+// epoch the ISR has agreed on), and it caught up within ReplicaLagMax.
 func (l *Leader) maybeExpand(now time.Time, id ReplicaID) {
 	if l.inflight != nil || slices.Contains(l.isr, id) {
 		return
 	}
 	f := l.followers[id]
-	if f.leo >= l.hwm && f.leo >= l.epochStart {
+	// Caught up by offset is not enough: a follower that stopped fetching right after its
+	// removal still shows a log end offset at the high watermark (Kafka's isCaughtUp also
+	// asks for a recent catch-up).
+	if f.leo >= l.hwm && f.leo >= l.epochStart && now.Sub(f.lastCaughtUp) <= l.cfg.ReplicaLagMax {
 		l.propose(now, sortedIDs(append(slices.Clone(l.isr), id)))
 	}
 }

@@ -169,3 +169,55 @@ func TestFollowerEdges(t *testing.T) {
 		t.Errorf("epoch cache after truncation %v", got)
 	}
 }
+
+// TestInSyncNow: members of the committed ISR that stopped catching up stop counting once
+// the lag limit passes, before the controller has committed their removal.
+func TestInSyncNow(t *testing.T) {
+	l, now := newTestLeader(t, []isr.ReplicaID{1, 2, 3}, 2)
+	l.Appended(now, 10)
+	if got := l.InSyncNow(now); got != 3 {
+		t.Fatalf("at the start: %d in sync, want 3 (one lag period of grace)", got)
+	}
+	later := now.Add(5 * time.Second)
+	l.Fetch(later, isr.FetchRequest{Replica: 2, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	late := now.Add(11 * time.Second)
+	if got := l.InSyncNow(late); got != 2 {
+		t.Fatalf("replica 3 silent past the lag: %d in sync, want 2", got)
+	}
+	if got := l.InSyncReplicas(); got != 3 {
+		t.Fatalf("committed ISR %d, want 3 until the controller commits a change", got)
+	}
+	if got := l.InSyncNow(now.Add(16 * time.Second)); got != 1 {
+		t.Fatalf("both silent: %d, want 1 (the leader)", got)
+	}
+}
+
+// TestNoReexpansionOfSilentFollower: a follower removed for lagging whose last fetch left
+// it at the high watermark (it stopped right after catching up, and nothing was appended
+// since) is not proposed back when the controller commits its removal: it has not caught
+// up within the lag limit. (Seen with a SIGSTOPped follower in e2e: it was re-added within
+// 100 ms of its removal and then elected leader.)
+func TestNoReexpansionOfSilentFollower(t *testing.T) {
+	l, now := newTestLeader(t, []isr.ReplicaID{1, 2, 3}, 2)
+	l.Appended(now, 10)
+	for _, f := range []isr.ReplicaID{2, 3} {
+		l.Fetch(now, isr.FetchRequest{Replica: f, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	}
+	l.Outputs()
+	later := now.Add(11 * time.Second)
+	l.Fetch(later, isr.FetchRequest{Replica: 3, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	l.Tick(later)
+	a, ok := l.PendingISR()
+	if !ok || !slices.Equal(a.ISR, []isr.ReplicaID{1, 3}) {
+		t.Fatalf("pending ISR %v %v, want (1,3)", a.ISR, ok)
+	}
+	l.ISRCommitted(later, a.ISR, a.PartitionEpoch+1)
+	if a, ok := l.PendingISR(); ok {
+		t.Fatalf("silent replica 2 proposed back: %v", a)
+	}
+	// Once it fetches again it rejoins.
+	l.Fetch(later.Add(time.Second), isr.FetchRequest{Replica: 2, FetchOffset: 10, CurrentLeaderEpoch: 3})
+	if a, ok := l.PendingISR(); !ok || !slices.Equal(a.ISR, []isr.ReplicaID{1, 2, 3}) {
+		t.Fatalf("after fetching again: pending %v %v, want (1,2,3)", a.ISR, ok)
+	}
+}

@@ -165,6 +165,7 @@ type ack struct {
 type watch struct {
 	w      *waiter
 	offset int64 // the fetch offset: fire once the high watermark passes it
+	end    bool  // a follower's fetch: fire once the log end offset passes offset instead
 }
 
 // waiter is one Waiter parked on one shard (on one or more of its partitions).
@@ -416,6 +417,12 @@ func (c *Core) Ready(p *Partition, offset int64) bool {
 	return p.removed || c.rep.HighWatermark(p) > offset
 }
 
+// ReadyEnd is Ready for a follower's fetch, which reads up to the log end offset: it need
+// not wait once the log end offset is past offset.
+func (c *Core) ReadyEnd(p *Partition, offset int64) bool {
+	return p.removed || p.Log.EndOffset() > offset
+}
+
 // Handle is a Waiter parked on this core (see Wait).
 type Handle struct{ w *waiter }
 
@@ -445,6 +452,20 @@ func (c *Core) Watch(h Handle, p *Partition, offset int64) {
 	p.watches = append(live, watch{w: h.w, offset: offset})
 }
 
+// WatchEnd makes h fire when p's log end offset passes offset (a follower's fetch). Call
+// it only after ReadyEnd reported false for (p, offset).
+func (c *Core) WatchEnd(h Handle, p *Partition, offset int64) {
+	c.Watch(h, p, offset)
+	p.watches[len(p.watches)-1].end = true
+}
+
+// FailWaiting answers every produce waiting on p with err and leaves p writable: the
+// replicator's view ended (this broker stopped leading p), so what they wait for may never
+// come from here.
+func (c *Core) FailWaiting(p *Partition, err error) {
+	c.answerAll(p, err)
+}
+
 // Moved reports that p's high watermark may have moved (an append, a sync, a follower's
 // fetch): the produces now committed are answered and every waiter whose offset it passed
 // fires.
@@ -453,14 +474,14 @@ func (c *Core) Moved(p *Partition) {
 	if len(p.watches) == 0 {
 		return
 	}
-	hw := c.rep.HighWatermark(p)
+	hw, end := c.rep.HighWatermark(p), p.Log.EndOffset()
 	ws := p.watches
 	live := ws[:0]
 	var fire []*waiter
 	for _, w := range ws {
 		switch {
 		case w.w.done || w.w.w.Fired():
-		case hw > w.offset:
+		case hw > w.offset, w.end && end > w.offset:
 			fire = append(fire, w.w)
 		default:
 			live = append(live, w)

@@ -55,3 +55,62 @@ func TestAckQueueStaysBoundedWhenNeverDrained(t *testing.T) {
 		t.Fatalf("ack queue capacity %d after %d produces, want at most %d", cap(p.acks), perTurn*turns, limit)
 	}
 }
+
+type onceWaiter struct{ fired int }
+
+func (w *onceWaiter) Fire()       { w.fired++ }
+func (w *onceWaiter) Fired() bool { return w.fired > 0 }
+
+// hwmReplicator holds the high watermark still: only the log end offset moves.
+type hwmReplicator struct{ hwm int64 }
+
+func (r *hwmReplicator) HighWatermark(*Partition) int64   { return r.hwm }
+func (r *hwmReplicator) CommittedOffset(*Partition) int64 { return r.hwm }
+func (r *hwmReplicator) InSyncReplicas(*Partition) int    { return 2 }
+
+// A follower's fetch parks on the log end offset (WatchEnd): an append fires it although
+// the high watermark has not moved, and a consumer's fetch at the same offset stays parked.
+func TestWatchEndFiresOnAppend(t *testing.T) {
+	rep := &hwmReplicator{hwm: 5}
+	c := New(&syncDriver{}, rep)
+	l := &memLog{end: 5, synced: 5}
+	p := &Partition{Topic: "t", Log: l, MinInsync: 1}
+	if c.ReadyEnd(p, 5) || c.Ready(p, 5) {
+		t.Fatal("ready at the log end")
+	}
+	follower, consumer := &onceWaiter{}, &onceWaiter{}
+	deadline := time.Unix(100, 0)
+	c.WatchEnd(c.Wait(follower, deadline), p, 5)
+	c.Watch(c.Wait(consumer, deadline), p, 5)
+	l.end = 6
+	c.Appended(p, 1, 6, ProduceResult{BaseOffset: 5}, func(ProduceResult) {})
+	if follower.fired != 1 || consumer.fired != 0 {
+		t.Fatalf("after an append below the HWM's move: follower fired %d, consumer %d; want 1, 0", follower.fired, consumer.fired)
+	}
+	rep.hwm = 6
+	c.Moved(p)
+	if consumer.fired != 1 {
+		t.Fatalf("consumer fired %d after the HWM moved, want 1", consumer.fired)
+	}
+}
+
+// FailWaiting answers the waiting acks=all produces and leaves the partition writable.
+func TestFailWaiting(t *testing.T) {
+	c := New(&syncDriver{}, &hwmReplicator{hwm: 0})
+	l := &memLog{end: 1, synced: 1}
+	p := &Partition{Topic: "t", Log: l, MinInsync: 1}
+	var got error
+	c.Appended(p, AcksAll, 1, ProduceResult{}, func(r ProduceResult) { got = r.Err })
+	if p.Waiting() != 1 {
+		t.Fatalf("waiting %d, want 1", p.Waiting())
+	}
+	errGone := errorString("not the leader")
+	c.FailWaiting(p, errGone)
+	if got != errGone || p.Waiting() != 0 || p.Err() != nil || c.Admit(p, AcksAll) != nil {
+		t.Fatalf("answered %v, waiting %d, sticky %v, admit %v", got, p.Waiting(), p.Err(), c.Admit(p, AcksAll))
+	}
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

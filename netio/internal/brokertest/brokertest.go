@@ -31,6 +31,13 @@ type Options struct {
 	// KafkaAutoCreateTopics turns on its topic auto-creation.
 	Kafka                 bool
 	KafkaAutoCreateTopics bool
+	// Node, if set, changes the node's configuration before it starts (TLS,
+	// authentication, ACLs, quotas).
+	Node func(*node.Config)
+	// Client is the configuration of b.Client (its Broker is filled in); NoClient starts
+	// none, for brokers that refuse the default client.
+	Client   client.Config
+	NoClient bool
 	// Groups configures the group coordinators (tests lower the session timeout bounds).
 	Groups shard.GroupsConfig
 }
@@ -73,6 +80,9 @@ func Start(tb testing.TB, o Options) *Broker {
 	if o.Kafka {
 		cfg.KafkaListen, cfg.KafkaAutoCreateTopics = "127.0.0.1:0", o.KafkaAutoCreateTopics
 	}
+	if o.Node != nil {
+		o.Node(&cfg)
+	}
 	n, err := node.Start(cfg)
 	if errors.Is(err, node.ErrRingDriverUnavailable) {
 		tb.Skipf("ring driver unavailable here: %v", err)
@@ -81,9 +91,12 @@ func Start(tb testing.TB, o Options) *Broker {
 		tb.Fatal(err)
 	}
 	b := &Broker{Core: n.Core, Node: n, Addr: n.Addr, ShardAddrs: n.ShardAddrs, KafkaAddr: n.KafkaAddr, tb: tb}
-	if b.Client, err = client.New(context.Background(), client.Config{Broker: b.Addr}); err != nil {
-		b.Stop()
-		tb.Fatal(err)
+	if !o.NoClient {
+		o.Client.Broker = b.Addr
+		if b.Client, err = client.New(context.Background(), o.Client); err != nil {
+			b.Stop()
+			tb.Fatal(err)
+		}
 	}
 	tb.Cleanup(b.Stop)
 	return b

@@ -1,0 +1,308 @@
+package netio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio/wire"
+	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
+	"github.com/ringlog/ringlog/replication/isr"
+)
+
+// WithCluster makes the handler serve a broker of a replicated cluster: clients' produces,
+// fetches and list-offsets reach only partitions this broker leads (others answer
+// NOT_LEADER_OR_WRONG_SHARD), topics are created through the controller, and the
+// broker-to-broker APIs (ReplicaFetch, OffsetsForLeaderEpoch, Controller) are served.
+// Call it before serving.
+func (h *BrokerHandler) WithCluster(m *cluster.Manager) *BrokerHandler {
+	h.cluster = m
+	h.brokerID = m.NodeID()
+	return h
+}
+
+// checkLeader is nil when this broker may serve clients for tp.
+func (h *BrokerHandler) checkLeader(tp shard.TopicPartition) error {
+	if h.cluster == nil {
+		return nil
+	}
+	return h.cluster.CheckLeader(tp)
+}
+
+// clusterCodeFor maps the errors of replication to protocol codes; ErrNone when none fits.
+func clusterCodeFor(err error) wire.ErrorCode {
+	var code wire.ErrorCode
+	switch {
+	case errors.Is(err, isr.ErrNotLeader):
+		return wire.ErrNotLeaderOrWrongShard
+	case errors.Is(err, isr.ErrFencedLeaderEpoch):
+		return wire.ErrFencedLeaderEpoch
+	case errors.Is(err, isr.ErrUnknownLeaderEpoch), errors.Is(err, isr.ErrNotReplica):
+		return wire.ErrUnknownLeaderEpoch
+	case errors.Is(err, isr.ErrOffsetOutOfRange):
+		return wire.ErrOffsetOutOfRange
+	case errors.Is(err, controller.ErrNotController), errors.Is(err, cluster.ErrNoController):
+		return wire.ErrNotController
+	case errors.Is(err, controller.ErrTopicExists):
+		return wire.ErrTopicAlreadyExists
+	case errors.Is(err, controller.ErrNotEnoughBrokers):
+		return wire.ErrInvalidReplication
+	case errors.Is(err, controller.ErrInvalidTopic):
+		return wire.ErrInvalidPartitions
+	case errors.Is(err, controller.ErrUnknownTopic):
+		return wire.ErrUnknownTopicOrPartition
+	case errors.As(err, &code):
+		return code
+	}
+	return wire.ErrNone
+}
+
+func (h *BrokerHandler) createReplicated(t wire.CreateTopic) error {
+	rf := int32(t.ReplicationFactor)
+	if rf == -1 {
+		rf = 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	return h.cluster.CreateTopic(ctx, t.Topic, t.Partitions, rf, configMap(t.Configs))
+}
+
+// adminTimeout bounds a replicated admin operation (a controller round trip and the local
+// open of the replicas).
+const adminTimeout = 30 * time.Second
+
+func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchRequest) {
+	if h.cluster == nil {
+		req.ReplyError(wire.ErrUnknownAPI, "this broker is not part of a cluster")
+		return
+	}
+	fr := &cluster.FetchRequest{ReplicaID: body.ReplicaID, MaxWait: time.Duration(body.MaxWaitMs) * time.Millisecond,
+		BytesMax: int32(min(int64(max(body.MaxBytes, 1)), h.fetchResponseBytesMax))}
+	for _, t := range body.Topics {
+		for _, p := range t.Partitions {
+			fr.Partitions = append(fr.Partitions, cluster.FetchPartition{
+				TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: p.Partition},
+				LeaderEpoch:    p.CurrentLeaderEpoch, Offset: p.FetchOffset,
+			})
+		}
+	}
+	h.cluster.ReplicaFetch(fr, func(answers []cluster.FetchAnswer) {
+		resp := &wire.ReplicaFetchResponse{Topics: make([]wire.ReplicaFetchResponseTopic, len(body.Topics))}
+		k := 0
+		for i, t := range body.Topics {
+			rt := &resp.Topics[i]
+			rt.Topic = t.Topic
+			rt.Partitions = make([]wire.ReplicaFetchResponsePartition, len(t.Partitions))
+			for j := range t.Partitions {
+				a := &answers[k]
+				k++
+				rt.Partitions[j] = wire.ReplicaFetchResponsePartition{
+					Partition: a.Partition, ErrorCode: replicationCode(a.Err), ErrorMessage: errMessage(a.Err),
+					HighWatermark: a.HighWatermark, LogStartOffset: -1, LogEndOffset: a.LogEndOffset, Records: a.Records,
+				}
+			}
+		}
+		req.ReplyMessage(resp)
+	})
+}
+
+func replicationCode(err error) wire.ErrorCode {
+	if err == nil {
+		return wire.ErrNone
+	}
+	if c := clusterCodeFor(err); c != wire.ErrNone {
+		return c
+	}
+	return codeFor(err)
+}
+
+func (h *BrokerHandler) offsetsForLeaderEpoch(body *wire.OffsetsForLeaderEpochRequest) *wire.OffsetsForLeaderEpochResponse {
+	resp := &wire.OffsetsForLeaderEpochResponse{Topics: make([]wire.OffsetsForLeaderEpochResponseTopic, len(body.Topics))}
+	for i, t := range body.Topics {
+		rt := &resp.Topics[i]
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			out := wire.OffsetsForLeaderEpochResponsePartition{Partition: p.Partition, LeaderEpoch: -1, EndOffset: -1}
+			if h.cluster == nil {
+				out.ErrorCode, out.ErrorMessage = wire.ErrNotLeaderOrWrongShard, "this broker is not part of a cluster"
+			} else {
+				e, err := h.cluster.OffsetsForLeaderEpoch(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, p.CurrentLeaderEpoch, p.LeaderEpoch)
+				out.LeaderEpoch, out.EndOffset = e.Epoch, e.EndOffset
+				out.ErrorCode, out.ErrorMessage = replicationCode(err), errMessage(err)
+			}
+			rt.Partitions = append(rt.Partitions, out)
+		}
+	}
+	return resp
+}
+
+func (h *BrokerHandler) controllerOp(body *wire.ControllerRequest) *wire.ControllerResponse {
+	if h.cluster == nil {
+		return &wire.ControllerResponse{ErrorCode: wire.ErrNotController, ErrorMessage: "this broker is not part of a cluster"}
+	}
+	out, err := h.cluster.HandleController(body.Op, body.Body)
+	if err != nil {
+		code := replicationCode(err)
+		if code == wire.ErrUnknown {
+			code = wire.ErrInvalidRequest
+		}
+		return &wire.ControllerResponse{ErrorCode: code, ErrorMessage: err.Error()}
+	}
+	return &wire.ControllerResponse{Body: out}
+}
+
+// ---- the peer side: a broker's connection to another broker ----
+
+// peerFrameBytesMax bounds a response frame a peer may send (a replica fetch is bounded by
+// the fetch size the follower asks for, 8 MiB, plus headers).
+const peerFrameBytesMax = 64 << 20
+
+// DialPeer connects to another broker for replication (cluster.Dialer).
+func DialPeer(ctx context.Context, addr string) (cluster.PeerConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &peerConn{c: c}, nil
+}
+
+// peerConn is a synchronous request/response connection (one request in flight).
+type peerConn struct {
+	c    net.Conn
+	corr uint32
+	out  []byte
+	in   []byte
+}
+
+// peerError is a refusal a peer answered with: its code and message.
+type peerError struct {
+	code wire.ErrorCode
+	msg  string
+}
+
+func (e *peerError) Error() string { return fmt.Sprintf("%s: %s", e.code.Name(), e.msg) }
+func (e *peerError) Remote() bool  { return true }
+func (e *peerError) Unwrap() error { return e.code }
+
+// Is lets a caller test a peer's refusal against the controller's sentinel errors, whose
+// text the peer's message carries.
+func (e *peerError) Is(target error) bool {
+	switch target {
+	case controller.ErrStaleSession, controller.ErrTopicExists, controller.ErrNotEnoughBrokers, controller.ErrNotController:
+		return strings.Contains(e.msg, target.Error())
+	case isr.ErrNotLeader:
+		return e.code == wire.ErrNotLeaderOrWrongShard
+	case isr.ErrOffsetOutOfRange:
+		return e.code == wire.ErrOffsetOutOfRange
+	}
+	return false
+}
+
+func codeErr(code wire.ErrorCode, msg string) error {
+	if code == wire.ErrNone {
+		return nil
+	}
+	return &peerError{code: code, msg: msg}
+}
+
+func (p *peerConn) roundTrip(ctx context.Context, req, resp wire.Message) error {
+	if dl, ok := ctx.Deadline(); ok {
+		p.c.SetDeadline(dl)
+	} else {
+		p.c.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { p.c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	p.corr++
+	p.out = wire.AppendRequest(p.out[:0], p.corr, req)
+	if _, err := p.c.Write(p.out); err != nil {
+		return fmt.Errorf("send %s: %w", req.API(), err)
+	}
+	h, payload, buf, err := wire.ReadResponse(p.c, p.in, peerFrameBytesMax)
+	p.in = buf
+	if err != nil {
+		return fmt.Errorf("read %s response: %w", req.API(), err)
+	}
+	if h.CorrelationID != p.corr {
+		return fmt.Errorf("%s response with correlation id %d, want %d", req.API(), h.CorrelationID, p.corr)
+	}
+	if h.ErrorCode != wire.ErrNone {
+		msg, _ := wire.DecodeErrorPayload(payload)
+		return codeErr(h.ErrorCode, msg)
+	}
+	return resp.ReadFrom(payload)
+}
+
+func (p *peerConn) ReplicaFetch(ctx context.Context, req *cluster.FetchRequest) ([]cluster.FetchAnswer, error) {
+	wr := &wire.ReplicaFetchRequest{ReplicaID: req.ReplicaID, MaxWaitMs: int32(req.MaxWait / time.Millisecond), MinBytes: 1, MaxBytes: req.BytesMax}
+	index := map[string]int{}
+	for _, fp := range req.Partitions {
+		i, ok := index[fp.Topic]
+		if !ok {
+			i = len(wr.Topics)
+			index[fp.Topic] = i
+			wr.Topics = append(wr.Topics, wire.ReplicaFetchTopic{Topic: fp.Topic})
+		}
+		wr.Topics[i].Partitions = append(wr.Topics[i].Partitions, wire.ReplicaFetchPartition{
+			Partition: fp.Partition, CurrentLeaderEpoch: fp.LeaderEpoch, FetchOffset: fp.Offset, MaxBytes: req.BytesMax})
+	}
+	var resp wire.ReplicaFetchResponse
+	if err := p.roundTrip(ctx, wr, &resp); err != nil {
+		return nil, err
+	}
+	got := map[shard.TopicPartition]cluster.FetchAnswer{}
+	for _, t := range resp.Topics {
+		for _, rp := range t.Partitions {
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: rp.Partition}
+			// The records alias p.in, which the next round trip reuses: copy them.
+			got[tp] = cluster.FetchAnswer{TopicPartition: tp, Err: codeErr(rp.ErrorCode, rp.ErrorMessage),
+				HighWatermark: rp.HighWatermark, LogEndOffset: rp.LogEndOffset, Records: append([]byte(nil), rp.Records...)}
+		}
+	}
+	out := make([]cluster.FetchAnswer, len(req.Partitions))
+	for i, fp := range req.Partitions {
+		a, ok := got[fp.TopicPartition]
+		if !ok {
+			a = cluster.FetchAnswer{TopicPartition: fp.TopicPartition, Err: fmt.Errorf("leader did not answer for %s/%d", fp.Topic, fp.Partition)}
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
+func (p *peerConn) OffsetsForLeaderEpoch(ctx context.Context, tp shard.TopicPartition, currentEpoch, epoch int32) (isr.EpochEndOffset, error) {
+	none := isr.EpochEndOffset{Epoch: isr.UndefinedEpoch, EndOffset: isr.UndefinedOffset}
+	req := &wire.OffsetsForLeaderEpochRequest{Topics: []wire.OffsetsForLeaderEpochTopic{{Topic: tp.Topic,
+		Partitions: []wire.OffsetsForLeaderEpochPartition{{Partition: tp.Partition, CurrentLeaderEpoch: currentEpoch, LeaderEpoch: epoch}}}}}
+	var resp wire.OffsetsForLeaderEpochResponse
+	if err := p.roundTrip(ctx, req, &resp); err != nil {
+		return none, err
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return none, fmt.Errorf("OffsetsForLeaderEpoch: malformed answer for %s/%d", tp.Topic, tp.Partition)
+	}
+	a := resp.Topics[0].Partitions[0]
+	if err := codeErr(a.ErrorCode, a.ErrorMessage); err != nil {
+		return none, err
+	}
+	return isr.EpochEndOffset{Epoch: a.LeaderEpoch, EndOffset: a.EndOffset}, nil
+}
+
+func (p *peerConn) Controller(ctx context.Context, op int8, body []byte) ([]byte, error) {
+	var resp wire.ControllerResponse
+	if err := p.roundTrip(ctx, &wire.ControllerRequest{Op: op, Body: body}, &resp); err != nil {
+		return nil, err
+	}
+	if err := codeErr(resp.ErrorCode, resp.ErrorMessage); err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), resp.Body...), nil
+}
+
+func (p *peerConn) Close() error { return p.c.Close() }

@@ -1,0 +1,112 @@
+package security_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/netio/security"
+)
+
+// fakeClock is a clock the test moves.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+// TestQuotaDelays: within burst nothing waits; past it each client waits exactly its debt
+// over its rate; clients and kinds are separate; debt is capped at ThrottleMax.
+func TestQuotaDelays(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1000, RequestsPerSec: 10}, Burst: time.Second, Now: clock.now})
+	for i, c := range []struct {
+		advance time.Duration
+		client  string
+		kind    security.QuotaKind
+		n       int64
+		want    time.Duration
+	}{
+		{0, "a", security.QuotaProduceBytes, 500, 0},
+		{0, "a", security.QuotaProduceBytes, 500, 0},                                            // exactly a burst
+		{0, "a", security.QuotaProduceBytes, 500, 500 * time.Millisecond},                       // half a second over
+		{0, "b", security.QuotaProduceBytes, 1000, 0},                                           // another client
+		{0, "a", security.QuotaFetchBytes, 1 << 30, 0},                                          // fetch unlimited
+		{500 * time.Millisecond, "a", security.QuotaProduceBytes, 0, 0},                         // nothing charged
+		{500 * time.Millisecond, "a", security.QuotaProduceBytes, 1000, 500 * time.Millisecond}, // owed until t=2.5s at t=1s: 0.5 s over the burst
+		{3 * time.Second, "a", security.QuotaProduceBytes, 100, 0},                              // paid off
+		{0, "a", security.QuotaProduceBytes, 1 << 40, security.ThrottleMax},                     // capped
+		{0, "a", security.QuotaProduceBytes, 1 << 40, security.ThrottleMax},                     // and not piled up
+		{0, "c", security.QuotaRequests, 10, 0},                                                 // 10 requests in a burst
+		{0, "c", security.QuotaRequests, 1, 100 * time.Millisecond},                             // the 11th waits 1/10 s
+	} {
+		clock.t = clock.t.Add(c.advance)
+		if got := q.Record(c.client, c.kind, c.n); got != c.want {
+			t.Errorf("step %d (%s %s %d): delay %v, want %v", i, c.client, c.kind, c.n, got, c.want)
+		}
+	}
+	if d := security.NewQuotas(security.QuotaConfig{}).Record("a", security.QuotaRequests, 1<<40); d != 0 {
+		t.Errorf("quotas without a rate delayed %v", d)
+	}
+	if k := security.QuotaKey(security.Anonymous, "app-1"); k != "client-id:app-1" {
+		t.Errorf("anonymous key %q", k)
+	}
+	if k := security.QuotaKey("User:alice", "app-1"); k != "User:alice" {
+		t.Errorf("principal key %q", k)
+	}
+}
+
+// TestQuotaClientsBounded: a flood of client ids stays within QuotaClientsMax buckets.
+func TestQuotaClientsBounded(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 1}, Burst: time.Second, Now: clock.now})
+	for i := range security.QuotaClientsMax * 2 {
+		q.Record(security.QuotaKey("", string(rune(i))+"-id"), security.QuotaRequests, 5)
+	}
+	// Every bucket is in debt, so the overflow bucket took the rest: it is deep in debt.
+	if d := q.Record(security.QuotaKey("", "one-more"), security.QuotaRequests, 1); d == 0 {
+		t.Error("the overflow bucket owes nothing after 10,000 clients")
+	}
+	clock.t = clock.t.Add(time.Hour) // everyone idle: room again
+	if d := q.Record(security.QuotaKey("", "fresh"), security.QuotaRequests, 1); d != 0 {
+		t.Errorf("a fresh client after the idle ones were dropped: %v", d)
+	}
+}
+
+func BenchmarkQuotaRecord(b *testing.B) {
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1 << 40}})
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		q.Record("User:alice", security.QuotaProduceBytes, 1024)
+	}
+}
+
+// TestQuotaOverrides: an override replaces every rate of the client it names, parsing
+// refuses what it cannot read, and SetRates applies at once.
+func TestQuotaOverrides(t *testing.T) {
+	overrides, err := security.ParseQuotaOverrides("User:bulk=produce:100 ; client-id:etl=fetch:0,requests:5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]security.QuotaRates{"User:bulk": {ProduceBytesPerSec: 100}, "client-id:etl": {RequestsPerSec: 5}}
+	if len(overrides) != 2 || overrides["User:bulk"] != want["User:bulk"] || overrides["client-id:etl"] != want["client-id:etl"] {
+		t.Fatalf("parsed %+v", overrides)
+	}
+	for _, bad := range []string{"alice=produce:1", "User:a=produce", "User:a=produce:-1", "User:a=bytes:1", "User:a=produce:1;User:a=fetch:1", "client-id:=fetch:1"} {
+		if _, err := security.ParseQuotaOverrides(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1000}, Overrides: overrides, Burst: time.Second, Now: clock.now})
+	if d := q.Record("User:bulk", security.QuotaProduceBytes, 200); d != time.Second {
+		t.Errorf("override: %v, want 1s (200 B at 100 B/s, 1 s burst)", d)
+	}
+	if d := q.Record("client-id:etl", security.QuotaProduceBytes, 1<<30); d != 0 {
+		t.Errorf("an override without a produce rate throttled produce: %v", d)
+	}
+	if d := q.Record("User:other", security.QuotaProduceBytes, 2000); d != time.Second {
+		t.Errorf("default: %v", d)
+	}
+	q.SetRates(security.QuotaRates{}, nil)
+	if d := q.Record("User:other", security.QuotaProduceBytes, 1<<30); d != 0 {
+		t.Errorf("after SetRates to unlimited: %v", d)
+	}
+}

@@ -1,0 +1,250 @@
+package netio_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/internal/brokertest"
+	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/wire"
+)
+
+// TestProduceQuota over real sockets: a greedy tenant pipelining 64 KiB produces as fast
+// as it can is held to its produce quota within 10% (measured after its burst is spent),
+// its replies carry the throttle time, and a calm tenant's produce latency on the same
+// broker stays flat (a loose bound: within 4x its own baseline median plus 10 ms; the
+// numbers are logged). About 3 s.
+func TestProduceQuota(t *testing.T) {
+	const (
+		rate       = 2 << 20 // bytes per second per client
+		recordSize = 64 << 10
+		window     = 8 // greedy's requests in flight
+		warmup     = 500 * time.Millisecond
+		measure    = 2500 * time.Millisecond
+	)
+	creds, err := security.OpenCredentials(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addUser(t, creds, "greedy", testPassword)
+	addUser(t, creds, "calm", testPassword)
+	// The default 1 s burst also lets the greedy tenant catch up after a stall of the
+	// (shared, loaded) test machine, so that a stall cannot fail the lower bound.
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: rate}})
+	rb := brokertest.Start(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
+		cfg.Server.Security = &netio.Security{Credentials: creds, AuthRequired: true, Quotas: quotas}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	login := func(user string) *client.Client {
+		c, err := client.New(ctx, client.Config{Broker: rb.Addr, SASL: &client.SASLConfig{User: user, Password: testPassword}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	greedy, calm := login("greedy"), login("calm")
+	for _, topic := range []string{"bulk", "orders"} {
+		if err := greedy.CreateTopic(ctx, topic, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	b.Append(1, nil, make([]byte, recordSize), nil)
+	records, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bulk := &wire.ProduceRequest{Acks: wire.AcksLeader, Topics: []wire.ProduceTopic{{Topic: "bulk", Partitions: []wire.ProducePartition{{Records: records}}}}}
+	frameBytes := int64(len(wire.AppendRequest(nil, 0, bulk)) - wire.FrameLengthBytes) // what the quota charges
+
+	calmLatencies := func(n int) []time.Duration {
+		var out []time.Duration
+		req := &wire.ProduceRequest{Acks: wire.AcksLeader, Topics: []wire.ProduceTopic{{Topic: "orders", Partitions: []wire.ProducePartition{{Records: oneBatch(t)}}}}}
+		for range n {
+			start := time.Now()
+			var resp wire.ProduceResponse
+			if err := calm.Call(ctx, rb.Addr, req, &resp); err != nil || resp.Topics[0].Partitions[0].ErrorCode != wire.ErrNone {
+				t.Fatalf("calm produce: %v %+v", err, resp)
+			}
+			out = append(out, time.Since(start))
+			time.Sleep(10 * time.Millisecond) // a paced tenant, not a measurement clock
+		}
+		return out
+	}
+	baseline := calmLatencies(30)
+
+	var mu sync.Mutex
+	var acks []time.Time
+	var throttleMsMax int32
+	start := time.Now()
+	stop := start.Add(warmup + measure + 200*time.Millisecond)
+	var wg sync.WaitGroup
+	for range window {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				var resp wire.ProduceResponse
+				if err := greedy.Call(ctx, rb.Addr, bulk, &resp); err != nil || resp.Topics[0].Partitions[0].ErrorCode != wire.ErrNone {
+					t.Errorf("greedy produce: %v %+v", err, resp)
+					return
+				}
+				mu.Lock()
+				acks = append(acks, time.Now())
+				throttleMsMax = max(throttleMsMax, resp.ThrottleMs)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(warmup)
+	during := calmLatencies(60)
+	wg.Wait()
+
+	from, to := start.Add(warmup), start.Add(warmup+measure)
+	var n int64
+	first, last := time.Time{}, time.Time{}
+	for _, a := range acks {
+		if a.After(from) && !a.After(to) {
+			if first.IsZero() {
+				first = a
+			} else {
+				n++ // bytes acknowledged after the first ack of the window
+			}
+			last = a
+		}
+	}
+	got := float64(n*frameBytes) / last.Sub(first).Seconds()
+	t.Logf("greedy: %.0f B/s acknowledged over %v (quota %d B/s, %.1f%%), max throttle %d ms, %d replies throttled",
+		got, last.Sub(first).Round(time.Millisecond), rate, 100*got/rate, throttleMsMax, rb.Node.Server.Stats().Throttled)
+	if got < 0.9*rate || got > 1.1*rate {
+		t.Errorf("greedy tenant at %.0f B/s, want %d +-10%%", got, rate)
+	}
+	if throttleMsMax == 0 {
+		t.Error("no reply carried a throttle time")
+	}
+	p50 := func(d []time.Duration) time.Duration {
+		s := append([]time.Duration(nil), d...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		return s[len(s)/2]
+	}
+	base, busy := p50(baseline), p50(during)
+	t.Logf("calm tenant produce latency p50: %v alone, %v beside the throttled greedy tenant", base, busy)
+	if busy > 4*base+10*time.Millisecond {
+		t.Errorf("calm tenant's latency went from %v to %v", base, busy)
+	}
+}
+
+// TestFetchQuota: an anonymous consumer (keyed by its client id) that fetches more than
+// its fetch quota's burst gets the reply held back and told so in ThrottleMs; a second
+// client id is not affected.
+func TestFetchQuota(t *testing.T) {
+	const rate = 4 << 20
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{FetchBytesPerSec: rate}, Burst: 100 * time.Millisecond})
+	rb := brokertest.Start(t, brokertest.Options{Client: client.Config{ClientID: "reader"}, Node: func(cfg *node.Config) {
+		cfg.Server.Security = &netio.Security{Quotas: quotas}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := rb.Client
+	if err := c.CreateTopic(ctx, "bulk", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, Compression: batch.CodecNone})
+	for range 16 {
+		if err := p.Send(ctx, &client.Record{Topic: "bulk", Value: make([]byte, 64<<10)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(c *client.Client, maxBytes int32) (wire.FetchResponse, time.Duration) {
+		t.Helper()
+		var resp wire.FetchResponse
+		req := &wire.FetchRequest{MaxBytes: maxBytes, Topics: []wire.FetchTopic{{Topic: "bulk", Partitions: []wire.FetchPartition{{MaxBytes: maxBytes}}}}}
+		start := time.Now()
+		if err := c.Call(ctx, c.BrokerAddr(), req, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(resp.Topics[0].Partitions[0].Records); n < int(maxBytes)/2 {
+			t.Fatalf("fetched %d bytes, want about %d", n, maxBytes)
+		}
+		return resp, time.Since(start)
+	}
+	resp, took := fetch(c, 1<<20)
+	// About 1 MiB at 4 MiB/s with a 100 ms burst: about 150 ms owed.
+	throttle := time.Duration(resp.ThrottleMs) * time.Millisecond
+	if throttle <= 0 || took < throttle {
+		t.Fatalf("first fetch: throttle %v, took %v (want a throttle, and the reply held back that long)", throttle, took)
+	}
+	other, err := client.New(ctx, client.Config{Broker: rb.Addr, ClientID: "someone-else"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// 128 KiB: within its own burst (400 KiB at 4 MiB/s and 100 ms).
+	if resp, _ := fetch(other, 128<<10); resp.ThrottleMs != 0 {
+		t.Fatalf("another client id was throttled %d ms", resp.ThrottleMs)
+	}
+	t.Logf("first fetch throttled %v, answered after %v", throttle, took)
+}
+
+// BenchmarkBrokerSecured: the produce and fetch benchmarks on a broker without security
+// and on one with everything on the request path switched on (SCRAM login, ACLs with a
+// prefix grant among 1,000 other rules, quotas set high enough never to throttle), in one
+// run: the cost of the per-request checks.
+func BenchmarkBrokerSecured(b *testing.B) {
+	for _, mode := range []string{"plain", "secured"} {
+		start := func(b *testing.B) *brokertest.Broker {
+			if mode == "plain" {
+				return brokertest.Start(b, brokertest.Options{})
+			}
+			creds, err := security.OpenCredentials(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			addUser(b, creds, "bench", testPassword)
+			authz, err := security.OpenAuthorizer(b.TempDir(), true, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rules := []security.ACL{
+				{Resource: security.ResourceTopic, Name: "ben", Pattern: security.PatternPrefixed, Principal: "User:bench", Operation: security.OpAll, Permission: security.Allow},
+				{Resource: security.ResourceCluster, Pattern: security.PatternLiteral, Principal: "User:bench", Operation: security.OpCreate, Permission: security.Allow},
+			}
+			for i := range 1000 {
+				rules = append(rules, security.ACL{Resource: security.ResourceTopic, Name: "t", Pattern: security.PatternLiteral,
+					Principal: fmt.Sprintf("User:other%d", i), Operation: security.OpRead, Permission: security.Allow})
+			}
+			if err := authz.Add(rules); err != nil {
+				b.Fatal(err)
+			}
+			quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1 << 40, FetchBytesPerSec: 1 << 40, RequestsPerSec: 1 << 30}})
+			return brokertest.Start(b, brokertest.Options{Client: client.Config{SASL: &client.SASLConfig{User: "bench", Password: testPassword}},
+				Node: func(cfg *node.Config) {
+					cfg.Server.Security = &netio.Security{Credentials: creds, AuthRequired: true, Authorizer: authz, Quotas: quotas}
+				}})
+		}
+		b.Run("produce/"+mode, func(b *testing.B) {
+			rb := start(b)
+			defer rb.Stop()
+			benchProduceOn(b, rb.Client, client.AckLeader)
+		})
+		b.Run("fetch/"+mode, func(b *testing.B) {
+			rb := start(b)
+			defer rb.Stop()
+			benchFetchOn(b, rb.Client)
+		})
+	}
+}

@@ -1,0 +1,26 @@
+// Package cluster runs one broker's part of a replicated cluster: its controller voter
+// (replication/controller, in process), its registration and heartbeats, and the
+// replication state of every partition it holds a replica of. A Manager
+//
+//   - is the broker core's core.Replicator: a leader's high watermark is the minimum log
+//     end offset over the ISR (replication/isr's Leader), acks=all is answered once the
+//     high watermark and the leader's own fdatasync cover the batch, and acks=all is
+//     refused while the committed ISR is smaller than min.insync.replicas;
+//   - reconciles the controller's metadata into local state: creates the local partitions
+//     of topics this broker is a replica of, becomes leader (stamping its leader epoch on
+//     every batch, engine.Log.SetLeaderEpoch, and recording it in the partition's epoch
+//     checkpoint) or follower at each leader epoch;
+//   - answers followers' fetches and OffsetsForLeaderEpoch questions as leader (Handle*),
+//     shrinks and expands the ISR after replica.lag.time.max and publishes the change
+//     through the controller (AlterISR);
+//   - runs one fetcher goroutine per leader broker it follows, on its own connection
+//     (separate from client traffic): it truncates a partition to where its log diverged
+//     from the leader's (isr.Follower, KIP-101/279) before fetching, appends the leader's
+//     batches as they are (offsets and epochs kept, engine.Log.AppendReplicated) and
+//     reports its log end offset with the next fetch.
+//
+// It reaches the network only through the Dialer it is given (netio implements it): this
+// package must not import netio, cmd or bench. The state of a partition's replica is
+// guarded by a mutex of its own; the broker core's hot path reads only atomics from it
+// (high watermark, ISR size, whether the ISR is the leader alone).
+package cluster

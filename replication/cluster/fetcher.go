@@ -1,0 +1,284 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/replication/isr"
+)
+
+// fetcher copies the partitions this broker follows from one leader broker: one goroutine
+// and one connection of its own, so that replication never queues behind client requests
+// on a shared connection.
+type fetcher struct {
+	m      *Manager
+	leader int32
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// syncFetchers starts a fetcher for every leader some replica follows and stops the
+// others.
+func (m *Manager) syncFetchers() {
+	want := map[int32]bool{}
+	m.reps.Range(func(_, v any) bool {
+		r := v.(*replica)
+		r.mu.Lock()
+		if r.follower != nil {
+			want[r.leaderID] = true
+		}
+		r.mu.Unlock()
+		return true
+	})
+	m.fmu.Lock()
+	defer m.fmu.Unlock()
+	if m.stopped() {
+		return
+	}
+	for id, f := range m.fetchers {
+		if !want[id] {
+			f.close()
+			delete(m.fetchers, id)
+		}
+	}
+	for id := range want {
+		if m.fetchers[id] == nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			f := &fetcher{m: m, leader: id, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+			m.fetchers[id] = f
+			go f.run()
+		}
+	}
+}
+
+func (f *fetcher) close() {
+	f.cancel()
+	<-f.done
+}
+
+// following lists the replicas that follow f's leader.
+func (f *fetcher) following() []*replica {
+	var out []*replica
+	f.m.reps.Range(func(_, v any) bool {
+		r := v.(*replica)
+		r.mu.Lock()
+		if r.follower != nil && r.leaderID == f.leader {
+			out = append(out, r)
+		}
+		r.mu.Unlock()
+		return true
+	})
+	return out
+}
+
+func (f *fetcher) run() {
+	defer close(f.done)
+	m := f.m
+	var conn PeerConn
+	var addr string
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	backoff := func() bool {
+		select {
+		case <-f.ctx.Done():
+			return false
+		case <-timeAfter(retryBackoff):
+			return true
+		}
+	}
+	for f.ctx.Err() == nil {
+		b := m.ctl.Metadata().Brokers[f.leader]
+		parts := f.following()
+		if b == nil || len(parts) == 0 {
+			if !backoff() {
+				return
+			}
+			continue
+		}
+		if conn == nil || addr != b.Address {
+			if conn != nil {
+				conn.Close()
+			}
+			c, err := m.cfg.Dial(f.ctx, b.Address)
+			if err != nil {
+				conn = nil
+				if !backoff() {
+					return
+				}
+				continue
+			}
+			conn, addr = c, b.Address
+		}
+		if err := f.round(conn, parts); err != nil {
+			if f.ctx.Err() == nil {
+				m.log.Debug("replica fetch failed", "leader", f.leader, "err", err)
+			}
+			if !isRemote(err) {
+				conn.Close()
+				conn = nil
+			}
+			if !backoff() {
+				return
+			}
+		}
+	}
+}
+
+// round truncates the replicas that must, then fetches once for the rest.
+func (f *fetcher) round(conn PeerConn, parts []*replica) error {
+	m := f.m
+	req := &FetchRequest{ReplicaID: m.cfg.NodeID, MaxWait: m.cfg.FetchWait, BytesMax: fetchBytesMax}
+	var fetching []*replica
+	var followers []*isr.Follower
+	for _, r := range parts {
+		if err := r.truncate(f.ctx, m, conn); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		if fl := r.follower; fl != nil && fl.Phase() == isr.Fetching {
+			fetching = append(fetching, r)
+			followers = append(followers, fl)
+			req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: r.tp, LeaderEpoch: fl.LeaderEpoch(), Offset: fl.LogEndOffset()})
+		}
+		r.mu.Unlock()
+	}
+	if len(req.Partitions) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, m.cfg.FetchWait+submitTimeout)
+	defer cancel()
+	answers, err := conn.ReplicaFetch(ctx, req)
+	if err != nil {
+		return err
+	}
+	for i, a := range answers {
+		if i < len(fetching) && a.TopicPartition == fetching[i].tp {
+			fetching[i].fetched(m, followers[i], a)
+		}
+	}
+	return nil
+}
+
+// truncate asks the leader where the replica's log diverged and cuts it there, when the
+// follower is in its truncating phase (after a leader change).
+func (r *replica) truncate(ctx context.Context, m *Manager, conn PeerConn) error {
+	r.mu.Lock()
+	f := r.follower
+	if f == nil || f.Phase() != isr.Truncating {
+		r.mu.Unlock()
+		return nil
+	}
+	q := f.EpochRequest()
+	r.mu.Unlock()
+	answer, err := conn.OffsetsForLeaderEpoch(ctx, r.tp, q.CurrentLeaderEpoch, q.Epoch)
+	if err != nil {
+		return fmt.Errorf("offsets for leader epoch of %s/%d: %w", r.tp.Topic, r.tp.Partition, err)
+	}
+	r.mu.Lock()
+	if r.follower != f {
+		r.mu.Unlock()
+		return nil
+	}
+	from := f.LogEndOffset()
+	to := f.EpochAnswered(answer)
+	r.mu.Unlock()
+	end, err := m.b.TruncateTo(r.tp, to)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil && end != to {
+		err = fmt.Errorf("log cut to %d, the follower expected %d", end, to)
+	}
+	if err != nil {
+		r.resetFollowerLocked()
+		return fmt.Errorf("truncate %s/%d to %d: %w", r.tp.Topic, r.tp.Partition, to, err)
+	}
+	r.leo.Store(end)
+	if end < from {
+		m.log.Info("follower truncated its log to the leader's", "topic", r.tp.Topic, "partition", r.tp.Partition,
+			"from", from, "to", end, "leader_epoch_answer", answer.String())
+	}
+	return r.saveEpochsLocked()
+}
+
+// resetFollowerLocked drops the follower state so that the next reconciliation starts it
+// again from the log as it is (after a failed append or truncation).
+func (r *replica) resetFollowerLocked() {
+	r.follower = nil
+	r.leaderEpoch = -1
+}
+
+// fetched applies the leader's answer for r: append its batches, then learn the high
+// watermark.
+func (r *replica) fetched(m *Manager, f *isr.Follower, a FetchAnswer) {
+	if a.Err != nil {
+		if errors.Is(a.Err, engine.ErrOffsetOutOfRange) || errors.Is(a.Err, isr.ErrOffsetOutOfRange) {
+			r.mu.Lock()
+			if r.follower == f {
+				_ = f.Fetched(isr.FetchResponse{Err: isr.ErrOffsetOutOfRange})
+			}
+			r.mu.Unlock()
+		}
+		return
+	}
+	batches, epochs := splitReplicated(a.Records)
+	end := int64(-1)
+	if len(batches) > 0 {
+		var err error
+		end, err = m.b.AppendReplicated(r.tp, batches)
+		if err != nil {
+			m.log.Warn("append replicated batches", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
+			r.mu.Lock()
+			if r.follower == f {
+				r.resetFollowerLocked()
+			}
+			r.mu.Unlock()
+			return
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.follower != f {
+		return
+	}
+	if err := f.Appended(epochs); err != nil {
+		m.log.Warn("replicated batches out of order", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
+		r.resetFollowerLocked()
+		return
+	}
+	if end >= 0 {
+		r.leo.Store(end)
+	}
+	_ = f.Fetched(isr.FetchResponse{HighWatermark: a.HighWatermark, LogEndOffset: a.LogEndOffset})
+	r.hwm.Store(f.HighWatermark())
+	if err := r.saveEpochsLocked(); err != nil {
+		m.log.Warn("save epoch checkpoint", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
+	}
+}
+
+// splitReplicated cuts fetched bytes into whole batches (a trailing partial batch, cut by
+// the fetch size, is dropped) with each batch's leader epoch and offsets.
+func splitReplicated(records []byte) ([][]byte, []isr.BatchEpoch) {
+	var out [][]byte
+	var epochs []isr.BatchEpoch
+	for len(records) > 0 {
+		h, err := batch.ParseHeader(records)
+		if err != nil || h.Size() > len(records) {
+			break
+		}
+		out = append(out, records[:h.Size():h.Size()])
+		epochs = append(epochs, isr.BatchEpoch{Epoch: max(h.LeaderEpoch, 0), BaseOffset: h.BaseOffset, EndOffset: h.LastOffset() + 1})
+		records = records[h.Size():]
+	}
+	return out, epochs
+}
+
+// timeAfter is time.After (a seam for nothing but readability of the select above).
+var timeAfter = time.After

@@ -1,0 +1,542 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/replication/controller"
+	"github.com/ringlog/ringlog/replication/isr"
+)
+
+// Controller operations a peer may ask for (the wire's Controller API).
+const (
+	OpSubmit   int8 = 0 // replicate a JSON controller.Command; answer the JSON of its result value
+	OpMetadata int8 = 1 // answer the JSON of this broker's view of the controller metadata
+)
+
+// Errors of the Manager's API.
+var (
+	// ErrNotLeader: this broker does not lead the partition (NOT_LEADER_OR_WRONG_SHARD).
+	ErrNotLeader = isr.ErrNotLeader
+	// ErrNoController: no controller leader could be reached.
+	ErrNoController = errors.New("no controller leader reachable")
+	// ErrConfig: a bad cluster configuration.
+	ErrConfig = errors.New("bad cluster configuration")
+)
+
+// PeerConn is one connection to another broker, used by one goroutine at a time.
+type PeerConn interface {
+	ReplicaFetch(ctx context.Context, req *FetchRequest) ([]FetchAnswer, error)
+	OffsetsForLeaderEpoch(ctx context.Context, tp shard.TopicPartition, currentEpoch, epoch int32) (isr.EpochEndOffset, error)
+	Controller(ctx context.Context, op int8, body []byte) ([]byte, error)
+	Close() error
+}
+
+// Dialer connects to the broker at addr (its advertised client address).
+type Dialer func(ctx context.Context, addr string) (PeerConn, error)
+
+// FetchRequest is a follower's fetch of several partitions from one leader.
+type FetchRequest struct {
+	ReplicaID  int32
+	MaxWait    time.Duration
+	BytesMax   int32
+	Partitions []FetchPartition
+}
+
+// FetchPartition asks for one partition's batches from Offset (the follower's LEO).
+type FetchPartition struct {
+	shard.TopicPartition
+	LeaderEpoch int32
+	Offset      int64
+}
+
+// FetchAnswer is the leader's answer for one partition.
+type FetchAnswer struct {
+	shard.TopicPartition
+	Err           error
+	HighWatermark int64
+	LogEndOffset  int64
+	Records       []byte
+}
+
+// Config configures a Manager.
+type Config struct {
+	NodeID  int32
+	Voters  string // controller.ParseVoters' format; NodeID must be among them
+	Rack    string
+	DataDir string // the broker's data directory: the controller keeps DataDir/controller
+
+	// SessionTimeout: a broker silent this long loses its leaderships (default 6 s).
+	SessionTimeout time.Duration
+	// Heartbeat is the interval between heartbeats (default SessionTimeout/6).
+	Heartbeat time.Duration
+	// ReplicaLagMax is replica.lag.time.max: a follower that has not caught up for this long
+	// leaves the ISR (default 10 s).
+	ReplicaLagMax time.Duration
+	// Raft timing of the controller voter; zero takes the controller's defaults.
+	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLease time.Duration
+
+	Dial      Dialer
+	Logger    *slog.Logger
+	RaftLog   io.Writer // the controller's raft log; nil discards it
+	Now       func() time.Time
+	FetchWait time.Duration // a follower fetch's long-poll (default 500 ms)
+}
+
+// Named defaults and bounds.
+const (
+	sessionTimeoutDefault = 6 * time.Second
+	replicaLagMaxDefault  = 10 * time.Second
+	fetchWaitDefault      = 500 * time.Millisecond
+	// fetchBytesMax bounds one follower fetch response (all partitions from one leader).
+	fetchBytesMax = 8 << 20
+	// tickInterval: how often leaders check follower lag and retry AlterISR.
+	tickInterval = 100 * time.Millisecond
+	// reconcileEvery re-applies the metadata even when it did not change, so that a step
+	// that failed (a partition not open yet, a controller not reachable) is retried.
+	reconcileEvery = time.Second
+	submitTimeout  = 5 * time.Second
+	// retryBackoff is how long a fetcher waits after a failed round trip.
+	retryBackoff = 200 * time.Millisecond
+)
+
+// Manager is one broker's membership in the cluster (see the package doc).
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+	ctl *controller.Controller
+	b   *shard.Broker
+	// self is the advertised client address, known once Attach runs.
+	self string
+
+	reps sync.Map // shard.TopicPartition -> *replica
+
+	fmu      sync.Mutex
+	fetchers map[int32]*fetcher // by leader id; guarded by fmu
+
+	cmu     sync.Mutex
+	ctlConn PeerConn // to the controller leader's broker; guarded by cmu
+	ctlAddr string   // guarded by cmu
+
+	registeredEpoch atomic.Int64 // the session epoch seen after our registration; 0: none yet
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// New starts this broker's controller voter. The Manager serves as the broker core's
+// Replicator from here on; Attach starts the rest once the core is open.
+func New(cfg Config) (*Manager, error) {
+	voters, err := controller.ParseVoters(cfg.Voters)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(voters, func(v controller.Voter) bool { return v.ID == cfg.NodeID }) {
+		return nil, fmt.Errorf("%w: node id %d is not among the controller voters %s (every broker runs a voter; brokers outside the quorum are not supported yet)",
+			ErrConfig, cfg.NodeID, cfg.Voters)
+	}
+	if cfg.Dial == nil {
+		return nil, fmt.Errorf("%w: no dialer", ErrConfig)
+	}
+	if cfg.SessionTimeout <= 0 {
+		cfg.SessionTimeout = sessionTimeoutDefault
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = cfg.SessionTimeout / 6
+	}
+	if cfg.ReplicaLagMax <= 0 {
+		cfg.ReplicaLagMax = replicaLagMaxDefault
+	}
+	if cfg.FetchWait <= 0 {
+		cfg.FetchWait = fetchWaitDefault
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.RaftLog == nil {
+		cfg.RaftLog = io.Discard
+	}
+	ctl, err := controller.Start(controller.Config{
+		NodeID: cfg.NodeID, Voters: cfg.Voters, Dir: filepath.Join(cfg.DataDir, "controller"),
+		SessionTimeout:   cfg.SessionTimeout,
+		HeartbeatTimeout: cfg.RaftHeartbeatTimeout, ElectionTimeout: cfg.RaftElectionTimeout, LeaderLeaseTimeout: cfg.RaftLeaderLease,
+		Now: cfg.Now, LogOutput: cfg.RaftLog,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start controller voter: %w", err)
+	}
+	return &Manager{cfg: cfg, log: cfg.Logger, ctl: ctl, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}, nil
+}
+
+// NodeID is this broker's id.
+func (m *Manager) NodeID() int32 { return m.cfg.NodeID }
+
+// Attach starts registration, heartbeats, metadata reconciliation and leader ticks for
+// broker b, whose clients connect to address.
+func (m *Manager) Attach(b *shard.Broker, address string) {
+	m.b, m.self = b, address
+	m.wg.Add(3)
+	go m.heartbeatLoop()
+	go m.metadataLoop()
+	go m.tickLoop()
+}
+
+// Close stops the fetchers and loops, resigns every leadership and stops the voter.
+func (m *Manager) Close() error {
+	var err error
+	m.once.Do(func() {
+		close(m.stop)
+		m.wg.Wait()
+		m.fmu.Lock()
+		for id, f := range m.fetchers {
+			f.close()
+			delete(m.fetchers, id)
+		}
+		m.fmu.Unlock()
+		m.reps.Range(func(_, v any) bool {
+			v.(*replica).resign(m)
+			return true
+		})
+		m.cmu.Lock()
+		if m.ctlConn != nil {
+			m.ctlConn.Close()
+		}
+		m.cmu.Unlock()
+		err = m.ctl.Shutdown()
+	})
+	return err
+}
+
+func (m *Manager) stopped() bool {
+	select {
+	case <-m.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d or until Close; false when closing.
+func (m *Manager) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-m.stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Metadata is this broker's view of the controller metadata (its own voter's state).
+func (m *Manager) Metadata() *controller.Metadata { return m.ctl.Metadata() }
+
+// ControllerLeader is the controller leader's node id (0 while unknown).
+func (m *Manager) ControllerLeader() int32 {
+	id, _ := m.ctl.Leader()
+	return id
+}
+
+// ---- controller commands ----
+
+// Submit replicates cmd through the controller: here when this voter leads, else
+// forwarded to the leader's broker. The result value comes back as JSON.
+func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, error) {
+	if m.ctl.IsLeader() {
+		return m.SubmitLocal(cmd)
+	}
+	id, _ := m.ctl.Leader()
+	if id == 0 {
+		return nil, ErrNoController
+	}
+	b := m.ctl.Metadata().Brokers[id]
+	if b == nil || b.Address == "" {
+		return nil, fmt.Errorf("%w: controller leader %d has not registered its address", ErrNoController, id)
+	}
+	body, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	m.cmu.Lock()
+	defer m.cmu.Unlock()
+	if m.ctlConn != nil && m.ctlAddr != b.Address {
+		m.ctlConn.Close()
+		m.ctlConn = nil
+	}
+	if m.ctlConn == nil {
+		c, err := m.cfg.Dial(ctx, b.Address)
+		if err != nil {
+			return nil, fmt.Errorf("%w: dial controller leader %d at %s: %w", ErrNoController, id, b.Address, err)
+		}
+		m.ctlConn, m.ctlAddr = c, b.Address
+	}
+	out, err := m.ctlConn.Controller(ctx, OpSubmit, body)
+	if err != nil && !isRemote(err) {
+		m.ctlConn.Close()
+		m.ctlConn = nil
+	}
+	return out, err
+}
+
+// RemoteError is a refusal that came back from a peer over the wire; the transport wraps
+// the peer's error code in it.
+type RemoteError interface{ Remote() bool }
+
+func isRemote(err error) bool {
+	var r RemoteError
+	return errors.As(err, &r)
+}
+
+// SubmitLocal replicates cmd through this voter, which must lead (else
+// controller.ErrNotController). A peer's forwarded command lands here.
+func (m *Manager) SubmitLocal(cmd *controller.Command) ([]byte, error) {
+	res, err := m.ctl.Submit(cmd, submitTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return json.Marshal(res.Value)
+}
+
+// HandleController answers a peer's or the CLI's Controller request.
+func (m *Manager) HandleController(op int8, body []byte) ([]byte, error) {
+	switch op {
+	case OpSubmit:
+		var cmd controller.Command
+		if err := json.Unmarshal(body, &cmd); err != nil {
+			return nil, fmt.Errorf("decode controller command: %w", err)
+		}
+		return m.SubmitLocal(&cmd)
+	case OpMetadata:
+		return json.Marshal(m.View())
+	}
+	return nil, fmt.Errorf("unknown controller operation %d", op)
+}
+
+// View is what `ringlog cluster describe` shows: the metadata and who leads the quorum.
+type View struct {
+	NodeID           int32
+	ControllerLeader int32
+	Metadata         *controller.Metadata
+	// HighWatermarks holds this broker's high watermark of every partition it leads,
+	// keyed "topic/partition".
+	HighWatermarks map[string]int64
+}
+
+// View returns this broker's view of the cluster.
+func (m *Manager) View() *View {
+	v := &View{NodeID: m.cfg.NodeID, ControllerLeader: m.ControllerLeader(), Metadata: m.ctl.Metadata(), HighWatermarks: map[string]int64{}}
+	m.reps.Range(func(k, val any) bool {
+		r := val.(*replica)
+		if r.leading.Load() {
+			tp := k.(shard.TopicPartition)
+			v.HighWatermarks[tp.Topic+"/"+strconv.Itoa(int(tp.Partition))] = r.hwm.Load()
+		}
+		return true
+	})
+	return v
+}
+
+// CreateTopic creates a replicated topic through the controller and waits until this
+// broker has opened its replicas of it.
+func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, replicationFactor int32, config map[string]string) error {
+	if err := m.b.ValidateTopic(name, int(partitions), config); err != nil {
+		return err
+	}
+	unclean, _ := strconv.ParseBool(config[configUnclean])
+	_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdCreateTopic, Topic: &controller.TopicRequest{
+		Name: name, Partitions: partitions, ReplicationFactor: replicationFactor, UncleanLeaderElection: unclean, Config: config,
+	}})
+	if err != nil {
+		return err
+	}
+	// Wait until this broker's voter has applied the create and, when this broker holds a
+	// replica, until the metadata loop has opened it: a produce right after the answer
+	// then finds it.
+	for !m.topicReady(name) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topic %q created; not open here yet: %w", name, ctx.Err())
+		case <-m.stop:
+			return shard.ErrShuttingDown
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// topicReady: this broker's voter knows the topic and the metadata loop has opened it.
+func (m *Manager) topicReady(name string) bool {
+	return m.ctl.Metadata().Topics[name] != nil && m.b.Topic(name) != nil
+}
+
+// configUnclean is the topic config the controller reads at create.
+const configUnclean = "unclean.leader.election.enable"
+
+// ---- registration and heartbeats ----
+
+func (m *Manager) heartbeatLoop() {
+	defer m.wg.Done()
+	var registered bool
+	var before int64 // our session epoch before registering
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+		md := m.ctl.Metadata()
+		me := md.Brokers[m.cfg.NodeID]
+		switch {
+		case !registered:
+			if me != nil {
+				before = me.SessionEpoch
+			}
+			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
+				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, Rack: m.cfg.Rack}})
+			if err == nil {
+				registered = true
+			} else {
+				m.log.Debug("register with the controller", "err", err)
+			}
+		case me == nil || me.SessionEpoch <= before:
+			// our voter has not applied the registration yet
+		case me.Fenced && m.registeredEpoch.Load() == me.SessionEpoch:
+			registered = false // the session expired (a stall longer than the timeout): start a new one
+		default:
+			m.registeredEpoch.Store(me.SessionEpoch)
+			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdHeartbeat,
+				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, SessionEpoch: me.SessionEpoch}})
+			if err != nil && errors.Is(err, controller.ErrStaleSession) {
+				registered = false
+			}
+		}
+		cancel()
+		if !m.sleep(m.cfg.Heartbeat) {
+			return
+		}
+	}
+}
+
+// ---- metadata reconciliation ----
+
+func (m *Manager) metadataLoop() {
+	defer m.wg.Done()
+	for {
+		md := m.ctl.Metadata()
+		changed := m.ctl.Changed(md.Version)
+		if m.registeredEpoch.Load() != 0 {
+			m.reconcile(md)
+		}
+		select {
+		case <-m.stop:
+			return
+		case <-changed:
+		case <-time.After(reconcileEvery):
+		}
+	}
+}
+
+// reconcile brings local partitions in line with md: topics this broker replicates are
+// opened, and each replica leads, follows or idles as md says.
+func (m *Manager) reconcile(md *controller.Metadata) {
+	me := md.Brokers[m.cfg.NodeID]
+	if me == nil || me.Fenced {
+		// Fenced: the controller has moved our leaderships elsewhere; stop serving them.
+		m.reps.Range(func(_, v any) bool {
+			v.(*replica).resign(m)
+			return true
+		})
+		return
+	}
+	for name, t := range md.Topics {
+		// Every broker opens every topic, replica or not, so that its metadata answers
+		// for it (partition count) and clients seeded with it route to the leaders; a
+		// partition it holds no replica of stays empty and refuses clients.
+		if m.b.Topic(name) == nil {
+			err := m.b.CreateTopic(name, len(t.Partitions), t.Config)
+			if err != nil && !errors.Is(err, shard.ErrTopicExists) {
+				m.log.Warn("open replicated topic", "topic", name, "err", err)
+				continue
+			}
+		}
+		minInsync, _ := engine.MinInsyncReplicas(t.Config)
+		for _, p := range t.Partitions {
+			tp := shard.TopicPartition{Topic: name, Partition: p.Index}
+			if !slices.Contains(p.Replicas, m.cfg.NodeID) {
+				if v, ok := m.reps.Load(tp); ok {
+					v.(*replica).resign(m)
+				}
+				continue
+			}
+			r := m.replicaFor(tp)
+			if err := r.apply(m, p, minInsync); err != nil {
+				m.log.Warn("apply partition metadata", "topic", name, "partition", p.Index, "err", err)
+			}
+		}
+	}
+	m.syncFetchers()
+}
+
+func (m *Manager) replicaFor(tp shard.TopicPartition) *replica {
+	if v, ok := m.reps.Load(tp); ok {
+		return v.(*replica)
+	}
+	r := newReplica(tp, engine.PartitionDir(m.cfg.DataDir, tp.Topic, int(tp.Partition)))
+	v, _ := m.reps.LoadOrStore(tp, r)
+	return v.(*replica)
+}
+
+func (m *Manager) tickLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(tickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			now := m.cfg.Now()
+			m.reps.Range(func(_, v any) bool {
+				v.(*replica).tick(m, now)
+				return true
+			})
+		}
+	}
+}
+
+// alterISR publishes a leader's ISR change through the controller (its own goroutine: a
+// controller round trip must not hold the replica). The committed change comes back
+// through the metadata; a refusal drops the proposal so that a later tick proposes again.
+func (m *Manager) alterISR(r *replica, a isr.AlterISR) {
+	ids := make([]int32, len(a.ISR))
+	for i, id := range a.ISR {
+		ids[i] = int32(id)
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+		defer cancel()
+		_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdAlterISR, AlterISR: &controller.AlterISRRequest{
+			Topic: r.tp.Topic, Partition: r.tp.Partition, Leader: int32(a.Leader),
+			LeaderEpoch: a.LeaderEpoch, PartitionEpoch: a.PartitionEpoch, ISR: ids,
+		}})
+		if err != nil {
+			m.log.Debug("ISR change refused or not delivered", "topic", r.tp.Topic, "partition", r.tp.Partition, "isr", ids, "err", err)
+			r.isrRejected(a)
+		}
+	}()
+}

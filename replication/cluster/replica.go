@@ -1,0 +1,428 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/engine/shard/core"
+	"github.com/ringlog/ringlog/replication/controller"
+	"github.com/ringlog/ringlog/replication/isr"
+)
+
+// epochCheckpointName is the file in a partition's directory holding its leader epoch ->
+// start offset entries (isr.WriteCheckpoint's format).
+const epochCheckpointName = "leader-epoch-checkpoint"
+
+// replica is this broker's replica of one partition.
+type replica struct {
+	tp  shard.TopicPartition
+	dir string
+
+	mu             sync.Mutex
+	leader         *isr.Leader   // non-nil while leading; guarded by mu
+	follower       *isr.Follower // non-nil while following; guarded by mu
+	epochs         *isr.EpochCache
+	leaderID       int32 // guarded by mu
+	leaderEpoch    int32 // guarded by mu; -1 before the first metadata
+	partitionEpoch int32 // guarded by mu
+	checkpointed   []isr.EpochEntry
+
+	// Read by the broker core's shard loops without mu.
+	leading  atomic.Bool
+	lone     atomic.Bool  // leading, and the maximal ISR is this broker alone: HWM = LEO
+	hwm      atomic.Int64 // the leader's or the follower's high watermark
+	isrSize  atomic.Int32 // the committed ISR less the members lagging now (isr.Leader.InSyncNow)
+	leo      atomic.Int64 // the log end offset last seen on the shard loop
+	minInsyn atomic.Int32
+}
+
+func newReplica(tp shard.TopicPartition, dir string) *replica {
+	r := &replica{tp: tp, dir: dir, leaderEpoch: -1, leaderID: controller.NoLeader}
+	r.isrSize.Store(1)
+	return r
+}
+
+// loadEpochsLocked reads the epoch checkpoint once, cut to the log's end.
+func (r *replica) loadEpochsLocked(logEnd int64) error {
+	if r.epochs != nil {
+		r.epochs.TruncateFromEnd(logEnd)
+		return nil
+	}
+	entries, err := isr.ReadCheckpoint(filepath.Join(r.dir, epochCheckpointName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read epoch checkpoint: %w", err)
+	}
+	c, err := isr.NewEpochCache(entries)
+	if err != nil {
+		return fmt.Errorf("epoch checkpoint: %w", err)
+	}
+	c.TruncateFromEnd(logEnd)
+	r.epochs = c
+	return nil
+}
+
+// saveEpochsLocked writes the epoch checkpoint when it changed.
+func (r *replica) saveEpochsLocked() error {
+	entries := r.epochs.Entries()
+	if slices.Equal(entries, r.checkpointed) {
+		return nil
+	}
+	if err := isr.WriteCheckpoint(filepath.Join(r.dir, epochCheckpointName), entries); err != nil {
+		return fmt.Errorf("write epoch checkpoint: %w", err)
+	}
+	r.checkpointed = entries
+	return nil
+}
+
+func ids(in []int32) []isr.ReplicaID {
+	out := make([]isr.ReplicaID, len(in))
+	for i, id := range in {
+		out[i] = isr.ReplicaID(id)
+	}
+	return out
+}
+
+// apply moves the replica to what the controller's partition state p says. Called by
+// the metadata loop only (never concurrently with itself).
+func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error {
+	r.minInsyn.Store(int32(max(minInsync, 1)))
+	r.mu.Lock()
+	if p.PartitionEpoch != r.partitionEpoch {
+		m.log.Info("partition state", "topic", r.tp.Topic, "partition", r.tp.Partition, "leader", p.Leader,
+			"leader_epoch", p.LeaderEpoch, "partition_epoch", p.PartitionEpoch, "isr", p.ISR, "replicas", p.Replicas)
+		r.partitionEpoch = p.PartitionEpoch
+	}
+	sameEpoch := p.LeaderEpoch == r.leaderEpoch && p.Leader == r.leaderID
+	switch {
+	case sameEpoch && r.leader != nil:
+		err := r.leader.MetadataChanged(m.cfg.Now(), ids(p.Replicas), ids(p.ISR), p.PartitionEpoch)
+		r.publishLeaderLocked(m)
+		r.mu.Unlock()
+		return err
+	case sameEpoch && (r.follower != nil || p.Leader == controller.NoLeader):
+		r.mu.Unlock()
+		return nil
+	case sameEpoch && p.Leader == m.cfg.NodeID && r.leaderEpoch > p.LeaderEpoch:
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+	// A new leader epoch (or our first look): stop what we did, then start the new role.
+	// The shard calls block on the partition's loop, which may itself wait for r.mu (a
+	// follower's fetch), so they run before r.mu is taken.
+	r.resign(m)
+	_, leo, err := m.b.LogOffsets(r.tp)
+	if err != nil {
+		return err
+	}
+	stamp := int32(-1) // a follower keeps the leader's epochs in the batches it copies
+	if p.Leader == m.cfg.NodeID {
+		stamp = p.LeaderEpoch
+	}
+	if err := m.b.SetLeaderEpoch(r.tp, stamp); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.loadEpochsLocked(leo); err != nil {
+		return err
+	}
+	r.leaderID, r.leaderEpoch, r.partitionEpoch = p.Leader, p.LeaderEpoch, p.PartitionEpoch
+	r.leo.Store(leo)
+	switch p.Leader {
+	case m.cfg.NodeID:
+		if latest := r.epochs.LatestEpoch(); p.LeaderEpoch < latest {
+			r.leaderEpoch = -1
+			return fmt.Errorf("controller names us leader at epoch %d, the log has %d", p.LeaderEpoch, latest)
+		}
+		l, err := isr.NewLeader(isr.LeaderConfig{
+			Self: isr.ReplicaID(m.cfg.NodeID), Replicas: ids(p.Replicas), ISR: ids(p.ISR),
+			LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
+			LogEndOffset: leo, HighWatermark: min(r.hwm.Load(), leo), MinInsync: max(minInsync, 1),
+			ReplicaLagMax: m.cfg.ReplicaLagMax, Now: m.cfg.Now(),
+		}, r.epochs)
+		if err != nil {
+			r.leaderEpoch = -1
+			return err
+		}
+		if err := r.saveEpochsLocked(); err != nil {
+			r.leaderEpoch = -1
+			return err
+		}
+		r.leader = l
+		r.leading.Store(true)
+		r.publishLeaderLocked(m)
+		m.log.Info("leading partition", "topic", r.tp.Topic, "partition", r.tp.Partition, "epoch", p.LeaderEpoch, "isr", p.ISR, "leo", leo)
+	case controller.NoLeader:
+		// offline: nothing to follow
+	default:
+		r.follower = isr.NewFollower(isr.ReplicaID(m.cfg.NodeID), isr.ReplicaID(p.Leader), p.LeaderEpoch, leo, min(r.hwm.Load(), leo), r.epochs)
+		r.hwm.Store(r.follower.HighWatermark())
+		m.log.Info("following partition", "topic", r.tp.Topic, "partition", r.tp.Partition, "leader", p.Leader, "epoch", p.LeaderEpoch, "leo", leo)
+	}
+	return nil
+}
+
+// resign ends a leadership or followership: waiting acks=all produces are answered with
+// ErrNotLeader.
+func (r *replica) resign(m *Manager) {
+	r.mu.Lock()
+	wasLeader := r.leader != nil
+	if wasLeader {
+		r.leader.Resign()
+		r.leader = nil
+	}
+	r.follower = nil
+	r.leading.Store(false)
+	r.lone.Store(false)
+	r.leaderEpoch = -1
+	r.mu.Unlock()
+	if wasLeader && m.b != nil {
+		_ = m.b.FailWaiting(r.tp, fmt.Errorf("%w: %s/%d", ErrNotLeader, r.tp.Topic, r.tp.Partition))
+	}
+}
+
+// publishLeaderLocked carries out the leader's outputs and publishes its state to the
+// atomics the shard loops read.
+func (r *replica) publishLeaderLocked(m *Manager) {
+	l := r.leader
+	if l == nil {
+		return
+	}
+	moved := false
+	for _, o := range l.Outputs() {
+		switch o := o.(type) {
+		case isr.HighWatermarkMoved:
+			moved = true
+		case isr.AlterISR:
+			m.alterISR(r, o)
+		}
+	}
+	pending, inflight := l.PendingISR()
+	lone := l.InSyncReplicas() == 1 && (!inflight || len(pending.ISR) <= 1)
+	if old := r.hwm.Load(); l.HighWatermark() > old {
+		r.hwm.Store(l.HighWatermark())
+		moved = true
+	}
+	r.isrSize.Store(int32(min(l.InSyncReplicas(), l.InSyncNow(m.cfg.Now()))))
+	if r.lone.Swap(lone) != lone {
+		moved = true
+	}
+	if moved {
+		_ = m.b.OffsetsMoved(r.tp)
+	}
+}
+
+// tick lets the leader notice lagging followers.
+func (r *replica) tick(m *Manager, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader == nil {
+		return
+	}
+	if leo := r.leo.Load(); leo > r.leader.LogEndOffset() {
+		r.leader.Appended(now, leo)
+	}
+	r.leader.Tick(now)
+	r.publishLeaderLocked(m)
+}
+
+func (r *replica) isrRejected(a isr.AlterISR) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader != nil {
+		r.leader.ISRRejected(a)
+	}
+}
+
+// ---- core.Replicator ----
+
+func (m *Manager) lookup(p *core.Partition) *replica {
+	v, ok := m.reps.Load(shard.TopicPartition{Topic: p.Topic, Partition: p.Index})
+	if !ok {
+		return nil
+	}
+	return v.(*replica)
+}
+
+// HighWatermark implements core.Replicator: a leader's high watermark (its log end offset
+// while the ISR is itself alone), a follower's as its leader last told it. A partition the
+// controller has not placed here yet behaves as on a single broker.
+func (m *Manager) HighWatermark(p *core.Partition) int64 {
+	r := m.lookup(p)
+	if r == nil {
+		return core.Local{}.HighWatermark(p)
+	}
+	end := p.Log.EndOffset()
+	r.leo.Store(end)
+	if r.leading.Load() && r.lone.Load() {
+		if p.FlushAlways {
+			return p.Log.SyncedOffset()
+		}
+		return end
+	}
+	return min(r.hwm.Load(), end)
+}
+
+// CommittedOffset implements core.Replicator: acks=all waits for the high watermark and
+// for the leader's own fdatasync.
+func (m *Manager) CommittedOffset(p *core.Partition) int64 {
+	r := m.lookup(p)
+	if r == nil {
+		return core.Local{}.CommittedOffset(p)
+	}
+	if !r.leading.Load() {
+		return -1
+	}
+	return min(m.HighWatermark(p), p.Log.SyncedOffset())
+}
+
+// InSyncReplicas implements core.Replicator.
+func (m *Manager) InSyncReplicas(p *core.Partition) int {
+	r := m.lookup(p)
+	if r == nil {
+		return 1
+	}
+	return int(r.isrSize.Load())
+}
+
+// CheckLeader reports whether this broker may serve clients' produces and fetches of tp:
+// nil when it leads tp or tp is not a replicated partition, ErrNotLeader otherwise.
+func (m *Manager) CheckLeader(tp shard.TopicPartition) error {
+	v, ok := m.reps.Load(tp)
+	if !ok {
+		if md := m.ctl.Metadata(); md.Topics[tp.Topic] != nil {
+			return fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
+		}
+		return nil
+	}
+	if !v.(*replica).leading.Load() {
+		return fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
+	}
+	return nil
+}
+
+// ---- the leader's side of replication ----
+
+// ReplicaFetch serves a follower's fetch: the records up to the log end offset are read
+// on the partition's shard, then the leader records the follower's log end offset (which
+// may move the high watermark and expand the ISR). done runs once, on a shard loop or the
+// caller's goroutine.
+func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
+	answers := make([]FetchAnswer, len(req.Partitions))
+	fr := shard.FetchRequest{Replica: true, MaxWait: req.MaxWait, MinBytes: 1, ResponseBytesMax: int64(max(req.BytesMax, 1))}
+	var idx []int // answers[idx[k]] is fr.Partitions[k]
+	for i, fp := range req.Partitions {
+		answers[i] = FetchAnswer{TopicPartition: fp.TopicPartition, HighWatermark: -1, LogEndOffset: -1}
+		if err := m.checkFollowerFetch(fp, req.ReplicaID); err != nil {
+			answers[i].Err = err
+			continue
+		}
+		idx = append(idx, i)
+		fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: fp.TopicPartition, Offset: fp.Offset})
+	}
+	if len(fr.Partitions) == 0 || m.b == nil {
+		done(answers)
+		return
+	}
+	m.b.Fetch(fr, func(results []shard.FetchResult) {
+		now := m.cfg.Now()
+		for k := range results {
+			res := &results[k]
+			a := &answers[idx[k]]
+			fp := req.Partitions[idx[k]]
+			if res.Err != nil {
+				a.Err = res.Err
+				res.Release()
+				continue
+			}
+			data, err := res.AppendTo(make([]byte, 0, res.Records.Size))
+			res.Release()
+			if err != nil {
+				a.Err = err
+				continue
+			}
+			a.Records = data
+			a.HighWatermark, a.LogEndOffset, a.Err = m.followerFetched(fp, req.ReplicaID, res.LogEndOffset, now)
+		}
+		done(answers)
+	})
+}
+
+func (m *Manager) checkFollowerFetch(fp FetchPartition, replicaID int32) error {
+	v, ok := m.reps.Load(fp.TopicPartition)
+	if !ok {
+		return fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
+	}
+	r := v.(*replica)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.leader == nil:
+		return fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
+	case fp.LeaderEpoch < r.leader.LeaderEpoch():
+		return fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrFencedLeaderEpoch)
+	case fp.LeaderEpoch > r.leader.LeaderEpoch():
+		return fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrUnknownLeaderEpoch)
+	}
+	// Record the follower's position now: the fetch may park until new records come, and
+	// the high watermark (and acks=all) must not wait for that.
+	now := m.cfg.Now()
+	if leo := r.leo.Load(); leo > r.leader.LogEndOffset() {
+		r.leader.Appended(now, leo)
+	}
+	if fp.Offset <= r.leader.LogEndOffset() {
+		r.leader.Fetch(now, isr.FetchRequest{Replica: isr.ReplicaID(replicaID), FetchOffset: fp.Offset, CurrentLeaderEpoch: fp.LeaderEpoch})
+		r.publishLeaderLocked(m)
+	}
+	return nil
+}
+
+// followerFetched records the follower's fetch offset against the leader's log end offset
+// leo read with the records.
+func (m *Manager) followerFetched(fp FetchPartition, replicaID int32, leo int64, now time.Time) (hwm, end int64, err error) {
+	v, ok := m.reps.Load(fp.TopicPartition)
+	if !ok {
+		return -1, -1, fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
+	}
+	r := v.(*replica)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader == nil {
+		return -1, -1, fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
+	}
+	r.leo.Store(max(r.leo.Load(), leo))
+	if leo > r.leader.LogEndOffset() {
+		r.leader.Appended(now, leo)
+	}
+	resp := r.leader.Fetch(now, isr.FetchRequest{Replica: isr.ReplicaID(replicaID), FetchOffset: fp.Offset, CurrentLeaderEpoch: fp.LeaderEpoch})
+	r.publishLeaderLocked(m)
+	return resp.HighWatermark, resp.LogEndOffset, resp.Err
+}
+
+// OffsetsForLeaderEpoch answers a follower asking where this leader's log stops holding
+// records of epoch.
+func (m *Manager) OffsetsForLeaderEpoch(tp shard.TopicPartition, currentEpoch, epoch int32) (isr.EpochEndOffset, error) {
+	none := isr.EpochEndOffset{Epoch: isr.UndefinedEpoch, EndOffset: isr.UndefinedOffset}
+	v, ok := m.reps.Load(tp)
+	if !ok {
+		return none, fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
+	}
+	r := v.(*replica)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader == nil {
+		return none, fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
+	}
+	if leo := r.leo.Load(); leo > r.leader.LogEndOffset() {
+		r.leader.Appended(m.cfg.Now(), leo)
+	}
+	return r.leader.OffsetsForLeaderEpoch(currentEpoch, epoch)
+}

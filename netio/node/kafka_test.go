@@ -9,8 +9,8 @@ import (
 	"github.com/ringlog/ringlog/replication/cluster"
 )
 
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside TLS or a
-// replicated cluster (it serves neither yet), and allowed otherwise.
+// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside TLS, required
+// authentication or a replicated cluster (it serves none yet), and allowed otherwise.
 func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -21,6 +21,8 @@ func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
 		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, true},
 		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
+		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
+		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, true},
 	} {
 		err := checkKafka(tc.cfg)
 		if tc.refuse != errors.Is(err, ErrKafkaUnsupported) {

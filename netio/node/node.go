@@ -194,16 +194,19 @@ func Start(cfg Config) (*Node, error) {
 var ErrKafkaUnsupported = errors.New("kafka listener")
 
 // checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
-// has no TLS, no SASL, no ACLs and no quotas, so beside a secured ringlog listener it would
-// be an open door; and its Metadata describes this broker alone, which a replicated
-// cluster's clients must not be told.
+// has no TLS, no SASL, no ACLs and no quotas, so beside a ringlog listener that requires
+// any of them it would be an open door; and its Metadata describes this broker alone, which
+// a replicated cluster's clients must not be told. (Quotas switched on later by SIGHUP do
+// not reach it either.)
 func checkKafka(cfg Config) error {
 	if cfg.KafkaListen == "" {
 		return nil
 	}
+	sec := cfg.Server.Security
+	secured := sec != nil && (sec.AuthRequired || sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
 	switch {
-	case cfg.Server.TLS != nil || cfg.Server.Security != nil:
-		return fmt.Errorf("%w: TLS, SASL, ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or the security settings)", ErrKafkaUnsupported)
+	case cfg.Server.TLS != nil || secured:
+		return fmt.Errorf("%w: TLS, required authentication, ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
 	case cfg.Cluster != nil:
 		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
 	}

@@ -182,9 +182,9 @@ func errMessage(err error) string {
 	return err.Error()
 }
 
-// splitBatches cuts a produce payload into its record batches (validated again, with CRC,
+// SplitBatches cuts a produce payload into its record batches (validated again, with CRC,
 // by the log before anything is written).
-func splitBatches(records []byte) ([][]byte, error) {
+func SplitBatches(records []byte) ([][]byte, error) {
 	var out [][]byte
 	for len(records) > 0 {
 		hdr, err := batch.ParseHeader(records)
@@ -234,7 +234,7 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			p := &t.Partitions[j]
 			out := &rt.Partitions[j]
 			*out = wire.ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
-			batches, err := splitBatches(p.Records)
+			batches, err := SplitBatches(p.Records)
 			if err == nil {
 				err = h.checkLeader(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition})
 			}
@@ -514,36 +514,44 @@ func (h *BrokerHandler) describeConfigs(body *wire.DescribeConfigsRequest) *wire
 	resp := &wire.DescribeConfigsResponse{}
 	for _, q := range body.Topics {
 		res := wire.DescribeConfigsResult{Topic: q.Topic}
-		t := h.b.Topic(q.Topic)
-		if t == nil {
-			res.ErrorCode, res.ErrorMessage = wire.ErrUnknownTopicOrPartition, fmt.Sprintf("topic %q does not exist", q.Topic)
-			resp.Topics = append(resp.Topics, res)
-			continue
-		}
-		effective := h.b.EffectiveConfig(t)
-		keys := q.Keys
-		if keys == nil {
-			for k := range effective {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-		}
-		for _, k := range keys {
-			v, ok := effective[k]
-			if !ok {
-				continue
-			}
-			src := wire.ConfigSourceDefault
-			if _, set := t.Config[k]; set {
-				src = wire.ConfigSourceTopic
-			} else if h.b.BrokerSetsConfig(k) {
-				src = wire.ConfigSourceBroker
-			}
-			res.Configs = append(res.Configs, wire.ConfigDescription{Key: k, Value: v, Source: src})
-		}
+		configs, err := DescribeTopicConfig(h.b, q.Topic, q.Keys)
+		res.Configs, res.ErrorCode, res.ErrorMessage = configs, codeFor(err), errMessage(err)
 		resp.Topics = append(resp.Topics, res)
 	}
 	return resp
+}
+
+// DescribeTopicConfig is a topic's effective configuration for the keys asked (nil: every
+// key, sorted), each with its source: set on the topic, set in the broker's configuration,
+// or the built-in default. Keys the broker does not know are left out. Both protocol
+// listeners answer DescribeConfigs with it.
+func DescribeTopicConfig(b *shard.Broker, topic string, keys []string) ([]wire.ConfigDescription, error) {
+	t := b.Topic(topic)
+	if t == nil {
+		return nil, fmt.Errorf("%w: topic %q does not exist", shard.ErrUnknownTopicOrPartition, topic)
+	}
+	effective := b.EffectiveConfig(t)
+	if keys == nil {
+		for k := range effective {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+	}
+	var out []wire.ConfigDescription
+	for _, k := range keys {
+		v, ok := effective[k]
+		if !ok {
+			continue
+		}
+		src := wire.ConfigSourceDefault
+		if _, set := t.Config[k]; set {
+			src = wire.ConfigSourceTopic
+		} else if b.BrokerSetsConfig(k) {
+			src = wire.ConfigSourceBroker
+		}
+		out = append(out, wire.ConfigDescription{Key: k, Value: v, Source: src})
+	}
+	return out, nil
 }
 
 func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.AlterConfigsResponse {

@@ -86,13 +86,17 @@ type options struct {
 	deferTaskrun  bool
 	shardPorts    string
 	advertise     string
-	diskFreeMin   int64
-	verify        bool
-	scrubRate     int64
-	cleanerEnable bool
-	cleanerRate   int64
-	cleanerMap    int64
-	cleanerEvery  time.Duration
+	// The Kafka protocol listener (netio/kafka): off while kafkaListen is empty.
+	kafkaListen     string
+	kafkaAdvertise  string
+	kafkaAutoCreate bool
+	diskFreeMin     int64
+	verify          bool
+	scrubRate       int64
+	cleanerEnable   bool
+	cleanerRate     int64
+	cleanerMap      int64
+	cleanerEvery    time.Duration
 	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
 	producerIDExpiration time.Duration
 	// Consumer groups: bounds of a member's session timeout, members per group, and the
@@ -227,6 +231,9 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&o.deferTaskrun, "defer-taskrun", false, "set IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN on shard rings (completion work runs only when the shard waits). Measured: no difference within noise on sync produce (p50 210-354 µs either way)")
 	fs.StringVar(&o.shardPorts, "shard-ports", "auto", "per-shard listeners advertised in metadata so shard-aware clients reach a partition's owner directly: auto (ephemeral ports on the --listen host), off, or a base port (shard i on BASE+i)")
 	fs.StringVar(&o.advertise, "advertise", "", "host clients are told to connect to (metadata: the broker and every shard port); default: the --listen host")
+	fs.StringVar(&o.kafkaListen, "kafka-listen", "", "serve the Apache Kafka protocol on this HOST:PORT too (same topics, offsets and producer ids; see docs/kafka-compatibility.md); empty: off")
+	fs.StringVar(&o.kafkaAdvertise, "kafka-advertise", "", "HOST:PORT Kafka clients are told to connect to (Kafka's advertised.listeners); default: the --kafka-listen address, with the --advertise host when set")
+	fs.BoolVar(&o.kafkaAutoCreate, "kafka-auto-create-topics", false, "create a topic a Kafka Metadata request names and the broker lacks (Kafka's auto.create.topics.enable), with 1 partition and the topic defaults")
 	fs.Int64Var(&o.diskFreeMin, "disk-free-min-bytes", engine.DiskFreeMinBytesDefault, "refuse produces (STORAGE_ERROR naming the disk) while the data directory's file system has fewer free bytes than this; 0 refuses only when it is full")
 	fs.BoolVar(&o.verify, "verify-segments", false, "verify the CRC of every batch in every sealed segment at start-up (reads the whole log); bad batches are logged and shown by topic describe")
 	fs.Int64Var(&o.scrubRate, "scrub-bytes-per-sec", 8<<20, "bytes of sealed segments each shard re-verifies per second in the background; 0 turns the scrubber off")
@@ -607,6 +614,16 @@ func (s *settings) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return bad("listen", o.listen, "HOST:PORT")
+	}
+	if o.kafkaListen != "" {
+		if _, _, err := net.SplitHostPort(o.kafkaListen); err != nil {
+			return bad("kafka-listen", o.kafkaListen, "HOST:PORT or empty")
+		}
+	}
+	if o.kafkaAdvertise != "" {
+		if _, port, err := net.SplitHostPort(o.kafkaAdvertise); err != nil || port == "" || port == "0" {
+			return bad("kafka-advertise", o.kafkaAdvertise, "HOST:PORT with a port clients can reach, or empty")
+		}
 	}
 	if o.shardPorts != "auto" && o.shardPorts != "off" {
 		if base, err := strconv.Atoi(o.shardPorts); err != nil || base < 1 || base > portMax {

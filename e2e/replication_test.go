@@ -459,8 +459,8 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 	fs[0].signal(t, syscall.SIGSTOP)
 	fs[1].signal(t, syscall.SIGSTOP)
 	// A produce admitted before the lag limit passed waits for replication that cannot
-	// come (the server has no produce timeout yet), and holds back every later answer on
-	// its connection: each attempt gets its own deadline and its own client.
+	// come until its timeout (REQUEST_TIMED_OUT, TestReplicationProduceTimeout): each
+	// attempt gets its own connection and deadline.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, err := produceOnConn(leader.addr, wire.AcksAll, "frozen", []byte("refused"), time.Second)
@@ -468,7 +468,7 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 			t.Logf("acks=all refused: %s", res.ErrorMessage)
 			break
 		}
-		if err == nil && res.ErrorCode != wire.ErrNone || time.Now().After(deadline) {
+		if err == nil && res.ErrorCode != wire.ErrNone && res.ErrorCode != wire.ErrRequestTimedOut || time.Now().After(deadline) {
 			t.Fatalf("acks=all with two followers frozen: %v %s %s, want NOT_ENOUGH_REPLICAS", err, res.ErrorCode.Name(), res.ErrorMessage)
 		}
 	}

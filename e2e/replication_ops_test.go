@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,4 +169,86 @@ func TestReplicationReassignAndElectLeader(t *testing.T) {
 		}
 	}
 	t.Logf("moved %v -> %v, preferred leader %d elected; %d records read back", old, target, fresh, len(want))
+}
+
+// logBytes is the size of the segment files of partition 0 of topic in b's data directory.
+func logBytes(t *testing.T, b *broker, topic string) int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(b.dataDir, topic+"-0", "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// TestReplicationThrottle: with --replication-throttled-bytes-per-second on every broker,
+// the new replica of a reassignment copies the partition at the throttle's rate (within
+// 10 % above it; the test also fails below half of it, which would mean the copy is not
+// shaped by the throttle at all), measured on the new replica's segment files from its
+// first fetched chunk to its last; the in-sync follower before the move was not throttled.
+func TestReplicationThrottle(t *testing.T) {
+	const rate = 2 << 20
+	const total = 6 << 20
+	tc := startCluster(t, 3, "--replication-throttled-bytes-per-second", strconv.Itoa(rate))
+	ctx := testContext(t, 2*time.Minute)
+	if err := tc.c.CreateReplicatedTopic(ctx, "copied", 1, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	v := tc.waitFor("a leader with a full ISR", func(v *cluster.View) bool {
+		p := partitionOf(v, "copied")
+		return p != nil && p.Leader > 0 && len(p.ISR) == 2
+	}, tc.brokers[0])
+	old := partitionOf(v, "copied").Replicas
+	var fresh int32
+	for id := int32(1); id <= 3; id++ {
+		if !slices.Contains(old, id) {
+			fresh = id
+		}
+	}
+	value := make([]byte, 64<<10)
+	started := time.Now()
+	for i := 0; i < total/len(value); i++ {
+		value[0] = byte(i)
+		if _, err := tc.produce(ctx, "copied", wire.AcksAll, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d MiB produced with acks=all at RF=2 (the in-sync follower unthrottled) in %v", total>>20, time.Since(started).Round(time.Millisecond))
+	leaderBytes := logBytes(t, tc.node(partitionOf(v, "copied").Leader), "copied")
+
+	ok(t, "", nil, "--broker", tc.brokers[0].addr, "partition", "reassign", "copied", "--partition", "0",
+		"--replicas", strconv.Itoa(int(fresh))+","+strconv.Itoa(int(old[0])))
+	target := tc.node(fresh)
+	var t0, t1 time.Time
+	var s0, s1 int64
+	deadline := time.Now().Add(60 * time.Second)
+	for s1 < leaderBytes {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new replica holds %d of %d bytes after a minute", s1, leaderBytes)
+		}
+		time.Sleep(10 * time.Millisecond)
+		n := logBytes(t, target, "copied")
+		if n > 0 && t0.IsZero() {
+			t0, s0 = time.Now(), n
+		}
+		if n > s1 {
+			t1, s1 = time.Now(), n
+		}
+	}
+	got := float64(s1-s0) / t1.Sub(t0).Seconds()
+	t.Logf("new replica copied %d bytes in %v after its first chunk of %d: %.2f MiB/s, throttle %.2f MiB/s (%.1f %%)",
+		s1-s0, t1.Sub(t0).Round(time.Millisecond), s0, got/(1<<20), float64(rate)/(1<<20), 100*got/rate)
+	if got > 1.1*rate || got < 0.5*rate {
+		t.Fatalf("copy rate %.0f B/s, want within 10 %% of the throttle %d B/s", got, rate)
+	}
+	tc.waitFor("the reassignment complete", func(v *cluster.View) bool {
+		p := partitionOf(v, "copied")
+		return p != nil && p.TargetReplicas == nil && slices.Contains(p.ISR, fresh)
+	}, tc.brokers[0])
 }

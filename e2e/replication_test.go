@@ -36,8 +36,9 @@ type testCluster struct {
 	lastLeader *broker // the broker the last produce succeeded on (produce's goroutine only)
 }
 
-// startCluster starts n brokers, each a controller voter, and waits until all registered.
-func startCluster(t *testing.T, n int) *testCluster {
+// startCluster starts n brokers, each a controller voter, and waits until all registered;
+// extra are further ringlogd flags for every broker.
+func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
 	var raft, voters []string
 	for i := 0; i < n; i++ {
@@ -46,8 +47,9 @@ func startCluster(t *testing.T, n int) *testCluster {
 	}
 	tc := &testCluster{t: t}
 	for i := 0; i < n; i++ {
-		tc.brokers = append(tc.brokers, startBroker(t, "--node-id", strconv.Itoa(i+1), "--controller-voters", strings.Join(voters, ","),
-			"--broker-session-timeout", clusterSessionTimeout, "--replica-lag-time-max", clusterLagMax, "--shard-ports", "off"))
+		flags := []string{"--node-id", strconv.Itoa(i + 1), "--controller-voters", strings.Join(voters, ","),
+			"--broker-session-timeout", clusterSessionTimeout, "--replica-lag-time-max", clusterLagMax, "--shard-ports", "off"}
+		tc.brokers = append(tc.brokers, startBroker(t, append(flags, extra...)...))
 	}
 	tc.c = tc.brokers[0].client(t)
 	tc.waitFor("every broker registered and live", func(v *cluster.View) bool {

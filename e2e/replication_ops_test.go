@@ -155,18 +155,28 @@ func TestReplicationReassignAndElectLeader(t *testing.T) {
 	produce("after", 50)
 	// A new leader's high watermark can trail what the old one acknowledged (the old leader
 	// counted the new one's last fetch; the new one learns it when a follower fetches from it).
+	// A produce the old leader answered NOT_LEADER after the new one had copied it is
+	// committed and retried (these raw produces are not idempotent): the log may hold it
+	// twice, so only the acknowledged offsets are checked.
+	end := int64(0)
+	for off := range want {
+		end = max(end, off+1)
+	}
 	got, hwm := readAll(t, tc.c, tc.node(fresh).addr, "moved")
-	for deadline := time.Now().Add(10 * time.Second); hwm < int64(len(want)) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); hwm < end && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 		got, hwm = readAll(t, tc.c, tc.node(fresh).addr, "moved")
 	}
-	if hwm != int64(len(want)) {
-		t.Fatalf("new leader's high watermark %d, want %d; produced %v", hwm, len(want), by)
+	if hwm < end {
+		t.Fatalf("new leader's high watermark %d, want %d; produced %v", hwm, end, by)
 	}
 	for off, value := range want {
 		if string(got[off]) != string(value) {
 			t.Fatalf("offset %d on the new leader: %q, want %q", off, got[off], value)
 		}
+	}
+	if extra := hwm - int64(len(want)); extra > 0 {
+		t.Logf("%d record(s) in the log were not acknowledged (answered NOT_LEADER, committed, retried)", extra)
 	}
 	t.Logf("moved %v -> %v, preferred leader %d elected; %d records read back", old, target, fresh, len(want))
 }

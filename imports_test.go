@@ -84,6 +84,8 @@ var importRules = []importRule{
 		From: under("bench"), To: under("engine/shard", "netio", "replication"), Closure: true},
 	{Name: "the wire codec links nothing of ours but engine/batch",
 		From: under("netio/wire"), To: and(ours, not(exactly("engine/batch", "netio/wire"))), Closure: true},
+	{Name: "the metrics scraper (ringlog top) links nothing of ours",
+		From: under("netio/admin/scrape"), To: and(ours, not(exactly("netio/admin/scrape"))), Closure: true},
 	{Name: "the bundled client links neither the server, the broker core, engine internals nor ring",
 		From: under("netio/client"), To: and(ours, not(exactly("engine/batch", "engine/group/assign", "netio/wire", "netio/client", "netio/security/scram"))), Closure: true},
 	{Name: "the SCRAM mechanism (linked by the client) links nothing of ours",

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -93,6 +94,7 @@ type broker struct {
 	t       testing.TB
 	dataDir string
 	addr    string
+	admin   string // the admin HTTP address from the start-up line ("" when off)
 	flags   []string
 	wrap    []string // command prefix, e.g. taskset -c 1
 
@@ -178,6 +180,9 @@ func (b *broker) running() bool {
 // tryStart execs ringlogd and waits for its start-up line.
 func (b *broker) tryStart() error {
 	args := append([]string{"--data", b.dataDir, "--listen", b.addr, "--shards", "2"}, b.flags...)
+	if !slices.Contains(b.flags, "--admin") { // the default port would collide between test brokers
+		args = append(args, "--admin", "127.0.0.1:0")
+	}
 	argv := append(append(slices.Clone(b.wrap), filepath.Join(binDir, "ringlogd")), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := cmd.StderrPipe()
@@ -205,6 +210,10 @@ func (b *broker) tryStart() error {
 			b.kill()
 			return fmt.Errorf("start-up line does not name listen=%s: %s", b.addr, line)
 		}
+		b.admin = ""
+		if m := adminAddrPattern.FindStringSubmatch(line); m != nil {
+			b.admin = m[1]
+		}
 		return nil
 	case <-b.exited:
 		return fmt.Errorf("ringlogd exited before its start-up line (%v): %s", b.err, b.logText())
@@ -213,6 +222,9 @@ func (b *broker) tryStart() error {
 		return fmt.Errorf("no start-up line within %v", brokerStartTimeout)
 	}
 }
+
+// adminAddrPattern finds the admin listener's address in the start-up line.
+var adminAddrPattern = regexp.MustCompile(`admin=(\S+)`)
 
 // readLog copies the broker's stderr into b.log and reports the start-up line.
 func (b *broker) readLog(r io.Reader, ready chan<- string) {

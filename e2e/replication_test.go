@@ -440,6 +440,16 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 		return p != nil && !slices.Contains(p.ISR, frozenID) && len(p.ISR) == 2
 	}, leader)
 	t.Logf("frozen follower left the ISR %v after SIGSTOP (lag limit %s)", time.Since(frozenAt).Round(time.Millisecond), clusterLagMax)
+	// The leader's metrics say so: ISR 2 of 3 replicas, one under-replicated partition, one
+	// shrink; a running follower reports itself as such and leaves the ISR to the leader.
+	waitMetric(t, leader, "ringlog_partition_isr_size", 2, "topic", "frozen", "partition", "0")
+	waitMetric(t, leader, "ringlog_under_replicated_partitions", 1)
+	if m := scrapeMetrics(t, "http://"+leader.admin); m.Sum("ringlog_isr_shrinks_total") < 1 || m.Sum("ringlog_partition_replicas", "topic", "frozen") != 3 {
+		t.Errorf("leader's shrinks %v, replicas %v", m.Sum("ringlog_isr_shrinks_total"), m.Sum("ringlog_partition_replicas", "topic", "frozen"))
+	}
+	if m := scrapeMetrics(t, "http://"+fs[1].admin); m.Sum("ringlog_partition_leader", "topic", "frozen") != 0 || len(m["ringlog_partition_isr_size"]) != 0 && m.Sum("ringlog_partition_isr_size", "topic", "frozen") != 0 {
+		t.Errorf("follower reports leadership %v or an ISR", m.Sum("ringlog_partition_leader", "topic", "frozen"))
+	}
 	for i := 0; i < 20; i++ {
 		if _, err := tc.produce(ctx, "frozen", wire.AcksAll, []byte(fmt.Sprintf("isr2-%d", i))); err != nil {
 			t.Fatalf("acks=all at ISR=2: %v", err)
@@ -452,6 +462,10 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 		return p != nil && slices.Contains(p.ISR, frozenID) && len(p.ISR) == 3
 	}, leader)
 	t.Logf("thawed follower rejoined the ISR %v after SIGCONT", time.Since(thawedAt).Round(time.Millisecond))
+	waitMetric(t, leader, "ringlog_under_replicated_partitions", 0)
+	if m := scrapeMetrics(t, "http://"+leader.admin); m.Sum("ringlog_isr_expands_total") < 1 {
+		t.Errorf("leader counted %v ISR expands after the rejoin", m.Sum("ringlog_isr_expands_total"))
+	}
 
 	// Two frozen: the controller has no quorum left (every broker is a voter), so the ISR
 	// cannot shrink; the leader refuses acks=all once both lag past the limit.

@@ -215,6 +215,16 @@ func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdent
 	return next, nil
 }
 
+// Lookup returns the identity a name holds now, without bumping its epoch (ok false for a
+// name never initialised). A client that resumes the name's current epoch instead of
+// fencing it (the HTTP produce API, which has no producer session) uses it.
+func (p *ProducerIDs) Lookup(name string) (id ProducerIdentity, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id, ok = p.names[name]
+	return id, ok
+}
+
 // CurrentEpoch returns the current epoch of a named producer's id (ok false for ids that
 // belong to no name: their epoch never moves, the partitions' own state fences them).
 func (p *ProducerIDs) CurrentEpoch(id int64) (epoch int16, ok bool) {

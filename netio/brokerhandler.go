@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/engine/group"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/replication/cluster"
 )
@@ -123,6 +124,13 @@ func caller(req *Request) int {
 	}
 	return shard.CallerNone
 }
+
+// CodeFor maps a broker or engine error to the protocol error code a client is answered
+// with (the broker core counts failures by it; see shard.Config.ErrorCode).
+func CodeFor(err error) wire.ErrorCode { return codeFor(err) }
+
+// GroupCode maps a group coordinator's code to the protocol error code clients see.
+func GroupCode(c group.Code) wire.ErrorCode { return groupCode(c) }
 
 // codeFor maps broker and engine errors to protocol error codes.
 func codeFor(err error) wire.ErrorCode {
@@ -246,6 +254,7 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 				err = h.checkLeader(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition})
 			}
 			if err != nil {
+				h.b.CountProduceError(err)
 				pc.answerLocked(idx, func() { out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error() })
 				continue
 			}

@@ -46,6 +46,7 @@ type Reactor struct {
 	scratchP    runtime.Pinner
 	unknownCQEs uint64 // completions whose user data matched no op (see dispatch)
 	ownerTid    int    // thread that created the reactor (gettid)
+	stats       loopStats
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -223,6 +224,7 @@ func (o Op) Submit() error {
 		return fmt.Errorf("%w: op %s (needs Linux %s) on backend %s", ErrUnsupported, op, op.MinKernel(), r.ring.Backend())
 	}
 	o.sqe.UserData = uint64(r.slots[o.idx].gen)<<32 | uint64(o.idx)
+	r.stats.submitted++
 	return nil
 }
 
@@ -373,6 +375,7 @@ func (r *Reactor) dispatch(c *CQE) {
 		return
 	}
 	done := r.slots[idx].done
+	r.stats.completed++
 	if c.Flags&CQEFMore == 0 {
 		r.releaseSlot(idx)
 	}
@@ -455,6 +458,9 @@ func (r *Reactor) Run() error {
 		return ErrClosed
 	}
 	r.running = true
+	if r.stats.started.IsZero() {
+		r.stats.started = time.Now()
+	}
 	defer func() { r.running = false }()
 	for !r.stopping.Load() {
 		if err := r.RunOnce(true); err != nil {
@@ -479,7 +485,9 @@ func (r *Reactor) RunOnce(block bool) error {
 	}
 	var err error
 	if block && len(r.backlog) == 0 && r.mailbox.empty() && !r.stopping.Load() {
+		waitStart := time.Now()
 		_, err = r.ring.SubmitAndWait(1, r.untilNextTimer())
+		r.stats.waitNanos += uint64(time.Since(waitStart))
 	} else {
 		_, err = r.ring.Submit()
 	}
@@ -646,6 +654,7 @@ func (r *Reactor) syncSQE() (*SQE, uint64, error) {
 		return nil, 0, err
 	}
 	r.syncSeq++
+	r.stats.submitted++
 	return sqe, tokenSync | (r.syncSeq & (1<<62 - 1)), nil
 }
 
@@ -667,6 +676,7 @@ func (r *Reactor) syncWait(tok uint64) (int32, error) {
 				r.backlog = append(r.backlog, r.syncCQEs[i])
 			}
 			if found {
+				r.stats.completed++
 				return res, nil
 			}
 			if n < len(r.syncCQEs) {

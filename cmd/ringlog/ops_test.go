@@ -418,14 +418,14 @@ func TestCompletion(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"ringlog con":                           "consume",
-		"ringlog ":                              "--broker --help acl bench cluster completion consume group partition produce topic tune user version",
+		"ringlog ":                              "--broker --help acl bench cluster completion consume group partition produce top topic tune user version",
 		"ringlog acl ":                          "add list remove",
 		"ringlog user add --pass":               "--password-file",
 		"ringlog group ":                        "delete describe list reset",
 		"ringlog group reset g --to":            "--to --topic",
 		"ringlog cluster ":                      "describe",
 		"ringlog cluster describe --j":          "--json",
-		"ringlog --broker h:1 top":              "topic",
+		"ringlog --broker h:1 topi":             "topic",
 		"ringlog topic ":                        "config create delete describe list repair",
 		"ringlog topic create orders --par":     "--partitions",
 		"ringlog produce orders --acks ":        "0 1 all",

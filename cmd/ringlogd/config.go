@@ -111,6 +111,7 @@ type options struct {
 	replicaLagMax    time.Duration
 	replThrottle     int64
 	security         securityFlags
+	admin            adminFlags
 }
 
 // topicDefaults is the topic-defaults key: broker-wide topic configs (the same keys as
@@ -218,6 +219,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&o.connsMax, "max-connections", 4096, "open connections accepted at once")
 	o.limits.register(fs)
 	o.security.register(fs)
+	o.admin.register(fs)
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", shutdownGraceDefault, "time in-flight requests get on SIGTERM")
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
@@ -595,6 +597,9 @@ func (s *settings) validate() error {
 	}
 	if o.frameBytesMax < 1 || o.frameBytesMax > frameBytesLimit {
 		return bad("max-frame-bytes", strconv.FormatUint(uint64(o.frameBytesMax), 10), fmt.Sprintf("1..%d", uint64(frameBytesLimit)))
+	}
+	if err := o.admin.check(); err != nil {
+		return refuse(ErrBadValue, "%v", err)
 	}
 	if err := o.limits.check(); err != nil {
 		return refuse(ErrBadValue, "%v", err)

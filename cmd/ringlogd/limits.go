@@ -3,10 +3,13 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/admin"
 )
 
 // limitFlags are the per-request and per-client limits (issue 10); docs/operations.md
@@ -42,6 +45,39 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.frameTimeout, "frame-timeout", 30*time.Second, "a request frame must arrive whole within this of its first byte")
 	fs.DurationVar(&l.idleTimeout, "idle-timeout", 10*time.Minute, "close a connection that sent nothing for this long with nothing outstanding")
 	fs.DurationVar(&l.writeTimeout, "write-timeout", 30*time.Second, "close a connection that reads none of a response for this long")
+}
+
+// adminFlags configure the admin HTTP listener (netio/admin): metrics, health checks and
+// the JSON API. docs/operations.md lists the limits.
+type adminFlags struct {
+	listen             string
+	bodyBytesMax       int64
+	connsMax           int
+	connsPerAddressMax int
+}
+
+func (a *adminFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.listen, "admin", "127.0.0.1:9401", "admin HTTP address: /metrics (Prometheus), /healthz, /readyz and the JSON API /v1/...; empty turns it off")
+	fs.Int64Var(&a.bodyBytesMax, "admin-max-body-bytes", admin.BodyBytesMaxDefault, "largest admin HTTP request body (a JSON produce); larger ones are refused with 413")
+	fs.IntVar(&a.connsMax, "admin-max-connections", admin.ConnectionsMaxDefault, "open admin HTTP connections; further ones are closed at accept")
+	fs.IntVar(&a.connsPerAddressMax, "admin-max-connections-per-address", admin.ConnectionsPerAddressMaxDefault, "open admin HTTP connections from one client IP")
+}
+
+func (a *adminFlags) check() error {
+	if a.bodyBytesMax <= 0 || a.connsMax <= 0 || a.connsPerAddressMax <= 0 {
+		return errors.New("--admin-max-body-bytes, --admin-max-connections and --admin-max-connections-per-address must be positive")
+	}
+	if a.listen != "" {
+		if _, _, err := net.SplitHostPort(a.listen); err != nil {
+			return fmt.Errorf("--admin %q: want host:port or empty: %w", a.listen, err)
+		}
+	}
+	return nil
+}
+
+// config is the admin listener's configuration.
+func (a *adminFlags) config() admin.Config {
+	return admin.Config{Listen: a.listen, BodyBytesMax: a.bodyBytesMax, ConnectionsMax: a.connsMax, ConnectionsPerAddressMax: a.connsPerAddressMax}
 }
 
 func (l *limitFlags) check() error {

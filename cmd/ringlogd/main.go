@@ -167,10 +167,15 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		Advertise:             o.advertise,
 		Net:                   o.net,
 		Server:                serverCfg,
+		Admin:                 o.admin.config(),
 		Logger:                log,
 	})
 	if err != nil {
 		return err
+	}
+	adminAddr := ""
+	if n.Admin != nil {
+		adminAddr = n.Admin.Addr()
 	}
 	backend := "?"
 	for _, s := range n.Core.ShardInfos() {
@@ -181,7 +186,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", n.Net,
+	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", n.Net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID,
 		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 

@@ -216,7 +216,7 @@ func TestSighupReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	base := "data: " + filepath.Join(dir, "data") + "\nlisten: 127.0.0.1:0\nshards: 1\nshard-ports: \"off\"\npin: false\n"
+	base := "data: " + filepath.Join(dir, "data") + "\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshards: 1\nshard-ports: \"off\"\npin: false\n"
 	write(base + "log-level: info\ntopic-defaults:\n  retention.ms: \"1000000\"\n")
 	p := startProcess(t, "--config", path)
 	started, _ := p.waitFor(`msg="ringlogd started"`)
@@ -272,7 +272,7 @@ func TestSighupReload(t *testing.T) {
 	p.waitFor("nothing to change at run time")
 	write(base + "log-level: loud\n")
 	p.signal(syscall.SIGHUP)
-	if line, _ := p.waitFor("configuration reload failed"); !strings.Contains(line, path+`:6: log-level \"loud\"`) {
+	if line, _ := p.waitFor("configuration reload failed"); !strings.Contains(line, path+`:7: log-level \"loud\"`) {
 		t.Errorf("refusal line: %s", line)
 	}
 	if _, err := c.ListTopics(ctx); err != nil {
@@ -320,7 +320,7 @@ func TestDeployFiles(t *testing.T) {
 // the process and the address from its start-up line.
 func startedAddr(t *testing.T, args ...string) (*process, string) {
 	t.Helper()
-	p := startProcess(t, append([]string{"--listen", "127.0.0.1:0", "--shards", "1", "--shard-ports", "off", "--pin=false"}, args...)...)
+	p := startProcess(t, append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--shards", "1", "--shard-ports", "off", "--pin=false"}, args...)...)
 	started, _ := p.waitFor(`msg="ringlogd started"`)
 	addr := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(started)
 	if addr == nil {

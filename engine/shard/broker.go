@@ -112,6 +112,11 @@ type Config struct {
 	// fault drills and crash tests (engine/faultio); nil in production.
 	WrapFileIO func(shard int, fio ring.FileIO) ring.FileIO
 
+	// ErrorCode maps an error of a produce or fetch to the protocol's error code, so the
+	// shards' counters (Stats) count failures by code. nil counts every failure as
+	// ErrorCodeUnknown. It runs on the shard loops: no blocking, no allocation.
+	ErrorCode func(err error) int
+
 	hooks *testHooks // seams for this package's tests; nil in production
 }
 
@@ -166,7 +171,8 @@ type Broker struct {
 	// in Open before any partition opens, read-only afterwards.
 	wrapped []ring.FileIO
 
-	scrubFound atomic.Int64 // corrupt batches found by the background scrubbers
+	scrubFound atomic.Int64    // corrupt batches found by the background scrubbers
+	offLoop    offLoopCounters // refusals decided before reaching a shard (stats.go)
 
 	rep         core.Replicator     // cfg.Replicator or core.Local
 	producerIDs *engine.ProducerIDs // InitProducerId and fencing (idempotence.go)
@@ -598,6 +604,7 @@ func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []
 
 // PartitionState is a point-in-time view of one partition, read on its shard.
 type PartitionState struct {
+	Topic          string
 	Partition      int32
 	Shard          int
 	LogStartOffset int64
@@ -606,6 +613,7 @@ type PartitionState struct {
 	SizeBytes      int64
 	Segments       int
 	Storage        string
+	InSyncReplicas int    // the Replicator's ISR size, the leader included (1 on a lone broker)
 	Err            string // non-empty when the log has failed (sticky fdatasync error)
 	CorruptBatches int    // bad batches found in sealed segments (scrubber or --verify-segments)
 	Corruption     string // the first of them and how to repair it; "" when none

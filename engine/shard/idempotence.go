@@ -24,6 +24,21 @@ func (b *Broker) InitProducerID(name string, current engine.ProducerIdentity) (e
 	return b.producerIDs.Init(name, current)
 }
 
+// ProducerIdentity returns the identity a producer name holds, initialising the name (at a
+// fresh id, epoch 0) when it has none; an existing name keeps its epoch (nothing is
+// fenced). The HTTP produce API's X-Producer-Id uses it: a request is a stateless retry
+// of the name's current session, not a new producer instance. May write a file: call it
+// off the shard loops.
+func (b *Broker) ProducerIdentity(name string) (engine.ProducerIdentity, error) {
+	if b.closing.Load() {
+		return engine.ProducerIdentity{}, ErrShuttingDown
+	}
+	if id, ok := b.producerIDs.Lookup(name); ok {
+		return id, nil
+	}
+	return b.producerIDs.Init(name, engine.NoProducer)
+}
+
 // checkFenced refuses batches whose producer epoch is older than the current epoch of their
 // producer's name. Lock-free; any goroutine.
 func (b *Broker) checkFenced(batches [][]byte) error {

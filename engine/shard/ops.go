@@ -70,6 +70,7 @@ func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, ac
 		err = b.checkFenced(batches)
 	}
 	if err != nil {
+		b.offLoop.produceErrors[b.errorCode(err)].Add(1)
 		done(ProduceResult{BaseOffset: -1, Err: err})
 		return
 	}
@@ -78,30 +79,44 @@ func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, ac
 		return
 	}
 	if err := s.r.Post(func() { s.produce(tp, batches, acks, done) }); err != nil {
-		done(ProduceResult{BaseOffset: -1, Err: postErr(s, err)})
+		err = postErr(s, err)
+		b.offLoop.produceErrors[b.errorCode(err)].Add(1)
+		done(ProduceResult{BaseOffset: -1, Err: err})
 	}
 }
 
 func (s *Shard) produce(tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {
+	received := monotonic()
+	s.counters.produce.Requests++
+	for _, b := range batches {
+		s.counters.produce.Bytes += uint64(len(b))
+	}
 	p := s.parts[tp]
 	if p == nil {
-		done(ProduceResult{BaseOffset: -1, Err: fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)})
+		s.produceFailed(received, fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition), -1, done)
 		return
 	}
 	if err := s.core.Admit(&p.c, acks); err != nil { // min.insync.replicas, a failed sync
-		done(ProduceResult{BaseOffset: -1, LogStartOffset: p.log.StartOffset(), Err: err})
+		s.produceFailed(received, err, p.log.StartOffset(), done)
 		return
 	}
 	res, err := p.log.AppendBatches(batches)
 	if err != nil {
-		done(ProduceResult{BaseOffset: -1, LogStartOffset: p.log.StartOffset(), Err: err})
+		s.produceFailed(received, err, p.log.StartOffset(), done)
 		if res.Batches > 0 {
 			s.core.Moved(&p.c)
 		}
 		return
 	}
-	r := ProduceResult{BaseOffset: res.FirstOffset, LogStartOffset: p.log.StartOffset()}
+	r := ProduceResult{BaseOffset: res.FirstOffset, LogStartOffset: p.log.StartOffset(), Received: received}
 	s.core.Appended(&p.c, acks, p.log.EndOffset(), r, done)
+}
+
+// produceFailed answers a produce the shard refused, counting it. Loop goroutine.
+func (s *Shard) produceFailed(received time.Duration, err error, logStart int64, done func(ProduceResult)) {
+	r := ProduceResult{BaseOffset: -1, LogStartOffset: logStart, Err: err, Received: received}
+	s.produceAnswered(r)
+	done(r)
 }
 
 // FetchPartition asks for one partition's records from Offset.
@@ -192,7 +207,8 @@ type fetchOp struct {
 	// reactor timer (core.Tick), and the first to fire wins.
 	deadline time.Time
 	done     func([]FetchResult)
-	caller   int // shard whose loop started the op; read inline on the first pass only
+	caller   int           // shard whose loop started the op; read inline on the first pass only
+	started  time.Duration // when the op began (monotonic), for the fetch latency histogram
 }
 
 // Fetch reads every requested partition on its shard. When fewer than MinBytes come back
@@ -210,7 +226,7 @@ func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult
 		req.MaxWait = fetchWaitMax
 	}
 	req.limits = newFetchLimits(b, req)
-	op := &fetchOp{b: b, req: req, results: make([]FetchResult, len(req.Partitions)), shards: map[int][]int{}, done: done, caller: caller}
+	op := &fetchOp{b: b, req: req, results: make([]FetchResult, len(req.Partitions)), shards: map[int][]int{}, done: done, caller: caller, started: monotonic()}
 	for i, fp := range req.Partitions {
 		op.results[i].TopicPartition = fp.TopicPartition
 		op.results[i].HighWatermark, op.results[i].LogStartOffset = -1, -1
@@ -230,6 +246,7 @@ func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult
 // read posts one read to every shard involved; the last to finish calls readDone.
 func (op *fetchOp) read() {
 	if len(op.shards) == 0 {
+		op.b.fetchAnsweredOffLoop(op)
 		op.done(op.results)
 		return
 	}
@@ -243,7 +260,7 @@ func (op *fetchOp) read() {
 			for _, i := range idx {
 				s.readInto(&op.results[i], op.req.Partitions[i], op.req.limits)
 			}
-			op.shardDone()
+			op.shardDone(s)
 		}
 		if si == inline && s.r.OnOwnerThread() {
 			readAll()
@@ -254,16 +271,23 @@ func (op *fetchOp) read() {
 			for _, i := range idx {
 				op.results[i].Err = postErr(s, err)
 			}
-			op.shardDone()
+			op.shardDone(nil)
 		}
 	}
 }
 
-func (op *fetchOp) shardDone() {
+// shardDone ends one shard's read; on is that shard when called on its loop, nil off the
+// loops. The last one answers the op or parks it.
+func (op *fetchOp) shardDone(on *Shard) {
 	if op.pending.Add(-1) != 0 {
 		return
 	}
 	if op.final.Load() || op.satisfied() || op.b.draining.Load() {
+		if on != nil {
+			on.fetchAnswered(op)
+		} else {
+			op.b.fetchAnsweredOffLoop(op)
+		}
 		op.done(op.results)
 		return
 	}

@@ -24,13 +24,14 @@ type Shard struct {
 
 	// Owned by the loop goroutine.
 	parts      map[TopicPartition]*partition
-	core       *core.Core   // acks, sync schedule and fetch waiters of parts (see package core)
-	flushTimer *ring.Timer  // runs core.EndTurn after a loop turn's mailbox drain
-	waitTimer  *ring.Timer  // runs core.Tick at the earliest long-poll deadline
-	tick       func()       // s.onTick, allocated once
-	scrub      scrubState   // background segment verification (scrub.go)
-	cleaner    cleanerState // background log compaction (compact.go)
-	groups     *shardGroups // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
+	core       *core.Core    // acks, sync schedule and fetch waiters of parts (see package core)
+	flushTimer *ring.Timer   // runs core.EndTurn after a loop turn's mailbox drain
+	waitTimer  *ring.Timer   // runs core.Tick at the earliest long-poll deadline
+	tick       func()        // s.onTick, allocated once
+	scrub      scrubState    // background segment verification (scrub.go)
+	cleaner    cleanerState  // background log compaction (compact.go)
+	groups     *shardGroups  // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
+	counters   shardCounters // produce, fetch and fsync counters (stats.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -144,11 +145,13 @@ func (d *coreDriver) StartSync(p *core.Partition) {
 	}
 	remaining := len(t.Fds)
 	var firstErr error
+	started := monotonic()
 	complete := func(err error) {
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
 		if remaining--; remaining == 0 {
+			s.counters.fsync.Observe(monotonic() - started)
 			s.endSync(p, l, t, firstErr)
 		}
 	}
@@ -272,20 +275,27 @@ func (s *Shard) describe(tp TopicPartition, out *PartitionState) error {
 		if p == nil {
 			return fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, tp.Topic, tp.Partition)
 		}
-		*out = PartitionState{
-			Partition: tp.Partition, Shard: s.index,
-			LogStartOffset: p.log.StartOffset(), LogEndOffset: p.log.EndOffset(),
-			HighWatermark: s.highWatermark(p), SizeBytes: p.log.Size(),
-			Segments: p.log.SegmentCount(), Storage: string(p.log.Mode()),
-		}
-		if err := p.log.Err(); err != nil {
-			out.Err = err.Error()
-		} else if err := p.c.Err(); err != nil { // a sync of the log before a reopen failed
-			out.Err = err.Error()
-		}
-		p.describeCorruption(out)
+		*out = s.partitionState(p)
 		return nil
 	})
+}
+
+// partitionState reads p's state. Loop goroutine.
+func (s *Shard) partitionState(p *partition) PartitionState {
+	out := PartitionState{
+		Topic: p.tp.Topic, Partition: p.tp.Partition, Shard: s.index,
+		LogStartOffset: p.log.StartOffset(), LogEndOffset: p.log.EndOffset(),
+		HighWatermark: s.highWatermark(p), SizeBytes: p.log.Size(),
+		Segments: p.log.SegmentCount(), Storage: string(p.log.Mode()),
+		InSyncReplicas: s.core.Replicator().InSyncReplicas(&p.c),
+	}
+	if err := p.log.Err(); err != nil {
+		out.Err = err.Error()
+	} else if err := p.c.Err(); err != nil { // a sync of the log before a reopen failed
+		out.Err = err.Error()
+	}
+	p.describeCorruption(&out)
+	return out
 }
 
 // closeSyncWaitMax bounds how long a stopping shard waits for its syncs in flight.

@@ -1,7 +1,8 @@
 // Package node assembles one running broker: the broker core (engine/shard), the ringlog
 // protocol server (netio) on the shards' rings or on Go's netpoller, its listeners (the
 // main address and the optional per-shard addresses advertised in metadata), and their
-// orderly shutdown. It is the one constructor of a broker: cmd/ringlogd and every
+// orderly shutdown, and the admin HTTP listener (netio/admin: metrics, health, the JSON
+// API) when Config.Admin names an address. It is the one constructor of a broker: cmd/ringlogd and every
 // in-process test broker (netio/internal/brokertest) go through Start, so the stack under
 // test is the stack that ships.
 //
@@ -23,6 +24,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/ringlog/ringlog/ring"
 )
@@ -68,6 +70,9 @@ type Config struct {
 	// FetchResponseBytesMax caps a fetch response's records; 0 means
 	// netio.FetchResponseBytesMaxDefault.
 	FetchResponseBytesMax int64
+	// Admin configures the admin HTTP listener (metrics, health, the JSON API); an empty
+	// Admin.Listen leaves it off.
+	Admin admin.Config
 	// Logger receives start-up and shutdown lines; nil discards them.
 	Logger *slog.Logger
 	// Cluster, when set, makes this broker a member of a replicated cluster: it runs a
@@ -87,6 +92,8 @@ type Node struct {
 	ShardAddrs []string
 	// ListenAddr is the main listener's bound address (Addr may differ by --advertise).
 	ListenAddr string
+	// Admin is the admin HTTP listener; nil when Config.Admin.Listen is empty.
+	Admin *admin.Server
 	// Net is the network driver serving connections (NetGo when TLS asked it to be).
 	Net string
 
@@ -105,6 +112,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.Core.Logger == nil {
 		cfg.Core.Logger = cfg.Logger
+	}
+	if cfg.Core.ErrorCode == nil { // the shards count failures by protocol code
+		cfg.Core.ErrorCode = func(err error) int { return int(netio.CodeFor(err)) }
 	}
 	if cfg.Net == "" {
 		cfg.Net = NetRing
@@ -160,6 +170,29 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if mgr != nil {
 		mgr.Attach(core, n.Addr)
+	}
+	if cfg.Admin.Listen != "" {
+		if cfg.Admin.Logger == nil {
+			cfg.Admin.Logger = cfg.Logger
+		}
+		if cfg.Admin.Groups == nil {
+			cfg.Admin.Groups = admin.GroupsOf(core.Groups())
+		}
+		if sec := cfg.Server.Security; sec != nil && cfg.Admin.APIRefused == "" &&
+			(sec.AuthRequired || sec.Authorizer != nil && sec.Authorizer.Enabled()) {
+			cfg.Admin.APIRefused = "the broker requires authentication or enforces ACLs, which the admin listener cannot check; use the binary protocol"
+		}
+		if cfg.Admin.Replication == nil && mgr != nil {
+			cfg.Admin.Replication = mgr // ISR changes, replica counts, controller readiness
+		}
+		if n.Admin, err = admin.Start(cfg.Admin, core, n.Server); err != nil {
+			n.Server.Close()
+			n.closeListeners()
+			closeCluster()
+			core.Close()
+			return nil, err
+		}
+		n.Admin.SetReady(true) // catalog loaded, partitions recovered, listeners serving
 	}
 	return n, nil
 }
@@ -239,10 +272,18 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.log.Warn("leave the cluster", "err", err)
 		}
 	}
+	if n.Admin != nil {
+		n.Admin.SetReady(false) // /readyz fails from here on
+	}
 	n.Core.Drain() // Shutdown below waits for every in-flight request, parked fetches too
 	serr := n.Server.Shutdown(ctx)
 	if serr != nil {
 		n.log.Warn("in-flight requests cut off at shutdown", "err", serr)
+	}
+	if n.Admin != nil {
+		if err := n.Admin.Shutdown(ctx); err != nil {
+			n.log.Warn("admin requests cut off at shutdown", "err", err)
+		}
 	}
 	n.closeListeners()
 	if err := n.Core.Close(); err != nil {

@@ -140,6 +140,9 @@ type Manager struct {
 
 	registeredEpoch atomic.Int64 // the session epoch seen after our registration; 0: none yet
 
+	// ISR changes of partitions this broker leads, committed by the controller (metrics).
+	isrShrinks, isrExpands atomic.Uint64
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
@@ -534,7 +537,7 @@ func (m *Manager) tickLoop() {
 // alterISR publishes a leader's ISR change through the controller (its own goroutine: a
 // controller round trip must not hold the replica). The committed change comes back
 // through the metadata; a refusal drops the proposal so that a later tick proposes again.
-func (m *Manager) alterISR(r *replica, a isr.AlterISR) {
+func (m *Manager) alterISR(r *replica, a isr.AlterISR, before int) {
 	ids := make([]int32, len(a.ISR))
 	for i, id := range a.ISR {
 		ids[i] = int32(id)
@@ -549,6 +552,53 @@ func (m *Manager) alterISR(r *replica, a isr.AlterISR) {
 		if err != nil {
 			m.log.Debug("ISR change refused or not delivered", "topic", r.tp.Topic, "partition", r.tp.Partition, "isr", ids, "err", err)
 			r.isrRejected(a)
+			return
+		}
+		switch {
+		case len(ids) < before:
+			m.isrShrinks.Add(1)
+		case len(ids) > before:
+			m.isrExpands.Add(1)
 		}
 	}()
+}
+
+// Operational views for the admin listener (netio/admin.Replication; netio/node wires the
+// Manager in as it is).
+
+// ReplicaCounts returns the number of replicas assigned to every partition in the
+// controller's metadata (one copy of the metadata per call).
+func (m *Manager) ReplicaCounts() map[shard.TopicPartition]int {
+	meta := m.ctl.Metadata()
+	out := map[shard.TopicPartition]int{}
+	for name, t := range meta.Topics {
+		for p, part := range t.Partitions {
+			out[shard.TopicPartition{Topic: name, Partition: int32(p)}] = len(part.Replicas)
+		}
+	}
+	return out
+}
+
+// Leads reports whether this broker leads tp (true too for a partition the controller has
+// not placed here, which behaves as on a single broker).
+func (m *Manager) Leads(tp shard.TopicPartition) bool {
+	v, ok := m.reps.Load(tp)
+	return !ok || v.(*replica).leading.Load()
+}
+
+// ISRChanges returns the ISR shrinks and expands of partitions this broker leads that the
+// controller committed since the broker started.
+func (m *Manager) ISRChanges() (shrinks, expands uint64) {
+	return m.isrShrinks.Load(), m.isrExpands.Load()
+}
+
+// Ready is nil while this broker knows a controller leader and is registered with it.
+func (m *Manager) Ready() error {
+	if m.ControllerLeader() == 0 {
+		return errors.New("no controller leader known")
+	}
+	if m.registeredEpoch.Load() == 0 {
+		return errors.New("not registered with the controller yet")
+	}
+	return nil
 }

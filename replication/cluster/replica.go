@@ -202,7 +202,7 @@ func (r *replica) publishLeaderLocked(m *Manager) {
 		case isr.HighWatermarkMoved:
 			moved = true
 		case isr.AlterISR:
-			m.alterISR(r, o)
+			m.alterISR(r, o, l.InSyncReplicas())
 		}
 	}
 	pending, inflight := l.PendingISR()

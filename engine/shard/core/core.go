@@ -62,6 +62,17 @@ type ProduceResult struct {
 	BaseOffset     int64
 	LogStartOffset int64
 	Err            error
+	// Received is when the produce reached its shard, on the driver's clock; the core
+	// carries it unchanged to the answer so the driver can measure the produce's latency
+	// (AnswerObserver) without allocating per produce.
+	Received time.Duration
+}
+
+// AnswerObserver is implemented by a Driver that wants to see every produce answer the
+// core gives (latency and error accounting): Answered runs just before the produce's done
+// callback, on the loop, and must not block or allocate.
+type AnswerObserver interface {
+	Answered(p *Partition, res ProduceResult)
 }
 
 // Log is the view of a partition log the core needs. *engine.Log implements it.
@@ -178,8 +189,9 @@ type waiter struct {
 
 // Core is the state machine of one shard's partitions.
 type Core struct {
-	d   Driver
-	rep Replicator
+	d        Driver
+	observer AnswerObserver // d, when it observes answers; nil otherwise
+	rep      Replicator
 
 	dirty          []*Partition // partitions with inputs since the last EndTurn
 	spare          []*Partition
@@ -195,7 +207,17 @@ func New(d Driver, rep Replicator) *Core {
 	if rep == nil {
 		rep = Local{}
 	}
-	return &Core{d: d, rep: rep}
+	c := &Core{d: d, rep: rep}
+	c.observer, _ = d.(AnswerObserver)
+	return c
+}
+
+// answer gives a produce its result, telling the observer first.
+func (c *Core) answer(p *Partition, res ProduceResult, done func(ProduceResult)) {
+	if c.observer != nil {
+		c.observer.Answered(p, res)
+	}
+	done(res)
 }
 
 // Replicator returns the core's replicator.
@@ -232,7 +254,7 @@ func (c *Core) Appended(p *Partition, acks int16, end int64, res ProduceResult, 
 		}
 		p.acks = append(p.acks, ack{end: end, res: res, done: done})
 	} else {
-		done(res)
+		c.answer(p, res, done)
 	}
 	c.Moved(p) // the high watermark may be the log end (core.Local without flush.always)
 }
@@ -373,7 +395,7 @@ func (c *Core) release(p *Partition) {
 		p.acks[p.head] = ack{}
 		p.head++
 		a.res.LogStartOffset = p.Log.StartOffset()
-		a.done(a.res)
+		c.answer(p, a.res, a.done)
 	}
 	c.compactAcks(p)
 }
@@ -385,7 +407,7 @@ func (c *Core) answerAll(p *Partition, err error) {
 		p.head++
 		a.res.Err, a.res.BaseOffset = err, -1
 		a.res.LogStartOffset = p.Log.StartOffset()
-		a.done(a.res)
+		c.answer(p, a.res, a.done)
 	}
 	c.compactAcks(p)
 }

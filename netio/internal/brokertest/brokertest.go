@@ -11,6 +11,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/ring"
@@ -36,6 +37,9 @@ type Options struct {
 	NoClient bool
 	// Groups configures the group coordinators (tests lower the session timeout bounds).
 	Groups shard.GroupsConfig
+	// Admin starts the admin HTTP listener (metrics, health, JSON API) on a loopback port
+	// with this configuration (its Listen is set); nil leaves it off.
+	Admin *admin.Config
 }
 
 // Broker is a running in-process broker with a client connected to it.
@@ -71,6 +75,10 @@ func Start(tb testing.TB, o Options) *Broker {
 	}
 	if o.Driver == "ring" {
 		cfg.Net = node.NetRing
+	}
+	if o.Admin != nil {
+		cfg.Admin = *o.Admin
+		cfg.Admin.Listen = "127.0.0.1:0"
 	}
 	if o.Node != nil {
 		o.Node(&cfg)

@@ -1,0 +1,238 @@
+package admin
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/wire"
+)
+
+// Metric names and help texts. docs/operations.md "Metrics" lists each with its meaning;
+// TestOperationsDocListsEveryMetric keeps the two in step.
+var (
+	partitionLabels = []string{"topic", "partition"}
+	shardLabels     = []string{"shard"}
+
+	descLogStart    = prometheus.NewDesc("ringlog_partition_log_start_offset", "Oldest offset the partition still holds (retention moves it).", partitionLabels, nil)
+	descLogEnd      = prometheus.NewDesc("ringlog_partition_log_end_offset", "Offset the next appended record gets.", partitionLabels, nil)
+	descHighWater   = prometheus.NewDesc("ringlog_partition_high_watermark", "Offset below which consumers may read.", partitionLabels, nil)
+	descSize        = prometheus.NewDesc("ringlog_partition_size_bytes", "Bytes of the partition's segment files.", partitionLabels, nil)
+	descSegments    = prometheus.NewDesc("ringlog_partition_segments", "Segment files of the partition.", partitionLabels, nil)
+	descISR         = prometheus.NewDesc("ringlog_partition_isr_size", "In-sync replicas of a partition this broker leads, the leader included.", partitionLabels, nil)
+	descLeader      = prometheus.NewDesc("ringlog_partition_leader", "1 when this broker leads the partition, 0 when it follows.", partitionLabels, nil)
+	descReplicas    = prometheus.NewDesc("ringlog_partition_replicas", "Replicas assigned to the partition (its replication factor).", partitionLabels, nil)
+	descUnderRepl   = prometheus.NewDesc("ringlog_under_replicated_partitions", "Partitions whose ISR is smaller than their replica set.", nil, nil)
+	descOffline     = prometheus.NewDesc("ringlog_offline_partitions", "Partitions that cannot take writes: their log failed (sticky fdatasync or storage error) or their ISR is empty.", nil, nil)
+	descCorrupt     = prometheus.NewDesc("ringlog_partition_corrupt_batches", "Bad batches found in sealed segments (scrubber or --verify-segments).", partitionLabels, nil)
+	descISRShrinks  = prometheus.NewDesc("ringlog_isr_shrinks_total", "Times a follower left the ISR of a partition this broker leads.", nil, nil)
+	descISRExpands  = prometheus.NewDesc("ringlog_isr_expands_total", "Times a follower rejoined the ISR of a partition this broker leads.", nil, nil)
+	descSubmissions = prometheus.NewDesc("ringlog_shard_ring_submissions_total", "Operations the shard queued on its io_uring ring (or the syscall fallback).", shardLabels, nil)
+	descCompletions = prometheus.NewDesc("ringlog_shard_ring_completions_total", "Completions the shard's ring delivered.", shardLabels, nil)
+	descInFlight    = prometheus.NewDesc("ringlog_shard_ring_inflight", "Operations submitted on the shard's ring and not yet completed (queue depth).", shardLabels, nil)
+	descBusy        = prometheus.NewDesc("ringlog_shard_loop_busy_seconds_total", "Time the shard loop spent working (not blocked waiting for completions, wake-ups or timers).", shardLabels, nil)
+	descRunning     = prometheus.NewDesc("ringlog_shard_loop_running_seconds_total", "Time since the shard loop started.", shardLabels, nil)
+	descBusyRatio   = prometheus.NewDesc("ringlog_shard_loop_busy_ratio", "Share of time the shard loop worked since the previous scrape (0..1).", shardLabels, nil)
+	descMailbox     = prometheus.NewDesc("ringlog_shard_mailbox_depth", "Messages waiting in the shard's mailbox (cross-shard work, admin).", shardLabels, nil)
+	descProduceReqs = prometheus.NewDesc("ringlog_produce_requests_total", "Partition appends (one per partition of a produce request) that reached their shard.", shardLabels, nil)
+	descProduceB    = prometheus.NewDesc("ringlog_produce_bytes_total", "Record batch bytes produced to the shard's partitions.", shardLabels, nil)
+	descProduceErr  = prometheus.NewDesc("ringlog_produce_errors_total", "Failed partition produces by protocol error code.", []string{"code"}, nil)
+	descFetchReqs   = prometheus.NewDesc("ringlog_fetch_requests_total", "Fetch requests answered (counted on the shard that completed the answer).", shardLabels, nil)
+	descFetchB      = prometheus.NewDesc("ringlog_fetch_bytes_total", "Record batch bytes returned by fetches.", shardLabels, nil)
+	descFetchErr    = prometheus.NewDesc("ringlog_fetch_errors_total", "Failed partition fetch results by protocol error code.", []string{"code"}, nil)
+	descProduceLat  = prometheus.NewDesc("ringlog_produce_latency_seconds", "Produce latency, from arrival on the owning shard to the answer (acks=all and flush.always include the fdatasync).", nil, nil)
+	descFetchLat    = prometheus.NewDesc("ringlog_fetch_latency_seconds", "Fetch latency, from the request reaching the broker core to the answer, long-poll wait included.", nil, nil)
+	descFsyncLat    = prometheus.NewDesc("ringlog_fsync_latency_seconds", "Latency of group-commit fdatasyncs (one per partition sync).", nil, nil)
+	descConns       = prometheus.NewDesc("ringlog_connections", "Open client connections on the main listener.", nil, nil)
+	descRefusedConn = prometheus.NewDesc("ringlog_connections_refused_total", "Connections closed at accept by --max-connections or --max-connections-per-address.", nil, nil)
+	descFrames      = prometheus.NewDesc("ringlog_requests_total", "Request frames read on the main listener, every API.", nil, nil)
+	descRefusedReq  = prometheus.NewDesc("ringlog_requests_refused_total", "Requests refused by --max-request-entries or for a repeated entry.", nil, nil)
+	descSendfile    = prometheus.NewDesc("ringlog_fetch_sendfile_bytes_total", "File bytes sent to consumers with sendfile/splice (zero copy).", nil, nil)
+	descBuffered    = prometheus.NewDesc("ringlog_buffered_bytes", "Request and response bytes held by all connections (bounded by --max-buffer-bytes).", nil, nil)
+	descScrapeErr   = prometheus.NewDesc("ringlog_scrape_error", "1 when the shards could not be read for this scrape (broker shutting down or a loop stuck).", nil, nil)
+)
+
+// collector turns one Broker.Stats copy per scrape into metrics. It keeps the previous
+// scrape's loop times for the busy ratio.
+type collector struct {
+	core   *shard.Broker
+	net    *netio.Server
+	rep    Replication
+	groups Groups // nil: no group lag series
+
+	mu   sync.Mutex // guards prev: scrapes may overlap
+	prev map[int]loopTimes
+}
+
+type loopTimes struct{ busy, running time.Duration }
+
+func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups Groups) *collector {
+	return &collector{core: core, net: srv, rep: rep, groups: groups, prev: map[int]loopTimes{}}
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR, descLeader,
+		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descSubmissions,
+		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
+		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat,
+		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr} {
+		ch <- d
+	}
+	for _, d := range groupDescs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.collectServer(ch)
+	shrinks, expands := c.rep.ISRChanges()
+	ch <- counter(descISRShrinks, float64(shrinks))
+	ch <- counter(descISRExpands, float64(expands))
+	stats, err := c.core.Stats()
+	if err != nil {
+		ch <- gauge(descScrapeErr, 1)
+		return
+	}
+	ch <- gauge(descScrapeErr, 0)
+	var produce, fetch shard.OpStats
+	var fsync shard.Histogram
+	var under, offline int
+	replicas := c.rep.ReplicaCounts()
+	for i := range stats {
+		s := &stats[i]
+		c.collectShard(ch, s)
+		produce.Add(&s.Produce)
+		fetch.Add(&s.Fetch)
+		fsync.Add(&s.Fsync)
+		for _, p := range s.Partitions {
+			tp := shard.TopicPartition{Topic: p.Topic, Partition: p.Partition}
+			n, ok := replicas[tp]
+			if !ok {
+				n = 1
+			}
+			u, o := c.collectPartition(ch, &p, n, c.rep.Leads(tp))
+			under += u
+			offline += o
+		}
+	}
+	ch <- gauge(descUnderRepl, float64(under))
+	ch <- gauge(descOffline, float64(offline))
+	collectErrors(ch, descProduceErr, &produce.Errors)
+	collectErrors(ch, descFetchErr, &fetch.Errors)
+	ch <- histogram(descProduceLat, &produce.Latency)
+	ch <- histogram(descFetchLat, &fetch.Latency)
+	ch <- histogram(descFsyncLat, &fsync)
+	c.collectGroups(ch, stats)
+}
+
+func (c *collector) collectServer(ch chan<- prometheus.Metric) {
+	if c.net == nil {
+		return
+	}
+	st := c.net.Stats()
+	ch <- gauge(descConns, float64(c.net.ConnCount()))
+	ch <- counter(descRefusedConn, float64(st.RefusedConns))
+	ch <- counter(descFrames, float64(st.Requests))
+	ch <- counter(descRefusedReq, float64(st.RefusedRequests))
+	ch <- counter(descSendfile, float64(st.SendfileBytes))
+	ch <- gauge(descBuffered, float64(c.net.BufferedBytes()))
+}
+
+func (c *collector) collectShard(ch chan<- prometheus.Metric, s *shard.ShardStats) {
+	label := strconv.Itoa(s.Shard)
+	busy := s.Ring.Running - s.Ring.Wait
+	ch <- counter(descSubmissions, float64(s.Ring.Submitted), label)
+	ch <- counter(descCompletions, float64(s.Ring.Completed), label)
+	ch <- gauge(descInFlight, float64(s.Ring.InFlight), label)
+	ch <- counter(descBusy, busy.Seconds(), label)
+	ch <- counter(descRunning, s.Ring.Running.Seconds(), label)
+	ch <- gauge(descBusyRatio, c.busyRatio(s.Shard, loopTimes{busy: busy, running: s.Ring.Running}), label)
+	ch <- gauge(descMailbox, float64(s.MailboxDepth), label)
+	ch <- counter(descProduceReqs, float64(s.Produce.Requests), label)
+	ch <- counter(descProduceB, float64(s.Produce.Bytes), label)
+	ch <- counter(descFetchReqs, float64(s.Fetch.Requests), label)
+	ch <- counter(descFetchB, float64(s.Fetch.Bytes), label)
+}
+
+// busyRatio is the loop's busy share since the previous scrape (since it started, on the
+// first scrape).
+func (c *collector) busyRatio(shardIndex int, now loopTimes) float64 {
+	c.mu.Lock()
+	prev := c.prev[shardIndex]
+	c.prev[shardIndex] = now
+	c.mu.Unlock()
+	elapsed := now.running - prev.running
+	if elapsed <= 0 {
+		return 0
+	}
+	return min(max(float64(now.busy-prev.busy)/float64(elapsed), 0), 1)
+}
+
+// collectPartition sends one partition's metrics and says whether it is under-replicated
+// and offline (1 or 0 each).
+func (c *collector) collectPartition(ch chan<- prometheus.Metric, p *shard.PartitionState, replicas int, leader bool) (under, offline int) {
+	labels := []string{p.Topic, strconv.Itoa(int(p.Partition))}
+	if p.Err != "" {
+		offline = 1
+	}
+	ch <- gauge(descLeader, boolValue(leader), labels...)
+	ch <- gauge(descLogStart, float64(p.LogStartOffset), labels...)
+	ch <- gauge(descLogEnd, float64(p.LogEndOffset), labels...)
+	ch <- gauge(descHighWater, float64(p.HighWatermark), labels...)
+	ch <- gauge(descSize, float64(p.SizeBytes), labels...)
+	ch <- gauge(descSegments, float64(p.Segments), labels...)
+	ch <- gauge(descReplicas, float64(replicas), labels...)
+	ch <- gauge(descCorrupt, float64(p.CorruptBatches), labels...)
+	if !leader { // a follower's ISR is its leader's to report
+		return under, offline
+	}
+	ch <- gauge(descISR, float64(p.InSyncReplicas), labels...)
+	if p.InSyncReplicas < replicas {
+		under = 1
+	}
+	if p.InSyncReplicas <= 0 {
+		offline = 1
+	}
+	return under, offline
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// collectErrors sends one series per error code seen (codes never seen are left out).
+func collectErrors(ch chan<- prometheus.Metric, desc *prometheus.Desc, errs *[shard.ErrorCodeSlots]uint64) {
+	for code, n := range errs {
+		if n > 0 {
+			ch <- counter(desc, float64(n), wire.ErrorCode(code).Name())
+		}
+	}
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func counter(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+}
+
+// histogram converts a shard histogram (per-bucket counts) to Prometheus's cumulative one.
+func histogram(d *prometheus.Desc, h *shard.Histogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(shard.LatencyBuckets))
+	var cumulative uint64
+	for i, bound := range shard.LatencyBuckets {
+		cumulative += h.Counts[i]
+		buckets[bound.Seconds()] = cumulative
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets)
+}

@@ -1,0 +1,50 @@
+package ring
+
+import "time"
+
+// loopStats are the reactor's own counters. Owned by the loop thread: plain fields, no
+// atomics, so counting costs an increment; Stats copies them on the loop.
+type loopStats struct {
+	submitted uint64    // ops queued for the kernel (async ops and blocking FileIO ops)
+	completed uint64    // completions delivered to their op (async callbacks and blocking waits)
+	waitNanos uint64    // time Run spent blocked waiting for a completion, wake-up or timer
+	started   time.Time // when Run first started; zero before
+}
+
+// Stats is a point-in-time copy of a reactor's counters (see Reactor.Stats).
+type Stats struct {
+	// Submitted and Completed count ops handed to the ring and completions delivered to
+	// them, since the reactor started (a multishot op completes more than once).
+	Submitted, Completed uint64
+	// InFlight is the number of async ops submitted and not yet finally completed: the
+	// reactor's queue depth at the kernel.
+	InFlight int
+	// Wait is the time the loop spent blocked waiting for work; Running is the time since
+	// Run started. Running - Wait is the time the loop was busy (dispatching callbacks,
+	// running mailbox messages and timers, blocking file I/O).
+	Wait, Running time.Duration
+}
+
+// Stats returns the reactor's counters. Call it on the loop thread (from a Post).
+func (r *Reactor) Stats() Stats {
+	st := Stats{
+		Submitted: r.stats.submitted,
+		Completed: r.stats.completed,
+		InFlight:  len(r.slots) - len(r.freeSlots),
+		Wait:      time.Duration(r.stats.waitNanos),
+	}
+	if !r.stats.started.IsZero() {
+		st.Running = time.Since(r.stats.started)
+	}
+	return st
+}
+
+// MailboxDepth is the number of messages posted and not yet run. Any goroutine; the value
+// is a snapshot that producers and the loop move on from at once.
+func (r *Reactor) MailboxDepth() int {
+	tail, head := r.mailbox.tail.Load(), r.mailbox.head.Load()
+	if tail < head { // read across a pop: head moved after tail was read
+		return 0
+	}
+	return int(tail - head)
+}

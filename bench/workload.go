@@ -270,9 +270,9 @@ func (w Workload) Validate() error {
 		bad("acks %q: want 0, 1 or all", w.Acks)
 	}
 	switch w.Compression {
-	case "none", "zstd":
+	case "none", "gzip", "snappy", "lz4", "zstd":
 	default:
-		bad("compression %q: want none or zstd", w.Compression)
+		bad("compression %q: want none, gzip, snappy, lz4 or zstd", w.Compression)
 	}
 	switch w.Durability {
 	case "none", "fsync":

@@ -91,7 +91,7 @@ func TestParseWorkloadRejectsBadInput(t *testing.T) {
 		"negative rate":           {replace("producerRate: 0", "producerRate: -5"), "producerRate"},
 		"backlog at max rate":     {validYAML + "backlogSize: 1GiB\n", "backlogSize"},
 		"bad acks":                {validYAML + "acks: \"2\"\n", "acks"},
-		"bad compression":         {validYAML + "compression: lz4\n", "compression"},
+		"bad compression":         {validYAML + "compression: brotli\n", "compression"},
 		"bad durability":          {validYAML + "durability: sometimes\n", "durability"},
 		"tiny retention":          {validYAML + "retentionBytes: 4KiB\n", "retentionBytes"},
 		"json trailing":           {`{"topics":1} {"topics":2}`, "trailing"},

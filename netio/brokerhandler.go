@@ -6,7 +6,6 @@ import (
 	"math"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ringlog/ringlog/netio/wire"
@@ -30,6 +29,9 @@ type BrokerHandler struct {
 	fetchResponseBytesMax int64
 	// cluster is this broker's replication (WithCluster); nil on a single broker.
 	cluster *cluster.Manager
+	// afterFunc runs f once d has passed, unless the returned stop is called first
+	// (time.AfterFunc; tests inject their own clock).
+	afterFunc func(d time.Duration, f func()) (stop func() bool)
 }
 
 // FetchResponseBytesMaxDefault is the default cap on a fetch response's records (Kafka's
@@ -45,8 +47,10 @@ const inlineEntriesMax = 64
 
 // NewBrokerHandler returns the handler of a broker advertising address to clients.
 func NewBrokerHandler(b *shard.Broker, address string) *BrokerHandler {
-	return &BrokerHandler{b: b, address: address, fetchResponseBytesMax: FetchResponseBytesMaxDefault}
+	return &BrokerHandler{b: b, address: address, fetchResponseBytesMax: FetchResponseBytesMaxDefault, afterFunc: afterFunc}
 }
+
+func afterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
 
 // WithFetchResponseBytesMax sets the cap on a fetch response's records (n <= 0: the
 // default). Call it before serving.
@@ -182,9 +186,9 @@ func errMessage(err error) string {
 	return err.Error()
 }
 
-// splitBatches cuts a produce payload into its record batches (validated again, with CRC,
+// SplitBatches cuts a produce payload into its record batches (validated again, with CRC,
 // by the log before anything is written).
-func splitBatches(records []byte) ([][]byte, error) {
+func SplitBatches(records []byte) ([][]byte, error) {
 	var out [][]byte
 	for len(records) > 0 {
 		hdr, err := batch.ParseHeader(records)
@@ -210,7 +214,6 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 		return
 	}
 	resp := &wire.ProduceResponse{Topics: make([]wire.ProduceResponseTopic, len(body.Topics))}
-	var pending atomic.Int32
 	total := 0
 	for i := range body.Topics {
 		total += len(body.Topics[i].Partitions)
@@ -219,38 +222,112 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 		req.ReplyMessage(resp)
 		return
 	}
-	pending.Store(int32(total))
-	finish := func() {
-		if pending.Add(-1) == 0 {
-			req.ReplyMessage(resp)
-		}
-	}
+	pc := &produceCall{req: req, resp: resp, pending: total}
+	// The partitions' answers are written under pc.mu: an acks=all produce with a timeout
+	// may be answered by its timer while shards still hold some of its partitions.
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
 	for i := range body.Topics {
 		t := &body.Topics[i]
 		rt := &resp.Topics[i]
 		rt.Topic = t.Topic
 		rt.Partitions = make([]wire.ProduceResponsePartition, len(t.Partitions))
 		for j := range t.Partitions {
+			rt.Partitions[j] = wire.ProduceResponsePartition{Partition: t.Partitions[j].Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+		}
+	}
+	if body.Acks == wire.AcksAll && body.TimeoutMs > 0 {
+		pc.answered = make([]bool, total)
+		timeout := time.Duration(body.TimeoutMs) * time.Millisecond
+		pc.stopTimer = h.afterFunc(timeout, func() { pc.timedOut(timeout) })
+	}
+	k := 0
+	for i := range body.Topics {
+		t := &body.Topics[i]
+		rt := &resp.Topics[i]
+		for j := range t.Partitions {
 			p := &t.Partitions[j]
-			out := &rt.Partitions[j]
-			*out = wire.ProduceResponsePartition{Partition: p.Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
-			batches, err := splitBatches(p.Records)
+			out, idx := &rt.Partitions[j], k
+			k++
+			batches, err := SplitBatches(p.Records)
 			if err == nil {
 				err = h.checkLeader(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition})
 			}
 			if err != nil {
 				h.b.CountProduceError(err)
-				out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error()
-				finish()
+				pc.answerLocked(idx, func() { out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error() })
 				continue
 			}
+			pc.mu.Unlock() // the shard may answer inline, on this goroutine
 			h.b.ProduceFrom(caller(req), shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, batches, body.Acks, func(r shard.ProduceResult) {
-				out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
-				out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
-				finish()
+				pc.mu.Lock()
+				defer pc.mu.Unlock()
+				pc.answerLocked(idx, func() {
+					out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
+					out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
+				})
 			})
+			pc.mu.Lock()
 		}
 	}
+}
+
+// produceCall gathers one produce request's partition answers. An acks=all produce with a
+// timeout (the request's timeout_ms, Kafka's request.timeout.ms on the producer) is
+// answered when the timeout passes even though some partitions still wait for their
+// followers: those get REQUEST_TIMED_OUT, which frees the connection's pipeline. Their
+// records stay appended and may still commit later (as in Kafka: a timed-out produce's
+// outcome is unknown, and a retry may duplicate it unless the producer is idempotent);
+// their late answers are dropped.
+type produceCall struct {
+	req       *Request
+	resp      *wire.ProduceResponse
+	mu        sync.Mutex
+	pending   int         // partitions not answered yet; guarded by mu
+	answered  []bool      // by request position; nil without a timeout; guarded by mu
+	replied   bool        // guarded by mu
+	stopTimer func() bool // nil without a timeout
+}
+
+// answerLocked records partition idx's answer (set writes it) unless the request was
+// already answered, and replies once every partition has answered.
+func (pc *produceCall) answerLocked(idx int, set func()) {
+	if pc.replied {
+		return
+	}
+	if pc.answered != nil {
+		pc.answered[idx] = true
+	}
+	set()
+	if pc.pending--; pc.pending == 0 {
+		pc.replied = true
+		if pc.stopTimer != nil {
+			pc.stopTimer()
+		}
+		pc.req.ReplyMessage(pc.resp)
+	}
+}
+
+// timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
+func (pc *produceCall) timedOut(timeout time.Duration) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.replied {
+		return
+	}
+	pc.replied = true
+	k := 0
+	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", timeout)
+	for i := range pc.resp.Topics {
+		for j := range pc.resp.Topics[i].Partitions {
+			if !pc.answered[k] {
+				out := &pc.resp.Topics[i].Partitions[j]
+				out.ErrorCode, out.ErrorMessage = wire.ErrRequestTimedOut, msg
+			}
+			k++
+		}
+	}
+	pc.req.ReplyMessage(pc.resp)
 }
 
 func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
@@ -514,36 +591,44 @@ func (h *BrokerHandler) describeConfigs(body *wire.DescribeConfigsRequest) *wire
 	resp := &wire.DescribeConfigsResponse{}
 	for _, q := range body.Topics {
 		res := wire.DescribeConfigsResult{Topic: q.Topic}
-		t := h.b.Topic(q.Topic)
-		if t == nil {
-			res.ErrorCode, res.ErrorMessage = wire.ErrUnknownTopicOrPartition, fmt.Sprintf("topic %q does not exist", q.Topic)
-			resp.Topics = append(resp.Topics, res)
-			continue
-		}
-		effective := h.b.EffectiveConfig(t)
-		keys := q.Keys
-		if keys == nil {
-			for k := range effective {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-		}
-		for _, k := range keys {
-			v, ok := effective[k]
-			if !ok {
-				continue
-			}
-			src := wire.ConfigSourceDefault
-			if _, set := t.Config[k]; set {
-				src = wire.ConfigSourceTopic
-			} else if h.b.BrokerSetsConfig(k) {
-				src = wire.ConfigSourceBroker
-			}
-			res.Configs = append(res.Configs, wire.ConfigDescription{Key: k, Value: v, Source: src})
-		}
+		configs, err := DescribeTopicConfig(h.b, q.Topic, q.Keys)
+		res.Configs, res.ErrorCode, res.ErrorMessage = configs, codeFor(err), errMessage(err)
 		resp.Topics = append(resp.Topics, res)
 	}
 	return resp
+}
+
+// DescribeTopicConfig is a topic's effective configuration for the keys asked (nil: every
+// key, sorted), each with its source: set on the topic, set in the broker's configuration,
+// or the built-in default. Keys the broker does not know are left out. Both protocol
+// listeners answer DescribeConfigs with it.
+func DescribeTopicConfig(b *shard.Broker, topic string, keys []string) ([]wire.ConfigDescription, error) {
+	t := b.Topic(topic)
+	if t == nil {
+		return nil, fmt.Errorf("%w: topic %q does not exist", shard.ErrUnknownTopicOrPartition, topic)
+	}
+	effective := b.EffectiveConfig(t)
+	if keys == nil {
+		for k := range effective {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+	}
+	var out []wire.ConfigDescription
+	for _, k := range keys {
+		v, ok := effective[k]
+		if !ok {
+			continue
+		}
+		src := wire.ConfigSourceDefault
+		if _, set := t.Config[k]; set {
+			src = wire.ConfigSourceTopic
+		} else if b.BrokerSetsConfig(k) {
+			src = wire.ConfigSourceBroker
+		}
+		out = append(out, wire.ConfigDescription{Key: k, Value: v, Source: src})
+	}
+	return out, nil
 }
 
 func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.AlterConfigsResponse {

@@ -11,13 +11,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/wire"
-
-	"golang.org/x/sys/unix"
 )
 
 // The net-package I/O driver: per connection, a reader goroutine (frames in, requests to
@@ -30,7 +27,6 @@ import (
 type conn struct {
 	srv      *Server
 	nc       net.Conn
-	raw      syscall.RawConn // nc's raw fd, for sendfile and TCP_CORK; nil if not a syscall.Conn
 	info     ConnInfo
 	addr     *address      // the client IP's shared limits
 	budgets  budgets       // request and response bytes: connection, address, shard
@@ -52,8 +48,7 @@ type conn struct {
 	batch   []*Request
 	wbuf    []byte
 	splices []wire.Splice
-	iov     net.Buffers
-	copyBuf []byte
+	out     SpliceWriter
 }
 
 func newConn(s *Server, nc net.Conn, info ConnInfo, a *address) *conn {
@@ -68,11 +63,7 @@ func newConn(s *Server, nc net.Conn, info ConnInfo, a *address) *conn {
 		stopRead: make(chan struct{}),
 		quit:     make(chan struct{}),
 	}
-	if sc, ok := nc.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			c.raw = raw
-		}
-	}
+	c.out = NewSpliceWriter(nc, s)
 	return c
 }
 
@@ -536,163 +527,7 @@ func (c *conn) writeBatch(batch []*Request) error {
 		return nil
 	}
 	c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-	return c.emit(buf, splices)
-}
-
-// emit writes buf with the spliced ranges in place: memory pieces gathered into one
-// writev, each file range by sendfile (or a copy, per Config.Egress). The socket is corked
-// around frames with file ranges so that headers and file bytes share packets.
-func (c *conn) emit(buf []byte, splices []wire.Splice) error {
-	corked := false
-	for _, s := range splices {
-		if s.Range.File != nil {
-			corked = c.setCork(true)
-			break
-		}
-	}
-	iov := c.iov[:0]
-	prev := 0
-	var err error
-	for _, s := range splices {
-		if s.At > prev {
-			iov = append(iov, buf[prev:s.At])
-			prev = s.At
-		}
-		if s.Range.File == nil {
-			if len(s.Data) > 0 {
-				iov = append(iov, s.Data)
-			}
-			continue
-		}
-		if iov, err = c.flush(iov); err != nil {
-			return err
-		}
-		if err = c.sendFile(s.Range); err != nil {
-			return err
-		}
-	}
-	if prev < len(buf) {
-		iov = append(iov, buf[prev:])
-	}
-	iov, err = c.flush(iov)
-	c.iov = iov
-	if corked {
-		c.setCork(false)
-	}
-	return err
-}
-
-func (c *conn) flush(iov net.Buffers) (net.Buffers, error) {
-	if len(iov) == 0 {
-		return iov, nil
-	}
-	pending := iov // WriteTo consumes its receiver
-	_, err := pending.WriteTo(c.nc)
-	clear(iov) // drop references to response memory
-	if err != nil {
-		return iov[:0], fmt.Errorf("writev: %w", err)
-	}
-	return iov[:0], nil
-}
-
-func (c *conn) setCork(on bool) bool {
-	if c.raw == nil {
-		return false
-	}
-	v := 0
-	if on {
-		v = 1
-	}
-	var serr error
-	if err := c.raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, v)
-	}); err != nil || serr != nil {
-		return false
-	}
-	return true
-}
-
-// sendfileChunkBytesMax caps one sendfile call so that a huge range does not monopolise
-// the socket's writer between deadline checks.
-const sendfileChunkBytesMax = 4 << 20
-
-// ErrShortFile means a file range ended before its length: the segment was truncated
-// under the response. The connection is closed because the frame length is already sent.
-var ErrShortFile = errors.New("netio: file range shorter than announced")
-
-func (c *conn) sendFile(fr wire.FileRange) error {
-	if c.srv.cfg.Egress == EgressCopy || c.raw == nil {
-		return c.copyFile(fr)
-	}
-	frc, err := fr.File.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("sendfile %s: %w", fr.File.Name(), err)
-	}
-	var sendErr error
-	ctrlErr := frc.Control(func(fileFD uintptr) {
-		offset, remaining := fr.Offset, fr.Length
-		werr := c.raw.Write(func(sockFD uintptr) bool {
-			for remaining > 0 {
-				n, err := unix.Sendfile(int(sockFD), int(fileFD), &offset, int(min(remaining, sendfileChunkBytesMax)))
-				if n > 0 {
-					remaining -= int64(n)
-				}
-				switch {
-				case err == unix.EAGAIN:
-					return false // park until the socket is writable
-				case err == unix.EINTR:
-					continue
-				case err != nil:
-					sendErr = err
-					return true
-				case n == 0:
-					sendErr = ErrShortFile
-					return true
-				}
-			}
-			return true
-		})
-		if sendErr == nil {
-			sendErr = werr
-		}
-	})
-	if ctrlErr != nil {
-		return fmt.Errorf("sendfile %s: %w", fr.File.Name(), ctrlErr)
-	}
-	if sendErr != nil {
-		return fmt.Errorf("sendfile %s [%d,+%d): %w", fr.File.Name(), fr.Offset, fr.Length, sendErr)
-	}
-	c.srv.stats.sendfileBytes.Add(fr.Length)
-	return nil
-}
-
-// copyBufferBytes is the EgressCopy staging buffer per connection.
-const copyBufferBytes = 256 << 10
-
-func (c *conn) copyFile(fr wire.FileRange) error {
-	if c.copyBuf == nil {
-		c.copyBuf = make([]byte, copyBufferBytes)
-	}
-	offset, remaining := fr.Offset, fr.Length
-	for remaining > 0 {
-		chunk := c.copyBuf[:min(remaining, int64(len(c.copyBuf)))]
-		n, err := fr.File.ReadAt(chunk, offset)
-		if n > 0 {
-			if _, werr := c.nc.Write(chunk[:n]); werr != nil {
-				return fmt.Errorf("write copied file bytes: %w", werr)
-			}
-			offset += int64(n)
-			remaining -= int64(n)
-			c.srv.stats.copiedFileBytes.Add(int64(n))
-		}
-		if err != nil && remaining > 0 {
-			if errors.Is(err, io.EOF) {
-				err = ErrShortFile
-			}
-			return fmt.Errorf("pread %s [%d,+%d): %w", fr.File.Name(), offset, remaining, err)
-		}
-	}
-	return nil
+	return c.out.Emit(buf, splices)
 }
 
 // ---------------------------------------------------------------------------------------

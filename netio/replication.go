@@ -1,6 +1,7 @@
 package netio
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,7 +88,7 @@ func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchReques
 		for _, p := range t.Partitions {
 			fr.Partitions = append(fr.Partitions, cluster.FetchPartition{
 				TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: p.Partition},
-				LeaderEpoch:    p.CurrentLeaderEpoch, Offset: p.FetchOffset,
+				LeaderEpoch:    p.CurrentLeaderEpoch, Offset: p.FetchOffset, BytesMax: max(p.MaxBytes, 0),
 			})
 		}
 	}
@@ -250,7 +251,7 @@ func (p *peerConn) ReplicaFetch(ctx context.Context, req *cluster.FetchRequest) 
 			wr.Topics = append(wr.Topics, wire.ReplicaFetchTopic{Topic: fp.Topic})
 		}
 		wr.Topics[i].Partitions = append(wr.Topics[i].Partitions, wire.ReplicaFetchPartition{
-			Partition: fp.Partition, CurrentLeaderEpoch: fp.LeaderEpoch, FetchOffset: fp.Offset, MaxBytes: req.BytesMax})
+			Partition: fp.Partition, CurrentLeaderEpoch: fp.LeaderEpoch, FetchOffset: fp.Offset, MaxBytes: cmp.Or(fp.BytesMax, req.BytesMax)})
 	}
 	var resp wire.ReplicaFetchResponse
 	if err := p.roundTrip(ctx, wr, &resp); err != nil {

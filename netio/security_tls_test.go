@@ -58,7 +58,12 @@ func TestTLSListener(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	produceAndFetch(t, ctx, rb.Client, "secured")
+	// The server counts the copied bytes after its write returns, which can be after the
+	// client has read the reply: wait (bounded) for the count.
 	st := rb.Node.Server.Stats()
+	for deadline := time.Now().Add(5 * time.Second); st.CopiedFileBytes == 0 && time.Now().Before(deadline); st = rb.Node.Server.Stats() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if st.TLSHandshakes == 0 || st.CopiedFileBytes == 0 || st.SendfileBytes != 0 {
 		t.Fatalf("stats after a TLS fetch: %+v (want handshakes, copied file bytes and no sendfile)", st)
 	}

@@ -122,14 +122,11 @@ func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.Produce
 	default:
 		return nil, fmt.Errorf("ringlog driver: acks %q", opts.Acks)
 	}
-	switch opts.Compression {
-	case "none":
-		cfg.Compression = batch.CodecNone
-	case "zstd":
-		cfg.Compression = batch.CodecZstd
-	default:
-		return nil, fmt.Errorf("ringlog driver: compression %q", opts.Compression)
+	codec, err := batch.ParseCodec(opts.Compression)
+	if err != nil {
+		return nil, fmt.Errorf("ringlog driver: compression: %w", err)
 	}
+	cfg.Compression = codec
 	if opts.MaxInFlight == 1 {
 		cfg.Linger = -1 // one record at a time: nothing to wait for
 	}

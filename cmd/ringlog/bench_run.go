@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
+	_ "github.com/ringlog/ringlog/bench/kgodriver" // --driver kgo: a Kafka client against --kafka-listen
 	"github.com/ringlog/ringlog/bench/ringlogdriver"
 )
 

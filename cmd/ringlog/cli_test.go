@@ -174,7 +174,7 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"t", "--acks", "2"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--acks"},
-		{[]string{"t", "--compression", "lz4"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--compression"},
+		{[]string{"t", "--compression", "brotli"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--compression"},
 		{[]string{"t", "--partition", "-2"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--partition"},
 		{[]string{}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "missing TOPIC"},
 		{[]string{"t", "u"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "unexpected argument"},

@@ -418,7 +418,7 @@ func TestCompletion(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"ringlog con":                           "consume",
-		"ringlog ":                              "--broker --help acl bench cluster completion consume group produce top topic tune user version",
+		"ringlog ":                              "--broker --help acl bench cluster completion consume group partition produce top topic tune user version",
 		"ringlog acl ":                          "add list remove",
 		"ringlog user add --pass":               "--password-file",
 		"ringlog group ":                        "delete describe list reset",
@@ -436,6 +436,8 @@ func TestCompletion(t *testing.T) {
 		"ringlog consume orders --format j":     "json",
 		"ringlog consume orders --from ":        "earliest latest",
 		"ringlog completion ":                   "bash zsh",
+		"ringlog partition ":                    "elect-leader reassign",
+		"ringlog partition reassign t --rep":    "--replicas",
 		"ringlog --broker h:1 consume t --exit": "--exit-at-end",
 	} {
 		words := strings.Split(line, " ")

@@ -27,7 +27,7 @@ func init() {
 }
 
 const (
-	produceUsage = "produce TOPIC [--key-separator SEP] [--header k=v ...] [--input lines|json] [--acks 0|1|all] [--compression none|zstd] [--partition P]"
+	produceUsage = "produce TOPIC [--key-separator SEP] [--header k=v ...] [--input lines|json] [--acks 0|1|all] [--compression none|gzip|snappy|lz4|zstd] [--partition P]"
 	// lineBytesMaxDefault matches the broker's default largest batch comfortably: a line is
 	// one record and records are batched, so one line may not exceed a batch.
 	lineBytesMaxDefault = 1 << 20
@@ -84,7 +84,7 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 	broker := brokerFlag(fs)
 	fs.StringVar(&o.keySeparator, "key-separator", "", "split each line at the first SEP: key before, value after (lines without SEP get a null key)")
 	acks := fs.String("acks", "all", "acknowledgement: 0 (none), 1 (leader write) or all")
-	compression := fs.String("compression", "none", "batch compression: none or zstd")
+	compression := fs.String("compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
 	partition := fs.Int("partition", -1, "write every record to this partition; -1 = by key hash, sticky for null keys")
 	fs.IntVar(&o.lineBytesMax, "max-line-bytes", lineBytesMaxDefault, "longest accepted stdin line")
 	fs.Int64Var(&o.bufferBytes, "buffer-bytes", produceBufferBytesDefault, "unacknowledged record bytes before reading stdin pauses")
@@ -110,13 +110,8 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 	default:
 		return o, fmt.Errorf("--acks %q: want 0, 1 or all", *acks)
 	}
-	switch *compression {
-	case "none":
-		o.codec = batch.CodecNone
-	case "zstd":
-		o.codec = batch.CodecZstd
-	default:
-		return o, fmt.Errorf("--compression %q: want none or zstd", *compression)
+	if o.codec, err = batch.ParseCodec(*compression); err != nil {
+		return o, fmt.Errorf("--compression: %w", err)
 	}
 	if *partition < -1 || *partition >= partitionsMax {
 		return o, fmt.Errorf("--partition %d: want a partition number", *partition)

@@ -86,13 +86,17 @@ type options struct {
 	deferTaskrun  bool
 	shardPorts    string
 	advertise     string
-	diskFreeMin   int64
-	verify        bool
-	scrubRate     int64
-	cleanerEnable bool
-	cleanerRate   int64
-	cleanerMap    int64
-	cleanerEvery  time.Duration
+	// The Kafka protocol listener (netio/kafka): off while kafkaListen is empty.
+	kafkaListen     string
+	kafkaAdvertise  string
+	kafkaAutoCreate bool
+	diskFreeMin     int64
+	verify          bool
+	scrubRate       int64
+	cleanerEnable   bool
+	cleanerRate     int64
+	cleanerMap      int64
+	cleanerEvery    time.Duration
 	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
 	producerIDExpiration time.Duration
 	// Consumer groups: bounds of a member's session timeout, members per group, and the
@@ -109,6 +113,7 @@ type options struct {
 	rack             string
 	sessionTimeout   time.Duration
 	replicaLagMax    time.Duration
+	replThrottle     int64
 	security         securityFlags
 	admin            adminFlags
 }
@@ -227,6 +232,9 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&o.deferTaskrun, "defer-taskrun", false, "set IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN on shard rings (completion work runs only when the shard waits). Measured: no difference within noise on sync produce (p50 210-354 µs either way)")
 	fs.StringVar(&o.shardPorts, "shard-ports", "auto", "per-shard listeners advertised in metadata so shard-aware clients reach a partition's owner directly: auto (ephemeral ports on the --listen host), off, or a base port (shard i on BASE+i)")
 	fs.StringVar(&o.advertise, "advertise", "", "host clients are told to connect to (metadata: the broker and every shard port); default: the --listen host")
+	fs.StringVar(&o.kafkaListen, "kafka-listen", "", "serve the Apache Kafka protocol on this HOST:PORT too (same topics, offsets and producer ids; see docs/kafka-compatibility.md); empty: off")
+	fs.StringVar(&o.kafkaAdvertise, "kafka-advertise", "", "HOST:PORT Kafka clients are told to connect to (Kafka's advertised.listeners); default: the --kafka-listen address, with the --advertise host when set")
+	fs.BoolVar(&o.kafkaAutoCreate, "kafka-auto-create-topics", false, "create a topic a Kafka Metadata request names and the broker lacks (Kafka's auto.create.topics.enable), with 1 partition and the topic defaults")
 	fs.Int64Var(&o.diskFreeMin, "disk-free-min-bytes", engine.DiskFreeMinBytesDefault, "refuse produces (STORAGE_ERROR naming the disk) while the data directory's file system has fewer free bytes than this; 0 refuses only when it is full")
 	fs.BoolVar(&o.verify, "verify-segments", false, "verify the CRC of every batch in every sealed segment at start-up (reads the whole log); bad batches are logged and shown by topic describe")
 	fs.Int64Var(&o.scrubRate, "scrub-bytes-per-sec", 8<<20, "bytes of sealed segments each shard re-verifies per second in the background; 0 turns the scrubber off")
@@ -246,6 +254,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&o.rack, "rack", "", "this broker's rack: replicas of a partition are placed on different racks where there are enough")
 	fs.DurationVar(&o.sessionTimeout, "broker-session-timeout", 6*time.Second, "a broker that has not heartbeated to the controller for this long loses its leaderships and leaves every ISR")
 	fs.DurationVar(&o.replicaLagMax, "replica-lag-time-max", 10*time.Second, "replica.lag.time.max: a follower that has not caught up with its leader for this long leaves the ISR")
+	fs.Int64Var(&o.replThrottle, "replication-throttled-bytes-per-second", 0, "replication.throttled.bytes.per.second: the rate at which this broker copies partitions whose ISR it is not in (catching up after a failure, a reassignment's new replica); in-sync replicas are never throttled; 0: unthrottled")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
 	return fs
 }
@@ -560,6 +569,9 @@ func (s *settings) validate() error {
 	if o.replicaLagMax <= 0 {
 		return bad("replica-lag-time-max", o.replicaLagMax.String(), "a positive duration")
 	}
+	if o.replThrottle < 0 {
+		return bad("replication-throttled-bytes-per-second", strconv.FormatInt(o.replThrottle, 10), "0 (unthrottled) or more")
+	}
 	if o.scrubRate < 0 {
 		return bad("scrub-bytes-per-sec", strconv.FormatInt(o.scrubRate, 10), "0 (off) or more")
 	}
@@ -607,6 +619,16 @@ func (s *settings) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return bad("listen", o.listen, "HOST:PORT")
+	}
+	if o.kafkaListen != "" {
+		if _, _, err := net.SplitHostPort(o.kafkaListen); err != nil {
+			return bad("kafka-listen", o.kafkaListen, "HOST:PORT or empty")
+		}
+	}
+	if o.kafkaAdvertise != "" {
+		if _, port, err := net.SplitHostPort(o.kafkaAdvertise); err != nil || port == "" || port == "0" {
+			return bad("kafka-advertise", o.kafkaAdvertise, "HOST:PORT with a port clients can reach, or empty")
+		}
 	}
 	if o.shardPorts != "auto" && o.shardPorts != "off" {
 		if base, err := strconv.Atoi(o.shardPorts); err != nil || base < 1 || base > portMax {

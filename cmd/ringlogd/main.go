@@ -1,7 +1,8 @@
 // Command ringlogd is the ringlog broker: shards (one pinned loop and io_uring ring each)
-// owning partitions on a data directory, serving the ringlog protocol.
+// owning partitions on a data directory, serving the ringlog protocol and, with
+// --kafka-listen, the Apache Kafka protocol (netio/kafka).
 //
-//	ringlogd [--data DIR] [--listen HOST:PORT] [--shards N] [--cpus LIST | --tune-plan FILE]
+//	ringlogd [--data DIR] [--listen HOST:PORT] [--kafka-listen HOST:PORT] [--shards N] [--cpus LIST | --tune-plan FILE]
 //	         [--storage page-cache|direct] [--io auto|uring|syscall] [--flush-always]
 //
 // Every flag is also a key of the YAML file --config names and a RINGLOG_* environment
@@ -139,7 +140,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	var clusterCfg *cluster.Config
 	if o.nodeID > 0 {
 		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Rack: o.rack,
-			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, RaftLog: os.Stderr}
+			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle, RaftLog: os.Stderr}
 	}
 	n, err := node.Start(node.Config{
 		Cluster: clusterCfg,
@@ -165,6 +166,9 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		Listen:                o.listen,
 		ShardPorts:            o.shardPorts,
 		Advertise:             o.advertise,
+		KafkaListen:           o.kafkaListen,
+		KafkaAdvertise:        o.kafkaAdvertise,
+		KafkaAutoCreateTopics: o.kafkaAutoCreate,
 		Net:                   o.net,
 		Server:                serverCfg,
 		Admin:                 o.admin.config(),
@@ -186,7 +190,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "shards", shards, "net", n.Net,
+	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "kafka", n.KafkaAddr, "shards", shards, "net", n.Net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID,
 		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 

@@ -58,7 +58,7 @@ func benchBuild(b *testing.B, codec Codec, records int) {
 }
 
 func BenchmarkBuild(b *testing.B) {
-	for _, codec := range []Codec{CodecNone, CodecZstd} {
+	for _, codec := range []Codec{CodecNone, CodecGzip, CodecSnappy, CodecLZ4, CodecZstd} {
 		for _, records := range []int{16, 1024} {
 			b.Run(fmt.Sprintf("%s/1KiBx%d", codec, records), func(b *testing.B) { benchBuild(b, codec, records) })
 		}
@@ -86,7 +86,7 @@ func BenchmarkValidate(b *testing.B) {
 // BenchmarkDecode walks every record (Validate + decompress + record parsing), the cost a
 // consumer or a deep append-time check pays.
 func BenchmarkDecode(b *testing.B) {
-	for _, codec := range []Codec{CodecNone, CodecZstd} {
+	for _, codec := range []Codec{CodecNone, CodecGzip, CodecSnappy, CodecLZ4, CodecZstd} {
 		for _, records := range []int{16, 1024} {
 			values := benchValues(records)
 			batchBytes := buildBench(b, NewBuilder(BuilderOptions{Codec: codec}), values, nil)
@@ -111,7 +111,7 @@ func BenchmarkDecode(b *testing.B) {
 // BenchmarkValidateProduce is what the append path pays per produced batch: Validate plus
 // the record walk (and, for zstd, the decompression). Compare with BenchmarkValidate.
 func BenchmarkValidateProduce(b *testing.B) {
-	for _, codec := range []Codec{CodecNone, CodecZstd} {
+	for _, codec := range []Codec{CodecNone, CodecGzip, CodecSnappy, CodecLZ4, CodecZstd} {
 		for _, records := range []int{16, 1024} {
 			values := benchValues(records)
 			batchBytes := buildBench(b, NewBuilder(BuilderOptions{Codec: codec}), values, nil)

@@ -13,7 +13,7 @@ const noPartitionLeaderEpoch = -1
 
 // BuilderOptions configure a Builder.
 type BuilderOptions struct {
-	// Codec compresses the records section. CodecNone or CodecZstd.
+	// Codec compresses the records section: any codec that Supported reports.
 	Codec Codec
 	// ProducerID, ProducerEpoch and BaseSequence identify an idempotent producer's batch.
 	// When Idempotent is false and all three are zero, they are written as -1, -1, -1
@@ -123,7 +123,7 @@ func appendNullable(dst, p []byte) []byte {
 // 0 and partition leader epoch -1 (the broker sets both); the CRC is computed. The builder
 // is left unchanged: call Reset to start the next batch. Build fails with ErrRecordCount
 // when no record was appended, with ErrLength when the batch would exceed MaxBatchBytes,
-// and with ErrUnsupportedCodec for a codec other than none or zstd.
+// and with ErrUnsupportedCodec for a codec outside none, gzip, snappy, lz4 and zstd.
 func (b *Builder) Build(dst []byte) ([]byte, error) {
 	if b.count == 0 {
 		return dst, fmt.Errorf("build: %w: no records appended", ErrRecordCount)
@@ -141,8 +141,8 @@ func (b *Builder) Build(dst []byte) ([]byte, error) {
 	switch b.opts.Codec {
 	case CodecNone:
 		dst = append(dst, b.records...)
-	case CodecZstd:
-		dst = compressZstd(dst, b.records)
+	default:
+		dst = compress(b.opts.Codec, dst, b.records)
 	}
 	size := len(dst) - start
 	if size > MaxBatchBytes {

@@ -43,7 +43,7 @@ var decodeStatePool = sync.Pool{New: func() any { return new(decodeState) }}
 // Decode validates b as one whole batch as stored (see ValidateStored) and calls fn for each record in
 // order with its absolute offset (baseOffset + offsetDelta) and timestamp (baseTimestamp +
 // timestampDelta, or maxTimestamp for log-append-time batches). The *Record and every
-// slice in it are reused: they are valid only until fn returns. A zstd batch is
+// slice in it are reused: they are valid only until fn returns. A compressed batch is
 // decompressed into a pooled buffer, refusing more than MaxDecompressedBytes.
 //
 // Decode checks every record: lengths in bounds, varints well formed, offset deltas
@@ -71,10 +71,11 @@ func Decode(b []byte, fn func(offset int64, ts int64, r *Record) error) error {
 // batch's own bytes, or a zstd batch decompressed into the state's buffer.
 func (state *decodeState) records(h *Header, b []byte) ([]byte, error) {
 	records := b[HeaderSize:]
-	if h.Compression() != CodecZstd {
+	c := h.Compression()
+	if c == CodecNone {
 		return records, nil
 	}
-	out, err := decompressZstd(state.decompressed, records)
+	out, err := decompress(c, state.decompressed, records)
 	if cap(out) > cap(state.decompressed) && cap(out) <= decompressBufferBytesMax {
 		state.decompressed = out[:0]
 	}

@@ -56,7 +56,8 @@
 // # Concurrency
 //
 // ParseHeader, Validate, Decode and the Set functions are safe for concurrent use. A
-// Builder belongs to one goroutine. zstd encoders and decoders are process-wide and shared.
+// Builder belongs to one goroutine. zstd encoders and decoders are process-wide and shared;
+// gzip and lz4 stream state is pooled (codecs.go).
 //
 // # Limits and hostile input
 //

@@ -84,8 +84,8 @@ func Filter(dst, b []byte, keepOne bool, keep func(offset, ts int64, r *Record) 
 	}
 	start := len(dst)
 	dst = append(dst, b[:HeaderSize]...)
-	if h.Compression() == CodecZstd {
-		dst = compressZstd(dst, kept)
+	if c := h.Compression(); c != CodecNone {
+		dst = compress(c, dst, kept) // the batch's own codec, as it was produced
 	} else {
 		dst = append(dst, kept...)
 	}

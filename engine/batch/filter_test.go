@@ -143,9 +143,9 @@ func decodedOf(offset, ts int64, r *Record) decoded {
 }
 
 // TestFilterKeepsProducerFields: an idempotent producer's batch, thinned, keeps producer id,
-// epoch, base sequence and its offset span, in both codecs.
+// epoch, base sequence and its offset span, and its codec, in every codec.
 func TestFilterKeepsProducerFields(t *testing.T) {
-	for _, codec := range []Codec{CodecNone, CodecZstd} {
+	for _, codec := range []Codec{CodecNone, CodecGzip, CodecSnappy, CodecLZ4, CodecZstd} {
 		bld := NewBuilder(BuilderOptions{Codec: codec, ProducerID: 42, ProducerEpoch: 3, BaseSequence: 17, Idempotent: true})
 		for i := range 5 {
 			bld.Append(int64(100+i), []byte{'k', byte(i % 2)}, []byte("value"), nil)

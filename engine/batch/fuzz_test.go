@@ -225,6 +225,14 @@ func decodeSeeds(t testing.TB) []decodeSeed {
 		{"zstd claiming 10^9 records", int16(CodecZstd), 1_000_000_000, zstdRecords(withDeltas(0))},
 		{"zstd zeros", int16(CodecZstd), 1, zstdFrame(0, false, 2)},
 		{"offset delta gap", 0, 2, withDeltas(0, 2)},
+		{"gzip", int16(CodecGzip), 2, compress(CodecGzip, nil, withDeltas(0, 1))},
+		{"snappy raw", int16(CodecSnappy), 2, compress(CodecSnappy, nil, withDeltas(0, 1))},
+		{"snappy xerial", int16(CodecSnappy), 2, xerialFrame(withDeltas(0), withDeltas(1))},
+		{"lz4", int16(CodecLZ4), 2, compress(CodecLZ4, nil, withDeltas(0, 1))},
+		{"garbage gzip", int16(CodecGzip), 1, []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 0xff}},
+		{"snappy declaring 2^31 bytes", int16(CodecSnappy), 1, []byte{0x80, 0x80, 0x80, 0x80, 0x08, 0}},
+		{"xerial chunk past end", int16(CodecSnappy), 1, append(xerialFrame(), 0x7f, 0xff, 0xff, 0xff, 1)},
+		{"garbage lz4", int16(CodecLZ4), 1, []byte{0x04, 0x22, 0x4d, 0x18, 0x64, 0x40, 0xa7, 0xff, 0xff, 0xff, 0xff}},
 	}
 }
 

@@ -67,7 +67,7 @@ var (
 	// ErrRecordCount: the record count disagrees with lastOffsetDelta or with the records
 	// actually present.
 	ErrRecordCount = errors.New("batch: record count mismatch")
-	// ErrUnsupportedCodec: the attributes name a codec other than none or zstd.
+	// ErrUnsupportedCodec: the attributes name a codec Kafka does not define (5-7).
 	ErrUnsupportedCodec = errors.New("batch: unsupported compression codec")
 	// ErrInvalidRecord: a record inside a batch with a good CRC is malformed (a varint
 	// overflows, a length runs past its record, offset deltas are not increasing, or the
@@ -78,7 +78,7 @@ var (
 // Codec is the compression codec in attribute bits 0-2.
 type Codec int8
 
-// Codec values, as Kafka numbers them. Only CodecNone and CodecZstd are supported.
+// Codec values, as Kafka numbers them. All five are supported (codecs.go, zstd.go).
 const (
 	CodecNone   Codec = 0
 	CodecGzip   Codec = 1
@@ -104,7 +104,7 @@ func (c Codec) String() string {
 }
 
 // Supported reports whether this package can compress and decompress c.
-func (c Codec) Supported() bool { return c == CodecNone || c == CodecZstd }
+func (c Codec) Supported() bool { return c >= CodecNone && c <= CodecZstd }
 
 // castagnoli is the CRC-32C table; crc32 uses the SSE4.2/ARMv8 instruction when present.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -260,4 +260,15 @@ func putHeader(b []byte, h *Header) {
 	binary.BigEndian.PutUint16(b[offsetProducerEpoch:], uint16(h.ProducerEpoch))
 	binary.BigEndian.PutUint32(b[offsetBaseSequence:], uint32(h.BaseSequence))
 	binary.BigEndian.PutUint32(b[offsetRecordCount:], uint32(h.RecordCount))
+}
+
+// ParseCodec maps a codec name as String prints it (none, gzip, snappy, lz4, zstd) to its
+// Codec: the one parser behind every --compression flag and workload file.
+func ParseCodec(name string) (Codec, error) {
+	for c := CodecNone; c <= CodecZstd; c++ {
+		if c.String() == name {
+			return c, nil
+		}
+	}
+	return CodecNone, fmt.Errorf("%w: %q (want none, gzip, snappy, lz4 or zstd)", ErrUnsupportedCodec, name)
 }

@@ -31,7 +31,8 @@ var validateStatePool = sync.Pool{New: func() any { return new(validateState) }}
 
 // ValidateProduce checks b as one batch a producer sent: everything Validate checks, then
 // every record (framing, varints, lengths within the record, offset deltas 0, 1, 2, ...,
-// header keys not null, exactly RecordCount records and no trailing bytes). A zstd batch is
+// header keys not null, exactly RecordCount records and no trailing bytes). A compressed batch
+// (gzip, snappy, lz4 or zstd) is
 // decompressed into a pooled buffer, refusing output above MaxDecompressedBytes and any
 // declared count that could not fit in it. It allocates nothing for an uncompressed batch.
 //
@@ -114,7 +115,7 @@ func checkRecords(h *Header, b []byte, strict bool) error {
 	}
 	state := validateStatePool.Get().(*validateState)
 	defer validateStatePool.Put(state)
-	out, err := decompressZstd(state.decompressed, records)
+	out, err := decompress(h.Compression(), state.decompressed, records)
 	if cap(out) <= decompressBufferBytesMax && cap(out) > cap(state.decompressed) {
 		state.decompressed = out[:0]
 	}

@@ -138,6 +138,8 @@ func TestJoinValidation(t *testing.T) {
 		{"no protocols", func(r *JoinGroup) { r.Protocols = nil }, CodeInconsistentGroupProtocol},
 		{"other protocol type", func(r *JoinGroup) { r.ProtocolType = "connect" }, CodeInconsistentGroupProtocol},
 		{"no common protocol", func(r *JoinGroup) { r.Protocols = []Protocol{{Name: "roundrobin"}} }, CodeInconsistentGroupProtocol},
+		{"protocol without a name", func(r *JoinGroup) { r.Protocols = append(r.Protocols, Protocol{Name: ""}) }, CodeInconsistentGroupProtocol},
+		{"new group, only a nameless protocol", func(r *JoinGroup) { r.Group, r.Protocols = "nameless", []Protocol{{Name: ""}} }, CodeInconsistentGroupProtocol},
 		{"unknown member", func(r *JoinGroup) { r.MemberID = "nobody" }, CodeUnknownMemberID},
 		{"unknown member of a new group", func(r *JoinGroup) { r.Group, r.MemberID = "new", "x" }, CodeUnknownMemberID},
 	}

@@ -20,6 +20,12 @@ func (c *Coordinator) join(r JoinGroup) {
 		fail(CodeInconsistentGroupProtocol)
 		return
 	}
+	for _, p := range r.Protocols {
+		if p.Name == "" { // "" means "none chosen" to selectProtocol: a member naming only "" made it panic
+			fail(CodeInconsistentGroupProtocol)
+			return
+		}
+	}
 	if r.RebalanceTimeout <= 0 {
 		r.RebalanceTimeout = rebalanceTimeoutFallback
 	}

@@ -421,13 +421,36 @@ func (c *Client) ClusterMetadata(ctx context.Context) ([]byte, error) {
 
 // ClusterMetadataAt is ClusterMetadata asked of the broker at addr.
 func (c *Client) ClusterMetadataAt(ctx context.Context, addr string) ([]byte, error) {
+	body, err := c.controller(ctx, addr, wire.ControllerMetadata, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cluster metadata from %s: %w", addr, err)
+	}
+	return body, nil
+}
+
+// ControllerSubmitAt sends a controller command (the JSON of replication/controller's
+// Command: a partition reassignment, a preferred-leader election) to the broker at addr,
+// which replicates it through the controller quorum when its voter leads the quorum, and
+// returns the JSON of its result. Any other broker answers NOT_CONTROLLER (it does not
+// forward a client's command): send it to the broker of the cluster view's
+// ControllerLeader. A refused command answers INVALID_REQUEST with the reason.
+func (c *Client) ControllerSubmitAt(ctx context.Context, addr string, command []byte) ([]byte, error) {
+	body, err := c.controller(ctx, addr, wire.ControllerSubmit, command)
+	if err != nil {
+		return nil, fmt.Errorf("controller command at %s: %w", addr, err)
+	}
+	return body, nil
+}
+
+// controller makes one Controller API call to addr and returns a copy of the answer's body.
+func (c *Client) controller(ctx context.Context, addr string, op int8, body []byte) ([]byte, error) {
 	type answer struct {
 		body []byte
 		err  error
 	}
 	result := make(chan answer, 1)
 	var resp wire.ControllerResponse
-	c.callAsyncOwned(addr, &wire.ControllerRequest{Op: wire.ControllerMetadata}, &resp, func(_ wire.Message, err error, release func()) {
+	c.callAsyncOwned(addr, &wire.ControllerRequest{Op: op, Body: body}, &resp, func(_ wire.Message, err error, release func()) {
 		// The body aliases the frame buffer, which release hands back: copy it first.
 		a := answer{err: err}
 		if err == nil {
@@ -442,12 +465,9 @@ func (c *Client) ClusterMetadataAt(ctx context.Context, addr string) ([]byte, er
 	})
 	select {
 	case a := <-result:
-		if a.err != nil {
-			return nil, fmt.Errorf("cluster metadata: %w", a.err)
-		}
-		return a.body, nil
+		return a.body, a.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("cluster metadata from %s: %w", addr, ctx.Err())
+		return nil, ctx.Err()
 	}
 }
 

@@ -36,7 +36,7 @@ type ProducerConfig struct {
 	Acks        Acks          // default AckAll
 	Linger      time.Duration // how long a batch waits for more records; default 5ms, negative = none
 	BatchBytes  int           // a partition's batch is sent once it reaches this size; default 256 KiB
-	Compression batch.Codec   // batch.CodecNone (default) or batch.CodecZstd
+	Compression batch.Codec   // batch.CodecNone (default), CodecGzip, CodecSnappy, CodecLZ4 or CodecZstd
 	// RequestBytesMax bounds one produce request (several partitions' batches to one
 	// address); default 4 MiB.
 	RequestBytesMax int

@@ -1,8 +1,9 @@
 // Package node assembles one running broker: the broker core (engine/shard), the ringlog
 // protocol server (netio) on the shards' rings or on Go's netpoller, its listeners (the
-// main address and the optional per-shard addresses advertised in metadata), and their
-// orderly shutdown, and the admin HTTP listener (netio/admin: metrics, health, the JSON
-// API) when Config.Admin names an address. It is the one constructor of a broker: cmd/ringlogd and every
+// main address and the optional per-shard addresses advertised in metadata), the optional
+// Kafka protocol listener (netio/kafka) under the same limits, their orderly shutdown, and
+// the admin HTTP listener (netio/admin: metrics, health, the JSON API) when Config.Admin
+// names an address. It is the one constructor of a broker: cmd/ringlogd and every
 // in-process test broker (netio/internal/brokertest) go through Start, so the stack under
 // test is the stack that ships.
 //
@@ -25,6 +26,7 @@ import (
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/admin"
+	"github.com/ringlog/ringlog/netio/kafka"
 	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/ringlog/ringlog/ring"
 )
@@ -75,6 +77,15 @@ type Config struct {
 	Admin admin.Config
 	// Logger receives start-up and shutdown lines; nil discards them.
 	Logger *slog.Logger
+	// KafkaListen, if set, opens the Kafka protocol listener (netio/kafka) on this address,
+	// served by the same core under the same limits as the ringlog protocol.
+	KafkaListen string
+	// KafkaAdvertise is the host:port Kafka clients are told to connect to; empty means the
+	// bound KafkaListen address (with Advertise's host when that is set).
+	KafkaAdvertise string
+	// KafkaAutoCreateTopics creates topics Kafka Metadata requests name (Kafka's
+	// auto.create.topics.enable).
+	KafkaAutoCreateTopics bool
 	// Cluster, when set, makes this broker a member of a replicated cluster: it runs a
 	// controller voter and replicates partitions (replication/cluster). Its DataDir, Dial
 	// and Logger are filled in here. nil: a single broker, exactly as before.
@@ -92,6 +103,10 @@ type Node struct {
 	ShardAddrs []string
 	// ListenAddr is the main listener's bound address (Addr may differ by --advertise).
 	ListenAddr string
+	// Kafka is the Kafka protocol listener (nil without Config.KafkaListen); KafkaAddr is
+	// the address it advertises.
+	Kafka     *kafka.Server
+	KafkaAddr string
 	// Admin is the admin HTTP listener; nil when Config.Admin.Listen is empty.
 	Admin *admin.Server
 	// Net is the network driver serving connections (NetGo when TLS asked it to be).
@@ -127,6 +142,9 @@ func Start(cfg Config) (*Node, error) {
 		// connections are crypto/tls over Go's net package.
 		cfg.Logger.Info("TLS on: connections are served by Go's netpoller (net driver), file bytes are copied, not spliced")
 		cfg.Net = NetGo
+	}
+	if err := checkKafka(cfg); err != nil {
+		return nil, err
 	}
 	var mgr *cluster.Manager
 	if cfg.Cluster != nil {
@@ -168,6 +186,15 @@ func Start(cfg Config) (*Node, error) {
 		core.Close()
 		return nil, err
 	}
+	if cfg.KafkaListen != "" {
+		if err := n.serveKafka(cfg); err != nil {
+			n.Server.Close()
+			n.closeListeners()
+			closeCluster()
+			core.Close()
+			return nil, err
+		}
+	}
 	if mgr != nil {
 		mgr.Attach(core, n.Addr)
 	}
@@ -186,6 +213,9 @@ func Start(cfg Config) (*Node, error) {
 			cfg.Admin.Replication = mgr // ISR changes, replica counts, controller readiness
 		}
 		if n.Admin, err = admin.Start(cfg.Admin, core, n.Server); err != nil {
+			if n.Kafka != nil {
+				n.Kafka.Close()
+			}
 			n.Server.Close()
 			n.closeListeners()
 			closeCluster()
@@ -195,6 +225,56 @@ func Start(cfg Config) (*Node, error) {
 		n.Admin.SetReady(true) // catalog loaded, partitions recovered, listeners serving
 	}
 	return n, nil
+}
+
+// ErrKafkaUnsupported refuses a Kafka listener next to features it does not serve yet.
+var ErrKafkaUnsupported = errors.New("kafka listener")
+
+// checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
+// has no TLS, no SASL, no ACLs and no quotas, so beside a ringlog listener that requires
+// any of them it would be an open door; and its Metadata describes this broker alone, which
+// a replicated cluster's clients must not be told. (Quotas switched on later by SIGHUP do
+// not reach it either.)
+func checkKafka(cfg Config) error {
+	if cfg.KafkaListen == "" {
+		return nil
+	}
+	sec := cfg.Server.Security
+	secured := sec != nil && (sec.AuthRequired || sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
+	switch {
+	case cfg.Server.TLS != nil || secured:
+		return fmt.Errorf("%w: TLS, required authentication, ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
+	case cfg.Cluster != nil:
+		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
+	}
+	return nil
+}
+
+// serveKafka opens the Kafka listener: its connections are admitted under n.Server's limits
+// and served on Go's netpoller (requests reach shards through their mailboxes).
+func (n *Node) serveKafka(cfg Config) error {
+	ln, err := netio.Listen(context.Background(), cfg.KafkaListen)
+	if err != nil {
+		return fmt.Errorf("kafka listener: %w", err)
+	}
+	n.KafkaAddr = advertisedAddr(ln.Addr(), cfg.Advertise)
+	if cfg.KafkaAdvertise != "" {
+		n.KafkaAddr = cfg.KafkaAdvertise
+	}
+	srv, err := kafka.NewServer(n.Core, n.KafkaAddr, kafka.Config{
+		Limits:                n.Server,
+		FetchResponseBytesMax: cfg.FetchResponseBytesMax,
+		AutoCreateTopics:      cfg.KafkaAutoCreateTopics,
+		Logf:                  func(format string, a ...any) { n.log.Info(fmt.Sprintf(format, a...)) },
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	n.Kafka = srv
+	n.listeners = append(n.listeners, ln)
+	go func() { n.errc <- srv.Serve(ln) }()
+	return nil
 }
 
 // serverConfig fills the server limits that depend on the core.
@@ -244,7 +324,7 @@ func (n *Node) listen(cfg Config) error {
 // by shard i.
 func (n *Node) serve(driver string) error {
 	shards := n.Core.Shards()
-	n.errc = make(chan error, len(n.listeners))
+	n.errc = make(chan error, len(n.listeners)+1) // +1: the Kafka listener
 	for i, ln := range n.listeners {
 		si := i % shards
 		if driver == NetGo {
@@ -276,7 +356,14 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.Admin.SetReady(false) // /readyz fails from here on
 	}
 	n.Core.Drain() // Shutdown below waits for every in-flight request, parked fetches too
+	var kerr error
+	if n.Kafka != nil {
+		kerr = n.Kafka.Shutdown(ctx)
+	}
 	serr := n.Server.Shutdown(ctx)
+	if serr == nil {
+		serr = kerr
+	}
 	if serr != nil {
 		n.log.Warn("in-flight requests cut off at shutdown", "err", serr)
 	}

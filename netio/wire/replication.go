@@ -239,8 +239,9 @@ func (m *OffsetsForLeaderEpochResponse) ReadFrom(b []byte) error {
 // Controller operations.
 const (
 	// ControllerSubmit replicates Body, a JSON controller command, through the controller
-	// quorum; the response's Body is the JSON of the command's result value. A broker that
-	// is not the controller leader forwards it there.
+	// quorum; the response's Body is the JSON of the command's result value. Only the
+	// broker whose voter leads the quorum applies it; any other answers NOT_CONTROLLER
+	// (brokers send their own commands to the leader's broker, as the CLI does).
 	ControllerSubmit int8 = 0
 	// ControllerMetadata returns the controller metadata (JSON) as this broker last saw it.
 	ControllerMetadata int8 = 1

@@ -17,7 +17,8 @@
 //     (separate from client traffic): it truncates a partition to where its log diverged
 //     from the leader's (isr.Follower, KIP-101/279) before fetching, appends the leader's
 //     batches as they are (offsets and epochs kept, engine.Log.AppendReplicated) and
-//     reports its log end offset with the next fetch.
+//     reports its log end offset with the next fetch; with a replication throttle
+//     (Config.ThrottledBytesPerSecond) the replicas outside their ISR share one byte budget;
 //
 // It reaches the network only through the Dialer it is given (netio implements it): this
 // package must not import netio, cmd or bench. The state of a partition's replica is

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/replication/isr"
 )
 
@@ -95,7 +98,8 @@ func (f *fetcher) run() {
 		}
 	}
 	for f.ctx.Err() == nil {
-		b := m.ctl.Metadata().Brokers[f.leader]
+		md := m.ctl.Metadata()
+		b := md.Brokers[f.leader]
 		parts := f.following()
 		if b == nil || len(parts) == 0 {
 			if !backoff() {
@@ -117,7 +121,15 @@ func (f *fetcher) run() {
 			}
 			conn, addr = c, b.Address
 		}
-		if err := f.round(conn, parts); err != nil {
+		wait, err := f.round(conn, parts, md)
+		if err == nil && wait > 0 { // only throttled replicas, and the budget is spent
+			select {
+			case <-f.ctx.Done():
+				return
+			case <-timeAfter(min(wait, m.cfg.FetchWait)):
+			}
+		}
+		if err != nil {
 			if f.ctx.Err() == nil {
 				m.log.Debug("replica fetch failed", "leader", f.leader, "err", err)
 			}
@@ -132,39 +144,68 @@ func (f *fetcher) run() {
 	}
 }
 
-// round truncates the replicas that must, then fetches once for the rest.
-func (f *fetcher) round(conn PeerConn, parts []*replica) error {
+// round truncates the replicas that must, then fetches once for the rest. With the
+// replication throttle on, a replica outside its partition's ISR (md's view) is left out
+// while the throttle's budget is spent, and otherwise fetches at most a chunk whose bytes
+// are charged to the budget; wait > 0 reports that only such replicas were left and when
+// the budget frees.
+func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata) (wait time.Duration, err error) {
 	m := f.m
 	req := &FetchRequest{ReplicaID: m.cfg.NodeID, MaxWait: m.cfg.FetchWait, BytesMax: fetchBytesMax}
 	var fetching []*replica
 	var followers []*isr.Follower
+	var throttled []bool
 	for _, r := range parts {
 		if err := r.truncate(f.ctx, m, conn); err != nil {
-			return err
+			return 0, err
 		}
 		r.mu.Lock()
 		if fl := r.follower; fl != nil && fl.Phase() == isr.Fetching {
+			fp := FetchPartition{TopicPartition: r.tp, LeaderEpoch: fl.LeaderEpoch(), Offset: fl.LogEndOffset()}
+			th := m.throttle != nil && !inISR(md, r.tp, m.cfg.NodeID)
+			if th {
+				if w := m.throttle.wait(); w > 0 {
+					wait = w
+					r.mu.Unlock()
+					continue
+				}
+				fp.BytesMax = m.throttle.chunkBytes()
+			}
 			fetching = append(fetching, r)
 			followers = append(followers, fl)
-			req.Partitions = append(req.Partitions, FetchPartition{TopicPartition: r.tp, LeaderEpoch: fl.LeaderEpoch(), Offset: fl.LogEndOffset()})
+			throttled = append(throttled, th)
+			req.Partitions = append(req.Partitions, fp)
 		}
 		r.mu.Unlock()
 	}
 	if len(req.Partitions) == 0 {
-		return nil
+		return wait, nil
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, m.cfg.FetchWait+submitTimeout)
 	defer cancel()
 	answers, err := conn.ReplicaFetch(ctx, req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for i, a := range answers {
 		if i < len(fetching) && a.TopicPartition == fetching[i].tp {
+			if throttled[i] {
+				m.throttle.charge(int64(len(a.Records)))
+			}
 			fetching[i].fetched(m, followers[i], a)
 		}
 	}
-	return nil
+	return 0, nil
+}
+
+// inISR reports whether broker id is in tp's ISR in md; a partition md does not know
+// counts as in sync (never throttled on a stale view).
+func inISR(md *controller.Metadata, tp shard.TopicPartition, id int32) bool {
+	t := md.Topics[tp.Topic]
+	if t == nil || int(tp.Partition) >= len(t.Partitions) || tp.Partition < 0 {
+		return true
+	}
+	return slices.Contains(t.Partitions[tp.Partition].ISR, id)
 }
 
 // truncate asks the leader where the replica's log diverged and cuts it there, when the

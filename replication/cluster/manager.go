@@ -60,6 +60,9 @@ type FetchPartition struct {
 	shard.TopicPartition
 	LeaderEpoch int32
 	Offset      int64
+	// BytesMax bounds this partition's records (the first batch is always whole); 0: only
+	// the request's BytesMax. A follower bounds its throttled replicas with it.
+	BytesMax int32
 }
 
 // FetchAnswer is the leader's answer for one partition.
@@ -93,6 +96,10 @@ type Config struct {
 	RaftLog   io.Writer // the controller's raft log; nil discards it
 	Now       func() time.Time
 	FetchWait time.Duration // a follower fetch's long-poll (default 500 ms)
+	// ThrottledBytesPerSecond is replication.throttled.bytes.per.second: the rate at which
+	// this broker copies partitions whose ISR it is not in (catching up after a failure, a
+	// reassignment's new replica); 0: unthrottled. In-sync replicas are never throttled.
+	ThrottledBytesPerSecond int64
 }
 
 // Named defaults and bounds.
@@ -125,6 +132,7 @@ type Manager struct {
 
 	fmu      sync.Mutex
 	fetchers map[int32]*fetcher // by leader id; guarded by fmu
+	throttle *throttle          // nil: replication is not throttled
 
 	cmu     sync.Mutex
 	ctlConn PeerConn // to the controller leader's broker; guarded by cmu
@@ -184,7 +192,11 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start controller voter: %w", err)
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, ctl: ctl, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}, nil
+	m := &Manager{cfg: cfg, log: cfg.Logger, ctl: ctl, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
+	if cfg.ThrottledBytesPerSecond > 0 {
+		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
+	}
+	return m, nil
 }
 
 // NodeID is this broker's id.

@@ -326,7 +326,7 @@ func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 			continue
 		}
 		idx = append(idx, i)
-		fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: fp.TopicPartition, Offset: fp.Offset})
+		fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: fp.TopicPartition, Offset: fp.Offset, MaxBytes: fp.BytesMax})
 	}
 	if len(fr.Partitions) == 0 || m.b == nil {
 		done(answers)

@@ -28,6 +28,10 @@ type Options struct {
 	// ShardListeners adds one listener per shard, advertised in metadata, as ringlogd's
 	// --shard-ports auto does.
 	ShardListeners bool
+	// Kafka opens the Kafka protocol listener on an ephemeral loopback port (KafkaAddr);
+	// KafkaAutoCreateTopics turns on its topic auto-creation.
+	Kafka                 bool
+	KafkaAutoCreateTopics bool
 	// Node, if set, changes the node's configuration before it starts (TLS,
 	// authentication, ACLs, quotas).
 	Node func(*node.Config)
@@ -48,6 +52,7 @@ type Broker struct {
 	Node       *node.Node
 	Addr       string
 	ShardAddrs []string
+	KafkaAddr  string
 	Client     *client.Client
 
 	stopped bool
@@ -76,6 +81,9 @@ func Start(tb testing.TB, o Options) *Broker {
 	if o.Driver == "ring" {
 		cfg.Net = node.NetRing
 	}
+	if o.Kafka {
+		cfg.KafkaListen, cfg.KafkaAutoCreateTopics = "127.0.0.1:0", o.KafkaAutoCreateTopics
+	}
 	if o.Admin != nil {
 		cfg.Admin = *o.Admin
 		cfg.Admin.Listen = "127.0.0.1:0"
@@ -90,7 +98,7 @@ func Start(tb testing.TB, o Options) *Broker {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b := &Broker{Core: n.Core, Node: n, Addr: n.Addr, ShardAddrs: n.ShardAddrs, tb: tb}
+	b := &Broker{Core: n.Core, Node: n, Addr: n.Addr, ShardAddrs: n.ShardAddrs, KafkaAddr: n.KafkaAddr, tb: tb}
 	if !o.NoClient {
 		o.Client.Broker = b.Addr
 		if b.Client, err = client.New(context.Background(), o.Client); err != nil {

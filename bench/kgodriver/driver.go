@@ -1,0 +1,214 @@
+// Package kgodriver plugs franz-go's kgo — a Kafka client, not ours — into the benchmark
+// framework as driver "kgo". Against ringlogd's Kafka listener (--kafka-listen) it measures
+// what a Kafka application sees; against any Kafka-protocol broker it measures that broker
+// the same way. Like every driver it talks to brokers only over the wire.
+//
+// Mapping, as in ringlogdriver so the two compare like for like: topics are created with
+// the same configs (ringlogdriver.TopicConfigs, sent in CreateTopics); producers batch with
+// linger 1 ms (none for one record in flight), the workload's acks and codec, partitions
+// chosen by the workload (kgo's manual partitioner), idempotent only with acks=all (kgo
+// requires it); consumers assign their partitions from the earliest offset and long-poll
+// for at most 100 ms.
+package kgodriver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/ringlogdriver"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DefaultAddress is the Kafka port ringlogd's example configuration uses.
+const DefaultAddress = "127.0.0.1:9092"
+
+// Client settings, matching ringlogdriver's.
+const (
+	lingerBatching      = time.Millisecond
+	pollWaitMax         = 100 * time.Millisecond
+	closeTimeout        = 30 * time.Second
+	bufferedBytesMax    = 64 << 20
+	requestTimeout      = 30 * time.Second
+	maxInFlightDefault  = 1024
+	fetchBytesMax       = 64 << 20
+	partitionFetchBytes = 8 << 20
+)
+
+func init() {
+	bench.RegisterDriver("kgo", Open)
+}
+
+// Driver is an admin kgo client of one broker.
+type Driver struct {
+	address string
+	admin   *kgo.Client
+	configs map[string]string
+}
+
+// Open connects to a Kafka-protocol broker.
+func Open(address string, w bench.Workload) (bench.Driver, error) {
+	if address == "" {
+		address = DefaultAddress
+	}
+	admin, err := kgo.NewClient(kgo.SeedBrokers(address))
+	if err != nil {
+		return nil, fmt.Errorf("kgo driver: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	if err := admin.Ping(ctx); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("kgo driver: reach %s: %w", address, err)
+	}
+	return &Driver{address: address, admin: admin, configs: ringlogdriver.TopicConfigs(w)}, nil
+}
+
+// Info names the client; the broker's storage is whatever it was started with.
+func (d *Driver) Info() bench.DriverInfo {
+	return bench.DriverInfo{Name: "kgo", Version: "franz-go kgo (Kafka protocol)", StorageMode: "broker default + workload topic configs",
+		IOBackend: "broker-side", Address: d.address}
+}
+
+// CreateTopic creates the topic with CreateTopics and the workload's configs.
+func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) error {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, int32(partitions), -1
+	for k, v := range d.configs {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = int32(requestTimeout.Milliseconds())
+	resp, err := req.RequestWith(ctx, d.admin)
+	if err != nil {
+		return fmt.Errorf("kgo driver: create topic %s: %w", name, err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		return fmt.Errorf("kgo driver: create topic %s: %w", name, err)
+	}
+	return nil
+}
+
+// NewProducer returns a kgo producer client for topic.
+func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.ProducerOptions) (bench.Producer, error) {
+	inFlight := opts.MaxInFlight
+	if inFlight <= 0 {
+		inFlight = maxInFlightDefault
+	}
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(d.address), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(lingerBatching), kgo.MaxBufferedBytes(bufferedBytesMax), kgo.MaxBufferedRecords(max(inFlight, 1)),
+	}
+	if inFlight == 1 {
+		kopts = append(kopts, kgo.ProducerLinger(0))
+	}
+	switch opts.Acks {
+	case "0":
+		kopts = append(kopts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+	case "1":
+		kopts = append(kopts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	case "all":
+		kopts = append(kopts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	default:
+		return nil, fmt.Errorf("kgo driver: acks %q", opts.Acks)
+	}
+	codec, err := compression(opts.Compression)
+	if err != nil {
+		return nil, err
+	}
+	kopts = append(kopts, kgo.ProducerBatchCompression(codec))
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("kgo driver: producer: %w", err)
+	}
+	return &producer{cl: cl, topic: topic}, nil
+}
+
+func compression(name string) (kgo.CompressionCodec, error) {
+	switch name {
+	case "none", "":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.NoCompression(), fmt.Errorf("kgo driver: compression %q", name)
+}
+
+type producer struct {
+	cl    *kgo.Client
+	topic string
+}
+
+// Send copies key and value (kgo keeps the slices until the record is acknowledged).
+func (p *producer) Send(partition int, key, value []byte, done func(error)) error {
+	r := &kgo.Record{Topic: p.topic, Partition: int32(partition), Value: append([]byte(nil), value...)}
+	if key != nil {
+		r.Key = append([]byte(nil), key...)
+	}
+	p.cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) { done(err) })
+	return nil
+}
+
+func (p *producer) Flush(ctx context.Context) error { return p.cl.Flush(ctx) }
+
+func (p *producer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	err := p.cl.Flush(ctx)
+	p.cl.Close()
+	return err
+}
+
+// NewConsumer assigns partitions of topic from the earliest offset.
+func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) (bench.Consumer, error) {
+	assigned := map[int32]kgo.Offset{}
+	for _, p := range partitions {
+		assigned[int32(p)] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(d.address), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assigned}),
+		kgo.FetchMaxWait(pollWaitMax), kgo.FetchMaxBytes(fetchBytesMax), kgo.FetchMaxPartitionBytes(partitionFetchBytes))
+	if err != nil {
+		return nil, fmt.Errorf("kgo driver: consumer: %w", err)
+	}
+	return &consumer{cl: cl}, nil
+}
+
+type consumer struct{ cl *kgo.Client }
+
+func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
+	fetches := c.cl.PollFetches(ctx)
+	if err := ctx.Err(); err != nil {
+		return err // the run is over (the runner stops polling on an error with ctx done)
+	}
+	var firstErr error
+	fetches.EachError(func(topic string, p int32, err error) {
+		if firstErr == nil {
+			firstErr = fmt.Errorf("kgo driver: fetch %s/%d: %w", topic, p, err)
+		}
+	})
+	fetches.EachRecord(func(r *kgo.Record) { handle(int(r.Partition), r.Value) })
+	return firstErr
+}
+
+func (c *consumer) Close() error {
+	c.cl.Close()
+	return nil
+}
+
+// Close disconnects the admin client.
+func (d *Driver) Close() error {
+	d.admin.Close()
+	return nil
+}

@@ -1,0 +1,98 @@
+package kgodriver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// startBroker starts the real broker in-process (node.Start, as ringlogd does) with its
+// Kafka listener on loopback; the driver reaches it only through kgo over the socket.
+func startBroker(t *testing.T) string {
+	t.Helper()
+	n, err := node.Start(node.Config{
+		Core:        shard.Config{DataDir: t.TempDir(), Shards: 2, Ring: ring.Config{Backend: "auto"}},
+		Listen:      "127.0.0.1:0",
+		ShardPorts:  node.ShardPortsOff,
+		Net:         node.NetGo,
+		KafkaListen: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Shutdown(ctx)
+	})
+	return n.KafkaAddr
+}
+
+func workload(t *testing.T) bench.Workload {
+	w, err := bench.ParseWorkload([]byte(`
+name: kgo-driver-test
+topics: 1
+partitionsPerTopic: 3
+messageSize: 512
+keyDistribution: random
+producers: 2
+consumers: 2
+producerRate: 3000
+warmup: 50ms
+duration: 400ms
+acks: all
+compression: lz4
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestRunOverKafka runs the framework through kgo against the broker's Kafka listener:
+// every published message comes back to a consumer with its payload intact.
+func TestRunOverKafka(t *testing.T) {
+	address := startBroker(t)
+	w := workload(t)
+	driver, err := bench.OpenDriver("kgo", address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Publish.Messages < 300 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
+		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
+	}
+	if result.Consume.Messages < result.Publish.Messages*8/10 || result.EndToEnd.Count == 0 {
+		t.Fatalf("consume %+v e2e %d", result.Consume, result.EndToEnd.Count)
+	}
+	if result.Driver.Name != "kgo" {
+		t.Fatalf("driver info %+v", result.Driver)
+	}
+}
+
+func TestRefusesBadSettings(t *testing.T) {
+	address := startBroker(t)
+	driver, err := Open(address, bench.Workload{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	if _, err := driver.NewProducer(context.Background(), "t", bench.ProducerOptions{Acks: "2", Compression: "none"}); err == nil {
+		t.Fatal("accepted acks=2")
+	}
+	if _, err := driver.NewProducer(context.Background(), "t", bench.ProducerOptions{Acks: "1", Compression: "brotli"}); err == nil {
+		t.Fatal("accepted brotli")
+	}
+	if _, err := Open("127.0.0.1:1", bench.Workload{}); err == nil {
+		t.Fatal("opened a driver on a closed port")
+	}
+}

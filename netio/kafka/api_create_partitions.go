@@ -1,0 +1,46 @@
+package kafka
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// CreatePartitions (key 37), v0-v3: served only to refuse clearly. ringlog fixes a topic's
+// partitions (and their shards) at creation, so growing a topic is refused with
+// INVALID_REQUEST and a message saying so; a count at or below the current one gets
+// Kafka's own INVALID_PARTITIONS; an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
+var createPartitionsAPI = api{
+	key: keyCreatePartitions, min: 0, max: 3,
+	serve: func(s *Server, p *pending, req kmsg.Request) {
+		r := req.(*kmsg.CreatePartitionsRequest)
+		resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
+		for _, t := range r.Topics {
+			code, msg := kerr.InvalidRequest.Code, fmt.Sprintf("topic %q: ringlog cannot add partitions to an existing topic (partitions and their shards are fixed at creation); create a new topic with %d partitions", t.Topic, t.Count)
+			switch topic := s.b.Topic(t.Topic); {
+			case topic == nil:
+				code, msg = kerr.UnknownTopicOrPartition.Code, fmt.Sprintf("topic %q does not exist", t.Topic)
+			case int(t.Count) <= len(topic.Partitions):
+				code, msg = kerr.InvalidPartitions.Code, fmt.Sprintf("topic %q has %d partitions; %d would not add any", t.Topic, len(topic.Partitions), t.Count)
+			}
+			resp.Topics = append(resp.Topics, createPartitionsResult(t.Topic, code, msg))
+		}
+		p.reply(resp, nil)
+	},
+	fail: func(req kmsg.Request, code int16, msg string) kmsg.Response {
+		r := req.(*kmsg.CreatePartitionsRequest)
+		resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
+		for _, t := range r.Topics {
+			resp.Topics = append(resp.Topics, createPartitionsResult(t.Topic, code, msg))
+		}
+		return resp
+	},
+	entries: func(req kmsg.Request) int { return len(req.(*kmsg.CreatePartitionsRequest).Topics) },
+}
+
+func createPartitionsResult(topic string, code int16, msg string) kmsg.CreatePartitionsResponseTopic {
+	rt := kmsg.NewCreatePartitionsResponseTopic()
+	rt.Topic, rt.ErrorCode, rt.ErrorMessage = topic, code, str(msg)
+	return rt
+}

@@ -1,0 +1,37 @@
+package kafka
+
+import (
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// DeleteTopics (key 20), v0-v5 (by name; v6+ may name topics by id, which ringlog lacks):
+// the broker core's DeleteTopic.
+var deleteTopicsAPI = api{
+	key: keyDeleteTopics, min: 0, max: 5,
+	serve: func(s *Server, p *pending, req kmsg.Request) {
+		r := req.(*kmsg.DeleteTopicsRequest)
+		go func() { // waits for every shard
+			resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+			for _, name := range r.TopicNames {
+				err := s.b.DeleteTopic(name)
+				resp.Topics = append(resp.Topics, deleteTopicResult(name, codeFor(err), message(err)))
+			}
+			p.reply(resp, nil)
+		}()
+	},
+	fail: func(req kmsg.Request, code int16, msg string) kmsg.Response {
+		r := req.(*kmsg.DeleteTopicsRequest)
+		resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+		for _, name := range r.TopicNames {
+			resp.Topics = append(resp.Topics, deleteTopicResult(name, code, str(msg)))
+		}
+		return resp
+	},
+	entries: func(req kmsg.Request) int { return len(req.(*kmsg.DeleteTopicsRequest).TopicNames) },
+}
+
+func deleteTopicResult(name string, code int16, msg *string) kmsg.DeleteTopicsResponseTopic {
+	rt := kmsg.NewDeleteTopicsResponseTopic()
+	rt.Topic, rt.ErrorCode, rt.ErrorMessage = str(name), code, msg
+	return rt
+}

@@ -1,0 +1,135 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Produce (key 0), v3-v9: record batch v2 only (v3 is the first version that carries it);
+// zstd batches need v7+, as Kafka requires. Each partition's batches go to the broker core's
+// ProduceFrom, the ringlog protocol's path: validation (CRC, every record, compressed
+// sections decoded within their limit), idempotent sequence checks, group commit, acks.
+var produceAPI = api{
+	key: keyProduce, min: 3, max: 9,
+	serve: func(s *Server, p *pending, req kmsg.Request) { s.produce(p, req.(*kmsg.ProduceRequest)) },
+	fail:  failProduce,
+	entries: func(req kmsg.Request) int {
+		n := 0
+		for _, t := range req.(*kmsg.ProduceRequest).Topics {
+			n += 1 + len(t.Partitions)
+		}
+		return n
+	},
+}
+
+// zstdProduceVersionMin: Kafka accepts zstd batches from Produce v7 on
+// (UNSUPPORTED_COMPRESSION_TYPE before), so an old client never receives them on fetch.
+const zstdProduceVersionMin = 7
+
+func producePartition(partition int32) kmsg.ProduceResponseTopicPartition {
+	rp := kmsg.NewProduceResponseTopicPartition()
+	rp.Partition, rp.BaseOffset, rp.LogAppendTime, rp.LogStartOffset = partition, -1, -1, -1
+	return rp
+}
+
+func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	silent := req.Acks == 0
+	answer := func() {
+		if silent {
+			p.reply(nil, nil)
+			return
+		}
+		p.reply(resp, nil)
+	}
+	if req.TransactionID != nil {
+		p.reply(failProduce(req, kerr.InvalidRequest.Code, "transactions are not supported by this broker"), nil)
+		return
+	}
+	if req.Acks != 0 && req.Acks != 1 && req.Acks != -1 {
+		p.reply(failProduce(req, kerr.InvalidRequiredAcks.Code, fmt.Sprintf("acks must be 0, 1 or -1, got %d", req.Acks)), nil)
+		return
+	}
+	total := 0
+	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
+	for i, t := range req.Topics {
+		resp.Topics[i] = kmsg.NewProduceResponseTopic()
+		resp.Topics[i].Topic = t.Topic
+		resp.Topics[i].Partitions = make([]kmsg.ProduceResponseTopicPartition, len(t.Partitions))
+		total += len(t.Partitions)
+	}
+	if total == 0 {
+		answer()
+		return
+	}
+	var pendingParts atomic.Int32
+	pendingParts.Store(int32(total))
+	finish := func() {
+		if pendingParts.Add(-1) == 0 {
+			answer()
+		}
+	}
+	for i, t := range req.Topics {
+		for j, part := range t.Partitions {
+			out := &resp.Topics[i].Partitions[j]
+			*out = producePartition(part.Partition)
+			batches, err := netio.SplitBatches(part.Records)
+			if err == nil && req.Version < zstdProduceVersionMin {
+				err = refuseZstd(batches, req.Version)
+			}
+			if err != nil {
+				out.ErrorCode, out.ErrorMessage = codeFor(err), message(err)
+				if isUnsupportedCompression(err) {
+					out.ErrorCode = kerr.UnsupportedCompressionType.Code
+				}
+				finish()
+				continue
+			}
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+			s.b.ProduceFrom(shard.CallerNone, tp, batches, req.Acks, func(r shard.ProduceResult) {
+				out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
+				out.ErrorCode, out.ErrorMessage = codeFor(r.Err), message(r.Err)
+				finish()
+			})
+		}
+	}
+}
+
+var errZstdNeedsV7 = fmt.Errorf("zstd batches need Produce v%d or later", zstdProduceVersionMin)
+
+// refuseZstd fails when a batch of a pre-v7 produce is zstd-compressed.
+func refuseZstd(batches [][]byte, version int16) error {
+	for _, b := range batches {
+		if h, err := batch.ParseHeader(b); err == nil && h.Compression() == batch.CodecZstd {
+			return fmt.Errorf("%w (this request is v%d)", errZstdNeedsV7, version)
+		}
+	}
+	return nil
+}
+
+func isUnsupportedCompression(err error) bool {
+	return errors.Is(err, errZstdNeedsV7) || errors.Is(err, batch.ErrUnsupportedCodec)
+}
+
+func failProduce(req kmsg.Request, code int16, msg string) kmsg.Response {
+	r := req.(*kmsg.ProduceRequest)
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
+	for _, t := range r.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		for _, part := range t.Partitions {
+			rp := producePartition(part.Partition)
+			rp.ErrorCode, rp.ErrorMessage = code, str(msg)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}

@@ -1,0 +1,51 @@
+package kafka
+
+import (
+	"time"
+
+	"github.com/ringlog/ringlog/engine/group"
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The group APIs (api_find_coordinator.go … api_describe_groups.go) translate Kafka's group
+// requests into engine/group's and hand them to the broker's group router (shard.Groups.Do),
+// the entry point the ringlog protocol's group APIs use: one coordinator per group, on the
+// shard that owns the group's __consumer_offsets partition, with the same members,
+// generations and committed offsets whichever protocol a client speaks. The coordinator's
+// codes are Kafka's numbers, so they go on the wire as they are. Answers come back on a
+// shard loop (a JoinGroup's when its join phase ends) and are only encoded there.
+//
+// Byte fields of a decoded request alias its pooled frame, which is reused once the request
+// is answered; what the coordinator keeps (protocol metadata, assignments) is copied.
+
+// groupDo runs req on its coordinator and replies with answer's response.
+func (s *Server) groupDo(p *pending, req group.Request, answer func(group.Response) kmsg.Response) {
+	s.b.Groups().Do(shard.CallerNone, req, func(r group.Response) { p.reply(answer(r), nil) })
+}
+
+func millis(ms int32) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// nullable is s as a nullable string: nil when empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// deref is a nullable string's value ("" for null).
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// groupMessage is a response's error message for code: nil on success.
+func groupMessage(code group.Code) *string {
+	if code == group.CodeNone {
+		return nil
+	}
+	return str(code.String())
+}

@@ -1,0 +1,236 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/internal/brokertest"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// groupMember is a kgo group consumer that records what it polls, by partition and offset.
+type groupMember struct {
+	cl   *kgo.Client
+	mu   sync.Mutex
+	seen map[string]int // "partition/offset" -> times seen
+}
+
+func newGroupMember(t *testing.T, b *brokertest.Broker, group, topic string, opts ...kgo.Opt) *groupMember {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.KafkaAddr), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100 * time.Millisecond),
+		kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(200 * time.Millisecond), kgo.RebalanceTimeout(10 * time.Second),
+		kgo.DisableAutoCommit()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &groupMember{cl: cl, seen: map[string]int{}}
+}
+
+// pollUntil polls (at most 10 records at a time) and commits what it got until done says
+// stop or ctx ends.
+func (m *groupMember) pollUntil(ctx context.Context, t *testing.T, done func() bool) {
+	for !done() && ctx.Err() == nil {
+		pollCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		fetches := m.cl.PollRecords(pollCtx, 10)
+		cancel()
+		fetches.EachError(func(topic string, p int32, err error) {
+			if ctx.Err() == nil && pollCtx.Err() == nil {
+				t.Errorf("fetch %s/%d: %v", topic, p, err)
+			}
+		})
+		m.mu.Lock()
+		fetches.EachRecord(func(r *kgo.Record) { m.seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++ })
+		m.mu.Unlock()
+		if err := m.cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+			t.Logf("commit: %v (a rebalance may have taken the partitions)", err)
+		}
+	}
+}
+
+func (m *groupMember) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.seen)
+}
+
+func produceN(t *testing.T, cl *kgo.Client, topic string, from, n int) {
+	t.Helper()
+	ctx := testContext(t)
+	for i := from; i < from+n; i++ {
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "%d", i)}, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKgoGroupRebalanceCommitResume: two kgo members share a group's partitions after a
+// rebalance, every record is consumed, the offsets they commit are the group's, and a new
+// member after both leave resumes from them (sees only records produced later).
+func TestKgoGroupRebalanceCommitResume(t *testing.T) {
+	b := startKafka(t, brokertest.Options{})
+	admin := newClient(t, b)
+	createTopic(t, admin, "grouped", 4)
+	produceN(t, admin, "grouped", 0, 400)
+	ctx := testContext(t)
+
+	first := newGroupMember(t, b, "g1", "grouped")
+	defer first.cl.Close()
+	first.pollUntil(ctx, t, func() bool { return first.count() >= 50 })
+	// The second member joins while the first is idle (its heartbeats still run): the
+	// rebalance gives the second some partitions before either consumes further.
+	second := newGroupMember(t, b, "g1", "grouped")
+	defer second.cl.Close()
+	second.pollUntil(ctx, t, func() bool { return second.count() > 0 })
+	var wg sync.WaitGroup
+	all := func() bool { return first.count()+second.count() >= 400 }
+	wg.Add(2)
+	go func() { defer wg.Done(); first.pollUntil(ctx, t, all) }()
+	go func() { defer wg.Done(); second.pollUntil(ctx, t, all) }()
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("consumed %d + %d of 400 records before the deadline", first.count(), second.count())
+	}
+	if second.count() == 0 {
+		t.Fatal("the second member got no partition after the rebalance")
+	}
+	union := map[string]bool{}
+	for _, m := range []*groupMember{first, second} {
+		for k := range m.seen {
+			union[k] = true
+		}
+	}
+	if len(union) != 400 {
+		t.Fatalf("the group consumed %d distinct records, want 400", len(union))
+	}
+	// Both commit what they have and leave.
+	for _, m := range []*groupMember{first, second} {
+		if err := m.cl.CommitUncommittedOffsets(ctx); err != nil {
+			t.Logf("final commit: %v", err)
+		}
+		m.cl.LeaveGroup()
+		m.cl.Close()
+	}
+	// The ringlog protocol sees the offsets the Kafka members committed.
+	committed, err := b.Client.FetchCommitted(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, c := range committed {
+		sum += c.Offset
+	}
+	if sum != 400 {
+		t.Fatalf("committed offsets over the ringlog protocol: %+v (sum %d, want 400)", committed, sum)
+	}
+	// A new member resumes after the committed offsets.
+	produceN(t, admin, "grouped", 400, 20)
+	third := newGroupMember(t, b, "g1", "grouped")
+	defer third.cl.Close()
+	third.pollUntil(ctx, t, func() bool { return third.count() >= 20 })
+	if third.count() != 20 {
+		t.Fatalf("resumed member consumed %d records, want the 20 new ones", third.count())
+	}
+}
+
+// TestMixedGroupProtocols: a kgo member (Kafka protocol) and a bundled-client member
+// (ringlog protocol) in one group, both with the range assignor and the Kafka consumer
+// protocol's subscription format: the partitions are split between them and every record
+// is consumed.
+func TestMixedGroupProtocols(t *testing.T) {
+	b := startKafka(t, brokertest.Options{})
+	admin := newClient(t, b)
+	createTopic(t, admin, "mixed", 4)
+	produceN(t, admin, "mixed", 0, 200)
+	ctx := testContext(t)
+
+	// The kgo member joins and reads a little; then the bundled member joins while the kgo
+	// member is idle, and reads once the rebalance gave it partitions; then both finish.
+	kafkaMember := newGroupMember(t, b, "mixed-g", "mixed", kgo.Balancers(kgo.RangeBalancer()))
+	defer kafkaMember.cl.Close()
+	kafkaMember.pollUntil(ctx, t, func() bool { return kafkaMember.count() > 0 })
+	ringlogMember, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: "mixed-g", SessionTimeout: 6 * time.Second,
+		HeartbeatInterval: 200 * time.Millisecond, Assignors: []string{"range"}, AutoOffsetReset: "earliest",
+		Consumer: client.ConsumerConfig{MaxWait: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ringlogMember.Close(context.Background())
+	ringlogMember.Subscribe("mixed")
+	var mu sync.Mutex
+	ringlogSeen := map[string]int{}
+	ringlogCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ringlogSeen)
+	}
+	pollRinglog := func(done func() bool) {
+		for !done() && ctx.Err() == nil {
+			pollCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			records, err := ringlogMember.Poll(pollCtx)
+			cancel()
+			if err != nil && ctx.Err() == nil && pollCtx.Err() == nil {
+				t.Errorf("bundled member poll: %v", err)
+				return
+			}
+			mu.Lock()
+			for _, r := range records {
+				ringlogSeen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+			}
+			mu.Unlock()
+			if err := ringlogMember.CommitSync(ctx); err != nil && ctx.Err() == nil {
+				t.Logf("bundled commit: %v", err)
+			}
+		}
+	}
+	pollRinglog(func() bool { return ringlogCount() > 0 })
+	all := func() bool { return kafkaMember.count()+ringlogCount() >= 200 }
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); kafkaMember.pollUntil(ctx, t, all) }()
+	go func() { defer wg.Done(); pollRinglog(all) }()
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("consumed %d (kgo) + %d (bundled) of 200 before the deadline", kafkaMember.count(), len(ringlogSeen))
+	}
+	if kafkaMember.count() == 0 || len(ringlogSeen) == 0 {
+		t.Fatalf("one member got nothing: kgo %d, bundled %d", kafkaMember.count(), len(ringlogSeen))
+	}
+	union := map[string]bool{}
+	for k := range ringlogSeen {
+		union[k] = true
+		if kafkaMember.seen[k] > 0 { // at-least-once allows it around a rebalance; none is expected here
+			t.Logf("record %s consumed by both members", k)
+		}
+	}
+	for k := range kafkaMember.seen {
+		union[k] = true
+	}
+	if len(union) != 200 {
+		t.Fatalf("the mixed group consumed %d distinct records, want 200", len(union))
+	}
+}
+
+// TestJoinGroupEmptyProtocolName: a JoinGroup naming only the protocol "" is refused with
+// INCONSISTENT_GROUP_PROTOCOL (FuzzServeFrame found that it made the coordinator panic).
+func TestJoinGroupEmptyProtocolName(t *testing.T) {
+	b := startKafka(t, brokertest.Options{})
+	cl := newClient(t, b)
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.Group, req.ProtocolType, req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = "empty-name", "consumer", 10000, 1000
+	req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: ""}}
+	resp, err := req.RequestWith(testContext(t), cl)
+	if err != nil || resp.ErrorCode != kerr.InconsistentGroupProtocol.Code {
+		t.Fatalf("JoinGroup with protocol \"\": %v, code %d", err, resp.ErrorCode)
+	}
+	if err := cl.Ping(testContext(t)); err != nil {
+		t.Fatalf("broker after the refused join: %v", err)
+	}
+}

@@ -1,0 +1,37 @@
+package node
+
+import (
+	"crypto/tls"
+	"errors"
+	"testing"
+
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/replication/cluster"
+)
+
+// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside TLS, required
+// authentication or a replicated cluster (it serves none yet), and allowed otherwise.
+func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		refuse bool
+	}{
+		{"plain", Config{KafkaListen: "127.0.0.1:0"}, false},
+		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
+		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, true},
+		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
+		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
+		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, true},
+	} {
+		err := checkKafka(tc.cfg)
+		if tc.refuse != errors.Is(err, ErrKafkaUnsupported) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+func serverWithTLS() (c netio.Config) {
+	c.TLS = &tls.Config{}
+	return c
+}

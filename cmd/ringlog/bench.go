@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register("bench", "benchmarks: disk, run, compare, peers, loopback", runBench)
+	register("bench", "benchmarks: disk, run, compare, peers, loopback, pingpong, single", runBench)
 }
 
 type benchCommand struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,6 +58,14 @@ func TestBenchRunAndCompare(t *testing.T) {
 	}
 }
 
+// TestMain lets `ringlog bench single` start this test binary as its echo process.
+func TestMain(m *testing.M) {
+	if size, ok := os.LookupEnv(echoChildEnv); ok {
+		os.Exit(echoChildMain(size))
+	}
+	os.Exit(m.Run())
+}
+
 func TestBenchRejectsBadArguments(t *testing.T) {
 	dir := t.TempDir()
 	for name, args := range map[string][]string{
@@ -70,6 +79,11 @@ func TestBenchRejectsBadArguments(t *testing.T) {
 		"disk unaligned size": {"disk", "--size", "3000001", "--dir", dir},
 		"disk bad backend":    {"disk", "--quick", "--backend", "magic", "--dir", dir},
 		"loopback no streams": {"loopback", "--streams", "0"},
+		"pingpong size 0":     {"pingpong", "--size", "0", "--count", "1"},
+		"pingpong count 0":    {"pingpong", "--count", "0"},
+		"single count 0":      {"single", "--count", "0"},
+		"single rounds>count": {"single", "--count", "5", "--rounds", "6"},
+		"single no broker":    {"single", "--broker", "127.0.0.1:1", "--count", "1", "--rounds", "1"},
 	} {
 		if err := runBench(args); err == nil {
 			t.Errorf("%s: %v accepted", name, args)
@@ -100,4 +114,45 @@ func TestBenchDiskWritesJSON(t *testing.T) {
 	if len(report.Results) != 32 || report.Explanation == "" {
 		t.Fatalf("%d cells, explanation %q", len(report.Results), report.Explanation)
 	}
+}
+
+// TestBenchSingleAgainstBroker runs the latency comparison end to end on a tiny count: the
+// figures are not checked (no timed tests), only that every series ran against the broker.
+func TestBenchSingleAgainstBroker(t *testing.T) {
+	addr := startBroker(t)
+	out := captureStdout(t, func() {
+		if err := runBench([]string{"single", "--broker", addr, "--count", "20", "--rounds", "2", "--size", "100"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, want := range []string{"pingpong 100B", "pingpong 100B proc", "SendSync acks=1", "Send+wait acks=1", "goal:"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, process := range []string{"--process=false", "--process"} {
+		if err := runBench([]string{"pingpong", "--count", "10", "--size", "64", process}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// captureStdout returns what fn printed to os.Stdout.
+func captureStdout(t *testing.T, fn func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = w
+	defer func() { os.Stdout = saved }()
+	read := make(chan string)
+	go func() {
+		data, _ := io.ReadAll(r)
+		read <- string(data)
+	}()
+	fn()
+	w.Close()
+	return <-read
 }

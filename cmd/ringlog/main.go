@@ -110,5 +110,8 @@ func runCLI(args []string, stderr io.Writer) int {
 }
 
 func main() {
+	if size, ok := os.LookupEnv(echoChildEnv); ok {
+		os.Exit(echoChildMain(size))
+	}
 	os.Exit(runCLI(os.Args[1:], os.Stderr))
 }

@@ -171,6 +171,15 @@ func (c *Client) connFor(addr string) (*conn, error) {
 	return cn, nil
 }
 
+// connReady reports whether a request to addr would be written at once: a live connection
+// is open and has room for one more outstanding request (no dial, no wait for a slot).
+func (c *Client) connReady(addr string) bool {
+	c.mu.Lock()
+	cn := c.conns[addr]
+	c.mu.Unlock()
+	return cn != nil && cn.failure() == nil && len(cn.pending) < cap(cn.pending)
+}
+
 // CallAsync sends req to addr; done receives the decoded resp (the same value passed in)
 // or an error. A nil resp means no response is expected (acks=0 produce). done runs on an
 // internal goroutine and must not block.

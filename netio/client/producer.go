@@ -146,6 +146,12 @@ type Producer struct {
 
 	cbMu sync.Mutex // held while running callbacks, so they run in completion order
 
+	// sendMu is held from collecting requests (collectLocked) until they are written to
+	// their connections, by the sender loop and by SendSync's direct path, so requests reach
+	// the wire in the order their batches were collected (an idempotent partition's
+	// sequence order). Taken before mu, never while holding it.
+	sendMu sync.Mutex
+
 	wake       chan struct{} // cap 1: the sender loop has something to do
 	senderDone chan struct{}
 }
@@ -249,18 +255,28 @@ func (p *Producer) Send(ctx context.Context, r *Record, cb func(*Record, error))
 	if cb == nil {
 		cb = func(*Record, error) {}
 	}
+	wake, err := p.enqueue(ctx, r, cb)
+	if wake {
+		p.signal()
+	}
+	return err
+}
+
+// enqueue adds r to its partition's open batch. It reports whether the sender loop must
+// be woken (a batch was sealed, or one was opened and its linger timer must be armed).
+func (p *Producer) enqueue(ctx context.Context, r *Record, cb func(*Record, error)) (wake bool, err error) {
 	partitions, err := p.c.Partitions(ctx, r.Topic)
 	if n, known := p.c.knownPartitions(r.Topic); err != nil && errors.Is(err, ErrConnClosed) && known {
 		partitions, err = n, nil // the broker is unreachable for now: the sender retries
 	}
 	if err != nil {
-		return fmt.Errorf("produce to %s: %w", r.Topic, err)
+		return false, fmt.Errorf("produce to %s: %w", r.Topic, err)
 	}
 	if r.Partition >= int32(partitions) || r.Partition < -1 {
-		return fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, wire.ErrUnknownTopicOrPartition)
+		return false, fmt.Errorf("produce to %s/%d: %w", r.Topic, r.Partition, wire.ErrUnknownTopicOrPartition)
 	}
 	if err := p.ensureIdentity(ctx); err != nil {
-		return err
+		return false, err
 	}
 	size := recordBytes(r)
 	ts := r.Timestamp
@@ -271,16 +287,16 @@ func (p *Producer) Send(ctx context.Context, r *Record, cb func(*Record, error))
 	if p.buffered > 0 && p.buffered+size > p.cfg.BufferBytesMax && !p.closed {
 		if err := p.waitForBufferLocked(ctx, size); err != nil {
 			p.mu.Unlock()
-			return err
+			return false, err
 		}
 	}
 	if p.closed {
 		p.mu.Unlock()
-		return ErrProducerClosed
+		return false, ErrProducerClosed
 	}
 	if p.fatal != nil {
 		p.mu.Unlock()
-		return p.fatal
+		return false, p.fatal
 	}
 	partition := r.Partition
 	switch {
@@ -310,10 +326,7 @@ func (p *Producer) Send(ctx context.Context, r *Record, cb func(*Record, error))
 	}
 	firstInBatch := len(ps.open) == 1 // the sender must arm the linger timer
 	p.mu.Unlock()
-	if sealed || firstInBatch || p.cfg.Linger == 0 {
-		p.signal()
-	}
-	return nil
+	return sealed || firstInBatch || p.cfg.Linger == 0, nil
 }
 
 // waitForBufferLocked waits (p.mu held) until size more bytes fit in BufferBytesMax.
@@ -334,23 +347,51 @@ func (p *Producer) waitForBufferLocked(ctx context.Context, size int64) error {
 }
 
 // SendSync sends r and waits for its acknowledgement; it returns the record's offset.
+//
+// The calling goroutine seals the record's batch and writes the request itself (with any
+// other request ready at that moment) instead of waking the sender loop for it: a record
+// sent on its own costs no goroutine hand-off before it reaches the socket. The response
+// still arrives through the connection's reader. Batches, sequence numbers and retries are
+// the sender loop's, unchanged.
 func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 	result := make(chan error, 1)
-	if err := p.Send(ctx, r, func(_ *Record, err error) { result <- err }); err != nil {
+	if _, err := p.enqueue(ctx, r, func(_ *Record, err error) { result <- err }); err != nil {
 		return -1, err
 	}
-	p.mu.Lock()
-	if ps := p.parts[topicPartition{r.Topic, r.Partition}]; ps != nil && len(ps.open) > 0 {
-		p.sealLocked(ps) // do not wait for the linger: the caller is waiting
+	if !p.sendNow(topicPartition{r.Topic, r.Partition}) {
+		p.signal()
 	}
-	p.mu.Unlock()
-	p.signal()
 	select {
 	case err := <-result:
 		return r.Offset, err
 	case <-ctx.Done():
 		return -1, ctx.Err()
 	}
+}
+
+// sendNow seals key's open batch and sends, from the calling goroutine, whatever the
+// sender loop would send now. It reports whether a request went out; if none did (the
+// partition waits for a retry or for its in-flight requests, or the sender loop or another
+// SendSync is writing right now), the sender loop must be woken to send the batch later.
+// It never waits for sendMu, a dial or a free request slot on the connection (the sender
+// loop does that): a caller stuck there could not honour its context.
+func (p *Producer) sendNow(key topicPartition) bool {
+	p.mu.Lock()
+	if ps := p.parts[key]; ps != nil && len(ps.open) > 0 {
+		p.sealLocked(ps) // do not wait for the linger: the caller is waiting
+	}
+	p.mu.Unlock()
+	if !p.c.connReady(p.c.leaderAddr(key.topic, key.partition)) || !p.sendMu.TryLock() {
+		return false
+	}
+	defer p.sendMu.Unlock()
+	p.mu.Lock()
+	requests, _ := p.collectLocked(time.Now())
+	p.mu.Unlock()
+	for _, rq := range requests {
+		p.sendRequest(rq)
+	}
+	return len(requests) > 0
 }
 
 func (p *Producer) stickyLocked(topic string, partitions int) int32 {
@@ -471,15 +512,17 @@ func (p *Producer) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		p.sendMu.Lock()
 		p.mu.Lock()
 		requests, next := p.collectLocked(time.Now())
 		exit := p.closed && p.unfinished == 0
 		bump := p.bumpReadyLocked(time.Now())
 		p.mu.Unlock()
-		p.runCallbacks()
 		for _, rq := range requests {
 			p.sendRequest(rq)
 		}
+		p.sendMu.Unlock()
+		p.runCallbacks()
 		if exit {
 			return
 		}
@@ -704,6 +747,7 @@ func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err 
 		}
 		p.completeAckedLocked(ps)
 	}
+	wake := len(refresh) > 0 || p.senderNeededLocked(rq)
 	p.mu.Unlock()
 	p.runCallbacks()
 	for _, topic := range refresh {
@@ -716,7 +760,30 @@ func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err 
 			p.c.Partitions(ctx, topic) // best effort; the retry uses whatever metadata we have
 		}()
 	}
-	p.signal()
+	if wake {
+		p.signal()
+	}
+}
+
+// senderNeededLocked reports whether the answer to rq may have given the sender loop work:
+// a batch of one of its partitions waits to be sent (a completion is what frees its
+// in-flight slot), a retry or a new epoch is pending, or the producer flushes, closes or
+// failed for good. A lone record answered (SendSync's case) wakes nobody but its caller.
+func (p *Producer) senderNeededLocked(rq *produceRequest) bool {
+	if p.closed || p.flushing > 0 || p.bumping || p.fatal != nil {
+		return true
+	}
+	for _, g := range rq.groups {
+		if g.ps.retrying {
+			return true
+		}
+		for _, b := range g.ps.sealed {
+			if b.state == batchQueued {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // retriableLocked decides whether a failed group goes again. OUT_OF_ORDER_SEQUENCE is

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime/pprof"
+	"runtime/trace"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/ringlogdriver"
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
+)
+
+func init() {
+	benchCommands["pingpong"] = benchCommand{"raw TCP ping-pong over loopback: the floor under a one-record round trip", benchPingPong}
+	benchCommands["single"] = benchCommand{"one record at a time, acks=1, on the bundled client vs a ping-pong in the same run", benchSingle}
+}
+
+// Limits of the latency commands: a count beyond this is a soak test, not a latency probe.
+const (
+	latencyCountMax    = 10_000_000
+	latencyRoundsMax   = 1000
+	latencyWarmupCount = 1000
+)
+
+func benchPingPong(args []string) error {
+	fs := flag.NewFlagSet("bench pingpong", flag.ContinueOnError)
+	size := fs.Int("size", 1024, "bytes each way per round trip")
+	count := fs.Int("count", 100_000, "round trips measured (after a warm-up of 1000)")
+	process := fs.Bool("process", false, "echo from another process (the broker's process boundary) instead of a goroutine of this one")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax {
+		return fmt.Errorf("want --count in 1..%d and no arguments", latencyCountMax)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pp, stop, err := newPingPong(*size, *process)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if err := pp.Run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
+		return err
+	}
+	lat := bench.NewLatency()
+	if err := pp.Run(ctx, *count, lat); err != nil {
+		return err
+	}
+	printLatencyHeader()
+	name := fmt.Sprintf("pingpong %dB", *size)
+	if *process {
+		name += " proc"
+	}
+	printLatencyRow(name, lat)
+	return nil
+}
+
+// echoChildEnv, set to a message size, makes this binary serve one ping-pong echo
+// connection (bench.ServeEcho) on 127.0.0.1 instead of running its command line: it prints
+// the address on stdout and exits when the connection closes. startEchoProcess sets it.
+const echoChildEnv = "RINGLOG_BENCH_ECHO_SIZE"
+
+// echoChildMain runs the echo child and returns its exit status.
+func echoChildMain(size string) int {
+	if err := runEchoChild(size); err != nil {
+		fmt.Fprintf(os.Stderr, "ringlog echo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runEchoChild is the echo process's whole life.
+func runEchoChild(sizeText string) error {
+	size, err := strconv.Atoi(sizeText)
+	if err != nil {
+		return fmt.Errorf("%s=%q: %w", echoChildEnv, sizeText, err)
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer listener.Close()
+	fmt.Println(listener.Addr().String())
+	return bench.ServeEcho(listener, size)
+}
+
+// startEchoProcess runs this binary again as an echo (runEchoChild) and connects a
+// ping-pong to it: the floor with the same process boundary a broker has.
+func startEchoProcess(size int) (*bench.PingPong, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", echoChildEnv, size))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("echo process: %w", err)
+	}
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, fmt.Errorf("echo process: no address: %w", err)
+	}
+	pp, err := bench.DialPingPong(strings.TrimSpace(addr), size)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, err
+	}
+	return pp, func() { pp.Close(); _ = cmd.Wait() }, nil
+}
+
+// newPingPong starts a ping-pong with its echo in this process or in another one.
+func newPingPong(size int, process bool) (*bench.PingPong, func(), error) {
+	if process {
+		return startEchoProcess(size)
+	}
+	pp, err := bench.NewPingPong(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pp, func() { pp.Close() }, nil
+}
+
+// singleSeries is one way of sending a record in `ringlog bench single`.
+type singleSeries struct {
+	name string
+	lat  *bench.Latency
+	run  func(ctx context.Context, n int, lat *bench.Latency) error
+}
+
+func benchSingle(args []string) error {
+	fs := flag.NewFlagSet("bench single", flag.ContinueOnError)
+	broker := fs.String("broker", ringlogdriver.DefaultAddress, "broker address")
+	topic := fs.String("topic", "bench-single", "topic (created with one partition when missing)")
+	size := fs.Int("size", 1024, "record value bytes (and ping-pong bytes each way)")
+	count := fs.Int("count", 20_000, "records per series (after a warm-up of 1000)")
+	rounds := fs.Int("rounds", 10, "the series take turns this many times, so load hits all alike")
+	processFloor := fs.Bool("process-floor", true, "also run the ping-pong against an echo in another process (the broker's process boundary); ratios are printed against both floors")
+	queued := fs.Bool("queued", true, "also measure Send plus waiting for the callback (the batching path, through the sender goroutine)")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the measured rounds to this file")
+	traceFile := fs.String("trace", "", "write a Go execution trace of the measured rounds to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax || *rounds < 1 || *rounds > latencyRoundsMax || *rounds > *count {
+		return fmt.Errorf("want --count in 1..%d, --rounds in 1..min(%d, count) and no arguments", latencyCountMax, latencyRoundsMax)
+	}
+	if *size < 0 || *size > bench.PingPongSizeMax {
+		return fmt.Errorf("--size %d outside 0..%d", *size, bench.PingPongSizeMax)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	c, err := client.New(ctx, client.Config{Broker: *broker})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, *topic, 1, nil); err != nil && !errors.Is(err, wire.ErrTopicAlreadyExists) {
+		return fmt.Errorf("create %s: %w", *topic, err)
+	}
+	pp, err := bench.NewPingPong(max(*size, 1))
+	if err != nil {
+		return err
+	}
+	defer pp.Close()
+	value := make([]byte, *size)
+	var processPP *bench.PingPong
+	if *processFloor {
+		pp, stop, err := newPingPong(max(*size, 1), true)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		processPP = pp
+	}
+	syncProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
+	defer syncProducer.Close(context.Background())
+	series := []singleSeries{
+		{name: fmt.Sprintf("pingpong %dB", max(*size, 1)), run: pp.Run},
+		{name: "SendSync acks=1", run: func(ctx context.Context, n int, lat *bench.Latency) error {
+			for range n {
+				start := time.Now()
+				if _, err := syncProducer.SendSync(ctx, &client.Record{Topic: *topic, Partition: 0, Value: value}); err != nil {
+					return err
+				}
+				lat.Record(time.Since(start))
+			}
+			return nil
+		}},
+	}
+	floors := 1
+	if processPP != nil {
+		series = append(series[:1], append([]singleSeries{{name: fmt.Sprintf("pingpong %dB proc", max(*size, 1)), run: processPP.Run}}, series[1:]...)...)
+		floors = 2
+	}
+	if *queued {
+		queuedProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, Linger: -1})
+		defer queuedProducer.Close(context.Background())
+		done := make(chan error, 1)
+		callback := func(_ *client.Record, err error) { done <- err }
+		series = append(series, singleSeries{name: "Send+wait acks=1", run: func(ctx context.Context, n int, lat *bench.Latency) error {
+			for range n {
+				start := time.Now()
+				if err := queuedProducer.Send(ctx, &client.Record{Topic: *topic, Partition: 0, Value: value}, callback); err != nil {
+					return err
+				}
+				if err := <-done; err != nil {
+					return err
+				}
+				lat.Record(time.Since(start))
+			}
+			return nil
+		}})
+	}
+	for i := range series {
+		if err := series[i].run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
+			return fmt.Errorf("%s: %w", series[i].name, err)
+		}
+		series[i].lat = bench.NewLatency()
+	}
+	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
+	// Take turns, each series starting a round in turn, so a burst of load or writeback
+	// lands on all of them alike.
+	for round := range *rounds {
+		n := *count / *rounds
+		if round == *rounds-1 {
+			n = *count - n*(*rounds-1)
+		}
+		for k := range series {
+			s := &series[(round+k)%len(series)]
+			if err := s.run(ctx, n, s.lat); err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+		}
+	}
+	stopProfiles()
+	fmt.Printf("one record at a time to %s (%s/0), %d B values, %d per series in %d rounds; load average %s\n",
+		*broker, *topic, *size, *count, *rounds, loadAverage())
+	printLatencyHeader()
+	for i, s := range series {
+		var against []*bench.Latency
+		if i >= floors {
+			for _, f := range series[:floors] {
+				against = append(against, f.lat)
+			}
+		}
+		printLatencyRow(s.name, s.lat, against...)
+	}
+	fmt.Println("ratios: p50 p99 p99.9 against the in-process ping-pong", map[bool]string{true: "| against the echo in another process", false: ""}[floors == 2])
+	fmt.Println("goal: p50 ≤ 1.5× and p99 ≤ 2× the ping-pong")
+	return nil
+}
+
+func printLatencyHeader() {
+	fmt.Printf("%-20s %10s %10s %10s %10s %10s\n", "series", "count", "p50 µs", "p99 µs", "p99.9 µs", "max µs")
+}
+
+// printLatencyRow prints one series and its p50/p99/p99.9 as multiples of each floor.
+func printLatencyRow(name string, lat *bench.Latency, floors ...*bench.Latency) {
+	s := lat.Summarize()
+	fmt.Printf("%-20s %10d %10.1f %10.1f %10.1f %10.1f", name, s.Count, s.P50Us, s.P99Us, s.P999Us, s.MaxUs)
+	for i, floor := range floors {
+		f := floor.Summarize()
+		sep := "  "
+		if i > 0 {
+			sep = " |"
+		}
+		fmt.Printf("%s ×%.2f ×%.2f ×%.2f", sep, s.P50Us/f.P50Us, s.P99Us/f.P99Us, s.P999Us/f.P999Us)
+	}
+	fmt.Println()
+}
+
+// loadAverage is /proc/loadavg's first three fields, or "unknown".
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil || len(data) == 0 {
+		return "unknown"
+	}
+	var a, b, c string
+	if _, err := fmt.Sscan(string(data), &a, &b, &c); err != nil {
+		return "unknown"
+	}
+	return a + " " + b + " " + c
+}
+
+// startProfiles starts a CPU profile and an execution trace where asked; the returned stop
+// may be called more than once.
+func startProfiles(cpuPath, tracePath string) (func(), error) {
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+		stops = nil
+	}
+	if cpuPath != "" {
+		f, err := os.Create(cpuPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if tracePath != "" {
+		f, err := os.Create(tracePath)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			stop()
+			return nil, err
+		}
+		stops = append(stops, func() { trace.Stop(); f.Close() })
+	}
+	return stop, nil
+}

@@ -1,0 +1,125 @@
+package kafka_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/internal/brokertest"
+	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/security/securitytest"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// startKafkaTLS starts a broker whose listeners serve TLS with a certificate of a fresh
+// CA (with mutual TLS: clients need a certificate of that CA too) and returns the CA.
+func startKafkaTLS(t *testing.T, mutual bool) (*brokertest.Broker, *securitytest.CA) {
+	t.Helper()
+	ca := securitytest.NewCA(t, t.TempDir(), "broker")
+	cert, key := ca.Issue(t, "broker", "localhost")
+	files := security.TLSFiles{CertFile: cert, KeyFile: key}
+	if mutual {
+		files.ClientCAFile = ca.CAFile
+	}
+	st, err := security.NewServerTLS(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS := clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile})
+	if mutual {
+		certFile, keyFile := ca.Issue(t, "client", "client")
+		clientTLS = clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile, CertFile: certFile, KeyFile: keyFile})
+	}
+	b := startKafka(t, brokertest.Options{
+		Node:   func(cfg *node.Config) { cfg.Server.TLS = st.Config() },
+		Client: client.Config{TLS: clientTLS},
+	})
+	return b, ca
+}
+
+func clientTLSConfig(t *testing.T, opts security.ClientTLSOptions) *tls.Config {
+	t.Helper()
+	cfg, err := security.ClientConfig(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestKgoTLS: with TLS on, the Kafka listener serves kgo over TLS (produce, then a fetch
+// from the segment files, whose bytes are copied and encrypted instead of sent by
+// sendfile) and refuses a plain Kafka client and one that does not trust the broker.
+func TestKgoTLS(t *testing.T) {
+	b, ca := startKafkaTLS(t, false)
+	trusting := kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile}))
+	cl := newClient(t, b, trusting)
+	createTopic(t, cl, "kgo-tls", 1)
+	const n = 100
+	ctx := testContext(t)
+	for i := range n {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "kgo-tls", Value: fmt.Appendf(nil, "value-%d", i)}).FirstErr(); err != nil {
+			t.Fatalf("produce %d over TLS: %v", i, err)
+		}
+	}
+	records := consume(t, b, "kgo-tls", n, trusting)
+	for i, r := range records {
+		if want := fmt.Sprintf("value-%d", i); string(r.Value) != want || r.Offset != int64(i) {
+			t.Fatalf("record %d: offset %d value %q, want %q", i, r.Offset, r.Value, want)
+		}
+	}
+	// The server counts copied bytes after its write returns, which can be after the
+	// client has read the reply: wait (bounded) for the count.
+	st := b.Node.Server.Stats()
+	for deadline := time.Now().Add(5 * time.Second); st.CopiedFileBytes == 0 && time.Now().Before(deadline); st = b.Node.Server.Stats() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.CopiedFileBytes == 0 || st.SendfileBytes != 0 {
+		t.Fatalf("egress after a TLS fetch: %d bytes copied, %d by sendfile (want copies only)", st.CopiedFileBytes, st.SendfileBytes)
+	}
+
+	// A plain Kafka client's first request (ApiVersions) is not a TLS handshake: closed.
+	c := dialRaw(t, b.KafkaAddr)
+	c.send(18, 0, 1, nil)
+	if _, _, err := c.recv(); err == nil {
+		t.Fatal("a plain Kafka client got an ApiVersions answer from the TLS listener")
+	}
+	refused := func(name string, opts ...kgo.Opt) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cl := newClient(t, b, append(opts, kgo.RequestRetries(0))...)
+		if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err == nil {
+			t.Fatalf("%s: Metadata answered over the TLS listener", name)
+		}
+	}
+	refused("plain kgo")
+	other := securitytest.NewCA(t, t.TempDir(), "other")
+	refused("kgo trusting another CA", kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: other.CAFile})))
+}
+
+// TestKgoMutualTLS: with a client CA, kgo with a certificate of it is served and kgo
+// without one is refused.
+func TestKgoMutualTLS(t *testing.T) {
+	b, ca := startKafkaTLS(t, true)
+	certFile, keyFile := ca.Issue(t, "kgo", "kgo")
+	withCert := kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile, CertFile: certFile, KeyFile: keyFile}))
+	cl := newClient(t, b, withCert)
+	createTopic(t, cl, "kgo-mtls", 1)
+	if err := cl.ProduceSync(testContext(t), &kgo.Record{Topic: "kgo-mtls", Value: []byte("mutual")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if r := consume(t, b, "kgo-mtls", 1, withCert); string(r[0].Value) != "mutual" {
+		t.Fatalf("consumed %q", r[0].Value)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	noCert := newClient(t, b, kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile})), kgo.RequestRetries(0))
+	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, noCert); err == nil {
+		t.Fatal("kgo without a client certificate passed mutual TLS")
+	}
+}

@@ -123,3 +123,103 @@ func TestKgoMutualTLS(t *testing.T) {
 		t.Fatal("kgo without a client certificate passed mutual TLS")
 	}
 }
+
+// TestTLSHandshakeBounded: a client that connects to the TLS Kafka listener and never
+// starts the handshake is closed after the frame-read timeout (here 100 ms; the test
+// only waits for the close, bounded by testTimeout).
+func TestTLSHandshakeBounded(t *testing.T) {
+	ca := securitytest.NewCA(t, t.TempDir(), "broker")
+	cert, key := ca.Issue(t, "broker", "localhost")
+	st, err := security.NewServerTLS(security.TLSFiles{CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startKafka(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
+		cfg.Server.TLS = st.Config()
+		cfg.Server.FrameReadTimeout = 100 * time.Millisecond
+	}})
+	c := dialRaw(t, b.KafkaAddr)
+	var one [1]byte
+	if n, err := c.nc.Read(one[:]); err == nil || isTimeout(err) {
+		t.Fatalf("a silent client: read %d bytes, %v; want the connection closed", n, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(interface{ Timeout() bool })
+	return ok && ne.Timeout()
+}
+
+// BenchmarkKafkaFetchTLS: 1 MiB fetches of one partition from the page cache by kgo, over
+// the plain Kafka listener (records by sendfile) and over TLS (records read into the
+// connection's buffer, encrypted by the broker and decrypted by kgo on the same cores).
+// SetBytes counts the record bytes of one response.
+func BenchmarkKafkaFetchTLS(b *testing.B) {
+	ca := securitytest.NewCA(b, b.TempDir(), "broker")
+	cert, key := ca.Issue(b, "broker", "localhost")
+	st, err := security.NewServerTLS(security.TLSFiles{CertFile: cert, KeyFile: key})
+	if err != nil {
+		b.Fatal(err)
+	}
+	clientTLS, err := security.ClientConfig(security.ClientTLSOptions{CAFile: ca.CAFile})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"plain", "tls"} {
+		b.Run(mode, func(b *testing.B) {
+			o := brokertest.Options{Kafka: true, NoClient: true}
+			var opts []kgo.Opt
+			if mode == "tls" {
+				o.Node = func(cfg *node.Config) { cfg.Server.TLS = st.Config() }
+				opts = append(opts, kgo.DialTLSConfig(clientTLS))
+			}
+			broker := brokertest.Start(b, o)
+			cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(broker.KafkaAddr), kgo.DefaultProduceTopic("bench"),
+				kgo.ProducerBatchCompression(kgo.NoCompression()))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			create := kmsg.NewPtrCreateTopicsRequest()
+			rt := kmsg.NewCreateTopicsRequestTopic()
+			rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "bench", 1, 1
+			create.Topics = append(create.Topics, rt)
+			if _, err := create.RequestWith(ctx, cl); err != nil {
+				b.Fatal(err)
+			}
+			value := make([]byte, 1024)
+			for range 2048 { // 2 MiB: a 1 MiB fetch is full
+				cl.Produce(ctx, &kgo.Record{Value: value}, nil)
+			}
+			if err := cl.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			req := kmsg.NewPtrFetchRequest()
+			req.Version, req.MaxWaitMillis, req.MaxBytes, req.SessionEpoch = 12, 100, 1<<20, -1
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic = "bench"
+			fp := kmsg.NewFetchRequestTopicPartition()
+			fp.PartitionMaxBytes = 1 << 20
+			ft.Partitions = append(ft.Partitions, fp)
+			req.Topics = append(req.Topics, ft)
+			fetch := func() int {
+				resp, err := req.RequestWith(ctx, cl)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return len(resp.Topics[0].Partitions[0].RecordBatches)
+			}
+			n := fetch()
+			if n < 1<<19 {
+				b.Fatalf("a fetch returned %d record bytes", n)
+			}
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				fetch()
+			}
+		})
+	}
+}

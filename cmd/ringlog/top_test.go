@@ -11,7 +11,6 @@ import (
 	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/node"
-	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/security/securitytest"
 	"github.com/ringlog/ringlog/ring"
 )
@@ -74,12 +73,7 @@ func TestTopOnce(t *testing.T) {
 // `ringlog top --tls-ca` scrapes an admin listener that serves HTTPS (ringlogd --admin-tls);
 // without it the scrape fails.
 func TestTopOverTLS(t *testing.T) {
-	ca := securitytest.NewCA(t, t.TempDir(), "broker")
-	cert, key := ca.Issue(t, "broker", "localhost")
-	st, err := security.NewServerTLS(security.TLSFiles{CertFile: cert, KeyFile: key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, st := securitytest.ServerTLS(t, false)
 	n, err := node.Start(node.Config{
 		Core:       shard.Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "auto"}},
 		Listen:     "127.0.0.1:0",

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"crypto/tls"
 	"io"
 	"net/http"
 	"strings"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
-	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/security/securitytest"
 )
 
@@ -16,24 +16,15 @@ import (
 // client trusting the test CA, and refuses plain HTTP and a client trusting another CA.
 // With a client CA (mutual TLS) a scraper without a certificate is refused too.
 func TestMetricsOverTLS(t *testing.T) {
-	ca := securitytest.NewCA(t, t.TempDir(), "broker")
-	cert, key := ca.Issue(t, "broker", "localhost")
 	for _, mutual := range []bool{false, true} {
-		files := security.TLSFiles{CertFile: cert, KeyFile: key}
-		if mutual {
-			files.ClientCAFile = ca.CAFile
-		}
-		st, err := security.NewServerTLS(files)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ca, st := securitytest.ServerTLS(t, mutual)
 		b := brokertest.Start(t, brokertest.Options{Admin: &admin.Config{TLS: st.Config()}, NoClient: true})
 		addr := b.Node.Admin.Addr()
-		trusting := security.ClientTLSOptions{CAFile: ca.CAFile}
+		scraper := ""
 		if mutual {
-			trusting.CertFile, trusting.KeyFile = ca.Issue(t, "scraper", "scraper")
+			scraper = "scraper"
 		}
-		status, body, err := get(t, "https://"+addr+"/metrics", trusting)
+		status, body, err := get("https://"+addr+"/metrics", ca.ClientTLS(t, scraper))
 		if err != nil || status != http.StatusOK || !strings.Contains(body, "ringlog_") {
 			t.Fatalf("mutual %v: GET https /metrics: %v, %d, %d bytes", mutual, err, status, len(body))
 		}
@@ -49,24 +40,19 @@ func TestMetricsOverTLS(t *testing.T) {
 			t.Fatalf("mutual %v: plain HTTP /metrics answered %d %q, want 400", mutual, plain.StatusCode, body)
 		}
 		other := securitytest.NewCA(t, t.TempDir(), "other")
-		if _, _, err := get(t, "https://"+addr+"/metrics", security.ClientTLSOptions{CAFile: other.CAFile}); err == nil {
+		if _, _, err := get("https://"+addr+"/metrics", other.ClientTLS(t, "")); err == nil {
 			t.Fatalf("mutual %v: a client trusting another CA was served", mutual)
 		}
 		if mutual {
-			if _, _, err := get(t, "https://"+addr+"/metrics", security.ClientTLSOptions{CAFile: ca.CAFile}); err == nil {
+			if _, _, err := get("https://"+addr+"/metrics", ca.ClientTLS(t, "")); err == nil {
 				t.Fatal("a scraper without a client certificate passed mutual TLS")
 			}
 		}
 	}
 }
 
-// get fetches url with a client built from opts; a TLS failure is err.
-func get(t *testing.T, url string, opts security.ClientTLSOptions) (int, string, error) {
-	t.Helper()
-	cfg, err := security.ClientConfig(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+// get fetches url with cfg; a TLS failure is err.
+func get(url string, cfg *tls.Config) (int, string, error) {
 	tr := &http.Transport{TLSClientConfig: cfg}
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Get(url)

@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
 	"github.com/ringlog/ringlog/netio/node"
-	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/security/securitytest"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -20,35 +18,16 @@ import (
 // CA (with mutual TLS: clients need a certificate of that CA too) and returns the CA.
 func startKafkaTLS(t *testing.T, mutual bool) (*brokertest.Broker, *securitytest.CA) {
 	t.Helper()
-	ca := securitytest.NewCA(t, t.TempDir(), "broker")
-	cert, key := ca.Issue(t, "broker", "localhost")
-	files := security.TLSFiles{CertFile: cert, KeyFile: key}
+	ca, st := securitytest.ServerTLS(t, mutual)
+	clientName := ""
 	if mutual {
-		files.ClientCAFile = ca.CAFile
-	}
-	st, err := security.NewServerTLS(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientTLS := clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile})
-	if mutual {
-		certFile, keyFile := ca.Issue(t, "client", "client")
-		clientTLS = clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile, CertFile: certFile, KeyFile: keyFile})
+		clientName = "client"
 	}
 	b := startKafka(t, brokertest.Options{
 		Node:   func(cfg *node.Config) { cfg.Server.TLS = st.Config() },
-		Client: client.Config{TLS: clientTLS},
+		Client: client.Config{TLS: ca.ClientTLS(t, clientName)},
 	})
 	return b, ca
-}
-
-func clientTLSConfig(t *testing.T, opts security.ClientTLSOptions) *tls.Config {
-	t.Helper()
-	cfg, err := security.ClientConfig(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }
 
 // TestKgoTLS: with TLS on, the Kafka listener serves kgo over TLS (produce, then a fetch
@@ -56,7 +35,7 @@ func clientTLSConfig(t *testing.T, opts security.ClientTLSOptions) *tls.Config {
 // sendfile) and refuses a plain Kafka client and one that does not trust the broker.
 func TestKgoTLS(t *testing.T) {
 	b, ca := startKafkaTLS(t, false)
-	trusting := kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile}))
+	trusting := kgo.DialTLSConfig(ca.ClientTLS(t, ""))
 	cl := newClient(t, b, trusting)
 	createTopic(t, cl, "kgo-tls", 1)
 	const n = 100
@@ -99,15 +78,14 @@ func TestKgoTLS(t *testing.T) {
 	}
 	refused("plain kgo")
 	other := securitytest.NewCA(t, t.TempDir(), "other")
-	refused("kgo trusting another CA", kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: other.CAFile})))
+	refused("kgo trusting another CA", kgo.DialTLSConfig(other.ClientTLS(t, "")))
 }
 
 // TestKgoMutualTLS: with a client CA, kgo with a certificate of it is served and kgo
 // without one is refused.
 func TestKgoMutualTLS(t *testing.T) {
 	b, ca := startKafkaTLS(t, true)
-	certFile, keyFile := ca.Issue(t, "kgo", "kgo")
-	withCert := kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile, CertFile: certFile, KeyFile: keyFile}))
+	withCert := kgo.DialTLSConfig(ca.ClientTLS(t, "kgo"))
 	cl := newClient(t, b, withCert)
 	createTopic(t, cl, "kgo-mtls", 1)
 	if err := cl.ProduceSync(testContext(t), &kgo.Record{Topic: "kgo-mtls", Value: []byte("mutual")}).FirstErr(); err != nil {
@@ -118,7 +96,7 @@ func TestKgoMutualTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	noCert := newClient(t, b, kgo.DialTLSConfig(clientTLSConfig(t, security.ClientTLSOptions{CAFile: ca.CAFile})), kgo.RequestRetries(0))
+	noCert := newClient(t, b, kgo.DialTLSConfig(ca.ClientTLS(t, "")), kgo.RequestRetries(0))
 	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, noCert); err == nil {
 		t.Fatal("kgo without a client certificate passed mutual TLS")
 	}
@@ -128,12 +106,7 @@ func TestKgoMutualTLS(t *testing.T) {
 // starts the handshake is closed after the frame-read timeout (here 100 ms; the test
 // only waits for the close, bounded by testTimeout).
 func TestTLSHandshakeBounded(t *testing.T) {
-	ca := securitytest.NewCA(t, t.TempDir(), "broker")
-	cert, key := ca.Issue(t, "broker", "localhost")
-	st, err := security.NewServerTLS(security.TLSFiles{CertFile: cert, KeyFile: key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := securitytest.ServerTLS(t, false)
 	b := startKafka(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
 		cfg.Server.TLS = st.Config()
 		cfg.Server.FrameReadTimeout = 100 * time.Millisecond
@@ -155,16 +128,8 @@ func isTimeout(err error) bool {
 // connection's buffer, encrypted by the broker and decrypted by kgo on the same cores).
 // SetBytes counts the record bytes of one response.
 func BenchmarkKafkaFetchTLS(b *testing.B) {
-	ca := securitytest.NewCA(b, b.TempDir(), "broker")
-	cert, key := ca.Issue(b, "broker", "localhost")
-	st, err := security.NewServerTLS(security.TLSFiles{CertFile: cert, KeyFile: key})
-	if err != nil {
-		b.Fatal(err)
-	}
-	clientTLS, err := security.ClientConfig(security.ClientTLSOptions{CAFile: ca.CAFile})
-	if err != nil {
-		b.Fatal(err)
-	}
+	ca, st := securitytest.ServerTLS(b, false)
+	clientTLS := ca.ClientTLS(b, "")
 	for _, mode := range []string{"plain", "tls"} {
 		b.Run(mode, func(b *testing.B) {
 			o := brokertest.Options{Kafka: true, NoClient: true}

@@ -43,9 +43,8 @@ func releaseAll(results []FetchResult) {
 // ResponseBytesMax is Kafka's fetch max_bytes: whole batches up to the limit across all
 // partitions, and the first batch even when it alone is larger.
 func TestFetchResponseBytesMax(t *testing.T) {
-	// One shard: its partitions are read in request order, so the fill is exact. (Shards
-	// read concurrently, and a partition's reservation may leave a partition read at the
-	// same moment on another shard with nothing: the bound holds, the fill may be less.)
+	// One shard: its partitions are read in request order, so which one gets the first-batch
+	// allowance is fixed. (Shards read concurrently: "first" is whichever charges first.)
 	b := openBroker(t, t.TempDir(), "syscall", 1)
 	defer b.Close()
 	tpA, batchBytes := fillPartition(t, b, "a", 10, 20)

@@ -13,16 +13,23 @@ import (
 // What one fetch may cost, enforced while it reads (issue 10):
 //
 //   - Bytes: FetchRequest.ResponseBytesMax bounds the records of the whole answer, Kafka's
-//     fetch max_bytes. Each partition reserves min(its MaxBytes, what remains) before it
-//     reads and gives back what it did not use; a partition finding nothing left reads
-//     nothing. The first partition of the request to return data may exceed its
-//     reservation by its first batch (a consumer must always be able to progress past a
-//     batch larger than its limits); any later partition that would is answered empty.
-//     Partitions on different shards read concurrently, so which partition counts as
-//     "first" is whichever finishes its read first, not the request order, and a
-//     reservation held while its read runs can leave a partition read at the same moment
-//     on another shard with nothing: the bound always holds, the fill may be below it
-//     (Kafka promises only the bound; the consumer asks again).
+//     fetch max_bytes. A partition reads first, bounded by min(its MaxBytes, what remains
+//     now), and then charges the size it actually read with a compare-and-swap; nothing is
+//     reserved while a read runs, so a partition read at the same moment on another shard
+//     sees every byte not yet spent (an earlier design reserved the limit before reading,
+//     and a partition with MaxBytes >= the budget left the others on other shards empty
+//     while it read only a little). If others have charged so much meanwhile that the read
+//     no longer fits, it reads again under the new remainder (each retry follows another
+//     partition's charge: at most one per other partition of the fetch; the reads are
+//     zero-copy, so a discarded one costs only its index and header walk). A partition
+//     finding nothing left reads nothing. The first partition of the request to return
+//     data may exceed its limit by its first batch (a consumer must always be able to
+//     progress past a batch larger than its limits): it charges what remained and the
+//     answer is over the bound by less than that batch; any later partition whose first
+//     batch exceeds its limit is answered empty. Partitions on different shards read
+//     concurrently, so "first" is whichever charges first, not the request order; a
+//     partition with data comes back empty only when the bytes are spent by records
+//     really in the answer, or for that first-batch rule.
 //   - Descriptors: every file piece of a result holds a duplicated segment descriptor until
 //     Release. Each is charged to the broker's quota (Config.FetchFilesMax) and to the
 //     request's own quota (FetchRequest.Files, per connection in the server); a partition
@@ -108,9 +115,9 @@ func (l *fetchLimits) reset() {
 	l.first.Store(false)
 }
 
-// reserve takes a partition's read limit from the remaining bytes; false when nothing is
-// left. partMax <= 0 means no partition limit.
-func (l *fetchLimits) reserve(partMax int32) (int64, bool) {
+// limit is what a partition may read now: min(partMax, what remains); false when nothing
+// is left. partMax <= 0 means no partition limit. Nothing is taken: charge does that.
+func (l *fetchLimits) limit(partMax int32) (int64, bool) {
 	want := int64(partMax)
 	if want <= 0 {
 		want = 1<<31 - 1
@@ -118,36 +125,37 @@ func (l *fetchLimits) reserve(partMax int32) (int64, bool) {
 	if l.bytesMax <= 0 {
 		return want, true
 	}
-	for {
-		left := l.remaining.Load()
-		if left <= 0 {
-			return 0, false
-		}
-		take := min(want, left)
-		if l.remaining.CompareAndSwap(left, left-take) {
-			return take, true
-		}
-	}
+	left := l.remaining.Load()
+	return min(want, left), left > 0
 }
 
-// settle gives back what a read did not use of its reservation. A read larger than its
-// reservation (its first batch alone is larger) is kept only if it is the fetch's first
-// data; false means drop it.
-func (l *fetchLimits) settle(reserved, used int64) bool {
+// charge takes a read of used bytes, made under limit, from the remaining bytes. keep: the
+// records are answered. retry: other partitions' charges have left less than used since
+// limit was taken; read again under a fresh limit. A read larger than its limit (its first
+// batch alone is larger) is kept only as the fetch's first data, charging what remains.
+func (l *fetchLimits) charge(limit, used int64) (keep, retry bool) {
 	if used == 0 {
-		l.remaining.Add(reserved)
-		return true
+		return true, false
 	}
-	firstData := l.first.CompareAndSwap(false, true)
-	if used <= reserved {
-		l.remaining.Add(reserved - used)
-		return true
+	if used > limit && !l.first.CompareAndSwap(false, true) {
+		return false, false // the first-batch allowance is used: answered empty
 	}
-	if firstData {
-		return true // the first-batch rule: over by at most one batch, once per fetch
+	l.first.Store(true)
+	if l.bytesMax <= 0 {
+		return true, false
 	}
-	l.remaining.Add(reserved)
-	return false
+	for {
+		left := l.remaining.Load()
+		take := used
+		if used > limit {
+			take = min(used, max(left, 0)) // the first-batch rule: over by less than one batch, once
+		} else if used > left {
+			return false, true
+		}
+		if l.remaining.CompareAndSwap(left, left-take) {
+			return true, false
+		}
+	}
 }
 
 // holdFiles duplicates the segment descriptors of rr's file pieces into out, charging the

@@ -3,6 +3,8 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -41,9 +43,8 @@ func releaseAll(results []FetchResult) {
 // ResponseBytesMax is Kafka's fetch max_bytes: whole batches up to the limit across all
 // partitions, and the first batch even when it alone is larger.
 func TestFetchResponseBytesMax(t *testing.T) {
-	// One shard: its partitions are read in request order, so the fill is exact. (Shards
-	// read concurrently, and a partition's reservation may leave a partition read at the
-	// same moment on another shard with nothing: the bound holds, the fill may be less.)
+	// One shard: its partitions are read in request order, so which one gets the first-batch
+	// allowance is fixed. (Shards read concurrently: "first" is whichever charges first.)
 	b := openBroker(t, t.TempDir(), "syscall", 1)
 	defer b.Close()
 	tpA, batchBytes := fillPartition(t, b, "a", 10, 20)
@@ -172,4 +173,119 @@ func TestFetchFileQuotas(t *testing.T) {
 		t.Fatalf("fetch after release: %v", r[0].Err)
 	}
 	releaseAll(r)
+}
+
+// readModel is ReadBounded's size rule over a partition's batch sizes: whole batches up to
+// limit, but at least the first.
+func readModel(batches []int64, limit int64) (size int64) {
+	for i, n := range batches {
+		if i > 0 && size+n > limit {
+			break
+		}
+		size += n
+	}
+	return size
+}
+
+// The limits under every interleaving of concurrent reads (each partition: take a limit,
+// read, charge; retry when told): the whole answer stays within the bound (plus the first
+// batch once), retries are bounded, and when every partition's read fits in the bound
+// together, each partition with data gets all of it, whatever the others' limits. The old
+// reserve-before-read left partitions read alongside one with MaxBytes >= the bound empty.
+func TestFetchLimitsConcurrentCharges(t *testing.T) {
+	// The reported case, step by step: both take their limit before either charges.
+	l := &fetchLimits{bytesMax: 1000}
+	l.reset()
+	limA, _ := l.limit(1000)
+	limB, okB := l.limit(1000)
+	if !okB || limB != 1000 {
+		t.Fatalf("second partition's limit %d %v while the first reads, want 1000", limB, okB)
+	}
+	if keep, retry := l.charge(limA, 100); !keep || retry {
+		t.Fatalf("first charge keep %v retry %v", keep, retry)
+	}
+	if keep, retry := l.charge(limB, 200); !keep || retry {
+		t.Fatalf("second charge keep %v retry %v: a partition with data starved", keep, retry)
+	}
+
+	seed := uint64(os.Getpid())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 12))
+	for round := range 3000 {
+		bytesMax := int64(100 + rng.IntN(2000))
+		n := 1 + rng.IntN(6)
+		type part struct {
+			batches      []int64
+			partMax      int32
+			limit, got   int64
+			read         int64
+			state, tries int // 0: take a limit, 1: charge, 2: done
+		}
+		parts := make([]part, n)
+		want := int64(0) // every partition's read with the whole bound to itself
+		for i := range parts {
+			p := &parts[i]
+			for range rng.IntN(5) {
+				p.batches = append(p.batches, int64(1+rng.IntN(400)))
+			}
+			p.partMax = int32(rng.IntN(int(2 * bytesMax)))
+			if p.partMax <= 0 {
+				p.partMax = 0 // no partition limit
+			}
+			lim := bytesMax
+			if p.partMax > 0 {
+				lim = min(lim, int64(p.partMax))
+			}
+			want += readModel(p.batches, lim)
+		}
+		l := &fetchLimits{bytesMax: bytesMax}
+		l.reset()
+		for done := 0; done < n; {
+			p := &parts[rng.IntN(n)]
+			switch p.state {
+			case 0:
+				lim, ok := l.limit(p.partMax)
+				if !ok || len(p.batches) == 0 {
+					p.state, done = 2, done+1
+					continue
+				}
+				p.limit, p.read, p.state = lim, readModel(p.batches, lim), 1
+			case 1:
+				keep, retry := l.charge(p.limit, p.read)
+				switch {
+				case retry:
+					if p.tries++; p.tries >= n {
+						t.Fatalf("round %d: partition retried %d times with %d partitions", round, p.tries, n)
+					}
+					p.state = 0
+					continue
+				case keep:
+					p.got = p.read
+				}
+				p.state, done = 2, done+1
+			}
+		}
+		total, over := int64(0), 0
+		for i := range parts {
+			p := &parts[i]
+			total += p.got
+			if p.got > 0 && p.got > p.limit {
+				over++
+			}
+			lim := bytesMax
+			if p.partMax > 0 {
+				lim = min(lim, int64(p.partMax))
+			}
+			firstFits := len(p.batches) > 0 && p.batches[0] <= lim // else the first-batch rule decides
+			if want <= bytesMax && firstFits && p.got != readModel(p.batches, lim) {
+				t.Fatalf("round %d: bound %d fits all reads (%d bytes), partition %d (max %d, batches %v) got %d", round, bytesMax, want, i, p.partMax, p.batches, p.got)
+			}
+		}
+		if over > 1 {
+			t.Fatalf("round %d: %d partitions over their limit; only the first may be", round, over)
+		}
+		if total > bytesMax && over == 0 {
+			t.Fatalf("round %d: answer %d bytes over the bound %d", round, total, bytesMax)
+		}
+	}
 }

@@ -375,20 +375,25 @@ func (s *Shard) readInto(out *FetchResult, fp FetchPartition, lim *fetchLimits) 
 		out.Err = fmt.Errorf("%w: offset %d, partition %s/%d holds [%d, %d)", engine.ErrOffsetOutOfRange, fp.Offset, fp.Topic, fp.Partition, out.LogStartOffset, bound)
 		return
 	}
-	limit, ok := lim.reserve(fp.MaxBytes)
-	if !ok {
-		return // the fetch's byte budget is spent: answered without records
-	}
-	rr, err := p.log.ReadBounded(fp.Offset, int(limit), bound)
-	if err != nil {
-		lim.settle(limit, 0)
-		out.Err = err
+	for {
+		limit, ok := lim.limit(fp.MaxBytes)
+		if !ok {
+			return // the fetch's byte budget is spent: answered without records
+		}
+		rr, err := p.log.ReadBounded(fp.Offset, int(limit), bound)
+		if err != nil {
+			out.Err = err
+			return
+		}
+		keep, retry := lim.charge(limit, rr.Size)
+		if retry {
+			continue // others spent the bytes while this read ran: read again under what is left
+		}
+		if keep {
+			out.Err = lim.holdFiles(out, rr)
+		}
 		return
 	}
-	if !lim.settle(limit, rr.Size) {
-		return
-	}
-	out.Err = lim.holdFiles(out, rr)
 }
 
 // ListOffset answers a list-offsets query for one partition: TimestampLatest gives the high

@@ -318,6 +318,9 @@ func (c *conn) handshake() error {
 		return nil
 	}
 	tc.SetDeadline(time.Now().Add(c.s.limits.FrameReadTimeout))
+	if c.closing() { // Shutdown closes s.closing before it cuts reads short: ours may have come after
+		return net.ErrClosed
+	}
 	if err := tc.Handshake(); err != nil {
 		return err
 	}

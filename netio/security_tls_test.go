@@ -24,22 +24,8 @@ type tlsSetup struct {
 
 func newTLSSetup(tb testing.TB, clientCA bool) *tlsSetup {
 	tb.Helper()
-	dir := tb.TempDir()
-	ca := securitytest.NewCA(tb, dir, "broker")
-	cert, key := ca.Issue(tb, "broker", "localhost")
-	files := security.TLSFiles{CertFile: cert, KeyFile: key}
-	if clientCA {
-		files.ClientCAFile = ca.CAFile
-	}
-	st, err := security.NewServerTLS(files)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cc, err := security.ClientConfig(security.ClientTLSOptions{CAFile: ca.CAFile})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &tlsSetup{ca: ca, server: st, clientTL: cc}
+	ca, st := securitytest.ServerTLS(tb, clientCA)
+	return &tlsSetup{ca: ca, server: st, clientTL: ca.ClientTLS(tb, "")}
 }
 
 // withTLS is a brokertest.Options.Node hook serving TLS with st.

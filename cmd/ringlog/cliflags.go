@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -123,14 +124,26 @@ const (
 )
 
 func connSecurityFlags(fs *flag.FlagSet) {
-	o := &connSecurity.tls
+	tlsFlags(fs, &connSecurity.tls)
+	fs.StringVar(&connSecurity.saslUser, "sasl-user", os.Getenv(saslUserEnv), "log in with SASL/SCRAM as this user (env "+saslUserEnv+"); the password comes from --sasl-password-file or $"+saslPasswordEnv)
+	fs.StringVar(&connSecurity.saslMechanism, "sasl-mechanism", "SCRAM-SHA-512", "SCRAM-SHA-512 or SCRAM-SHA-256")
+	fs.StringVar(&connSecurity.saslPasswordFile, "sasl-password-file", "", "file whose first line is the --sasl-user password (never a flag value: it would show in ps)")
+}
+
+// tlsFlags registers the client TLS flags into o; any of them turns TLS on (clientTLS).
+func tlsFlags(fs *flag.FlagSet, o *security.ClientTLSOptions) {
 	fs.StringVar(&o.CAFile, "tls-ca", "", "connect over TLS, verifying the broker against these PEM CA certificates")
 	fs.StringVar(&o.CertFile, "tls-cert", "", "connect over TLS with this PEM client certificate (mutual TLS; with --tls-key)")
 	fs.StringVar(&o.KeyFile, "tls-key", "", "private key of --tls-cert")
 	fs.BoolVar(&o.InsecureSkipVerify, "tls-insecure-skip-verify", false, "connect over TLS without verifying the broker's certificate (tests only)")
-	fs.StringVar(&connSecurity.saslUser, "sasl-user", os.Getenv(saslUserEnv), "log in with SASL/SCRAM as this user (env "+saslUserEnv+"); the password comes from --sasl-password-file or $"+saslPasswordEnv)
-	fs.StringVar(&connSecurity.saslMechanism, "sasl-mechanism", "SCRAM-SHA-512", "SCRAM-SHA-512 or SCRAM-SHA-256")
-	fs.StringVar(&connSecurity.saslPasswordFile, "sasl-password-file", "", "file whose first line is the --sasl-user password (never a flag value: it would show in ps)")
+}
+
+// clientTLS is the TLS configuration of the flags tlsFlags registered; nil when none is set.
+func clientTLS(o security.ClientTLSOptions) (*tls.Config, error) {
+	if o.CAFile == "" && o.CertFile == "" && o.KeyFile == "" && !o.InsecureSkipVerify {
+		return nil, nil
+	}
+	return security.ClientConfig(o)
 }
 
 // saslConfig is the login of the command's flags; nil without --sasl-user.
@@ -181,14 +194,11 @@ func readSecret(file, env, flagName string) (string, error) {
 // clientConfig is the client configuration of the command's flags.
 func clientConfig(broker string) (client.Config, error) {
 	cfg := client.Config{Broker: broker, ClientID: "ringlog-cli", DialTimeout: dialTimeoutDefault}
-	o := connSecurity.tls
-	if o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" || o.InsecureSkipVerify {
-		tc, err := security.ClientConfig(o)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.TLS = tc
+	tc, err := clientTLS(connSecurity.tls)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.TLS = tc
 	sasl, err := saslConfig()
 	if err != nil {
 		return cfg, err

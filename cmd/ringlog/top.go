@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/admin/scrape"
+	"github.com/ringlog/ringlog/netio/security"
 )
 
 func init() {
@@ -25,7 +26,7 @@ func init() {
 }
 
 const (
-	topUsage        = "top [--admin HOST:PORT] [--interval 2s] [--rows 40] [--topic T] [--once]"
+	topUsage        = "top [--admin HOST:PORT] [--interval 2s] [--rows 40] [--topic T] [--once] [--tls-ca F [--tls-cert F --tls-key F]]"
 	adminEnv        = "RINGLOG_ADMIN"
 	adminDefault    = "127.0.0.1:9401"
 	topRoundsMax    = 1 << 30 // bounds the refresh loop (decades at any sane interval)
@@ -42,6 +43,7 @@ type topOptions struct {
 	rows     int
 	topic    string
 	once     bool
+	tls      security.ClientTLSOptions // any set: scrape over HTTPS (ringlogd --admin-tls)
 }
 
 func parseTopFlags(args []string) (topOptions, error) {
@@ -55,6 +57,7 @@ func parseTopFlags(args []string) (topOptions, error) {
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "refresh interval; rates are over the last interval")
 	fs.IntVar(&o.rows, "rows", topRowsDefault, "partition rows shown, busiest first")
 	fs.StringVar(&o.topic, "topic", "", "show only this topic's partitions")
+	tlsFlags(fs, &o.tls)
 	fs.BoolVar(&o.once, "once", false, "print one table (two scrapes --interval apart) and exit, without clearing the screen")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
@@ -84,8 +87,16 @@ func runTop(args []string) error {
 
 // top scrapes every interval and prints a table from the last two scrapes.
 func top(ctx context.Context, o topOptions, out io.Writer) error {
+	tc, err := clientTLS(o.tls)
+	if err != nil {
+		return err
+	}
 	hc := &http.Client{Timeout: topScrapeWait}
 	url := "http://" + o.admin + "/metrics"
+	if tc != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: tc}
+		url = "https://" + o.admin + "/metrics"
+	}
 	prev, err := scrape.Fetch(ctx, hc, url)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/ringlog/ringlog/netio/admin"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/netio/security/securitytest"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -65,5 +67,36 @@ func TestTopOnce(t *testing.T) {
 	}
 	if !strings.Contains(text, "connections 1") {
 		t.Errorf("header does not count the client's connection:\n%s", text)
+	}
+}
+
+// `ringlog top --tls-ca` scrapes an admin listener that serves HTTPS (ringlogd --admin-tls);
+// without it the scrape fails.
+func TestTopOverTLS(t *testing.T) {
+	ca, st := securitytest.ServerTLS(t, false)
+	n, err := node.Start(node.Config{
+		Core:       shard.Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "auto"}},
+		Listen:     "127.0.0.1:0",
+		ShardPorts: node.ShardPortsOff,
+		Net:        node.NetGo,
+		Admin:      admin.Config{Listen: "127.0.0.1:0", TLS: st.Config()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o := topOptions{admin: n.Admin.Addr(), interval: 100 * time.Millisecond, rows: 10, once: true}
+	if err := top(ctx, o, io.Discard); err == nil {
+		t.Fatal("top without --tls-ca scraped an HTTPS admin listener")
+	}
+	o.tls.CAFile = ca.CAFile
+	var out strings.Builder
+	if err := top(ctx, o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "SHARD") {
+		t.Fatalf("top over TLS printed %q", out.String())
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/admin"
+	"github.com/ringlog/ringlog/netio/security"
 )
 
 // limitFlags are the per-request and per-client limits (issue 10); docs/operations.md
@@ -54,6 +56,7 @@ type adminFlags struct {
 	bodyBytesMax       int64
 	connsMax           int
 	connsPerAddressMax int
+	tls                string // "on": HTTPS when --tls-cert is set; "off": plain HTTP always
 }
 
 func (a *adminFlags) register(fs *flag.FlagSet) {
@@ -61,11 +64,15 @@ func (a *adminFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&a.bodyBytesMax, "admin-max-body-bytes", admin.BodyBytesMaxDefault, "largest admin HTTP request body (a JSON produce); larger ones are refused with 413")
 	fs.IntVar(&a.connsMax, "admin-max-connections", admin.ConnectionsMaxDefault, "open admin HTTP connections; further ones are closed at accept")
 	fs.IntVar(&a.connsPerAddressMax, "admin-max-connections-per-address", admin.ConnectionsPerAddressMaxDefault, "open admin HTTP connections from one client IP")
+	fs.StringVar(&a.tls, "admin-tls", "on", "on: with --tls-cert the admin listener serves HTTPS only, with the same certificate and client CAs (re-read on SIGHUP); off: plain HTTP even then")
 }
 
 func (a *adminFlags) check() error {
 	if a.bodyBytesMax <= 0 || a.connsMax <= 0 || a.connsPerAddressMax <= 0 {
 		return errors.New("--admin-max-body-bytes, --admin-max-connections and --admin-max-connections-per-address must be positive")
+	}
+	if a.tls != "on" && a.tls != "off" {
+		return fmt.Errorf("--admin-tls %q: want on or off", a.tls)
 	}
 	if a.listen != "" {
 		if _, _, err := net.SplitHostPort(a.listen); err != nil {
@@ -75,9 +82,18 @@ func (a *adminFlags) check() error {
 	return nil
 }
 
-// config is the admin listener's configuration.
-func (a *adminFlags) config() admin.Config {
-	return admin.Config{Listen: a.listen, BodyBytesMax: a.bodyBytesMax, ConnectionsMax: a.connsMax, ConnectionsPerAddressMax: a.connsPerAddressMax}
+// config is the admin listener's configuration: HTTPS with serverTLS (the client
+// listener's, nil when TLS is off) unless --admin-tls off.
+func (a *adminFlags) config(serverTLS *security.ServerTLS, log *slog.Logger) admin.Config {
+	cfg := admin.Config{Listen: a.listen, BodyBytesMax: a.bodyBytesMax, ConnectionsMax: a.connsMax, ConnectionsPerAddressMax: a.connsPerAddressMax}
+	switch {
+	case serverTLS == nil || a.listen == "":
+	case a.tls == "on":
+		cfg.TLS = serverTLS.Config()
+	default:
+		log.Warn("--admin-tls off: the admin listener serves plain HTTP while the other listeners serve TLS; metrics and the JSON API travel in clear", "admin", a.listen)
+	}
+	return cfg
 }
 
 func (l *limitFlags) check() error {

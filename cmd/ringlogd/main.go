@@ -171,7 +171,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		KafkaAutoCreateTopics: o.kafkaAutoCreate,
 		Net:                   o.net,
 		Server:                serverCfg,
-		Admin:                 o.admin.config(),
+		Admin:                 o.admin.config(serverTLS, log),
 		Logger:                log,
 	})
 	if err != nil {

@@ -320,13 +320,26 @@ func TestDeployFiles(t *testing.T) {
 // the process and the address from its start-up line.
 func startedAddr(t *testing.T, args ...string) (*process, string) {
 	t.Helper()
+	p, started := startedLine(t, args...)
+	return p, startedField(t, started, "listen")
+}
+
+// startedLine starts ringlogd as startedAddr does and returns its start-up line.
+func startedLine(t *testing.T, args ...string) (*process, string) {
+	t.Helper()
 	p := startProcess(t, append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--shards", "1", "--shard-ports", "off", "--pin=false"}, args...)...)
 	started, _ := p.waitFor(`msg="ringlogd started"`)
-	addr := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(started)
-	if addr == nil {
-		t.Fatalf("no listen address in %q", started)
+	return p, started
+}
+
+// startedField is the value of key (an address) in the start-up line.
+func startedField(t *testing.T, started, key string) string {
+	t.Helper()
+	m := regexp.MustCompile(` ` + key + `=(\S+)`).FindStringSubmatch(started)
+	if m == nil {
+		t.Fatalf("no %s address in %q", key, started)
 	}
-	return p, addr[1]
+	return m[1]
 }
 
 func (p *process) stop() (logAfterStart []string) {

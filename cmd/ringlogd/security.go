@@ -1,7 +1,7 @@
 package main
 
-// The security flags (docs/security.md): TLS on the client listener, and the reload of
-// its certificate on SIGHUP.
+// The security flags (docs/security.md): TLS on the client listener (which the Kafka and
+// admin listeners share), and the reload of its certificate on SIGHUP.
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ type securityFlags struct {
 }
 
 func (f *securityFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate chain of the client listener; with --tls-key turns TLS on (re-read on SIGHUP)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate chain of the client listener, the Kafka listener and (--admin-tls) the admin listener; with --tls-key turns TLS on (re-read on SIGHUP)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (re-read on SIGHUP)")
 	fs.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM CA certificates: clients must present a certificate they signed (mutual TLS; the subject's CN is the principal); re-read on SIGHUP")
 	fs.StringVar(&f.auth, "auth", "off", "required: every connection authenticates (SASL/SCRAM-SHA-256/512 with the users of DATA/credentials.json, or a --tls-client-ca certificate) before any request; off: anyone connects as User:ANONYMOUS")

@@ -19,28 +19,36 @@ import (
 	"github.com/ringlog/ringlog/netio/wire"
 )
 
-// TestSighupReloadsTLS on the real binary: ringlogd serves TLS with --tls-cert/--tls-key,
-// and after the files change and SIGHUP a new connection gets the new certificate.
+// TestSighupReloadsTLS on the real binary: ringlogd serves TLS with --tls-cert/--tls-key on
+// its client, Kafka and admin listeners, and after the files change and SIGHUP a new
+// connection to any of them gets the new certificate.
 func TestSighupReloadsTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := securitytest.NewCA(t, dir, "sighup")
 	cert, key := ca.Issue(t, "broker", "before-reload")
-	p, addr := startedAddr(t, "--data", filepath.Join(dir, "data"), "--tls-cert", cert, "--tls-key", key)
+	p, started := startedLine(t, "--data", filepath.Join(dir, "data"), "--tls-cert", cert, "--tls-key", key, "--kafka-listen", "127.0.0.1:0")
+	addr := startedField(t, started, "listen")
+	listeners := map[string]string{"client": addr}
+	for _, name := range []string{"admin", "kafka"} {
+		listeners[name] = startedField(t, started, name)
+	}
 	clientTLS, err := security.ClientConfig(security.ClientTLSOptions{CAFile: ca.CAFile, ServerName: "localhost"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := func() string {
+	served := func(addr string) string {
 		t.Helper()
 		c, err := tls.Dial("tcp", addr, clientTLS)
 		if err != nil {
-			t.Fatalf("TLS dial: %v", err)
+			t.Fatalf("TLS dial %s: %v", addr, err)
 		}
 		defer c.Close()
 		return c.ConnectionState().PeerCertificates[0].Subject.CommonName
 	}
-	if cn := served(); cn != "before-reload" {
-		t.Fatalf("served %q at start", cn)
+	for name, addr := range listeners {
+		if cn := served(addr); cn != "before-reload" {
+			t.Fatalf("%s listener served %q at start", name, cn)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -56,8 +64,10 @@ func TestSighupReloadsTLS(t *testing.T) {
 	ca.Issue(t, "broker", "after-reload")
 	p.signal(syscall.SIGHUP)
 	p.waitFor(`msg="TLS certificate reloaded"`)
-	if cn := served(); cn != "after-reload" {
-		t.Fatalf("served %q after SIGHUP", cn)
+	for name, addr := range listeners {
+		if cn := served(addr); cn != "after-reload" {
+			t.Fatalf("%s listener served %q after SIGHUP", name, cn)
+		}
 	}
 	if _, err := c.ListTopics(ctx); err != nil { // the open connection keeps working
 		t.Fatalf("an open TLS connection after reload: %v", err)

@@ -1,6 +1,7 @@
-// Package admin owns the broker's admin HTTP listener (ringlogd --admin): Prometheus
-// metrics (/metrics), liveness and readiness (/healthz, /readyz), and the JSON produce and
-// fetch API for clients without the binary protocol (/v1/...; api.go).
+// Package admin owns the broker's admin HTTP listener (ringlogd --admin; HTTPS when
+// Config.TLS is set): Prometheus metrics (/metrics), liveness and readiness (/healthz,
+// /readyz), and the JSON produce and fetch API for clients without the binary protocol
+// (/v1/...; api.go).
 //
 // It reads the broker core (engine/shard) only through its public API: counters come from
 // Broker.Stats, which copies each shard's plain counters on the shard's own loop at scrape
@@ -15,6 +16,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,7 +81,13 @@ type Config struct {
 	// (or enforces ACLs) must not offer an unauthenticated way around them. Metrics and
 	// health checks stay.
 	APIRefused string
-	Logger     *slog.Logger
+	// TLS, when set, makes the listener serve HTTPS only (crypto/tls; a plain HTTP request
+	// is answered 400 and closed). Give it the ringlog listener's
+	// security.ServerTLS.Config(): the same certificate, the same client CAs (with mutual
+	// TLS a scraper needs a client certificate too) and the same SIGHUP reload. The
+	// handshake is bounded by the read-header timeout.
+	TLS    *tls.Config
+	Logger *slog.Logger
 }
 
 // Replication is the admin endpoint's seam to replication: what the ISR metrics and the
@@ -162,7 +170,11 @@ func Start(cfg Config, core *shard.Broker, srv *netio.Server) (*Server, error) {
 		MaxHeaderBytes:    headerBytesMax,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	go func() { s.served <- s.http.Serve(s.ln) }()
+	var serving net.Listener = s.ln
+	if cfg.TLS != nil {
+		serving = tls.NewListener(s.ln, cfg.TLS)
+	}
+	go func() { s.served <- s.http.Serve(serving) }()
 	return s, nil
 }
 

@@ -3,6 +3,7 @@ package kafka
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,6 +38,13 @@ type Config struct {
 	AutoCreatePartitions int
 	// Logf receives connection-level events (refusals, protocol errors); nil discards them.
 	Logf func(format string, args ...any)
+	// TLS, when set, makes every connection a TLS server connection (crypto/tls), as on the
+	// ringlog listener (give both the same security.ServerTLS.Config() so one SIGHUP
+	// reloads both). The handshake must finish within the FrameReadTimeout of Limits. Fetch
+	// records are then read into a buffer and encrypted instead of sent by sendfile (the
+	// kernel cannot encrypt a sendfile; SpliceWriter copies on any conn that is not a raw
+	// socket).
+	TLS *tls.Config
 }
 
 // adminFrameBytesMax bounds the frame of every API but Produce: 1 MiB holds a Metadata or
@@ -131,6 +139,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.logf("kafka: refusing %s: %v", nc.RemoteAddr(), err)
 			nc.Close()
 			continue
+		}
+		if s.cfg.TLS != nil {
+			nc = tls.Server(nc, s.cfg.TLS)
 		}
 		c := &conn{s: s, nc: nc, adm: adm, remote: nc.RemoteAddr().String(),
 			queue: make(chan *pending, s.limits.InflightPerConnMax), quit: make(chan struct{})}
@@ -268,6 +279,12 @@ func (c *conn) fail() {
 }
 
 func (c *conn) readLoop() {
+	if err := c.handshake(); err != nil {
+		if !c.dead.Load() && !c.closing() {
+			c.s.logf("kafka: conn from %s: TLS handshake: %v", c.remote, err)
+		}
+		return
+	}
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
 		p, err := c.readRequest(br)
@@ -290,6 +307,25 @@ func (c *conn) readLoop() {
 			return
 		}
 	}
+}
+
+// handshake completes a TLS server handshake within FrameReadTimeout, so a client that
+// connects and says nothing (or speaks plain Kafka) is dropped like one that sends half a
+// frame. A plain connection needs none.
+func (c *conn) handshake() error {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	tc.SetDeadline(time.Now().Add(c.s.limits.FrameReadTimeout))
+	if c.closing() { // Shutdown closes s.closing before it cuts reads short: ours may have come after
+		return net.ErrClosed
+	}
+	if err := tc.Handshake(); err != nil {
+		return err
+	}
+	tc.SetWriteDeadline(time.Time{}) // the writer sets its own per write
+	return nil
 }
 
 func (c *conn) closing() bool {

@@ -9,8 +9,9 @@ import (
 	"github.com/ringlog/ringlog/replication/cluster"
 )
 
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside TLS, required
-// authentication or a replicated cluster (it serves none yet), and allowed otherwise.
+// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside required
+// authentication or a replicated cluster (it serves neither yet), and allowed otherwise,
+// TLS included (it serves TLS).
 func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -19,7 +20,8 @@ func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 	}{
 		{"plain", Config{KafkaListen: "127.0.0.1:0"}, false},
 		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
-		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, true},
+		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, false},
+		{"kafka, tls and auth required", Config{KafkaListen: "127.0.0.1:0", Server: withAuth(serverWithTLS())}, true},
 		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
 		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
 		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, true},
@@ -29,6 +31,11 @@ func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
+}
+
+func withAuth(c netio.Config) netio.Config {
+	c.Security = &netio.Security{AuthRequired: true}
+	return c
 }
 
 func serverWithTLS() (c netio.Config) {

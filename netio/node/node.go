@@ -78,7 +78,8 @@ type Config struct {
 	// Logger receives start-up and shutdown lines; nil discards them.
 	Logger *slog.Logger
 	// KafkaListen, if set, opens the Kafka protocol listener (netio/kafka) on this address,
-	// served by the same core under the same limits as the ringlog protocol.
+	// served by the same core under the same limits as the ringlog protocol, and with
+	// Server.TLS over TLS.
 	KafkaListen string
 	// KafkaAdvertise is the host:port Kafka clients are told to connect to; empty means the
 	// bound KafkaListen address (with Advertise's host when that is set).
@@ -231,10 +232,11 @@ func Start(cfg Config) (*Node, error) {
 var ErrKafkaUnsupported = errors.New("kafka listener")
 
 // checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
-// has no TLS, no SASL, no ACLs and no quotas, so beside a ringlog listener that requires
-// any of them it would be an open door; and its Metadata describes this broker alone, which
-// a replicated cluster's clients must not be told. (Quotas switched on later by SIGHUP do
-// not reach it either.)
+// has no SASL, no ACLs and no quotas, so beside a ringlog listener that requires any of
+// them it would be an open door; and its Metadata describes this broker alone, which a
+// replicated cluster's clients must not be told. (Quotas switched on later by SIGHUP do
+// not reach it either.) TLS it serves: with Server.TLS set the Kafka listener takes the
+// same configuration (certificate, client CAs, reload).
 func checkKafka(cfg Config) error {
 	if cfg.KafkaListen == "" {
 		return nil
@@ -242,8 +244,8 @@ func checkKafka(cfg Config) error {
 	sec := cfg.Server.Security
 	secured := sec != nil && (sec.AuthRequired || sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
 	switch {
-	case cfg.Server.TLS != nil || secured:
-		return fmt.Errorf("%w: TLS, required authentication, ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
+	case secured:
+		return fmt.Errorf("%w: required authentication, ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
 	case cfg.Cluster != nil:
 		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
 	}
@@ -251,7 +253,8 @@ func checkKafka(cfg Config) error {
 }
 
 // serveKafka opens the Kafka listener: its connections are admitted under n.Server's limits
-// and served on Go's netpoller (requests reach shards through their mailboxes).
+// and served on Go's netpoller (requests reach shards through their mailboxes), over TLS
+// when the ringlog listener serves TLS.
 func (n *Node) serveKafka(cfg Config) error {
 	ln, err := netio.Listen(context.Background(), cfg.KafkaListen)
 	if err != nil {
@@ -265,6 +268,7 @@ func (n *Node) serveKafka(cfg Config) error {
 		Limits:                n.Server,
 		FetchResponseBytesMax: cfg.FetchResponseBytesMax,
 		AutoCreateTopics:      cfg.KafkaAutoCreateTopics,
+		TLS:                   cfg.Server.TLS,
 		Logf:                  func(format string, a ...any) { n.log.Info(fmt.Sprintf(format, a...)) },
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -16,6 +17,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ringlog/ringlog/netio/security"
 )
 
 // CA is a certificate authority whose files live in Dir.
@@ -84,6 +87,39 @@ func (ca *CA) Issue(tb testing.TB, file, commonName string) (certFile, keyFile s
 	writePEM(tb, certFile, "CERTIFICATE", der)
 	writePEM(tb, keyFile, "PRIVATE KEY", keyDER)
 	return certFile, keyFile
+}
+
+// ServerTLS makes a CA in a temporary directory and a "localhost" server certificate of
+// it, and loads them as a listener's reloadable TLS configuration; with mutual, clients
+// must present a certificate of the same CA (ca.ClientTLS makes a client with one).
+func ServerTLS(tb testing.TB, mutual bool) (*CA, *security.ServerTLS) {
+	tb.Helper()
+	ca := NewCA(tb, tb.TempDir(), "broker")
+	cert, key := ca.Issue(tb, "broker", "localhost")
+	files := security.TLSFiles{CertFile: cert, KeyFile: key}
+	if mutual {
+		files.ClientCAFile = ca.CAFile
+	}
+	st, err := security.NewServerTLS(files)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ca, st
+}
+
+// ClientTLS is a client configuration trusting ca; with a name it also presents a
+// certificate of ca with that common name (mutual TLS).
+func (ca *CA) ClientTLS(tb testing.TB, name string) *tls.Config {
+	tb.Helper()
+	opts := security.ClientTLSOptions{CAFile: ca.CAFile}
+	if name != "" {
+		opts.CertFile, opts.KeyFile = ca.Issue(tb, name, name)
+	}
+	cfg, err := security.ClientConfig(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
 }
 
 func newKey(tb testing.TB) *ecdsa.PrivateKey {

@@ -33,6 +33,24 @@ func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 	}
 }
 
+func TestClusterRefusedWithTLSOrAuth(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		refuse bool
+	}{
+		{"cluster", Config{Cluster: &cluster.Config{}}, false},
+		{"tls, no cluster", Config{Server: serverWithTLS()}, false},
+		{"cluster and tls", Config{Cluster: &cluster.Config{}, Server: serverWithTLS()}, true},
+		{"cluster and auth required", Config{Cluster: &cluster.Config{}, Server: withAuth(netio.Config{})}, true},
+		{"cluster and security off", Config{Cluster: &cluster.Config{}, Server: netio.Config{Security: &netio.Security{}}}, false},
+	} {
+		if err := checkCluster(tc.cfg); tc.refuse != errors.Is(err, ErrClusterUnsupported) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
 func withAuth(c netio.Config) netio.Config {
 	c.Security = &netio.Security{AuthRequired: true}
 	return c

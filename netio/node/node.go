@@ -147,6 +147,9 @@ func Start(cfg Config) (*Node, error) {
 	if err := checkKafka(cfg); err != nil {
 		return nil, err
 	}
+	if err := checkCluster(cfg); err != nil {
+		return nil, err
+	}
 	var mgr *cluster.Manager
 	if cfg.Cluster != nil {
 		cc := *cfg.Cluster
@@ -230,6 +233,24 @@ func Start(cfg Config) (*Node, error) {
 
 // ErrKafkaUnsupported refuses a Kafka listener next to features it does not serve yet.
 var ErrKafkaUnsupported = errors.New("kafka listener")
+
+// ErrClusterUnsupported refuses a replicated cluster next to features its replica
+// connections do not carry yet.
+var ErrClusterUnsupported = errors.New("replicated cluster")
+
+// checkCluster refuses a cluster (--node-id) whose client listener requires TLS or
+// authentication: followers dial their leaders' client listeners in plain TCP without
+// credentials (netio.DialPeer), so replication would fail on every fetch.
+func checkCluster(cfg Config) error {
+	if cfg.Cluster == nil {
+		return nil
+	}
+	sec := cfg.Server.Security
+	if cfg.Server.TLS != nil || sec != nil && sec.AuthRequired {
+		return fmt.Errorf("%w: TLS and required authentication are not carried by replica connections yet; followers could not fetch (run the cluster's brokers without --tls-cert and --auth required, on a trusted network)", ErrClusterUnsupported)
+	}
+	return nil
+}
 
 // checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
 // has no SASL, no ACLs and no quotas, so beside a ringlog listener that requires any of

@@ -51,7 +51,7 @@ wait_live() {
   echo "cluster not live"; for f in "$dir"/broker*.log; do tail -n 5 "$f"; done; describe; exit 1
 }
 # lagging: partitions that have node 3 among their replicas but not in their ISR.
-lagging() { describe | awk '/^  partition/ { r=$0; sub(/.*replicas=/, "", r); sub(/ .*/, "", r); i=$0; sub(/.*isr=/, "", i); sub(/ .*/, "", i)
+lagging() { describe | awk '/^  partition/ { r=$0; sub(/.*replicas=\[/, "", r); sub(/\].*/, "", r); i=$0; sub(/.*isr=\[/, "", i); sub(/\].*/, "", i)
   if (("," r ",") ~ /,3,/ && ("," i ",") !~ /,3,/) n++ } END { print n + 0 }'; }
 
 # Producers only: the consumer's first ListOffsets right after an RF>1 create can reach a
@@ -88,6 +88,8 @@ printf '%-10s %8s %9s %10s %10s %11s %11s %7s  %s\n' throttle backlog catchup_s 
 for t in 0 "$throttle"; do
   run "$dir/before$t.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 3s
   kill -9 "${pids[3]}"; wait "${pids[3]}" 2>/dev/null || true
+  # produce once node 3 is fenced and its leaderships have moved (--broker-session-timeout)
+  for _ in $(seq 300); do [ "$(live)" = 2 ] && break; sleep 0.1; done
   # the backlog: 1 KiB lines into the RF=3 topic "backlog", acks=1, on nodes 1 and 2 only
   { yes "$(head -c 1023 /dev/zero | tr '\0' x)" || true; } | head -n $((backlog_mib * 1024)) |
     bin/ringlog --broker "$b1" produce backlog --acks 1 >"$dir/fill$t.txt" 2>&1 || { cat "$dir/fill$t.txt"; exit 1; }

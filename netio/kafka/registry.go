@@ -89,7 +89,8 @@ func servedKeys() []int16 {
 //     (served APIs) or in its top-level error code (other APIs that have one);
 //   - a served API other than ApiVersions, SaslHandshake and SaslAuthenticate on a connection
 //     that has not authenticated while authentication is required: SASL_AUTHENTICATION_FAILED
-//     on every entry, then the connection closes (refuseUnauthenticated);
+//     in the top-level error code where the response has one, then the connection closes
+//     (refuseUnauthenticated);
 //   - otherwise (a key or version no Kafka schema we know decodes, a body that does not
 //     decode): there is no response the client could read, so the connection is closed
 //     after a log line naming the client, key and version — what Kafka brokers do.
@@ -127,7 +128,7 @@ func (s *Server) dispatch(p *pending) {
 	case h.version < a.min || h.version > a.max:
 		p.reply(a.fail(req, kerr.UnsupportedVersion.Code, fmt.Sprintf("%s v%d: this broker serves v%d to v%d", kmsg.NameForKey(h.key), h.version, a.min, a.max)), nil)
 	case s.authRequired() && p.c.sess.principal == "" && !preAuth(h.key):
-		s.refuseUnauthenticated(p, a, req)
+		s.refuseUnauthenticated(p, req)
 	case a.entries != nil && a.entries(req) > s.limits.RequestEntriesMax:
 		p.reply(a.fail(req, kerr.InvalidRequest.Code, fmt.Sprintf("request names %d entries, more than the broker's %d (RequestEntriesMax)", a.entries(req), s.limits.RequestEntriesMax)), nil)
 	default:

@@ -10,6 +10,7 @@ package kafka
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/security/scram"
@@ -45,13 +46,31 @@ func (s *Server) authRequired() bool {
 	return s.cfg.Security != nil && s.cfg.Security.AuthRequired
 }
 
-// refuseUnauthenticated answers a request sent before login with SASL_AUTHENTICATION_FAILED
-// on every entry and closes the connection after it (a Kafka broker closes a SASL
-// connection that sends anything but the SASL exchange first).
-func (s *Server) refuseUnauthenticated(p *pending, a *api, req kmsg.Request) {
+// refuseUnauthenticated answers a request sent before login and closes the connection
+// after it. A Kafka broker closes a SASL connection that sends anything but the SASL
+// exchange first, without an answer; here a response whose version has a top-level error
+// code carries SASL_AUTHENTICATION_FAILED first, so that the client can say why (a
+// per-entry code could go unseen: a Metadata request for all topics has no entries).
+func (s *Server) refuseUnauthenticated(p *pending, req kmsg.Request) {
 	s.logf("kafka: closing connection from %s (client id %q): %s before authenticating", p.c.remote, truncateForLog(p.hdr.clientID), kmsg.NameForKey(p.hdr.key))
 	p.fatal = true
-	p.reply(a.fail(req, kerr.SaslAuthenticationFailed.Code, "authenticate first: this broker requires SASL/SCRAM (SaslHandshake, SaslAuthenticate) or a client certificate"), nil)
+	resp := req.ResponseKind()
+	resp.SetVersion(req.GetVersion())
+	if !setTopLevelError(resp, kerr.SaslAuthenticationFailed.Code) || !encodesTopLevelError(resp) {
+		resp = nil
+	}
+	p.reply(resp, nil)
+}
+
+// encodesTopLevelError reports whether resp's version carries its top-level error code
+// (kmsg structs have the field at every version; older versions drop it on the wire).
+func encodesTopLevelError(resp kmsg.Response) bool {
+	back := kmsg.ResponseForKey(resp.Key())
+	back.SetVersion(resp.GetVersion())
+	if back.ReadFrom(resp.AppendTo(nil)) != nil {
+		return false
+	}
+	return reflect.ValueOf(back).Elem().FieldByName("ErrorCode").Int() != 0
 }
 
 // mechanismNames are the SASL mechanisms offered: the SCRAM ones when the broker has a

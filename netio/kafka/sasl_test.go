@@ -177,4 +177,3 @@ func TestKgoSASLMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

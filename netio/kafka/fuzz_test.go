@@ -14,7 +14,7 @@ import (
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
-	"github.com/ringlog/ringlog/netio/security/scram"
+	"github.com/ringlog/ringlog/netio/security/securitytest"
 	"github.com/ringlog/ringlog/ring"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -154,12 +154,7 @@ func fuzzCredentials(f *testing.F) *security.Credentials {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, m := range scram.Mechanisms {
-		salt := scram.NewSalt()
-		if err := creds.Set("fuzz", m, salt, scram.IterationsMin, m.SaltPassword("fuzz", salt, scram.IterationsMin)); err != nil {
-			f.Fatal(err)
-		}
-	}
+	securitytest.AddUser(f, creds, "fuzz", "fuzz")
 	return creds
 }
 

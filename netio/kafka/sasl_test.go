@@ -14,7 +14,6 @@ import (
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
 	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/netio/security"
-	"github.com/ringlog/ringlog/netio/security/scram"
 	"github.com/ringlog/ringlog/netio/security/securitytest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -55,12 +54,7 @@ func startKafkaSASL(t *testing.T, log *lockedBuffer, tune func(*node.Config)) *b
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range scram.Mechanisms {
-		salt := scram.NewSalt()
-		if err := creds.Set(saslUser, m, salt, scram.IterationsMin, m.SaltPassword(saslPassword, salt, scram.IterationsMin)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	securitytest.AddUser(t, creds, saslUser, saslPassword)
 	return startKafka(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
 		cfg.Server.Security = &netio.Security{Credentials: creds, AuthRequired: true}
 		cfg.Logger = slog.New(slog.NewTextHandler(log, nil))

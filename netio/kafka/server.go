@@ -178,7 +178,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			ln.Close()
 		}
 		for c := range s.conns {
-			c.nc.SetReadDeadline(time.Now()) // the reader stops; the writer drains
+			c.cutReads() // the reader stops; the writer drains
 		}
 		s.mu.Unlock()
 	})
@@ -220,6 +220,11 @@ type conn struct {
 	quitOnce sync.Once
 	dead     atomic.Bool
 	sess     session // the reader goroutine's alone (session.go)
+	// readMu orders the reader's deadline changes against Shutdown's cut: once readsCut
+	// is set no later SetReadDeadline can push the cut back (an idle connection would
+	// otherwise keep Shutdown waiting for its IdleTimeout or its context).
+	readMu   sync.Mutex
+	readsCut bool // guarded by readMu
 }
 
 // pending is one request waiting for its response.
@@ -338,6 +343,24 @@ func (c *conn) handshake() error {
 	return nil
 }
 
+// cutReads ends the reader's current and every later read at once.
+func (c *conn) cutReads() {
+	c.readMu.Lock()
+	c.readsCut = true
+	c.nc.SetReadDeadline(time.Now())
+	c.readMu.Unlock()
+}
+
+// setReadDeadline sets the reader's deadline unless Shutdown has cut reads, whose
+// deadline (now) stands.
+func (c *conn) setReadDeadline(d time.Duration) {
+	c.readMu.Lock()
+	if !c.readsCut {
+		c.nc.SetReadDeadline(time.Now().Add(d))
+	}
+	c.readMu.Unlock()
+}
+
 func (c *conn) closing() bool {
 	select {
 	case <-c.s.closing:
@@ -350,12 +373,12 @@ func (c *conn) closing() bool {
 // readRequest reads one frame: size, fixed header, then the rest once its bytes are
 // charged. A frame above the limits ends the connection before its body is buffered.
 func (c *conn) readRequest(br *bufio.Reader) (*pending, error) {
-	c.nc.SetReadDeadline(time.Now().Add(c.s.limits.IdleTimeout))
+	c.setReadDeadline(c.s.limits.IdleTimeout)
 	var sizeBuf [4]byte
 	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
 		return nil, err
 	}
-	c.nc.SetReadDeadline(time.Now().Add(c.s.limits.FrameReadTimeout))
+	c.setReadDeadline(c.s.limits.FrameReadTimeout)
 	size := int64(int32(binary.BigEndian.Uint32(sizeBuf[:])))
 	if size < requestHeaderFixedBytes+2 || size > int64(c.s.limits.FrameBytesMax) {
 		return nil, fmt.Errorf("frame of %d bytes: want %d..%d (the broker's frame limit); closing", size, requestHeaderFixedBytes+2, c.s.limits.FrameBytesMax)

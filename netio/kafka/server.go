@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -45,6 +46,13 @@ type Config struct {
 	// kernel cannot encrypt a sendfile; SpliceWriter copies on any conn that is not a raw
 	// socket).
 	TLS *tls.Config
+	// Security is the ringlog server's (netio.Config.Security): with Credentials set the
+	// listener offers SASL/SCRAM (SaslHandshake, SaslAuthenticate); with AuthRequired it
+	// refuses every request but ApiVersions and the SASL exchange until the connection has
+	// authenticated, by SCRAM or by a client certificate under mutual TLS (session.go).
+	// Its Authorizer and Quotas are not enforced here (netio/node refuses them beside
+	// this listener). nil: anyone, as security.Anonymous.
+	Security *netio.Security
 }
 
 // adminFrameBytesMax bounds the frame of every API but Produce: 1 MiB holds a Metadata or
@@ -211,6 +219,7 @@ type conn struct {
 	quit     chan struct{} // closed by fail: waits give up
 	quitOnce sync.Once
 	dead     atomic.Bool
+	sess     session // the reader goroutine's alone (session.go)
 	// readMu orders the reader's deadline changes against Shutdown's cut: once readsCut
 	// is set no later SetReadDeadline can push the cut back (an idle connection would
 	// otherwise keep Shutdown waiting for its IdleTimeout or its context).
@@ -329,7 +338,8 @@ func (c *conn) handshake() error {
 	if err := tc.Handshake(); err != nil {
 		return err
 	}
-	tc.SetWriteDeadline(time.Time{}) // the writer sets its own per write
+	tc.SetWriteDeadline(time.Time{})                               // the writer sets its own per write
+	c.sess.principal = security.TLSPrincipal(tc.ConnectionState()) // "" without a client certificate
 	return nil
 }
 

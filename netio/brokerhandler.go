@@ -249,7 +249,14 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			p := &t.Partitions[j]
 			out, idx := &rt.Partitions[j], k
 			k++
-			batches, err := SplitBatches(p.Records)
+			records := p.Records
+			if pc.answered != nil {
+				// The timer may answer, and so release the request's buffer to the next
+				// request, before the shard has written these bytes: give the shard its own
+				// copy (one memmove per acks=all produce with a timeout).
+				records = append([]byte(nil), records...)
+			}
+			batches, err := SplitBatches(records)
 			if err == nil {
 				err = h.checkLeader(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition})
 			}

@@ -122,11 +122,7 @@ func (s *Server) mechanismNames() []string {
 	if s.cfg.Security == nil || s.cfg.Security.Credentials == nil {
 		return []string{}
 	}
-	names := make([]string, 0, len(scram.Mechanisms))
-	for _, m := range scram.Mechanisms {
-		names = append(names, m.Name)
-	}
-	return names
+	return scram.Names()
 }
 
 func (s *Server) saslHandshake(req *Request, body *wire.SaslHandshakeRequest) {

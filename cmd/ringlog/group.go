@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -178,11 +179,15 @@ func groupDescribe(usage string, args []string, stdout io.Writer) error {
 			return fmt.Errorf("group %s: %w", groupID, wire.ErrGroupIDNotFound)
 		}
 		fmt.Fprintf(stdout, "group %s  state %s  generation %d  protocol %s  members %d\n", groupID, d.State, d.Generation, dash(d.Protocol), len(d.Members))
+		topics := map[string]bool{}
 		for _, m := range d.Members {
 			tps, _ := client.DecodeMemberAssignment(m.Assignment)
 			fmt.Fprintf(stdout, "member %s  instance %s  host %s  partitions %s\n", m.MemberID, dash(m.InstanceID), m.ClientHost, formatTPs(tps))
+			for _, tp := range tps {
+				topics[tp.Topic] = true
+			}
 		}
-		rows, err := lagRows(ctx, c, committed, time.Now())
+		rows, err := lagRows(ctx, c, topics, committed, time.Now())
 		if err != nil {
 			return err
 		}
@@ -211,55 +216,76 @@ type lagRow struct {
 	known     bool // the overtake estimate could be made
 }
 
-// lagRows computes, per committed partition: lag in records and in time (record
+// lagRows computes, for every partition of the topics the group is assigned (topics) or
+// has committed to, as Kafka's tools list them: lag in records and in time (record
 // timestamps at the committed offset and at the tail) and the retention-overtake estimate.
-// The produce rate for the size bound is the partition's average over what it retains:
-// its size divided by the time between its oldest and newest record.
-func lagRows(ctx context.Context, c *client.Client, committed []client.CommittedOffset, now time.Time) ([]lagRow, error) {
-	topics := map[string]wire.DescribeTopic{}
-	retention := map[string][2]int64{}
-	var rows []lagRow
+// A partition without a committed offset lags by everything it retains (log end - log
+// start). The produce rate for the size bound is the partition's average over what it
+// retains: its size divided by the time between its oldest and newest record.
+func lagRows(ctx context.Context, c *client.Client, topics map[string]bool, committed []client.CommittedOffset, now time.Time) ([]lagRow, error) {
+	offsets := map[client.TopicPartition]int64{}
 	for _, o := range committed {
-		t, ok := topics[o.Topic]
-		if !ok {
-			described, err := c.DescribeTopics(ctx, o.Topic)
-			if err != nil || len(described) != 1 {
-				rows = append(rows, lagRow{tp: o.TopicPartition, committed: o.Offset, logEnd: -1, lag: group.Lag{Records: -1}})
-				continue
+		topics[o.Topic] = true
+		offsets[o.TopicPartition] = o.Offset
+	}
+	names := make([]string, 0, len(topics))
+	for name := range topics {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var rows []lagRow
+	for _, name := range names {
+		described, err := c.DescribeTopics(ctx, name)
+		if err != nil || len(described) != 1 { // deleted since: its commits without log offsets
+			for _, o := range committed {
+				if o.Topic == name {
+					rows = append(rows, lagRow{tp: o.TopicPartition, committed: o.Offset, logEnd: -1, lag: group.Lag{Records: -1}})
+				}
 			}
-			t = described[0]
-			topics[o.Topic] = t
-			retention[o.Topic] = topicRetention(ctx, c, o.Topic)
-		}
-		if int(o.Partition) >= len(t.Partitions) {
 			continue
 		}
-		p := t.Partitions[o.Partition]
-		in := group.LagInput{Committed: o.Offset, LogStart: p.LogStartOffset, LogEnd: p.HighWatermark, CommittedTimestampMs: -1, NewestTimestampMs: -1}
-		first := max(o.Offset, p.LogStartOffset)
-		if o.Offset >= 0 && first < p.HighWatermark {
-			in.CommittedTimestampMs = recordTimestamp(ctx, c, o.TopicPartition, first)
-			in.NewestTimestampMs = recordTimestamp(ctx, c, o.TopicPartition, p.HighWatermark-1)
-		}
-		row := lagRow{tp: o.TopicPartition, committed: o.Offset, logEnd: p.HighWatermark, lag: group.ComputeLag(in)}
-		if in.CommittedTimestampMs >= 0 {
-			oldest := recordTimestamp(ctx, c, o.TopicPartition, p.LogStartOffset)
-			rate := 0.0
-			if span := in.NewestTimestampMs - oldest; oldest >= 0 && span > 0 {
-				rate = float64(p.SizeBytes) / (float64(span) / 1000)
+		retention := topicRetention(ctx, c, name)
+		for _, p := range described[0].Partitions {
+			tp := client.TopicPartition{Topic: name, Partition: p.Partition}
+			offset, ok := offsets[tp]
+			if !ok {
+				offset = -1
 			}
-			fromCommitted := int64(0)
-			if records := p.HighWatermark - p.LogStartOffset; records > 0 {
-				fromCommitted = int64(float64(p.SizeBytes) * float64(p.HighWatermark-first) / float64(records))
-			}
-			r := retention[o.Topic]
-			row.overtake = group.RetentionOvertake(group.RetentionInput{Now: now, CommittedTimestampMs: in.CommittedTimestampMs,
-				RetentionMs: r[0], RetentionBytes: r[1], BytesFromCommitted: fromCommitted, ProduceBytesPerSecond: rate})
-			row.known = true
+			rows = append(rows, partitionLag(ctx, c, tp, offset, p, retention, now))
 		}
-		rows = append(rows, row)
 	}
 	return rows, nil
+}
+
+// partitionLag is one row of lagRows; offset -1 means nothing committed.
+func partitionLag(ctx context.Context, c *client.Client, tp client.TopicPartition, offset int64, p wire.DescribePartition, retention [2]int64, now time.Time) lagRow {
+	from := offset
+	if offset < 0 { // lag from the log start, like Kafka's tools; no overtake estimate
+		from = p.LogStartOffset
+	}
+	in := group.LagInput{Committed: from, LogStart: p.LogStartOffset, LogEnd: p.HighWatermark, CommittedTimestampMs: -1, NewestTimestampMs: -1}
+	first := max(from, p.LogStartOffset)
+	if first < p.HighWatermark {
+		in.CommittedTimestampMs = recordTimestamp(ctx, c, tp, first)
+		in.NewestTimestampMs = recordTimestamp(ctx, c, tp, p.HighWatermark-1)
+	}
+	row := lagRow{tp: tp, committed: offset, logEnd: p.HighWatermark, lag: group.ComputeLag(in)}
+	if offset < 0 || in.CommittedTimestampMs < 0 {
+		return row
+	}
+	oldest := recordTimestamp(ctx, c, tp, p.LogStartOffset)
+	rate := 0.0
+	if span := in.NewestTimestampMs - oldest; oldest >= 0 && span > 0 {
+		rate = float64(p.SizeBytes) / (float64(span) / 1000)
+	}
+	fromCommitted := int64(0)
+	if records := p.HighWatermark - p.LogStartOffset; records > 0 {
+		fromCommitted = int64(float64(p.SizeBytes) * float64(p.HighWatermark-first) / float64(records))
+	}
+	row.overtake = group.RetentionOvertake(group.RetentionInput{Now: now, CommittedTimestampMs: in.CommittedTimestampMs,
+		RetentionMs: retention[0], RetentionBytes: retention[1], BytesFromCommitted: fromCommitted, ProduceBytesPerSecond: rate})
+	row.known = true
+	return row
 }
 
 // topicRetention returns retention.ms and retention.bytes (-1: unlimited or unknown).
@@ -316,7 +342,11 @@ func printLag(w io.Writer, rows []lagRow) error {
 		case r.known:
 			hours = strconv.FormatFloat(math.Round(r.overtake.Hours*10)/10, 'f', 1, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", r.tp.Topic, r.tp.Partition, r.committed, r.logEnd, lag, lagTime, hours)
+		committed := "-"
+		if r.committed >= 0 {
+			committed = strconv.FormatInt(r.committed, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\t\n", r.tp.Topic, r.tp.Partition, committed, r.logEnd, lag, lagTime, hours)
 	}
 	return tw.Flush()
 }

@@ -11,6 +11,7 @@
 //	header.go        the request header (key, version, correlation id, client id, tags)
 //	registry.go      the table of served APIs and versions, dispatch, unsupported versions
 //	errors.go        broker and engine errors mapped to Kafka error codes
+//	session.go       authentication: the connection's principal, the gate before login, SCRAM
 //	api_*.go         one file per API key: decode (kmsg), call the core, encode (kmsg)
 //
 // Request and response bodies are github.com/twmb/franz-go/pkg/kmsg structs; only the

@@ -13,6 +13,8 @@ import (
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/security/securitytest"
 	"github.com/ringlog/ringlog/ring"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -64,8 +66,8 @@ func checkDecodeBound(t *testing.T, key, version int16, frame []byte) {
 }
 
 // serveOne dispatches frame on a connection that is never read from a socket and encodes
-// the answer as the writer would.
-func serveOne(t *testing.T, srv *fuzzBroker, frame []byte) {
+// the answer as the writer would; closed reports that the connection closes after it.
+func serveOne(t *testing.T, srv *fuzzBroker, frame []byte) (closed bool) {
 	h, _ := parseFixedHeader(frame)
 	p := &pending{c: srv.conn, hdr: h, body: frame, done: make(chan struct{})}
 	srv.s.dispatch(p)
@@ -89,6 +91,7 @@ func serveOne(t *testing.T, srv *fuzzBroker, frame []byte) {
 	if p.release != nil {
 		p.release()
 	}
+	return p.fatal
 }
 
 // waitsLong reports a JoinGroup whose answer may take more than a second by design: a
@@ -133,7 +136,8 @@ func fuzzServer(f *testing.F) *fuzzBroker {
 		f.Fatal(err)
 	}
 	limits := netio.NewServer(netio.HandlerFunc(func(*netio.Request) {}), netio.Config{Shards: 1})
-	s, err := NewServer(core, "127.0.0.1:9092", Config{Limits: limits, AutoCreateTopics: true})
+	s, err := NewServer(core, "127.0.0.1:9092", Config{Limits: limits, AutoCreateTopics: true,
+		Security: &netio.Security{Credentials: fuzzCredentials(f)}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -142,6 +146,51 @@ func fuzzServer(f *testing.F) *fuzzBroker {
 		f.Fatal(err)
 	}
 	return &fuzzBroker{s: s, conn: &conn{s: s, adm: adm, remote: "fuzz", quit: make(chan struct{})}}
+}
+
+// fuzzCredentials is a store with user "fuzz" (password "fuzz", both mechanisms).
+func fuzzCredentials(f *testing.F) *security.Credentials {
+	creds, err := security.OpenCredentials(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	securitytest.AddUser(f, creds, "fuzz", "fuzz")
+	return creds
+}
+
+// FuzzKafkaSASL runs a whole SASL exchange on a fresh connection — SaslHandshake naming
+// mechanism, SaslAuthenticate with first, then with final — through dispatch, and checks
+// that every step is answered or closes the connection, and that a connection logs in only
+// after an exchange the mechanism accepted (never with a random final message).
+// Seeds: testdata/fuzz/FuzzKafkaSASL.
+func FuzzKafkaSASL(f *testing.F) {
+	f.Add("SCRAM-SHA-256", []byte("n,,n=fuzz,r=fyko+d2lbbFgONRv9qkxdawL"), []byte("c=biws,r=fyko+d2lbbFgONRv9qkxdawL,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="))
+	f.Add("SCRAM-SHA-512", []byte("n,,n=nobody,r=x"), []byte(""))
+	srv := fuzzServer(f)
+	f.Fuzz(func(t *testing.T, mechanism string, first, final []byte) {
+		c := &conn{s: srv.s, adm: srv.conn.adm, remote: "fuzz", quit: make(chan struct{})}
+		hs := kmsg.NewPtrSASLHandshakeRequest()
+		hs.Version, hs.Mechanism = 1, mechanism
+		first1 := kmsg.NewPtrSASLAuthenticateRequest()
+		first1.Version, first1.SASLAuthBytes = 2, first
+		final1 := kmsg.NewPtrSASLAuthenticateRequest()
+		final1.Version, final1.SASLAuthBytes = 2, final
+		for _, req := range []kmsg.Request{hs, first1, final1} {
+			b := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
+			b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+			b = append(b, 0, 0, 0, 7, 0, 4, 'f', 'u', 'z', 'z')
+			if req.IsFlexible() {
+				b = append(b, 0)
+			}
+			fuzz := &fuzzBroker{s: srv.s, conn: c}
+			if closed := serveOne(t, fuzz, req.AppendTo(b)); closed {
+				break
+			}
+		}
+		if c.sess.principal != "" {
+			t.Fatalf("logged in as %s by a random final message %q", c.sess.principal, final)
+		}
+	})
 }
 
 type frameSeed struct {
@@ -214,6 +263,14 @@ func fuzzFrameSeeds(tb testing.TB) []frameSeed {
 				add("describe configs", req, v)
 			case keyInitProducerID:
 				add("init producer id", kmsg.NewPtrInitProducerIDRequest(), v)
+			case keySaslHandshake:
+				req := kmsg.NewPtrSASLHandshakeRequest()
+				req.Mechanism = "SCRAM-SHA-256"
+				add("sasl handshake", req, v)
+			case keySaslAuthenticate:
+				req := kmsg.NewPtrSASLAuthenticateRequest()
+				req.SASLAuthBytes = []byte("n,,n=fuzz,r=fyko+d2lbbFgONRv9qkxdawL")
+				add("sasl authenticate", req, v)
 			case keyApiVersions:
 				add("api versions", kmsg.NewPtrApiVersionsRequest(), v)
 			case keyOffsetCommit:

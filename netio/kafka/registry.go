@@ -24,10 +24,12 @@ const (
 	keySyncGroup        int16 = 14
 	keyDescribeGroups   int16 = 15
 	keyListGroups       int16 = 16
+	keySaslHandshake    int16 = 17
 	keyApiVersions      int16 = 18
 	keyCreateTopics     int16 = 19
 	keyDeleteTopics     int16 = 20
 	keyInitProducerID   int16 = 22
+	keySaslAuthenticate int16 = 36
 	keyDescribeConfigs  int16 = 32
 	keyCreatePartitions int16 = 37
 )
@@ -59,6 +61,7 @@ func init() {
 		&initProducerIDAPI,
 		&findCoordinatorAPI, &joinGroupAPI, &syncGroupAPI, &heartbeatAPI, &leaveGroupAPI,
 		&offsetCommitAPI, &offsetFetchAPI, &listGroupsAPI, &describeGroupsAPI,
+		&saslHandshakeAPI, &saslAuthenticateAPI,
 	} {
 		if kmsg.RequestForKey(a.key) == nil || a.max > kmsg.RequestForKey(a.key).MaxVersion() || a.min > a.max {
 			panic(fmt.Sprintf("kafka: API %d registered with versions %d..%d that kmsg cannot decode", a.key, a.min, a.max))
@@ -84,6 +87,10 @@ func servedKeys() []int16 {
 //   - a served API at a version outside our range, or an API kmsg knows that we do not
 //     serve: the response at the requested version with UNSUPPORTED_VERSION on every entry
 //     (served APIs) or in its top-level error code (other APIs that have one);
+//   - a served API other than ApiVersions, SaslHandshake and SaslAuthenticate on a connection
+//     that has not authenticated while authentication is required: SASL_AUTHENTICATION_FAILED
+//     in the top-level error code where the response has one, then the connection closes
+//     (refuseUnauthenticated);
 //   - otherwise (a key or version no Kafka schema we know decodes, a body that does not
 //     decode): there is no response the client could read, so the connection is closed
 //     after a log line naming the client, key and version — what Kafka brokers do.
@@ -120,6 +127,8 @@ func (s *Server) dispatch(p *pending) {
 		p.reply(resp, nil)
 	case h.version < a.min || h.version > a.max:
 		p.reply(a.fail(req, kerr.UnsupportedVersion.Code, fmt.Sprintf("%s v%d: this broker serves v%d to v%d", kmsg.NameForKey(h.key), h.version, a.min, a.max)), nil)
+	case s.authRequired() && p.c.sess.principal == "" && !preAuth(h.key):
+		s.refuseUnauthenticated(p, req)
 	case a.entries != nil && a.entries(req) > s.limits.RequestEntriesMax:
 		p.reply(a.fail(req, kerr.InvalidRequest.Code, fmt.Sprintf("request names %d entries, more than the broker's %d (RequestEntriesMax)", a.entries(req), s.limits.RequestEntriesMax)), nil)
 	default:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -45,6 +46,13 @@ type Config struct {
 	// kernel cannot encrypt a sendfile; SpliceWriter copies on any conn that is not a raw
 	// socket).
 	TLS *tls.Config
+	// Security is the ringlog server's (netio.Config.Security): with Credentials set the
+	// listener offers SASL/SCRAM (SaslHandshake, SaslAuthenticate); with AuthRequired it
+	// refuses every request but ApiVersions and the SASL exchange until the connection has
+	// authenticated, by SCRAM or by a client certificate under mutual TLS (session.go).
+	// Its Authorizer and Quotas are not enforced here (netio/node refuses them beside
+	// this listener). nil: anyone, as security.Anonymous.
+	Security *netio.Security
 }
 
 // adminFrameBytesMax bounds the frame of every API but Produce: 1 MiB holds a Metadata or
@@ -170,7 +178,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			ln.Close()
 		}
 		for c := range s.conns {
-			c.nc.SetReadDeadline(time.Now()) // the reader stops; the writer drains
+			c.cutReads() // the reader stops; the writer drains
 		}
 		s.mu.Unlock()
 	})
@@ -211,6 +219,12 @@ type conn struct {
 	quit     chan struct{} // closed by fail: waits give up
 	quitOnce sync.Once
 	dead     atomic.Bool
+	sess     session // the reader goroutine's alone (session.go)
+	// readMu orders the reader's deadline changes against Shutdown's cut: once readsCut
+	// is set no later SetReadDeadline can push the cut back (an idle connection would
+	// otherwise keep Shutdown waiting for its IdleTimeout or its context).
+	readMu   sync.Mutex
+	readsCut bool // guarded by readMu
 }
 
 // pending is one request waiting for its response.
@@ -324,8 +338,27 @@ func (c *conn) handshake() error {
 	if err := tc.Handshake(); err != nil {
 		return err
 	}
-	tc.SetWriteDeadline(time.Time{}) // the writer sets its own per write
+	tc.SetWriteDeadline(time.Time{})                               // the writer sets its own per write
+	c.sess.principal = security.TLSPrincipal(tc.ConnectionState()) // "" without a client certificate
 	return nil
+}
+
+// cutReads ends the reader's current and every later read at once.
+func (c *conn) cutReads() {
+	c.readMu.Lock()
+	c.readsCut = true
+	c.nc.SetReadDeadline(time.Now())
+	c.readMu.Unlock()
+}
+
+// setReadDeadline sets the reader's deadline unless Shutdown has cut reads, whose
+// deadline (now) stands.
+func (c *conn) setReadDeadline(d time.Duration) {
+	c.readMu.Lock()
+	if !c.readsCut {
+		c.nc.SetReadDeadline(time.Now().Add(d))
+	}
+	c.readMu.Unlock()
 }
 
 func (c *conn) closing() bool {
@@ -340,12 +373,12 @@ func (c *conn) closing() bool {
 // readRequest reads one frame: size, fixed header, then the rest once its bytes are
 // charged. A frame above the limits ends the connection before its body is buffered.
 func (c *conn) readRequest(br *bufio.Reader) (*pending, error) {
-	c.nc.SetReadDeadline(time.Now().Add(c.s.limits.IdleTimeout))
+	c.setReadDeadline(c.s.limits.IdleTimeout)
 	var sizeBuf [4]byte
 	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
 		return nil, err
 	}
-	c.nc.SetReadDeadline(time.Now().Add(c.s.limits.FrameReadTimeout))
+	c.setReadDeadline(c.s.limits.FrameReadTimeout)
 	size := int64(int32(binary.BigEndian.Uint32(sizeBuf[:])))
 	if size < requestHeaderFixedBytes+2 || size > int64(c.s.limits.FrameBytesMax) {
 		return nil, fmt.Errorf("frame of %d bytes: want %d..%d (the broker's frame limit); closing", size, requestHeaderFixedBytes+2, c.s.limits.FrameBytesMax)

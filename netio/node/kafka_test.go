@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/replication/cluster"
 )
 
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside required
-// authentication or a replicated cluster (it serves neither yet), and allowed otherwise,
-// TLS included (it serves TLS).
+// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside ACLs, quotas or
+// a replicated cluster (it serves none yet), and allowed otherwise, TLS and required
+// authentication included (it serves both).
 func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -21,10 +22,14 @@ func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 		{"plain", Config{KafkaListen: "127.0.0.1:0"}, false},
 		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
 		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, false},
-		{"kafka, tls and auth required", Config{KafkaListen: "127.0.0.1:0", Server: withAuth(serverWithTLS())}, true},
+		{"kafka, tls and auth required", Config{KafkaListen: "127.0.0.1:0", Server: withAuth(serverWithTLS())}, false},
 		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
 		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
-		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, true},
+		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, false},
+		{"kafka and ACLs", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true)}}}, true},
+		{"kafka and ACLs off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, false)}}}, false},
+		{"kafka and quotas", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{
+			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 10}})}}}, true},
 	} {
 		err := checkKafka(tc.cfg)
 		if tc.refuse != errors.Is(err, ErrKafkaUnsupported) {
@@ -49,6 +54,14 @@ func TestClusterRefusedWithTLSOrAuth(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
+}
+
+func authorizer(t *testing.T, enabled bool) *security.Authorizer {
+	a, err := security.OpenAuthorizer(t.TempDir(), enabled, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 func withAuth(c netio.Config) netio.Config {

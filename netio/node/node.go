@@ -253,8 +253,9 @@ func checkCluster(cfg Config) error {
 }
 
 // checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
-// has no SASL, no ACLs and no quotas, so beside a ringlog listener that requires any of
-// them it would be an open door; and its Metadata describes this broker alone, which a
+// enforces authentication (SASL/SCRAM and mTLS principals, with the ringlog listener's
+// credentials) but no ACLs and no quotas, so beside a ringlog listener that enforces either
+// it would be an open door; and its Metadata describes this broker alone, which a
 // replicated cluster's clients must not be told. (Quotas switched on later by SIGHUP do
 // not reach it either.) TLS it serves: with Server.TLS set the Kafka listener takes the
 // same configuration (certificate, client CAs, reload).
@@ -263,10 +264,10 @@ func checkKafka(cfg Config) error {
 		return nil
 	}
 	sec := cfg.Server.Security
-	secured := sec != nil && (sec.AuthRequired || sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
+	unserved := sec != nil && (sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
 	switch {
-	case secured:
-		return fmt.Errorf("%w: required authentication, ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
+	case unserved:
+		return fmt.Errorf("%w: ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
 	case cfg.Cluster != nil:
 		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
 	}
@@ -290,6 +291,7 @@ func (n *Node) serveKafka(cfg Config) error {
 		FetchResponseBytesMax: cfg.FetchResponseBytesMax,
 		AutoCreateTopics:      cfg.KafkaAutoCreateTopics,
 		TLS:                   cfg.Server.TLS,
+		Security:              cfg.Server.Security,
 		Logf:                  func(format string, a ...any) { n.log.Info(fmt.Sprintf(format, a...)) },
 	})
 	if err != nil {

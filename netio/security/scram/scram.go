@@ -50,6 +50,15 @@ var (
 // Mechanisms lists the supported mechanisms, strongest first.
 var Mechanisms = []*Mechanism{SHA512, SHA256}
 
+// Names lists the names of Mechanisms, in their order: what a server offers.
+func Names() []string {
+	names := make([]string, 0, len(Mechanisms))
+	for _, m := range Mechanisms {
+		names = append(names, m.Name)
+	}
+	return names
+}
+
 // ByName returns the mechanism called name, or nil.
 func ByName(name string) *Mechanism {
 	for _, m := range Mechanisms {

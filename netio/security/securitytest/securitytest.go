@@ -1,6 +1,7 @@
 // Package securitytest makes throw-away certificate authorities and certificates for
 // tests of TLS listeners and clients: real PEM files in a directory, as an operator would
-// have them. It is a test helper; nothing in the broker imports it.
+// have them; and SCRAM users in a credentials store (AddUser). It is a test helper; nothing
+// in the broker imports it.
 package securitytest
 
 import (
@@ -19,7 +20,20 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/security/scram"
 )
+
+// AddUser stores user's credentials for every SCRAM mechanism (salted at the minimum
+// iteration count, to keep tests fast), as `ringlog user add` does.
+func AddUser(tb testing.TB, creds *security.Credentials, user, password string) {
+	tb.Helper()
+	for _, m := range scram.Mechanisms {
+		salt := scram.NewSalt()
+		if err := creds.Set(user, m, salt, scram.IterationsMin, m.SaltPassword(password, salt, scram.IterationsMin)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
 
 // CA is a certificate authority whose files live in Dir.
 type CA struct {

@@ -3,8 +3,8 @@ package ringlogdriver
 import (
 	"context"
 	"os"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

@@ -29,6 +29,7 @@ const (
 	inFlightMax          = 1 << 20
 	durationMax          = 24 * time.Hour
 	retentionBytesMin    = 1 << 20
+	replicationFactorMax = 16 // the controller's limit on replicas per partition
 )
 
 // Key distributions: none sends null keys (partitions round-robin), random draws keys
@@ -64,6 +65,9 @@ type Workload struct {
 	// Durability is the broker's storage sync policy: "none" (page cache, background flush)
 	// or "fsync" (data is synced before the acknowledgement).
 	Durability string `yaml:"durability,omitempty" json:"durability,omitempty"`
+	// ReplicationFactor is the replicas of each partition, on different brokers of a
+	// cluster; 0 leaves the system's default (one replica on a single broker).
+	ReplicationFactor int `yaml:"replicationFactor,omitempty" json:"replicationFactor,omitempty"`
 }
 
 // maxInFlightDefault bounds unacknowledged sends per producer when the workload is silent.
@@ -263,6 +267,9 @@ func (w Workload) Validate() error {
 	}
 	if w.Duration.D() <= 0 || w.Duration.D() > durationMax || w.Warmup.D() < 0 || w.Warmup.D() > durationMax {
 		bad("duration %v, warmup %v: want 0 < duration <= %v and 0 <= warmup <= %v", w.Duration.D(), w.Warmup.D(), durationMax, durationMax)
+	}
+	if w.ReplicationFactor < 0 || w.ReplicationFactor > replicationFactorMax {
+		bad("replicationFactor %d: want 0 (default) or 1..%d", w.ReplicationFactor, replicationFactorMax)
 	}
 	switch w.Acks {
 	case "0", "1", "all":

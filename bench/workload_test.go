@@ -94,6 +94,8 @@ func TestParseWorkloadRejectsBadInput(t *testing.T) {
 		"bad compression":         {validYAML + "compression: brotli\n", "compression"},
 		"bad durability":          {validYAML + "durability: sometimes\n", "durability"},
 		"tiny retention":          {validYAML + "retentionBytes: 4KiB\n", "retentionBytes"},
+		"negative replication":    {validYAML + "replicationFactor: -1\n", "replicationFactor"},
+		"huge replication":        {validYAML + "replicationFactor: 17\n", "replicationFactor"},
 		"json trailing":           {`{"topics":1} {"topics":2}`, "trailing"},
 		"json unknown field":      {`{"topic":1}`, "topic"},
 		"json duration as number": {`{"duration":5}`, "duration"},

@@ -43,6 +43,7 @@ type Driver struct {
 	client  *client.Client
 	address string
 	topic   map[string]string // configs every topic is created with (from the workload)
+	rf      int16             // replication factor of every topic (from the workload; 0 = 1)
 	mu      sync.Mutex        // guards configs
 	configs map[string]string // storage-related configs of the last topic created, for Info
 }
@@ -58,7 +59,7 @@ func Open(address string, w bench.Workload) (bench.Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ringlog driver: connect %s: %w", address, err)
 	}
-	return &Driver{client: c, address: address, topic: TopicConfigs(w)}, nil
+	return &Driver{client: c, address: address, topic: TopicConfigs(w), rf: int16(max(w.ReplicationFactor, 1))}, nil
 }
 
 // Info describes the broker as far as the wire tells: storage settings come from the
@@ -86,10 +87,10 @@ func (d *Driver) Info() bench.DriverInfo {
 	}
 }
 
-// CreateTopic creates the topic with the workload's durability.
+// CreateTopic creates the topic with the workload's durability and replication factor.
 func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) error {
 	configs := d.topic
-	if err := d.client.CreateTopic(ctx, name, int32(partitions), configs); err != nil {
+	if err := d.client.CreateReplicatedTopic(ctx, name, int32(partitions), d.rf, configs); err != nil {
 		return fmt.Errorf("ringlog driver: create topic %s: %w", name, err)
 	}
 	described := map[string]string{}

@@ -3,6 +3,7 @@ package ringlogdriver
 import (
 	"context"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,5 +121,31 @@ func TestOpenRefusesBadSettings(t *testing.T) {
 	}
 	if TopicConfigs(bench.Workload{Durability: "none"}) != nil {
 		t.Fatal("configs for durability none")
+	}
+}
+
+// TestCreateTopicSendsReplicationFactor: the workload's replicationFactor reaches the
+// broker's CreateTopics (the single-node fake refuses anything above 1; the e2e cluster
+// tests cover a real RF=3 create through the same client call).
+func TestCreateTopicSendsReplicationFactor(t *testing.T) {
+	address := startFake(t)
+	w := workload()
+	w.ReplicationFactor = 3
+	driver, err := Open(address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	if err := driver.CreateTopic(context.Background(), "rf3", 1); err == nil || !strings.Contains(err.Error(), "replication factor") {
+		t.Fatalf("RF=3 on a single node: %v", err)
+	}
+	w.ReplicationFactor = 1
+	one, err := Open(address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if err := one.CreateTopic(context.Background(), "rf1", 1); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -25,7 +25,7 @@ type runFlags struct {
 	brokerPID                    int
 	command                      string // the command line, recorded in the result
 	duration, warmup             time.Duration
-	rate                         int
+	rate, replicationFactor      int
 	loopback                     bool
 }
 
@@ -38,6 +38,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.duration, "duration", 0, "override the workload's test duration")
 	fs.DurationVar(&f.warmup, "warmup", -1, "override the workload's warm-up")
 	fs.IntVar(&f.rate, "rate", -1, "override the workload's producerRate (0 = max)")
+	fs.IntVar(&f.replicationFactor, "replication-factor", -1, "override the workload's replicationFactor (replicas of each partition, on a cluster of at least that many brokers)")
 	fs.BoolVar(&f.loopback, "loopback", false, "also measure loopback TCP bandwidth in the same run (always on for backlog workloads)")
 }
 
@@ -57,6 +58,9 @@ func loadWorkloadArg(fs *flag.FlagSet, f *runFlags) (bench.Workload, error) {
 	}
 	if f.rate >= 0 {
 		w.ProducerRate = f.rate
+	}
+	if f.replicationFactor >= 0 {
+		w.ReplicationFactor = f.replicationFactor
 	}
 	return w, w.Validate()
 }

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The cost of replication, on 3 real ringlogd processes on 127.0.0.1 (each a controller voter,
+# --node-id / --controller-voters, fresh temp data dirs), measured with `ringlog bench run`:
+#
+# (a) max-rate 1 KiB produce with acks=all at --replication-factor 1 and then 3, same cluster,
+#     same run: publish MB/s and publish p99.
+# (b) follower catch-up under a fixed-rate producer, once unthrottled and once with node 3
+#     restarted with --replication-throttled-bytes-per-second THROTTLE: a fixed-rate
+#     (RATE msg/s, acks=all, RF=3) run with all brokers in sync ("before"); then node 3 is
+#     killed (-9), `ringlog produce --acks 1` writes BACKLOG_MIB MiB of 1 KiB records into the
+#     RF=3 topic "backlog" (on nodes 1 and 2 only), node 3 restarts and the same fixed-rate run is measured at once ("during") while node 3
+#     copies the backlog. Printed: backlog bytes, catch-up seconds (until node 3 is back in
+#     every ISR, polled with `ringlog cluster describe`), publish p99 and p99 from the
+#     intended send time (coordinated omission included) before/during, and the ratio.
+#
+#   bench/replication-catchup.sh
+#   RATE=5000 BACKLOG_MIB=300 MEASURE=20s THROTTLE=20971520 bench/replication-catchup.sh
+#
+# docs/benchmarks.md records results. Node 3's data dir keeps its old log, so a restart
+# catches up only what it missed. Ports: PORT_BASE+1..3 (clients), PORT_BASE+11..13 (raft).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rate=${RATE:-5000}
+backlog_mib=${BACKLOG_MIB:-300}
+measure=${MEASURE:-20s}
+throttle=${THROTTLE:-$((20 << 20))}
+base=${PORT_BASE:-19100}
+
+go build -o bin/ ./cmd/...
+dir=$(mktemp -d)
+declare -a pids
+voters=""
+for n in 1 2 3; do voters+="${voters:+,}$n@127.0.0.1:$((base + 10 + n))"; done
+start() { # start NODE [extra ringlogd flags...]
+  local n=$1; shift
+  bin/ringlogd --data "$dir/data$n" --listen "127.0.0.1:$((base + n))" --shard-ports off --admin 127.0.0.1:0 \
+    --node-id "$n" --controller-voters "$voters" "$@" 2>>"$dir/broker$n.log" &
+  pids[$n]=$!
+}
+cleanup() {
+  for n in 1 2 3; do [ -n "${pids[$n]:-}" ] && kill "${pids[$n]}" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+b1=127.0.0.1:$((base + 1))
+describe() { bin/ringlog --broker "$b1" cluster describe 2>/dev/null || true; }
+live() { describe | grep -c ' live$' || true; }
+wait_live() {
+  for _ in $(seq 300); do [ "$(live)" = 3 ] && return; sleep 0.1; done
+  echo "cluster not live"; for f in "$dir"/broker*.log; do tail -n 5 "$f"; done; describe; exit 1
+}
+# lagging: partitions that have node 3 among their replicas but not in their ISR.
+lagging() { describe | awk '/^  partition/ { r=$0; sub(/.*replicas=\[/, "", r); sub(/\].*/, "", r); i=$0; sub(/.*isr=\[/, "", i); sub(/\].*/, "", i)
+  if (("," r ",") ~ /,3,/ && ("," i ",") !~ /,3,/) n++ } END { print n + 0 }'; }
+
+# Producers only: the consumer's first ListOffsets right after an RF>1 create can reach a
+# broker that is not (yet known as) the leader and fails the run; producer latency is what
+# this script measures.
+producers_only='s/^acks: .*/acks: "all"/; s/^consumers: .*/consumers: 0/'
+sed "$producers_only" bench/workloads/max-rate-1kib.yaml >"$dir/max-rate-acks-all.yaml"
+sed "$producers_only" bench/workloads/fixed-rate-latency-1kib.yaml >"$dir/fixed-rate-acks-all.yaml"
+run() { # run OUT WORKLOAD [flags...]: bench run against node 1
+  local out=$1 workload=$2; shift 2
+  bin/ringlog bench run --broker "$b1" --broker-pid "${pids[1]}" --out "$dir/out" "$@" "$workload" >"$out" 2>"$out.err" || { cat "$out" "$out.err"; exit 1; }
+}
+# fields of a bench run's summary: publish MB/s, publish p99 µs, publish-from-intended p99 µs
+mbps() { awk '$1 == "publish" && $3 == "msg/s" { print $4 }' "$1"; }
+p99() { awk '$1 == "publish" && $2 ~ /^[0-9]+$/ && $3 != "msg/s" { print $5 }' "$1"; }
+p99i() { awk '$1 == "publish" && $2 == "(from" { print $7 }' "$1"; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+for n in 1 2 3; do start "$n" --broker-session-timeout 6s; done
+wait_live
+bin/ringlog --broker "$b1" topic create backlog --partitions 4 --replication-factor 3 >/dev/null
+echo "3 brokers on $b1..$((base + 3)); $(nproc) cores; load $(load)"
+
+echo "== (a) max-rate 1 KiB acks=all, ${measure} each after 3s warm-up"
+printf '%-4s %10s %12s  %s\n' RF pub_MB/s pub_p99_us load
+for rf in 1 3; do
+  l=$(load)
+  run "$dir/a$rf.txt" "$dir/max-rate-acks-all.yaml" --replication-factor "$rf" --duration "$measure" --warmup 3s
+  printf '%-4s %10s %12s  %s\n' "$rf" "$(mbps "$dir/a$rf.txt")" "$(p99 "$dir/a$rf.txt")" "$l"
+done
+
+echo "== (b) fixed rate $rate msg/s 1 KiB acks=all RF=3, ${measure}; ${backlog_mib} MiB backlog produced with node 3 down"
+printf '%-10s %8s %9s %10s %10s %11s %11s %7s  %s\n' throttle backlog catchup_s p99_before p99_during p99i_before p99i_during ratio load
+for t in 0 "$throttle"; do
+  run "$dir/before$t.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 3s
+  kill -9 "${pids[3]}"; wait "${pids[3]}" 2>/dev/null || true
+  # produce once node 3 is fenced and its leaderships have moved (--broker-session-timeout)
+  for _ in $(seq 300); do [ "$(live)" = 2 ] && break; sleep 0.1; done
+  # the backlog: 1 KiB lines into the RF=3 topic "backlog", acks=1, on nodes 1 and 2 only
+  { yes "$(head -c 1023 /dev/zero | tr '\0' x)" || true; } | head -n $((backlog_mib * 1024)) |
+    bin/ringlog --broker "$b1" produce backlog --acks 1 >"$dir/fill$t.txt" 2>&1 || { cat "$dir/fill$t.txt"; exit 1; }
+  flags=(--broker-session-timeout 6s)
+  [ "$t" != 0 ] && flags+=(--replication-throttled-bytes-per-second "$t")
+  l=$(load)
+  start 3 "${flags[@]}"
+  wait_live
+  began=$(date +%s.%N)
+  ( while [ "$(lagging)" != 0 ]; do sleep 0.2; done; date +%s.%N >"$dir/caught$t" ) &
+  poller=$!
+  run "$dir/during$t.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 0s
+  wait "$poller"
+  catchup=$(awk -v a="$began" -v b="$(cat "$dir/caught$t")" 'BEGIN { printf "%.1f", b - a }')
+  pb=$(p99 "$dir/before$t.txt") pd=$(p99 "$dir/during$t.txt")
+  printf '%-10s %8s %9s %10s %10s %11s %11s %7s  %s\n' "$t" "${backlog_mib}MiB" "$catchup" "$pb" "$pd" \
+    "$(p99i "$dir/before$t.txt")" "$(p99i "$dir/during$t.txt")" "$(awk -v a="$pd" -v b="$pb" 'BEGIN { printf "%.2f", a / b }')" "$l"
+done

@@ -66,22 +66,7 @@ func dash(s string) string {
 }
 
 func groupDelete(usage string, args []string, stdout io.Writer) error {
-	fs := newFlagSet("group delete", usage)
-	broker := brokerFlag(fs)
-	positional, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(positional, "GROUP"); err != nil {
-		return err
-	}
-	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
-		if err := c.DeleteGroup(ctx, positional[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "deleted group %s\n", positional[0])
-		return nil
-	})
+	return deleteNamed("group", "GROUP", usage, args, stdout, (*client.Client).DeleteGroup)
 }
 
 func groupReset(usage string, args []string, stdout io.Writer) error {

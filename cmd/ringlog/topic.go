@@ -205,20 +205,26 @@ func printDescription(w io.Writer, t wire.DescribeTopic, configs []wire.ConfigDe
 }
 
 func topicDelete(usage string, args []string, stdout io.Writer) error {
-	fs := newFlagSet("topic delete", usage)
+	return deleteNamed("topic", "NAME", usage, args, stdout, (*client.Client).DeleteTopic)
+}
+
+// deleteNamed runs `ringlog KIND delete NAME`: one positional name, deleted through del.
+func deleteNamed(kind, argName, usage string, args []string, stdout io.Writer,
+	del func(*client.Client, context.Context, string) error) error {
+	fs := newFlagSet(kind+" delete", usage)
 	broker := brokerFlag(fs)
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(positional, "NAME"); err != nil {
+	if err := wantArgs(positional, argName); err != nil {
 		return err
 	}
 	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
-		if err := c.DeleteTopic(ctx, positional[0]); err != nil {
+		if err := del(c, ctx, positional[0]); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "deleted topic %s\n", positional[0])
+		fmt.Fprintf(stdout, "deleted %s %s\n", kind, positional[0])
 		return nil
 	})
 }

@@ -57,6 +57,16 @@ const AcksAll int16 = -1
 // ErrNotEnoughReplicas refuses acks=all while the ISR is smaller than min.insync.replicas.
 var ErrNotEnoughReplicas = errors.New("not enough in-sync replicas")
 
+// AcksWaitingMax bounds the produces one partition holds for their acknowledgement
+// (acks=all waiting for the high watermark, flush.always waiting for a sync). A produce
+// answered REQUEST_TIMED_OUT stays queued until its records commit, so without a bound a
+// client producing with short timeouts while the followers are stopped would grow the
+// queue without limit. Back-of-the-envelope: one group commit answers every waiter at
+// once, so at a 5 ms fdatasync 65,536 waiters are ~13M produces/s for one partition: the
+// bound is never met in a healthy partition. Beyond it acks=all is refused as
+// NOT_ENOUGH_REPLICAS (retriable) until the queue drains.
+const AcksWaitingMax = 1 << 16
+
 // ProduceResult is the outcome of one partition's produce.
 type ProduceResult struct {
 	BaseOffset     int64
@@ -234,6 +244,9 @@ func (c *Core) Syncing() int { return c.syncing }
 func (c *Core) Admit(p *Partition, acks int16) error {
 	if p.failed != nil {
 		return p.failed
+	}
+	if (acks == AcksAll || p.FlushAlways) && p.Waiting() >= AcksWaitingMax {
+		return fmt.Errorf("%w: %s has %d produces waiting for replication or a sync (limit %d)", ErrNotEnoughReplicas, p, p.Waiting(), AcksWaitingMax)
 	}
 	if acks == AcksAll && p.MinInsync > 1 {
 		if isr := c.rep.InSyncReplicas(p); isr < p.MinInsync {

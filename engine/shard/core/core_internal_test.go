@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -108,6 +109,31 @@ func TestFailWaiting(t *testing.T) {
 	c.FailWaiting(p, errGone)
 	if got != errGone || p.Waiting() != 0 || p.Err() != nil || c.Admit(p, AcksAll) != nil {
 		t.Fatalf("answered %v, waiting %d, sticky %v, admit %v", got, p.Waiting(), p.Err(), c.Admit(p, AcksAll))
+	}
+}
+
+// A partition whose acknowledgements cannot commit (followers stopped) refuses acks=all
+// once AcksWaitingMax produces wait, instead of queueing without bound; acks=1 still goes.
+func TestAcksWaitingBounded(t *testing.T) {
+	c := New(&syncDriver{}, &hwmReplicator{hwm: 0})
+	l := &memLog{end: 0, synced: 0}
+	p := &Partition{Topic: "t", Log: l, MinInsync: 1}
+	for i := range AcksWaitingMax {
+		if err := c.Admit(p, AcksAll); err != nil {
+			t.Fatalf("produce %d refused below the bound: %v", i, err)
+		}
+		l.end++
+		c.Appended(p, AcksAll, l.end, ProduceResult{}, func(ProduceResult) {})
+	}
+	if err := c.Admit(p, AcksAll); !errors.Is(err, ErrNotEnoughReplicas) {
+		t.Fatalf("acks=all with %d waiting: %v, want ErrNotEnoughReplicas", p.Waiting(), err)
+	}
+	if err := c.Admit(p, 1); err != nil {
+		t.Fatalf("acks=1 with the ack queue full: %v", err)
+	}
+	c.FailWaiting(p, errorString("gone"))
+	if err := c.Admit(p, AcksAll); err != nil {
+		t.Fatalf("acks=all after the queue drained: %v", err)
 	}
 }
 

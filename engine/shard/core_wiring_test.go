@@ -56,9 +56,18 @@ func loopTurns(t *testing.T, b *Broker, n int) {
 	}
 }
 
+// takeHeld returns the fdatasyncs held so far, waiting (bounded) for the first: the loop
+// turns that start a sync return before the ring has run it, and on a loaded machine (or
+// under -race) it may not have reached the hook yet.
 func takeHeld(t *testing.T, held chan heldSync) []heldSync {
 	t.Helper()
 	var out []heldSync
+	select {
+	case h := <-held:
+		out = append(out, h)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fdatasync was started within 10s")
+	}
 	for {
 		select {
 		case h := <-held:

@@ -97,7 +97,8 @@ func (c *conn) holdBack(batch []*pending) bool {
 	}
 }
 
-// muteAfter mutes the connection's reads for the longest mute of batch, from now.
+// muteAfter mutes the connection's reads for the longest mute of batch, from now (just
+// before the batch is written).
 func (c *conn) muteAfter(batch []*pending) {
 	var mute time.Duration
 	for _, q := range batch {

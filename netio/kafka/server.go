@@ -320,9 +320,6 @@ func (c *conn) readLoop() {
 	}
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
-		if !c.waitMuted() {
-			return
-		}
 		p, err := c.readRequest(br)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !c.dead.Load() && !c.closing() {
@@ -399,6 +396,12 @@ func (c *conn) readRequest(br *bufio.Reader) (*pending, error) {
 	var sizeBuf [4]byte
 	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
 		return nil, err
+	}
+	// A muted connection (quota.go) has its next request read once the mute ends: the
+	// reader waits here, after a frame began, so that it also holds back a request the
+	// client sent while the reader was already waiting for it.
+	if !c.waitMuted() {
+		return nil, io.EOF
 	}
 	c.setReadDeadline(c.s.limits.FrameReadTimeout)
 	size := int64(int32(binary.BigEndian.Uint32(sizeBuf[:])))
@@ -487,6 +490,7 @@ func (c *conn) writeLoop() {
 				break gather
 			}
 		}
+		c.muteAfter(batch) // before the write: the client's next request finds the mute set
 		if len(buf) > 0 && c.holdBack(batch) && !c.dead.Load() {
 			c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
 			if err := out.Emit(buf, splices); err != nil {
@@ -496,7 +500,6 @@ func (c *conn) writeLoop() {
 				c.adm.Counted(0, int64(len(batch)))
 			}
 		}
-		c.muteAfter(batch)
 		for _, q := range batch {
 			if q.release != nil {
 				q.release()

@@ -77,23 +77,16 @@ func (p *pending) finish(resp kmsg.Response, fetchBytes int64) {
 	}
 }
 
-// holdBack waits out the longest hold of batch before the writer sends it; false when the
-// connection failed meanwhile.
-func (c *conn) holdBack(batch []*pending) bool {
+// holdBack waits out the longest hold of batch before the writer sends it, or until the
+// connection fails or the server shuts down (then the batch goes at once: a graceful
+// shutdown does not wait out throttles).
+func (c *conn) holdBack(batch []*pending) {
 	var hold time.Duration
 	for _, q := range batch {
 		hold = max(hold, q.hold)
 	}
-	if hold <= 0 {
-		return true
-	}
-	t := time.NewTimer(hold)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.quit:
-		return false
+	if hold > 0 {
+		sleep(hold, c.quit, c.s.closing)
 	}
 }
 
@@ -120,17 +113,19 @@ func (c *conn) muteAfter(batch []*pending) {
 // fails or the server shuts down meanwhile.
 func (c *conn) waitMuted() bool {
 	d := time.Until(time.Unix(0, c.mutedUntil.Load()))
-	if d <= 0 {
-		return true
-	}
+	return d <= 0 || sleep(d, c.quit, c.s.closing)
+}
+
+// sleep waits d; false when quit or closing closes first.
+func sleep(d time.Duration, quit, closing <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-c.quit:
+	case <-quit:
 		return false
-	case <-c.s.closing:
+	case <-closing:
 		return false
 	}
 }

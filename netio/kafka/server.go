@@ -490,8 +490,9 @@ func (c *conn) writeLoop() {
 				break gather
 			}
 		}
+		c.holdBack(batch)
 		c.muteAfter(batch) // before the write: the client's next request finds the mute set
-		if len(buf) > 0 && c.holdBack(batch) && !c.dead.Load() {
+		if len(buf) > 0 && !c.dead.Load() {
 			c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
 			if err := out.Emit(buf, splices); err != nil {
 				c.s.logf("kafka: conn from %s: write responses: %v", c.remote, err)

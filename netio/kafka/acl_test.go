@@ -180,6 +180,11 @@ func TestKgoACLTopics(t *testing.T) {
 		t.Errorf("bob's Metadata for every topic lists %v, want none", got)
 	}
 	wantCode(t, "bob: Metadata orders", metadataTopics(t, bob, "orders")["orders"], kerr.TopicAuthorizationFailed.Code)
+	md := kmsg.NewPtrMetadataRequest()
+	md.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("orders")}}
+	if resp := direct(t, bob, md).(*kmsg.MetadataResponse); len(resp.Brokers) != 1 || len(resp.Topics) != 1 {
+		t.Errorf("bob's Metadata naming only a denied topic: %d brokers, %d topics; want the broker and the denied topic", len(resp.Brokers), len(resp.Topics))
+	}
 	wantCode(t, "bob: Metadata of a topic that does not exist", metadataTopics(t, bob, "nope")["nope"], kerr.TopicAuthorizationFailed.Code)
 	records := oneRecordBatch(t)
 	wantCode(t, "bob: Produce", produceCodes(direct(t, bob, produceReq(records, "orders")))["orders"], kerr.TopicAuthorizationFailed.Code)

@@ -25,6 +25,9 @@ type gate struct {
 	a         *api
 	req       kmsg.Request
 	principal string
+	// serveEmpty: a request left with no entries still goes to its handler (Metadata v1+:
+	// the reply carries the brokers, which clients need whatever the topics).
+	serveEmpty bool
 }
 
 // verdict is a decision on one entry: code 0 allows it.
@@ -164,6 +167,7 @@ func (s *Server) authorizeMetadata(g *gate, r *kmsg.MetadataRequest) bool {
 		}
 		return false
 	}
+	g.serveEmpty = r.Version >= 1 // v0 would read no topics as every topic
 	autoCreate := s.autoCreate(r)
 	clusterCreate := autoCreate && g.cluster(security.OpCreate).code == 0
 	return splitEntries(g, &r.Topics, func(t *kmsg.MetadataRequestTopic) verdict {
@@ -219,7 +223,8 @@ func (g *gate) refuse(v verdict) bool {
 // by the API's fail on a request naming it alone (with builds a copy of the request
 // holding the entries given), with its code and no top-level error, and the answers are
 // appended to the response's field: the handler's reply's (through p.amend), or, when
-// nothing is left, a reply of their own sent here. True if it answered p.
+// nothing is left (unless g.serveEmpty), a reply of their own sent here. True if it
+// answered p.
 func splitEntries[T any](g *gate, items *[]T, judge func(*T) verdict, with func([]T) kmsg.Request, field string) bool {
 	var denied []kmsg.Response
 	kept := (*items)[:0]
@@ -243,7 +248,7 @@ func splitEntries[T any](g *gate, items *[]T, judge func(*T) verdict, with func(
 			appendField(resp, d, field)
 		}
 	}
-	if len(kept) == 0 {
+	if len(kept) == 0 && !g.serveEmpty {
 		resp := g.a.fail(with(nil), 0, "")
 		add(resp)
 		g.p.reply(resp, nil)

@@ -224,3 +224,38 @@ func TestQuotaMutesClientThatIgnoresThrottle(t *testing.T) {
 		t.Fatalf("the request sent during the throttle was answered after %v; want the connection muted for about %v", took2, throttle)
 	}
 }
+
+// TestKgoFetchQuota: an anonymous consumer (keyed by its Kafka client id) whose fetch
+// passes its fetch quota's burst gets ThrottleMillis in the reply; a client with another
+// client id is not throttled.
+func TestKgoFetchQuota(t *testing.T) {
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{FetchBytesPerSec: 1 << 20}, Burst: 100 * time.Millisecond})
+	b := startKafka(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
+		cfg.Server.Security = &netio.Security{Quotas: quotas}
+	}})
+	writer := newClient(t, b, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	createTopic(t, writer, "bulk", 1)
+	for range 8 {
+		if err := writer.ProduceSync(testContext(t), &kgo.Record{Topic: "bulk", Value: make([]byte, 64<<10)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func(clientID string, maxBytes int32) int32 {
+		cl := newClient(t, b, kgo.ClientID(clientID))
+		req := fetchReq("bulk")
+		req.MaxBytes, req.Topics[0].Partitions[0].PartitionMaxBytes = maxBytes, maxBytes
+		resp := direct(t, cl, req).(*kmsg.FetchResponse)
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 || len(resp.Topics[0].Partitions[0].RecordBatches) == 0 {
+			t.Fatalf("%s: fetch code %d, %d record bytes", clientID, code, len(resp.Topics[0].Partitions[0].RecordBatches))
+		}
+		return resp.ThrottleMillis
+	}
+	// 512 KiB at 1 MiB/s with a 100 ms burst: about 400 ms over.
+	if ms := fetch("reader", 1<<20); ms < 200 {
+		t.Fatalf("a fetch of 512 KiB against a 1 MiB/s quota was throttled %d ms; want about 400", ms)
+	}
+	// One 64 KiB batch (the first-batch rule), within another client id's burst.
+	if ms := fetch("other", 1); ms != 0 {
+		t.Fatalf("another client id's first fetch was throttled %d ms", ms)
+	}
+}

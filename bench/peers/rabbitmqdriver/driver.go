@@ -98,7 +98,7 @@ func Open(cfg Config) (*Driver, error) {
 			return nil, err
 		}
 	}
-	ports := make([]int, 4) // stream, AMQP, distribution, epmd
+	ports := make([]int, 3) // stream, AMQP, distribution
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -131,10 +131,12 @@ func Open(cfg Config) (*Driver, error) {
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[2]),
-		"ERL_EPMD_PORT="+strconv.Itoa(ports[3]),
 		"HOME="+filepath.Join(dir, "home"), // the Erlang cookie lives here
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // epmd and beam are stopped with it
+	// Its own process group, so that stopping it reaches beam behind the start script. The
+	// Erlang port mapper (epmd, port 4369) that the first node starts is a shared daemon that
+	// outlives it and serves the next run, as on any host that runs Erlang nodes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logFile, err := os.Create(filepath.Join(dir, "server.out"))
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq driver: %w", err)
@@ -394,8 +396,8 @@ func (d *Driver) Close() error {
 	return errors.Join(errs...)
 }
 
-// stopServer sends SIGTERM to the server's process group (beam and the epmd it started)
-// and waits, killing it after serverShutdownGrace.
+// stopServer sends SIGTERM to the server's process group (the start script and beam) and
+// waits, killing the group after serverShutdownGrace.
 func (d *Driver) stopServer() error {
 	if d.cmd == nil || d.cmd.Process == nil {
 		return nil
@@ -410,6 +412,5 @@ func (d *Driver) stopServer() error {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-exited
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // an epmd left behind
 	return nil
 }

@@ -803,3 +803,87 @@ func timeoutMs(ctx context.Context, fallback time.Duration) int32 {
 	}
 	return int32(max(min(d.Milliseconds(), 1<<31-1), 0))
 }
+
+// PartitionReplication is one partition's replication state as Metadata (version 1)
+// reports it.
+type PartitionReplication struct {
+	Partition   int32
+	Leader      int32 // broker id; -1 while the partition is offline
+	LeaderEpoch int32
+	Replicas    []int32
+	ISR         []int32
+	// HighWatermark is the leader's, asked of the leader itself; -1 when it did not answer.
+	HighWatermark int64
+}
+
+// DescribeReplication returns the replication state of topic's partitions on a cluster and
+// the controller leader's broker id: leaders, epochs, replicas and ISR from the home
+// broker's metadata, each high watermark from its partition's leader. A single broker (or
+// a broker without Metadata version 1) returns no partitions.
+func (c *Client) DescribeReplication(ctx context.Context, topic string) ([]PartitionReplication, int32, error) {
+	resp, err := c.refreshMetadata(ctx, []string{topic})
+	if err != nil {
+		return nil, -1, fmt.Errorf("describe replication of %s: %w", topic, err)
+	}
+	if resp.Version < 1 || resp.BrokerID <= 0 {
+		return nil, -1, nil
+	}
+	var parts []PartitionReplication
+	for _, t := range resp.Topics {
+		if t.Topic != topic {
+			continue
+		}
+		if t.ErrorCode != wire.ErrNone {
+			return nil, -1, fmt.Errorf("describe replication of %s: %w", topic, wire.CodeError(t.ErrorCode, t.ErrorMessage))
+		}
+		for _, p := range t.Partitions {
+			hwm := int64(-1)
+			if p.Leader == resp.BrokerID {
+				hwm = p.HighWatermark
+			}
+			parts = append(parts, PartitionReplication{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,
+				Replicas: p.Replicas, ISR: p.ISR, HighWatermark: hwm})
+		}
+	}
+	// The other leaders' high watermarks, one Metadata request per leader.
+	asked := map[int32]map[int32]int64{resp.BrokerID: nil}
+	for i := range parts {
+		p := &parts[i]
+		if p.Leader <= 0 || p.Leader == resp.BrokerID {
+			continue
+		}
+		hwms, ok := asked[p.Leader]
+		if !ok {
+			hwms = c.highWatermarksAt(ctx, p.Leader, topic)
+			asked[p.Leader] = hwms
+		}
+		if h, ok := hwms[p.Partition]; ok {
+			p.HighWatermark = h
+		}
+	}
+	return parts, resp.ControllerID, nil
+}
+
+// highWatermarksAt asks broker id for topic's metadata and returns the high watermarks it
+// reports for the partitions it leads (nil when it does not answer).
+func (c *Client) highWatermarksAt(ctx context.Context, id int32, topic string) map[int32]int64 {
+	c.mu.Lock()
+	addr := c.brokers[id]
+	c.mu.Unlock()
+	if addr == "" {
+		return nil
+	}
+	var resp wire.MetadataResponse
+	if c.Call(ctx, addr, &wire.MetadataRequest{Topics: []string{topic}, Version: 1}, &resp) != nil {
+		return nil
+	}
+	out := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if t.Topic == topic && p.Leader == resp.BrokerID && p.HighWatermark >= 0 {
+				out[p.Partition] = p.HighWatermark
+			}
+		}
+	}
+	return out
+}

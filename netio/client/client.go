@@ -356,12 +356,17 @@ func (c *Client) Brokers() map[int32]string {
 	return maps.Clone(c.brokers)
 }
 
-// callHome sends req to the home broker. When the home broker cannot be reached (a lost or
-// refused connection) the client moves home to the next broker that answers, among those
-// metadata listed and the seeds, and sends req there once more.
+// callHome sends req to the home broker (atHome).
 func (c *Client) callHome(ctx context.Context, req, resp wire.Message) error {
+	return c.atHome(ctx, func(addr string) error { return c.Call(ctx, addr, req, resp) })
+}
+
+// atHome runs call with the home broker's address. When the home broker cannot be reached
+// (a lost or refused connection) the client moves home to the next broker that answers,
+// among those metadata listed and the seeds, and runs call there once more.
+func (c *Client) atHome(ctx context.Context, call func(addr string) error) error {
 	addr := c.BrokerAddr()
-	err := c.Call(ctx, addr, req, resp)
+	err := call(addr)
 	if err == nil || !errors.Is(err, ErrConnClosed) || ctx.Err() != nil {
 		return err
 	}
@@ -369,7 +374,7 @@ func (c *Client) callHome(ctx context.Context, req, resp wire.Message) error {
 	if !ok {
 		return err
 	}
-	return c.Call(ctx, next, req, resp)
+	return call(next)
 }
 
 // failover moves home away from dead to the first other known broker that answers a
@@ -420,16 +425,12 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 	c.mu.Lock()
 	version := c.metadataVersion
 	c.mu.Unlock()
-	resp := wire.MetadataResponse{}
-	req := &wire.MetadataRequest{Topics: topics, Version: version}
-	addr := c.BrokerAddr()
-	err := c.Call(ctx, addr, req, &resp)
-	if err != nil && errors.Is(err, ErrConnClosed) && ctx.Err() == nil {
-		var ok bool
-		if addr, ok = c.failover(ctx, addr); ok {
-			err = c.Call(ctx, addr, req, &resp)
-		}
-	}
+	var resp wire.MetadataResponse
+	var addr string // the broker that answered
+	err := c.atHome(ctx, func(home string) error {
+		addr = home
+		return c.Call(ctx, home, &wire.MetadataRequest{Topics: topics, Version: version}, &resp)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -637,7 +638,12 @@ func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partiti
 // the high watermark of each partition the broker leads). A single broker answers
 // NOT_CONTROLLER.
 func (c *Client) ClusterMetadata(ctx context.Context) ([]byte, error) {
-	return c.ClusterMetadataAt(ctx, c.BrokerAddr())
+	var body []byte
+	err := c.atHome(ctx, func(addr string) (err error) {
+		body, err = c.ClusterMetadataAt(ctx, addr)
+		return err
+	})
+	return body, err
 }
 
 // ClusterMetadataAt is ClusterMetadata asked of the broker at addr.

@@ -243,3 +243,24 @@ func TestBackoffDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestProducerLeadershipErrorsDoNotSpendRetries: with Retries 2, a partition answering
+// NOT_LEADER_OR_WRONG_SHARD 20 times in a row (a leader election) still takes the record;
+// a retriable error of another kind gives up after the 2 retries.
+func TestProducerLeadershipErrorsDoNotSpendRetries(t *testing.T) {
+	e := start(t, 1)
+	ctx := ctxT(t)
+	if err := e.client.CreateTopic(ctx, "elect", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := e.client.NewProducer(client.ProducerConfig{Retries: 2, RetryBackoff: time.Millisecond, RetryBackoffMax: 2 * time.Millisecond})
+	defer p.Close(ctx)
+	e.fake.InjectProduceError("elect", 0, wire.ErrNotLeaderOrWrongShard, 20)
+	if off, err := p.SendSync(ctx, &client.Record{Topic: "elect", Partition: 0, Value: []byte("v")}); err != nil || off != 0 {
+		t.Fatalf("after 20 leadership errors: offset %d, %v", off, err)
+	}
+	e.fake.InjectProduceError("elect", 0, wire.ErrRequestTimedOut, 5)
+	if _, err := p.SendSync(ctx, &client.Record{Topic: "elect", Partition: 0, Value: []byte("w")}); !errors.Is(err, wire.ErrRequestTimedOut) {
+		t.Fatalf("after 3 timeouts with Retries 2: %v, want REQUEST_TIMED_OUT", err)
+	}
+}

@@ -96,7 +96,9 @@ type Client struct {
 	coordinators map[string]string
 	closed       bool // guarded by mu
 
-	serverFrameBytesMax int32 // from the ApiVersions handshake
+	// serverFrameBytesMax is the smallest frame limit among the brokers handshaken with
+	// (ApiVersions); guarded by mu.
+	serverFrameBytesMax int32
 	// metadataVersion is the Metadata version requested: 1 when the handshake's broker
 	// serves it, else 0 (the client then asks the Controller API who leads).
 	metadataVersion uint16
@@ -211,7 +213,10 @@ func (c *Client) handshake(ctx context.Context, addr string) error {
 		}
 	}
 	c.mu.Lock()
-	c.serverFrameBytesMax, c.metadataVersion = ver.FrameBytesMax, mdv
+	if ver.FrameBytesMax > 0 && (c.serverFrameBytesMax == 0 || ver.FrameBytesMax < c.serverFrameBytesMax) {
+		c.serverFrameBytesMax = ver.FrameBytesMax
+	}
+	c.metadataVersion = mdv
 	c.mu.Unlock()
 	return nil
 }

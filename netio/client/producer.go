@@ -232,7 +232,10 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 	cfg.setDefaults()
 	// A request must fit the broker's frame limit (the broker closes the connection
 	// otherwise); keep room for the request's own fields.
-	if limit := int(c.serverFrameBytesMax) - requestOverheadBytes; c.serverFrameBytesMax > 0 && cfg.RequestBytesMax > limit {
+	c.mu.Lock()
+	frameMax := c.serverFrameBytesMax
+	c.mu.Unlock()
+	if limit := int(frameMax) - requestOverheadBytes; frameMax > 0 && cfg.RequestBytesMax > limit {
 		cfg.RequestBytesMax = max(limit, 1)
 	}
 	p := &Producer{

@@ -157,15 +157,15 @@ type Partition struct {
 	FlushAlways bool
 	MinInsync   int
 
-	acks    []ack // waiting for CommittedOffset, in offset order; acks[head:] are live
-	head    int
-	dirty   bool  // in Core.dirty
+	acks  []ack // waiting for CommittedOffset, in offset order; acks[head:] are live
+	head  int
+	dirty bool // in Core.dirty
 	// unflushed: in Core.unflushed (a turn left records its flush policy has not synced yet)
 	unflushed bool
-	syncing   bool // a StartSync has not been answered by SyncDone yet
-	removed bool  // Remove was called
-	failed  error // sticky: a sync failed
-	watches []watch
+	syncing   bool  // a StartSync has not been answered by SyncDone yet
+	removed   bool  // Remove was called
+	failed    error // sticky: a sync failed
+	watches   []watch
 }
 
 func (p *Partition) String() string { return fmt.Sprintf("%s/%d", p.Topic, p.Index) }
@@ -205,12 +205,12 @@ type Core struct {
 	observer AnswerObserver // d, when it observes answers; nil otherwise
 	rep      Replicator
 
-	dirty          []*Partition // partitions with inputs since the last EndTurn
-	spare          []*Partition
+	dirty []*Partition // partitions with inputs since the last EndTurn
+	spare []*Partition
 	// unflushed holds the partitions an EndTurn left with unsynced records; the owner's
 	// periodic RecheckUnflushed re-applies their flush policy (flush.ms) until they are
 	// synced, so the check costs nothing for partitions with nothing to flush.
-	unflushed []*Partition
+	unflushed      []*Partition
 	flushScheduled bool
 	syncing        int // partitions with a sync in flight
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
 )
 
 // catalogTopic is a topic's entry in a broker's catalog.json (engine/catalog.go's format).
@@ -151,4 +153,28 @@ func TestReplicationDeleteRecreate(t *testing.T) {
 		t.Fatalf("controller config %v", cfg)
 	}
 	fails(t, "INVALID_CONFIG", nil, "--broker", seed.addr, "topic", "config", topic, "--set", "retention.ms=soon")
+
+	// A client's controller command sent to a broker whose voter does not lead is
+	// forwarded to the leader's broker.
+	leaderID := tc.view(seed).ControllerLeader
+	var other *broker
+	for _, b := range tc.brokers {
+		if tc.idOf(b) != leaderID {
+			other = b
+		}
+	}
+	cmd, _ := json.Marshal(&controller.Command{Type: controller.CmdElectPreferred, Reassign: &controller.ReassignRequest{Topic: topic}})
+	answer, err := tc.c.ControllerSubmitAt(ctx, other.addr, cmd)
+	if err != nil {
+		t.Fatalf("controller command at node %d (leader %d): %v", tc.idOf(other), leaderID, err)
+	}
+	var p controller.Partition
+	if err := json.Unmarshal(answer, &p); err != nil || p.Leader != p.Replicas[0] {
+		t.Fatalf("elect-preferred through node %d answered %s (%v)", tc.idOf(other), answer, err)
+	}
+	// One a broker marks as forwarded is never forwarded again.
+	cmd, _ = json.Marshal(&controller.Command{Type: controller.CmdElectPreferred, Forwarded: true, Reassign: &controller.ReassignRequest{Topic: topic}})
+	if _, err := tc.c.ControllerSubmitAt(ctx, other.addr, cmd); !errors.Is(err, wire.ErrNotController) {
+		t.Fatalf("a forwarded command at a broker that does not lead: %v, want NOT_CONTROLLER", err)
+	}
 }

@@ -285,7 +285,9 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 	if b == nil || b.Address == "" {
 		return nil, fmt.Errorf("%w: controller leader %d has not registered its address", ErrNoController, id)
 	}
-	body, err := json.Marshal(cmd)
+	fwd := *cmd
+	fwd.Forwarded = true
+	body, err := json.Marshal(&fwd)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +357,9 @@ func (m *Manager) SubmitLocal(cmd *controller.Command) ([]byte, error) {
 	return json.Marshal(res.Value)
 }
 
-// HandleController answers a peer's or the CLI's Controller request.
+// HandleController answers a peer's or the CLI's Controller request. A client's command
+// (not marked Forwarded) is forwarded to the controller leader's broker when this broker's
+// voter does not lead; a command another broker forwarded is applied here or refused.
 func (m *Manager) HandleController(op int8, body []byte) ([]byte, error) {
 	switch op {
 	case OpSubmit:
@@ -363,7 +367,12 @@ func (m *Manager) HandleController(op int8, body []byte) ([]byte, error) {
 		if err := json.Unmarshal(body, &cmd); err != nil {
 			return nil, fmt.Errorf("decode controller command: %w", err)
 		}
-		return m.SubmitLocal(&cmd)
+		if cmd.Forwarded {
+			return m.SubmitLocal(&cmd)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+		defer cancel()
+		return m.Submit(ctx, &cmd)
 	case OpMetadata:
 		return json.Marshal(m.View())
 	}

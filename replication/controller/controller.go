@@ -345,6 +345,7 @@ func (c *Controller) Submit(cmd *Command, timeout time.Duration) (Result, error)
 	stamped := *cmd
 	stamped.NowMs = c.cfg.Now().UnixMilli()
 	stamped.Version = CommandVersion
+	stamped.Forwarded = false
 	if cmd.Type == CmdCreateTopic && cmd.Topic != nil {
 		// The controller assigns a new topic's ID: drawn here, it is in the raft log, so
 		// every voter stores the same one.

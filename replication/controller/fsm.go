@@ -50,6 +50,11 @@ type Command struct {
 	Topic       *TopicRequest       `json:",omitempty"`
 	AlterISR    *AlterISRRequest    `json:",omitempty"`
 	Reassign    *ReassignRequest    `json:",omitempty"`
+	// Forwarded marks a command one broker sent to the controller leader's broker on
+	// behalf of itself or a client: the receiver applies it or refuses it, never forwards
+	// it again (no forwarding loops while brokers disagree on the leader). Submit clears
+	// it, so it is never in the log.
+	Forwarded bool `json:",omitempty"`
 }
 
 // BrokerRegistration is a broker's registration or heartbeat.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,5 +177,77 @@ func TestReplicationDeleteRecreate(t *testing.T) {
 	cmd, _ = json.Marshal(&controller.Command{Type: controller.CmdElectPreferred, Forwarded: true, Reassign: &controller.ReassignRequest{Topic: topic}})
 	if _, err := tc.c.ControllerSubmitAt(ctx, other.addr, cmd); !errors.Is(err, wire.ErrNotController) {
 		t.Fatalf("a forwarded command at a broker that does not lead: %v, want NOT_CONTROLLER", err)
+	}
+}
+
+// TestReplicationNonVoter: 3 controller voters and a fourth broker outside the quorum (no
+// raft: it follows the metadata from the brokers). An RF=3 topic placed with the
+// non-voter as leader takes acks=all produces; kill -9 of the non-voter moves leadership to
+// the ISR, and the non-voter returns, registers again and rejoins the ISR; every
+// acknowledged record reads back.
+func TestReplicationNonVoter(t *testing.T) {
+	tc := startClusterWith(t, 3, 1)
+	ctx := testContext(t, 3*time.Minute)
+	observer := tc.node(4)
+	if _, err := os.Stat(filepath.Join(observer.dataDir, "controller")); err == nil {
+		t.Fatal("the broker outside the quorum keeps a raft directory")
+	}
+	// The controller places partition 0 starting at fnv32a(name) % brokers in id order:
+	// pick a name whose leader is node 4.
+	topic := ""
+	for i := 0; topic == ""; i++ {
+		h := fnv.New32a()
+		name := fmt.Sprintf("observed-%d", i)
+		h.Write([]byte(name))
+		if h.Sum32()%4 == 3 {
+			topic = name
+		}
+	}
+	if err := tc.c.CreateReplicatedTopic(ctx, topic, 1, 3, map[string]string{"min.insync.replicas": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitFor("node 4 leading with a full ISR", func(v *cluster.View) bool {
+		p := partitionOf(v, topic)
+		return p != nil && p.Leader == 4 && len(p.ISR) == 3
+	}, observer)
+	want := map[int64][]byte{}
+	produce := func(what string, n int) {
+		for i := range n {
+			value := []byte(fmt.Sprintf("%s-%d", what, i))
+			res, err := tc.produce(ctx, topic, wire.AcksAll, value)
+			if err != nil {
+				t.Fatalf("produce %s: %v", value, err)
+			}
+			want[res.BaseOffset] = value
+		}
+	}
+	produce("on-4", 50)
+	if tc.lastLeader != observer {
+		t.Fatalf("the produces went to node %d, not the non-voter", tc.idOf(tc.lastLeader))
+	}
+
+	observer.kill()
+	tc.lastLeader = nil
+	v := tc.waitFor("a new leader from the ISR", func(v *cluster.View) bool {
+		p := partitionOf(v, topic)
+		return p != nil && p.Leader > 0 && p.Leader != 4
+	}, tc.brokers[0])
+	t.Logf("after kill -9 of the non-voter: leader %d", partitionOf(v, topic).Leader)
+	produce("after-kill", 50)
+
+	observer.restart()
+	tc.waitFor("the non-voter live and back in the ISR", func(v *cluster.View) bool {
+		p := partitionOf(v, topic)
+		return !v.Metadata.Brokers[4].Fenced && p != nil && len(p.ISR) == 3
+	}, tc.brokers[0])
+	if v := tc.view(observer); v == nil || v.ControllerLeader == 0 || v.Metadata.Topics[topic] == nil {
+		t.Fatalf("the non-voter's own view after its return: %+v", v)
+	}
+	produce("rejoined", 20)
+	got, _ := readAll(t, tc.c, tc.leader(topic).addr, topic)
+	for off, value := range want {
+		if string(got[off]) != string(value) {
+			t.Fatalf("offset %d holds %q, want %q", off, got[off], value)
+		}
 	}
 }

@@ -25,6 +25,10 @@ import (
 const (
 	OpSubmit   int8 = 0 // replicate a JSON controller.Command; answer the JSON of its result value
 	OpMetadata int8 = 1 // answer the JSON of this broker's view of the controller metadata
+	// OpWatch: the body is a JSON WatchRequest; answer like OpMetadata once this broker's
+	// metadata version is above its Since, or after its WaitMs (at most 10 s). Brokers
+	// outside the controller quorum follow the metadata with it.
+	OpWatch int8 = 2
 )
 
 // Errors of the Manager's API.
@@ -77,8 +81,15 @@ type FetchAnswer struct {
 
 // Config configures a Manager.
 type Config struct {
-	NodeID  int32
-	Voters  string // controller.ParseVoters' format; NodeID must be among them
+	NodeID int32
+	// Voters is the controller quorum (controller.ParseVoters' format). A broker among them
+	// runs its voter; one that is not runs no raft and follows the metadata from the
+	// brokers over the network (Seeds).
+	Voters string
+	// Seeds are client addresses (HOST:PORT) of brokers of the cluster that a broker
+	// outside the controller quorum asks for the metadata until it knows the controller
+	// leader's broker; required for such a broker, unused by voters.
+	Seeds   []string
 	Rack    string
 	DataDir string // the broker's data directory: the controller keeps DataDir/controller
 
@@ -124,7 +135,7 @@ const (
 type Manager struct {
 	cfg Config
 	log *slog.Logger
-	ctl *controller.Controller
+	ctl quorum // this broker's voter, or a follower of the metadata (remoteQuorum)
 	b   *shard.Broker
 	// self is the advertised client address, known once Attach runs.
 	self string
@@ -156,9 +167,13 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(voters, func(v controller.Voter) bool { return v.ID == cfg.NodeID }) {
-		return nil, fmt.Errorf("%w: node id %d is not among the controller voters %s (every broker runs a voter; brokers outside the quorum are not supported yet)",
+	voter := slices.ContainsFunc(voters, func(v controller.Voter) bool { return v.ID == cfg.NodeID })
+	if !voter && len(cfg.Seeds) == 0 {
+		return nil, fmt.Errorf("%w: node id %d is not among the controller voters %s, so it needs the client addresses of brokers of the cluster to follow the metadata from (--cluster-seeds)",
 			ErrConfig, cfg.NodeID, cfg.Voters)
+	}
+	if cfg.NodeID <= 0 {
+		return nil, fmt.Errorf("%w: node id %d, want a positive id", ErrConfig, cfg.NodeID)
 	}
 	if cfg.Dial == nil {
 		return nil, fmt.Errorf("%w: no dialer", ErrConfig)
@@ -184,6 +199,14 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.RaftLog == nil {
 		cfg.RaftLog = io.Discard
 	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
+	if cfg.ThrottledBytesPerSecond > 0 {
+		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
+	}
+	if !voter {
+		m.ctl = startRemoteQuorum(cfg.NodeID, cfg.Seeds, cfg.Dial, cfg.Logger)
+		return m, nil
+	}
 	ctl, err := controller.Start(controller.Config{
 		NodeID: cfg.NodeID, Voters: cfg.Voters, Dir: filepath.Join(cfg.DataDir, "controller"),
 		SessionTimeout:   cfg.SessionTimeout,
@@ -193,10 +216,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start controller voter: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, ctl: ctl, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
-	if cfg.ThrottledBytesPerSecond > 0 {
-		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
-	}
+	m.ctl = ctl
 	return m, nil
 }
 
@@ -375,6 +395,19 @@ func (m *Manager) HandleController(op int8, body []byte) ([]byte, error) {
 		return m.Submit(ctx, &cmd)
 	case OpMetadata:
 		return json.Marshal(m.View())
+	case OpWatch:
+		var w WatchRequest
+		if err := json.Unmarshal(body, &w); err != nil {
+			return nil, fmt.Errorf("decode metadata watch: %w", err)
+		}
+		wait := time.NewTimer(min(max(time.Duration(w.WaitMs)*time.Millisecond, 0), watchWaitMax))
+		defer wait.Stop()
+		select {
+		case <-m.ctl.Changed(w.Since):
+		case <-wait.C:
+		case <-m.stop:
+		}
+		return json.Marshal(m.View())
 	}
 	return nil, fmt.Errorf("unknown controller operation %d", op)
 }
@@ -517,6 +550,9 @@ func (m *Manager) heartbeatLoop() {
 		md := m.ctl.Metadata()
 		me := md.Brokers[m.cfg.NodeID]
 		switch {
+		case !m.quorumSynced():
+			// a broker outside the quorum has not heard the metadata yet: registering now
+			// could not tell our previous session from the new one
 		case !registered:
 			if me != nil {
 				before = me.SessionEpoch
@@ -545,6 +581,13 @@ func (m *Manager) heartbeatLoop() {
 			return
 		}
 	}
+}
+
+// quorumSynced: this broker's view of the metadata has been filled once (always for a
+// voter, whose view is its own state machine).
+func (m *Manager) quorumSynced() bool {
+	r, ok := m.ctl.(*remoteQuorum)
+	return !ok || r.isSynced()
 }
 
 // ---- metadata reconciliation ----

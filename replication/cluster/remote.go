@@ -175,35 +175,29 @@ func (q *remoteQuorum) run() {
 	}()
 	var conn PeerConn
 	var addr string
-	defer func() {
+	closeConn := func() {
 		if conn != nil {
 			conn.Close()
+			conn = nil
 		}
-	}()
+	}
+	defer closeConn()
 	for turn := 0; ctx.Err() == nil; turn++ {
 		target := q.next(turn)
+		var v *View
+		var err error
 		if conn == nil || addr != target {
-			if conn != nil {
-				conn.Close()
-			}
+			closeConn()
 			dctx, dcancel := context.WithTimeout(ctx, submitTimeout)
-			c, err := q.dial(dctx, target)
+			conn, err = q.dial(dctx, target)
 			dcancel()
-			if err != nil {
-				conn = nil
-				q.forgetLeader()
-				q.log.Debug("watch controller metadata: dial", "broker", target, "err", err)
-				if !q.pause() {
-					return
-				}
-				continue
-			}
-			conn, addr = c, target
+			addr = target
 		}
-		v, err := q.watch(ctx, conn)
+		if err == nil {
+			v, err = q.watch(ctx, conn)
+		}
 		if err != nil {
-			conn.Close()
-			conn = nil
+			closeConn()
 			q.forgetLeader()
 			q.log.Debug("watch controller metadata", "broker", target, "err", err)
 			if !q.pause() {

@@ -52,19 +52,7 @@ func FuzzApply(f *testing.F) {
 		fsm.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: data})
 		checkInvariants(t, fsm.Metadata())
 		// What applied also survives a snapshot.
-		snap, err := fsm.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sink sinkBuffer
-		if err := snap.Persist(&sink); err != nil {
-			t.Fatal(err)
-		}
-		restored := NewFSM(0)
-		if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
-			t.Fatal(err)
-		}
-		if !equalMetadata(fsm.Metadata(), restored.Metadata()) {
+		if !equalMetadata(fsm.Metadata(), snapshotRoundTrip(t, fsm).Metadata()) {
 			t.Fatal("snapshot round trip changed the metadata")
 		}
 	})
@@ -111,4 +99,22 @@ func containsID(ids []int32, id int32) bool {
 		}
 	}
 	return false
+}
+
+// snapshotRoundTrip snapshots fsm and restores the snapshot into a new FSM.
+func snapshotRoundTrip(t *testing.T, fsm *FSM) *FSM {
+	t.Helper()
+	snap, err := fsm.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink sinkBuffer
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	restored := NewFSM(0)
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	return restored
 }

@@ -81,7 +81,9 @@ func TestReplicationDeleteRecreate(t *testing.T) {
 
 	seed, down := tc.brokers[0], tc.brokers[2]
 	down.kill()
+	deleteStart := time.Now()
 	out := ok(t, "", nil, "--broker", seed.addr, "topic", "delete", topic).stdout
+	t.Logf("topic delete answered in %v", time.Since(deleteStart).Round(time.Millisecond))
 	if !strings.Contains(out, "deleted topic "+topic) {
 		t.Fatalf("topic delete printed %q", out)
 	}
@@ -94,6 +96,7 @@ func TestReplicationDeleteRecreate(t *testing.T) {
 			return !hasPartitionDir(b, topic) && !inCatalog
 		})
 	}
+	t.Logf("every running broker deleted its copy %v after the delete was sent", time.Since(deleteStart).Round(time.Millisecond))
 	if !hasPartitionDir(down, topic) {
 		t.Fatal("the killed broker's copy vanished while it was down")
 	}
@@ -102,11 +105,13 @@ func TestReplicationDeleteRecreate(t *testing.T) {
 		t.Fatalf("tombstones %+v, want the old topic id %s", v.Metadata.DeletedTopics, oldID)
 	}
 
+	restartAt := time.Now()
 	down.restart()
 	waitUntil(t, "the returning broker deleted its copy", func() bool {
 		_, inCatalog := catalogOf(t, down)[topic]
 		return !hasPartitionDir(down, topic) && !inCatalog
 	})
+	t.Logf("the returning broker deleted its copy %v after its restart began", time.Since(restartAt).Round(time.Millisecond))
 	tc.waitFor("every broker live again", func(v *cluster.View) bool {
 		return !v.Metadata.Brokers[tc.idOf(down)].Fenced
 	}, seed)
@@ -227,19 +232,22 @@ func TestReplicationNonVoter(t *testing.T) {
 	}
 
 	observer.kill()
+	killedAt := time.Now()
 	tc.lastLeader = nil
 	v := tc.waitFor("a new leader from the ISR", func(v *cluster.View) bool {
 		p := partitionOf(v, topic)
 		return p != nil && p.Leader > 0 && p.Leader != 4
 	}, tc.brokers[0])
-	t.Logf("after kill -9 of the non-voter: leader %d", partitionOf(v, topic).Leader)
+	t.Logf("kill -9 of the non-voter: node %d leads %v later", partitionOf(v, topic).Leader, time.Since(killedAt).Round(time.Millisecond))
 	produce("after-kill", 50)
 
+	restartAt := time.Now()
 	observer.restart()
 	tc.waitFor("the non-voter live and back in the ISR", func(v *cluster.View) bool {
 		p := partitionOf(v, topic)
 		return !v.Metadata.Brokers[4].Fenced && p != nil && len(p.ISR) == 3
 	}, tc.brokers[0])
+	t.Logf("the non-voter is back in the ISR %v after its restart began", time.Since(restartAt).Round(time.Millisecond))
 	if v := tc.view(observer); v == nil || v.ControllerLeader == 0 || v.Metadata.Topics[topic] == nil {
 		t.Fatalf("the non-voter's own view after its return: %+v", v)
 	}

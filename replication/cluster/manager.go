@@ -151,6 +151,10 @@ type Manager struct {
 	ctlAddr string   // guarded by cmu
 
 	registeredEpoch atomic.Int64 // the session epoch seen after our registration; 0: none yet
+	// deleting counts local topic deletions in progress (deleteDropped): a topic leaves the
+	// broker's metadata before its directories are removed, and DeleteTopic answers only
+	// once they are.
+	deleting atomic.Int32
 
 	// ISR changes of partitions this broker leads, committed by the controller (metrics).
 	isrShrinks, isrExpands atomic.Uint64
@@ -485,7 +489,7 @@ func (m *Manager) DeleteTopic(ctx context.Context, name string) error {
 	}
 	return m.waitLocal(ctx, "deleted; its local copy is not removed yet", func() bool {
 		local := m.b.Topic(name)
-		return local == nil || localTopicID(local) != t.ID
+		return (local == nil || localTopicID(local) != t.ID) && m.deleting.Load() == 0
 	})
 }
 
@@ -694,7 +698,10 @@ func (m *Manager) deleteDropped(md *controller.Metadata) {
 				v.(*replica).retire(m)
 			}
 		}
-		if err := m.b.DeleteTopic(t.Name); err != nil {
+		m.deleting.Add(1)
+		err := m.b.DeleteTopic(t.Name)
+		m.deleting.Add(-1)
+		if err != nil {
 			m.log.Warn("delete a topic the controller deleted", "topic", t.Name, "id", localTopicID(t), "err", err)
 			continue
 		}

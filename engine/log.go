@@ -243,8 +243,14 @@ func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 // follower copying its leader): nothing is rewritten, and the batches must continue the log
 // exactly (the first base offset is EndOffset, each next one follows the previous last
 // offset), else ErrInvalidBatch and nothing is written. Durability is as for AppendBatches.
+// With asynchronous direct writes it returns once the batches are written, so that the end
+// offset a follower reports to its leader is on its device.
 func (l *Log) AppendReplicated(batches [][]byte) (AppendResult, error) {
-	return l.appendBatches(batches, false)
+	res, err := l.appendBatches(batches, false)
+	if err == nil {
+		err = l.awaitWrites()
+	}
+	return res, err
 }
 
 func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error) {

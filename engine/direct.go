@@ -40,8 +40,10 @@ type chunk struct {
 
 // directFreeChunksMax bounds the chunks kept for reuse: a chunk evicted from the cache
 // without ever being handed to a reader is recycled instead of allocating (and page-faulting)
-// a fresh one per DirectChunkBytes appended.
-const directFreeChunksMax = 2
+// a fresh one per DirectChunkBytes appended. Asynchronous writes (asyncwrite.go) stage and
+// then evict several chunks per write group, so a handful are kept: 8 (8 MiB at the default
+// chunk size) per partition that wrote that fast.
+const directFreeChunksMax = 8
 
 func (c *chunk) end() int64 { return c.start + int64(c.fill) }
 

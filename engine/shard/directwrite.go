@@ -41,7 +41,7 @@ func (w *pendingAppends) pop() pendingAppend {
 // enableAsyncWrites lets p's log (direct mode only) write through the shard's ring. A test
 // FileIO (Config.WrapFileIO) keeps the synchronous path, where it sees every write.
 func (s *Shard) enableAsyncWrites(p *partition) {
-	if s.b.wrapped != nil {
+	if s.b.wrapped != nil || s.b.cfg.hooks != nil && s.b.cfg.hooks.syncDirectWrites {
 		return
 	}
 	l := p.log

@@ -45,8 +45,8 @@ type AsyncWriter interface {
 
 // directStagedMax bounds the bytes a log stages behind the write in flight: an append past
 // it waits for the device (back-pressure for producers that do not wait for
-// acknowledgements, acks=0).
-const directStagedMax = 16 << 20
+// acknowledgements, acks=0). A variable for tests.
+var directStagedMax int64 = 16 << 20
 
 // writeGroup is the one write group of a log in flight.
 type writeGroup struct {
@@ -88,15 +88,25 @@ func (l *Log) writeAsync(s *segment, batches [][]byte, pos, prevNext int64) erro
 	w := s.direct
 	if !w.pending() {
 		l.writtenNext = prevNext // the end of what is on disk, until a group completes
-	} else if pos+totalBytes(batches)-w.writtenPos > directStagedMax {
-		if err := l.awaitWrites(); err != nil {
-			return err
-		}
-		l.writtenNext = prevNext
 	}
 	w.stage(batches, pos)
 	l.submitWrites(s)
 	return nil
+}
+
+// makeRoom waits for the writes in flight when staging batches would leave more than
+// directStagedMax bytes behind them. It runs before the append notes any batch: a group
+// that completes meanwhile starts the next from what is staged, which must match the
+// segment's state.
+func (l *Log) makeRoom(batches [][]byte) error {
+	if l.aw == nil {
+		return nil
+	}
+	w := l.active().direct
+	if w == nil || !w.pending() || w.active.end()+totalBytes(batches)-w.writtenPos <= directStagedMax {
+		return nil
+	}
+	return l.awaitWrites()
 }
 
 // submitWrites starts a write group for everything staged in s, unless one is in flight.

@@ -277,6 +277,9 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			return dup, err
 		}
 	}
+	if err := l.makeRoom(batches); err != nil { // asyncwrite.go: bound what is staged
+		return res, err
+	}
 	reserved, err := l.reserveDisk(batches)
 	if err != nil {
 		return res, err

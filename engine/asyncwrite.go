@@ -116,8 +116,10 @@ func (l *Log) submitWrites(s *segment) {
 		return
 	}
 	from := alignDown(w.writtenPos)
-	iov, end := w.pieces(l.iovecs[:0], from)
-	w.allocateAhead(l.fio, end)
+	// No fallocate ahead here (the synchronous path does one per 32 MiB): it is a blocking
+	// call, and on ext4 it waits for the inode lock that the writes in flight hold. The
+	// writes allocate their own blocks, off the loop.
+	iov, _ := w.pieces(l.iovecs[:0], from)
 	l.wg = writeGroup{pos: w.active.end(), next: s.nextOffset}
 	off := from
 	for _, p := range iov {

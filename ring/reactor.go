@@ -47,7 +47,7 @@ type Reactor struct {
 	unknownCQEs uint64 // completions whose user data matched no op (see dispatch)
 	ownerTid    int    // thread that created the reactor (gettid)
 	stats       loopStats
-	writeArena  *Arena // registered fixed buffers StartWrite sends as WRITE_FIXED; nil: none
+	writeBufs   writeBuffers // the sparse fixed-buffer table of StartWriteFixed (writeasync.go)
 
 	// Shared with other goroutines.
 	mailbox     mailbox

@@ -12,6 +12,8 @@ type loopStats struct {
 	// writesStarted counts StartWrite ops; awaits the times AwaitWrites had to wait for the
 	// ring (the owner blocked on its own writes).
 	writesStarted, awaits uint64
+	writesFixed           uint64 // StartWrite ops sent as WRITE_FIXED
+	writeBufferFailures   uint64 // RegisterWriteBuffer updates the kernel refused
 }
 
 // Stats is a point-in-time copy of a reactor's counters (see Reactor.Stats).
@@ -29,6 +31,8 @@ type Stats struct {
 	// WritesStarted counts StartWrite ops (direct-mode segment writes); Awaits counts the
 	// times AwaitWrites blocked the loop for them (a roll, truncation or close waiting).
 	WritesStarted, Awaits uint64
+	// WritesFixed counts those sent from registered buffers (WRITE_FIXED).
+	WritesFixed uint64
 }
 
 // Stats returns the reactor's counters. Call it on the loop thread (from a Post).
@@ -41,6 +45,7 @@ func (r *Reactor) Stats() Stats {
 
 		WritesStarted: r.stats.writesStarted,
 		Awaits:        r.stats.awaits,
+		WritesFixed:   r.stats.writesFixed,
 	}
 	if !r.stats.started.IsZero() {
 		st.Running = time.Since(r.stats.started)

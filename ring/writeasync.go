@@ -3,14 +3,15 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"golang.org/x/sys/unix"
 )
 
 // Asynchronous file writes whose owner may have to wait for them from inside a callback.
 //
-// StartWrite submits one write (IORING_OP_WRITE, or IORING_OP_WRITE_FIXED when p lies in an
-// arena registered with RegisterWriteArena) and reports its completion as (bytes, error).
+// StartWrite submits one write (IORING_OP_WRITE; StartWriteFixed: IORING_OP_WRITE_FIXED from a
+// buffer registered with RegisterWriteBuffer) and reports its completion as (bytes, error).
 // AwaitWrites lets the owning thread wait until a condition over those completions holds,
 // without running any other op's callback re-entrantly: completions of ops begun by
 // StartWrite are dispatched at once (their callbacks must only do bookkeeping), every other
@@ -23,6 +24,17 @@ import (
 // AwaitWrites) when the write completes; n is the byte count the kernel reported. p must
 // stay untouched until then; Go heap memory is pinned for the op's life.
 func (r *Reactor) StartWrite(fd int, p []byte, off int64, done func(n int, err error)) error {
+	return r.startWrite(fd, p, off, -1, done)
+}
+
+// StartWriteFixed is StartWrite from a buffer registered with RegisterWriteBuffer (index
+// is its slot; p must lie inside that buffer): IORING_OP_WRITE_FIXED, no page pinning per
+// op in the kernel, no runtime.Pinner in Go.
+func (r *Reactor) StartWriteFixed(fd int, p []byte, off int64, index int, done func(n int, err error)) error {
+	return r.startWrite(fd, p, off, index, done)
+}
+
+func (r *Reactor) startWrite(fd int, p []byte, off int64, index int, done func(n int, err error)) error {
 	if len(p) == 0 {
 		return fmt.Errorf("ring: StartWrite of 0 bytes: %w", unix.EINVAL)
 	}
@@ -30,8 +42,8 @@ func (r *Reactor) StartWrite(fd int, p []byte, off int64, done func(n int, err e
 	if err != nil {
 		return err
 	}
-	if idx := r.writeArenaIndex(p); idx >= 0 {
-		op.sqe.PrepWriteFixed(fd, p, uint64(off), uint16(idx))
+	if index >= 0 {
+		op.sqe.PrepWriteFixed(fd, p, uint64(off), uint16(index))
 	} else {
 		op.sqe.PrepWrite(fd, p, uint64(off))
 		op.Pin(&p[0])
@@ -42,43 +54,69 @@ func (r *Reactor) StartWrite(fd int, p []byte, off int64, done func(n int, err e
 		return err
 	}
 	r.stats.writesStarted++
+	if index >= 0 {
+		r.stats.writesFixed++
+	}
 	return nil
 }
 
-// writeArenaIndex is the fixed-buffer index of p when it lies whole in the registered write
-// arena, else -1.
-func (r *Reactor) writeArenaIndex(p []byte) int {
-	a := r.writeArena
-	if a == nil || !r.probe.Supported(OpWriteFixed) {
-		return -1
-	}
-	idx := a.Index(p)
-	if idx < 0 {
-		return -1
-	}
-	if off := r.arenaOffset(a, p); off+len(p) > a.bufSize*(idx+1) {
-		return -1 // crosses into the next buffer: not one fixed buffer
-	}
-	return idx
+// WriteBufferSlots is the size of the sparse fixed-buffer table RegisterWriteBuffer fills
+// (the kernel's limit is 16,384). A buffer that finds no free slot is written unregistered.
+const WriteBufferSlots = 4096
+
+// writeBuffers is the reactor's sparse fixed-buffer table for StartWriteFixed.
+type writeBuffers struct {
+	tried, ok bool
+	free      []uint16
 }
 
-// arenaOffset is p's byte offset inside a's mapping.
-func (r *Reactor) arenaOffset(a *Arena, p []byte) int {
-	return int(bufAddr(p) - a.base)
+// RegisterWriteBuffer registers b (page-aligned memory that stays put: an mmap'd arena or
+// Go heap memory the caller keeps alive) as a fixed buffer for StartWriteFixed and returns
+// its slot. ok is false when the kernel has no sparse tables (before 5.19), refuses the
+// locked memory (RLIMIT_MEMLOCK) or every slot is taken: write b with StartWrite then. The
+// first call registers the table and logs why if it cannot. Release the slot with
+// UnregisterWriteBuffer before b is freed.
+func (r *Reactor) RegisterWriteBuffer(b []byte) (index int, ok bool) {
+	wb := &r.writeBufs
+	if !wb.tried {
+		wb.tried = true
+		if !r.probe.Supported(OpWriteFixed) {
+			return -1, false
+		}
+		if err := r.ring.RegisterBuffersSparse(WriteBufferSlots); err != nil {
+			slog.Warn("ring: no sparse fixed-buffer table; direct writes go unregistered", "err", err)
+			return -1, false
+		}
+		wb.ok = true
+		wb.free = make([]uint16, WriteBufferSlots)
+		for i := range wb.free {
+			wb.free[i] = uint16(WriteBufferSlots - 1 - i)
+		}
+	}
+	if !wb.ok || len(wb.free) == 0 || len(b) == 0 {
+		return -1, false
+	}
+	idx := wb.free[len(wb.free)-1]
+	if err := r.ring.UpdateBuffers(uint32(idx), [][]byte{b}); err != nil {
+		if r.stats.writeBufferFailures++; r.stats.writeBufferFailures == 1 {
+			slog.Warn("ring: registering a write buffer failed; it is written unregistered", "bytes", len(b), "err", err)
+		}
+		return -1, false
+	}
+	wb.free = wb.free[:len(wb.free)-1]
+	return int(idx), true
 }
 
-// RegisterWriteArena registers a as the ring's fixed buffers and makes StartWrite send
-// writes from it as WRITE_FIXED (no page pinning per op). registered is false, with the
-// reason logged, when the kernel refuses (RLIMIT_MEMLOCK); writes then go as plain WRITE.
-func (r *Reactor) RegisterWriteArena(a *Arena) (registered bool, err error) {
-	if r.writeArena != nil {
-		return false, errors.New("ring: a write arena is already registered")
+// UnregisterWriteBuffer empties slot index (no write from it may be in flight).
+func (r *Reactor) UnregisterWriteBuffer(index int) {
+	if index < 0 || !r.writeBufs.ok {
+		return
 	}
-	ok, err := r.RegisterArena(a)
-	if ok {
-		r.writeArena = a
+	if err := r.ring.UpdateBuffers(uint32(index), [][]byte{nil}); err != nil {
+		slog.Warn("ring: unregistering a write buffer failed", "slot", index, "err", err)
+		return // the slot stays taken: its pages stay pinned, nothing is reused wrongly
 	}
-	return ok, err
+	r.writeBufs.free = append(r.writeBufs.free, uint16(index))
 }
 
 // AwaitWrites waits on the owning thread until cond() is true, dispatching the completions

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// TestStartWriteAwaitWrites: writes from heap memory and from a registered arena (sent as
-// WRITE_FIXED) complete through their callbacks; AwaitWrites dispatches exactly those and
-// leaves every other completion, and the mailbox, to the loop.
+// TestStartWriteAwaitWrites: writes from heap memory and from a buffer registered in the
+// sparse table (WRITE_FIXED) complete through their callbacks; AwaitWrites dispatches
+// exactly those and leaves every other completion, and the mailbox, to the loop; a slot
+// emptied by UnregisterWriteBuffer no longer writes.
 func TestStartWriteAwaitWrites(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		r := newReactor(t, backend, Config{})
@@ -16,12 +17,16 @@ func TestStartWriteAwaitWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.RegisterWriteArena(a); err != nil || !ok {
-			t.Fatalf("RegisterWriteArena: %v %v", ok, err)
-		}
 		f, _ := tempFile(t)
 		fixed, _, _ := a.Get()
 		copy(fixed, bytes.Repeat([]byte("F"), 4096))
+		slot, ok := r.RegisterWriteBuffer(fixed)
+		if !ok {
+			if backend == "uring" {
+				t.Skip("no sparse fixed-buffer table on this kernel (5.19+)")
+			}
+			t.Fatal("RegisterWriteBuffer refused on the syscall backend")
+		}
 		heap := bytes.Repeat([]byte("H"), 4096)
 
 		var got []int
@@ -34,7 +39,7 @@ func TestStartWriteAwaitWrites(t *testing.T) {
 		if err := r.Post(func() { posted = true }); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.StartWrite(int(f.Fd()), fixed[:4096], 0, done); err != nil {
+		if err := r.StartWriteFixed(int(f.Fd()), fixed[:4096], 0, slot, done); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.StartWrite(int(f.Fd()), heap, 4096, done); err != nil {
@@ -67,8 +72,22 @@ func TestStartWriteAwaitWrites(t *testing.T) {
 		if !bytes.Equal(data, append(bytes.Repeat([]byte("F"), 4096), heap...)) {
 			t.Fatal("file does not hold the two writes")
 		}
-		if st := r.Stats(); st.WritesStarted != 2 {
-			t.Fatalf("WritesStarted = %d", st.WritesStarted)
+		if st := r.Stats(); st.WritesStarted != 2 || st.WritesFixed != 1 {
+			t.Fatalf("WritesStarted = %d, WritesFixed = %d", st.WritesStarted, st.WritesFixed)
+		}
+		r.UnregisterWriteBuffer(slot)
+		var ferr error
+		if err := r.StartWriteFixed(int(f.Fd()), fixed[:4096], 0, slot, func(_ int, err error) { ferr = err; got = append(got, 0) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AwaitWrites(func() bool { return len(got) == 3 }); err != nil {
+			t.Fatal(err)
+		}
+		if ferr == nil {
+			t.Fatal("a write from an emptied slot succeeded")
+		}
+		if again, ok := r.RegisterWriteBuffer(fixed); !ok || again != slot {
+			t.Fatalf("re-register: slot %d ok %v, want the freed slot %d", again, ok, slot)
 		}
 		// A failing write reports its errno.
 		var werr error
@@ -79,7 +98,9 @@ func TestStartWriteAwaitWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Put(fixed)
-		r.Ring().UnregisterBuffers()
+		if err := r.Ring().UnregisterBuffers(); err != nil {
+			t.Fatal(err)
+		}
 		if err := a.Release(); err != nil {
 			t.Fatal(err)
 		}

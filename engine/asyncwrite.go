@@ -43,6 +43,17 @@ type AsyncWriter interface {
 	AwaitWrites(cond func() bool) error
 }
 
+// FixedBufferWriter is an AsyncWriter that can register the staging chunks as the ring's
+// fixed buffers, so their writes go as WRITE_FIXED (no page pinning per write).
+// *ring.Reactor implements it. A chunk is registered the first time it is written and
+// released when the log drops it.
+type FixedBufferWriter interface {
+	AsyncWriter
+	RegisterWriteBuffer(b []byte) (index int, ok bool)
+	UnregisterWriteBuffer(index int)
+	StartWriteFixed(fd int, p []byte, off int64, index int, done func(n int, err error)) error
+}
+
 // directStagedMax bounds the bytes a log stages behind the write in flight: an append past
 // it waits for the device (back-pressure for producers that do not wait for
 // acknowledgements, acks=0). A variable for tests.
@@ -67,6 +78,10 @@ func (l *Log) SetAsyncWriter(aw AsyncWriter, written func()) bool {
 		return false
 	}
 	l.aw, l.onWritten = aw, written
+	l.fixedIO, _ = aw.(FixedBufferWriter)
+	if s := l.active(); s.direct != nil {
+		s.direct.fixedIO = l.fixedIO
+	}
 	l.awDone = l.writeOpDone
 	l.awIdle = func() bool { return l.wg.ops == 0 }
 	return true
@@ -124,7 +139,13 @@ func (l *Log) submitWrites(s *segment) {
 	off := from
 	for _, p := range iov {
 		l.wg.want += int64(len(p))
-		if err := l.aw.StartWrite(w.fd(), p, off, l.awDone); err != nil {
+		var err error
+		if idx := w.fixedIndex(w.chunkAt(off)); idx >= 0 {
+			err = l.fixedIO.StartWriteFixed(w.fd(), p, off, idx, l.awDone)
+		} else {
+			err = l.aw.StartWrite(w.fd(), p, off, l.awDone)
+		}
+		if err != nil {
 			// No room on the ring right now: write this piece the blocking way (the pieces
 			// never overlap, so it may run beside the ones in flight).
 			n, err := pwriteAll(l.fio, w.fd(), p, off)

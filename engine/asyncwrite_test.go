@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/faultio"
@@ -24,14 +25,68 @@ type queuedWrites struct {
 }
 
 type queuedWrite struct {
-	fd   int
-	p    []byte
-	off  int64
-	done func(int, error)
+	fd    int
+	p     []byte
+	off   int64
+	done  func(int, error)
+	index int // fixed-buffer slot, -1: none
+}
+
+// fixedQueuedWrites adds a fixed-buffer table of a few slots (so some chunks are refused)
+// and checks the log's use of it: a fixed write lies inside its slot's buffer, and a slot
+// is never emptied while a write from it is queued.
+type fixedQueuedWrites struct {
+	*queuedWrites
+	t     *testing.T
+	slots [][]byte // nil: free
+	used  int
+}
+
+func (w *fixedQueuedWrites) RegisterWriteBuffer(b []byte) (int, bool) {
+	for i, s := range w.slots {
+		if s == nil {
+			w.slots[i] = b
+			w.used++
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+func (w *fixedQueuedWrites) UnregisterWriteBuffer(index int) {
+	if w.slots[index] == nil {
+		w.t.Fatalf("slot %d unregistered twice", index)
+	}
+	for _, x := range w.q {
+		if x.index == index {
+			w.t.Fatalf("slot %d unregistered with a write from it in flight", index)
+		}
+	}
+	w.slots[index] = nil
+}
+
+func (w *fixedQueuedWrites) StartWriteFixed(fd int, p []byte, off int64, index int, done func(int, error)) error {
+	b := w.slots[index]
+	if b == nil || uintptr(unsafe.Pointer(&p[0])) < uintptr(unsafe.Pointer(&b[0])) ||
+		uintptr(unsafe.Pointer(&p[len(p)-1])) > uintptr(unsafe.Pointer(&b[len(b)-1])) {
+		w.t.Fatalf("fixed write of %d bytes outside slot %d", len(p), index)
+	}
+	w.q = append(w.q, queuedWrite{fd, p, off, done, index})
+	return nil
+}
+
+func (w *fixedQueuedWrites) registered() int {
+	n := 0
+	for _, s := range w.slots {
+		if s != nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (w *queuedWrites) StartWrite(fd int, p []byte, off int64, done func(int, error)) error {
-	w.q = append(w.q, queuedWrite{fd, p, off, done})
+	w.q = append(w.q, queuedWrite{fd, p, off, done, -1})
 	return nil
 }
 
@@ -157,8 +212,9 @@ func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
 		t.Skip("no O_DIRECT here")
 	}
 	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
+	fw := &fixedQueuedWrites{queuedWrites: qw, t: t, slots: make([][]byte, 3)}
 	last, hooks := int64(0), 0
-	if !l.SetAsyncWriter(qw, func() {
+	if !l.SetAsyncWriter(fw, func() {
 		hooks++
 		end := l.EndOffset()
 		if end < last {
@@ -225,6 +281,9 @@ func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if fw.used == 0 || fw.registered() != 0 {
+		t.Fatalf("fixed buffers: %d registrations, %d still registered after Close", fw.used, fw.registered())
 	}
 	if last == 0 || hooks == 0 {
 		t.Fatalf("written hook ran %d times, last end %d", hooks, last)

@@ -36,7 +36,15 @@ type chunk struct {
 	start  int64  // file position of buf[0], block-aligned
 	fill   int
 	shared bool // a reader was given a slice of buf: never reuse it, let the GC have it
+	// fixed is buf's slot in the ring's fixed-buffer table (asynchronous writes with a
+	// FixedBufferWriter); fixedNone: not registered yet, fixedRefused: the ring said no.
+	fixed int
 }
+
+const (
+	fixedNone    = -1
+	fixedRefused = -2
+)
 
 // directFreeChunksMax bounds the chunks kept for reuse: a chunk evicted from the cache
 // without ever being handed to a reader is recycled instead of allocating (and page-faulting)
@@ -61,6 +69,9 @@ type directWriter struct {
 	// undoFill and undoCached are the active chunk's fill and the cache length before the
 	// last stage (unstage).
 	undoFill, undoCached int
+	// fixedIO, when set, registers chunks as the ring's fixed buffers (asyncwrite.go); a
+	// chunk's slot is released when the writer drops the chunk.
+	fixedIO FixedBufferWriter
 	// allocatedEnd is how far the file has been fallocate'd ahead (KEEP_SIZE).
 	allocatedEnd int64
 }
@@ -109,7 +120,13 @@ func openDirectWriter(fio ring.FileIO, path string, bufferedFd int, size int64, 
 
 // reset drops all cached chunks and starts a fresh active chunk at the block holding size.
 func (w *directWriter) reset(fio ring.FileIO, bufferedFd int, size int64) error {
-	w.cache = nil
+	for _, c := range w.cache {
+		w.recycle(c)
+	}
+	if w.active != nil {
+		w.recycle(w.active)
+	}
+	w.cache, w.active = nil, nil
 	c := w.newChunk(alignDown(size))
 	c.fill = int(size - c.start)
 	if err := preadFull(fio, bufferedFd, c.buf[:c.fill], c.start); err != nil {
@@ -120,7 +137,42 @@ func (w *directWriter) reset(fio ring.FileIO, bufferedFd int, size int64) error 
 	return nil
 }
 
-func (w *directWriter) close() error { return w.file.Close() }
+func (w *directWriter) close() error {
+	for _, c := range w.cache {
+		w.release(c)
+	}
+	if w.active != nil {
+		w.release(w.active)
+	}
+	for _, c := range w.free {
+		w.release(c)
+	}
+	return w.file.Close()
+}
+
+// fixedIndex is c's fixed-buffer slot, registering it on first use; < 0: write it
+// unregistered.
+func (w *directWriter) fixedIndex(c *chunk) int {
+	if w.fixedIO == nil {
+		return fixedNone
+	}
+	if c.fixed == fixedNone {
+		c.fixed = fixedRefused
+		if idx, ok := w.fixedIO.RegisterWriteBuffer(c.buf); ok {
+			c.fixed = idx
+		}
+	}
+	return c.fixed
+}
+
+// release gives back c's fixed-buffer slot (the writer drops c; no write from it is in
+// flight).
+func (w *directWriter) release(c *chunk) {
+	if c.fixed >= 0 && w.fixedIO != nil {
+		w.fixedIO.UnregisterWriteBuffer(c.fixed)
+	}
+	c.fixed = fixedNone
+}
 
 // memoryStart is the lowest file position held in memory.
 func (w *directWriter) memoryStart() int64 {
@@ -289,13 +341,16 @@ func (w *directWriter) newChunk(start int64) *chunk {
 		c.start, c.fill = start, 0
 		return c
 	}
-	return &chunk{buf: alignedBuffer(w.chunkBytes), start: start}
+	return &chunk{buf: alignedBuffer(w.chunkBytes), start: start, fixed: fixedNone}
 }
 
+// recycle keeps c for reuse, or drops it (shared with readers, or enough kept).
 func (w *directWriter) recycle(c *chunk) {
 	if !c.shared && len(w.free) < directFreeChunksMax {
 		w.free = append(w.free, c)
+		return
 	}
+	w.release(c)
 }
 
 // directSupport caches the O_DIRECT probe per data directory.

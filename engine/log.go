@@ -92,6 +92,7 @@ type Log struct {
 
 	// Asynchronous direct-mode writes (asyncwrite.go); aw nil: appends write synchronously.
 	aw          AsyncWriter
+	fixedIO     FixedBufferWriter // aw, when it registers fixed buffers; nil otherwise
 	onWritten   func()
 	awDone      func(n int, err error) // l.writeOpDone, bound once
 	awIdle      func() bool            // no write op in flight, bound once
@@ -576,6 +577,7 @@ func (l *Log) activate(s *segment) error {
 	if err != nil {
 		return fmt.Errorf("activate segment %d: %w", s.baseOffset, err)
 	}
+	w.fixedIO = l.fixedIO
 	s.direct = w
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/ring"
 )
 
 // Asynchronous direct-mode appends (engine/asyncwrite.go). A direct-mode log writes on the
@@ -12,6 +13,9 @@ import (
 // (the end of the records on the device) has moved. A produce is handed to the core
 // (core.Appended: answered, or queued for a sync) only once its records are written, in
 // offset order; until then it waits here, in its partition's pendingAppends.
+
+// The shard's reactor is the logs' asynchronous writer, with fixed buffers.
+var _ engine.FixedBufferWriter = (*ring.Reactor)(nil)
 
 // pendingAppend is a produce whose records are staged, not yet written.
 type pendingAppend struct {

@@ -149,22 +149,27 @@ func appendCounted(t *testing.T, l *Log, rng *rand.Rand) (AppendResult, error) {
 	next := l.StagedEndOffset()
 	var batches [][]byte
 	for g := 1 + rng.IntN(3); g > 0; g-- {
-		b.Reset()
 		n := 1 + rng.IntN(6)
 		if rng.IntN(4) == 0 {
 			n = 50 + rng.IntN(200)
 		}
-		for r := n; r > 0; r-- {
-			b.Append(next, nil, crashValue(next), nil)
-			next++
-		}
-		bb, err := b.Build(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		batches = append(batches, bb)
+		batches = append(batches, crashBatch(t, b, &next, n))
 	}
 	return l.AppendBatches(batches)
+}
+
+// endSync finishes a pipelined sync as the shard does: meanwhile (more writes completing
+// while the fdatasyncs run), then every descriptor's fdatasync through fio, then EndSync.
+func endSync(t *testing.T, l *Log, tk SyncTicket, fio ring.FileIO, meanwhile func()) {
+	t.Helper()
+	meanwhile()
+	var serr error
+	for _, fd := range tk.Fds {
+		serr = errors.Join(serr, fio.Fdatasync(fd))
+	}
+	if err := l.EndSync(tk, serr); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkOnDisk reads the segment files with plain preads (not the log's memory) and fails
@@ -258,14 +263,7 @@ func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
 				if tk.Offset > l.EndOffset() {
 					t.Fatalf("a sync covers %d, past the written end %d", tk.Offset, l.EndOffset())
 				}
-				qw.completeSome(rng.IntN(3))
-				var serr error
-				for _, fd := range tk.Fds {
-					serr = errors.Join(serr, unix.Fdatasync(fd))
-				}
-				if err := l.EndSync(tk, serr); err != nil {
-					t.Fatal(err)
-				}
+				endSync(t, l, tk, ring.Syscalls{}, func() { qw.completeSome(rng.IntN(3)) })
 				if l.SyncedOffset() > l.EndOffset() {
 					t.Fatalf("synced %d, past the written end %d", l.SyncedOffset(), l.EndOffset())
 				}
@@ -388,14 +386,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 							t.Fatal(err)
 						}
 						if ok {
-							qw.completeSome(rng.IntN(3))
-							var serr error
-							for _, fd := range tk.Fds {
-								serr = errors.Join(serr, fs.Fdatasync(fd))
-							}
-							if err := l.EndSync(tk, serr); err != nil {
-								t.Fatal(err)
-							}
+							endSync(t, l, tk, fs, func() { qw.completeSome(rng.IntN(3)) })
 						}
 					case 2, 3:
 						qw.completeSome(1 + rng.IntN(3))

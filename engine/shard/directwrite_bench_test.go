@@ -54,38 +54,9 @@ func benchDirectAppend(b *testing.B, batchBytes int, syncWrites bool) {
 	}
 	records := max(batchBytes/1100, 1) // ~1 KiB values plus record overhead fill the batch
 	window := min(1024, (64<<20)/batchBytes)
-	bufs := make([][]byte, window) // a slot is reused only after its produce was answered
-	free := make(chan int, window)
-	for i := range bufs {
-		bufs[i] = benchBatch(b, records, 1024)
-		free <- i
-	}
-	fail := make(chan error, 1)
-	b.SetBytes(int64(len(bufs[0])))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		slot := <-free
-		tp := TopicPartition{"bench", int32(i % benchPartitions)}
-		br.Produce(tp, bufs[slot:slot+1], AcksLeader, func(r ProduceResult) {
-			if r.Err != nil {
-				select {
-				case fail <- r.Err:
-				default:
-				}
-			}
-			free <- slot
-		})
-	}
-	for i := 0; i < window; i++ {
-		<-free
-	}
-	b.StopTimer()
-	select {
-	case err := <-fail:
-		b.Fatal(err)
-	default:
-	}
+	benchProduceWindow(b, br, window, records, func(i int) TopicPartition {
+		return TopicPartition{"bench", int32(i % benchPartitions)}
+	}, AcksLeader)
 }
 
 // benchRawDirect writes sequential 1 MiB O_DIRECT blocks, 64 in flight on a shard's ring

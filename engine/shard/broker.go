@@ -133,8 +133,9 @@ type testHooks struct {
 	// fdatasyncAsync replaces the ring submission of a pipelined sync's fdatasync; done must
 	// run on s's loop.
 	fdatasyncAsync func(s *Shard, fd int, done func(error))
-	// syncDirectWrites keeps direct-mode appends synchronous (the A/B of directwrite.go).
-	syncDirectWrites bool
+	// syncDirectWrites keeps direct-mode appends synchronous (the A/B of directwrite.go);
+	// unregisteredDirectWrites keeps them asynchronous without fixed buffers.
+	syncDirectWrites, unregisteredDirectWrites bool
 }
 
 // TopicPartition names one partition.

@@ -49,7 +49,11 @@ func (s *Shard) enableAsyncWrites(p *partition) {
 		return
 	}
 	l := p.log
-	l.SetAsyncWriter(s.r, func() { s.writesDone(p, l) })
+	var aw engine.AsyncWriter = s.r
+	if h := s.b.cfg.hooks; h != nil && h.unregisteredDirectWrites {
+		aw = struct{ engine.AsyncWriter }{s.r} // hides the fixed-buffer methods
+	}
+	l.SetAsyncWriter(aw, func() { s.writesDone(p, l) })
 }
 
 // appended hands a completed AppendBatches of p to the core, or queues it until its

@@ -21,14 +21,15 @@ import (
 // file, as a log does (on ext4 an O_DIRECT write past the end of the file or into
 // unwritten blocks cannot run without blocking, so io_uring hands it to its worker threads).
 // mode=sync is the synchronous direct path (one pwritev per produce, the loop waiting for
-// the device) for the A/B.
+// the device) and mode=async-unregistered the asynchronous one without fixed buffers
+// (plain WRITE, pages pinned per op), for the A/Bs.
 func BenchmarkDirectAppend(b *testing.B) {
 	b.Run("raw-seq-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, true) })
 	b.Run("raw-append-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, false) })
-	for _, mode := range []string{"async", "sync"} {
+	for _, mode := range []string{"async", "sync", "async-unregistered"} {
 		for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("mode=%s/batch=%dKiB", mode, size>>10), func(b *testing.B) {
-				benchDirectAppend(b, size, mode == "sync")
+				benchDirectAppend(b, size, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
 			})
 		}
 	}
@@ -36,11 +37,8 @@ func BenchmarkDirectAppend(b *testing.B) {
 
 const benchPartitions = 16
 
-func benchDirectAppend(b *testing.B, batchBytes int, syncWrites bool) {
-	cfg := Config{DataDir: b.TempDir(), Ring: ring.Config{Backend: "auto"}}
-	if syncWrites {
-		cfg.hooks = &testHooks{syncDirectWrites: true}
-	}
+func benchDirectAppend(b *testing.B, batchBytes int, hooks *testHooks) {
+	cfg := Config{DataDir: b.TempDir(), Ring: ring.Config{Backend: "auto"}, hooks: hooks}
 	br, err := Open(cfg)
 	if err != nil {
 		b.Fatal(err)

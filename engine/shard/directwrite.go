@@ -14,7 +14,7 @@ import (
 // (core.Appended: answered, or queued for a sync) only once its records are written, in
 // offset order; until then it waits here, in its partition's pendingAppends.
 
-// The shard's reactor is the logs' asynchronous writer, with fixed buffers.
+// The shard's reactor is the logs' asynchronous writer; it can register fixed buffers too.
 var _ engine.FixedBufferWriter = (*ring.Reactor)(nil)
 
 // pendingAppend is a produce whose records are staged, not yet written.
@@ -49,9 +49,13 @@ func (s *Shard) enableAsyncWrites(p *partition) {
 		return
 	}
 	l := p.log
-	var aw engine.AsyncWriter = s.r
-	if h := s.b.cfg.hooks; h != nil && h.unregisteredDirectWrites {
-		aw = struct{ engine.AsyncWriter }{s.r} // hides the fixed-buffer methods
+	// Without fixed buffers by default: registering each new 1 MiB chunk cost more than the
+	// per-write page pinning it saves (BenchmarkDirectAppend, mode=async-registered, and
+	// docs/benchmarks.md); a chunk handed to a tailing consumer is never reused, so in a real
+	// workload every chunk would be registered anew.
+	var aw engine.AsyncWriter = struct{ engine.AsyncWriter }{s.r} // hides the fixed-buffer methods
+	if h := s.b.cfg.hooks; h != nil && h.registeredDirectWrites {
+		aw = s.r
 	}
 	l.SetAsyncWriter(aw, func() { s.writesDone(p, l) })
 }

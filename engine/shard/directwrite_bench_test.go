@@ -21,15 +21,15 @@ import (
 // file, as a log does (on ext4 an O_DIRECT write past the end of the file or into
 // unwritten blocks cannot run without blocking, so io_uring hands it to its worker threads).
 // mode=sync is the synchronous direct path (one pwritev per produce, the loop waiting for
-// the device) and mode=async-unregistered the asynchronous one without fixed buffers
-// (plain WRITE, pages pinned per op), for the A/Bs.
+// the device) and mode=async-registered the asynchronous one from chunks registered as
+// fixed buffers (WRITE_FIXED), for the A/Bs.
 func BenchmarkDirectAppend(b *testing.B) {
 	b.Run("raw-seq-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, true) })
 	b.Run("raw-append-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, false) })
-	for _, mode := range []string{"async", "sync", "async-unregistered"} {
+	for _, mode := range []string{"async", "sync", "async-registered"} {
 		for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("mode=%s/batch=%dKiB", mode, size>>10), func(b *testing.B) {
-				benchDirectAppend(b, size, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
+				benchDirectAppend(b, size, &testHooks{syncDirectWrites: mode == "sync", registeredDirectWrites: mode == "async-registered"})
 			})
 		}
 	}

@@ -134,6 +134,9 @@ func GroupCode(c group.Code) wire.ErrorCode { return groupCode(c) }
 
 // codeFor maps broker and engine errors to protocol error codes.
 func codeFor(err error) wire.ErrorCode {
+	if errors.Is(err, engine.ErrProducerIDsUnavailable) { // before the controller's own error it wraps
+		return wire.ErrCoordinatorLoadInProgress
+	}
 	if c := clusterCodeFor(err); c != wire.ErrNone {
 		return c
 	}

@@ -8,6 +8,7 @@ type loopStats struct {
 	submitted uint64    // ops queued for the kernel (async ops and blocking FileIO ops)
 	completed uint64    // completions delivered to their op (async callbacks and blocking waits)
 	waitNanos uint64    // time Run spent blocked waiting for a completion, wake-up or timer
+	spinNanos uint64    // time Run spent polling before a wait (Config.SpinBeforeWait)
 	started   time.Time // when Run first started; zero before
 }
 
@@ -23,6 +24,9 @@ type Stats struct {
 	// Run started. Running - Wait is the time the loop was busy (dispatching callbacks,
 	// running mailbox messages and timers, blocking file I/O).
 	Wait, Running time.Duration
+	// Spin is the part of the busy time spent polling for work before waiting
+	// (Config.SpinBeforeWait): CPU the loop burned to skip a sleep and wake-up.
+	Spin time.Duration
 }
 
 // Stats returns the reactor's counters. Call it on the loop thread (from a Post).
@@ -32,6 +36,7 @@ func (r *Reactor) Stats() Stats {
 		Completed: r.stats.completed,
 		InFlight:  len(r.slots) - len(r.freeSlots),
 		Wait:      time.Duration(r.stats.waitNanos),
+		Spin:      time.Duration(r.stats.spinNanos),
 	}
 	if !r.stats.started.IsZero() {
 		st.Running = time.Since(r.stats.started)

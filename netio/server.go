@@ -106,13 +106,30 @@ func (r *Request) Reply(resp Response) {
 		panic(fmt.Sprintf("netio: Reply called twice for %s correlation id %d", r.Header.API, r.Header.CorrelationID))
 	}
 	if r.amend != nil {
-		r.amend(&resp)
+		resp = r.amended(resp)
 	}
 	if delay := r.owner.server().throttle(r, &resp); delay > 0 {
-		time.AfterFunc(delay, func() { r.owner.complete(r, resp) })
+		r.completeAfter(delay, resp)
 		return
 	}
 	r.owner.complete(r, resp)
+}
+
+// amended returns resp as r.amend edits it. Apart from Reply (and not inlined) so that
+// resp escapes to the heap only when there is an amend.
+//
+//go:noinline
+func (r *Request) amended(resp Response) Response {
+	r.amend(&resp)
+	return resp
+}
+
+// completeAfter completes r once delay has passed (a quota's throttle). Apart from Reply
+// (and not inlined) so that resp escapes to the heap only when a reply is throttled.
+//
+//go:noinline
+func (r *Request) completeAfter(delay time.Duration, resp Response) {
+	time.AfterFunc(delay, func() { r.owner.complete(r, resp) })
 }
 
 // ReplyMessage completes the request with a response body.

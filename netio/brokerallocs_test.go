@@ -122,3 +122,22 @@ func BenchmarkBrokerRequestAllocs(b *testing.B) {
 		}
 	}
 }
+
+// The produce paths that allocate nothing in the broker (ring driver, the one ringlogd
+// runs by default), checked over the real handler, shard core and server: a regression
+// here is a new allocation per produced batch. The race detector allocates, so the check
+// runs without it.
+func TestBrokerProduceAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	r := startAllocsRig(t, "ring")
+	for _, op := range []string{"produce/acks=0", "produce/acks=1"} {
+		for range 100 { // warm the pools and the connection's buffers
+			r.run(op)
+		}
+		if n := testing.AllocsPerRun(200, func() { r.run(op) }); n != 0 {
+			t.Errorf("%s: %v allocations per request in the broker, want 0 (go test ./netio -run XXX -bench BrokerRequestAllocs -memprofile to find them)", op, n)
+		}
+	}
+}

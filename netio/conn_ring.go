@@ -398,7 +398,7 @@ func (c *ringConn) parse() {
 			return
 		}
 		h, herr := wire.ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
-		req := &Request{Header: h, Conn: c.info, owner: c}
+		req := getRequest(h, c.info, c)
 		if herr != nil {
 			code := wire.ErrInvalidRequest
 			if h.Length > cfg.FrameBytesMax {
@@ -777,7 +777,8 @@ func (c *ringConn) releaseLoop(req *Request) {
 	c.releaseGone(req)
 }
 
-// releaseGone returns a request's buffer, server budget and Done callback (any goroutine).
+// releaseGone returns a request's buffer, server budget and Done callback, then the
+// request itself to the pool: it is the last use of a request (any goroutine).
 func (c *ringConn) releaseGone(req *Request) {
 	if req.frame != nil {
 		putFrameBuffer(req.frame)
@@ -791,6 +792,7 @@ func (c *ringConn) releaseGone(req *Request) {
 		req.response.Done = nil
 		done()
 	}
+	recycleRequest(req)
 }
 
 // stopReading and fail implement serverConn; they may be called from any goroutine.

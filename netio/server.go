@@ -74,6 +74,45 @@ type Request struct {
 	replied  atomic.Bool
 	ready    bool     // guarded by the owner's lock: resp is set
 	response Response // guarded by the owner's lock until ready, then owned by the writer
+
+	// Decoding targets kept with the pooled request (serveRequest): a produce or fetch
+	// decodes into the arrays the request's previous use left, without allocating.
+	produce wire.ProduceRequest
+	fetch   wire.FetchRequest
+}
+
+// Requests are pooled (getRequest, recycleRequest): on the ring driver a request goes back
+// once its connection has released it — replied, response written or dropped, Done called
+// (the net driver's requests are left to the GC). A handler must not touch a request after
+// its Reply (that includes its Body).
+var requests sync.Pool
+
+func getRequest(h wire.RequestHeader, info ConnInfo, owner requestOwner) *Request {
+	req, _ := requests.Get().(*Request)
+	if req == nil {
+		req = new(Request)
+	}
+	req.Header, req.Conn, req.owner = h, info, owner
+	return req
+}
+
+// recycleRequest returns a released request to the pool, keeping only its decoding targets.
+func recycleRequest(req *Request) {
+	produce, fetch := req.produce, req.fetch
+	*req = Request{produce: produce, fetch: fetch}
+	requests.Put(req)
+}
+
+// bodyFor is the message a request of api decodes into: the request's own target for
+// produce and fetch, a new one otherwise.
+func (r *Request) bodyFor(api wire.APIKey) wire.Message {
+	switch api {
+	case wire.APIProduce:
+		return &r.produce
+	case wire.APIFetch:
+		return &r.fetch
+	}
+	return wire.NewRequest(api)
 }
 
 // requestOwner is the connection (of whichever I/O driver) a request belongs to.

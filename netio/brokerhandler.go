@@ -32,6 +32,8 @@ type BrokerHandler struct {
 	// afterFunc runs f once d has passed, unless the returned stop is called first
 	// (time.AfterFunc; tests inject their own clock).
 	afterFunc func(d time.Duration, f func()) (stop func() bool)
+	// defaultClock: afterFunc is time.AfterFunc's, so a produce may reuse its own timer.
+	defaultClock bool
 }
 
 // FetchResponseBytesMaxDefault is the default cap on a fetch response's records (Kafka's
@@ -47,7 +49,7 @@ const inlineEntriesMax = 64
 
 // NewBrokerHandler returns the handler of a broker advertising address to clients.
 func NewBrokerHandler(b *shard.Broker, address string) *BrokerHandler {
-	return &BrokerHandler{b: b, address: address, fetchResponseBytesMax: FetchResponseBytesMaxDefault, afterFunc: afterFunc}
+	return &BrokerHandler{b: b, address: address, fetchResponseBytesMax: FetchResponseBytesMaxDefault, afterFunc: afterFunc, defaultClock: true}
 }
 
 func afterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
@@ -234,9 +236,10 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 	defer pc.mu.Unlock()
 	withTimeout := body.Acks == wire.AcksAll && body.TimeoutMs > 0
 	if withTimeout {
-		pc.answered = make([]bool, total)
+		pc.answeredBuf = reuseCleared(pc.answeredBuf, total)
+		pc.answered = pc.answeredBuf
 		pc.timeout = time.Duration(body.TimeoutMs) * time.Millisecond
-		pc.stopTimer = h.afterFunc(pc.timeout, pc.timedOutFn)
+		pc.armTimer(h)
 		// The timer may answer, and so release the request's buffer to the next request,
 		// before the shard has written these bytes: give the shards a copy (one memmove per
 		// acks=all produce with a timeout, into the call's reused buffer).
@@ -305,15 +308,19 @@ type produceCall struct {
 	replied   bool          // guarded by mu
 	stopTimer func() bool   // nil without a timeout
 	timeout   time.Duration // the acks=all timeout, for timedOut's message
+	deadline  time.Time     // when the timeout passes; guarded by mu
+	timer     *time.Timer   // the default clock's timer, reused (Reset) from use to use
 
 	// Reused from one request to the next.
-	partitions []wire.ProduceResponsePartition // every topic's, back to back
-	positions  []int                           // partition position -> index in partitions
-	batches    [][]byte                        // every partition's split batches
-	answers    []*produceAnswer                // by partition position
-	records    []byte                          // acks=all copies of the records
-	timedOutFn func()
-	writtenFn  func()
+	partitions  []wire.ProduceResponsePartition // every topic's, back to back
+	positions   []int                           // partition position -> index in partitions
+	batches     [][]byte                        // every partition's split batches
+	answers     []*produceAnswer                // by partition position
+	records     []byte                          // acks=all copies of the records
+	answeredBuf []bool                          // answered's array
+	timedOutFn  func()
+	writtenFn   func()
+	stopTimerFn func() bool // timer.Stop, bound once
 }
 
 // produceAnswer is one partition's answer callback, bound once per pooled call.
@@ -366,6 +373,33 @@ func getProduceCall(req *Request, body *wire.ProduceRequest, total int) *produce
 	}
 	pc.batches = pc.batches[:0]
 	return pc
+}
+
+// armTimer starts the acks=all timeout. With the default clock the call's own timer is
+// reused; a fire left over from an earlier use finds the deadline not passed and returns.
+func (pc *produceCall) armTimer(h *BrokerHandler) {
+	pc.deadline = time.Now().Add(pc.timeout)
+	if !h.defaultClock {
+		pc.stopTimer = h.afterFunc(pc.timeout, pc.timedOutFn)
+		return
+	}
+	if pc.timer == nil {
+		pc.timer = time.AfterFunc(pc.timeout, pc.timedOutFn)
+		pc.stopTimerFn = pc.timer.Stop
+	} else {
+		pc.timer.Reset(pc.timeout)
+	}
+	pc.stopTimer = pc.stopTimerFn
+}
+
+// reuseCleared returns n false values, in s's array when it is large enough.
+func reuseCleared(s []bool, n int) []bool {
+	if cap(s) < n {
+		return make([]bool, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // out is partition position idx's answer in the response.
@@ -444,8 +478,8 @@ func (pc *produceCall) releaseLocked() {
 func (pc *produceCall) timedOut() {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	if pc.replied {
-		return
+	if pc.replied || pc.stopTimer == nil || time.Now().Before(pc.deadline) {
+		return // answered, or a fire left over from an earlier use of this call
 	}
 	pc.replied = true
 	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", pc.timeout)

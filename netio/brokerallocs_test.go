@@ -132,7 +132,7 @@ func TestBrokerProduceAllocatesNothing(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	r := startAllocsRig(t, "ring")
-	for _, op := range []string{"produce/acks=0", "produce/acks=1"} {
+	for _, op := range []string{"produce/acks=0", "produce/acks=1", "produce/acks=all"} {
 		for range 100 { // warm the pools and the connection's buffers
 			r.run(op)
 		}

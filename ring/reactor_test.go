@@ -66,21 +66,10 @@ func TestReactorRunPostStop(t *testing.T) {
 		f, path := tempFile(t)
 		fd := int(f.Fd())
 		var (
-			r       *Reactor
 			ran     atomic.Int64
-			runErr  = make(chan error, 1)
-			ready   = make(chan struct{})
 			timerCh = make(chan struct{})
 		)
-		err := StartPinned(0, Config{Backend: backend, SingleIssuer: true, DeferTaskrun: true, MailboxEntries: 64}, func(rr *Reactor) {
-			r = rr
-			close(ready)
-			runErr <- rr.Run()
-		})
-		if err != nil {
-			t.Fatalf("StartPinned: %v", err)
-		}
-		<-ready
+		r, runErr := startRunning(t, Config{Backend: backend, SingleIssuer: true, DeferTaskrun: true, MailboxEntries: 64})
 		if r.Backend() != map[string]string{"uring": BackendUring, "syscall": BackendSyscall}[backend] {
 			t.Fatalf("backend %s", r.Backend())
 		}
@@ -465,17 +454,7 @@ func testFileIOOffThread(t *testing.T, cfg Config) {
 func TestReactorSpinBeforeWait(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		f, _ := tempFile(t)
-		var r *Reactor
-		runErr, ready := make(chan error, 1), make(chan struct{})
-		err := StartPinned(0, Config{Backend: backend, SpinBeforeWait: 200 * time.Microsecond}, func(rr *Reactor) {
-			r = rr
-			close(ready)
-			runErr <- rr.Run()
-		})
-		if err != nil {
-			t.Fatalf("StartPinned: %v", err)
-		}
-		<-ready
+		r, runErr := startRunning(t, Config{Backend: backend, SpinBeforeWait: 200 * time.Microsecond})
 		done := make(chan int32, 1)
 		for i := 0; i < 200; i++ {
 			// One at a time, as a lone client's requests: each post arrives while the loop
@@ -505,4 +484,22 @@ func TestReactorSpinBeforeWait(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 	})
+}
+
+// startRunning starts a reactor pinned to CPU 0 running its loop; Run's error arrives on
+// the channel once it is stopped.
+func startRunning(t *testing.T, cfg Config) (*Reactor, chan error) {
+	t.Helper()
+	var r *Reactor
+	runErr, ready := make(chan error, 1), make(chan struct{})
+	err := StartPinned(0, cfg, func(rr *Reactor) {
+		r = rr
+		close(ready)
+		runErr <- rr.Run()
+	})
+	if err != nil {
+		t.Fatalf("StartPinned: %v", err)
+	}
+	<-ready
+	return r, runErr
 }

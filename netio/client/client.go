@@ -136,11 +136,11 @@ func (c *Client) connFor(addr string) (*conn, error) {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if cn := c.conns[addr]; cn != nil && cn.failure() == nil {
-		c.mu.Unlock()
+	cn := c.conns[addr]
+	c.mu.Unlock()
+	if cn != nil && cn.usable() {
 		return cn, nil
 	}
-	c.mu.Unlock()
 	cn, err := dialConn(addr, &c.cfg)
 	if err != nil {
 		// As retriable as a connection that broke: the address may be a shard listener

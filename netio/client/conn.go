@@ -47,8 +47,8 @@ func (cl *call) finish(resp wire.Message, err error) {
 // a send that finds no reader starts one, either a goroutine (readLoop) or, for sendHeld,
 // the calling goroutine itself, which reads until its own answer has arrived (readHeld) and
 // so skips the goroutine wake-up between a reader and a waiting caller. An idle connection
-// a broker closed is noticed by a non-blocking peek before the next request is written
-// (peekIdle), as an idle reader would have noticed it. A TLS connection keeps one reader
+// a broker closed is noticed by a non-blocking peek when the client next picks it
+// (usable), as an idle reader would have noticed it, and a new one is dialed. A TLS connection keeps one reader
 // goroutine for its whole life.
 type conn struct {
 	addr          string
@@ -151,14 +151,6 @@ func (c *conn) sendCall(req wire.Message, cl *call, held bool) (holds bool) {
 			}
 		}
 		c.rmu.Unlock()
-		if start {
-			if err := c.peekIdle(); err != nil {
-				c.wmu.Unlock()
-				c.fail(err)
-				done(nil, c.failure())
-				return false
-			}
-		}
 	}
 	c.corr++
 	cl.correlationID, cl.api = c.corr, req.API()
@@ -191,6 +183,33 @@ func (c *conn) sendCall(req wire.Message, cl *call, held bool) (holds bool) {
 		done(nil, nil)
 	}
 	return start && held
+}
+
+// usable reports whether the connection can take a request: it has not failed and, when
+// nobody reads it, the broker has not closed it meanwhile (peekIdle; a closed one is failed
+// here, so that the client dials a new one, as an idle reader goroutine would have noticed
+// the close before).
+func (c *conn) usable() bool {
+	if c.failure() != nil {
+		return false
+	}
+	if c.raw == nil {
+		return true
+	}
+	c.wmu.Lock() // no request goes out meanwhile: no response can be on its way
+	c.rmu.Lock()
+	idle := !c.reading
+	c.rmu.Unlock()
+	var err error
+	if idle {
+		err = c.peekIdle()
+	}
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	return true
 }
 
 // peekIdle checks, without blocking, that the broker has not closed an idle connection

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -106,8 +107,9 @@ func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	}
 }
 
-// A connection the broker closed while no response was outstanding fails the next request
-// before it is written (ErrConnClosed, retriable), as an idle reader would have noticed.
+// A connection the broker closed while no response was outstanding is found unusable
+// before the next request is written to it (the client then dials a new one), as an idle
+// reader would have noticed the close.
 func TestIdleConnClosedByBrokerNoticedBeforeWrite(t *testing.T) {
 	addr := oneConnServer(t, func(nc net.Conn) {})
 	c := testConn(t, addr)
@@ -122,11 +124,21 @@ func TestIdleConnClosedByBrokerNoticedBeforeWrite(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	if cl := c.sendHeld(&wire.MetadataRequest{}, &wire.MetadataResponse{}, func(_ wire.Message, err error) { got <- err }); cl != nil {
-		t.Fatal("took the reader role of a closed connection")
+	if c.usable() {
+		t.Fatal("a connection the broker closed is reported usable")
 	}
-	if err := <-got; !errors.Is(err, ErrConnClosed) {
-		t.Fatalf("got %v, want ErrConnClosed", err)
+	if err := c.failure(); !errors.Is(err, ErrConnClosed) || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("failure %v, want ErrConnClosed from EOF", err)
+	}
+}
+
+// A live idle connection stays usable (the peek finds nothing to read).
+func TestIdleConnUsable(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr := oneConnServer(t, func(nc net.Conn) { <-hold })
+	c := testConn(t, addr)
+	if !c.usable() {
+		t.Fatalf("a live idle connection is not usable: %v", c.failure())
 	}
 }

@@ -664,10 +664,23 @@ func (h *BrokerHandler) metadata(body *wire.MetadataRequest) *wire.MetadataRespo
 	for _, t := range topics {
 		mt := wire.MetadataTopic{Topic: t.Name, Partitions: make([]wire.MetadataPartition, len(t.Partitions))}
 		for p, s := range t.Partitions {
-			mt.Partitions[p] = wire.MetadataPartition{Partition: int32(p), Shard: int32(s)}
+			mt.Partitions[p] = wire.MetadataPartition{Partition: int32(p), Shard: int32(s), Leader: h.brokerID, HighWatermark: -1}
 		}
 		resp.Topics = append(resp.Topics, mt)
 	}
+	if h.cluster != nil {
+		h.clusterMetadata(resp) // replication.go: leaders, replicas, ISR, brokers
+	} else if body.Version >= 1 {
+		// A single broker leads every partition alone.
+		resp.Brokers, resp.ControllerID = []wire.MetadataBroker{{NodeID: h.brokerID, Address: h.address}}, -1
+		self := []int32{h.brokerID}
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				resp.Topics[i].Partitions[j].Replicas, resp.Topics[i].Partitions[j].ISR = self, self
+			}
+		}
+	}
+	resp.Version = body.Version
 	return resp
 }
 
@@ -707,12 +720,12 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 func (h *BrokerHandler) deleteTopics(body *wire.DeleteTopicsRequest) *wire.DeleteTopicsResponse {
 	resp := &wire.DeleteTopicsResponse{}
 	for _, name := range body.Topics {
-		if h.cluster != nil {
-			resp.Topics = append(resp.Topics, wire.TopicResult{Topic: name, ErrorCode: wire.ErrInvalidRequest,
-				ErrorMessage: "deleting a replicated topic is not supported yet"})
-			continue
+		var err error
+		if h.cluster != nil && h.cluster.Replicated(name) {
+			err = h.deleteReplicated(name)
+		} else {
+			err = h.b.DeleteTopic(name)
 		}
-		err := h.b.DeleteTopic(name)
 		resp.Topics = append(resp.Topics, wire.TopicResult{Topic: name, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
 	}
 	return resp
@@ -813,6 +826,8 @@ func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.Alter
 		case err != nil: // nothing of this topic's request is applied
 		case body.ValidateOnly:
 			err = h.b.ValidateAlter(t.Topic, set, deletes)
+		case h.cluster != nil && h.cluster.Replicated(t.Topic):
+			err = h.alterReplicated(t.Topic, set, deletes)
 		default:
 			err = h.b.AlterTopicConfig(t.Topic, set, deletes)
 		}

@@ -10,6 +10,11 @@ type loopStats struct {
 	waitNanos uint64    // time Run spent blocked waiting for a completion, wake-up or timer
 	spinNanos uint64    // time Run spent polling before a wait (Config.SpinBeforeWait)
 	started   time.Time // when Run first started; zero before
+	// writesStarted counts StartWrite ops; awaits the times AwaitWrites had to wait for the
+	// ring (the owner blocked on its own writes).
+	writesStarted, awaits uint64
+	writesFixed           uint64 // StartWrite ops sent as WRITE_FIXED
+	writeBufferFailures   uint64 // RegisterWriteBuffer updates the kernel refused
 }
 
 // Stats is a point-in-time copy of a reactor's counters (see Reactor.Stats).
@@ -27,6 +32,11 @@ type Stats struct {
 	// Spin is the part of the busy time spent polling for work before waiting
 	// (Config.SpinBeforeWait): CPU the loop burned to skip a sleep and wake-up.
 	Spin time.Duration
+	// WritesStarted counts StartWrite ops (direct-mode segment writes); Awaits counts the
+	// times AwaitWrites blocked the loop for them (a roll, truncation or close waiting).
+	WritesStarted, Awaits uint64
+	// WritesFixed counts those sent from registered buffers (WRITE_FIXED).
+	WritesFixed uint64
 }
 
 // Stats returns the reactor's counters. Call it on the loop thread (from a Post).
@@ -37,6 +47,10 @@ func (r *Reactor) Stats() Stats {
 		InFlight:  len(r.slots) - len(r.freeSlots),
 		Wait:      time.Duration(r.stats.waitNanos),
 		Spin:      time.Duration(r.stats.spinNanos),
+
+		WritesStarted: r.stats.writesStarted,
+		Awaits:        r.stats.awaits,
+		WritesFixed:   r.stats.writesFixed,
 	}
 	if !r.stats.started.IsZero() {
 		st.Running = time.Since(r.stats.started)

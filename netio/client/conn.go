@@ -346,6 +346,7 @@ func (c *conn) dispatch(h wire.ResponseHeader, payload []byte) bool {
 		cl.finish(nil, &wire.Error{Code: h.ErrorCode, Message: msg})
 		return true
 	}
+	wire.SetWireVersion(cl.resp, h.Version)
 	if err := cl.resp.ReadFrom(payload); err != nil {
 		cl.finish(nil, fmt.Errorf("%s response from %s: %w", cl.api, c.addr, err))
 		return true

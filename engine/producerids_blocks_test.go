@@ -102,3 +102,26 @@ func TestProducerIDsBlockSourceFails(t *testing.T) {
 		t.Fatalf("id %d, want the block's first (0)", id.ID)
 	}
 }
+
+// BenchmarkProducerIDsInit: an unnamed InitProducerId from the file-backed allocator (one
+// file write per 1,000 ids) and from blocks of an in-process source (no file write).
+func BenchmarkProducerIDsInit(b *testing.B) {
+	for _, blocks := range []bool{false, true} {
+		b.Run(map[bool]string{false: "file", true: "blocks"}[blocks], func(b *testing.B) {
+			p, err := LoadProducerIDs(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if blocks {
+				src := &blockSource{next: 1 << 32, asked: make(chan int64, 1<<20)}
+				p.SetBlockSource(src.get)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Init("", NoProducer); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

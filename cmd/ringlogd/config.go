@@ -614,6 +614,11 @@ func (s *settings) validate() error {
 	if err := o.security.check(); err != nil {
 		return refuse(ErrConflict, "%v", err)
 	}
+	if o.nodeID > 0 {
+		if err := o.security.checkCluster(); err != nil {
+			return refuse(ErrConflict, "%v", err)
+		}
+	}
 	if o.shutdownGrace < 0 {
 		return bad("shutdown-grace", o.shutdownGrace.String(), "a duration >= 0")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -84,6 +85,20 @@ func (f *fetcher) run() {
 	m := f.m
 	var conn PeerConn
 	var addr string
+	// lastErr is the failure last logged at warning level: a failure that repeats every
+	// retry (a refused login, a denied fetch) is logged once, then at debug level.
+	var lastErr string
+	report := func(what string, err error) {
+		if f.ctx.Err() != nil {
+			return
+		}
+		level := slog.LevelWarn
+		if err.Error() == lastErr {
+			level = slog.LevelDebug
+		}
+		lastErr = err.Error()
+		m.log.Log(f.ctx, level, what, "leader", f.leader, "err", err)
+	}
 	defer func() {
 		if conn != nil {
 			conn.Close()
@@ -113,6 +128,7 @@ func (f *fetcher) run() {
 			}
 			c, err := m.cfg.Dial(f.ctx, b.Address)
 			if err != nil {
+				report("replica fetcher cannot connect to its leader", err)
 				conn = nil
 				if !backoff() {
 					return
@@ -129,10 +145,10 @@ func (f *fetcher) run() {
 			case <-timeAfter(min(wait, m.cfg.FetchWait)):
 			}
 		}
-		if err != nil {
-			if f.ctx.Err() == nil {
-				m.log.Debug("replica fetch failed", "leader", f.leader, "err", err)
-			}
+		if err == nil {
+			lastErr = ""
+		} else {
+			report("replica fetch failed", err)
 			if !isRemote(err) {
 				conn.Close()
 				conn = nil

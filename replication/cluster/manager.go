@@ -91,7 +91,11 @@ type Config struct {
 	// Raft timing of the controller voter; zero takes the controller's defaults.
 	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLease time.Duration
 
-	Dial      Dialer
+	Dial Dialer
+	// RaftTLS, if set, runs the controller voters' raft transport over mutual TLS; nil:
+	// plain TCP (a private network only: raft carries the cluster metadata).
+	RaftTLS *controller.TransportTLS
+
 	Logger    *slog.Logger
 	RaftLog   io.Writer // the controller's raft log; nil discards it
 	Now       func() time.Time
@@ -187,7 +191,7 @@ func New(cfg Config) (*Manager, error) {
 		NodeID: cfg.NodeID, Voters: cfg.Voters, Dir: filepath.Join(cfg.DataDir, "controller"),
 		SessionTimeout:   cfg.SessionTimeout,
 		HeartbeatTimeout: cfg.RaftHeartbeatTimeout, ElectionTimeout: cfg.RaftElectionTimeout, LeaderLeaseTimeout: cfg.RaftLeaderLease,
-		Now: cfg.Now, LogOutput: cfg.RaftLog,
+		Now: cfg.Now, LogOutput: cfg.RaftLog, TLS: cfg.RaftTLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start controller voter: %w", err)

@@ -40,6 +40,14 @@ type testCluster struct {
 // extra are further ringlogd flags for every broker.
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil, nil, extra...)
+}
+
+// startClusterWith is startCluster with prepare run on each broker's data directory
+// before it starts (nil: nothing), and newClient making the test's client of broker 1
+// (nil: broker.client).
+func startClusterWith(t *testing.T, n int, prepare func(b *broker), newClient func(b *broker) *client.Client, extra ...string) *testCluster {
+	t.Helper()
 	var raft, voters []string
 	for i := 0; i < n; i++ {
 		raft = append(raft, freeAddr(t))
@@ -49,9 +57,17 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	for i := 0; i < n; i++ {
 		flags := []string{"--node-id", strconv.Itoa(i + 1), "--controller-voters", strings.Join(voters, ","),
 			"--broker-session-timeout", clusterSessionTimeout, "--replica-lag-time-max", clusterLagMax, "--shard-ports", "off"}
-		tc.brokers = append(tc.brokers, startBroker(t, append(flags, extra...)...))
+		b := newBroker(t, append(flags, extra...)...)
+		if prepare != nil {
+			prepare(b)
+		}
+		b.start()
+		tc.brokers = append(tc.brokers, b)
 	}
-	tc.c = tc.brokers[0].client(t)
+	if newClient == nil {
+		newClient = func(b *broker) *client.Client { return b.client(t) }
+	}
+	tc.c = newClient(tc.brokers[0])
 	tc.waitFor("every broker registered and live", func(v *cluster.View) bool {
 		live := 0
 		for _, b := range v.Metadata.Brokers {

@@ -85,19 +85,13 @@ func (f *fetcher) run() {
 	m := f.m
 	var conn PeerConn
 	var addr string
-	// lastErr is the failure last logged at warning level: a failure that repeats every
-	// retry (a refused login, a denied fetch) is logged once, then at debug level.
-	var lastErr string
+	// A failure that repeats every retry (a refused login, a denied fetch) is logged once
+	// at warning level, then at debug level.
+	var failures repeatedError
 	report := func(what string, err error) {
-		if f.ctx.Err() != nil {
-			return
+		if f.ctx.Err() == nil {
+			failures.log(f.ctx, m.log, true, what, err, "leader", f.leader)
 		}
-		level := slog.LevelWarn
-		if err.Error() == lastErr {
-			level = slog.LevelDebug
-		}
-		lastErr = err.Error()
-		m.log.Log(f.ctx, level, what, "leader", f.leader, "err", err)
 	}
 	defer func() {
 		if conn != nil {
@@ -146,7 +140,7 @@ func (f *fetcher) run() {
 			}
 		}
 		if err == nil {
-			lastErr = ""
+			failures.reset()
 		} else {
 			report("replica fetch failed", err)
 			if !isRemote(err) {
@@ -339,3 +333,18 @@ func splitReplicated(records []byte) ([][]byte, []isr.BatchEpoch) {
 
 // timeAfter is time.After (a seam for nothing but readability of the select above).
 var timeAfter = time.After
+
+// repeatedError logs a failure that a loop retries: at warning level when it is news
+// (another message than the last one warned about), at debug level while it repeats.
+type repeatedError struct{ last string }
+
+// log logs err; warn false keeps it at debug level whatever it is.
+func (r *repeatedError) log(ctx context.Context, log *slog.Logger, warn bool, what string, err error, attrs ...any) {
+	level := slog.LevelDebug
+	if warn && err.Error() != r.last {
+		level, r.last = slog.LevelWarn, err.Error()
+	}
+	log.Log(ctx, level, what, append(attrs, "err", err)...)
+}
+
+func (r *repeatedError) reset() { r.last = "" }

@@ -416,6 +416,9 @@ func (m *Manager) heartbeatLoop() {
 	defer m.wg.Done()
 	var registered bool
 	var before int64 // our session epoch before registering
+	// A refusal from the controller leader's broker (a login or an ACL) is a configuration
+	// to fix: warned about; no controller leader yet (an election) stays at debug level.
+	var failures repeatedError
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 		md := m.ctl.Metadata()
@@ -429,8 +432,9 @@ func (m *Manager) heartbeatLoop() {
 				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, Rack: m.cfg.Rack}})
 			if err == nil {
 				registered = true
+				failures.reset()
 			} else {
-				m.log.Debug("register with the controller", "err", err)
+				failures.log(ctx, m.log, isRemote(err), "register with the controller", err)
 			}
 		case me == nil || me.SessionEpoch <= before:
 			// our voter has not applied the registration yet

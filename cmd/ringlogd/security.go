@@ -24,6 +24,7 @@ type securityFlags struct {
 	acl         string
 	superUsers  string
 	quotas      security.QuotaRates
+	groupFetch  int64 // --quota-group-fetch-bytes-per-sec
 	overrides   string
 	// Broker-to-broker connections of a cluster (--node-id).
 	peerCA        string
@@ -44,7 +45,8 @@ func (f *securityFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.quotas.ProduceBytesPerSec, "quota-produce-bytes-per-sec", 0, "produce request bytes per second each client (principal, or client id when anonymous) may send before its replies are delayed; 0: unlimited")
 	fs.Int64Var(&f.quotas.FetchBytesPerSec, "quota-fetch-bytes-per-sec", 0, "fetched record bytes per second each client may receive before its replies are delayed; 0: unlimited")
 	fs.Int64Var(&f.quotas.RequestsPerSec, "quota-requests-per-sec", 0, "requests per second each client may send before its replies are delayed; 0: unlimited")
-	fs.StringVar(&f.overrides, "quota-overrides", "", "per-client rates replacing the three defaults for the clients named: ENTITY=KIND:RATE[,KIND:RATE][;ENTITY=...], ENTITY User:NAME or client-id:ID, KIND produce, fetch or requests (unnamed kinds: unlimited)")
+	fs.Int64Var(&f.groupFetch, "quota-group-fetch-bytes-per-sec", 0, "fetched record bytes per second each consumer group may receive, all the connections that state the group together (the bundled group consumer does), before their replies are delayed; 0: unlimited")
+	fs.StringVar(&f.overrides, "quota-overrides", "", "rates replacing the defaults for the clients and groups named: ENTITY=KIND:RATE[,KIND:RATE][;ENTITY=...], ENTITY User:NAME or client-id:ID (KIND produce, fetch or requests; unnamed kinds: unlimited) or group:NAME (KIND fetch)")
 }
 
 func (f *securityFlags) check() error {
@@ -71,7 +73,7 @@ func (f *securityFlags) check() error {
 			return fmt.Errorf("--super-users: %q: want User:NAME", p)
 		}
 	}
-	if f.quotas.ProduceBytesPerSec < 0 || f.quotas.FetchBytesPerSec < 0 || f.quotas.RequestsPerSec < 0 {
+	if f.quotas.ProduceBytesPerSec < 0 || f.quotas.FetchBytesPerSec < 0 || f.quotas.RequestsPerSec < 0 || f.groupFetch < 0 {
 		return errors.New("--quota-*: want 0 (unlimited) or a positive rate")
 	}
 	if _, err := security.ParseQuotaOverrides(f.overrides); err != nil {
@@ -101,7 +103,7 @@ func (f *securityFlags) serverSecurity(dataDir string, log *slog.Logger) (*netio
 		return nil, err
 	}
 	overrides, _ := security.ParseQuotaOverrides(f.overrides) // validated
-	quotas := security.NewQuotas(security.QuotaConfig{Default: f.quotas, Overrides: overrides})
+	quotas := security.NewQuotas(security.QuotaConfig{Default: f.quotas, GroupFetchBytesPerSec: f.groupFetch, Overrides: overrides})
 	sec := &netio.Security{Credentials: creds, AuthRequired: f.auth == "required", Authorizer: authz, Quotas: quotas}
 	if sec.AuthRequired && f.tlsCert == "" {
 		log.Warn("--auth required without TLS: SCRAM never sends the password, but everything after the login travels in clear and can be taken over on the path; use --tls-cert")
@@ -184,7 +186,7 @@ func reloadTLS(st *security.ServerTLS, log *slog.Logger) {
 }
 
 // quotaKeys are the reloadable quota settings (reload.go); reloadQuotas applies them.
-var quotaKeys = []string{"quota-produce-bytes-per-sec", "quota-fetch-bytes-per-sec", "quota-requests-per-sec", "quota-overrides"}
+var quotaKeys = []string{"quota-produce-bytes-per-sec", "quota-fetch-bytes-per-sec", "quota-requests-per-sec", "quota-group-fetch-bytes-per-sec", "quota-overrides"}
 
 // reloadQuotas applies the quota settings of the configuration now running (after a
 // SIGHUP) if they differ from before: owed time is kept, new rates apply to the next reply.
@@ -198,7 +200,7 @@ func reloadQuotas(q *security.Quotas, before, after *settings, log *slog.Logger)
 	}
 	f := after.o.security
 	overrides, _ := security.ParseQuotaOverrides(f.overrides) // validated
-	q.SetRates(f.quotas, overrides)
+	q.SetRates(f.quotas, f.groupFetch, overrides)
 	log.Info("quotas reloaded", "produce_bytes_per_sec", f.quotas.ProduceBytesPerSec, "fetch_bytes_per_sec", f.quotas.FetchBytesPerSec,
-		"requests_per_sec", f.quotas.RequestsPerSec, "overrides", len(overrides))
+		"requests_per_sec", f.quotas.RequestsPerSec, "group_fetch_bytes_per_sec", f.groupFetch, "overrides", len(overrides))
 }

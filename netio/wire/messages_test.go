@@ -55,7 +55,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		seen[m.API()] = true
 		roundTrip(t, m, NewRequest(m.API()))
 	}
-	for k := APIKey(0); k < APIKeyCount; k++ {
+	for _, k := range KnownAPIs() {
 		if !seen[k] {
 			t.Errorf("no sample request for %s", k)
 		}
@@ -68,7 +68,7 @@ func TestResponseRoundTrip(t *testing.T) {
 		seen[m.API()] = true
 		roundTrip(t, m, NewResponse(m.API()))
 	}
-	for k := APIKey(0); k < APIKeyCount; k++ {
+	for _, k := range KnownAPIs() {
 		if !seen[k] {
 			t.Errorf("no sample response for %s", k)
 		}

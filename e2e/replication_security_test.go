@@ -166,4 +166,3 @@ func logLine(b *broker, want ...string) string {
 	}
 	return ""
 }
-

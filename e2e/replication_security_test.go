@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/tls"
+	"errors"
+	"net"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +28,8 @@ import (
 // produces RF=3 acks=all; the followers replicate (ISR 3, the high watermark covers every
 // record); kill -9 of the leader loses no acknowledged record. The old leader restarted
 // with a wrong inter-broker password stays out of the ISR, logs why, and no log holds a
-// password.
+// password; the right password and a SIGHUP bring it back. The raft port is TLS and
+// wants a broker certificate.
 func TestReplicationTLSAndSASL(t *testing.T) {
 	dir := t.TempDir()
 	ca := securitytest.NewCA(t, dir, "cluster")
@@ -143,6 +148,44 @@ func TestReplicationTLSAndSASL(t *testing.T) {
 		t.Errorf("the refused login is not logged at warning level:\n%s", leader.logText())
 	}
 	t.Logf("the broker with the wrong password logs: %s", line)
+
+	// The right password in its file and a SIGHUP: it logs in, registers, catches up and
+	// rejoins the ISR without a restart.
+	if err := os.WriteFile(wrongFile, []byte("broker\n"+brokerPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leader.signal(t, syscall.SIGHUP)
+	tc.waitFor("the broker back in the ISR after its credentials were reloaded", func(v *cluster.View) bool {
+		p := partitionOf(v, "secure")
+		return p != nil && len(p.ISR) == 3
+	}, survivor)
+
+	// The raft port speaks TLS and refuses a client without a broker certificate.
+	voters := leader.flags[slices.Index(leader.flags, "--controller-voters")+1]
+	_, raftAddr, _ := strings.Cut(strings.Split(voters, ",")[0], "@")
+	if err := tlsExchange(raftAddr, ca.ClientTLS(t, "")); err == nil {
+		t.Error("the raft listener accepted a TLS client without a certificate")
+	}
+	if err := tlsExchange(raftAddr, ca.ClientTLS(t, "broker")); err != nil {
+		t.Errorf("the raft listener refused a broker certificate: %v", err)
+	}
+}
+
+// tlsExchange completes a TLS handshake with addr and sees whether the server keeps the
+// connection: TLS 1.3 reports a refused client certificate on the first read.
+func tlsExchange(addr string, cfg *tls.Config) error {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return nil // still open: the handshake was accepted, and raft waits for an RPC
+	}
+	return err
 }
 
 // waitLog waits until the log of one of brokers holds want.

@@ -186,8 +186,9 @@ type PeerDialer struct {
 	// principal.
 	Credentials func() security.PeerCredentials
 
-	mu    sync.Mutex
-	cache scram.SaltCache // guarded by mu: PBKDF2 once per (password, salt), not per dial
+	mu       sync.Mutex
+	cache    scram.SaltCache          // guarded by mu: PBKDF2 once per (password, salt), not per dial
+	cacheFor security.PeerCredentials // guarded by mu: the login cache was computed for
 }
 
 // ErrPeerAuthentication wraps a failure to log in to another broker: wrong inter-broker
@@ -244,6 +245,9 @@ func (d *PeerDialer) login(ctx context.Context, p *peerConn, addr string) error 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.cacheFor != creds { // reloaded: the cached salted password is the old one's
+		d.cache, d.cacheFor = scram.SaltCache{}, creds
+	}
 	err := m.NewClient(creds.User, creds.Password, &d.cache).Login(func(msg string) (string, error) {
 		var resp wire.SaslAuthenticateResponse
 		if err := p.roundTrip(ctx, &wire.SaslAuthenticateRequest{AuthBytes: []byte(msg)}, &resp); err != nil {

@@ -182,8 +182,8 @@ type PeerDialer struct {
 	// that a certificate reloaded on SIGHUP is presented from the next connection on).
 	TLS func(addr string) (*tls.Config, error)
 	// Credentials, if set, gives the SASL/SCRAM login run on every new connection (called
-	// per dial: reloadable). Unset: no login; under mutual TLS the certificate is the
-	// principal.
+	// per dial: reloadable) whose listener did not ask for a client certificate (under
+	// mutual TLS the certificate is the login and the principal). Unset: no login.
 	Credentials func() security.PeerCredentials
 
 	mu       sync.Mutex
@@ -202,11 +202,20 @@ func (d *PeerDialer) Dial(ctx context.Context, addr string) (cluster.PeerConn, e
 	if err != nil {
 		return nil, err
 	}
+	certLogin := false // the peer asked for our certificate: it is the login (mutual TLS)
 	if d.TLS != nil {
 		cfg, err := d.TLS(addr)
 		if err != nil {
 			c.Close()
 			return nil, err
+		}
+		if len(cfg.Certificates) > 0 && cfg.GetClientCertificate == nil {
+			cfg = cfg.Clone()
+			cert := &cfg.Certificates[0]
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				certLogin = true
+				return cert, nil
+			}
 		}
 		tc := tls.Client(c, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -216,7 +225,9 @@ func (d *PeerDialer) Dial(ctx context.Context, addr string) (cluster.PeerConn, e
 		c = tc
 	}
 	p := &peerConn{c: c}
-	if d.Credentials != nil {
+	// A listener that asked for a certificate has authenticated us by it and refuses a SASL
+	// login on top (ILLEGAL_SASL_STATE): log in only where it did not.
+	if d.Credentials != nil && !certLogin {
 		if err := d.login(ctx, p, addr); err != nil {
 			c.Close()
 			return nil, err

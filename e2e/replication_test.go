@@ -40,23 +40,34 @@ type testCluster struct {
 // extra are further ringlogd flags for every broker.
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
-	return startClusterWith(t, n, nil, nil, extra...)
+	return startClusterWith(t, n, 0, extra...)
 }
 
-// startClusterWith is startCluster with prepare run on each broker's data directory
-// before it starts (nil: nothing), and newClient making the test's client of broker 1
-// (nil: broker.client).
-func startClusterWith(t *testing.T, n int, prepare func(b *broker), newClient func(b *broker) *client.Client, extra ...string) *testCluster {
+// startClusterWith starts voters brokers that are controller voters (nodes 1..voters) and
+// nonVoters brokers outside the quorum (the next ids, seeded with node 1's address), and
+// waits until all registered.
+func startClusterWith(t *testing.T, voters, nonVoters int, extra ...string) *testCluster {
 	t.Helper()
-	var raft, voters []string
-	for i := 0; i < n; i++ {
-		raft = append(raft, freeAddr(t))
-		voters = append(voters, fmt.Sprintf("%d@%s", i+1, raft[i]))
+	return startClusterPrepared(t, voters, nonVoters, nil, nil, extra...)
+}
+
+// startClusterPrepared is startClusterWith with prepare run on each broker's data
+// directory before it starts (nil: nothing), and newClient making the test's client of
+// broker 1 (nil: broker.client).
+func startClusterPrepared(t *testing.T, voters, nonVoters int, prepare func(b *broker), newClient func(b *broker) *client.Client, extra ...string) *testCluster {
+	t.Helper()
+	n := voters + nonVoters
+	var quorum []string
+	for i := 0; i < voters; i++ {
+		quorum = append(quorum, fmt.Sprintf("%d@%s", i+1, freeAddr(t)))
 	}
 	tc := &testCluster{t: t}
 	for i := 0; i < n; i++ {
-		flags := []string{"--node-id", strconv.Itoa(i + 1), "--controller-voters", strings.Join(voters, ","),
+		flags := []string{"--node-id", strconv.Itoa(i + 1), "--controller-voters", strings.Join(quorum, ","),
 			"--broker-session-timeout", clusterSessionTimeout, "--replica-lag-time-max", clusterLagMax, "--shard-ports", "off"}
+		if i >= voters {
+			flags = append(flags, "--cluster-seeds", tc.brokers[0].addr)
+		}
 		b := newBroker(t, append(flags, extra...)...)
 		if prepare != nil {
 			prepare(b)

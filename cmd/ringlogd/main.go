@@ -151,7 +151,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		if peerDialer, raftTLS, peerCreds, err = o.security.peerDialer(serverTLS); err != nil {
 			return err
 		}
-		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Rack: o.rack,
+		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Seeds: splitList(o.clusterSeeds), Rack: o.rack,
 			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle, RaftLog: os.Stderr,
 			RaftTLS: raftTLS}
 	}

@@ -132,7 +132,9 @@ func Open(cfg Config) (*Driver, error) {
 		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[2]),
 		"HOME="+filepath.Join(dir, "home"), // the Erlang cookie lives here
+		"ERL_CRASH_DUMP="+filepath.Join(dir, "erl_crash.dump"),
 	)
+	cmd.Dir = dir
 	// Its own process group, so that stopping it reaches beam behind the start script. The
 	// Erlang port mapper (epmd, port 4369) that the first node starts is a shared daemon that
 	// outlives it and serves the next run, as on any host that runs Erlang nodes.

@@ -31,7 +31,7 @@ go build -o bin/ ./cmd/...
 dir=$(mktemp -d)
 pprof_flag=()
 [ -n "$profile" ] && { mkdir -p "$profile"; pprof_flag=(--debug-addr "${PROFILE_ADDR:-127.0.0.1:16061}"); }
-bin/ringlogd --data "$dir/data" --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 --shard-ports off "${pprof_flag[@]}" 2>"$dir/broker.log" &
+bin/ringlogd --data "$dir/data" --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 --shard-ports off --admin "" "${pprof_flag[@]}" 2>"$dir/broker.log" &
 broker=$!
 trap 'kill $broker 2>/dev/null; wait $broker 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do grep -q "ringlogd started" "$dir/broker.log" && break; sleep 0.1; done

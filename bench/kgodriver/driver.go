@@ -16,7 +16,9 @@
 // max.in.flight.requests.per.connection default and the bundled client's idempotent
 // in-flight batches are 5), and records, their value buffers and their promises are
 // recycled instead of allocated per record, on produce (a pool of sends) and on fetch
-// (kgo.WithPools with a PoolRecords, every record recycled once handled).
+// (kgo.WithPools with a PoolRecords, every record recycled once handled). Fetches ask for
+// what the bundled consumer asks for, 1 MiB per partition and 16 MiB per response: with 8
+// and 64 MiB kgo read a backlog at 0.6 of the rate (2026-12-01, docs/benchmarks.md).
 package kgodriver
 
 import (
@@ -46,8 +48,8 @@ const (
 	// produceRequestsInflight: produce requests per broker in flight without idempotence
 	// (with it kgo allows 5 and ignores the option).
 	produceRequestsInflight = 5
-	fetchBytesMax           = 64 << 20
-	partitionFetchBytes     = 8 << 20
+	fetchBytesMax           = 16 << 20
+	partitionFetchBytes     = 1 << 20
 )
 
 func init() {

@@ -49,6 +49,7 @@ const (
 	// (with it kgo allows 5 and ignores the option).
 	produceRequestsInflight = 5
 	fetchBytesMax           = 16 << 20
+	batchBytesMax           = 256 << 10 // the bundled producer's BatchBytes default
 	partitionFetchBytes     = 1 << 20
 )
 
@@ -117,7 +118,7 @@ func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.Produce
 	}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(d.address), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(lingerBatching), kgo.MaxBufferedBytes(bufferedBytesMax), kgo.MaxBufferedRecords(max(inFlight, 1)),
+		kgo.ProducerLinger(lingerBatching), kgo.ProducerBatchMaxBytes(batchBytesMax), kgo.MaxBufferedBytes(bufferedBytesMax), kgo.MaxBufferedRecords(max(inFlight, 1)),
 	}
 	if inFlight == 1 {
 		kopts = append(kopts, kgo.ProducerLinger(0))

@@ -10,7 +10,9 @@
 #            wrote while producers add only producerRate);
 #   consume  a workload whose consumers keep up with its producers (mixed);
 # with MB/s, the broker's and the client's CPU seconds per GB (10^9 B) in that phase, and the
-# load average at the start; then each round's kgo/ringlog throughput ratios.
+# load average at the start; then the records per batch the run's producers wrote (read from
+# the run's segment files: what a client's per-record cost is spread over); then each round's
+# kgo/ringlog throughput ratios.
 # docs/benchmarks.md records results.
 #
 #   bench/kafka-vs-bundled.sh [WORKLOAD]        (default bench/workloads/max-rate-1kib.yaml)
@@ -90,6 +92,34 @@ else:
 PY
 }
 
+# batches DATA SEEN: records per batch and bytes per batch of the topics not in SEEN (the
+# run's), from the record batch headers of their segment files; adds them to SEEN.
+batches() {
+  python3 - "$1" "$2" <<'PY'
+import os, struct, sys
+data, seen_file = sys.argv[1], sys.argv[2]
+seen = set(open(seen_file).read().split()) if os.path.exists(seen_file) else set()
+n = records = size = 0
+new = set()
+for d in os.listdir(data):
+    topic = d.rsplit("-", 1)[0]
+    if topic.startswith("__") or topic in seen: continue
+    new.add(topic)
+    for f in os.listdir(os.path.join(data, d)):
+        if not f.endswith(".log"): continue
+        with open(os.path.join(data, d, f), "rb") as log:
+            while True:
+                h = log.read(27)  # base offset 8, length 4, epoch 4, magic 1, crc 4, attributes 2, last offset delta 4
+                if len(h) < 27: break
+                length, = struct.unpack_from(">i", h, 8)
+                if length <= 0: break
+                n += 1; size += 12 + length; records += struct.unpack_from(">i", h, 23)[0] + 1
+                log.seek(12 + length - 27, 1)
+open(seen_file, "a").write("".join(t + "\n" for t in new))
+if n: print("%.1f records/batch, %.0f bytes/batch" % (records / n, size / n))
+PY
+}
+
 printf '%-6s %-8s %-8s %9s %13s %13s  %s\n' round driver phase MB/s broker_s/GB client_s/GB load
 declare -A rate
 for round in $(seq "$rounds"); do
@@ -115,6 +145,7 @@ for round in $(seq "$rounds"); do
       rate[$round,$driver,$phase]=$mbs
       printf '%-6s %-8s %-8s %9s %13s %13s  %s\n' "$round" "$driver" "$phase" "$mbs" "$bcpu" "$ccpu" "$load"
     done < <(phases "$dir/out/"*.json "$dir/samples.txt")
+    echo "       $driver wrote $(batches "$dir/data" "$dir/seen")"
   done
 done
 for round in $(seq "$rounds"); do

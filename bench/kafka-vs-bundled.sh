@@ -8,7 +8,9 @@
 #            catch-up workload the backlog fill (produce alone, before any consumer);
 #   fetch    a catch-up workload's backlog read (fetch alone: consumers read what the fill
 #            wrote while producers add only producerRate);
-#   consume  a workload whose consumers keep up with its producers (mixed);
+#   consume  a workload whose consumers keep up with its producers (mixed: there both lines
+#            count the client's and the broker's whole CPU in the window, producers and
+#            consumers together, per GB of that line's bytes);
 # with MB/s, the broker's and the client's CPU seconds per GB (10^9 B) in that phase, and the
 # load average at the start; then the records per batch the run's producers wrote (read from
 # the run's segment files: what a client's per-record cost is spread over); then each round's
@@ -103,7 +105,7 @@ n = records = size = 0
 new = set()
 for d in os.listdir(data):
     topic = d.rsplit("-", 1)[0]
-    if topic.startswith("__") or topic in seen: continue
+    if not os.path.isdir(os.path.join(data, d)) or topic.startswith("__") or topic in seen: continue
     new.add(topic)
     for f in os.listdir(os.path.join(data, d)):
         if not f.endswith(".log"): continue

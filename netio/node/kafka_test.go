@@ -1,18 +1,23 @@
 package node
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"testing"
+	"time"
 
+	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/ring"
 )
 
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside ACLs, quotas or
-// a replicated cluster (it serves none yet), and allowed otherwise, TLS and required
-// authentication included (it serves both).
+// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside a replicated
+// cluster (it does not serve one yet), and allowed otherwise: TLS, required
+// authentication, ACLs and quotas included (it enforces them).
 func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -26,16 +31,46 @@ func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
 		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
 		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, false},
-		{"kafka and ACLs", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true)}}}, true},
+		{"kafka and ACLs", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true)}}}, false},
 		{"kafka and ACLs off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, false)}}}, false},
 		{"kafka and quotas", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{
-			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 10}})}}}, true},
+			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 10}})}}}, false},
 	} {
 		err := checkKafka(tc.cfg)
 		if tc.refuse != errors.Is(err, ErrKafkaUnsupported) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
+}
+
+// TestKafkaStartsWithACLsAndQuotas: a node with --kafka-listen beside ACLs and quotas
+// starts, and its Kafka listener accepts connections.
+func TestKafkaStartsWithACLsAndQuotas(t *testing.T) {
+	n, err := Start(Config{
+		Core:        shard.Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "auto"}},
+		Listen:      "127.0.0.1:0",
+		KafkaListen: "127.0.0.1:0",
+		ShardPorts:  ShardPortsOff,
+		Net:         NetGo,
+		Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true),
+			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1 << 20}})}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Shutdown(ctx)
+	}()
+	if n.Kafka == nil || n.KafkaAddr == "" {
+		t.Fatalf("no Kafka listener: %+v", n)
+	}
+	c, err := net.DialTimeout("tcp", n.KafkaAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 }
 
 func TestClusterRefusedWithTLSOrAuth(t *testing.T) {

@@ -252,23 +252,14 @@ func checkCluster(cfg Config) error {
 	return nil
 }
 
-// checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
-// enforces authentication (SASL/SCRAM and mTLS principals, with the ringlog listener's
-// credentials) but no ACLs and no quotas, so beside a ringlog listener that enforces either
-// it would be an open door; and its Metadata describes this broker alone, which a
-// replicated cluster's clients must not be told. (Quotas switched on later by SIGHUP do
-// not reach it either.) TLS it serves: with Server.TLS set the Kafka listener takes the
-// same configuration (certificate, client CAs, reload).
+// checkKafka refuses --kafka-listen with what the Kafka listener does not implement: its
+// Metadata describes this broker alone, which a replicated cluster's clients must not be
+// told. Authentication (SASL/SCRAM, mTLS principals), ACLs and quotas it enforces with the
+// ringlog listener's settings (the same Credentials, Authorizer and Quotas, so a SIGHUP
+// that changes quotas reaches both); TLS with the same configuration (certificate,
+// client CAs, reload).
 func checkKafka(cfg Config) error {
-	if cfg.KafkaListen == "" {
-		return nil
-	}
-	sec := cfg.Server.Security
-	unserved := sec != nil && (sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
-	switch {
-	case unserved:
-		return fmt.Errorf("%w: ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
-	case cfg.Cluster != nil:
+	if cfg.KafkaListen != "" && cfg.Cluster != nil {
 		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
 	}
 	return nil

@@ -98,7 +98,7 @@ func Open(cfg Config) (*Driver, error) {
 			return nil, err
 		}
 	}
-	ports := make([]int, 4) // stream, AMQP, distribution, epmd
+	ports := make([]int, 3) // stream, AMQP, distribution
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -131,10 +131,14 @@ func Open(cfg Config) (*Driver, error) {
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[2]),
-		"ERL_EPMD_PORT="+strconv.Itoa(ports[3]),
 		"HOME="+filepath.Join(dir, "home"), // the Erlang cookie lives here
+		"ERL_CRASH_DUMP="+filepath.Join(dir, "erl_crash.dump"),
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // epmd and beam are stopped with it
+	cmd.Dir = dir
+	// Its own process group, so that stopping it reaches beam behind the start script. The
+	// Erlang port mapper (epmd, port 4369) that the first node starts is a shared daemon that
+	// outlives it and serves the next run, as on any host that runs Erlang nodes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logFile, err := os.Create(filepath.Join(dir, "server.out"))
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq driver: %w", err)
@@ -326,18 +330,14 @@ func (p *producer) Close() error {
 	return errors.Join(errs...)
 }
 
-// NewConsumer subscribes to each partition's stream from its first offset.
+// NewConsumer subscribes to each partition's stream from its first offset; the client's
+// callbacks feed one bench.PushConsumer that Poll drains.
 func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) (bench.Consumer, error) {
-	c := &consumer{msgs: make(chan partitionMsg, consumerBuffer), done: make(chan struct{})}
+	c := &consumer{PushConsumer: bench.NewPushConsumer("rabbitmq driver", consumerBuffer)}
 	for _, p := range partitions {
-		sc, err := d.env.NewConsumer(streamName(topic, p), func(_ stream.ConsumerContext, m *amqp.Message) {
-			data := m.GetData()
-			select {
-			case c.msgs <- partitionMsg{p, data}:
-			case <-c.done:
-			}
-		}, stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.First()).SetCRCCheck(false).
-			SetClientProvidedName("ringlog-bench-consumer"))
+		sc, err := d.env.NewConsumer(streamName(topic, p), func(_ stream.ConsumerContext, m *amqp.Message) { c.Deliver(p, m.GetData()) },
+			stream.NewConsumerOptions().SetOffset(stream.OffsetSpecification{}.First()).SetCRCCheck(false).
+				SetClientProvidedName("ringlog-bench-consumer"))
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("rabbitmq driver: consumer on %s: %w", streamName(topic, p), err)
@@ -347,33 +347,13 @@ func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) 
 	return c, nil
 }
 
-type partitionMsg struct {
-	partition int
-	data      []byte
-}
-
 type consumer struct {
+	*bench.PushConsumer
 	consumers []*stream.Consumer
-	msgs      chan partitionMsg
-	done      chan struct{} // closed by Close
-}
-
-func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
-	select {
-	case m := <-c.msgs:
-		handle(m.partition, m.data)
-		for range len(c.msgs) {
-			m = <-c.msgs
-			handle(m.partition, m.data)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("rabbitmq driver: poll: %w", ctx.Err())
-	}
 }
 
 func (c *consumer) Close() error {
-	close(c.done)
+	c.Stop()
 	var errs []error
 	for _, sc := range c.consumers {
 		errs = append(errs, sc.Close())
@@ -394,8 +374,8 @@ func (d *Driver) Close() error {
 	return errors.Join(errs...)
 }
 
-// stopServer sends SIGTERM to the server's process group (beam and the epmd it started)
-// and waits, killing it after serverShutdownGrace.
+// stopServer sends SIGTERM to the server's process group (the start script and beam) and
+// waits, killing the group after serverShutdownGrace.
 func (d *Driver) stopServer() error {
 	if d.cmd == nil || d.cmd.Process == nil {
 		return nil
@@ -410,6 +390,5 @@ func (d *Driver) stopServer() error {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-exited
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // an epmd left behind
 	return nil
 }

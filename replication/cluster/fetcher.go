@@ -156,8 +156,15 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	var followers []*isr.Follower
 	var throttled []bool
 	for _, r := range parts {
-		if err := r.truncate(f.ctx, m, conn); err != nil {
-			return 0, err
+		// A follower whose log holds an epoch the leader lacks asks again after each cut
+		// (isr.Follower.EpochAnswered); every round removes an epoch, so this ends.
+		for range truncateRoundsMax {
+			if err := r.truncate(f.ctx, m, conn); err != nil {
+				return 0, err
+			}
+			if !r.truncating() {
+				break
+			}
 		}
 		r.mu.Lock()
 		if fl := r.follower; fl != nil && fl.Phase() == isr.Fetching {
@@ -208,6 +215,17 @@ func inISR(md *controller.Metadata, tp shard.TopicPartition, id int32) bool {
 	return slices.Contains(t.Partitions[tp.Partition].ISR, id)
 }
 
+// truncateRoundsMax bounds one fetch round's OffsetsForLeaderEpoch exchanges per replica;
+// a replica still truncating after it goes on in the next round.
+const truncateRoundsMax = 64
+
+// truncating reports whether the replica's follower must still ask where its log diverged.
+func (r *replica) truncating() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.follower != nil && r.follower.Phase() == isr.Truncating
+}
+
 // truncate asks the leader where the replica's log diverged and cuts it there, when the
 // follower is in its truncating phase (after a leader change).
 func (r *replica) truncate(ctx context.Context, m *Manager, conn PeerConn) error {
@@ -231,7 +249,13 @@ func (r *replica) truncate(ctx context.Context, m *Manager, conn PeerConn) error
 	from := f.LogEndOffset()
 	to := f.EpochAnswered(answer)
 	r.mu.Unlock()
+	r.writeMu.Lock()
+	if r.retired {
+		r.writeMu.Unlock()
+		return nil
+	}
 	end, err := m.b.TruncateTo(r.tp, to)
+	r.writeMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil && end != to {
@@ -272,8 +296,14 @@ func (r *replica) fetched(m *Manager, f *isr.Follower, a FetchAnswer) {
 	batches, epochs := splitReplicated(a.Records)
 	end := int64(-1)
 	if len(batches) > 0 {
+		r.writeMu.Lock()
+		if r.retired {
+			r.writeMu.Unlock()
+			return
+		}
 		var err error
 		end, err = m.b.AppendReplicated(r.tp, batches)
+		r.writeMu.Unlock()
 		if err != nil {
 			m.log.Warn("append replicated batches", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
 			r.mu.Lock()

@@ -48,6 +48,14 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 // waits until all registered.
 func startClusterWith(t *testing.T, voters, nonVoters int, extra ...string) *testCluster {
 	t.Helper()
+	return startClusterPrepared(t, voters, nonVoters, nil, nil, extra...)
+}
+
+// startClusterPrepared is startClusterWith with prepare run on each broker's data
+// directory before it starts (nil: nothing), and newClient making the test's client of
+// broker 1 (nil: broker.client).
+func startClusterPrepared(t *testing.T, voters, nonVoters int, prepare func(b *broker), newClient func(b *broker) *client.Client, extra ...string) *testCluster {
+	t.Helper()
 	n := voters + nonVoters
 	var quorum []string
 	for i := 0; i < voters; i++ {
@@ -60,9 +68,17 @@ func startClusterWith(t *testing.T, voters, nonVoters int, extra ...string) *tes
 		if i >= voters {
 			flags = append(flags, "--cluster-seeds", tc.brokers[0].addr)
 		}
-		tc.brokers = append(tc.brokers, startBroker(t, append(flags, extra...)...))
+		b := newBroker(t, append(flags, extra...)...)
+		if prepare != nil {
+			prepare(b)
+		}
+		b.start()
+		tc.brokers = append(tc.brokers, b)
 	}
-	tc.c = tc.brokers[0].client(t)
+	if newClient == nil {
+		newClient = func(b *broker) *client.Client { return b.client(t) }
+	}
+	tc.c = newClient(tc.brokers[0])
 	tc.waitFor("every broker registered and live", func(v *cluster.View) bool {
 		live := 0
 		for _, b := range v.Metadata.Brokers {

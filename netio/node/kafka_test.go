@@ -12,6 +12,7 @@ import (
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -73,7 +74,13 @@ func TestKafkaStartsWithACLsAndQuotas(t *testing.T) {
 	c.Close()
 }
 
-func TestClusterRefusedWithTLSOrAuth(t *testing.T) {
+// TestClusterRefusedWithoutPeerSecurity: a cluster is refused when its brokers could not
+// pass each other's listeners: TLS listeners without TLS dials (or a plain raft
+// transport), required authentication with neither a login nor a TLS certificate.
+func TestClusterRefusedWithoutPeerSecurity(t *testing.T) {
+	tlsDial := &netio.PeerDialer{TLS: func(string) (*tls.Config, error) { return &tls.Config{}, nil }}
+	login := &netio.PeerDialer{Credentials: func() security.PeerCredentials { return security.PeerCredentials{} }}
+	raftTLS := &cluster.Config{RaftTLS: &controller.TransportTLS{}}
 	for _, tc := range []struct {
 		name   string
 		cfg    Config
@@ -81,8 +88,12 @@ func TestClusterRefusedWithTLSOrAuth(t *testing.T) {
 	}{
 		{"cluster", Config{Cluster: &cluster.Config{}}, false},
 		{"tls, no cluster", Config{Server: serverWithTLS()}, false},
-		{"cluster and tls", Config{Cluster: &cluster.Config{}, Server: serverWithTLS()}, true},
-		{"cluster and auth required", Config{Cluster: &cluster.Config{}, Server: withAuth(netio.Config{})}, true},
+		{"cluster and tls, plain dials", Config{Cluster: raftTLS, Server: serverWithTLS()}, true},
+		{"cluster and tls, plain raft", Config{Cluster: &cluster.Config{}, Server: serverWithTLS(), PeerDialer: tlsDial}, true},
+		{"cluster and tls everywhere", Config{Cluster: raftTLS, Server: serverWithTLS(), PeerDialer: tlsDial}, false},
+		{"cluster and auth required, no login", Config{Cluster: &cluster.Config{}, Server: withAuth(netio.Config{})}, true},
+		{"cluster and auth required, login", Config{Cluster: &cluster.Config{}, Server: withAuth(netio.Config{}), PeerDialer: login}, false},
+		{"cluster, tls and auth required, certificate", Config{Cluster: raftTLS, Server: withAuth(serverWithTLS()), PeerDialer: tlsDial}, false},
 		{"cluster and security off", Config{Cluster: &cluster.Config{}, Server: netio.Config{Security: &netio.Security{}}}, false},
 	} {
 		if err := checkCluster(tc.cfg); tc.refuse != errors.Is(err, ErrClusterUnsupported) {

@@ -92,6 +92,10 @@ type Config struct {
 	// and replicates partitions (replication/cluster). Its DataDir, Dial
 	// and Logger are filled in here. nil: a single broker, exactly as before.
 	Cluster *cluster.Config
+	// PeerDialer opens the cluster's broker-to-broker connections (TLS, SASL); nil: plain
+	// TCP without a login, which a cluster whose listeners demand TLS or authentication
+	// refuses (checkCluster). The raft transport's TLS is Cluster.RaftTLS.
+	PeerDialer *netio.PeerDialer
 }
 
 // Node is a running broker.
@@ -154,7 +158,11 @@ func Start(cfg Config) (*Node, error) {
 	var mgr *cluster.Manager
 	if cfg.Cluster != nil {
 		cc := *cfg.Cluster
-		cc.DataDir, cc.Dial, cc.Logger = cfg.Core.DataDir, netio.DialPeer, cfg.Logger
+		dialer := cfg.PeerDialer
+		if dialer == nil {
+			dialer = &netio.PeerDialer{}
+		}
+		cc.DataDir, cc.Dial, cc.Logger = cfg.Core.DataDir, dialer.Dial, cfg.Logger
 		var err error
 		if mgr, err = cluster.New(cc); err != nil {
 			return nil, err
@@ -236,20 +244,25 @@ func Start(cfg Config) (*Node, error) {
 // ErrKafkaUnsupported refuses a Kafka listener next to features it does not serve yet.
 var ErrKafkaUnsupported = errors.New("kafka listener")
 
-// ErrClusterUnsupported refuses a replicated cluster next to features its replica
-// connections do not carry yet.
+// ErrClusterUnsupported refuses a replicated cluster whose broker-to-broker connections
+// could not pass its own listeners' security.
 var ErrClusterUnsupported = errors.New("replicated cluster")
 
-// checkCluster refuses a cluster (--node-id) whose client listener requires TLS or
-// authentication: followers dial their leaders' client listeners in plain TCP without
-// credentials (netio.DialPeer), so replication would fail on every fetch.
+// checkCluster refuses a cluster (--node-id) whose peers could not reach each other's
+// client listeners: under TLS the PeerDialer must dial TLS and the raft transport must be
+// secured as well; under required authentication the PeerDialer must log in, or present
+// a certificate (TLS, the listeners asking for one: the mTLS principal).
 func checkCluster(cfg Config) error {
 	if cfg.Cluster == nil {
 		return nil
 	}
-	sec := cfg.Server.Security
-	if cfg.Server.TLS != nil || sec != nil && sec.AuthRequired {
-		return fmt.Errorf("%w: TLS and required authentication are not carried by replica connections yet; followers could not fetch (run the cluster's brokers without --tls-cert and --auth required, on a trusted network)", ErrClusterUnsupported)
+	d, sec := cfg.PeerDialer, cfg.Server.Security
+	dialsTLS := d != nil && d.TLS != nil
+	if cfg.Server.TLS != nil && (!dialsTLS || cfg.Cluster.RaftTLS == nil) {
+		return fmt.Errorf("%w: the listeners serve TLS, so brokers must dial each other over TLS: give --inter-broker-tls-ca (the CAs of the other brokers' certificates)", ErrClusterUnsupported)
+	}
+	if sec != nil && sec.AuthRequired && !dialsTLS && (d == nil || d.Credentials == nil) {
+		return fmt.Errorf("%w: --auth required: brokers must log in to each other: give --inter-broker-credentials-file, or TLS with client certificates (--tls-client-ca, --inter-broker-tls-ca)", ErrClusterUnsupported)
 	}
 	return nil
 }

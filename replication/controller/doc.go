@@ -27,7 +27,7 @@
 //   - producer ids are handed out in blocks (AllocateProducerIDs): a counter in the
 //     metadata, so no two blocks overlap across leader changes, restarts and snapshots.
 //
-// Controller runs one voter: raft over TCP, the log and stable store in bolt, snapshots in
-// files. It must not import netio, cmd or bench; replication/cluster runs it inside each
+// Controller runs one voter: raft over TCP (over mutual TLS with Config.TLS:
+// transport.go), the log and stable store in bolt, snapshots in files. It must not import netio, cmd or bench; replication/cluster runs it inside each
 // broker and forwards brokers' commands to the leader voter.
 package controller

@@ -1,8 +1,8 @@
 // Package controller owns the cluster's metadata — brokers and their sessions, topics,
-// partition assignments (rack-aware), leaders, ISRs, leader and partition epochs, and each
-// topic's unclean.leader.election.enable, the producer id counter — replicated by 1, 3 or 5 voters with
-// github.com/hashicorp/raft (consensus is never home-made here) and stored with
-// raft-boltdb.
+// partition assignments (rack-aware), leaders, ISRs, leader and partition epochs, each
+// topic's unclean.leader.election.enable, and the producer id counter — replicated by 1, 3
+// or 5 voters with github.com/hashicorp/raft (consensus is never home-made here) and stored
+// with raft-boltdb.
 //
 // The state machine (Metadata.apply through FSM) is deterministic: commands carry the
 // proposer's clock, so that every voter computes the same leaders. Its rules:

@@ -1,11 +1,13 @@
 package kafka
 
 import (
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // DeleteTopics (key 20), v0-v5 (by name; v6+ may name topics by id, which ringlog lacks):
-// the broker core's DeleteTopic.
+// the broker core's DeleteTopic. On a cluster deletes are refused with INVALID_REQUEST, as
+// on the ringlog listener (the controller cannot delete a replicated topic yet).
 var deleteTopicsAPI = api{
 	key: keyDeleteTopics, min: 0, max: 5,
 	serve: func(s *Server, p *pending, req kmsg.Request) {
@@ -13,6 +15,10 @@ var deleteTopicsAPI = api{
 		go func() { // waits for every shard
 			resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
 			for _, name := range r.TopicNames {
+				if s.cfg.Cluster != nil {
+					resp.Topics = append(resp.Topics, deleteTopicResult(name, kerr.InvalidRequest.Code, str("deleting a topic of a replicated cluster is not supported yet")))
+					continue
+				}
 				err := s.b.DeleteTopic(name)
 				resp.Topics = append(resp.Topics, deleteTopicResult(name, codeFor(err), message(err)))
 			}

@@ -3,7 +3,8 @@ package kafka
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
+	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -40,15 +41,6 @@ func producePartition(partition int32) kmsg.ProduceResponseTopicPartition {
 }
 
 func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	silent := req.Acks == 0
-	answer := func() {
-		if silent {
-			p.reply(nil, nil)
-			return
-		}
-		p.reply(resp, nil)
-	}
 	if req.TransactionID != nil {
 		p.reply(failProduce(req, kerr.InvalidRequest.Code, "transactions are not supported by this broker"), nil)
 		return
@@ -57,49 +49,134 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 		p.reply(failProduce(req, kerr.InvalidRequiredAcks.Code, fmt.Sprintf("acks must be 0, 1 or -1, got %d", req.Acks)), nil)
 		return
 	}
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	total := 0
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, t := range req.Topics {
 		resp.Topics[i] = kmsg.NewProduceResponseTopic()
 		resp.Topics[i].Topic = t.Topic
 		resp.Topics[i].Partitions = make([]kmsg.ProduceResponseTopicPartition, len(t.Partitions))
+		for j, part := range t.Partitions {
+			resp.Topics[i].Partitions[j] = producePartition(part.Partition)
+		}
 		total += len(t.Partitions)
 	}
+	pc := &produceCall{p: p, resp: resp, silent: req.Acks == 0, pending: total}
 	if total == 0 {
-		answer()
+		pc.answerLocked(-1, func() {})
 		return
 	}
-	var pendingParts atomic.Int32
-	pendingParts.Store(int32(total))
-	finish := func() {
-		if pendingParts.Add(-1) == 0 {
-			answer()
-		}
+	// The partitions' answers are written under pc.mu: an acks=all produce with a timeout
+	// may be answered by its timer while shards still hold some of its partitions.
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if req.Acks == -1 && req.TimeoutMillis > 0 {
+		pc.answered = make([]bool, total)
+		timeout := time.Duration(req.TimeoutMillis) * time.Millisecond
+		t := time.AfterFunc(timeout, func() { pc.timedOut(timeout) })
+		pc.stopTimer = t.Stop
 	}
+	k := 0
 	for i, t := range req.Topics {
 		for j, part := range t.Partitions {
-			out := &resp.Topics[i].Partitions[j]
-			*out = producePartition(part.Partition)
-			batches, err := netio.SplitBatches(part.Records)
+			out, idx := &resp.Topics[i].Partitions[j], k
+			k++
+			records := part.Records
+			if pc.answered != nil {
+				// The timer may answer, and so hand the frame back to the pool, before the
+				// shard has written these bytes: give the shard its own copy.
+				records = append([]byte(nil), records...)
+			}
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+			batches, err := netio.SplitBatches(records)
 			if err == nil && req.Version < zstdProduceVersionMin {
 				err = refuseZstd(batches, req.Version)
 			}
+			if err == nil {
+				err = s.checkLeader(tp, -1)
+			}
 			if err != nil {
-				out.ErrorCode, out.ErrorMessage = codeFor(err), message(err)
-				if isUnsupportedCompression(err) {
-					out.ErrorCode = kerr.UnsupportedCompressionType.Code
-				}
-				finish()
+				pc.answerLocked(idx, func() {
+					out.ErrorCode, out.ErrorMessage = codeFor(err), message(err)
+					if isUnsupportedCompression(err) {
+						out.ErrorCode = kerr.UnsupportedCompressionType.Code
+					}
+				})
 				continue
 			}
-			tp := shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+			pc.mu.Unlock() // the shard may answer inline, on this goroutine
 			s.b.ProduceFrom(shard.CallerNone, tp, batches, req.Acks, func(r shard.ProduceResult) {
-				out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
-				out.ErrorCode, out.ErrorMessage = codeFor(r.Err), message(r.Err)
-				finish()
+				pc.mu.Lock()
+				defer pc.mu.Unlock()
+				pc.answerLocked(idx, func() {
+					out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
+					out.ErrorCode, out.ErrorMessage = codeFor(r.Err), message(r.Err)
+				})
 			})
+			pc.mu.Lock()
 		}
 	}
+}
+
+// produceCall gathers one produce request's partition answers, as the ringlog listener's
+// does: an acks=all produce with a timeout (timeout_ms, the producer's request.timeout.ms)
+// is answered when it passes even though some partitions still wait for their followers;
+// those get REQUEST_TIMED_OUT (retriable). Their records stay appended and may still
+// commit; their late answers are dropped.
+type produceCall struct {
+	p         *pending
+	resp      *kmsg.ProduceResponse
+	silent    bool // acks=0: no response
+	mu        sync.Mutex
+	pending   int         // partitions not answered yet; guarded by mu
+	answered  []bool      // by request position; nil without a timeout; guarded by mu
+	replied   bool        // guarded by mu
+	stopTimer func() bool // nil without a timeout
+}
+
+// answerLocked records partition idx's answer (set writes it) unless the request was
+// already answered, and replies once every partition has answered.
+func (pc *produceCall) answerLocked(idx int, set func()) {
+	if pc.replied {
+		return
+	}
+	if pc.answered != nil {
+		pc.answered[idx] = true
+	}
+	set()
+	if pc.pending--; pc.pending <= 0 {
+		pc.replied = true
+		if pc.stopTimer != nil {
+			pc.stopTimer()
+		}
+		if pc.silent {
+			pc.p.reply(nil, nil)
+			return
+		}
+		pc.p.reply(pc.resp, nil)
+	}
+}
+
+// timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
+func (pc *produceCall) timedOut(timeout time.Duration) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.replied {
+		return
+	}
+	pc.replied = true
+	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", timeout)
+	k := 0
+	for i := range pc.resp.Topics {
+		for j := range pc.resp.Topics[i].Partitions {
+			if !pc.answered[k] {
+				out := &pc.resp.Topics[i].Partitions[j]
+				out.ErrorCode, out.ErrorMessage = kerr.RequestTimedOut.Code, str(msg)
+			}
+			k++
+		}
+	}
+	pc.p.reply(pc.resp, nil)
 }
 
 var errZstdNeedsV7 = fmt.Errorf("zstd batches need Produce v%d or later", zstdProduceVersionMin)

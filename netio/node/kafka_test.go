@@ -10,9 +10,9 @@ import (
 	"github.com/ringlog/ringlog/replication/cluster"
 )
 
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside ACLs, quotas or
-// a replicated cluster (it serves none yet), and allowed otherwise, TLS and required
-// authentication included (it serves both).
+// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside ACLs or quotas
+// (it serves neither yet), and allowed otherwise: TLS, required authentication and a
+// replicated cluster included (it serves them).
 func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -23,7 +23,7 @@ func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
 		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
 		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, false},
 		{"kafka, tls and auth required", Config{KafkaListen: "127.0.0.1:0", Server: withAuth(serverWithTLS())}, false},
-		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
+		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, false},
 		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
 		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, false},
 		{"kafka and ACLs", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true)}}}, true},

@@ -200,6 +200,9 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}
 	if mgr != nil {
+		if n.Kafka != nil {
+			mgr.SetKafkaAddress(n.KafkaAddr) // registered with the controller for Kafka Metadata
+		}
 		mgr.Attach(core, n.Addr)
 	}
 	if cfg.Admin.Listen != "" {
@@ -255,9 +258,9 @@ func checkCluster(cfg Config) error {
 // checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
 // enforces authentication (SASL/SCRAM and mTLS principals, with the ringlog listener's
 // credentials) but no ACLs and no quotas, so beside a ringlog listener that enforces either
-// it would be an open door; and its Metadata describes this broker alone, which a
-// replicated cluster's clients must not be told. (Quotas switched on later by SIGHUP do
-// not reach it either.) TLS it serves: with Server.TLS set the Kafka listener takes the
+// it would be an open door. (Quotas switched on later by SIGHUP do not reach it either.)
+// A replicated cluster it serves (Config.Cluster: Metadata from the controller, requests
+// only at partition leaders; netio/kafka/cluster.go). TLS it serves: with Server.TLS set the Kafka listener takes the
 // same configuration (certificate, client CAs, reload).
 func checkKafka(cfg Config) error {
 	if cfg.KafkaListen == "" {
@@ -265,11 +268,8 @@ func checkKafka(cfg Config) error {
 	}
 	sec := cfg.Server.Security
 	unserved := sec != nil && (sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
-	switch {
-	case unserved:
+	if unserved {
 		return fmt.Errorf("%w: ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
-	case cfg.Cluster != nil:
-		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
 	}
 	return nil
 }
@@ -292,6 +292,7 @@ func (n *Node) serveKafka(cfg Config) error {
 		AutoCreateTopics:      cfg.KafkaAutoCreateTopics,
 		TLS:                   cfg.Server.TLS,
 		Security:              cfg.Server.Security,
+		Cluster:               n.Cluster,
 		Logf:                  func(format string, a ...any) { n.log.Info(fmt.Sprintf(format, a...)) },
 	})
 	if err != nil {

@@ -40,6 +40,13 @@ type testCluster struct {
 // extra are further ringlogd flags for every broker.
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil, extra...)
+}
+
+// startClusterWith is startCluster with perBroker(id)'s flags added to node id's (nil:
+// none), for flags that differ between brokers (their own listen addresses).
+func startClusterWith(t *testing.T, n int, perBroker func(id int) []string, extra ...string) *testCluster {
+	t.Helper()
 	var raft, voters []string
 	for i := 0; i < n; i++ {
 		raft = append(raft, freeAddr(t))
@@ -49,6 +56,9 @@ func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	for i := 0; i < n; i++ {
 		flags := []string{"--node-id", strconv.Itoa(i + 1), "--controller-voters", strings.Join(voters, ","),
 			"--broker-session-timeout", clusterSessionTimeout, "--replica-lag-time-max", clusterLagMax, "--shard-ports", "off"}
+		if perBroker != nil {
+			flags = append(flags, perBroker(i+1)...)
+		}
 		tc.brokers = append(tc.brokers, startBroker(t, append(flags, extra...)...))
 	}
 	tc.c = tc.brokers[0].client(t)

@@ -38,8 +38,9 @@ func newKgo(t *testing.T, seeds []string, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// kafkaPartition is partition of topic as the Metadata of the broker cl asks describes it.
-func kafkaPartition(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, partition int32) (*kmsg.MetadataResponse, kmsg.MetadataResponseTopicPartition) {
+// kafkaPartition is partition of topic as the Metadata of a broker cl asks describes it;
+// false while that broker does not know the topic (its controller voter may lag).
+func kafkaPartition(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, partition int32) (*kmsg.MetadataResponse, kmsg.MetadataResponseTopicPartition, bool) {
 	t.Helper()
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
@@ -50,21 +51,21 @@ func kafkaPartition(ctx context.Context, t *testing.T, cl *kgo.Client, topic str
 		t.Fatalf("metadata: %v", err)
 	}
 	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 || int(partition) >= len(resp.Topics[0].Partitions) {
-		t.Fatalf("metadata of %s: %+v", topic, resp.Topics)
+		return resp, kmsg.MetadataResponseTopicPartition{}, false
 	}
-	return resp, resp.Topics[0].Partitions[partition]
+	return resp, resp.Topics[0].Partitions[partition], true
 }
 
 // waitKafkaPartition polls Metadata until ok holds for the partition.
 func waitKafkaPartition(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, partition int32, what string, ok func(kmsg.MetadataResponseTopicPartition) bool) (*kmsg.MetadataResponse, kmsg.MetadataResponseTopicPartition) {
 	t.Helper()
 	for {
-		resp, p := kafkaPartition(ctx, t, cl, topic, partition)
-		if ok(p) {
+		resp, p, known := kafkaPartition(ctx, t, cl, topic, partition)
+		if known && ok(p) {
 			return resp, p
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("timed out waiting for %s: %+v", what, p)
+			t.Fatalf("timed out waiting for %s: %+v", what, resp)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -315,7 +315,7 @@ func (m *Manager) CheckLeader(tp shard.TopicPartition) error {
 // isr.ErrUnknownLeaderEpoch when newer (this broker has not applied it yet). A partition
 // that is not replicated is at epoch 0.
 func (m *Manager) CheckLeaderEpoch(tp shard.TopicPartition, epoch int32) error {
-	if err := m.CheckLeader(tp); err != nil || epoch < 0 {
+	if err := m.CheckLeader(tp); err != nil || epoch == -1 {
 		return err
 	}
 	current := int32(0)
@@ -454,7 +454,7 @@ func (m *Manager) OffsetsForLeaderEpoch(tp shard.TopicPartition, currentEpoch, e
 	if leo := r.leo.Load(); leo > r.leader.LogEndOffset() {
 		r.leader.Appended(m.cfg.Now(), leo)
 	}
-	if currentEpoch < 0 { // a Kafka client before KIP-320 (OffsetForLeaderEpoch v0-v1): unchecked
+	if currentEpoch == -1 { // a Kafka client before KIP-320 (OffsetForLeaderEpoch v0-v1): unchecked
 		currentEpoch = r.leader.LeaderEpoch()
 	}
 	return r.leader.OffsetsForLeaderEpoch(currentEpoch, epoch)

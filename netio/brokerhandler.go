@@ -222,11 +222,22 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 		req.ReplyMessage(resp)
 		return
 	}
-	pc := &produceCall{req: req, resp: resp, pending: total}
-	// The partitions' answers are written under pc.mu: an acks=all produce with a timeout
-	// may be answered by its timer while shards still hold some of its partitions.
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
+	// An acks=all produce with a timeout (the request's timeout_ms, Kafka's
+	// request.timeout.ms on the producer) is answered when the timeout passes even though
+	// some partitions still wait for their followers: those get REQUEST_TIMED_OUT, which
+	// frees the connection's pipeline. Their records stay appended and may still commit
+	// later (as in Kafka: a timed-out produce's outcome is unknown, and a retry may
+	// duplicate it unless the producer is idempotent); their late answers are dropped.
+	var timeout time.Duration
+	if body.Acks == wire.AcksAll && body.TimeoutMs > 0 {
+		timeout = time.Duration(body.TimeoutMs) * time.Millisecond
+	}
+	answers := NewPartitionAnswers(total, func(waiting []bool) {
+		if waiting != nil {
+			markTimedOut(resp, waiting, timeout)
+		}
+		req.ReplyMessage(resp)
+	})
 	for i := range body.Topics {
 		t := &body.Topics[i]
 		rt := &resp.Topics[i]
@@ -236,11 +247,13 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			rt.Partitions[j] = wire.ProduceResponsePartition{Partition: t.Partitions[j].Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
 		}
 	}
-	if body.Acks == wire.AcksAll && body.TimeoutMs > 0 {
-		pc.answered = make([]bool, total)
-		timeout := time.Duration(body.TimeoutMs) * time.Millisecond
-		pc.stopTimer = h.afterFunc(timeout, func() { pc.timedOut(timeout) })
+	if timeout > 0 {
+		answers.Timeout(timeout, h.afterFunc)
 	}
+	// The partitions' answers are written under the answers' lock: the timer may answer
+	// while shards still hold some of the partitions.
+	answers.Lock()
+	defer answers.Unlock()
 	k := 0
 	for i := range body.Topics {
 		t := &body.Topics[i]
@@ -250,7 +263,7 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			out, idx := &rt.Partitions[j], k
 			k++
 			records := p.Records
-			if pc.answered != nil {
+			if timeout > 0 {
 				// The timer may answer, and so release the request's buffer to the next
 				// request, before the shard has written these bytes: give the shard its own
 				// copy (one memmove per acks=all produce with a timeout).
@@ -262,79 +275,35 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			}
 			if err != nil {
 				h.b.CountProduceError(err)
-				pc.answerLocked(idx, func() { out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error() })
+				answers.AnswerLocked(idx, func() { out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error() })
 				continue
 			}
-			pc.mu.Unlock() // the shard may answer inline, on this goroutine
+			answers.Unlock() // the shard may answer inline, on this goroutine
 			h.b.ProduceFrom(caller(req), shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, batches, body.Acks, func(r shard.ProduceResult) {
-				pc.mu.Lock()
-				defer pc.mu.Unlock()
-				pc.answerLocked(idx, func() {
+				answers.Answer(idx, func() {
 					out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
 					out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
 				})
 			})
-			pc.mu.Lock()
+			answers.Lock()
 		}
 	}
 }
 
-// produceCall gathers one produce request's partition answers. An acks=all produce with a
-// timeout (the request's timeout_ms, Kafka's request.timeout.ms on the producer) is
-// answered when the timeout passes even though some partitions still wait for their
-// followers: those get REQUEST_TIMED_OUT, which frees the connection's pipeline. Their
-// records stay appended and may still commit later (as in Kafka: a timed-out produce's
-// outcome is unknown, and a retry may duplicate it unless the producer is idempotent);
-// their late answers are dropped.
-type produceCall struct {
-	req       *Request
-	resp      *wire.ProduceResponse
-	mu        sync.Mutex
-	pending   int         // partitions not answered yet; guarded by mu
-	answered  []bool      // by request position; nil without a timeout; guarded by mu
-	replied   bool        // guarded by mu
-	stopTimer func() bool // nil without a timeout
-}
-
-// answerLocked records partition idx's answer (set writes it) unless the request was
-// already answered, and replies once every partition has answered.
-func (pc *produceCall) answerLocked(idx int, set func()) {
-	if pc.replied {
-		return
-	}
-	if pc.answered != nil {
-		pc.answered[idx] = true
-	}
-	set()
-	if pc.pending--; pc.pending == 0 {
-		pc.replied = true
-		if pc.stopTimer != nil {
-			pc.stopTimer()
-		}
-		pc.req.ReplyMessage(pc.resp)
-	}
-}
-
-// timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
-func (pc *produceCall) timedOut(timeout time.Duration) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.replied {
-		return
-	}
-	pc.replied = true
-	k := 0
+// markTimedOut answers the partitions still waiting (by request position) with
+// REQUEST_TIMED_OUT.
+func markTimedOut(resp *wire.ProduceResponse, waiting []bool, timeout time.Duration) {
 	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", timeout)
-	for i := range pc.resp.Topics {
-		for j := range pc.resp.Topics[i].Partitions {
-			if !pc.answered[k] {
-				out := &pc.resp.Topics[i].Partitions[j]
+	k := 0
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			if waiting[k] {
+				out := &resp.Topics[i].Partitions[j]
 				out.ErrorCode, out.ErrorMessage = wire.ErrRequestTimedOut, msg
 			}
 			k++
 		}
 	}
-	pc.req.ReplyMessage(pc.resp)
 }
 
 func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {

@@ -3,7 +3,6 @@ package kafka
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -61,28 +60,41 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 		}
 		total += len(t.Partitions)
 	}
-	pc := &produceCall{p: p, resp: resp, silent: req.Acks == 0, pending: total}
+	// An acks=all produce with a timeout (timeout_ms, the producer's request.timeout.ms) is
+	// answered when it passes even though some partitions still wait for their followers:
+	// those get REQUEST_TIMED_OUT (retriable); their records stay appended and may still
+	// commit (the ringlog listener's rule, netio.PartitionAnswers).
+	var timeout time.Duration
+	if req.Acks == -1 && req.TimeoutMillis > 0 {
+		timeout = time.Duration(req.TimeoutMillis) * time.Millisecond
+	}
+	answers := netio.NewPartitionAnswers(total, func(waiting []bool) {
+		switch {
+		case req.Acks == 0:
+			p.reply(nil, nil)
+			return
+		case waiting != nil:
+			markTimedOut(resp, waiting, timeout)
+		}
+		p.reply(resp, nil)
+	})
 	if total == 0 {
-		pc.answerLocked(-1, func() {})
 		return
 	}
-	// The partitions' answers are written under pc.mu: an acks=all produce with a timeout
-	// may be answered by its timer while shards still hold some of its partitions.
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if req.Acks == -1 && req.TimeoutMillis > 0 {
-		pc.answered = make([]bool, total)
-		timeout := time.Duration(req.TimeoutMillis) * time.Millisecond
-		t := time.AfterFunc(timeout, func() { pc.timedOut(timeout) })
-		pc.stopTimer = t.Stop
+	if timeout > 0 {
+		answers.Timeout(timeout, func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop })
 	}
+	// The partitions' answers are written under the answers' lock: the timer may answer
+	// while shards still hold some of the partitions.
+	answers.Lock()
+	defer answers.Unlock()
 	k := 0
 	for i, t := range req.Topics {
 		for j, part := range t.Partitions {
 			out, idx := &resp.Topics[i].Partitions[j], k
 			k++
 			records := part.Records
-			if pc.answered != nil {
+			if timeout > 0 {
 				// The timer may answer, and so hand the frame back to the pool, before the
 				// shard has written these bytes: give the shard its own copy.
 				records = append([]byte(nil), records...)
@@ -96,7 +108,7 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 				err = s.checkLeader(tp, -1)
 			}
 			if err != nil {
-				pc.answerLocked(idx, func() {
+				answers.AnswerLocked(idx, func() {
 					out.ErrorCode, out.ErrorMessage = codeFor(err), message(err)
 					if isUnsupportedCompression(err) {
 						out.ErrorCode = kerr.UnsupportedCompressionType.Code
@@ -104,79 +116,32 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 				})
 				continue
 			}
-			pc.mu.Unlock() // the shard may answer inline, on this goroutine
+			answers.Unlock() // the shard may answer inline, on this goroutine
 			s.b.ProduceFrom(shard.CallerNone, tp, batches, req.Acks, func(r shard.ProduceResult) {
-				pc.mu.Lock()
-				defer pc.mu.Unlock()
-				pc.answerLocked(idx, func() {
+				answers.Answer(idx, func() {
 					out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
 					out.ErrorCode, out.ErrorMessage = codeFor(r.Err), message(r.Err)
 				})
 			})
-			pc.mu.Lock()
+			answers.Lock()
 		}
 	}
 }
 
-// produceCall gathers one produce request's partition answers, as the ringlog listener's
-// does: an acks=all produce with a timeout (timeout_ms, the producer's request.timeout.ms)
-// is answered when it passes even though some partitions still wait for their followers;
-// those get REQUEST_TIMED_OUT (retriable). Their records stay appended and may still
-// commit; their late answers are dropped.
-type produceCall struct {
-	p         *pending
-	resp      *kmsg.ProduceResponse
-	silent    bool // acks=0: no response
-	mu        sync.Mutex
-	pending   int         // partitions not answered yet; guarded by mu
-	answered  []bool      // by request position; nil without a timeout; guarded by mu
-	replied   bool        // guarded by mu
-	stopTimer func() bool // nil without a timeout
-}
-
-// answerLocked records partition idx's answer (set writes it) unless the request was
-// already answered, and replies once every partition has answered.
-func (pc *produceCall) answerLocked(idx int, set func()) {
-	if pc.replied {
-		return
-	}
-	if pc.answered != nil {
-		pc.answered[idx] = true
-	}
-	set()
-	if pc.pending--; pc.pending <= 0 {
-		pc.replied = true
-		if pc.stopTimer != nil {
-			pc.stopTimer()
-		}
-		if pc.silent {
-			pc.p.reply(nil, nil)
-			return
-		}
-		pc.p.reply(pc.resp, nil)
-	}
-}
-
-// timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
-func (pc *produceCall) timedOut(timeout time.Duration) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.replied {
-		return
-	}
-	pc.replied = true
+// markTimedOut answers the partitions still waiting (by request position) with
+// REQUEST_TIMED_OUT.
+func markTimedOut(resp *kmsg.ProduceResponse, waiting []bool, timeout time.Duration) {
 	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", timeout)
 	k := 0
-	for i := range pc.resp.Topics {
-		for j := range pc.resp.Topics[i].Partitions {
-			if !pc.answered[k] {
-				out := &pc.resp.Topics[i].Partitions[j]
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			if waiting[k] {
+				out := &resp.Topics[i].Partitions[j]
 				out.ErrorCode, out.ErrorMessage = kerr.RequestTimedOut.Code, str(msg)
 			}
 			k++
 		}
 	}
-	pc.p.reply(pc.resp, nil)
 }
 
 var errZstdNeedsV7 = fmt.Errorf("zstd batches need Produce v%d or later", zstdProduceVersionMin)

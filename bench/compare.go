@@ -78,8 +78,12 @@ func CompareRows(a, b *Result) []Row {
 		rows = append(rows,
 			Row{"backlog read MB/s", ab.BacklogReadMBPerSec, bb.BacklogReadMBPerSec, "MB/s", true},
 			Row{"caught up after", ab.CaughtUpSeconds, bb.CaughtUpSeconds, "s", false},
+			Row{"broker CPU-s per GB of backlog", ab.BrokerCPUPerGB, bb.BrokerCPUPerGB, "s/GB", false},
 		)
 	}
+	rows = append(rows,
+		Row{"broker CPU-s per GB moved", a.BrokerCPU.PerGBMoved, b.BrokerCPU.PerGBMoved, "s/GB", false},
+		Row{"bench process CPU-s", a.BrokerCPU.BenchSeconds, b.BrokerCPU.BenchSeconds, "s", false})
 	rows = append(rows, Row{"broker RSS max", float64(a.BrokerRSS.MaxBytes) / (1 << 20), float64(b.BrokerRSS.MaxBytes) / (1 << 20), "MiB", false})
 	return rows
 }
@@ -176,6 +180,9 @@ func WriteSummary(w io.Writer, r *Result) error {
 		fmt.Fprintf(&out, "backlog  %s written in %.1fs; ", FormatBytes(b.WrittenBytes), b.FillSeconds)
 		if b.BacklogReadSeconds > 0 {
 			fmt.Fprintf(&out, "read in %.1fs (%.0f MB/s); ", b.BacklogReadSeconds, b.BacklogReadMBPerSec)
+			if b.BrokerCPUPerGB > 0 {
+				fmt.Fprintf(&out, "broker %.2f CPU-s per GB of backlog; ", b.BrokerCPUPerGB)
+			}
 		} else {
 			out.WriteString("not fully read before the test ended; ")
 		}
@@ -187,6 +194,10 @@ func WriteSummary(w io.Writer, r *Result) error {
 	}
 	fmt.Fprintf(&out, "RSS (%s, pid %d): first %s, max %s, last %s, growth %s\n", r.BrokerRSS.Source, r.BrokerRSS.PID,
 		FormatBytes(r.BrokerRSS.FirstBytes), FormatBytes(r.BrokerRSS.MaxBytes), FormatBytes(r.BrokerRSS.LastBytes), signedBytes(r.BrokerRSS.GrowthBytes))
+	if c := r.BrokerCPU; c.BrokerSeconds > 0 {
+		fmt.Fprintf(&out, "CPU (%s, pid %d): broker %.2f s, bench process %.2f s; broker CPU-s per GB ingested %.2f, served %.2f, moved %.2f\n",
+			c.Source, c.PID, c.BrokerSeconds, c.BenchSeconds, c.PerGBIngested, c.PerGBServed, c.PerGBMoved)
+	}
 	if len(r.PartitionShares) > 1 {
 		hottest, index := 0.0, 0
 		for i, share := range r.PartitionShares {

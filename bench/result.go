@@ -36,6 +36,7 @@ type Result struct {
 	EndToEnd               Summary  `json:"end_to_end_latency"`
 	Backlog                *Backlog `json:"backlog,omitempty"`
 	BrokerRSS              RSSStats `json:"broker_rss"`
+	BrokerCPU              CPUStats `json:"broker_cpu"`
 	LoopbackMBps           float64  `json:"loopback_mb_per_s,omitempty"`
 	// PartitionShares is each partition index's share of all messages sent (over the whole
 	// run, summed over topics): what the key distribution did.
@@ -74,7 +75,11 @@ type Backlog struct {
 	BacklogReadSeconds  float64 `json:"backlog_read_seconds"` // consumers read the whole backlog
 	BacklogReadMBPerSec float64 `json:"backlog_read_mb_per_s"`
 	CaughtUpSeconds     float64 `json:"caught_up_seconds"` // lag first under 100 ms of production
-	Drained             bool    `json:"drained"`
+	// BrokerCPUSeconds is the broker's CPU while the consumers read the backlog (the live
+	// producers' writes in that time included); BrokerCPUPerGB divides it by the backlog.
+	BrokerCPUSeconds float64 `json:"broker_cpu_seconds,omitempty"`
+	BrokerCPUPerGB   float64 `json:"broker_cpu_per_gb,omitempty"`
+	Drained          bool    `json:"drained"`
 }
 
 // Sample is one point of the time series (rates over the preceding interval).

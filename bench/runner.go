@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -59,6 +60,11 @@ type run struct {
 	// distribution produced.
 	partitionSent []atomic.Int64
 	backlogAt     atomic.Int64 // ns after consumeAt; 0 = not yet
+	// backlogCPU is the broker's CPU when consumers started and (in backlogCPUEnd, as
+	// float64 bits) when they finished the backlog.
+	backlogCPU    cpuWindow
+	backlogCPUPID int
+	backlogCPUEnd atomic.Uint64
 }
 
 type consumerStats struct {
@@ -141,6 +147,10 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	consumeErrs := make(chan error, len(consumers))
 	r.consumeAt = time.Now()
 	r.backlogMsg = r.totals.published.Load()
+	if r.backlog != nil {
+		r.backlogCPUPID, _ = r.brokerPID()
+		r.backlogCPU = startCPU(r.backlogCPUPID)
+	}
 	for i, c := range consumers {
 		consumerWG.Add(1)
 		go func() {
@@ -346,7 +356,11 @@ func (r *run) noteCatchUp(consumed, rateWindow int64) {
 	}
 	elapsed := int64(max(time.Since(r.consumeAt), 1))
 	if r.backlogAt.Load() == 0 && consumed >= r.backlogMsg {
-		r.backlogAt.CompareAndSwap(0, elapsed)
+		if r.backlogAt.CompareAndSwap(0, elapsed) && r.backlogCPU.ok {
+			if now, err := ReadCPUSeconds(r.backlogCPUPID); err == nil {
+				r.backlogCPUEnd.Store(math.Float64bits(now))
+			}
+		}
 	}
 	if r.backlogAt.Load() != 0 && r.totals.published.Load()-consumed <= max(rateWindow, 1) {
 		r.caughtUp.CompareAndSwap(0, elapsed)
@@ -361,6 +375,7 @@ type window struct {
 	con0, conBytes0        int64
 	con1, conBytes1        int64
 	warmupSeconds, seconds float64
+	cpu                    cpuWindow
 }
 
 func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceErrs chan error) ([]Sample, window, RSSStats, error) {
@@ -372,27 +387,18 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 	var (
 		samples  []Sample
 		win      window
-		rss      = RSSStats{PID: r.opts.BrokerPID}
+		rss      RSSStats
 		last     = time.Now()
 		runStart = last
 		// Counters start from what the backlog fill left, so the first sample is a rate.
 		prevPub, prevPubBytes = r.totals.published.Load(), r.totals.publishedBytes.Load()
 		prevCon, prevConBytes = r.totals.consumed.Load(), r.totals.consumedBytes.Load()
 	)
-	if rss.PID == 0 {
-		rss.PID = r.opts.Driver.Info().BrokerPID
-	}
-	if rss.PID == 0 && r.opts.Driver.Info().Address != "" {
-		rss.PID, _ = PIDListeningOn(r.opts.Driver.Info().Address)
-	}
-	rss.Source = "broker process"
-	if rss.PID == 0 {
-		rss.PID = os.Getpid()
-		rss.Source = "benchmark process (driver reported no broker PID; includes the clients)"
-	}
+	rss.PID, rss.Source = r.brokerPID()
 	measuring := false
 	if warmup == 0 {
 		r.startWindow(&win)
+		win.cpu = startCPU(rss.PID)
 		measuring = true
 	}
 	var endC <-chan time.Time
@@ -412,6 +418,7 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 		case <-warmupTimer.C:
 			if !measuring {
 				r.startWindow(&win)
+				win.cpu = startCPU(rss.PID)
 				measuring = true
 				endTimer := time.NewTimer(test)
 				defer endTimer.Stop()
@@ -454,6 +461,22 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 			r.progress(s, runStart, warmup+test)
 		}
 	}
+}
+
+// brokerPID is the process whose memory and CPU the run samples: --broker-pid, else the
+// driver's, else the process listening on the driver's address, else this process.
+func (r *run) brokerPID() (int, string) {
+	pid := r.opts.BrokerPID
+	if pid == 0 {
+		pid = r.opts.Driver.Info().BrokerPID
+	}
+	if pid == 0 && r.opts.Driver.Info().Address != "" {
+		pid, _ = PIDListeningOn(r.opts.Driver.Info().Address)
+	}
+	if pid == 0 {
+		return os.Getpid(), "benchmark process (driver reported no broker PID; includes the clients)"
+	}
+	return pid, "broker process"
 }
 
 func (r *run) startWindow(win *window) {
@@ -530,6 +553,7 @@ func (r *run) summarize(result *Result, samples []Sample, win window, rss RSSSta
 	result.EndToEnd = e2e.Summarize()
 	rss.GrowthBytes = rss.LastBytes - rss.FirstBytes
 	result.BrokerRSS = rss
+	result.BrokerCPU = win.cpu.finish(rss.PID, rss.Source, win.pubBytes1-win.pubBytes0, win.conBytes1-win.conBytes0)
 	result.Errors = ErrCounts{Publish: r.totals.publishErrors.Load(), BadPayloads: r.totals.badPayloads.Load()}
 	var sent int64
 	for i := range r.partitionSent {
@@ -551,6 +575,10 @@ func (r *run) summarize(result *Result, samples []Sample, win window, rss RSSSta
 		b.Drained = caughtUp != 0
 		if backlogAt != 0 {
 			b.BacklogReadMBPerSec = float64(b.WrittenBytes) / backlogAt.Seconds() / 1e6
+		}
+		if end := math.Float64frombits(r.backlogCPUEnd.Load()); end > 0 && b.WrittenBytes > 0 {
+			b.BrokerCPUSeconds = end - r.backlogCPU.broker0
+			b.BrokerCPUPerGB = b.BrokerCPUSeconds / (float64(b.WrittenBytes) / 1e9)
 		}
 		if !b.Drained {
 			result.Notes = append(result.Notes, "the consumers did not catch up with the live head before the test ended")

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,9 @@ func TestRunFixedRateOnMemDriver(t *testing.T) {
 	}
 	if len(result.Samples) < 3 || result.BrokerRSS.MaxBytes == 0 || result.Hardware.Cores == 0 {
 		t.Fatalf("samples %d rss %+v", len(result.Samples), result.BrokerRSS)
+	}
+	if c := result.BrokerCPU; c.PID != os.Getpid() || strings.HasPrefix(c.Source, "unavailable") || c.BrokerSeconds < 0 || c.BrokerSeconds != c.BenchSeconds {
+		t.Fatalf("cpu %+v: the mem driver's broker is this process", c)
 	}
 	if !result.Samples[0].Warmup {
 		t.Fatal("first sample not marked as warm-up")

@@ -228,7 +228,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&o.sysRoot, "sys-root", "/sys", "sysfs root (for NUMA lookups)")
 	fs.StringVar(&o.debugAddr, "debug-addr", "", "serve Go pprof profiles on this address (e.g. 127.0.0.1:6060); off by default")
 	fs.StringVar(&o.net, "net", "ring", "connection driver: ring (accept/recv/send on each shard's io_uring loop) or go (Go's netpoller goroutines)")
-	fs.StringVar(&o.fileIO, "file-io", "inline", "blocking data reads/writes: inline (pread/pwritev on the shard thread; fsyncs still go async on the ring) or ring (submit and wait on the shard's ring)")
+	fs.StringVar(&o.fileIO, "file-io", "inline", "blocking data reads/writes: inline (pread/pwritev on the shard thread; fsyncs still go async on the ring), ring (submit and wait on the shard's ring) or auto (time both on the data dir at start-up, log the choice)")
 	fs.BoolVar(&o.deferTaskrun, "defer-taskrun", false, "set IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN on shard rings (completion work runs only when the shard waits). Measured: no difference within noise on sync produce (p50 210-354 µs either way)")
 	fs.StringVar(&o.shardPorts, "shard-ports", "auto", "per-shard listeners advertised in metadata so shard-aware clients reach a partition's owner directly: auto (ephemeral ports on the --listen host), off, or a base port (shard i on BASE+i)")
 	fs.StringVar(&o.advertise, "advertise", "", "host clients are told to connect to (metadata: the broker and every shard port); default: the --listen host")
@@ -543,7 +543,7 @@ func (s *settings) validate() error {
 	for _, err := range []error{
 		oneOf("storage", o.storage, string(engine.StoragePageCache), string(engine.StorageDirect)),
 		oneOf("io", o.io, "auto", "uring", "syscall"),
-		oneOf("file-io", o.fileIO, "inline", "ring"),
+		oneOf("file-io", o.fileIO, "inline", "ring", "auto"),
 		oneOf("net", o.net, "ring", "go"),
 	} {
 		if err != nil {

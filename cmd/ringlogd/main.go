@@ -121,6 +121,10 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	if err != nil {
 		return err
 	}
+	inlineFileIO, err := chooseFileIO(o, log)
+	if err != nil {
+		return err
+	}
 	// Partition defaults: the process-wide parts (disk guard, start-up verification) under
 	// the reloadable ones (storage, flush-always, topic-defaults).
 	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds()}
@@ -149,7 +153,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			Shards:  shards,
 			CPUs:    cpus,
 			Pin:     o.pin,
-			Ring:    ring.Config{Backend: o.io, InlineFileIO: o.fileIO == "inline", SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
+			Ring:    ring.Config{Backend: o.io, InlineFileIO: inlineFileIO, SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
 			Log:     logDefaults,
 			// The shard's 0 means its default; the flag's 0 means off.
 			ScrubBytesPerSecond:      scrubRate(o.scrubRate),
@@ -239,4 +243,18 @@ func scrubRate(flag int64) int64 {
 		return -1
 	}
 	return flag
+}
+
+// chooseFileIO turns --file-io into the ring's InlineFileIO; auto measures both modes on
+// the data directory (ring.ProbeFileIO) and logs which it chose and why.
+func chooseFileIO(o options, log *slog.Logger) (bool, error) {
+	if o.fileIO != "auto" {
+		return o.fileIO == "inline", nil
+	}
+	probe, err := ring.ProbeFileIO(o.dataDir, ring.Config{Backend: o.io}, o.storage == string(engine.StorageDirect))
+	if err != nil {
+		return false, fmt.Errorf("--file-io auto: %w", err)
+	}
+	log.Info("file-io auto: measured appends on the data dir", "chose", probe.String())
+	return probe.InlineIsFaster, nil
 }

@@ -432,3 +432,42 @@ func TestBackupRestoreDataDir(t *testing.T) {
 		}
 	}
 }
+
+// --file-io auto on a real ringlogd: it times both modes on the data dir, logs its choice
+// before it starts serving, leaves no scratch file and still serves a produce.
+func TestFileIOAuto(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	p := startProcess(t, "--data", data, "--listen", "127.0.0.1:0", "--admin", "", "--shards", "1", "--shard-ports", "off", "--pin=false", "--file-io", "auto")
+	chose, _ := p.waitFor("file-io auto")
+	if !regexp.MustCompile(`chose="(inline|ring) \(buffered 16384-byte appends, median of \d+ each: inline \S+, ring \S+; backend \S+\)"`).MatchString(chose) {
+		t.Fatalf("choice line %q", chose)
+	}
+	started, _ := p.waitFor(`msg="ringlogd started"`)
+	addr := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(started)
+	if addr == nil {
+		t.Fatalf("no listen address in %q", started)
+	}
+	ctx := context.Background()
+	c, err := client.New(ctx, client.Config{Broker: addr[1], DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.CreateTopic(ctx, "t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	prod := c.NewProducer(client.ProducerConfig{})
+	defer prod.Close(ctx)
+	if _, err := prod.SendSync(ctx, &client.Record{Topic: "t", Partition: 0, Value: []byte("after the probe")}); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	entries, err := os.ReadDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".file-io-probe") {
+			t.Fatalf("probe scratch file %s left in the data dir", e.Name())
+		}
+	}
+}

@@ -164,9 +164,6 @@ func TestNoAckAfterFailedAsyncSync(t *testing.T) {
 
 // A sync in flight that succeeds after the reconfiguration answers both produces.
 func TestAckAfterAsyncSyncAcrossReopen(t *testing.T) {
-	if raceEnabled {
-		t.Skip("flaky under -race on a loaded machine (\"no fdatasync was started\"): the held-sync hook races the reopen; runs in make test")
-	}
 	b, _, held := heldSyncBroker(t, t.TempDir())
 	defer b.Close()
 	if err := b.CreateTopic("t", 1, nil); err != nil {

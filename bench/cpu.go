@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// userHZ is the unit of utime and stime in /proc/PID/stat: USER_HZ, which Linux fixes at
+// 100 for user space on every architecture it exports /proc for.
+const userHZ = 100
+
+// CPUStats is the CPU time the broker and the benchmark process spent over the measured
+// window, and the broker's CPU-seconds per gigabyte (10^9 bytes) of record payload.
+type CPUStats struct {
+	PID    int    `json:"pid,omitempty"`
+	Source string `json:"source"`
+	// BrokerSeconds is user + system CPU of PID over the window.
+	BrokerSeconds float64 `json:"broker_seconds"`
+	// BenchSeconds is this benchmark process's own CPU (its producers and consumers); it is
+	// the same process as the broker with the in-process drivers.
+	BenchSeconds float64 `json:"bench_seconds"`
+	// PerGBIngested and PerGBServed divide all of the broker's CPU by the bytes published
+	// and by the bytes consumed; in a workload that does both each is an upper bound, and
+	// PerGBMoved divides it by their sum.
+	PerGBIngested float64 `json:"per_gb_ingested,omitempty"`
+	PerGBServed   float64 `json:"per_gb_served,omitempty"`
+	PerGBMoved    float64 `json:"per_gb_moved,omitempty"`
+}
+
+// ReadCPUSeconds returns user + system CPU seconds of a process from /proc/PID/stat.
+func ReadCPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu of %d: %w", pid, err)
+	}
+	return parseStatCPU(string(data))
+}
+
+// parseStatCPU reads utime and stime (fields 14 and 15) from a /proc/PID/stat line. The
+// command name (field 2) may hold spaces and parentheses, so fields are counted from the
+// last ')'.
+func parseStatCPU(stat string) (float64, error) {
+	end := strings.LastIndexByte(stat, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("parse /proc stat: no command name")
+	}
+	// After ") " come field 3 (state) onwards: utime is the 12th of those, stime the 13th.
+	fields := strings.Fields(stat[end+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("parse /proc stat: %d fields after the command name, want ≥ 13", len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("parse /proc stat: bad tick count %q", f)
+		}
+		ticks += n
+	}
+	return float64(ticks) / userHZ, nil
+}
+
+// cpuWindow holds CPU readings at the window's start.
+type cpuWindow struct {
+	broker0, bench0 float64
+	ok              bool
+}
+
+func startCPU(pid int) cpuWindow {
+	broker, err := ReadCPUSeconds(pid)
+	if err != nil {
+		return cpuWindow{}
+	}
+	bench, err := ReadCPUSeconds(os.Getpid())
+	if err != nil {
+		return cpuWindow{}
+	}
+	return cpuWindow{broker0: broker, bench0: bench, ok: true}
+}
+
+// finish reads the window's end and fills the per-gigabyte figures from the bytes moved.
+func (c cpuWindow) finish(pid int, source string, ingested, served int64) CPUStats {
+	stats := CPUStats{PID: pid, Source: source}
+	if !c.ok {
+		stats.Source = "unavailable (" + source + ")"
+		return stats
+	}
+	broker, err1 := ReadCPUSeconds(pid)
+	bench, err2 := ReadCPUSeconds(os.Getpid())
+	if err1 != nil || err2 != nil {
+		stats.Source = "unavailable (" + source + ")"
+		return stats
+	}
+	stats.BrokerSeconds, stats.BenchSeconds = broker-c.broker0, bench-c.bench0
+	perGB := func(bytes int64) float64 {
+		if bytes <= 0 {
+			return 0
+		}
+		return stats.BrokerSeconds / (float64(bytes) / 1e9)
+	}
+	stats.PerGBIngested, stats.PerGBServed, stats.PerGBMoved = perGB(ingested), perGB(served), perGB(ingested+served)
+	return stats
+}

@@ -252,10 +252,10 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 
 // Topic configuration keys understood by LogConfigFromMap (Kafka's names where Kafka has one).
 const (
-	ConfigSegmentBytes       = "segment.bytes"
+	ConfigSegmentBytes = "segment.bytes"
 	// ConfigMaxMessageBytes: the largest batch a producer may append (Kafka's
 	// max.message.bytes); unset, segment.bytes bounds it.
-	ConfigMaxMessageBytes = "max.message.bytes"
+	ConfigMaxMessageBytes    = "max.message.bytes"
 	ConfigSegmentMs          = "segment.ms"
 	ConfigIndexIntervalBytes = "index.interval.bytes"
 	ConfigRetentionMs        = "retention.ms"

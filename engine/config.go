@@ -252,10 +252,7 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 
 // Topic configuration keys understood by LogConfigFromMap (Kafka's names where Kafka has one).
 const (
-	ConfigSegmentBytes = "segment.bytes"
-	// ConfigMaxMessageBytes: the largest batch a producer may append (Kafka's
-	// max.message.bytes); unset, segment.bytes bounds it.
-	ConfigMaxMessageBytes    = "max.message.bytes"
+	ConfigSegmentBytes       = "segment.bytes"
 	ConfigSegmentMs          = "segment.ms"
 	ConfigIndexIntervalBytes = "index.interval.bytes"
 	ConfigRetentionMs        = "retention.ms"
@@ -264,6 +261,9 @@ const (
 	ConfigFlushMs            = "flush.ms"
 	ConfigFlushAlways        = "flush.always"
 	ConfigStorageMode        = "storage.mode"
+	// ConfigMaxMessageBytes: the largest batch a producer may append (Kafka's
+	// max.message.bytes); unset, segment.bytes bounds it.
+	ConfigMaxMessageBytes = "max.message.bytes"
 	// ConfigCleanupPolicy: delete, compact or compact,delete (Kafka's cleanup.policy).
 	ConfigCleanupPolicy = "cleanup.policy"
 	// ConfigDeleteRetentionMs: how long compaction keeps tombstones (Kafka's

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -61,10 +62,10 @@ func TestKafkaClusterOfOne(t *testing.T) {
 		t.Fatalf("brokers %+v, want node 7 at %s", md.Brokers, b.KafkaAddr)
 	}
 
-	create := func(name string, rf int16) int16 {
+	create := func(name string, rf int16, configs ...kmsg.CreateTopicsRequestTopicConfig) int16 {
 		req := kmsg.NewPtrCreateTopicsRequest()
 		rt := kmsg.NewCreateTopicsRequestTopic()
-		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, rf
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor, rt.Configs = name, 1, rf, configs
 		req.Topics = append(req.Topics, rt)
 		resp, err := req.RequestWith(ctx, cl)
 		if err != nil {
@@ -136,6 +137,20 @@ func TestKafkaClusterOfOne(t *testing.T) {
 		if got.ErrorCode != tc.code || got.EndOffset != tc.end {
 			t.Errorf("%s: %+v, want code %d end %d", tc.name, got, tc.code, tc.end)
 		}
+	}
+
+	// acks=all takes the ringlog listener's path: min.insync.replicas above the ISR (one
+	// broker here) is NOT_ENOUGH_REPLICAS; acks=1 is appended.
+	if code := create("insync", 1, kmsg.CreateTopicsRequestTopicConfig{Name: "min.insync.replicas", Value: kmsg.StringPtr("2")}); code != 0 {
+		t.Fatalf("create with min.insync.replicas=2: code %d", code)
+	}
+	strict := newClient(t, b, kgo.DefaultProduceTopic("insync"), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordRetries(0))
+	if err := strict.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.NotEnoughReplicas) {
+		t.Fatalf("acks=all under min.insync.replicas=2 with one replica: %v, want NOT_ENOUGH_REPLICAS", err)
+	}
+	loose := newClient(t, b, kgo.DefaultProduceTopic("insync"), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+	if err := loose.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatalf("acks=1 under min.insync.replicas=2: %v", err)
 	}
 
 	dt := kmsg.NewPtrDeleteTopicsRequest()

@@ -16,12 +16,12 @@ import (
 
 // Numbers of TestCreateTopicAtFdLimit.
 const (
-	fdLimitPartitions = 200 // partitions of the topic whose create runs out of descriptors
-	fdLimitHeadroom   = 300 // descriptors above those open before the create (~3 per partition)
+	fdLimitPartitions = 600 // partitions of the topic whose create runs out of descriptors
+	fdLimitHeadroom   = 300 // descriptors above those open before the create (1 per idle partition: its .log)
 )
 
 // TestCreateTopicAtFdLimit: a real ringlogd whose descriptor limit (lowered with prlimit)
-// runs out part-way through creating a 200-partition topic. The create fails and leaves
+// runs out part-way through creating a 600-partition topic. The create fails and leaves
 // nothing (no topic in metadata or the catalog, no partition directory); once the limit is
 // raised the create succeeds, and a restart serves the topic.
 func TestCreateTopicAtFdLimit(t *testing.T) {

@@ -1,6 +1,9 @@
 package engine
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sealed segments' indexes are not all kept in memory: a 1 GiB segment's .index holds ~262 k
 // entries (2 MiB), so a partition with hundreds of segments would pin hundreds of MiB. Once
@@ -9,7 +12,8 @@ import "fmt"
 // (least recently loaded dropped first). The active segment's index always stays in memory.
 const sealedIndexesLoadedMax = 8
 
-// releaseIndex drops the in-memory index of sealed segment s when its files hold every entry.
+// releaseIndex drops the in-memory index of sealed segment s, and closes its index files,
+// when its files hold every entry.
 func (l *Log) releaseIndex(s *segment) {
 	if s == l.active() || s.indexReleased ||
 		s.index.onDisk != len(s.index.entries) || s.timeIndex.onDisk != len(s.timeIndex.entries) {
@@ -18,6 +22,9 @@ func (l *Log) releaseIndex(s *segment) {
 	s.index.entries, s.timeIndex.entries = nil, nil
 	s.indexReleased = true
 	l.forgetLoaded(s)
+	if err := s.closeIndexFiles(); err != nil { // written out: nothing more to write
+		l.cfg.Logger.Warn("close index files", "dir", l.dir, "segment", s.baseOffset, "err", err)
+	}
 }
 
 func (l *Log) forgetLoaded(s *segment) {
@@ -35,7 +42,11 @@ func (l *Log) ensureIndex(s *segment) error {
 	if !s.indexReleased {
 		return nil
 	}
-	if err := l.loadIndexes(s, s.nextOffset-s.baseOffset, s.size); err != nil {
+	err := l.loadIndexes(s, s.nextOffset-s.baseOffset, s.size)
+	if s != l.active() {
+		err = errors.Join(err, s.closeIndexFiles()) // a sealed segment's files are only read here
+	}
+	if err != nil {
 		return fmt.Errorf("segment %d: reload index: %w: %w", s.baseOffset, ErrCorruptLog, err)
 	}
 	s.indexReleased = false

@@ -188,6 +188,10 @@ func (l *Log) recover(report *RecoveryReport) error {
 		if err := l.recoverSegment(s, end, closeEnd, laterIndexed[i], report); err != nil {
 			return err
 		}
+		// Recovery has read and rewritten what it needed; later syncs reopen them.
+		if err := s.closeIndexFiles(); err != nil {
+			return fmt.Errorf("segment %d: close index files: %w", base, err)
+		}
 		if last {
 			continue
 		}
@@ -356,7 +360,11 @@ func fileSize(f *os.File) (int64, error) {
 }
 
 // readWhole reads a small file (an index) through the FileIO.
-func readWhole(fio ring.FileIO, f *os.File, limit int64) ([]byte, error) {
+func readWhole(fio ring.FileIO, x *lazyFile, limit int64) ([]byte, error) {
+	f, err := x.open()
+	if err != nil {
+		return nil, err
+	}
 	n, err := fileSize(f)
 	if err != nil {
 		return nil, err
@@ -381,7 +389,7 @@ func (l *Log) loadIndexes(s *segment, relativeEnd, logSizeBound int64) error {
 	if s.indexMissing {
 		return fmt.Errorf("%w: index file missing", errIndexCorrupt)
 	}
-	b, err := readWhole(l.fio, s.indexFile, indexBytesLimit(s.size, indexEntryBytes))
+	b, err := readWhole(l.fio, &s.indexFile, indexBytesLimit(s.size, indexEntryBytes))
 	if err != nil {
 		return err
 	}
@@ -389,7 +397,7 @@ func (l *Log) loadIndexes(s *segment, relativeEnd, logSizeBound int64) error {
 	if err != nil {
 		return err
 	}
-	tb, err := readWhole(l.fio, s.timeIndexFile, indexBytesLimit(s.size, timeIndexEntryBytes))
+	tb, err := readWhole(l.fio, &s.timeIndexFile, indexBytesLimit(s.size, timeIndexEntryBytes))
 	if err != nil {
 		return err
 	}

@@ -53,8 +53,8 @@ type segment struct {
 	log           *os.File // O_RDWR, buffered: reads, page-cache writes, sendfile source
 	index         offsetIndex
 	timeIndex     timeIndex
-	indexFile     *os.File
-	timeIndexFile *os.File
+	indexFile     lazyFile
+	timeIndexFile lazyFile
 
 	bytesSinceIndex int64
 	indexMissing    bool          // an index file did not exist when the segment was opened
@@ -77,42 +77,81 @@ func (s *segment) relative(offset int64) uint32 {
 // log rolls before a batch would exceed it.
 const maxRelativeOffset = 1<<31 - 1
 
-// openSegmentFiles opens (creating if asked) the three files of a segment.
+// openSegmentFiles opens (creating if asked) a segment's .log. Its two index files are
+// created with a new segment but otherwise opened only while they are read or written (see
+// lazyFile), so an idle partition holds one descriptor per segment, not three.
 func openSegmentFiles(dir string, base int64, create bool) (*segment, error) {
 	flags := os.O_RDWR
 	if create {
 		flags |= os.O_CREATE | os.O_EXCL
 	}
-	s := &segment{baseOffset: base, nextOffset: base, maxTimestamp: noTimestamp}
+	s := &segment{baseOffset: base, nextOffset: base, maxTimestamp: noTimestamp,
+		indexFile:     lazyFile{path: segmentPath(dir, base, indexSuffix)},
+		timeIndexFile: lazyFile{path: segmentPath(dir, base, timeIndexSuffix)}}
 	var err error
 	if s.log, err = os.OpenFile(segmentPath(dir, base, logSuffix), flags, 0o644); err != nil {
 		return nil, fmt.Errorf("open segment %d: %w", base, err)
 	}
-	openIdx := func(suffix string) (*os.File, error) {
-		path := segmentPath(dir, base, suffix)
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && !create {
-			s.indexMissing = true
+	if !create {
+		for _, x := range []*lazyFile{&s.indexFile, &s.timeIndexFile} {
+			if _, err := os.Stat(x.path); errors.Is(err, os.ErrNotExist) {
+				s.indexMissing = true
+			}
 		}
-		return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		return s, nil
 	}
-	// A new segment that cannot be opened whole leaves no file behind: its .log (created
+	// A new segment that cannot be created whole leaves no file behind: its .log (created
 	// O_EXCL) would make every later roll to the same base offset fail, e.g. after a full
-	// disk refused the index file.
-	undo := func() {
-		s.closeFiles()
-		if create {
+	// disk refused the index file. The files are closed again until a sync writes entries
+	// (then they stay open while the segment is active), so a new idle partition holds one
+	// descriptor.
+	for _, x := range []*lazyFile{&s.indexFile, &s.timeIndexFile} {
+		if _, err := x.open(); err != nil {
+			s.closeFiles()
 			s.removeFiles(dir)
+			return nil, fmt.Errorf("open index of segment %d: %w", base, err)
 		}
 	}
-	if s.indexFile, err = openIdx(indexSuffix); err != nil {
-		undo()
-		return nil, fmt.Errorf("open index of segment %d: %w", base, err)
-	}
-	if s.timeIndexFile, err = openIdx(timeIndexSuffix); err != nil {
-		undo()
-		return nil, fmt.Errorf("open time index of segment %d: %w", base, err)
+	if err := s.closeIndexFiles(); err != nil {
+		s.closeFiles()
+		s.removeFiles(dir)
+		return nil, fmt.Errorf("close index of segment %d: %w", base, err)
 	}
 	return s, nil
+}
+
+// lazyFile is an index file opened on first use and closed by closeIndexFiles once its
+// segment is sealed and written out (or loaded): sealed segments and idle partitions cost
+// no index descriptors. Owned by the log's goroutine, like the segment.
+type lazyFile struct {
+	path string
+	f    *os.File
+}
+
+// open returns the file, opening (creating) it if it is closed.
+func (x *lazyFile) open() (*os.File, error) {
+	if x.f == nil {
+		f, err := os.OpenFile(x.path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		x.f = f
+	}
+	return x.f, nil
+}
+
+func (x *lazyFile) close() error {
+	if x.f == nil {
+		return nil
+	}
+	err := x.f.Close()
+	x.f = nil
+	return err
+}
+
+// closeIndexFiles closes both index files; the next read or write reopens them.
+func (s *segment) closeIndexFiles() error {
+	return errors.Join(s.indexFile.close(), s.timeIndexFile.close())
 }
 
 func (s *segment) closeFiles() error {
@@ -121,11 +160,10 @@ func (s *segment) closeFiles() error {
 		errs = append(errs, s.direct.close())
 		s.direct = nil
 	}
-	for _, f := range []*os.File{s.log, s.indexFile, s.timeIndexFile} {
-		if f != nil {
-			errs = append(errs, f.Close())
-		}
+	if s.log != nil {
+		errs = append(errs, s.log.Close())
 	}
+	errs = append(errs, s.closeIndexFiles())
 	return errors.Join(errs...)
 }
 
@@ -409,7 +447,11 @@ func (s *segment) persistIndexes(fio ring.FileIO, scratch []byte) ([]byte, error
 	}
 	if t > s.timeIndex.onDisk {
 		scratch = appendTimeIndexEntries(scratch[:0], s.timeIndex.entries[s.timeIndex.onDisk:t])
-		if err := pwriteFull(fio, int(s.timeIndexFile.Fd()), scratch, int64(s.timeIndex.onDisk)*timeIndexEntryBytes); err != nil {
+		f, err := s.timeIndexFile.open()
+		if err == nil {
+			err = pwriteFull(fio, int(f.Fd()), scratch, int64(s.timeIndex.onDisk)*timeIndexEntryBytes)
+		}
+		if err != nil {
 			return scratch, fmt.Errorf("segment %d: write time index: %w", s.baseOffset, err)
 		}
 		s.timeIndex.onDisk = t
@@ -420,7 +462,11 @@ func (s *segment) persistIndexes(fio ring.FileIO, scratch []byte) ([]byte, error
 	}
 	if o > s.index.onDisk {
 		scratch = appendIndexEntries(scratch[:0], s.index.entries[s.index.onDisk:o])
-		if err := pwriteFull(fio, int(s.indexFile.Fd()), scratch, int64(s.index.onDisk)*indexEntryBytes); err != nil {
+		f, err := s.indexFile.open()
+		if err == nil {
+			err = pwriteFull(fio, int(f.Fd()), scratch, int64(s.index.onDisk)*indexEntryBytes)
+		}
+		if err != nil {
 			return scratch, fmt.Errorf("segment %d: write index: %w", s.baseOffset, err)
 		}
 		s.index.onDisk = o
@@ -438,18 +484,22 @@ func (s *segment) markSynced() {
 // longer: a needless truncate-to-zero makes ext4 flush the file on close).
 func (s *segment) truncateIndexFiles() error {
 	for _, x := range []struct {
-		f    *os.File
+		f    *lazyFile
 		size int64
-	}{{s.indexFile, int64(s.index.onDisk) * indexEntryBytes}, {s.timeIndexFile, int64(s.timeIndex.onDisk) * timeIndexEntryBytes}} {
-		have, err := fileSize(x.f)
+	}{{&s.indexFile, int64(s.index.onDisk) * indexEntryBytes}, {&s.timeIndexFile, int64(s.timeIndex.onDisk) * timeIndexEntryBytes}} {
+		f, err := x.f.open()
+		if err != nil {
+			return fmt.Errorf("segment %d: %w", s.baseOffset, err)
+		}
+		have, err := fileSize(f)
 		if err != nil {
 			return fmt.Errorf("segment %d: %w", s.baseOffset, err)
 		}
 		if have == x.size {
 			continue
 		}
-		if err := x.f.Truncate(x.size); err != nil {
-			return fmt.Errorf("segment %d: truncate %s: %w", s.baseOffset, x.f.Name(), err)
+		if err := f.Truncate(x.size); err != nil {
+			return fmt.Errorf("segment %d: truncate %s: %w", s.baseOffset, f.Name(), err)
 		}
 	}
 	return nil

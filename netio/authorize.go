@@ -7,8 +7,6 @@ package netio
 // DescribeTopics without a topic list hide the topics the principal may not describe.
 
 import (
-	"fmt"
-
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/wire"
 )
@@ -28,7 +26,7 @@ func splitTopics[T any](items *[]T, topic func(*T) string, allowed func(string) 
 }
 
 func deniedMessage(principal string, op security.Operation, topic string) string {
-	return fmt.Sprintf("%s may not %s topic %q", principal, op, topic)
+	return security.Denial(principal, op, security.ResourceTopic, topic)
 }
 
 // authorize applies the ACLs to req; true if it answered the request.
@@ -216,7 +214,7 @@ func (s *Server) authorizeMetadata(req *Request, body *wire.MetadataRequest, des
 func (s *Server) denyGroups(req *Request, principal string, op security.Operation, groups ...string) bool {
 	for _, g := range groups {
 		if !s.cfg.Security.Authorizer.Authorize(principal, op, security.ResourceGroup, g) {
-			req.ReplyError(wire.ErrGroupAuthorizationFailed, fmt.Sprintf("%s may not %s group %q", principal, op, g))
+			req.ReplyError(wire.ErrGroupAuthorizationFailed, security.Denial(principal, op, security.ResourceGroup, g))
 			return true
 		}
 	}
@@ -229,6 +227,6 @@ func (s *Server) denyCluster(req *Request, principal string, op security.Operati
 	if s.cfg.Security.Authorizer.Authorize(principal, op, security.ResourceCluster, security.ClusterName) {
 		return false
 	}
-	req.ReplyError(wire.ErrClusterAuthorizationFailed, fmt.Sprintf("%s may not %s the cluster", principal, op))
+	req.ReplyError(wire.ErrClusterAuthorizationFailed, security.Denial(principal, op, security.ResourceCluster, security.ClusterName))
 	return true
 }

@@ -23,19 +23,20 @@ func (s *Server) throttle(req *Request, resp *Response) time.Duration {
 	case wire.APIVersions, wire.APISaslHandshake, wire.APISaslAuthenticate:
 		return 0 // the handshake is never throttled
 	}
-	q := sec.Quotas
-	key := req.Conn.Session.quotaKey()
-	delay := q.Record(key, security.QuotaRequests, 1)
+	var produceBytes, fetchBytes int64
 	switch m := resp.Body.(type) {
 	case *wire.ProduceResponse:
-		delay = max(delay, q.Record(key, security.QuotaProduceBytes, int64(req.Header.Length)))
-		if delay > 0 {
-			m.ThrottleMs = int32(delay.Milliseconds())
-		}
+		produceBytes = int64(req.Header.Length)
 	case *wire.FetchResponse:
-		delay = max(delay, q.Record(key, security.QuotaFetchBytes, fetchRecordBytes(m)))
-		if delay > 0 {
-			m.ThrottleMs = int32(delay.Milliseconds())
+		fetchBytes = fetchRecordBytes(m)
+	}
+	delay := sec.Quotas.Charge(req.Conn.Session.quotaKey(), produceBytes, fetchBytes)
+	if delay > 0 {
+		switch m := resp.Body.(type) {
+		case *wire.ProduceResponse:
+			m.ThrottleMs = security.ThrottleMillis(delay)
+		case *wire.FetchResponse:
+			m.ThrottleMs = security.ThrottleMillis(delay)
 		}
 	}
 	if delay > 0 {

@@ -5,16 +5,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
 	_ "github.com/ringlog/ringlog/bench/kgodriver" // --driver kgo: a Kafka client against --kafka-listen
 	"github.com/ringlog/ringlog/bench/ringlogdriver"
+	"golang.org/x/sys/unix"
 )
 
 // loopbackProbeTime is how long the same-run loopback probe measures.
@@ -178,15 +181,24 @@ func benchLoopback(args []string) error {
 }
 
 // benchPeers runs the workload on ringlog here and on each peer in its own process (the peers
-// module under bench/peers), then prints our/peer ratios from the same session.
+// module under bench/peers), then prints our/peer ratios from the same session. With
+// --rounds N the two take turns N times, ringlog first in even rounds and the peer first in
+// odd ones, and before every run the page cache is written back and dropped, so neither side
+// inherits the other's warm cache or dirty pages; the verdicts use each round's ratio and
+// the summary gives the median.
 func benchPeers(args []string) error {
 	fs := flag.NewFlagSet("bench peers", flag.ContinueOnError)
 	var f runFlags
 	f.register(fs)
 	peersBin := fs.String("peers-bin", "", "built bench/peers binary (default: go run it from the source tree)")
-	peer := fs.String("peer", "nats", "peer driver")
+	peer := fs.String("peer", "nats", "peer driver (see `peers run --help`)")
+	rounds := fs.Int("rounds", 1, "runs of each system, alternating which goes first (1..20)")
+	dropCache := fs.Bool("drop-cache", true, "sync and drop the page cache before every run (needs root; noted when refused)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *rounds < 1 || *rounds > peersRoundsMax {
+		return fmt.Errorf("--rounds %d: want 1..%d", *rounds, peersRoundsMax)
 	}
 	w, err := loadWorkloadArg(fs, &f)
 	if err != nil {
@@ -195,41 +207,130 @@ func benchPeers(args []string) error {
 	f.command = "ringlog bench peers " + strings.Join(args, " ")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	ours, oursErr := runOne(ctx, f, w)
-	var oursPath string
-	if oursErr == nil {
-		if oursPath, err = saveResult(f.out, ours); err != nil {
+	prepare := func() {
+		if !*dropCache {
+			return
+		}
+		if err := dropPageCache(); err != nil {
+			fmt.Fprintf(os.Stderr, "page cache not dropped before this run: %v\n", err)
+		}
+	}
+	var pairs []peerPair
+	for round := range *rounds {
+		pair, err := runPeerRound(ctx, round, prepare, f, w, *peersBin, *peer, fs.Arg(0))
+		if err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprintf(os.Stderr, "ringlog side: %v\n", oursErr)
+		pairs = append(pairs, pair)
 	}
-	peerPath, err := runPeer(ctx, *peersBin, *peer, fs.Arg(0), f)
-	if err != nil {
-		return fmt.Errorf("peer %s: %w", *peer, err)
-	}
-	theirs, err := bench.LoadResult(peerPath)
+	last := pairs[len(pairs)-1]
+	prefix := fmt.Sprintf("%s-%s-vs-%s-%s", w.Name, last.ours.Driver.Name, last.theirs.Driver.Name, last.ours.Started.Format("20060102T150405"))
+	plots, err := bench.WriteComparisonPlots(f.out, prefix, last.ours, last.theirs)
 	if err != nil {
 		return err
 	}
-	if oursErr != nil {
-		if err := bench.WriteSummary(os.Stdout, theirs); err != nil {
-			return err
+	fmt.Printf("comparison plots (round %d): %s\n", len(pairs), strings.Join(plots, " "))
+	if len(pairs) > 1 {
+		writeRoundsSummary(os.Stdout, pairs)
+	}
+	fmt.Println()
+	return bench.WriteTargets(os.Stdout, bench.CheckTargets(last.ours, last.theirs))
+}
+
+// peersRoundsMax bounds --rounds.
+const peersRoundsMax = 20
+
+// peerPair is one round of bench peers: both systems' results.
+type peerPair struct {
+	ours, theirs         *bench.Result
+	ringlogFirst         bool
+	oursPath, theirsPath string
+}
+
+// runPeerRound runs the workload on both systems, ringlog first in even rounds, and prints
+// the round's side-by-side table.
+func runPeerRound(ctx context.Context, round int, prepare func(), f runFlags, w bench.Workload, peersBin, peer, workloadPath string) (peerPair, error) {
+	pair := peerPair{ringlogFirst: round%2 == 0}
+	runOurs := func() error {
+		prepare()
+		ours, err := runOne(ctx, f, w)
+		if err != nil {
+			return fmt.Errorf("round %d: ringlog side: %w", round+1, err)
 		}
-		return fmt.Errorf("no ratios: the ringlog side did not run: %w", oursErr)
-	}
-	fmt.Println()
-	if err := bench.WriteComparison(os.Stdout, oursPath, peerPath, ours, theirs); err != nil {
+		pair.ours = ours
+		pair.oursPath, err = saveResult(f.out, ours)
 		return err
 	}
-	prefix := fmt.Sprintf("%s-%s-vs-%s-%s", w.Name, ours.Driver.Name, theirs.Driver.Name, ours.Started.Format("20060102T150405"))
-	plots, err := bench.WriteComparisonPlots(f.out, prefix, ours, theirs)
-	if err != nil {
+	runTheirs := func() error {
+		prepare()
+		path, err := runPeer(ctx, peersBin, peer, workloadPath, f)
+		if err != nil {
+			return fmt.Errorf("round %d: peer %s: %w", round+1, peer, err)
+		}
+		pair.theirsPath = path
+		pair.theirs, err = bench.LoadResult(path)
 		return err
 	}
-	fmt.Printf("comparison plots: %s\n", strings.Join(plots, " "))
+	first, second := runOurs, runTheirs
+	if !pair.ringlogFirst {
+		first, second = runTheirs, runOurs
+	}
+	fmt.Printf("\n== round %d: %s first ==\n", round+1, map[bool]string{true: "ringlog", false: peer}[pair.ringlogFirst])
+	if err := first(); err != nil {
+		return pair, err
+	}
+	if err := second(); err != nil {
+		return pair, err
+	}
 	fmt.Println()
-	return bench.WriteTargets(os.Stdout, bench.CheckTargets(ours, theirs))
+	return pair, bench.WriteComparison(os.Stdout, pair.oursPath, pair.theirsPath, pair.ours, pair.theirs)
+}
+
+// writeRoundsSummary prints each round's headline ratios (ours/peer) and their medians.
+func writeRoundsSummary(out io.Writer, pairs []peerPair) {
+	fmt.Fprintf(out, "\nrounds (ours/peer; ratio > 1 means ringlog moved more, or waited longer for p99):\n")
+	var pub, con, p99 []float64
+	for i, p := range pairs {
+		first := "ringlog"
+		if !p.ringlogFirst {
+			first = p.theirs.Driver.Name
+		}
+		rp := ratioOf(p.ours.Publish.MBPerSec, p.theirs.Publish.MBPerSec)
+		rc := ratioOf(p.ours.Consume.MBPerSec, p.theirs.Consume.MBPerSec)
+		rl := ratioOf(p.ours.PublishLatency.P99Us, p.theirs.PublishLatency.P99Us)
+		pub, con, p99 = append(pub, rp), append(con, rc), append(p99, rl)
+		fmt.Fprintf(out, "  round %d (%s first): publish MB/s %.2f×, consume MB/s %.2f×, publish p99 %.2f×\n", i+1, first, rp, rc, rl)
+	}
+	fmt.Fprintf(out, "  median: publish MB/s %.2f×, consume MB/s %.2f×, publish p99 %.2f×\n", median(pub), median(con), median(p99))
+}
+
+func ratioOf(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// dropPageCache writes dirty pages back (sync) and drops the clean page cache, dentries and
+// inodes (/proc/sys/vm/drop_caches = 3), so the next system starts with a cold cache.
+func dropPageCache() error {
+	unix.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0); err != nil {
+		return fmt.Errorf("drop caches: %w (synced only)", err)
+	}
+	return nil
 }
 
 // runPeer execs the peers program and returns the path of the result it wrote.

@@ -84,6 +84,8 @@ func TestBenchRejectsBadArguments(t *testing.T) {
 		"single count 0":      {"single", "--count", "0"},
 		"single rounds>count": {"single", "--count", "5", "--rounds", "6"},
 		"single no broker":    {"single", "--broker", "127.0.0.1:1", "--count", "1", "--rounds", "1"},
+		"peers 0 rounds":      {"peers", "--rounds", "0", "../../bench/workloads/smoke.json"},
+		"peers 21 rounds":     {"peers", "--rounds", "21", "../../bench/workloads/smoke.json"},
 	} {
 		if err := runBench(args); err == nil {
 			t.Errorf("%s: %v accepted", name, args)
@@ -155,4 +157,35 @@ func captureStdout(t *testing.T, fn func()) string {
 	fn()
 	w.Close()
 	return <-read
+}
+
+// The rounds summary gives each round's ratios with who ran first, and their medians.
+func TestPeersRoundsSummary(t *testing.T) {
+	result := func(name string, pub, con, p99 float64) *bench.Result {
+		r := &bench.Result{Driver: bench.DriverInfo{Name: name}}
+		r.Publish.MBPerSec, r.Consume.MBPerSec, r.PublishLatency.P99Us = pub, con, p99
+		return r
+	}
+	pairs := []peerPair{
+		{ours: result("ringlog", 200, 100, 1000), theirs: result("nats", 100, 100, 2000), ringlogFirst: true},
+		{ours: result("ringlog", 300, 150, 1000), theirs: result("nats", 100, 100, 1000)},
+		{ours: result("ringlog", 100, 50, 3000), theirs: result("nats", 100, 100, 1000), ringlogFirst: true},
+	}
+	var out strings.Builder
+	writeRoundsSummary(&out, pairs)
+	for _, want := range []string{
+		"round 1 (ringlog first): publish MB/s 2.00×, consume MB/s 1.00×, publish p99 0.50×",
+		"round 2 (nats first): publish MB/s 3.00×, consume MB/s 1.50×, publish p99 1.00×",
+		"median: publish MB/s 2.00×, consume MB/s 1.00×, publish p99 1.00×",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median of an even count = %v, want 2.5", m)
+	}
+	if r := ratioOf(1, 0); r != 0 {
+		t.Errorf("ratio against 0 = %v", r)
+	}
 }

@@ -284,13 +284,33 @@ func Open(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
-// onPartitions runs fn for every partition of t with the shard that owns it, all at once,
-// and returns the first error.
+// onPartitions runs fn for every partition of t with the shard that owns it and returns the
+// first error.
+//
+// Shards work in parallel; each shard's partitions go one after another, so a topic of
+// thousands of partitions neither floods a shard's mailbox nor starts every partition's
+// admin deadline (adminWaitMax, counted from each post) at once, and the shard's loop
+// serves traffic between them. Every partition is tried; the first error is returned.
 func (b *Broker) onPartitions(t *Topic, fn func(s *Shard, tp TopicPartition) error) error {
-	fns := make([]func() error, len(t.Partitions))
+	byShard := make([][]int32, len(b.shards))
 	for p, si := range t.Partitions {
-		s, tp := b.shards[si], TopicPartition{t.Name, int32(p)}
-		fns[p] = func() error { return fn(s, tp) }
+		byShard[si] = append(byShard[si], int32(p))
+	}
+	var fns []func() error
+	for si, parts := range byShard {
+		if len(parts) == 0 {
+			continue
+		}
+		s := b.shards[si]
+		fns = append(fns, func() error {
+			var first error
+			for _, p := range parts {
+				if err := fn(s, TopicPartition{t.Name, p}); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		})
 	}
 	return runAll(fns)
 }

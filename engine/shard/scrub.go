@@ -22,7 +22,13 @@ const (
 type scrubState struct {
 	order []TopicPartition // partitions of the current round, sorted
 	next  int              // index into order of the partition being scrubbed
+	// idleTicks counts ticks to skip after a rebuild found nothing to scrub (no partition
+	// has a sealed segment): the shard's partitions are looked at again once a second.
+	idleTicks int
 }
+
+// scrubIdleTicks is how many ticks a shard with nothing to scrub waits before looking again.
+const scrubIdleTicks = 10
 
 // scrubBudgetPerTick is the byte budget of one tick, or 0 when scrubbing is off.
 func (s *Shard) scrubBudgetPerTick() int64 {
@@ -53,11 +59,24 @@ func (s *Shard) armScrub() {
 // scrubTick spends budget bytes verifying partitions in turn. Loop goroutine.
 func (s *Shard) scrubTick(budget int64) {
 	st := &s.scrub
+	rebuilt := false
 	for rounds := 0; budget > 0 && rounds <= len(s.parts); rounds++ {
 		if st.next >= len(st.order) {
-			st.order = s.sortedPartitions(st.order[:0], func(*partition) bool { return true })
+			// A round visits only partitions with sealed segments (the active one is not
+			// scrubbed), and the round is rebuilt at most once per tick: idle partitions cost
+			// the scrubber one map visit per pass, not a Scrub call each per tick.
+			if rebuilt {
+				return
+			}
+			if st.idleTicks > 0 {
+				st.idleTicks--
+				return
+			}
+			rebuilt = true
+			st.order = s.sortedPartitions(st.order[:0], func(p *partition) bool { return p.log.SegmentCount() > 1 })
 			st.next = 0
 			if len(st.order) == 0 {
+				st.idleTicks = scrubIdleTicks
 				return
 			}
 		}

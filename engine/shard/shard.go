@@ -69,11 +69,9 @@ func (s *Shard) armTimers() {
 	cfg := s.b.cfg
 	var flushTick, retentionTick func()
 	flushTick = func() {
-		for _, p := range s.parts {
-			if p.log.SyncedOffset() < p.log.EndOffset() {
-				s.core.MarkDirty(&p.c)
-			}
-		}
+		// Only partitions a turn left with unsynced records: an idle partition costs the
+		// check nothing (10,000 of them took ~5 % of a core at a 50 ms interval).
+		s.core.RecheckUnflushed()
 		s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	}
 	retentionTick = func() {

@@ -85,7 +85,9 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 			results = withRefused(results, refused, req)
 		}
 		// On a shard loop: only hand the results over; the writer encodes and sends them.
-		p.replyFrame(func(dst []byte) ([]byte, []wire.Splice) { return appendFetchResponse(dst, req, results) }, func() {
+		p.replyFrame(func(dst []byte, finish func(kmsg.Response, int64)) ([]byte, []wire.Splice) {
+			return appendFetchResponse(dst, req, results, finish)
+		}, func() {
 			for i := range results {
 				results[i].Release()
 			}
@@ -126,14 +128,16 @@ const recordsMarkerBytes = 16
 // marker in place of its records, and the marker with its length prefix is then replaced
 // by the real length prefix and a splice of the records. A marker is only taken where its
 // length prefix reads 16, so bytes elsewhere in the response that happened to equal it
-// (a 2^-128 chance) could not be mistaken for it.
-func appendFetchResponse(dst []byte, req *kmsg.FetchRequest, results []shard.FetchResult) ([]byte, []wire.Splice) {
+// (a 2^-128 chance) could not be mistaken for it. finish, if set, sees the response and
+// its record bytes before it is encoded.
+func appendFetchResponse(dst []byte, req *kmsg.FetchRequest, results []shard.FetchResult, finish func(kmsg.Response, int64)) ([]byte, []wire.Splice) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	type marked struct {
 		marker []byte
 		result *shard.FetchResult
 	}
 	var markers []marked
+	var recordBytes int64
 	k := 0
 	for _, t := range req.Topics {
 		rt := kmsg.NewFetchResponseTopic()
@@ -150,9 +154,13 @@ func appendFetchResponse(dst []byte, req *kmsg.FetchRequest, results []shard.Fet
 				marker := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, rand.Uint64()), rand.Uint64())
 				out.RecordBatches = marker
 				markers = append(markers, marked{marker, r})
+				recordBytes += r.Records.Size
 			}
 		}
 		resp.Topics = append(resp.Topics, rt)
+	}
+	if finish != nil {
+		finish(resp, recordBytes)
 	}
 	if resp.IsFlexible() {
 		dst = append(dst, 0) // the response header's tagged fields

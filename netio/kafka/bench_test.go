@@ -84,7 +84,7 @@ func BenchmarkAppendFetchResponse(b *testing.B) {
 	var buf []byte
 	for b.Loop() {
 		var splices []wire.Splice
-		buf, splices = appendFetchResponse(buf[:0], req, results)
+		buf, splices = appendFetchResponse(buf[:0], req, results, nil)
 		if len(splices) != 16 || len(buf) == 0 {
 			b.Fatalf("%d splices", len(splices))
 		}

@@ -12,6 +12,9 @@
 //	registry.go      the table of served APIs and versions, dispatch, unsupported versions
 //	errors.go        broker and engine errors mapped to Kafka error codes
 //	session.go       authentication: the connection's principal, the gate before login, SCRAM
+//	authorize.go     ACLs (netio/security's Authorizer) per request, with Kafka's error codes
+//	quota.go         quotas (netio/security's Quotas, shared with the ringlog listener):
+//	                 throttle times, muted connections, held-back replies
 //	api_*.go         one file per API key: decode (kmsg), call the core, encode (kmsg)
 //
 // Request and response bodies are github.com/twmb/franz-go/pkg/kmsg structs; only the

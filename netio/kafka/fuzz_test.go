@@ -22,7 +22,9 @@ import (
 // FuzzServeFrame feeds frames of random key, version and body through the request path a
 // connection's reader takes (the frame limits, dispatch, the real broker core, response
 // encoding) and checks that nothing panics, that every request is answered or closes the
-// connection, and that decoding stays within decodedBytesPerFrameByteMax.
+// connection, and that decoding stays within decodedBytesPerFrameByteMax. Each frame runs
+// twice: on a broker without ACLs and quotas, and on one with both (fuzzACLs), where most
+// requests are refused in part or whole and every reply is charged and throttled.
 //
 // Seeds: testdata/fuzz/FuzzServeFrame, regenerated from fuzzFrameSeeds with
 // RINGLOG_WRITE_FUZZ_SEEDS=1 go test -run TestWriteKafkaFuzzSeeds ./netio/kafka.
@@ -30,7 +32,7 @@ func FuzzServeFrame(f *testing.F) {
 	for _, s := range fuzzFrameSeeds(f) {
 		f.Add(s.key, s.version, s.body)
 	}
-	srv := fuzzServer(f)
+	srv, guarded := fuzzServer(f, nil), fuzzServer(f, fuzzACLs)
 	f.Fuzz(func(t *testing.T, key, version int16, body []byte) {
 		frame := binary.BigEndian.AppendUint16(nil, uint16(key))
 		frame = binary.BigEndian.AppendUint16(frame, uint16(version))
@@ -43,8 +45,30 @@ func FuzzServeFrame(f *testing.F) {
 		if waitsLong(frame) {
 			return
 		}
+		again := append([]byte(nil), frame...) // records alias the frame until answered
 		serveOne(t, srv, frame)
+		serveOne(t, guarded, again)
 	})
+}
+
+// fuzzACLs turns on ACLs (User:ANONYMOUS may do anything on topic "fuzz" and groups
+// "a...", may not write topics "fuzz-...", nothing else) and quotas low enough that every
+// reply past the first few is throttled.
+func fuzzACLs(f *testing.F, sec *netio.Security) {
+	az, err := security.OpenAuthorizer(f.TempDir(), true, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := az.Add([]security.ACL{
+		{Resource: security.ResourceTopic, Name: "fuzz", Pattern: security.PatternLiteral, Principal: security.Anonymous, Operation: security.OpAll, Permission: security.Allow},
+		{Resource: security.ResourceTopic, Name: "fuzz-", Pattern: security.PatternPrefixed, Principal: security.Anonymous, Operation: security.OpWrite, Permission: security.Deny},
+		{Resource: security.ResourceGroup, Name: "a", Pattern: security.PatternPrefixed, Principal: security.Anonymous, Operation: security.OpAll, Permission: security.Allow},
+	}); err != nil {
+		f.Fatal(err)
+	}
+	sec.Authorizer = az
+	sec.Quotas = security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1024, FetchBytesPerSec: 1024, RequestsPerSec: 10},
+		Burst: time.Millisecond})
 }
 
 // checkDecodeBound decodes frame as dispatch does and checks what it allocated.
@@ -122,7 +146,8 @@ type fuzzBroker struct {
 
 // fuzzServer opens a broker (one shard, a topic "fuzz" of 2 partitions) for the fuzz
 // target; it closes with the target.
-func fuzzServer(f *testing.F) *fuzzBroker {
+// tune, if set, adds to the listener's security (FuzzServeFrame's ACLs and quotas).
+func fuzzServer(f *testing.F, tune func(*testing.F, *netio.Security)) *fuzzBroker {
 	// Short group sessions: a member a seed leaves behind is gone before a later seed's
 	// member of the same group would wait for it to rejoin (each seed runs twice: as f.Add
 	// and from testdata).
@@ -136,8 +161,11 @@ func fuzzServer(f *testing.F) *fuzzBroker {
 		f.Fatal(err)
 	}
 	limits := netio.NewServer(netio.HandlerFunc(func(*netio.Request) {}), netio.Config{Shards: 1})
-	s, err := NewServer(core, "127.0.0.1:9092", Config{Limits: limits, AutoCreateTopics: true,
-		Security: &netio.Security{Credentials: fuzzCredentials(f)}})
+	sec := &netio.Security{Credentials: fuzzCredentials(f)}
+	if tune != nil {
+		tune(f, sec)
+	}
+	s, err := NewServer(core, "127.0.0.1:9092", Config{Limits: limits, AutoCreateTopics: true, Security: sec})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -166,7 +194,7 @@ func fuzzCredentials(f *testing.F) *security.Credentials {
 func FuzzKafkaSASL(f *testing.F) {
 	f.Add("SCRAM-SHA-256", []byte("n,,n=fuzz,r=fyko+d2lbbFgONRv9qkxdawL"), []byte("c=biws,r=fyko+d2lbbFgONRv9qkxdawL,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="))
 	f.Add("SCRAM-SHA-512", []byte("n,,n=nobody,r=x"), []byte(""))
-	srv := fuzzServer(f)
+	srv := fuzzServer(f, nil)
 	f.Fuzz(func(t *testing.T, mechanism string, first, final []byte) {
 		c := &conn{s: srv.s, adm: srv.conn.adm, remote: "fuzz", quit: make(chan struct{})}
 		hs := kmsg.NewPtrSASLHandshakeRequest()

@@ -92,6 +92,8 @@ func servedKeys() []int16 {
 //     that has not authenticated while authentication is required: SASL_AUTHENTICATION_FAILED
 //     in the top-level error code where the response has one, then the connection closes
 //     (refuseUnauthenticated);
+//   - a request the ACLs refuse, wholly or in part, gets Kafka's authorization error codes
+//     (authorize.go); the rest of it goes to its API;
 //   - otherwise (a key or version no Kafka schema we know decodes, a body that does not
 //     decode): there is no response the client could read, so the connection is closed
 //     after a log line naming the client, key and version — what Kafka brokers do.
@@ -117,6 +119,7 @@ func (s *Server) dispatch(p *pending) {
 		s.closeWith(p, fmt.Sprintf("%s v%d: undecodable request: %v", kmsg.NameForKey(h.key), h.version, err))
 		return
 	}
+	p.quotaKey = s.quotaKey(p)
 	switch {
 	case a == nil:
 		resp := req.ResponseKind()
@@ -132,6 +135,7 @@ func (s *Server) dispatch(p *pending) {
 		s.refuseUnauthenticated(p, req)
 	case a.entries != nil && a.entries(req) > s.limits.RequestEntriesMax:
 		p.reply(a.fail(req, kerr.InvalidRequest.Code, fmt.Sprintf("request names %d entries, more than the broker's %d (RequestEntriesMax)", a.entries(req), s.limits.RequestEntriesMax)), nil)
+	case s.authorize(p, a, req):
 	default:
 		a.serve(s, p, req)
 	}

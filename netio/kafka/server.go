@@ -50,8 +50,8 @@ type Config struct {
 	// listener offers SASL/SCRAM (SaslHandshake, SaslAuthenticate); with AuthRequired it
 	// refuses every request but ApiVersions and the SASL exchange until the connection has
 	// authenticated, by SCRAM or by a client certificate under mutual TLS (session.go).
-	// Its Authorizer and Quotas are not enforced here (netio/node refuses them beside
-	// this listener). nil: anyone, as security.Anonymous.
+	// Its Authorizer and Quotas apply here too, with Kafka's error codes and throttle
+	// times (authorize.go, quota.go). nil: anyone, as security.Anonymous.
 	Security *netio.Security
 	// Cluster, when set, is the replicated cluster this broker belongs to (the Manager the
 	// ringlog listener's BrokerHandler.WithCluster takes): Metadata describes it, and
@@ -90,7 +90,12 @@ type Server struct {
 	closed  bool                      // guarded by mu
 	wg      sync.WaitGroup
 	once    sync.Once
+	// throttled counts responses a quota delayed (held back, or followed by a mute).
+	throttled atomic.Int64
 }
+
+// Throttled is how many responses a quota has delayed since the server started.
+func (s *Server) Throttled() int64 { return s.throttled.Load() }
 
 // NewServer returns a Kafka listener for b that tells clients to connect to advertised
 // (host:port).
@@ -226,6 +231,9 @@ type conn struct {
 	// otherwise keep Shutdown waiting for its IdleTimeout or its context).
 	readMu   sync.Mutex
 	readsCut bool // guarded by readMu
+	// mutedUntil (Unix nanoseconds) is when the reader may read again after a throttled
+	// response (quota.go); set by the writer, read by the reader.
+	mutedUntil atomic.Int64
 }
 
 // pending is one request waiting for its response.
@@ -237,8 +245,18 @@ type pending struct {
 	// until the append is answered), then goes back to netio's frame pools.
 	pooled  *[]byte
 	charged int64 // bytes charged to the admission until written (see decodedBytesPerFrameByteMax)
-	done    chan struct{}
-	replied atomic.Bool
+	// frameBytes is the request frame's size (a produce's charge to its byte quota).
+	frameBytes int64
+	// Set by the reader before the handler runs, used by the writer (finish):
+	// amend puts the entries an ACL denied into the handler's reply (authorize.go);
+	// quotaKey is the quota bucket charged, "" for none (quota.go).
+	amend    func(kmsg.Response)
+	quotaKey string
+	// hold and mute are the writer's: how long a quota holds this response back, or mutes
+	// the connection's reads after it (quota.go).
+	hold, mute time.Duration
+	done       chan struct{}
+	replied    atomic.Bool
 	// Set by reply or replyFrame before done is closed; nil resp and frame: no response
 	// (acks=0 produce, or a connection closed after the responses before it).
 	resp    kmsg.Response
@@ -258,8 +276,9 @@ func (p *pending) reply(resp kmsg.Response, release func()) {
 }
 
 // frameBuilder appends a response (header tagged fields included) after the correlation
-// id and says where bytes outside the buffer go (fetch records, sent by sendfile).
-type frameBuilder func(dst []byte) ([]byte, []wire.Splice)
+// id and says where bytes outside the buffer go (fetch records, sent by sendfile). It
+// calls finish with the response before encoding it (p.finish: ACL amendments, quotas).
+type frameBuilder func(dst []byte, finish func(resp kmsg.Response, recordBytes int64)) ([]byte, []wire.Splice)
 
 // replyFrame completes p with a response the writer encodes when its turn comes: a fetch's
 // records are then sent from their files, never read on a shard loop.
@@ -379,6 +398,12 @@ func (c *conn) readRequest(br *bufio.Reader) (*pending, error) {
 	if _, err := io.ReadFull(br, sizeBuf[:]); err != nil {
 		return nil, err
 	}
+	// A muted connection (quota.go) has its next request read once the mute ends: the
+	// reader waits here, after a frame began, so that it also holds back a request the
+	// client sent while the reader was already waiting for it.
+	if !c.waitMuted() {
+		return nil, io.EOF
+	}
 	c.setReadDeadline(c.s.limits.FrameReadTimeout)
 	size := int64(int32(binary.BigEndian.Uint32(sizeBuf[:])))
 	if size < requestHeaderFixedBytes+2 || size > int64(c.s.limits.FrameBytesMax) {
@@ -409,7 +434,7 @@ func (c *conn) readRequest(br *bufio.Reader) (*pending, error) {
 		return nil, fmt.Errorf("read %d-byte %s frame: %w", size, kmsg.NameForKey(hdr.key), noEOF(err))
 	}
 	c.adm.Counted(1, 0)
-	return &pending{c: c, hdr: hdr, charged: charge, done: make(chan struct{}), body: frame, pooled: pooled}, nil
+	return &pending{c: c, hdr: hdr, charged: charge, frameBytes: size, done: make(chan struct{}), body: frame, pooled: pooled}, nil
 }
 
 func noEOF(err error) error {
@@ -466,6 +491,8 @@ func (c *conn) writeLoop() {
 				break gather
 			}
 		}
+		c.holdBack(batch)
+		c.muteAfter(batch) // before the write: the client's next request finds the mute set
 		if len(buf) > 0 && !c.dead.Load() {
 			c.nc.SetWriteDeadline(time.Now().Add(c.s.limits.WriteTimeout))
 			if err := out.Emit(buf, splices); err != nil {
@@ -510,7 +537,11 @@ func (c *conn) wait(p *pending) {
 // fields for a flexible response other than ApiVersions, the body — and its splices. A
 // request answered with nothing, or answered after the connection failed, appends nothing.
 func (p *pending) appendResponse(dst []byte, splices []wire.Splice) ([]byte, []wire.Splice) {
-	if p.resp == nil && p.frame == nil || p.c.dead.Load() {
+	if p.c.dead.Load() {
+		return dst, splices
+	}
+	if p.resp == nil && p.frame == nil {
+		p.finish(nil, 0) // an acks=0 produce is still charged
 		return dst, splices
 	}
 	start := len(dst)
@@ -520,12 +551,13 @@ func (p *pending) appendResponse(dst []byte, splices []wire.Splice) ([]byte, []w
 	if p.frame != nil {
 		first := len(splices)
 		var more []wire.Splice
-		dst, more = p.frame(dst)
+		dst, more = p.frame(dst, p.finish)
 		splices = append(splices, more...)
 		for _, sp := range splices[first:] {
 			spliced += sp.Len()
 		}
 	} else {
+		p.finish(p.resp, 0)
 		if p.resp.IsFlexible() && p.hdr.key != keyApiVersions {
 			dst = append(dst, 0)
 		}

@@ -1,41 +1,48 @@
 package node
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"testing"
+	"time"
 
+	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/ring"
 )
 
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside ACLs or quotas
-// (it serves neither yet), and allowed otherwise: TLS, required authentication and a
-// replicated cluster included (it serves them).
-func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		cfg    Config
-		refuse bool
-	}{
-		{"plain", Config{KafkaListen: "127.0.0.1:0"}, false},
-		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
-		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, false},
-		{"kafka, tls and auth required", Config{KafkaListen: "127.0.0.1:0", Server: withAuth(serverWithTLS())}, false},
-		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, false},
-		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
-		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, false},
-		{"kafka and ACLs", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true)}}}, true},
-		{"kafka and ACLs off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, false)}}}, false},
-		{"kafka and quotas", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{
-			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 10}})}}}, true},
-	} {
-		err := checkKafka(tc.cfg)
-		if tc.refuse != errors.Is(err, ErrKafkaUnsupported) {
-			t.Errorf("%s: %v", tc.name, err)
-		}
+// TestKafkaStartsWithACLsAndQuotas: a node with --kafka-listen beside ACLs and quotas
+// starts, and its Kafka listener accepts connections.
+func TestKafkaStartsWithACLsAndQuotas(t *testing.T) {
+	n, err := Start(Config{
+		Core:        shard.Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "auto"}},
+		Listen:      "127.0.0.1:0",
+		KafkaListen: "127.0.0.1:0",
+		ShardPorts:  ShardPortsOff,
+		Net:         NetGo,
+		Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true),
+			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1 << 20}})}},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Shutdown(ctx)
+	}()
+	if n.Kafka == nil || n.KafkaAddr == "" {
+		t.Fatalf("no Kafka listener: %+v", n)
+	}
+	c, err := net.DialTimeout("tcp", n.KafkaAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 }
 
 func TestClusterRefusedWithTLSOrAuth(t *testing.T) {

@@ -144,9 +144,6 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Logger.Info("TLS on: connections are served by Go's netpoller (net driver), file bytes are copied, not spliced")
 		cfg.Net = NetGo
 	}
-	if err := checkKafka(cfg); err != nil {
-		return nil, err
-	}
 	if err := checkCluster(cfg); err != nil {
 		return nil, err
 	}
@@ -234,9 +231,6 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// ErrKafkaUnsupported refuses a Kafka listener next to features it does not serve yet.
-var ErrKafkaUnsupported = errors.New("kafka listener")
-
 // ErrClusterUnsupported refuses a replicated cluster next to features its replica
 // connections do not carry yet.
 var ErrClusterUnsupported = errors.New("replicated cluster")
@@ -251,25 +245,6 @@ func checkCluster(cfg Config) error {
 	sec := cfg.Server.Security
 	if cfg.Server.TLS != nil || sec != nil && sec.AuthRequired {
 		return fmt.Errorf("%w: TLS and required authentication are not carried by replica connections yet; followers could not fetch (run the cluster's brokers without --tls-cert and --auth required, on a trusted network)", ErrClusterUnsupported)
-	}
-	return nil
-}
-
-// checkKafka refuses --kafka-listen with what the Kafka listener does not implement: it
-// enforces authentication (SASL/SCRAM and mTLS principals, with the ringlog listener's
-// credentials) but no ACLs and no quotas, so beside a ringlog listener that enforces either
-// it would be an open door. (Quotas switched on later by SIGHUP do not reach it either.)
-// A replicated cluster it serves (Config.Cluster: Metadata from the controller, requests
-// only at partition leaders; netio/kafka/cluster.go). TLS it serves: with Server.TLS set the Kafka listener takes the
-// same configuration (certificate, client CAs, reload).
-func checkKafka(cfg Config) error {
-	if cfg.KafkaListen == "" {
-		return nil
-	}
-	sec := cfg.Server.Security
-	unserved := sec != nil && (sec.Authorizer != nil && sec.Authorizer.Enabled() || sec.Quotas != nil && sec.Quotas.Active())
-	if unserved {
-		return fmt.Errorf("%w: ACLs and quotas are not served on the Kafka listener yet; it would bypass them (leave --kafka-listen off, or those settings)", ErrKafkaUnsupported)
 	}
 	return nil
 }

@@ -301,6 +301,15 @@ func (a *Authorizer) Authorize(principal string, op Operation, rt ResourceType, 
 	return allowed
 }
 
+// Denial is the error message of a refused decision: "User:bob may not write topic \"t\""
+// (the cluster: "User:bob may not describe the cluster"). Both listeners word refusals so.
+func Denial(principal string, op Operation, rt ResourceType, name string) string {
+	if rt == ResourceCluster {
+		return fmt.Sprintf("%s may not %s the cluster", principal, op)
+	}
+	return fmt.Sprintf("%s may not %s %s %q", principal, op, rt, name)
+}
+
 // List returns the rules filter matches, in insertion order.
 func (a *Authorizer) List(filter ACL) []ACL {
 	a.mu.RLock()

@@ -172,6 +172,21 @@ func (q *Quotas) Record(client string, kind QuotaKind, n int64) time.Duration {
 	return delay
 }
 
+// Charge records one request of client with the produce request bytes and fetch record
+// bytes it carries (0 for other requests) and returns how long its reply should wait: the
+// longest delay of the three buckets. Both listeners charge through it (netio/quota.go,
+// netio/kafka/quota.go), so a client is held to one rate whichever protocol it speaks.
+func (q *Quotas) Charge(client string, produceBytes, fetchBytes int64) time.Duration {
+	delay := q.Record(client, QuotaRequests, 1)
+	delay = max(delay, q.Record(client, QuotaProduceBytes, produceBytes))
+	return max(delay, q.Record(client, QuotaFetchBytes, fetchBytes))
+}
+
+// ThrottleMillis is delay as a response's throttle-time field.
+func ThrottleMillis(delay time.Duration) int32 {
+	return int32(min(delay, ThrottleMax).Milliseconds())
+}
+
 func (q *Quotas) clientLocked(key string, now time.Time, burst time.Duration) *quotaClient {
 	if c := q.clients[key]; c != nil {
 		return c

@@ -53,6 +53,31 @@ func TestQuotaDelays(t *testing.T) {
 	}
 }
 
+// TestQuotaCharge: Charge counts one request and both byte kinds and returns the longest
+// of the three delays; ThrottleMillis is capped at ThrottleMax.
+func TestQuotaCharge(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	q := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 1000, FetchBytesPerSec: 100, RequestsPerSec: 2},
+		Burst: time.Second, Now: clock.now})
+	for i, c := range []struct {
+		produce, fetch int64
+		want           time.Duration
+	}{
+		{1000, 0, 0},                        // a burst of produce bytes, the first request
+		{0, 100, 0},                         // a burst of fetch bytes, the second request
+		{0, 0, 500 * time.Millisecond},      // the third request: half a second over 2/s
+		{500, 0, 1000 * time.Millisecond},   // requests owe 1 s over, produce 0.5 s: the longer
+		{0, 1000, 10000 * time.Millisecond}, // fetch owes 10 s over: the longest
+	} {
+		if got := q.Charge("a", c.produce, c.fetch); got != c.want {
+			t.Errorf("step %d (produce %d, fetch %d): delay %v, want %v", i, c.produce, c.fetch, got, c.want)
+		}
+	}
+	if ms := security.ThrottleMillis(time.Hour); ms != int32(security.ThrottleMax.Milliseconds()) {
+		t.Errorf("ThrottleMillis(1h) = %d", ms)
+	}
+}
+
 // TestQuotaClientsBounded: a flood of client ids stays within QuotaClientsMax buckets.
 func TestQuotaClientsBounded(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_000_000, 0)}

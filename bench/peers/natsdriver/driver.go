@@ -2,10 +2,12 @@
 // storage in a child process of its own (so its RSS and CPU are its own), and nats.go
 // clients in the benchmark process connected over loopback TCP.
 //
-// Mapping: a topic is a stream with subjects "<topic>.<partition>"; a producer publishes
-// asynchronously (PublishMsgAsync, acknowledged when the server has stored the message); a
-// consumer is an ordered consumer filtered to its partitions' subjects, reading from the
-// start. Durability "fsync" starts the server with sync_interval always (an fsync per
+// Mapping: a topic is a stream with subjects "<topic>.<partition>" or, with
+// StreamPerPartition, one stream per partition ("<topic>_<partition>", subject
+// "<topic>.<partition>": streams are NATS's unit of parallelism, as partitions are Kafka's);
+// a producer publishes asynchronously (PublishMsgAsync, acknowledged when the server has
+// stored the message); a consumer is an ordered consumer filtered to its partitions'
+// subjects (one per partition's stream with StreamPerPartition), reading from the start. Durability "fsync" starts the server with sync_interval always (an fsync per
 // message; NATS has no group commit), "none" keeps NATS's default (fsync every 2 minutes).
 package natsdriver
 
@@ -46,6 +48,9 @@ type Config struct {
 	SyncAlways     bool  // sync_interval always
 	StreamMaxBytes int64 // per-stream retention limit; 0 = streamBytesDefault
 	Executable     string
+	// StreamPerPartition maps each partition to a stream of its own instead of one stream
+	// per topic with a subject per partition.
+	StreamPerPartition bool
 }
 
 // Driver is the NATS JetStream peer.
@@ -143,24 +148,48 @@ func (d *Driver) Info() bench.DriverInfo {
 	}
 	return bench.DriverInfo{
 		Name: "nats-jetstream", Version: "nats-server " + d.version + ", nats.go " + nats.Version,
-		StorageMode: mode, IOBackend: "go runtime (buffered writes)", BrokerPID: d.cmd.Process.Pid, Address: d.url,
+		StorageMode: mode + "; " + d.Mapping(), IOBackend: "go runtime (buffered writes)", BrokerPID: d.cmd.Process.Pid, Address: d.url,
 	}
 }
 
 func subject(topic string, partition int) string { return topic + "." + strconv.Itoa(partition) }
 
-// CreateTopic creates a file-backed stream with one subject per partition.
-func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) error {
-	stream, err := d.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: name, Subjects: []string{name + ".*"}, Storage: jetstream.FileStorage, Replicas: 1,
-		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld, MaxBytes: d.cfg.StreamMaxBytes,
-	})
-	if err != nil {
-		return fmt.Errorf("nats driver: create stream %s: %w", name, err)
+func partitionStream(topic string, partition int) string {
+	return topic + "_" + strconv.Itoa(partition)
+}
+
+// Mapping names the topic-to-stream mapping in results.
+func (d *Driver) Mapping() string {
+	if d.cfg.StreamPerPartition {
+		return "one stream per partition"
 	}
-	d.mu.Lock()
-	d.streams[name] = stream
-	d.mu.Unlock()
+	return "one stream per topic, a subject per partition"
+}
+
+// CreateTopic creates a file-backed stream with one subject per partition, or one stream
+// per partition.
+func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) error {
+	create := func(stream string, subjects ...string) error {
+		s, err := d.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: stream, Subjects: subjects, Storage: jetstream.FileStorage, Replicas: 1,
+			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld, MaxBytes: d.cfg.StreamMaxBytes,
+		})
+		if err != nil {
+			return fmt.Errorf("nats driver: create stream %s: %w", stream, err)
+		}
+		d.mu.Lock()
+		d.streams[stream] = s
+		d.mu.Unlock()
+		return nil
+	}
+	if !d.cfg.StreamPerPartition {
+		return create(name, name+".*")
+	}
+	for p := range partitions {
+		if err := create(partitionStream(name, p), subject(name, p)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -267,6 +296,9 @@ func (d *Driver) NewConsumer(ctx context.Context, topic string, partitions []int
 		conn.Close()
 		return nil, fmt.Errorf("nats driver: %w", err)
 	}
+	if d.cfg.StreamPerPartition {
+		return d.newStreamsConsumer(ctx, conn, js, topic, partitions)
+	}
 	var subjects []string
 	for _, p := range partitions {
 		subjects = append(subjects, subject(topic, p))
@@ -302,6 +334,66 @@ func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
 
 func (c *consumer) Close() error {
 	c.iter.Stop()
+	c.conn.Close()
+	return nil
+}
+
+// newStreamsConsumer reads one stream per partition: an ordered consumer on each, whose
+// callbacks feed one channel that Poll drains.
+func (d *Driver) newStreamsConsumer(ctx context.Context, conn *nats.Conn, js jetstream.JetStream, topic string, partitions []int) (bench.Consumer, error) {
+	c := &streamsConsumer{conn: conn, msgs: make(chan partitionMsg, pullBatchMessages), done: make(chan struct{})}
+	for _, p := range partitions {
+		cons, err := js.OrderedConsumer(ctx, partitionStream(topic, p), jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("nats driver: consumer on %s: %w", partitionStream(topic, p), err)
+		}
+		cc, err := cons.Consume(func(msg jetstream.Msg) {
+			select { // a callback never outlives Close waiting on a full channel
+			case c.msgs <- partitionMsg{p, msg.Data()}:
+			case <-c.done:
+			}
+		}, jetstream.PullMaxMessages(pullBatchMessages))
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("nats driver: consume %s: %w", partitionStream(topic, p), err)
+		}
+		c.consumers = append(c.consumers, cc)
+	}
+	return c, nil
+}
+
+type partitionMsg struct {
+	partition int
+	data      []byte
+}
+
+type streamsConsumer struct {
+	conn      *nats.Conn
+	consumers []jetstream.ConsumeContext
+	msgs      chan partitionMsg
+	done      chan struct{} // closed by Close
+}
+
+func (c *streamsConsumer) Poll(ctx context.Context, handle func(int, []byte)) error {
+	select {
+	case m := <-c.msgs:
+		handle(m.partition, m.data)
+		for range len(c.msgs) { // whatever else is already here, without blocking
+			m = <-c.msgs
+			handle(m.partition, m.data)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("nats driver: next: %w", ctx.Err())
+	}
+}
+
+func (c *streamsConsumer) Close() error {
+	close(c.done)
+	for _, cc := range c.consumers {
+		cc.Stop()
+	}
 	c.conn.Close()
 	return nil
 }

@@ -87,6 +87,36 @@ func TestRunAgainstRealServer(t *testing.T) {
 	}
 }
 
+// One stream per partition: every partition's stream exists, messages come back to the
+// consumers with their partition, and the result names the mapping.
+func TestRunStreamPerPartition(t *testing.T) {
+	w := smallWorkload(t, "none")
+	driver, err := Open(Config{DataDir: t.TempDir(), Executable: os.Args[0], StreamPerPartition: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Publish.Messages == 0 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
+		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
+	}
+	if result.Consume.Messages < result.Publish.Messages*8/10 || result.EndToEnd.Count == 0 {
+		t.Fatalf("consume %+v of %+v", result.Consume, result.Publish)
+	}
+	if !strings.Contains(result.Driver.StorageMode, "one stream per partition") {
+		t.Fatalf("storage mode %q does not name the mapping", result.Driver.StorageMode)
+	}
+	driver.mu.Lock()
+	streams := len(driver.streams)
+	driver.mu.Unlock()
+	if streams != w.Topics*w.PartitionsPerTopic {
+		t.Fatalf("%d streams for %d partitions", streams, w.Topics*w.PartitionsPerTopic)
+	}
+}
+
 func TestProducerRefusesCompression(t *testing.T) {
 	driver, err := Open(Config{DataDir: t.TempDir(), Executable: os.Args[0]})
 	if err != nil {

@@ -157,13 +157,15 @@ type Partition struct {
 	FlushAlways bool
 	MinInsync   int
 
-	acks    []ack // waiting for CommittedOffset, in offset order; acks[head:] are live
-	head    int
-	dirty   bool  // in Core.dirty
-	syncing bool  // a StartSync has not been answered by SyncDone yet
-	removed bool  // Remove was called
-	failed  error // sticky: a sync failed
-	watches []watch
+	acks  []ack // waiting for CommittedOffset, in offset order; acks[head:] are live
+	head  int
+	dirty bool // in Core.dirty
+	// unflushed: in Core.unflushed (a turn left records its flush policy has not synced yet)
+	unflushed bool
+	syncing   bool  // a StartSync has not been answered by SyncDone yet
+	removed   bool  // Remove was called
+	failed    error // sticky: a sync failed
+	watches   []watch
 }
 
 func (p *Partition) String() string { return fmt.Sprintf("%s/%d", p.Topic, p.Index) }
@@ -203,8 +205,12 @@ type Core struct {
 	observer AnswerObserver // d, when it observes answers; nil otherwise
 	rep      Replicator
 
-	dirty          []*Partition // partitions with inputs since the last EndTurn
-	spare          []*Partition
+	dirty []*Partition // partitions with inputs since the last EndTurn
+	spare []*Partition
+	// unflushed holds the partitions an EndTurn left with unsynced records; the owner's
+	// periodic RecheckUnflushed re-applies their flush policy (flush.ms) until they are
+	// synced, so the check costs nothing for partitions with nothing to flush.
+	unflushed      []*Partition
 	flushScheduled bool
 	syncing        int // partitions with a sync in flight
 
@@ -306,10 +312,36 @@ func (c *Core) EndTurn() {
 		case p.failed == nil:
 			c.d.Flush(p)
 		}
+		if !p.unflushed && p.failed == nil && p.Log.SyncedOffset() < p.Log.EndOffset() {
+			p.unflushed = true
+			c.unflushed = append(c.unflushed, p)
+		}
 	}
 	clear(dirty)
 	c.spare = dirty[:0]
 }
+
+// RecheckUnflushed marks dirty again every partition an earlier turn left with unsynced
+// records (so its flush policy runs in the next EndTurn) and forgets the ones since synced,
+// removed or failed. The owner calls it on a timer (the flush.ms granularity).
+func (c *Core) RecheckUnflushed() {
+	keep := c.unflushed[:0]
+	for _, p := range c.unflushed {
+		if p.removed || p.failed != nil || p.Log.SyncedOffset() >= p.Log.EndOffset() {
+			p.unflushed = false
+			continue
+		}
+		keep = append(keep, p)
+	}
+	clear(c.unflushed[len(keep):])
+	c.unflushed = keep
+	for _, p := range keep {
+		c.MarkDirty(p)
+	}
+}
+
+// Unflushed is the number of partitions RecheckUnflushed watches.
+func (c *Core) Unflushed() int { return len(c.unflushed) }
 
 // needsSync: produces wait for records not yet on disk.
 func (c *Core) needsSync(p *Partition) bool {

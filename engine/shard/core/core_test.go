@@ -35,6 +35,7 @@ import (
 //	follower p=NAME offset=N                  a follower fetched up to N (replicas>1)
 //	isr p=NAME n=N                            the ISR size changes
 //	remove p=NAME                             the partition closes
+//	recheck-unflushed                         the owner's flush-check timer fired
 //	drain                                     the broker drains (every waiter fires)
 //	state                                     each partition's offsets and waiting produces
 func TestScripts(t *testing.T) {
@@ -263,6 +264,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "remove":
 		p, _ := h.part(t, d)
 		h.c.Remove(p, errors.New("partition closed"))
+	case "recheck-unflushed":
+		h.c.RecheckUnflushed()
+		h.out("unflushed %d", h.c.Unflushed())
 	case "drain":
 		h.c.WakeAll()
 	case "state":

@@ -1,0 +1,261 @@
+package kafka_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/netio"
+	"github.com/ringlog/ringlog/netio/internal/brokertest"
+	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/security/securitytest"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+	kscram "github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// throttleHook records the throttle times kgo is told (kgo.HookBrokerThrottle).
+type throttleHook struct {
+	maxMillis   atomic.Int64
+	afterResp   atomic.Int64 // throttles the client waits out itself (KIP-219)
+	beforeResp  atomic.Int64 // throttles the broker waited out by holding the reply
+	throttleSum atomic.Int64
+}
+
+func (h *throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, after bool) {
+	for {
+		cur := h.maxMillis.Load()
+		if d.Milliseconds() <= cur || h.maxMillis.CompareAndSwap(cur, d.Milliseconds()) {
+			break
+		}
+	}
+	h.throttleSum.Add(int64(d))
+	if after {
+		h.afterResp.Add(1)
+	} else {
+		h.beforeResp.Add(1)
+	}
+}
+
+// TestKgoProduceQuota: a greedy kgo producer (user greedy, eight 64 KiB records buffered,
+// one per request, kgo's default requests in flight) under a 2 MiB/s produce quota is acknowledged within 10 % of
+// the quota after its burst, and another principal's produce latency stays flat (asserted
+// loosely: 4x the baseline median + 10 ms). Produce v9 is throttled as Kafka does since
+// KIP-219 (the reply goes at once with ThrottleMillis; kgo waits, the broker mutes the
+// connection); Produce v5 (pinned) has its replies held back.
+func TestKgoProduceQuota(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		produceMax  int16
+		clientWaits bool
+	}{
+		{"v9, the client waits (KIP-219)", 9, true},
+		{"v5, the broker holds the reply", 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { produceQuota(t, tc.produceMax, tc.clientWaits) })
+	}
+}
+
+func produceQuota(t *testing.T, produceMax int16, clientWaits bool) {
+	const (
+		rate       = 2 << 20 // bytes per second per client
+		recordSize = 64 << 10
+		measure    = 2500 * time.Millisecond
+		settle     = 500 * time.Millisecond
+		// ackGroupSpread bounds how far apart the acks of one group of in-flight
+		// requests arrive (a throttle cycle is 5 x 31 ms).
+		ackGroupSpread = 20 * time.Millisecond
+	)
+	creds, err := security.OpenCredentials(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	securitytest.AddUser(t, creds, "greedy", saslPassword)
+	securitytest.AddUser(t, creds, "calm", saslPassword)
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: rate}})
+	b := startKafka(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
+		cfg.Server.Security = &netio.Security{Credentials: creds, AuthRequired: true, Quotas: quotas}
+	}})
+	versions := kversion.Stable()
+	versions.SetMaxKeyVersion(0, produceMax)
+	login := func(user string, opts ...kgo.Opt) *kgo.Client {
+		return newClient(t, b, append([]kgo.Opt{kgo.SASL(kscram.Auth{User: user, Pass: saslPassword}.AsSha256Mechanism()),
+			kgo.MaxVersions(versions), kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression())}, opts...)...)
+	}
+	hook := &throttleHook{}
+	greedy := login("greedy", kgo.WithHooks(hook), kgo.MaxBufferedRecords(8), kgo.ProducerBatchMaxBytes(recordSize+1024))
+	calm := login("calm")
+	createTopic(t, greedy, "bulk", 1)
+	createTopic(t, calm, "orders", 1)
+
+	calmLatencies := func(n int) []time.Duration {
+		var out []time.Duration
+		for range n {
+			start := time.Now()
+			if err := calm.ProduceSync(testContext(t), &kgo.Record{Topic: "orders", Value: []byte("order")}).FirstErr(); err != nil {
+				t.Fatalf("calm produce: %v", err)
+			}
+			out = append(out, time.Since(start))
+			time.Sleep(10 * time.Millisecond) // a paced tenant, not a measurement clock
+		}
+		return out
+	}
+	baseline := calmLatencies(30)
+
+	var mu sync.Mutex
+	var acks []time.Time
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	var stop atomic.Int64 // Unix nanoseconds; 0 until the window is known
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		value := make([]byte, recordSize)
+		for s := stop.Load(); (s == 0 || time.Now().UnixNano() < s) && ctx.Err() == nil; s = stop.Load() {
+			greedy.Produce(ctx, &kgo.Record{Topic: "bulk", Value: value}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("greedy produce: %v", err)
+					}
+					return
+				}
+				mu.Lock()
+				acks = append(acks, time.Now())
+				mu.Unlock()
+			})
+		}
+	}()
+	// The window opens once the greedy tenant has spent its burst (its first throttle), so
+	// that a stall of the shared test machine before then cannot leave burst in it, and
+	// then settle more: its debt grows until it covers the requests kgo keeps in flight
+	// (5 x 31 ms), and bytes charged while it grows pass above the rate.
+	for hook.afterResp.Load()+hook.beforeResp.Load() == 0 {
+		select {
+		case <-done:
+			t.Fatal("the greedy producer stopped before it was throttled")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	time.Sleep(settle)
+	from := time.Now()
+	to := from.Add(measure)
+	stop.Store(to.Add(200 * time.Millisecond).UnixNano())
+	during := calmLatencies(60)
+	<-done
+	mu.Lock()
+	window := append([]time.Time(nil), acks...)
+	mu.Unlock()
+	cancel() // the records still buffered fail: they are not counted
+
+	// kgo's in-flight requests are answered (and throttled) together, so acks come in
+	// groups of up to five within a few ms, one group per throttle cycle (5 x 31 ms): count
+	// the groups after the first, over the time from the first group to the last.
+	var n int64
+	var first, last time.Time
+	for _, a := range window {
+		if a.Before(from) || a.After(to) {
+			continue
+		}
+		switch {
+		case first.IsZero():
+			first = a
+		case a.Sub(first) > ackGroupSpread:
+			n++
+			last = a
+		}
+	}
+	if n == 0 {
+		t.Fatalf("greedy: %d acknowledgements, none after the first in the window", len(window))
+	}
+	got := float64(n*recordSize) / last.Sub(first).Seconds()
+	t.Logf("Produce v%d: greedy kgo producer at %.0f B/s of record values over %v (quota %d B/s of request bytes, %.1f%%); "+
+		"%d throttles the client waited out, %d the broker held back, max %d ms; %d responses throttled",
+		produceMax, got, last.Sub(first).Round(time.Millisecond), rate, 100*got/rate,
+		hook.afterResp.Load(), hook.beforeResp.Load(), hook.maxMillis.Load(), b.Node.Kafka.Throttled())
+	if clientWaits && hook.afterResp.Load() == 0 || !clientWaits && hook.beforeResp.Load() == 0 {
+		t.Errorf("kgo saw %d throttles to wait out after the response and %d before; want the %s kind",
+			hook.afterResp.Load(), hook.beforeResp.Load(), map[bool]string{true: "after", false: "before"}[clientWaits])
+	}
+	brokertest.CheckTenants(t, got, rate, baseline, during)
+}
+
+// TestQuotaMutesClientThatIgnoresThrottle: a client that sends its next produce at once,
+// whatever ThrottleMillis said (hand-written frames, Produce v7: KIP-219), gets the
+// throttled reply at once, and its next request is not read until the throttle time has
+// passed: the broker mutes the connection, as Kafka does.
+func TestQuotaMutesClientThatIgnoresThrottle(t *testing.T) {
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{ProduceBytesPerSec: 64 << 10}, Burst: time.Millisecond})
+	b := startKafka(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
+		cfg.Server.Security = &netio.Security{Quotas: quotas}
+	}})
+	createTopic(t, newClient(t, b), "muted", 1)
+	builder := batch.NewBuilder(batch.BuilderOptions{})
+	builder.Append(time.Now().UnixMilli(), nil, make([]byte, 64<<10), nil)
+	records, err := builder.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := produceReq(records, "muted")
+	req.Version = 7
+	c := dialRaw(t, b.KafkaAddr)
+	produce := func(id int32) (throttle time.Duration, took time.Duration) {
+		start := time.Now()
+		c.send(0, 7, id, req.AppendTo(nil))
+		got, body, err := c.recv()
+		resp := kmsg.NewPtrProduceResponse()
+		resp.Version = 7
+		if err != nil || got != id || resp.ReadFrom(body) != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+			t.Fatalf("produce %d: %v, correlation id %d, %+v", id, err, got, resp)
+		}
+		return time.Duration(resp.ThrottleMillis) * time.Millisecond, time.Since(start)
+	}
+	throttle, took := produce(1)
+	if throttle < 500*time.Millisecond || took >= throttle {
+		t.Fatalf("first produce: throttle %v after %v; want about 1 s of throttle, sent before it ran out", throttle, took)
+	}
+	_, took2 := produce(2)
+	t.Logf("first reply after %v with throttle %v; the next, sent at once, answered after %v", took, throttle, took2)
+	if took2 < throttle/2 {
+		t.Fatalf("the request sent during the throttle was answered after %v; want the connection muted for about %v", took2, throttle)
+	}
+}
+
+// TestKgoFetchQuota: an anonymous consumer (keyed by its Kafka client id) whose fetch
+// passes its fetch quota's burst gets ThrottleMillis in the reply; a client with another
+// client id is not throttled.
+func TestKgoFetchQuota(t *testing.T) {
+	quotas := security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{FetchBytesPerSec: 1 << 20}, Burst: 100 * time.Millisecond})
+	b := startKafka(t, brokertest.Options{NoClient: true, Node: func(cfg *node.Config) {
+		cfg.Server.Security = &netio.Security{Quotas: quotas}
+	}})
+	writer := newClient(t, b, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	createTopic(t, writer, "bulk", 1)
+	for range 8 {
+		if err := writer.ProduceSync(testContext(t), &kgo.Record{Topic: "bulk", Value: make([]byte, 64<<10)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func(clientID string, maxBytes int32) int32 {
+		cl := newClient(t, b, kgo.ClientID(clientID))
+		req := fetchReq("bulk")
+		req.MaxBytes, req.Topics[0].Partitions[0].PartitionMaxBytes = maxBytes, maxBytes
+		resp := direct(t, cl, req).(*kmsg.FetchResponse)
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 || len(resp.Topics[0].Partitions[0].RecordBatches) == 0 {
+			t.Fatalf("%s: fetch code %d, %d record bytes", clientID, code, len(resp.Topics[0].Partitions[0].RecordBatches))
+		}
+		return resp.ThrottleMillis
+	}
+	// 512 KiB at 1 MiB/s with a 100 ms burst: about 400 ms over.
+	if ms := fetch("reader", 1<<20); ms < 200 {
+		t.Fatalf("a fetch of 512 KiB against a 1 MiB/s quota was throttled %d ms; want about 400", ms)
+	}
+	// One 64 KiB batch (the first-batch rule), within another client id's burst.
+	if ms := fetch("other", 1); ms != 0 {
+		t.Fatalf("another client id's first fetch was throttled %d ms", ms)
+	}
+}

@@ -80,7 +80,7 @@ func (a *compactAcks) count() int {
 // more were acknowledged and returns right after (records in flight may fail).
 func produceKeyed(t *testing.T, ctx context.Context, c *client.Client, topic string, acks *compactAcks, from, to, stopAfter int, stop func()) int {
 	t.Helper()
-	p := c.NewProducer(client.ProducerConfig{Acks: client.AckAll, Retries: 2, RetryBackoff: 10 * time.Millisecond, BufferBytesMax: 1 << 20, BatchBytes: 2 << 10})
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckAll, Retries: 2, RetryBackoff: 10 * time.Millisecond, DeliveryTimeout: time.Second, BufferBytesMax: 1 << 20, BatchBytes: 2 << 10})
 	start := acks.count()
 	i := from
 	for ; i < to; i++ {

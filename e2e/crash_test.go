@@ -115,10 +115,11 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 // returns the acknowledgements.
 func produceUntilStopped(t *testing.T, ctx context.Context, c *client.Client, topic, run string, first, killAfter int, ackMode client.Acks, stopBroker func()) []acked {
 	t.Helper()
-	// Short retries: once the broker is gone, records fail quickly instead of retrying for
-	// seconds; failed records are simply not counted as acknowledged.
+	// Short retries (DeliveryTimeout bounds those after lost connections): once the broker
+	// is gone, records fail quickly instead of retrying for a minute; failed records are
+	// simply not counted as acknowledged.
 	// BatchBytes 4 KiB keeps every batch below the smallest segment.bytes used here.
-	p := c.NewProducer(client.ProducerConfig{Acks: ackMode, Retries: 2, RetryBackoff: 10 * time.Millisecond, BufferBytesMax: 1 << 20, BatchBytes: 4 << 10})
+	p := c.NewProducer(client.ProducerConfig{Acks: ackMode, Retries: 2, RetryBackoff: 10 * time.Millisecond, DeliveryTimeout: time.Second, BufferBytesMax: 1 << 20, BatchBytes: 4 << 10})
 	var log ackLog
 	reached := log.notifyAt(killAfter)
 	stop := make(chan struct{})

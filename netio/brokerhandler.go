@@ -478,10 +478,23 @@ func (h *BrokerHandler) metadata(body *wire.MetadataRequest) *wire.MetadataRespo
 	for _, t := range topics {
 		mt := wire.MetadataTopic{Topic: t.Name, Partitions: make([]wire.MetadataPartition, len(t.Partitions))}
 		for p, s := range t.Partitions {
-			mt.Partitions[p] = wire.MetadataPartition{Partition: int32(p), Shard: int32(s)}
+			mt.Partitions[p] = wire.MetadataPartition{Partition: int32(p), Shard: int32(s), Leader: h.brokerID, HighWatermark: -1}
 		}
 		resp.Topics = append(resp.Topics, mt)
 	}
+	if h.cluster != nil {
+		h.clusterMetadata(resp) // replication.go: leaders, replicas, ISR, brokers
+	} else if body.Version >= 1 {
+		// A single broker leads every partition alone.
+		resp.Brokers, resp.ControllerID = []wire.MetadataBroker{{NodeID: h.brokerID, Address: h.address}}, -1
+		self := []int32{h.brokerID}
+		for i := range resp.Topics {
+			for j := range resp.Topics[i].Partitions {
+				resp.Topics[i].Partitions[j].Replicas, resp.Topics[i].Partitions[j].ISR = self, self
+			}
+		}
+	}
+	resp.Version = body.Version
 	return resp
 }
 

@@ -44,3 +44,35 @@ func TestBrokerHandlerAdvertisesShardAddresses(t *testing.T) {
 		}
 	}
 }
+
+// A single broker answers Metadata version 1 with itself as the only broker and the
+// leader, only replica and only ISR member of every partition, and version 0 without those
+// fields (what a client of version 0 decodes).
+func TestBrokerHandlerMetadataV1SingleBroker(t *testing.T) {
+	rb := brokertest.Start(t, brokertest.Options{Driver: "net"})
+	c := rb.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.CreateTopic(ctx, "t", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	var v1 wire.MetadataResponse
+	if err := c.Call(ctx, rb.Addr, &wire.MetadataRequest{Topics: []string{"t"}, Version: 1}, &v1); err != nil {
+		t.Fatal(err)
+	}
+	if v1.Version != 1 || len(v1.Brokers) != 1 || v1.Brokers[0].Address == "" || v1.ControllerID != -1 {
+		t.Fatalf("version 1 brokers %+v controller %d", v1.Brokers, v1.ControllerID)
+	}
+	for _, p := range v1.Topics[0].Partitions {
+		if p.Leader != v1.BrokerID || len(p.Replicas) != 1 || len(p.ISR) != 1 || p.HighWatermark != -1 {
+			t.Fatalf("version 1 partition %+v", p)
+		}
+	}
+	var v0 wire.MetadataResponse
+	if err := c.Call(ctx, rb.Addr, &wire.MetadataRequest{Topics: []string{"t"}}, &v0); err != nil {
+		t.Fatal(err)
+	}
+	if v0.Version != 0 || v0.Brokers != nil || v0.Topics[0].Partitions[0].Replicas != nil {
+		t.Fatalf("version 0 answer %+v", v0)
+	}
+}

@@ -350,6 +350,7 @@ func (s *Server) serveRequest(req *Request) {
 		return
 	}
 	body := wire.NewRequest(h.API)
+	wire.SetWireVersion(body, h.Version)
 	if err := body.ReadFrom(*req.frame); err != nil {
 		req.ReplyError(wire.ErrInvalidRequest, err.Error())
 		return
@@ -387,6 +388,7 @@ func (s *Server) encodeResponses(buf []byte, splices []wire.Splice, batch []*Req
 		case r.Body == nil || r.Body.API() != req.Header.API:
 			buf = wire.AppendErrorResponse(buf, req.Header, wire.ErrUnknown, "broker bug: handler replied without a matching response body")
 		default:
+			wire.SetWireVersion(r.Body, req.Header.Version) // answered in the request's version
 			buf, splices = wire.AppendResponseSpliced(buf, req.Header, r.Body, splices)
 		}
 		s.stats.responses.Add(1)

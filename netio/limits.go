@@ -636,6 +636,14 @@ func responseBytes(resp *Response) int64 {
 		}
 		for _, t := range m.Topics {
 			n += responseTopicBytes + int64(len(t.Topic)+len(t.ErrorMessage)) + int64(len(t.Partitions))*16
+			if m.Version >= 1 { // leader, high watermark, replicas and ISR (slice headers and ids)
+				for _, p := range t.Partitions {
+					n += 64 + 4*int64(len(p.Replicas)+len(p.ISR))
+				}
+			}
+		}
+		for _, b := range m.Brokers {
+			n += 48 + int64(len(b.Address)+len(b.Rack))
 		}
 	case *wire.DescribeTopicsResponse:
 		for _, t := range m.Topics {

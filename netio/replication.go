@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +27,43 @@ func (h *BrokerHandler) WithCluster(m *cluster.Manager) *BrokerHandler {
 	h.cluster = m
 	h.brokerID = m.NodeID()
 	return h
+}
+
+// clusterMetadata fills a Metadata answer's cluster fields from this broker's view of the
+// controller metadata: each partition's leader, leader epoch, replicas and ISR, the high
+// watermark of the partitions this broker leads, the brokers and the controller leader.
+// Version 0 carries only the leader epoch of these; the encoder leaves the rest out.
+func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse) {
+	v := h.cluster.View()
+	resp.ControllerID = v.ControllerLeader
+	if resp.ControllerID <= 0 {
+		resp.ControllerID = -1
+	}
+	ids := make([]int32, 0, len(v.Metadata.Brokers))
+	for id := range v.Metadata.Brokers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		b := v.Metadata.Brokers[id]
+		resp.Brokers = append(resp.Brokers, wire.MetadataBroker{NodeID: b.ID, Address: b.Address, Rack: b.Rack, Fenced: b.Fenced})
+	}
+	for i := range resp.Topics {
+		mt := &resp.Topics[i]
+		ct := v.Metadata.Topics[mt.Topic]
+		for j := range mt.Partitions {
+			mp := &mt.Partitions[j]
+			mp.Leader = controller.NoLeader
+			if ct == nil || int(mp.Partition) >= len(ct.Partitions) {
+				continue // a local topic the controller does not know (yet)
+			}
+			cp := &ct.Partitions[mp.Partition]
+			mp.Leader, mp.LeaderEpoch, mp.Replicas, mp.ISR = cp.Leader, cp.LeaderEpoch, cp.Replicas, cp.ISR
+			if hwm, ok := v.HighWatermarks[mt.Topic+"/"+strconv.Itoa(int(mp.Partition))]; ok {
+				mp.HighWatermark = hwm
+			}
+		}
+	}
 }
 
 // checkLeader is nil when this broker may serve clients for tp.

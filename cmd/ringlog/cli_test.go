@@ -146,6 +146,29 @@ func TestBrokerFlagFromEnv(t *testing.T) {
 	if _, err := parseArgs(fs, []string{"--broker", "h:1"}); err != nil || *b != "h:1" {
 		t.Errorf("--broker overrides env: %q %v", *b, err)
 	}
+	// Seed lists: commas, and a repeated flag adds to the list.
+	fs = newFlagSet("test", "test")
+	b = brokerFlag(fs)
+	if _, err := parseArgs(fs, []string{"--broker", "h:1,h:2", "--broker=h:3"}); err != nil || *b != "h:1,h:2,h:3" {
+		t.Errorf("repeated --broker: %q %v", *b, err)
+	}
+	for _, bad := range []string{"nohostport", ",", "h:1,,x"} {
+		fs = newFlagSet("test", "test")
+		brokerFlag(fs)
+		if _, err := parseArgs(fs, []string{"--broker", bad}); err == nil {
+			t.Errorf("--broker %q accepted", bad)
+		}
+	}
+}
+
+// A seed list whose first broker is down reaches the second.
+func TestBrokerSeedList(t *testing.T) {
+	addr := startBroker(t)
+	t.Setenv(brokerEnv, "127.0.0.1:1,"+addr) // nothing listens on the first
+	var stderr bytes.Buffer
+	if code := runCLI([]string{"topic", "create", "seeded"}, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
 }
 
 func TestParseFrom(t *testing.T) {

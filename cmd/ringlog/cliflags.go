@@ -96,7 +96,9 @@ func wantArgs(positional []string, names ...string) error {
 }
 
 // brokerFlag registers --broker, defaulting to a --broker given before the command, then
-// $RINGLOG_BROKER, then 127.0.0.1:9400.
+// $RINGLOG_BROKER, then 127.0.0.1:9400. The value is a list of seed brokers separated by
+// commas; a repeated --broker adds to it. The client uses the first seed that answers and
+// learns the cluster's other brokers from metadata.
 func brokerFlag(fs *flag.FlagSet) *string {
 	def := globalBroker
 	if def == "" {
@@ -106,7 +108,34 @@ func brokerFlag(fs *flag.FlagSet) *string {
 		def = brokerDefault
 	}
 	connSecurityFlags(fs)
-	return fs.String("broker", def, "broker address HOST:PORT (env "+brokerEnv+")")
+	f := &brokerListFlag{addrs: &def}
+	fs.Var(f, "broker", "seed broker addresses HOST:PORT[,HOST:PORT...] (repeatable; env "+brokerEnv+")")
+	return f.addrs
+}
+
+// brokerListFlag is --broker: the first use replaces the default, later ones append.
+type brokerListFlag struct {
+	addrs *string
+	set   bool
+}
+
+func (f *brokerListFlag) String() string {
+	if f.addrs == nil {
+		return ""
+	}
+	return *f.addrs
+}
+
+func (f *brokerListFlag) Set(s string) error {
+	if _, err := client.SeedList(s); err != nil || strings.Trim(s, ", ") == "" {
+		return fmt.Errorf("%q: want HOST:PORT[,HOST:PORT...]", s)
+	}
+	if f.set {
+		*f.addrs += "," + s
+	} else {
+		*f.addrs, f.set = s, true
+	}
+	return nil
 }
 
 // connSecurity holds the TLS and SASL flags of the command being run (every

@@ -27,7 +27,7 @@ func register(name, summary string, run func(args []string) error) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: ringlog [--broker HOST:PORT] COMMAND [ARGS]\n\ncommands:")
+	fmt.Fprintln(w, "usage: ringlog [--broker HOST:PORT[,HOST:PORT...]] COMMAND [ARGS]\n\ncommands:")
 	names := make([]string, 0, len(commands))
 	for name := range commands {
 		names = append(names, name)
@@ -36,7 +36,7 @@ func usage(w io.Writer) {
 	for _, name := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].summary)
 	}
-	fmt.Fprintln(w, "\nglobal flags (before or after the command):\n  --broker HOST:PORT   broker address (env "+brokerEnv+", default "+brokerDefault+")")
+	fmt.Fprintln(w, "\nglobal flags (before or after the command):\n  --broker HOST:PORT[,HOST:PORT...]   seed broker addresses, repeatable (env "+brokerEnv+", default "+brokerDefault+")")
 }
 
 // globalBroker is --broker given before the command (`ringlog --broker H:P topic list`,
@@ -47,6 +47,7 @@ var globalBroker string
 // splitGlobalFlags consumes the global flags before the command and returns the command
 // and its arguments. The global flags are --broker (with a space or =) and -h/--help.
 func splitGlobalFlags(args []string) (rest []string, help bool, err error) {
+	globalSeen := false
 	for len(args) > 0 {
 		arg := args[0]
 		if arg == "--" {
@@ -69,7 +70,10 @@ func splitGlobalFlags(args []string) (rest []string, help bool, err error) {
 			if value == "" {
 				return nil, false, fmt.Errorf("%s: empty address", arg)
 			}
-			globalBroker = value
+			if globalSeen { // repeated: more seeds
+				value = globalBroker + "," + value
+			}
+			globalBroker, globalSeen = value, true
 		case "version":
 			return append([]string{"version"}, args[1:]...), false, nil
 		default:

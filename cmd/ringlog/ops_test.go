@@ -344,6 +344,7 @@ func TestSplitGlobalFlags(t *testing.T) {
 		{args: []string{"--broker", "h:1", "topic", "list"}, rest: []string{"topic", "list"}, broker: "h:1"},
 		{args: []string{"--broker=h:2", "consume", "t", "--broker", "x:1"}, rest: []string{"consume", "t", "--broker", "x:1"}, broker: "h:2"},
 		{args: []string{"-broker", "h:3", "produce"}, rest: []string{"produce"}, broker: "h:3"},
+		{args: []string{"--broker", "h:1,h:2", "--broker=h:3", "topic"}, rest: []string{"topic"}, broker: "h:1,h:2,h:3"},
 		{args: []string{"--version"}, rest: []string{"version"}},
 		{args: []string{"--help"}, rest: []string{}, help: true},
 		{args: []string{"--broker"}, err: "--broker needs a value"},

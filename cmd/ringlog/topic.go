@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +16,6 @@ import (
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/wire"
-	"github.com/ringlog/ringlog/replication/cluster"
 )
 
 func init() {
@@ -125,47 +123,22 @@ func topicDescribe(usage string, args []string, stdout io.Writer) error {
 }
 
 // printReplication adds, on a broker of a cluster, each partition's leader, leader epoch,
-// replicas, ISR and the high watermark its leader reports. A single broker prints nothing.
+// replicas, ISR and the high watermark its leader reports, from Metadata version 1. A
+// single broker prints nothing.
 func printReplication(ctx context.Context, w io.Writer, c *client.Client, topic string) error {
-	data, err := c.ClusterMetadata(ctx)
-	if err != nil {
-		return nil // not a cluster (NOT_CONTROLLER): the table above is the whole story
+	parts, controllerID, err := c.DescribeReplication(ctx, topic)
+	if err != nil || len(parts) == 0 {
+		return err
 	}
-	var v cluster.View
-	if err := json.Unmarshal(data, &v); err != nil {
-		return fmt.Errorf("decode cluster view: %w", err)
-	}
-	t := v.Metadata.Topics[topic]
-	if t == nil {
-		return nil
-	}
-	views := map[int32]*cluster.View{v.NodeID: &v}
-	leaderView := func(id int32) *cluster.View {
-		if lv, ok := views[id]; ok {
-			return lv
-		}
-		views[id] = nil
-		if b := v.Metadata.Brokers[id]; b != nil {
-			if data, err := c.ClusterMetadataAt(ctx, b.Address); err == nil {
-				var lv cluster.View
-				if json.Unmarshal(data, &lv) == nil {
-					views[id] = &lv
-				}
-			}
-		}
-		return views[id]
-	}
-	fmt.Fprintf(w, "replication (controller leader: node %d)\n", v.ControllerLeader)
+	fmt.Fprintf(w, "replication (controller leader: node %d)\n", controllerID)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "PARTITION\tLEADER\tLEADER-EPOCH\tREPLICAS\tISR\tLEADER-HWM\t")
-	for _, p := range t.Partitions {
+	for _, p := range parts {
 		hwm := "-"
-		if lv := leaderView(p.Leader); lv != nil {
-			if h, ok := lv.HighWatermarks[topic+"/"+strconv.Itoa(int(p.Index))]; ok {
-				hwm = strconv.FormatInt(h, 10)
-			}
+		if p.HighWatermark >= 0 {
+			hwm = strconv.FormatInt(p.HighWatermark, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t\n", p.Index, p.Leader, p.LeaderEpoch, joinIDs(p.Replicas), joinIDs(p.ISR), hwm)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t\n", p.Partition, p.Leader, p.LeaderEpoch, joinIDs(p.Replicas), joinIDs(p.ISR), hwm)
 	}
 	return tw.Flush()
 }

@@ -7,7 +7,13 @@
 //
 // Routing: metadata maps every partition to a shard and the shard to an address; the
 // client sends a partition's produce and fetch requests straight to that address, and
-// everything else to the seed broker address.
+// everything else to its home broker: the first seed that answered. On a replicated
+// cluster metadata (version 1) also names each partition's leader and every broker: a
+// partition's requests go to its leader, and when the home broker stops answering the
+// client moves home to another broker it knows of (seeds or metadata). Requests answered
+// with a leadership error (NOT_LEADER_OR_WRONG_SHARD, a fenced or unknown leader epoch, a
+// lost connection) refresh metadata, back off (bounded, with jitter) and go again within
+// the caller's deadline.
 //
 // It must not depend on the broker's internals (engine state, shards): only on the wire.
 package client
@@ -18,8 +24,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,7 +39,10 @@ import (
 
 // Config configures a Client. Zero fields take defaults.
 type Config struct {
-	Broker             string        // seed address host:port; default 127.0.0.1:9400
+	// Broker is the seed address host:port, or several separated by commas; default
+	// 127.0.0.1:9400. Brokers adds more seeds. New uses the first seed that answers.
+	Broker             string
+	Brokers            []string
 	ClientID           string        // sent in ApiVersions; default "ringlog-go"
 	DialTimeout        time.Duration // default 10s
 	RequestTimeout     time.Duration // default for calls without a deadline; default 30s
@@ -43,6 +57,11 @@ type Config struct {
 	TLS *tls.Config
 	// SASL, when set, authenticates every connection with SCRAM before it is used.
 	SASL *SASLConfig
+	// RetryBackoff is the first pause before a call that failed on a leadership error or a
+	// lost connection goes again; it doubles per attempt up to RetryBackoffMax, with
+	// jitter. Defaults 50ms and 1s.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
 }
 
 const (
@@ -51,24 +70,45 @@ const (
 	defaultRequestTimeout     = 30 * time.Second
 	defaultInflightPerConnMax = 32
 	defaultFrameBytesMax      = 256 << 20
+	defaultRetryBackoff       = 50 * time.Millisecond
+	defaultRetryBackoffMax    = time.Second
 	metadataMaxAge            = 30 * time.Second
+	// seedsMax bounds the seed list and brokersMax the brokers remembered from metadata.
+	seedsMax   = 64
+	brokersMax = 4096
 )
 
 // Client is safe for concurrent use.
 type Client struct {
 	cfg Config
 
+	seeds []string // the bootstrap addresses, in the order given
+
 	mu     sync.Mutex
 	conns  map[string]*conn      // guarded by mu: by address
 	topics map[string]*topicMeta // guarded by mu: metadata cache
-	shards map[int32]string      // guarded by mu: shard -> address
+	// home is the broker that non-partition requests go to; guarded by mu.
+	home string
+	// brokers maps a cluster's broker ids to their addresses, from the last metadata
+	// answer that listed them (version 1); guarded by mu.
+	brokers map[int32]string
 	// coordinators maps a group id to its coordinator's address; guarded by mu.
 	coordinators map[string]string
 	closed       bool // guarded by mu
 
-	serverFrameBytesMax int32 // from the ApiVersions handshake
-	sasl                saslState
-	principal           string // guarded by mu: what the broker authenticated us as
+	// serverFrameBytesMax is the smallest frame limit among the brokers handshaken with
+	// (ApiVersions); guarded by mu.
+	serverFrameBytesMax int32
+	// metadataVersion is the Metadata version requested: 1 when the handshake's broker
+	// serves it, else 0 (the client then asks the Controller API who leads).
+	metadataVersion uint16
+	sasl            saslState
+	principal       string // guarded by mu: what the broker authenticated us as
+
+	// sleep pauses between retries (tests inject a recorder); jitter returns a value in
+	// [0, 1).
+	sleep  func(ctx context.Context, d time.Duration) error
+	jitter func() float64
 }
 
 type topicMeta struct {
@@ -79,19 +119,23 @@ type topicMeta struct {
 
 type partitionMeta struct {
 	shard int32
-	// leader is the address of the broker leading the partition when that is not the seed
-	// broker (a replicated cluster; from the seed's cluster view), else "".
-	leader string
+	// addr is where the partition's requests go: its leader's address on a cluster when
+	// another broker leads it, else its shard's address (shard routing), else the address
+	// of the broker that answered the metadata request.
+	addr string
 }
 
 // ErrClosed is returned by calls on a closed Client.
 var ErrClosed = errors.New("ringlog client: closed")
 
-// New connects to cfg.Broker and performs the ApiVersions handshake.
+// New connects to the first of the seed brokers (cfg.Broker, cfg.Brokers) that answers the
+// ApiVersions handshake.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	if cfg.Broker == "" {
-		cfg.Broker = defaultBroker
+	seeds, err := SeedList(cfg.Broker, cfg.Brokers...)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Broker = seeds[0]
 	if cfg.ClientID == "" {
 		cfg.ClientID = "ringlog-go"
 	}
@@ -107,13 +151,85 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.FrameBytesMax == 0 {
 		cfg.FrameBytesMax = defaultFrameBytesMax
 	}
-	c := &Client{cfg: cfg, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, shards: map[int32]string{}, coordinators: map[string]string{}}
-	var ver wire.APIVersionsResponse
-	if err := c.Call(ctx, cfg.Broker, &wire.APIVersionsRequest{ClientID: cfg.ClientID}, &ver); err != nil {
-		return nil, fmt.Errorf("handshake with %s: %w", cfg.Broker, err)
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = defaultRetryBackoff
 	}
-	c.serverFrameBytesMax = ver.FrameBytesMax
-	return c, nil
+	if cfg.RetryBackoffMax < cfg.RetryBackoff {
+		cfg.RetryBackoffMax = max(defaultRetryBackoffMax, cfg.RetryBackoff)
+	}
+	c := &Client{cfg: cfg, seeds: seeds, conns: map[string]*conn{}, topics: map[string]*topicMeta{}, brokers: map[int32]string{},
+		coordinators: map[string]string{}, sleep: sleepCtx, jitter: rand.Float64}
+	var errs []error
+	for _, addr := range seeds {
+		if err := c.handshake(ctx, addr); err != nil {
+			errs = append(errs, fmt.Errorf("handshake with %s: %w", addr, err))
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		c.home = addr
+		return c, nil
+	}
+	c.Close()
+	return nil, errors.Join(errs...)
+}
+
+// SeedList splits broker (addresses separated by commas) and more into a list of seed
+// addresses without blanks or repeats; an empty list is the default 127.0.0.1:9400.
+func SeedList(broker string, more ...string) ([]string, error) {
+	var seeds []string
+	for _, field := range append(strings.Split(broker, ","), more...) {
+		for _, addr := range strings.Split(field, ",") {
+			addr = strings.TrimSpace(addr)
+			if addr == "" || slices.Contains(seeds, addr) {
+				continue
+			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return nil, fmt.Errorf("broker address %q: %w", addr, err)
+			}
+			seeds = append(seeds, addr)
+		}
+	}
+	if len(seeds) > seedsMax {
+		return nil, fmt.Errorf("%d seed brokers: at most %d", len(seeds), seedsMax)
+	}
+	if len(seeds) == 0 {
+		seeds = []string{defaultBroker}
+	}
+	return seeds, nil
+}
+
+// handshake sends ApiVersions to addr and records what the broker serves.
+func (c *Client) handshake(ctx context.Context, addr string) error {
+	var ver wire.APIVersionsResponse
+	if err := c.Call(ctx, addr, &wire.APIVersionsRequest{ClientID: c.cfg.ClientID}, &ver); err != nil {
+		return err
+	}
+	var mdv uint16
+	for _, a := range ver.APIs {
+		if a.API == wire.APIMetadata {
+			mdv = min(a.VersionMax, wire.MetadataVersionMax)
+		}
+	}
+	c.mu.Lock()
+	if ver.FrameBytesMax > 0 && (c.serverFrameBytesMax == 0 || ver.FrameBytesMax < c.serverFrameBytesMax) {
+		c.serverFrameBytesMax = ver.FrameBytesMax
+	}
+	c.metadataVersion = mdv
+	c.mu.Unlock()
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Close closes every connection. Outstanding calls fail with ErrConnClosed.
@@ -229,24 +345,118 @@ func (c *Client) Principal() string {
 	return c.principal
 }
 
-// BrokerAddr is the seed address.
-func (c *Client) BrokerAddr() string { return c.cfg.Broker }
+// BrokerAddr is the home broker's address: the seed that answered first, or the broker the
+// client moved to when that one stopped answering.
+func (c *Client) BrokerAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.home
+}
+
+// Brokers returns the addresses the client knows, by broker id, from the last metadata
+// answer that listed a cluster's brokers (empty before that, and for a single broker).
+func (c *Client) Brokers() map[int32]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.brokers)
+}
+
+// callHome sends req to the home broker (atHome).
+func (c *Client) callHome(ctx context.Context, req, resp wire.Message) error {
+	return c.atHome(ctx, func(addr string) error { return c.Call(ctx, addr, req, resp) })
+}
+
+// atHome runs call with the home broker's address. When the home broker cannot be reached
+// (a lost or refused connection) the client moves home to the next broker that answers,
+// among those metadata listed and the seeds, and runs call there once more.
+func (c *Client) atHome(ctx context.Context, call func(addr string) error) error {
+	addr := c.BrokerAddr()
+	err := call(addr)
+	if err == nil || !errors.Is(err, ErrConnClosed) || ctx.Err() != nil {
+		return err
+	}
+	next, ok := c.failover(ctx, addr)
+	if !ok {
+		return err
+	}
+	return call(next)
+}
+
+// failover moves home away from dead to the first other known broker that answers a
+// handshake; false when none does.
+func (c *Client) failover(ctx context.Context, dead string) (string, bool) {
+	c.mu.Lock()
+	if c.home != dead {
+		home := c.home // another call moved already
+		c.mu.Unlock()
+		return home, true
+	}
+	ids := slices.Sorted(maps.Keys(c.brokers))
+	var candidates []string
+	for _, id := range ids {
+		candidates = append(candidates, c.brokers[id])
+	}
+	c.mu.Unlock()
+	for _, addr := range append(candidates, c.seeds...) {
+		if addr == dead || addr == "" {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+		err := c.handshake(hctx, addr)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", false
+			}
+			continue
+		}
+		c.mu.Lock()
+		if c.home == dead {
+			c.home = addr
+		}
+		addr = c.home
+		c.mu.Unlock()
+		return addr, true
+	}
+	return "", false
+}
 
 // ---------------------------------------------------------------------------------------
 // Metadata
 
-// refreshMetadata fetches metadata for topics (nil = all) and updates the cache.
+// refreshMetadata fetches metadata for topics (nil = all) from the home broker and
+// updates the cache.
 func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.MetadataResponse, error) {
+	c.mu.Lock()
+	version := c.metadataVersion
+	c.mu.Unlock()
 	var resp wire.MetadataResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.MetadataRequest{Topics: topics}, &resp); err != nil {
+	var addr string // the broker that answered
+	err := c.atHome(ctx, func(home string) error {
+		addr = home
+		return c.Call(ctx, home, &wire.MetadataRequest{Topics: topics, Version: version}, &resp)
+	})
+	if err != nil {
 		return nil, err
 	}
-	leaders := c.clusterLeadersOf(ctx, resp.BrokerID)
+	var leaders *clusterLeaders
+	if resp.Version == 0 {
+		leaders = c.clusterLeadersOf(ctx, addr, resp.BrokerID)
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(resp.Brokers) > 0 && resp.BrokerID > 0 {
+		clear(c.brokers)
+		for _, b := range resp.Brokers[:min(len(resp.Brokers), brokersMax)] {
+			if b.Address != "" {
+				c.brokers[b.NodeID] = b.Address
+			}
+		}
+	}
+	shards := make(map[int32]string, len(resp.Shards))
 	for _, s := range resp.Shards {
-		c.shards[s.Shard] = s.Address
+		shards[s.Shard] = s.Address
 	}
 	for _, t := range resp.Topics {
 		if t.ErrorCode != wire.ErrNone {
@@ -255,17 +465,42 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 		}
 		tm := &topicMeta{fetchedAt: now, partitions: make([]partitionMeta, len(t.Partitions))}
 		for _, p := range t.Partitions {
-			if p.Partition >= 0 && int(p.Partition) < len(tm.partitions) {
-				tm.partitions[p.Partition] = partitionMeta{shard: p.Shard, leader: leaders.addr(resp.BrokerID, t.Topic, p.Partition)}
+			if p.Partition < 0 || int(p.Partition) >= len(tm.partitions) {
+				continue
 			}
+			pm := partitionMeta{shard: p.Shard, addr: addr}
+			switch leader := c.leaderOfLocked(&resp, leaders, t.Topic, p); {
+			case leader != "":
+				pm.addr = leader
+			case !c.cfg.DisableShardRouting && shards[p.Shard] != "":
+				pm.addr = shards[p.Shard]
+			}
+			tm.partitions[p.Partition] = pm
 		}
 		c.topics[t.Topic] = tm
 	}
 	return &resp, nil
 }
 
+// leaderOfLocked is the address of the broker leading p when another broker of a cluster
+// leads it ("" when the answering broker leads it, it is offline, or there is no
+// cluster): from the answer itself (version 1) or the Controller API's view (version 0).
+func (c *Client) leaderOfLocked(resp *wire.MetadataResponse, leaders *clusterLeaders, topic string, p wire.MetadataPartition) string {
+	if resp.BrokerID <= 0 {
+		return ""
+	}
+	if resp.Version >= 1 {
+		if p.Leader <= 0 || p.Leader == resp.BrokerID {
+			return ""
+		}
+		return c.brokers[p.Leader]
+	}
+	return leaders.addr(resp.BrokerID, topic, p.Partition)
+}
+
 // clusterLeaders is the part of a broker's cluster view (the Controller API's JSON,
-// replication/cluster.View) that routing needs: who leads each partition, and where.
+// replication/cluster.View) that routing needs: who leads each partition, and where. Only
+// a broker without Metadata version 1 is asked for it.
 type clusterLeaders struct {
 	Metadata struct {
 		Brokers map[string]struct{ Address string }
@@ -275,8 +510,8 @@ type clusterLeaders struct {
 	}
 }
 
-// addr is the address of the broker leading topic/partition, or "" when it is the seed
-// broker (self), unknown, or there is no cluster.
+// addr is the address of the broker leading topic/partition, or "" when it is the
+// answering broker (self), unknown, or there is no cluster.
 func (v *clusterLeaders) addr(self int32, topic string, partition int32) string {
 	if v == nil {
 		return ""
@@ -293,15 +528,15 @@ func (v *clusterLeaders) addr(self int32, topic string, partition int32) string 
 	return ""
 }
 
-// clusterLeadersOf asks the seed broker of a replicated cluster (a metadata answer with a
-// broker id; a single broker answers 0) who leads what; nil for a single broker or when
-// the view cannot be had (routing then falls back to the seed, which answers
+// clusterLeadersOf asks the broker at addr of a replicated cluster (a metadata answer with
+// a broker id; a single broker answers 0) who leads what; nil for a single broker or when
+// the view cannot be had (routing then falls back to that broker, which answers
 // NOT_LEADER_OR_WRONG_SHARD for partitions it does not lead, and the retry asks again).
-func (c *Client) clusterLeadersOf(ctx context.Context, brokerID int32) *clusterLeaders {
+func (c *Client) clusterLeadersOf(ctx context.Context, addr string, brokerID int32) *clusterLeaders {
 	if brokerID <= 0 {
 		return nil
 	}
-	data, err := c.ClusterMetadataAt(ctx, c.cfg.Broker)
+	data, err := c.ClusterMetadataAt(ctx, addr)
 	if err != nil {
 		return nil
 	}
@@ -347,24 +582,16 @@ func (c *Client) invalidate(topic string) {
 
 // leaderAddr returns the address to send topic/partition requests to: the leading
 // broker's when another broker of a cluster leads the partition, else the owning shard's
-// address when metadata names one and routing is on, else the seed address.
+// address when metadata names one and routing is on, else the broker that answered the
+// metadata request (the home broker when the topic is not cached).
 func (c *Client) leaderAddr(topic string, partition int32) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tm := c.topics[topic]
-	if tm == nil || partition < 0 || int(partition) >= len(tm.partitions) {
-		return c.cfg.Broker
+	if tm == nil || partition < 0 || int(partition) >= len(tm.partitions) || tm.partitions[partition].addr == "" {
+		return c.home
 	}
-	if leader := tm.partitions[partition].leader; leader != "" {
-		return leader // another broker of the cluster leads it
-	}
-	if c.cfg.DisableShardRouting {
-		return c.cfg.Broker
-	}
-	if addr := c.shards[tm.partitions[partition].shard]; addr != "" {
-		return addr
-	}
-	return c.cfg.Broker
+	return tm.partitions[partition].addr
 }
 
 // ---------------------------------------------------------------------------------------
@@ -405,7 +632,7 @@ func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partiti
 		ct.Configs = append(ct.Configs, wire.ConfigEntry{Key: k, Value: configs[k]})
 	}
 	var resp wire.CreateTopicsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.CreateTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []wire.CreateTopic{ct}}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.CreateTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []wire.CreateTopic{ct}}, &resp); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	return topicResultErr("create topic", name, resp.Topics)
@@ -416,7 +643,12 @@ func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partiti
 // the high watermark of each partition the broker leads). A single broker answers
 // NOT_CONTROLLER.
 func (c *Client) ClusterMetadata(ctx context.Context) ([]byte, error) {
-	return c.ClusterMetadataAt(ctx, c.cfg.Broker)
+	var body []byte
+	err := c.atHome(ctx, func(addr string) (err error) {
+		body, err = c.ClusterMetadataAt(ctx, addr)
+		return err
+	})
+	return body, err
 }
 
 // ClusterMetadataAt is ClusterMetadata asked of the broker at addr.
@@ -474,7 +706,7 @@ func (c *Client) controller(ctx context.Context, addr string, op int8, body []by
 // DeleteTopic deletes a topic.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 	var resp wire.DeleteTopicsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.DeleteTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []string{name}}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.DeleteTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []string{name}}, &resp); err != nil {
 		return fmt.Errorf("delete topic %s: %w", name, err)
 	}
 	c.invalidate(name)
@@ -484,7 +716,7 @@ func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 // DescribeTopics returns per-partition offsets, sizes and shards; no names means all.
 func (c *Client) DescribeTopics(ctx context.Context, names ...string) ([]wire.DescribeTopic, error) {
 	var resp wire.DescribeTopicsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.DescribeTopicsRequest{Topics: names}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.DescribeTopicsRequest{Topics: names}, &resp); err != nil {
 		return nil, fmt.Errorf("describe topics: %w", err)
 	}
 	for _, t := range resp.Topics {
@@ -498,7 +730,7 @@ func (c *Client) DescribeTopics(ctx context.Context, names ...string) ([]wire.De
 // DescribeConfigs returns a topic's configuration; no keys means all.
 func (c *Client) DescribeConfigs(ctx context.Context, topic string, keys ...string) ([]wire.ConfigDescription, error) {
 	var resp wire.DescribeConfigsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.DescribeConfigsRequest{Topics: []wire.DescribeConfigsTopic{{Topic: topic, Keys: keys}}}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.DescribeConfigsRequest{Topics: []wire.DescribeConfigsTopic{{Topic: topic, Keys: keys}}}, &resp); err != nil {
 		return nil, fmt.Errorf("describe configs of %s: %w", topic, err)
 	}
 	if len(resp.Topics) != 1 {
@@ -521,7 +753,7 @@ func (c *Client) AlterConfigs(ctx context.Context, topic string, set map[string]
 		at.Configs = append(at.Configs, wire.AlterConfig{Key: k, Op: wire.AlterConfigDelete})
 	}
 	var resp wire.AlterConfigsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{at}}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{at}}, &resp); err != nil {
 		return fmt.Errorf("alter configs of %s: %w", topic, err)
 	}
 	return topicResultErr("alter configs of", topic, resp.Topics)
@@ -531,22 +763,27 @@ func (c *Client) AlterConfigs(ctx context.Context, topic string, set map[string]
 // wire.TimestampLatest or a time in ms since epoch (first offset with a timestamp >= ts;
 // -1 if none).
 func (c *Client) ListOffset(ctx context.Context, topic string, partition int32, ts int64) (int64, error) {
-	if _, err := c.Partitions(ctx, topic); err != nil {
-		return 0, err
-	}
-	var resp wire.ListOffsetsResponse
-	req := &wire.ListOffsetsRequest{Topics: []wire.ListOffsetsTopic{{Topic: topic, Partitions: []wire.ListOffsetsPartition{{Partition: partition, Timestamp: ts}}}}}
-	if err := c.Call(ctx, c.leaderAddr(topic, partition), req, &resp); err != nil {
+	var offset int64
+	err := c.retryLeader(ctx, topic, func(ctx context.Context) error {
+		if _, err := c.Partitions(ctx, topic); err != nil {
+			return err
+		}
+		var resp wire.ListOffsetsResponse
+		req := &wire.ListOffsetsRequest{Topics: []wire.ListOffsetsTopic{{Topic: topic, Partitions: []wire.ListOffsetsPartition{{Partition: partition, Timestamp: ts}}}}}
+		if err := c.Call(ctx, c.leaderAddr(topic, partition), req, &resp); err != nil {
+			return err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return errors.New("malformed response")
+		}
+		p := resp.Topics[0].Partitions[0]
+		offset = p.Offset
+		return wire.CodeError(p.ErrorCode, p.ErrorMessage)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("list offsets %s/%d: %w", topic, partition, err)
 	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, fmt.Errorf("list offsets %s/%d: malformed response", topic, partition)
-	}
-	p := resp.Topics[0].Partitions[0]
-	if p.ErrorCode != wire.ErrNone {
-		return 0, fmt.Errorf("list offsets %s/%d: %w", topic, partition, wire.CodeError(p.ErrorCode, p.ErrorMessage))
-	}
-	return p.Offset, nil
+	return offset, nil
 }
 
 func topicResultErr(what, name string, results []wire.TopicResult) error {
@@ -576,4 +813,88 @@ func timeoutMs(ctx context.Context, fallback time.Duration) int32 {
 		d = time.Until(deadline)
 	}
 	return int32(max(min(d.Milliseconds(), 1<<31-1), 0))
+}
+
+// PartitionReplication is one partition's replication state as Metadata (version 1)
+// reports it.
+type PartitionReplication struct {
+	Partition   int32
+	Leader      int32 // broker id; -1 while the partition is offline
+	LeaderEpoch int32
+	Replicas    []int32
+	ISR         []int32
+	// HighWatermark is the leader's, asked of the leader itself; -1 when it did not answer.
+	HighWatermark int64
+}
+
+// DescribeReplication returns the replication state of topic's partitions on a cluster and
+// the controller leader's broker id: leaders, epochs, replicas and ISR from the home
+// broker's metadata, each high watermark from its partition's leader. A single broker (or
+// a broker without Metadata version 1) returns no partitions.
+func (c *Client) DescribeReplication(ctx context.Context, topic string) ([]PartitionReplication, int32, error) {
+	resp, err := c.refreshMetadata(ctx, []string{topic})
+	if err != nil {
+		return nil, -1, fmt.Errorf("describe replication of %s: %w", topic, err)
+	}
+	if resp.Version < 1 || resp.BrokerID <= 0 {
+		return nil, -1, nil
+	}
+	var parts []PartitionReplication
+	for _, t := range resp.Topics {
+		if t.Topic != topic {
+			continue
+		}
+		if t.ErrorCode != wire.ErrNone {
+			return nil, -1, fmt.Errorf("describe replication of %s: %w", topic, wire.CodeError(t.ErrorCode, t.ErrorMessage))
+		}
+		for _, p := range t.Partitions {
+			hwm := int64(-1)
+			if p.Leader == resp.BrokerID {
+				hwm = p.HighWatermark
+			}
+			parts = append(parts, PartitionReplication{Partition: p.Partition, Leader: p.Leader, LeaderEpoch: p.LeaderEpoch,
+				Replicas: p.Replicas, ISR: p.ISR, HighWatermark: hwm})
+		}
+	}
+	// The other leaders' high watermarks, one Metadata request per leader.
+	asked := map[int32]map[int32]int64{resp.BrokerID: nil}
+	for i := range parts {
+		p := &parts[i]
+		if p.Leader <= 0 || p.Leader == resp.BrokerID {
+			continue
+		}
+		hwms, ok := asked[p.Leader]
+		if !ok {
+			hwms = c.highWatermarksAt(ctx, p.Leader, topic)
+			asked[p.Leader] = hwms
+		}
+		if h, ok := hwms[p.Partition]; ok {
+			p.HighWatermark = h
+		}
+	}
+	return parts, resp.ControllerID, nil
+}
+
+// highWatermarksAt asks broker id for topic's metadata and returns the high watermarks it
+// reports for the partitions it leads (nil when it does not answer).
+func (c *Client) highWatermarksAt(ctx context.Context, id int32, topic string) map[int32]int64 {
+	c.mu.Lock()
+	addr := c.brokers[id]
+	c.mu.Unlock()
+	if addr == "" {
+		return nil
+	}
+	var resp wire.MetadataResponse
+	if c.Call(ctx, addr, &wire.MetadataRequest{Topics: []string{topic}, Version: 1}, &resp) != nil {
+		return nil
+	}
+	out := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if t.Topic == topic && p.Leader == resp.BrokerID && p.HighWatermark >= 0 {
+				out[p.Partition] = p.HighWatermark
+			}
+		}
+	}
+	return out
 }

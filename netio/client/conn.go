@@ -158,6 +158,7 @@ func (c *conn) readLoop() {
 			cl.finish(nil, &wire.Error{Code: h.ErrorCode, Message: msg})
 			continue
 		}
+		wire.SetWireVersion(cl.resp, h.Version)
 		if err := cl.resp.ReadFrom(payload); err != nil {
 			cl.finish(nil, fmt.Errorf("%s response from %s: %w", cl.api, c.addr, err))
 			continue

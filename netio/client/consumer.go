@@ -340,11 +340,12 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 		}
 	}()
 	for i, r := range results {
-		if errors.Is(r.err, ErrConnClosed) {
+		if LeadershipError(r.err) {
 			connFailed = true
-			// The connection (or a stale shard address) failed: route these partitions
-			// by fresh metadata on the next Poll instead of failing the caller, as a Kafka
-			// consumer does while a broker restarts.
+			// The connection (or a stale shard address) failed, or the broker is
+			// shutting down: route these partitions by fresh metadata on the next Poll
+			// instead of failing the caller, as a Kafka consumer does while a broker
+			// restarts or a new leader is elected.
 			for _, t := range byAddr[addrs[i]].Topics {
 				co.c.invalidate(t.Topic)
 			}
@@ -387,11 +388,11 @@ func (co *Consumer) apply(resp *wire.FetchResponse, out []ConsumedRecord) (_ []C
 				}
 				return out, aliased, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
 			default:
-				if p.ErrorCode.Retriable() {
+				if p.ErrorCode.Retriable() || leadershipCode(p.ErrorCode) {
 					// Only a routing error makes fresh metadata worth fetching; a disk or
 					// quota error on the right broker does not (refreshing on every loop
 					// was half of the spin this back-off replaces).
-					if p.ErrorCode == wire.ErrNotLeaderOrWrongShard || p.ErrorCode == wire.ErrUnknownTopicOrPartition {
+					if leadershipCode(p.ErrorCode) || p.ErrorCode == wire.ErrUnknownTopicOrPartition {
 						co.c.invalidate(key.topic)
 					}
 					co.backOff(key, a, p.ErrorCode, p.ErrorMessage)

@@ -12,3 +12,9 @@ var Murmur2ForTest = murmur2
 func SetConsumerClock(co *Consumer, now func() time.Time, sleep func(context.Context, time.Duration), jitter func(int64) int64) {
 	co.now, co.sleep, co.jitter = now, sleep, jitter
 }
+
+// SetClientRetryClock replaces a client's pause between leadership retries and its jitter
+// source (tests of the retry path record the pauses instead of sleeping).
+func SetClientRetryClock(c *Client, sleep func(context.Context, time.Duration) error, jitter func() float64) {
+	c.sleep, c.jitter = sleep, jitter
+}

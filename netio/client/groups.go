@@ -15,10 +15,13 @@ import (
 // coordinator error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a broken connection)
 // drops the cached address so the next call looks it up again.
 
-// coordinatorRetryMax bounds the retries of one group call after coordinator errors.
+// coordinatorRetryMax bounds the retries of one group call after coordinator errors; the
+// pauses between them double from coordinatorRetryBackoff up to coordinatorRetryBackoffMax,
+// with jitter (BackoffDelay).
 const (
-	coordinatorRetryMax     = 8
-	coordinatorRetryBackoff = 50 * time.Millisecond
+	coordinatorRetryMax        = 8
+	coordinatorRetryBackoff    = 100 * time.Millisecond
+	coordinatorRetryBackoffMax = 1600 * time.Millisecond
 )
 
 // coordinatorAddr returns the address of groupID's coordinator.
@@ -30,7 +33,7 @@ func (c *Client) coordinatorAddr(ctx context.Context, groupID string) (string, e
 		return addr, nil
 	}
 	var resp wire.FindCoordinatorResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.FindCoordinatorRequest{Group: groupID}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.FindCoordinatorRequest{Group: groupID}, &resp); err != nil {
 		return "", fmt.Errorf("find coordinator of %s: %w", groupID, err)
 	}
 	if resp.ErrorCode != wire.ErrNone {
@@ -38,7 +41,7 @@ func (c *Client) coordinatorAddr(ctx context.Context, groupID string) (string, e
 	}
 	addr = resp.Address
 	if addr == "" || c.cfg.DisableShardRouting {
-		addr = c.cfg.Broker
+		addr = c.BrokerAddr()
 	}
 	c.mu.Lock()
 	if len(c.coordinators) >= coordinatorsCachedMax {
@@ -75,9 +78,7 @@ func (c *Client) groupCall(ctx context.Context, groupID string, req, resp wire.M
 	var err error
 	for attempt := 0; attempt < coordinatorRetryMax; attempt++ {
 		if attempt > 0 {
-			select {
-			case <-time.After(coordinatorRetryBackoff << min(attempt-1, 4)):
-			case <-ctx.Done():
+			if c.sleep(ctx, BackoffDelay(coordinatorRetryBackoff, coordinatorRetryBackoffMax, attempt-1, c.jitter())) != nil {
 				return fmt.Errorf("%s for group %s: %w (after %v)", req.API(), groupID, ctx.Err(), err)
 			}
 		}
@@ -115,7 +116,7 @@ type GroupListing struct {
 // (Empty, PreparingRebalance, CompletingRebalance, Stable).
 func (c *Client) ListGroups(ctx context.Context, states ...string) ([]GroupListing, error) {
 	var resp wire.ListGroupsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.ListGroupsRequest{States: states}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.ListGroupsRequest{States: states}, &resp); err != nil {
 		return nil, fmt.Errorf("list groups: %w", err)
 	}
 	if resp.ErrorCode != wire.ErrNone {

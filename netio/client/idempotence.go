@@ -21,7 +21,7 @@ type ProducerIdentity struct {
 func (c *Client) InitProducerID(ctx context.Context, name string, current ProducerIdentity) (ProducerIdentity, error) {
 	var resp wire.InitProducerIDResponse
 	req := &wire.InitProducerIDRequest{Name: name, ProducerID: current.ID, ProducerEpoch: current.Epoch}
-	if err := c.Call(ctx, c.cfg.Broker, req, &resp); err != nil {
+	if err := c.callHome(ctx, req, &resp); err != nil {
 		return ProducerIdentity{-1, -1}, fmt.Errorf("init producer id: %w", err)
 	}
 	if err := wire.CodeError(resp.ErrorCode, resp.ErrorMessage); err != nil {

@@ -40,8 +40,19 @@ type ProducerConfig struct {
 	// RequestBytesMax bounds one produce request (several partitions' batches to one
 	// address); default 4 MiB.
 	RequestBytesMax int
-	Retries         int           // attempts after the first for retriable errors; default 10
-	RetryBackoff    time.Duration // default 50ms
+	// Retries bounds the attempts after the first for retriable errors; default 10. A
+	// leadership error (NOT_LEADER_OR_WRONG_SHARD, a fenced or unknown leader epoch,
+	// SHUTTING_DOWN) or a lost connection does not count: the batch goes again, after
+	// fresh metadata, until DeliveryTimeout since it was sealed has passed, so that a
+	// producer outlasts the election of a new leader.
+	Retries int
+	// RetryBackoff is the first pause before a partition's batches go again; it doubles
+	// per attempt up to RetryBackoffMax, with jitter. Defaults 50ms and 1s.
+	RetryBackoff    time.Duration
+	RetryBackoffMax time.Duration
+	// DeliveryTimeout bounds how long a batch is retried after leadership errors and lost
+	// connections (Kafka's delivery.timeout.ms); default 2 minutes.
+	DeliveryTimeout time.Duration
 	ProduceTimeout  time.Duration // broker-side wait for acks=all; default 30s
 	// BufferBytesMax bounds record bytes accepted by Send and not yet acknowledged; Send
 	// blocks while it is exceeded. Default 64 MiB.
@@ -87,6 +98,12 @@ func (cfg *ProducerConfig) setDefaults() {
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = 50 * time.Millisecond
+	}
+	if cfg.RetryBackoffMax < cfg.RetryBackoff {
+		cfg.RetryBackoffMax = max(time.Second, cfg.RetryBackoff)
+	}
+	if cfg.DeliveryTimeout <= 0 {
+		cfg.DeliveryTimeout = 2 * time.Minute
 	}
 	if cfg.ProduceTimeout <= 0 {
 		cfg.ProduceTimeout = 30 * time.Second
@@ -169,6 +186,7 @@ type partState struct {
 	sealed   []*sealedBatch // unacknowledged batches (and acknowledged ones behind them), oldest first
 	inflight int            // batches of sealed in flight
 	retryAt  time.Time
+	retries  int // consecutive retries of the partition's batches: the back-off grows with it
 	// retrying: a batch came back for a retry; nothing more is sent until every in-flight
 	// batch is answered, then the unacknowledged ones go again in sequence order.
 	retrying bool
@@ -200,6 +218,7 @@ type pendingRecord struct {
 type sealedBatch struct {
 	data     []byte
 	records  []pendingRecord
+	sealedAt time.Time // DeliveryTimeout counts from here
 	attempts int
 	state    batchState
 	sent     bool  // sent at least once: a resend goes alone in its request (idempotent)
@@ -213,7 +232,10 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 	cfg.setDefaults()
 	// A request must fit the broker's frame limit (the broker closes the connection
 	// otherwise); keep room for the request's own fields.
-	if limit := int(c.serverFrameBytesMax) - requestOverheadBytes; c.serverFrameBytesMax > 0 && cfg.RequestBytesMax > limit {
+	c.mu.Lock()
+	frameMax := c.serverFrameBytesMax
+	c.mu.Unlock()
+	if limit := int(frameMax) - requestOverheadBytes; frameMax > 0 && cfg.RequestBytesMax > limit {
 		cfg.RequestBytesMax = max(limit, 1)
 	}
 	p := &Producer{
@@ -456,7 +478,7 @@ func (p *Producer) sealLocked(ps *partState) {
 		p.finishLocked(records, fmt.Errorf("build batch for %s/%d: %w", ps.topic, ps.partition, err))
 		return
 	}
-	ps.sealed = append(ps.sealed, &sealedBatch{data: data, records: records, offset: -1})
+	ps.sealed = append(ps.sealed, &sealedBatch{data: data, records: records, offset: -1, sealedAt: time.Now()})
 }
 
 func batchSetProducer(data []byte, id producerIdentity, seq int32) {
@@ -701,6 +723,7 @@ func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err 
 		case batchErr == nil:
 			// The broker appended the batches in order, contiguously, from baseOffset (or
 			// had appended them so before: a duplicate answers with the original offset).
+			ps.retries = 0
 			next := baseOffset
 			for _, b := range g.batches {
 				b.state, b.offset = batchAcked, -1
@@ -714,17 +737,21 @@ func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err 
 			for _, b := range g.batches {
 				b.state, b.err = batchAcked, p.fatal
 			}
-		case p.retriableLocked(ps, g, code, batchErr):
+		case p.retriableLocked(ps, g, code, batchErr, now):
+			leadership := leadershipCode(code) || LeadershipError(batchErr)
 			for _, b := range g.batches {
 				b.state = batchQueued
-				b.attempts++
+				if !leadership {
+					b.attempts++
+				}
 				if p.bumping && code == wire.ErrOutOfOrderSequence {
 					b.sent = false // a sequence before it is missing: it is not in the log
 				}
 			}
 			ps.retrying = true
-			ps.retryAt = now.Add(p.cfg.RetryBackoff)
-			if code == wire.ErrNotLeaderOrWrongShard || code == wire.ErrUnknownTopicOrPartition || errors.Is(batchErr, ErrConnClosed) {
+			ps.retries++
+			ps.retryAt = now.Add(BackoffDelay(p.cfg.RetryBackoff, p.cfg.RetryBackoffMax, ps.retries-1, p.c.jitter()))
+			if leadership || code == wire.ErrUnknownTopicOrPartition {
 				refresh = append(refresh, ps.topic)
 			}
 		case len(g.batches) > 1 && code != wire.ErrNone:
@@ -789,7 +816,10 @@ func (p *Producer) senderNeededLocked(rq *produceRequest) bool {
 // retriableLocked decides whether a failed group goes again. OUT_OF_ORDER_SEQUENCE is
 // retriable for an idempotent batch while an earlier batch of its partition is still
 // unacknowledged: that one failed or is in flight, and once it is written this one follows.
-func (p *Producer) retriableLocked(ps *partState, g sendGroup, code wire.ErrorCode, err error) bool {
+func (p *Producer) retriableLocked(ps *partState, g sendGroup, code wire.ErrorCode, err error, now time.Time) bool {
+	if leadershipCode(code) || LeadershipError(err) {
+		return now.Sub(g.batches[0].sealedAt) < p.cfg.DeliveryTimeout
+	}
 	if g.batches[0].attempts >= p.cfg.Retries {
 		return false
 	}

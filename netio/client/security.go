@@ -56,7 +56,7 @@ func (c *Client) DeleteUser(ctx context.Context, user, mechanism string) error {
 
 func (c *Client) alterUsers(ctx context.Context, req *wire.AlterUsersRequest) error {
 	var resp wire.AlterUsersResponse
-	if err := c.Call(ctx, c.cfg.Broker, req, &resp); err != nil {
+	if err := c.callHome(ctx, req, &resp); err != nil {
 		return err
 	}
 	for _, r := range resp.Results {
@@ -71,7 +71,7 @@ func (c *Client) alterUsers(ctx context.Context, req *wire.AlterUsersRequest) er
 func (c *Client) DescribeUsers(ctx context.Context, users ...string) ([]wire.UserDescription, error) {
 	req := &wire.DescribeUsersRequest{Users: users}
 	var resp wire.DescribeUsersResponse
-	if err := c.Call(ctx, c.cfg.Broker, req, &resp); err != nil {
+	if err := c.callHome(ctx, req, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Users, wire.CodeError(resp.ErrorCode, resp.ErrorMessage)
@@ -80,7 +80,7 @@ func (c *Client) DescribeUsers(ctx context.Context, users ...string) ([]wire.Use
 // CreateACLs adds ACL bindings.
 func (c *Client) CreateACLs(ctx context.Context, acls ...wire.ACLBinding) error {
 	var resp wire.CreateAclsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.CreateAclsRequest{ACLs: acls}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.CreateAclsRequest{ACLs: acls}, &resp); err != nil {
 		return err
 	}
 	for _, r := range resp.Results {
@@ -94,7 +94,7 @@ func (c *Client) CreateACLs(ctx context.Context, acls ...wire.ACLBinding) error 
 // DescribeACLs lists the bindings matching filter (zero fields match anything).
 func (c *Client) DescribeACLs(ctx context.Context, filter wire.ACLBinding) ([]wire.ACLBinding, error) {
 	var resp wire.DescribeAclsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.DescribeAclsRequest{Filter: filter}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.DescribeAclsRequest{Filter: filter}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.ACLs, wire.CodeError(resp.ErrorCode, resp.ErrorMessage)
@@ -103,7 +103,7 @@ func (c *Client) DescribeACLs(ctx context.Context, filter wire.ACLBinding) ([]wi
 // DeleteACLs removes every binding matching one of filters and returns them.
 func (c *Client) DeleteACLs(ctx context.Context, filters ...wire.ACLBinding) ([]wire.ACLBinding, error) {
 	var resp wire.DeleteAclsResponse
-	if err := c.Call(ctx, c.cfg.Broker, &wire.DeleteAclsRequest{Filters: filters}, &resp); err != nil {
+	if err := c.callHome(ctx, &wire.DeleteAclsRequest{Filters: filters}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Deleted, wire.CodeError(resp.ErrorCode, resp.ErrorMessage)

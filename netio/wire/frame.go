@@ -102,10 +102,15 @@ func (k APIKey) String() string {
 // Known reports whether the key names an API this package has a schema for.
 func (k APIKey) Known() bool { return k < APIKeyCount }
 
-// VersionMax is the highest version of every API that this package encodes and decodes.
-// Version 0 is the only version so far; a broker answers any other with
-// ErrUnsupportedVersion.
-func (k APIKey) VersionMax() uint16 { return 0 }
+// VersionMax is the highest version of the API that this package encodes and decodes:
+// 1 for Metadata (MetadataVersionMax), 0 for every other API. A broker answers a higher
+// version with ErrUnsupportedVersion.
+func (k APIKey) VersionMax() uint16 {
+	if k == APIMetadata {
+		return MetadataVersionMax
+	}
+	return 0
+}
 
 // RequestHeader is the decoded fixed part of a request frame.
 type RequestHeader struct {
@@ -232,16 +237,33 @@ func NoEOF(err error) error {
 	return err
 }
 
-// AppendRequest appends a complete request frame for m (version 0) to dst.
+// AppendRequest appends a complete request frame for m to dst, at version 0 or, for a
+// Versioned message, at its WireVersion.
 func AppendRequest(dst []byte, correlationID uint32, m Message) []byte {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(m.API()))
-	dst = binary.BigEndian.AppendUint16(dst, 0)
+	dst = binary.BigEndian.AppendUint16(dst, WireVersionOf(m))
 	dst = binary.BigEndian.AppendUint32(dst, correlationID)
 	dst = m.AppendTo(dst)
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-FrameLengthBytes))
 	return dst
+}
+
+// WireVersionOf is m's API version: its WireVersion when it is Versioned, else 0.
+func WireVersionOf(m Message) uint16 {
+	if v, ok := m.(Versioned); ok {
+		return v.WireVersion()
+	}
+	return 0
+}
+
+// SetWireVersion tells a Versioned message the version of the frame it is decoded from;
+// other messages have one version and ignore it.
+func SetWireVersion(m Message, version uint16) {
+	if v, ok := m.(Versioned); ok {
+		v.SetWireVersion(version)
+	}
 }
 
 // AppendResponse appends a complete, successful response frame for m to dst. A response

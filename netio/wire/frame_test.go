@@ -98,7 +98,7 @@ func TestErrorResponseFrame(t *testing.T) {
 func TestReadResponse(t *testing.T) {
 	var stream []byte
 	for i, m := range sampleResponses() {
-		stream = AppendResponse(stream, RequestHeader{API: m.API(), CorrelationID: uint32(i)}, m)
+		stream = AppendResponse(stream, RequestHeader{API: m.API(), Version: WireVersionOf(m), CorrelationID: uint32(i)}, m)
 	}
 	r := bytes.NewReader(stream)
 	var buf []byte
@@ -109,6 +109,7 @@ func TestReadResponse(t *testing.T) {
 			t.Fatalf("response %d: %+v %v", i, h, err)
 		}
 		got := NewResponse(h.API)
+		SetWireVersion(got, h.Version)
 		if err := got.ReadFrom(payload); err != nil || !bytes.Equal(got.AppendTo(nil), want.AppendTo(nil)) {
 			t.Fatalf("response %d: %v", i, err)
 		}

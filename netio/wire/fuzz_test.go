@@ -54,7 +54,7 @@ func FuzzSplitRequest(f *testing.F) {
 func FuzzSplitResponse(f *testing.F) {
 	var stream []byte
 	for i, m := range sampleResponses() {
-		frame := AppendResponse(nil, RequestHeader{API: m.API(), CorrelationID: uint32(i)}, m)
+		frame := AppendResponse(nil, RequestHeader{API: m.API(), Version: WireVersionOf(m), CorrelationID: uint32(i)}, m)
 		f.Add(frame)
 		stream = append(stream, frame...)
 	}
@@ -74,6 +74,7 @@ func FuzzSplitResponse(f *testing.F) {
 			if h.ErrorCode != ErrNone {
 				_, _ = DecodeErrorPayload(payload)
 			} else if m := NewResponse(h.API); m != nil {
+				SetWireVersion(m, h.Version)
 				checkStable(t, m, payload)
 			}
 			rest = next
@@ -100,9 +101,9 @@ func checkStable(t *testing.T, m Message, payload []byte) {
 // fuzzMessage is the body of one per-API fuzz target: payload bytes straight into the
 // decoder of one schema.
 func fuzzMessage(f *testing.F, newMsg func() Message, samples []Message) {
-	key := newMsg().API()
+	key, version := newMsg().API(), WireVersionOf(newMsg())
 	for _, m := range samples {
-		if m.API() == key {
+		if m.API() == key && WireVersionOf(m) == version {
 			enc := m.AppendTo(nil)
 			f.Add(enc)
 			if len(enc) > 1 {
@@ -147,6 +148,9 @@ func FuzzMetadataRequest(f *testing.F) {
 }
 func FuzzMetadataResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(MetadataResponse) }, sampleResponses())
+}
+func FuzzMetadataResponseV1(f *testing.F) {
+	fuzzMessage(f, func() Message { return &MetadataResponse{Version: 1} }, sampleResponses())
 }
 func FuzzCreateTopicsRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(CreateTopicsRequest) }, sampleRequests())

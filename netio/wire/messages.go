@@ -17,6 +17,16 @@ type Message interface {
 	ReadFrom(payload []byte) error
 }
 
+// Versioned is a message whose schema depends on the API version in its frame header.
+// AppendRequest writes WireVersion in the request header; a decoder is told the header's
+// version with SetWireVersion before ReadFrom (the server for requests, the client for
+// responses), and a response is encoded at the version of the request it answers.
+type Versioned interface {
+	Message
+	WireVersion() uint16
+	SetWireVersion(v uint16)
+}
+
 // NewRequest returns an empty request message for key, or nil for an unknown key.
 func NewRequest(key APIKey) Message {
 	switch key {
@@ -668,18 +678,26 @@ func (m *ListOffsetsResponse) ReadFrom(b []byte) error {
 // Metadata (key 4)
 
 // MetadataRequest asks for topics; a nil Topics (null on the wire) asks for every topic,
-// an empty non-nil slice for none (only the shard table).
+// an empty non-nil slice for none (only the shard table). Version is the frame header's
+// API version (not in the payload): 1 asks for the cluster fields of MetadataResponse.
 type MetadataRequest struct {
-	Topics []string
+	Topics  []string
+	Version uint16
 }
 
 // MetadataResponse describes the broker's shards and the topics' partitions. A partition's
 // Shard indexes Shards; a shard-aware client sends that partition's requests to the
-// shard's Address.
+// shard's Address. Version 1 adds the cluster: every partition's leader, replicas, ISR and
+// (when this broker leads it) high watermark, the brokers and the controller leader.
 type MetadataResponse struct {
+	Version  uint16 // the frame header's API version: which fields are on the wire
 	BrokerID int32
 	Shards   []MetadataShard
 	Topics   []MetadataTopic
+	Brokers  []MetadataBroker // v1
+	// ControllerID is the broker whose controller voter leads the quorum; -1 when none is
+	// known or on a single broker. v1.
+	ControllerID int32
 }
 
 type MetadataShard struct {
@@ -699,10 +717,35 @@ type MetadataPartition struct {
 	ErrorCode   ErrorCode
 	Shard       int32
 	LeaderEpoch int32
+	// v1 fields.
+	Leader   int32   // broker id of the leader; -1 while the partition is offline
+	Replicas []int32 // the assignment, preferred leader first
+	ISR      []int32 // the in-sync replicas
+	// HighWatermark is the answering broker's high watermark of the partition when it
+	// leads it, else -1.
+	HighWatermark int64
 }
+
+// MetadataBroker is one broker of the cluster (v1).
+type MetadataBroker struct {
+	NodeID  int32
+	Address string // the client listener host:port
+	Rack    string
+	Fenced  bool // its session expired: it leads nothing until it registers again
+}
+
+// MetadataVersionMax is the highest Metadata version this package encodes.
+const MetadataVersionMax = 1
 
 func (*MetadataRequest) API() APIKey  { return APIMetadata }
 func (*MetadataResponse) API() APIKey { return APIMetadata }
+
+func (m *MetadataRequest) WireVersion() uint16     { return m.Version }
+func (m *MetadataRequest) SetWireVersion(v uint16) { m.Version = v }
+func (m *MetadataResponse) WireVersion() uint16    { return m.Version }
+func (m *MetadataResponse) SetWireVersion(v uint16) {
+	m.Version = v
+}
 
 func (m *MetadataRequest) AppendTo(dst []byte) []byte { return appendStrings(dst, m.Topics, true) }
 
@@ -731,7 +774,23 @@ func (m *MetadataResponse) AppendTo(dst []byte) []byte {
 			dst = appendInt16(dst, int16(p.ErrorCode))
 			dst = appendInt32(dst, p.Shard)
 			dst = appendInt32(dst, p.LeaderEpoch)
+			if m.Version >= 1 {
+				dst = appendInt32(dst, p.Leader)
+				dst = appendInt32s(dst, p.Replicas)
+				dst = appendInt32s(dst, p.ISR)
+				dst = appendInt64(dst, p.HighWatermark)
+			}
 		}
+	}
+	if m.Version >= 1 {
+		dst = appendArrayLen(dst, len(m.Brokers), false, false)
+		for _, b := range m.Brokers {
+			dst = appendInt32(dst, b.NodeID)
+			dst = appendString(dst, b.Address)
+			dst = appendString(dst, b.Rack)
+			dst = appendBool(dst, b.Fenced)
+		}
+		dst = appendInt32(dst, m.ControllerID)
 	}
 	return dst
 }
@@ -743,18 +802,54 @@ func (m *MetadataResponse) ReadFrom(b []byte) error {
 	for i := range m.Shards {
 		m.Shards[i] = MetadataShard{r.int32(), r.string()}
 	}
+	partitionBytesMin := 4 + 2 + 4 + 4
+	if m.Version >= 1 {
+		partitionBytesMin += 4 + 4 + 4 + 8
+	}
 	m.Topics = makeSlice[MetadataTopic](r.arrayLen(2 + 2 + 2 + 4))
 	for i := range m.Topics {
 		t := &m.Topics[i]
 		t.Topic = r.string()
 		t.ErrorCode = ErrorCode(r.int16())
 		t.ErrorMessage = r.string()
-		t.Partitions = makeSlice[MetadataPartition](r.arrayLen(4 + 2 + 4 + 4))
+		t.Partitions = makeSlice[MetadataPartition](r.arrayLen(partitionBytesMin))
 		for j := range t.Partitions {
-			t.Partitions[j] = MetadataPartition{r.int32(), ErrorCode(r.int16()), r.int32(), r.int32()}
+			p := &t.Partitions[j]
+			p.Partition, p.ErrorCode, p.Shard, p.LeaderEpoch = r.int32(), ErrorCode(r.int16()), r.int32(), r.int32()
+			p.Leader, p.HighWatermark = -1, -1
+			if m.Version >= 1 {
+				p.Leader = r.int32()
+				p.Replicas = readInt32s(&r)
+				p.ISR = readInt32s(&r)
+				p.HighWatermark = r.int64()
+			}
 		}
 	}
+	m.Brokers, m.ControllerID = nil, -1
+	if m.Version >= 1 {
+		m.Brokers = makeSlice[MetadataBroker](r.arrayLen(4 + 2 + 2 + 1))
+		for i := range m.Brokers {
+			m.Brokers[i] = MetadataBroker{r.int32(), r.string(), r.string(), r.bool()}
+		}
+		m.ControllerID = r.int32()
+	}
 	return r.done("Metadata response")
+}
+
+func appendInt32s(dst []byte, v []int32) []byte {
+	dst = appendArrayLen(dst, len(v), false, false)
+	for _, x := range v {
+		dst = appendInt32(dst, x)
+	}
+	return dst
+}
+
+func readInt32s(r *reader) []int32 {
+	v := makeSlice[int32](r.arrayLen(4))
+	for i := range v {
+		v[i] = r.int32()
+	}
+	return v
 }
 
 // ---------------------------------------------------------------------------------------

@@ -36,7 +36,9 @@ func roundTrip(t *testing.T, m Message, fresh Message) {
 
 // NewSame returns an empty message of m's concrete type.
 func NewSame(m Message) Message {
-	return reflect.New(reflect.TypeOf(m).Elem()).Interface().(Message)
+	x := reflect.New(reflect.TypeOf(m).Elem()).Interface().(Message)
+	SetWireVersion(x, WireVersionOf(m))
+	return x
 }
 
 // normalize re-encodes and decodes once so that nil and empty slices compare equal where
@@ -66,7 +68,7 @@ func TestResponseRoundTrip(t *testing.T) {
 	seen := map[APIKey]bool{}
 	for _, m := range sampleResponses() {
 		seen[m.API()] = true
-		roundTrip(t, m, NewResponse(m.API()))
+		roundTrip(t, m, NewSame(m))
 	}
 	for k := APIKey(0); k < APIKeyCount; k++ {
 		if !seen[k] {

@@ -84,9 +84,15 @@ func sampleResponses() []Message {
 			{Topic: "orders", Partitions: []ListOffsetsResponsePartition{{Partition: 0, Timestamp: -1, Offset: 10}, {Partition: 9, ErrorCode: ErrUnknownTopicOrPartition, ErrorMessage: "no partition 9", Timestamp: -1, Offset: -1}}},
 		}},
 		&MetadataResponse{BrokerID: 1, Shards: []MetadataShard{{0, "127.0.0.1:9400"}, {1, "127.0.0.1:9401"}}, Topics: []MetadataTopic{
-			{Topic: "orders", Partitions: []MetadataPartition{{0, ErrNone, 0, 0}, {1, ErrNone, 1, 0}}},
+			{Topic: "orders", Partitions: []MetadataPartition{{Partition: 0, Shard: 0}, {Partition: 1, Shard: 1}}},
 			{Topic: "nope", ErrorCode: ErrUnknownTopicOrPartition, ErrorMessage: "unknown topic"},
 		}},
+		&MetadataResponse{Version: 1, BrokerID: 2, Shards: []MetadataShard{{0, ""}}, Topics: []MetadataTopic{
+			{Topic: "orders", Partitions: []MetadataPartition{
+				{Partition: 0, LeaderEpoch: 3, Leader: 2, Replicas: []int32{2, 3, 1}, ISR: []int32{2, 3}, HighWatermark: 1200},
+				{Partition: 1, LeaderEpoch: 1, Leader: -1, Replicas: []int32{3}, ISR: []int32{3}, HighWatermark: -1},
+			}},
+		}, Brokers: []MetadataBroker{{1, "127.0.0.1:9401", "a", true}, {2, "127.0.0.1:9402", "b", false}}, ControllerID: 2},
 		&CreateTopicsResponse{Topics: []TopicResult{{"orders", ErrNone, ""}, {"dup", ErrTopicAlreadyExists, "topic dup already exists"}}},
 		&DeleteTopicsResponse{Topics: []TopicResult{{"orders", ErrNone, ""}}},
 		&DescribeTopicsResponse{Topics: []DescribeTopic{{Topic: "orders", Partitions: []DescribePartition{{0, ErrNone, 0, 0, 100, 100, 65536, "", 0}, {1, ErrCorruptMessage, 1, 0, 90, 90, 4096, "1 corrupt batch(es)", 1}}}}},

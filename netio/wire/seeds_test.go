@@ -45,12 +45,16 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	write("FuzzSplitRequest", []byte{0, 0, 0, 8, 0, 200, 0, 0, 0, 0, 0, 1})
 	stream = nil
 	for i, m := range sampleResponses() {
-		frame := AppendResponse(nil, RequestHeader{API: m.API(), CorrelationID: uint32(i)}, m)
+		frame := AppendResponse(nil, RequestHeader{API: m.API(), Version: WireVersionOf(m), CorrelationID: uint32(i)}, m)
 		stream = append(stream, frame...)
 		write("FuzzSplitResponse", frame)
 		enc := m.AppendTo(nil)
-		write("Fuzz"+m.API().String()+"Response", enc)
-		write("Fuzz"+m.API().String()+"Response", enc[:len(enc)/2])
+		target := "Fuzz" + m.API().String() + "Response"
+		if v := WireVersionOf(m); v > 0 {
+			target += fmt.Sprintf("V%d", v)
+		}
+		write(target, enc)
+		write(target, enc[:len(enc)/2])
 	}
 	write("FuzzSplitResponse", stream)
 	write("FuzzSplitResponse", AppendErrorResponse(nil, RequestHeader{API: 77, CorrelationID: 3}, ErrUnknownAPI, "no such api"))

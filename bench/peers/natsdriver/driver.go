@@ -339,21 +339,16 @@ func (c *consumer) Close() error {
 }
 
 // newStreamsConsumer reads one stream per partition: an ordered consumer on each, whose
-// callbacks feed one channel that Poll drains.
+// callbacks feed one bench.PushConsumer that Poll drains.
 func (d *Driver) newStreamsConsumer(ctx context.Context, conn *nats.Conn, js jetstream.JetStream, topic string, partitions []int) (bench.Consumer, error) {
-	c := &streamsConsumer{conn: conn, msgs: make(chan partitionMsg, pullBatchMessages), done: make(chan struct{})}
+	c := &streamsConsumer{PushConsumer: bench.NewPushConsumer("nats driver", pullBatchMessages), conn: conn}
 	for _, p := range partitions {
 		cons, err := js.OrderedConsumer(ctx, partitionStream(topic, p), jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("nats driver: consumer on %s: %w", partitionStream(topic, p), err)
 		}
-		cc, err := cons.Consume(func(msg jetstream.Msg) {
-			select { // a callback never outlives Close waiting on a full channel
-			case c.msgs <- partitionMsg{p, msg.Data()}:
-			case <-c.done:
-			}
-		}, jetstream.PullMaxMessages(pullBatchMessages))
+		cc, err := cons.Consume(func(msg jetstream.Msg) { c.Deliver(p, msg.Data()) }, jetstream.PullMaxMessages(pullBatchMessages))
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("nats driver: consume %s: %w", partitionStream(topic, p), err)
@@ -363,34 +358,14 @@ func (d *Driver) newStreamsConsumer(ctx context.Context, conn *nats.Conn, js jet
 	return c, nil
 }
 
-type partitionMsg struct {
-	partition int
-	data      []byte
-}
-
 type streamsConsumer struct {
+	*bench.PushConsumer
 	conn      *nats.Conn
 	consumers []jetstream.ConsumeContext
-	msgs      chan partitionMsg
-	done      chan struct{} // closed by Close
-}
-
-func (c *streamsConsumer) Poll(ctx context.Context, handle func(int, []byte)) error {
-	select {
-	case m := <-c.msgs:
-		handle(m.partition, m.data)
-		for range len(c.msgs) { // whatever else is already here, without blocking
-			m = <-c.msgs
-			handle(m.partition, m.data)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("nats driver: next: %w", ctx.Err())
-	}
 }
 
 func (c *streamsConsumer) Close() error {
-	close(c.done)
+	c.Stop()
 	for _, cc := range c.consumers {
 		cc.Stop()
 	}

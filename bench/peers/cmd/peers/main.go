@@ -1,8 +1,8 @@
-// Command peers runs benchmark workloads against peer systems (NATS JetStream) with the same
-// framework `ringlog bench run` uses. `ringlog bench peers` execs it; it lives in its own Go
-// module so that the broker's module never depends on a peer.
+// Command peers runs benchmark workloads against peer systems (NATS JetStream, RabbitMQ
+// Streams) with the same framework `ringlog bench run` uses. `ringlog bench peers` execs it;
+// it lives in its own Go module so that the broker's module never depends on a peer.
 //
-//	peers run [--driver nats] [--nats-mapping subjects|streams|best] [--out DIR] [--data-dir DIR] [--duration D] [--warmup D] [--rate N] WORKLOAD
+//	peers run [--driver nats|rabbitmq] [--nats-mapping subjects|streams|best] [--out DIR] [--data-dir DIR] [--duration D] [--warmup D] [--rate N] WORKLOAD
 //	peers serve-nats --store DIR [--sync-always]    (the child process the nats driver starts)
 package main
 
@@ -19,7 +19,60 @@ import (
 
 	"github.com/ringlog/ringlog/bench"
 	"github.com/ringlog/ringlog/bench/peers/natsdriver"
+	"github.com/ringlog/ringlog/bench/peers/rabbitmqdriver"
 )
+
+// runNATSMappings runs the workload on NATS with the mapping asked for, or with both and
+// keeps the one that moved more.
+func runNATSMappings(ctx context.Context, w bench.Workload, dataDir, mapping string) (*bench.Result, error) {
+	var perPartition []bool
+	switch mapping {
+	case "subjects":
+		perPartition = []bool{false}
+	case "streams":
+		perPartition = []bool{true}
+	case "best":
+		perPartition = []bool{false, true}
+	default:
+		return nil, fmt.Errorf("--nats-mapping %q: want subjects, streams or best", mapping)
+	}
+	var result *bench.Result
+	var tried []string
+	for _, streams := range perPartition {
+		r, err := runNATS(ctx, w, dataDir, streams)
+		if err != nil {
+			return nil, err
+		}
+		tried = append(tried, fmt.Sprintf("%s: publish %.1f MB/s, consume %.1f MB/s", r.Driver.StorageMode, r.Publish.MBPerSec, r.Consume.MBPerSec))
+		if result == nil || moved(r) > moved(result) {
+			result = r
+		}
+	}
+	if len(tried) > 1 {
+		result.Notes = append(result.Notes, "NATS mappings tried, the one that moved more kept: "+strings.Join(tried, "; "))
+	}
+	return result, nil
+}
+
+// runRabbitMQ runs the workload on a fresh rabbitmq-server with the stream plugin.
+func runRabbitMQ(ctx context.Context, w bench.Workload, dataDir string) (*bench.Result, error) {
+	cfg := rabbitmqdriver.Config{DataDir: dataDir, StreamMaxBytes: int64(w.RetentionBytes)}
+	if cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "ringlog-peers-rabbitmq-")
+		if err != nil {
+			return nil, err
+		}
+		cfg.DataDir, cfg.Temporary = dir, true
+	}
+	driver, err := rabbitmqdriver.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer driver.Close()
+	return bench.Run(ctx, bench.RunOptions{
+		Workload: w, Driver: driver, DataDir: cfg.DataDir, Progress: bench.NewProgressLine(os.Stderr),
+	})
+}
 
 // runNATS runs the workload on a fresh nats-server with one of the two mappings.
 func runNATS(ctx context.Context, w bench.Workload, dataDir string, streamPerPartition bool) (*bench.Result, error) {
@@ -94,7 +147,7 @@ func serveNATS(args []string) error {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	driverName := fs.String("driver", "nats", "peer: nats")
+	driverName := fs.String("driver", "nats", "peer: nats or rabbitmq (RabbitMQ Streams; needs rabbitmq-server installed)")
 	out := fs.String("out", "bench-results", "directory for the JSON result and SVG plots (ringlog bench peers passes its own)")
 	dataDir := fs.String("data-dir", "", "peer store directory (default: a temporary directory, removed afterwards)")
 	resultPathFile := fs.String("result-path-file", "", "write the result's path here (used by ringlog bench peers)")
@@ -124,36 +177,19 @@ func run(args []string) error {
 	if err := w.Validate(); err != nil {
 		return err
 	}
-	if *driverName != "nats" {
-		return fmt.Errorf("unknown peer %q (have: nats)", *driverName)
-	}
-	var perPartition []bool
-	switch *mapping {
-	case "subjects":
-		perPartition = []bool{false}
-	case "streams":
-		perPartition = []bool{true}
-	case "best":
-		perPartition = []bool{false, true}
-	default:
-		return fmt.Errorf("--nats-mapping %q: want subjects, streams or best", *mapping)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var result *bench.Result
-	var tried []string
-	for _, streams := range perPartition {
-		r, err := runNATS(ctx, w, *dataDir, streams)
-		if err != nil {
-			return err
-		}
-		tried = append(tried, fmt.Sprintf("%s: publish %.1f MB/s, consume %.1f MB/s", r.Driver.StorageMode, r.Publish.MBPerSec, r.Consume.MBPerSec))
-		if result == nil || moved(r) > moved(result) {
-			result = r
-		}
+	switch *driverName {
+	case "nats":
+		result, err = runNATSMappings(ctx, w, *dataDir, *mapping)
+	case "rabbitmq":
+		result, err = runRabbitMQ(ctx, w, *dataDir)
+	default:
+		err = fmt.Errorf("unknown peer %q (have: nats, rabbitmq)", *driverName)
 	}
-	if len(tried) > 1 {
-		result.Notes = append(result.Notes, "NATS mappings tried, the one that moved more kept: "+strings.Join(tried, "; "))
+	if err != nil {
+		return err
 	}
 	result.Command = "peers run " + strings.Join(args, " ")
 	if w.BacklogSize > 0 {

@@ -24,7 +24,7 @@ func startKafkaCluster(t *testing.T, n int) (*testCluster, []string) {
 	for i := range addrs {
 		addrs[i] = freeAddr(t)
 	}
-	tc := startClusterWith(t, n, func(id int) []string { return []string{"--kafka-listen", addrs[id-1]} })
+	tc := startClusterWith(t, n, 0, func(id int) []string { return []string{"--kafka-listen", addrs[id-1]} })
 	return tc, addrs
 }
 

@@ -40,22 +40,27 @@ type testCluster struct {
 // extra are further ringlogd flags for every broker.
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
-	return startClusterWith(t, n, nil, extra...)
+	return startClusterWith(t, n, 0, nil, extra...)
 }
 
-// startClusterWith is startCluster with perBroker(id)'s flags added to node id's (nil:
-// none), for flags that differ between brokers (their own listen addresses).
-func startClusterWith(t *testing.T, n int, perBroker func(id int) []string, extra ...string) *testCluster {
+// startClusterWith starts voters brokers that are controller voters (nodes 1..voters) and
+// nonVoters brokers outside the quorum (the next ids, seeded with node 1's address), and
+// waits until all registered. perBroker(id), if set, gives node id's own further flags
+// (its own listen addresses).
+func startClusterWith(t *testing.T, voters, nonVoters int, perBroker func(id int) []string, extra ...string) *testCluster {
 	t.Helper()
-	var raft, voters []string
-	for i := 0; i < n; i++ {
-		raft = append(raft, freeAddr(t))
-		voters = append(voters, fmt.Sprintf("%d@%s", i+1, raft[i]))
+	n := voters + nonVoters
+	var quorum []string
+	for i := 0; i < voters; i++ {
+		quorum = append(quorum, fmt.Sprintf("%d@%s", i+1, freeAddr(t)))
 	}
 	tc := &testCluster{t: t}
 	for i := 0; i < n; i++ {
-		flags := []string{"--node-id", strconv.Itoa(i + 1), "--controller-voters", strings.Join(voters, ","),
+		flags := []string{"--node-id", strconv.Itoa(i + 1), "--controller-voters", strings.Join(quorum, ","),
 			"--broker-session-timeout", clusterSessionTimeout, "--replica-lag-time-max", clusterLagMax, "--shard-ports", "off"}
+		if i >= voters {
+			flags = append(flags, "--cluster-seeds", tc.brokers[0].addr)
+		}
 		if perBroker != nil {
 			flags = append(flags, perBroker(i+1)...)
 		}

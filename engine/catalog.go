@@ -21,12 +21,17 @@ import (
 //	{
 //	  "version": 1,
 //	  "topics": {
-//	    "orders": {"shards": [0, 1, 0], "config": {"retention.ms": "86400000"}}
+//	    "orders": {"shards": [0, 1, 0], "config": {"retention.ms": "86400000"},
+//	               "id": "5f0c...e1", "incarnation": 4711}
 //	  }
 //	}
 //
 // shards[i] is the shard that owns partition i, so the partition count is len(shards) (the
-// same document engine/shard's broker reads and writes). version must be 1; unknown fields
+// same document engine/shard's broker reads and writes). id and incarnation are optional
+// and opaque here: whoever creates the topic may name its incarnation (a replicated
+// cluster's controller assigns a random topic ID and the metadata version it was created
+// at), so that a later deletion or recreation of the same name can be told apart from this
+// topic. The engine only stores them. version must be 1; unknown fields
 // are rejected so that a newer file is never half-understood.
 const (
 	catalogFileName    = "catalog.json"
@@ -37,6 +42,7 @@ const (
 	shardIndexMax      = 1 << 12
 	configEntriesMax   = TopicConfigEntriesMax
 	configValueBytes   = 1024
+	topicIDBytesMax    = 64
 	partitionDirFormat = "%s-%d"
 )
 
@@ -54,6 +60,10 @@ type TopicMeta struct {
 	Partitions int               `json:"-"` // len(Placement)
 	Placement  []int             `json:"shards"`
 	Config     map[string]string `json:"config,omitempty"`
+	// ID and Incarnation identify this incarnation of the name for its creator (both
+	// optional, opaque to the engine; see the format comment).
+	ID          string `json:"id,omitempty"`
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 type catalogFile struct {
@@ -160,6 +170,9 @@ func validateTopic(name string, t TopicMeta) error {
 			return fmt.Errorf("%w: topic %q partition %d: shard %d out of range", ErrInvalidTopic, name, p, shard)
 		}
 	}
+	if len(t.ID) > topicIDBytesMax {
+		return fmt.Errorf("%w: topic %q: id longer than %d bytes", ErrInvalidTopic, name, topicIDBytesMax)
+	}
 	if len(t.Config) > configEntriesMax {
 		return fmt.Errorf("%w: topic %q: %d config entries, at most %d", ErrInvalidTopic, name, len(t.Config), configEntriesMax)
 	}
@@ -196,6 +209,11 @@ func (c *Catalog) Names() []string {
 // Create adds a topic and persists the catalog. placement may be nil: partition i then goes
 // to shard i % shards (shards <= 0 means 1).
 func (c *Catalog) Create(name string, partitions int, config map[string]string, placement []int, shards int) error {
+	return c.CreateIdentified(name, partitions, config, placement, shards, "", 0)
+}
+
+// CreateIdentified is Create with the topic's ID and incarnation stored in its entry.
+func (c *Catalog) CreateIdentified(name string, partitions int, config map[string]string, placement []int, shards int, id string, incarnation uint64) error {
 	if _, ok := c.topics[name]; ok {
 		return fmt.Errorf("create topic %q: %w", name, ErrTopicExists)
 	}
@@ -206,7 +224,7 @@ func (c *Catalog) Create(name string, partitions int, config map[string]string, 
 			placement[i] = i % shards
 		}
 	}
-	t := cloneTopic(TopicMeta{Partitions: partitions, Config: config, Placement: placement})
+	t := cloneTopic(TopicMeta{Partitions: partitions, Config: config, Placement: placement, ID: id, Incarnation: incarnation})
 	if err := validateTopic(name, t); err != nil {
 		return fmt.Errorf("create topic: %w", err)
 	}
@@ -297,7 +315,7 @@ func (c *Catalog) TopicLogConfig(name string, base LogConfig) (LogConfig, error)
 }
 
 func cloneTopic(t TopicMeta) TopicMeta {
-	out := TopicMeta{Partitions: t.Partitions, Placement: append([]int(nil), t.Placement...)}
+	out := TopicMeta{Partitions: t.Partitions, Placement: append([]int(nil), t.Placement...), ID: t.ID, Incarnation: t.Incarnation}
 	if t.Config != nil {
 		out.Config = make(map[string]string, len(t.Config))
 		for k, v := range t.Config {

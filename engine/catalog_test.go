@@ -55,6 +55,35 @@ func TestCatalogCreateLoadDelete(t *testing.T) {
 	}
 }
 
+// TestCatalogTopicIdentity: a topic's ID and incarnation survive a reload and a config
+// change; a catalog without them (written before they existed) loads with them empty.
+func TestCatalogTopicIdentity(t *testing.T) {
+	dir := t.TempDir()
+	c, _ := LoadCatalog(dir)
+	const id = "00112233445566778899aabbccddeeff"
+	if err := c.CreateIdentified("orders", 2, nil, nil, 1, id, 42); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create("plain", 1, nil, nil, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetConfig("orders", map[string]string{ConfigRetentionMs: "1000"}); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := LoadCatalog(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders, _ := c2.Topic("orders")
+	plain, _ := c2.Topic("plain")
+	if orders.ID != id || orders.Incarnation != 42 || plain.ID != "" || plain.Incarnation != 0 {
+		t.Fatalf("after reload: orders %+v, plain %+v", orders, plain)
+	}
+	if err := c2.CreateIdentified("long", 1, nil, nil, 1, strings.Repeat("a", topicIDBytesMax+1), 1); !errors.Is(err, ErrInvalidTopic) {
+		t.Fatalf("over-long id: %v", err)
+	}
+}
+
 func TestCatalogRejectsBadTopics(t *testing.T) {
 	c, _ := LoadCatalog(t.TempDir())
 	cases := []struct {

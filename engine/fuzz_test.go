@@ -67,6 +67,8 @@ func FuzzDecodeCatalog(f *testing.F) {
 	f.Add([]byte(`{"version": 1, "topics": {"orders": {"shards": [0, 1], "config": {"retention.ms": "1000"}}}}`))
 	f.Add([]byte(`{"version": 1, "topics": {"x": {"shards": [1e9]}}}`))
 	f.Add([]byte(`{"version": 1}`))
+	f.Add([]byte(`{"version": 1, "topics": {"t": {"shards": [0], "id": "00112233445566778899aabbccddeeff", "incarnation": 18446744073709551615}}}`))
+	f.Add([]byte(`{"version": 1, "topics": {"t": {"shards": [0], "id": 7, "incarnation": -1}}}`))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		topics, err := decodeCatalog(b)

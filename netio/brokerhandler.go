@@ -534,12 +534,12 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 func (h *BrokerHandler) deleteTopics(body *wire.DeleteTopicsRequest) *wire.DeleteTopicsResponse {
 	resp := &wire.DeleteTopicsResponse{}
 	for _, name := range body.Topics {
-		if h.cluster != nil {
-			resp.Topics = append(resp.Topics, wire.TopicResult{Topic: name, ErrorCode: wire.ErrInvalidRequest,
-				ErrorMessage: "deleting a replicated topic is not supported yet"})
-			continue
+		var err error
+		if h.cluster != nil && h.cluster.Replicated(name) {
+			err = h.deleteReplicated(name)
+		} else {
+			err = h.b.DeleteTopic(name)
 		}
-		err := h.b.DeleteTopic(name)
 		resp.Topics = append(resp.Topics, wire.TopicResult{Topic: name, ErrorCode: codeFor(err), ErrorMessage: errMessage(err)})
 	}
 	return resp
@@ -640,6 +640,8 @@ func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.Alter
 		case err != nil: // nothing of this topic's request is applied
 		case body.ValidateOnly:
 			err = h.b.ValidateAlter(t.Topic, set, deletes)
+		case h.cluster != nil && h.cluster.Replicated(t.Topic):
+			err = h.alterReplicated(t.Topic, set, deletes)
 		default:
 			err = h.b.AlterTopicConfig(t.Topic, set, deletes)
 		}

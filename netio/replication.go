@@ -94,7 +94,7 @@ func clusterCodeFor(err error) wire.ErrorCode {
 		return wire.ErrInvalidReplication
 	case errors.Is(err, controller.ErrInvalidTopic):
 		return wire.ErrInvalidPartitions
-	case errors.Is(err, controller.ErrUnknownTopic):
+	case errors.Is(err, controller.ErrUnknownTopic), errors.Is(err, controller.ErrTopicIDMismatch):
 		return wire.ErrUnknownTopicOrPartition
 	case errors.As(err, &code):
 		return code
@@ -110,6 +110,22 @@ func (h *BrokerHandler) createReplicated(t wire.CreateTopic) error {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
 	return h.cluster.CreateTopic(ctx, t.Topic, t.Partitions, rf, configMap(t.Configs))
+}
+
+// deleteReplicated deletes a replicated topic through the controller; it answers once
+// this broker deleted its copy.
+func (h *BrokerHandler) deleteReplicated(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	return h.cluster.DeleteTopic(ctx, name)
+}
+
+// alterReplicated changes a replicated topic's config through the controller; it answers
+// once this broker applied it.
+func (h *BrokerHandler) alterReplicated(name string, set map[string]string, deletes []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	return h.cluster.AlterTopicConfig(ctx, name, set, deletes)
 }
 
 // adminTimeout bounds a replicated admin operation (a controller round trip and the local

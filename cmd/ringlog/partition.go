@@ -146,26 +146,22 @@ func submitPartitionCommand(ctx context.Context, c *client.Client, typ controlle
 // election takes one to two seconds).
 const controllerRetryFor = 15 * time.Second
 
-// submitToController sends cmd to the broker whose voter leads the controller quorum, as
-// the seed broker's cluster view names it, asking again while the leadership moves.
+// submitToController sends cmd to the seed broker, which forwards it to the controller
+// leader's broker, asking again while the leadership moves. A broker that answers
+// NOT_CONTROLLER without forwarding (a version before brokers forwarded clients'
+// commands) is bypassed: cmd then goes to the broker its cluster view names as leader.
 func submitToController(ctx context.Context, c *client.Client, cmd []byte) ([]byte, error) {
 	deadline := time.Now().Add(controllerRetryFor)
 	for {
-		v, err := clusterView(ctx, c)
-		if err != nil {
-			return nil, err
-		}
-		var out []byte
-		if b := v.Metadata.Brokers[v.ControllerLeader]; b != nil && b.Address != "" {
-			out, err = c.ControllerSubmitAt(ctx, b.Address, cmd)
-			if !errors.Is(err, wire.ErrNotController) {
-				return out, err
-			}
-		} else {
-			err = fmt.Errorf("%w: node %d's view names no controller leader with an address", wire.ErrNotController, v.NodeID)
+		out, err := c.ControllerSubmitAt(ctx, c.BrokerAddr(), cmd)
+		if !errors.Is(err, wire.ErrNotController) {
+			return out, err
 		}
 		if time.Now().After(deadline) {
 			return nil, err
+		}
+		if out, err = submitToLeader(ctx, c, cmd); !errors.Is(err, wire.ErrNotController) {
+			return out, err
 		}
 		select {
 		case <-ctx.Done():
@@ -173,6 +169,20 @@ func submitToController(ctx context.Context, c *client.Client, cmd []byte) ([]by
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// submitToLeader sends cmd to the broker whose voter leads the controller quorum, as the
+// seed broker's cluster view names it, once.
+func submitToLeader(ctx context.Context, c *client.Client, cmd []byte) ([]byte, error) {
+	v, err := clusterView(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	b := v.Metadata.Brokers[v.ControllerLeader]
+	if b == nil || b.Address == "" {
+		return nil, fmt.Errorf("%w: node %d's view names no controller leader with an address", wire.ErrNotController, v.NodeID)
+	}
+	return c.ControllerSubmitAt(ctx, b.Address, cmd)
 }
 
 // waitReassigned polls the seed broker's cluster view until partition index of topic has

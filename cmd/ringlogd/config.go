@@ -110,6 +110,7 @@ type options struct {
 	// Cluster membership (replication/cluster); nodeID 0 is a single broker.
 	nodeID           int
 	controllerVoters string
+	clusterSeeds     string
 	rack             string
 	sessionTimeout   time.Duration
 	replicaLagMax    time.Duration
@@ -250,7 +251,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (SIGHUP reloads it)")
 	fs.IntVar(&o.nodeID, "node-id", 0, "this broker's id in a replicated cluster (with --controller-voters); 0: a single broker with no replication")
-	fs.StringVar(&o.controllerVoters, "controller-voters", "", "the controller quorum, ID@HOST:PORT,... (1, 3 or 5 voters; raft ports, not client ports); every broker of the cluster must be one of them")
+	fs.StringVar(&o.controllerVoters, "controller-voters", "", "the controller quorum, ID@HOST:PORT,... (1, 3 or 5 voters; raft ports, not client ports); a broker among them runs its voter, one outside follows the metadata over the network (--cluster-seeds)")
+	fs.StringVar(&o.clusterSeeds, "cluster-seeds", "", "HOST:PORT,... client addresses of brokers of the cluster that a broker outside the controller quorum asks for the metadata; required for such a broker")
 	fs.StringVar(&o.rack, "rack", "", "this broker's rack: replicas of a partition are placed on different racks where there are enough")
 	fs.DurationVar(&o.sessionTimeout, "broker-session-timeout", 6*time.Second, "a broker that has not heartbeated to the controller for this long loses its leaderships and leaves every ISR")
 	fs.DurationVar(&o.replicaLagMax, "replica-lag-time-max", 10*time.Second, "replica.lag.time.max: a follower that has not caught up with its leader for this long leaves the ISR")
@@ -755,4 +757,15 @@ func (s *settings) yamlValue(key string) *yaml.Node {
 		tag = "!!int"
 	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: f.Value.String()}
+}
+
+// splitList splits a comma-separated flag value, dropping blanks around and between items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -143,7 +143,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	}
 	var clusterCfg *cluster.Config
 	if o.nodeID > 0 {
-		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Rack: o.rack,
+		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Seeds: splitList(o.clusterSeeds), Rack: o.rack,
 			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle, RaftLog: os.Stderr}
 	}
 	n, err := node.Start(node.Config{

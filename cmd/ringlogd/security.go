@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
@@ -65,15 +64,7 @@ func (f *securityFlags) check() error {
 	return nil
 }
 
-func (f *securityFlags) superUserList() []string {
-	var out []string
-	for _, p := range strings.Split(f.superUsers, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (f *securityFlags) superUserList() []string { return splitList(f.superUsers) }
 
 // serverSecurity opens the credentials and ACLs of dataDir and sets up the quotas.
 func (f *securityFlags) serverSecurity(dataDir string, log *slog.Logger) (*netio.Security, error) {

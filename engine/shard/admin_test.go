@@ -402,3 +402,36 @@ func crashAdminAt(t *testing.T, op adminOp, at int, rng *rand.Rand) string {
 	}
 	return outcome
 }
+
+// TestTopicIdentitySurvives: a topic's ID and incarnation survive a config change (also a
+// change of the broker's defaults) and a restart; a topic created without them has none.
+func TestTopicIdentitySurvives(t *testing.T) {
+	dir := t.TempDir()
+	b := openBroker(t, dir, "syscall", 2)
+	const id = "00112233445566778899aabbccddeeff"
+	if err := b.CreateTopicIdentified("orders", 2, nil, id, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateTopic("plain", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AlterTopicConfig("orders", map[string]string{engine.ConfigRetentionMs: "1000"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.SetLogDefaults(engine.LogConfig{RetentionMs: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		if o, p := b.Topic("orders"), b.Topic("plain"); o.ID != id || o.Incarnation != 7 || p.ID != "" || p.Incarnation != 0 {
+			t.Fatalf("%s: orders %s/%d, plain %q/%d", when, o.ID, o.Incarnation, p.ID, p.Incarnation)
+		}
+	}
+	check("before the restart")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openBroker(t, dir, "syscall", 2)
+	defer b.Close()
+	check("after the restart")
+}

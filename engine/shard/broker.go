@@ -146,8 +146,12 @@ type Topic struct {
 	Name       string
 	Partitions []int // partition index -> shard index
 	Config     map[string]string
-	logConfig  engine.LogConfig
-	minInsync  int
+	// ID and Incarnation name this incarnation of the topic for its creator (a replicated
+	// cluster's controller); empty and 0 for a topic created without them.
+	ID          string
+	Incarnation uint64
+	logConfig   engine.LogConfig
+	minInsync   int
 }
 
 // metadata is an immutable snapshot; replaced whole (copy-on-write) under metaMu.
@@ -408,6 +412,7 @@ func (b *Broker) metadataFromCatalog(cat *engine.Catalog) (*metadata, error) {
 		if err != nil {
 			return nil, fmt.Errorf("catalog topic %q: %w", name, err)
 		}
+		t.ID, t.Incarnation = ct.ID, ct.Incarnation
 		m.topics[name] = t
 	}
 	return m, nil
@@ -475,6 +480,12 @@ func ValidateTopicName(name string) error { return engine.ValidTopicName(name) }
 // directories that the next Open sweeps (engine.Catalog.Sweep). Either way the topic does
 // not exist and create can be retried.
 func (b *Broker) CreateTopic(name string, partitions int, config map[string]string) error {
+	return b.CreateTopicIdentified(name, partitions, config, "", 0)
+}
+
+// CreateTopicIdentified is CreateTopic with the topic's ID and incarnation (opaque here;
+// a replicated cluster's controller assigns them) stored in the catalog and the Topic.
+func (b *Broker) CreateTopicIdentified(name string, partitions int, config map[string]string, id string, incarnation uint64) error {
 	if err := ValidateTopicName(name); err != nil {
 		return err
 	}
@@ -508,6 +519,7 @@ func (b *Broker) CreateTopic(name string, partitions int, config map[string]stri
 	if err != nil {
 		return err
 	}
+	t.ID, t.Incarnation = id, incarnation
 	// Directories left under this name by an interrupted create or delete are garbage
 	// (the catalog does not name them): a new topic starts empty.
 	for p := range shards {
@@ -517,7 +529,7 @@ func (b *Broker) CreateTopic(name string, partitions int, config map[string]stri
 	}
 	err = b.onPartitions(t, func(s *Shard, tp TopicPartition) error { return s.openPartition(tp, t.logConfig, t.minInsync) })
 	if err == nil {
-		err = b.cat.Create(name, partitions, config, shards, len(b.shards))
+		err = b.cat.CreateIdentified(name, partitions, config, shards, len(b.shards), id, incarnation)
 	}
 	if err != nil {
 		if derr := b.discardPartitions(t); derr != nil {
@@ -600,6 +612,7 @@ func (b *Broker) AlterTopicConfig(name string, set map[string]string, deletes []
 	if err != nil {
 		return err
 	}
+	nt.ID, nt.Incarnation = t.ID, t.Incarnation
 	err = b.onPartitions(nt, func(s *Shard, tp TopicPartition) error { return s.reconfigurePartition(tp, nt.logConfig, nt.minInsync) })
 	if err == nil {
 		err = b.cat.SetConfig(name, config)

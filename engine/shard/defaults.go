@@ -45,6 +45,7 @@ func (b *Broker) SetLogDefaults(lc engine.LogConfig) ([]string, error) {
 			b.logDefaults.Store(previous)
 			return nil, fmt.Errorf("topic %q under the new defaults: %w", name, err)
 		}
+		nt.ID, nt.Incarnation = t.ID, t.Incarnation
 		if !maps.Equal(b.EffectiveConfig(t), b.EffectiveConfig(nt)) {
 			changes = append(changes, change{t, nt})
 		}

@@ -662,9 +662,10 @@ func (c *Client) ClusterMetadataAt(ctx context.Context, addr string) ([]byte, er
 
 // ControllerSubmitAt sends a controller command (the JSON of replication/controller's
 // Command: a partition reassignment, a preferred-leader election) to the broker at addr,
-// which replicates it through the controller quorum when its voter leads the quorum, and
-// returns the JSON of its result. Any other broker answers NOT_CONTROLLER (it does not
-// forward a client's command): send it to the broker of the cluster view's
+// which replicates it through the controller quorum (forwarding it to the controller
+// leader's broker when its own voter does not lead), and returns the JSON of its result.
+// NOT_CONTROLLER means no controller leader was reachable from that broker (retry), or
+// the broker predates forwarding: send it to the broker of the cluster view's
 // ControllerLeader. A refused command answers INVALID_REQUEST with the reason.
 func (c *Client) ControllerSubmitAt(ctx context.Context, addr string, command []byte) ([]byte, error) {
 	body, err := c.controller(ctx, addr, wire.ControllerSubmit, command)

@@ -1,13 +1,12 @@
 package kafka
 
 import (
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // DeleteTopics (key 20), v0-v5 (by name; v6+ may name topics by id, which ringlog lacks):
-// the broker core's DeleteTopic. On a cluster deletes are refused with INVALID_REQUEST, as
-// on the ringlog listener (the controller cannot delete a replicated topic yet).
+// the broker core's DeleteTopic; a replicated topic is deleted through the controller, as
+// the ringlog listener deletes it (answered once this broker has deleted its copy).
 var deleteTopicsAPI = api{
 	key: keyDeleteTopics, min: 0, max: 5,
 	serve: func(s *Server, p *pending, req kmsg.Request) {
@@ -15,11 +14,12 @@ var deleteTopicsAPI = api{
 		go func() { // waits for every shard
 			resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
 			for _, name := range r.TopicNames {
-				if s.cfg.Cluster != nil {
-					resp.Topics = append(resp.Topics, deleteTopicResult(name, kerr.InvalidRequest.Code, str("deleting a topic of a replicated cluster is not supported yet")))
-					continue
+				var err error
+				if s.cfg.Cluster != nil && s.cfg.Cluster.Replicated(name) {
+					err = s.deleteReplicated(name)
+				} else {
+					err = s.b.DeleteTopic(name)
 				}
-				err := s.b.DeleteTopic(name)
 				resp.Topics = append(resp.Topics, deleteTopicResult(name, codeFor(err), message(err)))
 			}
 			p.reply(resp, nil)

@@ -21,8 +21,8 @@ import (
 // replicated partition's leader, leader epoch, replicas, ISR and offline replicas from this
 // broker's controller voter; Produce, Fetch, ListOffsets and OffsetForLeaderEpoch of a
 // partition this broker does not lead answer NOT_LEADER_OR_FOLLOWER, which makes Kafka
-// clients refresh their metadata and retry at the leader; CreateTopics goes through the
-// controller as the ringlog listener's create-topic does. Topics that are not replicated
+// clients refresh their metadata and retry at the leader; CreateTopics and DeleteTopics
+// go through the controller as the ringlog listener's do. Topics that are not replicated
 // (the broker-local __consumer_offsets) are described as led by this broker alone.
 //
 // Without a cluster this broker is node 0 and leads every partition at leader epoch 0.
@@ -208,8 +208,15 @@ func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions in
 	return rf, nil
 }
 
-// clusterAdminTimeout bounds a replicated create (a controller round trip and the local
-// open of the replicas), as the ringlog listener's adminTimeout does.
+// deleteReplicated deletes a replicated topic through the controller.
+func (s *Server) deleteReplicated(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), clusterAdminTimeout)
+	defer cancel()
+	return s.cfg.Cluster.DeleteTopic(ctx, name)
+}
+
+// clusterAdminTimeout bounds a replicated create or delete (a controller round trip and
+// the local open or removal of the replicas), as the ringlog listener's adminTimeout does.
 const clusterAdminTimeout = 30 * time.Second
 
 func splitHostPort(addr string) (string, int32, error) {

@@ -88,7 +88,8 @@ type Config struct {
 	// auto.create.topics.enable).
 	KafkaAutoCreateTopics bool
 	// Cluster, when set, makes this broker a member of a replicated cluster: it runs a
-	// controller voter and replicates partitions (replication/cluster). Its DataDir, Dial
+	// controller voter (or, outside the quorum, follows the metadata from Cluster.Seeds)
+	// and replicates partitions (replication/cluster). Its DataDir, Dial
 	// and Logger are filled in here. nil: a single broker, exactly as before.
 	Cluster *cluster.Config
 }

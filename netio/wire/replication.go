@@ -239,9 +239,10 @@ func (m *OffsetsForLeaderEpochResponse) ReadFrom(b []byte) error {
 // Controller operations.
 const (
 	// ControllerSubmit replicates Body, a JSON controller command, through the controller
-	// quorum; the response's Body is the JSON of the command's result value. Only the
-	// broker whose voter leads the quorum applies it; any other answers NOT_CONTROLLER
-	// (brokers send their own commands to the leader's broker, as the CLI does).
+	// quorum; the response's Body is the JSON of the command's result value. The broker
+	// whose voter leads the quorum applies it; any other forwards a client's command to
+	// the leader's broker, marked Forwarded, and a Forwarded command it refuses with
+	// NOT_CONTROLLER (never forwarded twice).
 	ControllerSubmit int8 = 0
 	// ControllerMetadata returns the controller metadata (JSON) as this broker last saw it.
 	ControllerMetadata int8 = 1

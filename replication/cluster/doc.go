@@ -1,13 +1,16 @@
 // Package cluster runs one broker's part of a replicated cluster: its controller voter
-// (replication/controller, in process), its registration and heartbeats, and the
-// replication state of every partition it holds a replica of. A Manager
+// (replication/controller, in process) or, on a broker outside the controller quorum, a
+// follower of the controller leader's metadata over the network (remoteQuorum: no raft),
+// its registration and heartbeats, and the replication state of every partition it holds
+// a replica of. A Manager
 //
 //   - is the broker core's core.Replicator: a leader's high watermark is the minimum log
 //     end offset over the ISR (replication/isr's Leader), acks=all is answered once the
 //     high watermark and the leader's own fdatasync cover the batch, and acks=all is
 //     refused while the committed ISR is smaller than min.insync.replicas;
-//   - reconciles the controller's metadata into local state: creates the local partitions
-//     of topics this broker is a replica of, becomes leader (stamping its leader epoch on
+//   - reconciles the controller's metadata into local state: deletes local topics whose
+//     incarnation (topic ID) the metadata proves deleted, creates the local partitions
+//     of topics this broker is a replica of, applies their config changes, becomes leader (stamping its leader epoch on
 //     every batch, engine.Log.SetLeaderEpoch, and recording it in the partition's epoch
 //     checkpoint) or follower at each leader epoch;
 //   - answers followers' fetches and OffsetsForLeaderEpoch questions as leader (Handle*),

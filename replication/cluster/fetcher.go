@@ -231,7 +231,13 @@ func (r *replica) truncate(ctx context.Context, m *Manager, conn PeerConn) error
 	from := f.LogEndOffset()
 	to := f.EpochAnswered(answer)
 	r.mu.Unlock()
+	r.writeMu.Lock()
+	if r.retired {
+		r.writeMu.Unlock()
+		return nil
+	}
 	end, err := m.b.TruncateTo(r.tp, to)
+	r.writeMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil && end != to {
@@ -272,8 +278,14 @@ func (r *replica) fetched(m *Manager, f *isr.Follower, a FetchAnswer) {
 	batches, epochs := splitReplicated(a.Records)
 	end := int64(-1)
 	if len(batches) > 0 {
+		r.writeMu.Lock()
+		if r.retired {
+			r.writeMu.Unlock()
+			return
+		}
 		var err error
 		end, err = m.b.AppendReplicated(r.tp, batches)
+		r.writeMu.Unlock()
 		if err != nil {
 			m.log.Warn("append replicated batches", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
 			r.mu.Lock()

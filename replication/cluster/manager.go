@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,6 +25,10 @@ import (
 const (
 	OpSubmit   int8 = 0 // replicate a JSON controller.Command; answer the JSON of its result value
 	OpMetadata int8 = 1 // answer the JSON of this broker's view of the controller metadata
+	// OpWatch: the body is a JSON WatchRequest; answer like OpMetadata once this broker's
+	// metadata version is above its Since, or after its WaitMs (at most 10 s). Brokers
+	// outside the controller quorum follow the metadata with it.
+	OpWatch int8 = 2
 )
 
 // Errors of the Manager's API.
@@ -76,8 +81,15 @@ type FetchAnswer struct {
 
 // Config configures a Manager.
 type Config struct {
-	NodeID  int32
-	Voters  string // controller.ParseVoters' format; NodeID must be among them
+	NodeID int32
+	// Voters is the controller quorum (controller.ParseVoters' format). A broker among them
+	// runs its voter; one that is not runs no raft and follows the metadata from the
+	// brokers over the network (Seeds).
+	Voters string
+	// Seeds are client addresses (HOST:PORT) of brokers of the cluster that a broker
+	// outside the controller quorum asks for the metadata until it knows the controller
+	// leader's broker; required for such a broker, unused by voters.
+	Seeds   []string
 	Rack    string
 	DataDir string // the broker's data directory: the controller keeps DataDir/controller
 
@@ -123,7 +135,7 @@ const (
 type Manager struct {
 	cfg Config
 	log *slog.Logger
-	ctl *controller.Controller
+	ctl quorum // this broker's voter, or a follower of the metadata (remoteQuorum)
 	b   *shard.Broker
 	// self is the advertised client address, known once Attach runs; kafkaSelf the Kafka
 	// listener's advertised address (SetKafkaAddress, before Attach), registered with it.
@@ -140,6 +152,10 @@ type Manager struct {
 	ctlAddr string   // guarded by cmu
 
 	registeredEpoch atomic.Int64 // the session epoch seen after our registration; 0: none yet
+	// deleting counts local topic deletions in progress (deleteDropped): a topic leaves the
+	// broker's metadata before its directories are removed, and DeleteTopic answers only
+	// once they are.
+	deleting atomic.Int32
 
 	// ISR changes of partitions this broker leads, committed by the controller (metrics).
 	isrShrinks, isrExpands atomic.Uint64
@@ -156,9 +172,13 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(voters, func(v controller.Voter) bool { return v.ID == cfg.NodeID }) {
-		return nil, fmt.Errorf("%w: node id %d is not among the controller voters %s (every broker runs a voter; brokers outside the quorum are not supported yet)",
+	voter := slices.ContainsFunc(voters, func(v controller.Voter) bool { return v.ID == cfg.NodeID })
+	if !voter && len(cfg.Seeds) == 0 {
+		return nil, fmt.Errorf("%w: node id %d is not among the controller voters %s, so it needs the client addresses of brokers of the cluster to follow the metadata from (--cluster-seeds)",
 			ErrConfig, cfg.NodeID, cfg.Voters)
+	}
+	if cfg.NodeID <= 0 {
+		return nil, fmt.Errorf("%w: node id %d, want a positive id", ErrConfig, cfg.NodeID)
 	}
 	if cfg.Dial == nil {
 		return nil, fmt.Errorf("%w: no dialer", ErrConfig)
@@ -184,6 +204,14 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.RaftLog == nil {
 		cfg.RaftLog = io.Discard
 	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
+	if cfg.ThrottledBytesPerSecond > 0 {
+		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
+	}
+	if !voter {
+		m.ctl = startRemoteQuorum(cfg.NodeID, cfg.Seeds, cfg.Dial, cfg.Logger)
+		return m, nil
+	}
 	ctl, err := controller.Start(controller.Config{
 		NodeID: cfg.NodeID, Voters: cfg.Voters, Dir: filepath.Join(cfg.DataDir, "controller"),
 		SessionTimeout:   cfg.SessionTimeout,
@@ -193,10 +221,7 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start controller voter: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, ctl: ctl, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
-	if cfg.ThrottledBytesPerSecond > 0 {
-		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
-	}
+	m.ctl = ctl
 	return m, nil
 }
 
@@ -289,7 +314,9 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 	if b == nil || b.Address == "" {
 		return nil, fmt.Errorf("%w: controller leader %d has not registered its address", ErrNoController, id)
 	}
-	body, err := json.Marshal(cmd)
+	fwd := *cmd
+	fwd.Forwarded = true
+	body, err := json.Marshal(&fwd)
 	if err != nil {
 		return nil, err
 	}
@@ -310,8 +337,31 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 	if err != nil && !isRemote(err) {
 		m.ctlConn.Close()
 		m.ctlConn = nil
+		err = fmt.Errorf("%w: controller leader %d at %s: %w", ErrNoController, id, b.Address, err)
 	}
 	return out, err
+}
+
+// submitRetrying is Submit, retried every retryBackoff until ctx ends while no controller
+// leader is reachable, the one asked no longer leads, or the connection to it failed (a
+// killed controller leader: the next one takes a raft election), all ErrNoController or
+// controller.ErrNotController. Only for commands that may be applied twice: a connection
+// that failed after sending may have delivered it.
+func (m *Manager) submitRetrying(ctx context.Context, cmd *controller.Command) ([]byte, error) {
+	for {
+		out, err := m.Submit(ctx, cmd)
+		retriable := errors.Is(err, ErrNoController) || errors.Is(err, controller.ErrNotController)
+		if !retriable {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-m.stop:
+			return nil, err
+		case <-time.After(retryBackoff):
+		}
+	}
 }
 
 // RemoteError is a refusal that came back from a peer over the wire; the transport wraps
@@ -336,7 +386,9 @@ func (m *Manager) SubmitLocal(cmd *controller.Command) ([]byte, error) {
 	return json.Marshal(res.Value)
 }
 
-// HandleController answers a peer's or the CLI's Controller request.
+// HandleController answers a peer's or the CLI's Controller request. A client's command
+// (not marked Forwarded) is forwarded to the controller leader's broker when this broker's
+// voter does not lead; a command another broker forwarded is applied here or refused.
 func (m *Manager) HandleController(op int8, body []byte) ([]byte, error) {
 	switch op {
 	case OpSubmit:
@@ -344,8 +396,26 @@ func (m *Manager) HandleController(op int8, body []byte) ([]byte, error) {
 		if err := json.Unmarshal(body, &cmd); err != nil {
 			return nil, fmt.Errorf("decode controller command: %w", err)
 		}
-		return m.SubmitLocal(&cmd)
+		if cmd.Forwarded {
+			return m.SubmitLocal(&cmd)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
+		defer cancel()
+		return m.Submit(ctx, &cmd)
 	case OpMetadata:
+		return json.Marshal(m.View())
+	case OpWatch:
+		var w WatchRequest
+		if err := json.Unmarshal(body, &w); err != nil {
+			return nil, fmt.Errorf("decode metadata watch: %w", err)
+		}
+		wait := time.NewTimer(min(max(time.Duration(w.WaitMs)*time.Millisecond, 0), watchWaitMax))
+		defer wait.Stop()
+		select {
+		case <-m.ctl.Changed(w.Since):
+		case <-wait.C:
+		case <-m.stop:
+		}
 		return json.Marshal(m.View())
 	}
 	return nil, fmt.Errorf("unknown controller operation %d", op)
@@ -391,10 +461,76 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 	// Wait until this broker's voter has applied the create and, when this broker holds a
 	// replica, until the metadata loop has opened it: a produce right after the answer
 	// then finds it.
-	for !m.topicReady(name) {
+	return m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
+}
+
+// topicReady: this broker's voter knows the topic and the metadata loop has opened it.
+func (m *Manager) topicReady(name string) bool {
+	t := m.ctl.Metadata().Topics[name]
+	local := m.b.Topic(name)
+	return t != nil && local != nil && localTopicID(local) == t.ID
+}
+
+// configUnclean is the topic config the controller reads at create.
+const configUnclean = controller.ConfigUnclean
+
+// Replicated reports whether this broker's view of the controller metadata holds topic
+// name (a replicated topic: deletes and config changes go through the controller).
+func (m *Manager) Replicated(name string) bool { return m.ctl.Metadata().Topics[name] != nil }
+
+// DeleteTopic deletes a replicated topic through the controller and waits until this
+// broker has deleted its copy; every other broker deletes its own when its view of the
+// metadata shows the deletion (reconcile), including a broker that was down meanwhile.
+func (m *Manager) DeleteTopic(ctx context.Context, name string) error {
+	t := m.ctl.Metadata().Topics[name]
+	if t == nil {
+		return fmt.Errorf("delete %s: %w", name, controller.ErrUnknownTopic)
+	}
+	_, err := m.submitRetrying(ctx, &controller.Command{Type: controller.CmdDeleteTopic, Topic: &controller.TopicRequest{Name: name, ID: t.ID}})
+	if err != nil && !m.ctl.Metadata().TopicDeleted(name, t.ID, t.CreatedVersion) {
+		// (A retried delete whose first attempt was applied is refused as unknown; the
+		// metadata then shows the deletion.)
+		return err
+	}
+	return m.waitLocal(ctx, "deleted; its local copy is not removed yet", func() bool {
+		local := m.b.Topic(name)
+		return (local == nil || localTopicID(local) != t.ID) && m.deleting.Load() == 0
+	})
+}
+
+// AlterTopicConfig changes a replicated topic's config through the controller (set the
+// keys of set, remove those of deletes) and waits until this broker applied it; every
+// replica's broker applies it when its view of the metadata shows it.
+func (m *Manager) AlterTopicConfig(ctx context.Context, name string, set map[string]string, deletes []string) error {
+	t := m.ctl.Metadata().Topics[name]
+	if t == nil {
+		return fmt.Errorf("alter config of %s: %w", name, controller.ErrUnknownTopic)
+	}
+	if err := m.b.ValidateAlter(name, set, deletes); err != nil {
+		return err
+	}
+	out, err := m.submitRetrying(ctx, &controller.Command{Type: controller.CmdAlterConfig, Topic: &controller.TopicRequest{
+		Name: name, ID: t.ID, Config: set, ConfigDeletes: deletes}})
+	if err != nil {
+		return err
+	}
+	var after controller.Topic
+	if err := json.Unmarshal(out, &after); err != nil {
+		return fmt.Errorf("alter config of %s: controller answer: %w", name, err)
+	}
+	return m.waitLocal(ctx, "config changed; not applied here yet", func() bool {
+		local := m.b.Topic(name)
+		return local == nil || localTopicID(local) != t.ID || maps.Equal(local.Config, after.Config)
+	})
+}
+
+// waitLocal polls done until it holds (the metadata loop has applied a committed change
+// here), ctx ends or the Manager closes.
+func (m *Manager) waitLocal(ctx context.Context, what string, done func() bool) error {
+	for !done() {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("topic %q created; not open here yet: %w", name, ctx.Err())
+			return fmt.Errorf("%s: %w", what, ctx.Err())
 		case <-m.stop:
 			return shard.ErrShuttingDown
 		case <-time.After(10 * time.Millisecond):
@@ -403,13 +539,14 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 	return nil
 }
 
-// topicReady: this broker's voter knows the topic and the metadata loop has opened it.
-func (m *Manager) topicReady(name string) bool {
-	return m.ctl.Metadata().Topics[name] != nil && m.b.Topic(name) != nil
+// localTopicID is the controller topic ID of a local topic: the one stored in its catalog
+// entry, or the legacy ID of its name for a topic created before topic IDs.
+func localTopicID(t *shard.Topic) string {
+	if t.ID != "" {
+		return t.ID
+	}
+	return controller.LegacyTopicID(t.Name)
 }
-
-// configUnclean is the topic config the controller reads at create.
-const configUnclean = "unclean.leader.election.enable"
 
 // ---- registration and heartbeats ----
 
@@ -422,6 +559,9 @@ func (m *Manager) heartbeatLoop() {
 		md := m.ctl.Metadata()
 		me := md.Brokers[m.cfg.NodeID]
 		switch {
+		case !m.quorumSynced():
+			// a broker outside the quorum has not heard the metadata yet: registering now
+			// could not tell our previous session from the new one
 		case !registered:
 			if me != nil {
 				before = me.SessionEpoch
@@ -452,6 +592,13 @@ func (m *Manager) heartbeatLoop() {
 	}
 }
 
+// quorumSynced: this broker's view of the metadata has been filled once (always for a
+// voter, whose view is its own state machine).
+func (m *Manager) quorumSynced() bool {
+	r, ok := m.ctl.(*remoteQuorum)
+	return !ok || r.isSynced()
+}
+
 // ---- metadata reconciliation ----
 
 func (m *Manager) metadataLoop() {
@@ -474,6 +621,7 @@ func (m *Manager) metadataLoop() {
 // reconcile brings local partitions in line with md: topics this broker replicates are
 // opened, and each replica leads, follows or idles as md says.
 func (m *Manager) reconcile(md *controller.Metadata) {
+	m.deleteDropped(md)
 	me := md.Brokers[m.cfg.NodeID]
 	if me == nil || me.Fenced {
 		// Fenced: the controller has moved our leaderships elsewhere; stop serving them.
@@ -487,12 +635,8 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 		// Every broker opens every topic, replica or not, so that its metadata answers
 		// for it (partition count) and clients seeded with it route to the leaders; a
 		// partition it holds no replica of stays empty and refuses clients.
-		if m.b.Topic(name) == nil {
-			err := m.b.CreateTopic(name, len(t.Partitions), t.Config)
-			if err != nil && !errors.Is(err, shard.ErrTopicExists) {
-				m.log.Warn("open replicated topic", "topic", name, "err", err)
-				continue
-			}
+		if !m.openTopic(t) {
+			continue
 		}
 		minInsync, _ := engine.MinInsyncReplicas(t.Config)
 		for _, p := range t.Partitions {
@@ -510,6 +654,64 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 		}
 	}
 	m.syncFetchers()
+}
+
+// openTopic makes the local topic match md's topic t: created under t's ID and creation
+// version when missing, its config changed to t's when it differs. It reports whether the
+// local topic is t's incarnation. A local topic of another incarnation that md does not
+// prove deleted (deleteDropped) is left alone: md may be the stale one.
+func (m *Manager) openTopic(t *controller.Topic) bool {
+	local := m.b.Topic(t.Name)
+	if local == nil {
+		err := m.b.CreateTopicIdentified(t.Name, len(t.Partitions), t.Config, t.ID, t.CreatedVersion)
+		if err != nil && !errors.Is(err, shard.ErrTopicExists) {
+			m.log.Warn("open replicated topic", "topic", t.Name, "err", err)
+		}
+		local = m.b.Topic(t.Name)
+		return local != nil && localTopicID(local) == t.ID
+	}
+	if localTopicID(local) != t.ID {
+		return false
+	}
+	if !maps.Equal(local.Config, t.Config) {
+		var deletes []string
+		for k := range local.Config {
+			if _, ok := t.Config[k]; !ok {
+				deletes = append(deletes, k)
+			}
+		}
+		if err := m.b.AlterTopicConfig(t.Name, t.Config, deletes); err != nil {
+			m.log.Warn("apply replicated topic config", "topic", t.Name, "err", err)
+		} else {
+			m.log.Info("topic config changed by the controller", "topic", t.Name, "config", t.Config)
+		}
+	}
+	return true
+}
+
+// deleteDropped deletes every local topic whose incarnation md proves deleted (a tombstone
+// with its ID, the name recreated later, or md past its creation without it:
+// controller.Metadata.TopicDeleted), never one md merely lacks. Its replicas stop first, so
+// that no in-flight fetch writes into a recreated topic of the same name.
+func (m *Manager) deleteDropped(md *controller.Metadata) {
+	for _, t := range m.b.Topics() {
+		if !md.TopicDeleted(t.Name, localTopicID(t), t.Incarnation) {
+			continue
+		}
+		for p := range t.Partitions {
+			if v, ok := m.reps.LoadAndDelete(shard.TopicPartition{Topic: t.Name, Partition: int32(p)}); ok {
+				v.(*replica).retire(m)
+			}
+		}
+		m.deleting.Add(1)
+		err := m.b.DeleteTopic(t.Name)
+		m.deleting.Add(-1)
+		if err != nil {
+			m.log.Warn("delete a topic the controller deleted", "topic", t.Name, "id", localTopicID(t), "err", err)
+			continue
+		}
+		m.log.Info("deleted a topic the controller deleted", "topic", t.Name, "id", localTopicID(t))
+	}
 }
 
 func (m *Manager) replicaFor(tp shard.TopicPartition) *replica {

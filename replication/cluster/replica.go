@@ -34,6 +34,12 @@ type replica struct {
 	partitionEpoch int32 // guarded by mu
 	checkpointed   []isr.EpochEntry
 
+	// writeMu is held across a follower's writes to the partition's log (truncation,
+	// appending fetched batches); retire takes it to set retired, so that once the topic
+	// is deleted no write of this replica lands in a recreated topic's partition.
+	writeMu sync.Mutex
+	retired bool // guarded by writeMu
+
 	// Read by the broker core's shard loops without mu.
 	leading  atomic.Bool
 	lone     atomic.Bool  // leading, and the maximal ISR is this broker alone: HWM = LEO
@@ -168,6 +174,15 @@ func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error
 		m.log.Info("following partition", "topic", r.tp.Topic, "partition", r.tp.Partition, "leader", p.Leader, "epoch", p.LeaderEpoch, "leo", leo)
 	}
 	return nil
+}
+
+// retire ends the replica for good (its topic was deleted): it waits for a write in
+// flight, refuses later ones, and resigns.
+func (r *replica) retire(m *Manager) {
+	r.writeMu.Lock()
+	r.retired = true
+	r.writeMu.Unlock()
+	r.resign(m)
 }
 
 // resign ends a leadership or followership: waiting acks=all produces are answered with

@@ -344,6 +344,15 @@ func (c *Controller) Submit(cmd *Command, timeout time.Duration) (Result, error)
 	}
 	stamped := *cmd
 	stamped.NowMs = c.cfg.Now().UnixMilli()
+	stamped.Version = CommandVersion
+	stamped.Forwarded = false
+	if cmd.Type == CmdCreateTopic && cmd.Topic != nil {
+		// The controller assigns a new topic's ID: drawn here, it is in the raft log, so
+		// every voter stores the same one.
+		t := *cmd.Topic
+		t.ID = NewTopicID()
+		stamped.Topic = &t
+	}
 	data, err := json.Marshal(&stamped)
 	if err != nil {
 		return Result{}, fmt.Errorf("encode command: %w", err)

@@ -16,6 +16,11 @@
 //     go offline (leader -1) until an ISR member returns;
 //   - an ISR change is accepted only from the partition's current leader at its current
 //     leader and partition epochs, may add only live replicas, and must keep the leader;
+//   - a topic gets a random 128-bit ID at creation (drawn by the leader's Submit, so it is
+//     in the log) and its creation version; a delete leaves a tombstone with the ID and
+//     raises the leader epoch floor of later topics; Metadata.TopicDeleted says when a
+//     broker may delete its local copy of an incarnation (never merely because a possibly
+//     stale view lacks it);
 //   - a reassignment adds the target replicas, and completes (dropping the others) once
 //     every target replica is in the ISR; a preferred-leader election moves leadership to
 //     the first replica of the assignment when it is live and in sync.

@@ -23,15 +23,25 @@ const (
 	CmdAlterISR       CommandType = 7
 	CmdReassign       CommandType = 8
 	CmdElectPreferred CommandType = 9
+	CmdAlterConfig    CommandType = 10
 )
+
+// CommandVersion is the command format this controller writes (Command.Version). Version
+// 0 (the field absent) is the format before topic IDs: a create without an ID gets the
+// name's LegacyTopicID. Version 1: creates carry the topic ID the controller leader drew;
+// deletes and config changes may name the ID they mean. A controller refuses a version it
+// does not know rather than apply half of it.
+const CommandVersion uint8 = 1
 
 // Command is one entry of the controller's raft log, JSON-encoded (the metadata is small
 // and changes rarely; a readable log is worth more than a compact one). NowMs is the
 // proposer's clock: the state machine never reads a clock, so that every voter computes the
 // same state.
 type Command struct {
-	Type  CommandType
-	NowMs int64 `json:",omitempty"`
+	Type CommandType
+	// Version is the command's format version (CommandVersion when proposed by Submit).
+	Version uint8 `json:",omitempty"`
+	NowMs   int64 `json:",omitempty"`
 	// GraceFromMs (ExpireSessions): no session counts as silent before this time, the
 	// moment the proposer became raft leader. Brokers cannot heartbeat while there is no
 	// controller leader, and must not be fenced for it.
@@ -40,6 +50,11 @@ type Command struct {
 	Topic       *TopicRequest       `json:",omitempty"`
 	AlterISR    *AlterISRRequest    `json:",omitempty"`
 	Reassign    *ReassignRequest    `json:",omitempty"`
+	// Forwarded marks a command one broker sent to the controller leader's broker on
+	// behalf of itself or a client: the receiver applies it or refuses it, never forwards
+	// it again (no forwarding loops while brokers disagree on the leader). Submit clears
+	// it, so it is never in the log.
+	Forwarded bool `json:",omitempty"`
 }
 
 // BrokerRegistration is a broker's registration or heartbeat.
@@ -53,12 +68,18 @@ type BrokerRegistration struct {
 
 // TopicRequest creates, deletes or reconfigures a topic.
 type TopicRequest struct {
-	Name                  string
-	Partitions            int32 `json:",omitempty"`
-	ReplicationFactor     int32 `json:",omitempty"`
-	UncleanLeaderElection bool  `json:",omitempty"`
-	// Config (create): the topic's configuration, stored with it.
+	Name string
+	// ID (create): the new topic's ID, drawn by the controller leader's Submit. (delete,
+	// alter config): when set, the topic must still be this incarnation.
+	ID                    string `json:",omitempty"`
+	Partitions            int32  `json:",omitempty"`
+	ReplicationFactor     int32  `json:",omitempty"`
+	UncleanLeaderElection bool   `json:",omitempty"`
+	// Config (create): the topic's configuration, stored with it; (alter config): the keys
+	// to set.
 	Config map[string]string `json:",omitempty"`
+	// ConfigDeletes (alter config): the keys to remove (their defaults apply again).
+	ConfigDeletes []string `json:",omitempty"`
 }
 
 // AlterISRRequest is a partition leader's ISR change (isr.AlterISR, named by partition).
@@ -201,6 +222,7 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	if meta.Topics == nil {
 		meta.Topics = map[string]*Topic{}
 	}
+	meta.normalize() // topics of a snapshot from before topic IDs
 	if err := meta.validate(); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}

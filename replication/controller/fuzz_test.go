@@ -23,6 +23,9 @@ func FuzzApply(f *testing.F) {
 		{Type: CmdAlterISR, AlterISR: &AlterISRRequest{Topic: "t", Leader: 1, ISR: []int32{1}}},
 		{Type: CmdReassign, Reassign: &ReassignRequest{Topic: "t", Replicas: []int32{3, 2}}},
 		{Type: CmdElectPreferred, Reassign: &ReassignRequest{Topic: "t"}},
+		{Type: CmdCreateTopic, Version: CommandVersion, Topic: &TopicRequest{Name: "v", ID: "00112233445566778899aabbccddeeff", Partitions: 1, ReplicationFactor: 1}},
+		{Type: CmdDeleteTopic, Version: CommandVersion, Topic: &TopicRequest{Name: "t", ID: LegacyTopicID("t")}},
+		{Type: CmdAlterConfig, Version: CommandVersion, Topic: &TopicRequest{Name: "t", Config: map[string]string{ConfigUnclean: "true"}, ConfigDeletes: []string{"retention.ms"}}},
 		{Type: CmdHeartbeat},
 		{Type: CmdAlterISR},
 		{Type: 200},
@@ -41,25 +44,15 @@ func FuzzApply(f *testing.F) {
 			{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: 2, Address: "b:1"}},
 			{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: 3, Address: "c:1"}},
 			{Type: CmdCreateTopic, Topic: &TopicRequest{Name: "t", Partitions: 2, ReplicationFactor: 3}},
+			{Type: CmdCreateTopic, Version: CommandVersion, Topic: &TopicRequest{Name: "w", ID: "ffeeddccbbaa99887766554433221100", Partitions: 1, ReplicationFactor: 2}},
+			{Type: CmdDeleteTopic, Version: CommandVersion, Topic: &TopicRequest{Name: "w"}},
 		} {
 			fsm.ApplyCommand(uint64(i+1), &c)
 		}
-		fsm.Apply(&raft.Log{Index: 5, Type: raft.LogCommand, Data: data})
+		fsm.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: data})
 		checkInvariants(t, fsm.Metadata())
 		// What applied also survives a snapshot.
-		snap, err := fsm.Snapshot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sink sinkBuffer
-		if err := snap.Persist(&sink); err != nil {
-			t.Fatal(err)
-		}
-		restored := NewFSM(0)
-		if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
-			t.Fatal(err)
-		}
-		if !equalMetadata(fsm.Metadata(), restored.Metadata()) {
+		if !equalMetadata(fsm.Metadata(), snapshotRoundTrip(t, fsm).Metadata()) {
 			t.Fatal("snapshot round trip changed the metadata")
 		}
 	})
@@ -79,6 +72,9 @@ func FuzzRestore(f *testing.F) {
 
 func checkInvariants(t *testing.T, m *Metadata) {
 	t.Helper()
+	if err := m.validate(); err != nil {
+		t.Fatalf("metadata breaks its invariants: %v", err)
+	}
 	for name, topic := range m.Topics {
 		for i, p := range topic.Partitions {
 			if p.Leader != NoLeader && !containsID(p.ISR, p.Leader) {
@@ -103,4 +99,22 @@ func containsID(ids []int32, id int32) bool {
 		}
 	}
 	return false
+}
+
+// snapshotRoundTrip snapshots fsm and restores the snapshot into a new FSM.
+func snapshotRoundTrip(t *testing.T, fsm *FSM) *FSM {
+	t.Helper()
+	snap, err := fsm.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink sinkBuffer
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	restored := NewFSM(0)
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	return restored
 }

@@ -1,12 +1,16 @@
 package controller
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 )
 
 // Errors a command is refused with. They travel back to the submitter on the controller
@@ -25,6 +29,9 @@ var (
 	ErrInvalidReplicas      = errors.New("invalid replica assignment")
 	ErrPreferredNotEligible = errors.New("preferred replica is not an in-sync live broker")
 	ErrUnknownCommand       = errors.New("unknown command")
+	// ErrTopicIDMismatch refuses a delete or config change naming a topic ID that is not
+	// the current one: the topic was deleted and recreated since the caller looked.
+	ErrTopicIDMismatch = errors.New("topic was recreated under a new topic ID")
 )
 
 // NoLeader is the leader of an offline partition.
@@ -35,7 +42,50 @@ const (
 	partitionsPerTopicMax = 1 << 16
 	replicationFactorMax  = 16
 	topicNameBytesMax     = 249 // Kafka's limit
+	// deletedTopicsMax bounds the tombstones kept (oldest dropped first): at ~120 bytes of
+	// JSON each, 1,024 cost ~120 KiB of snapshot. A broker needs no tombstone for a topic
+	// created with an ID: the metadata version covers it (see TopicDeleted).
+	deletedTopicsMax = 1024
+	// topicConfigEntriesMax bounds a topic's config map in the controller (the engine's
+	// own limit is the same order).
+	topicConfigEntriesMax = 1024
 )
+
+// Topic IDs. A topic created through the controller gets a random 128-bit ID (32
+// lowercase hex digits), drawn by the controller leader when it proposes the create, so
+// that it is in the raft log and every voter stores the same one. A topic created by a
+// command of format version 0 (before IDs existed) and a topic restored from a snapshot
+// that has none get LegacyTopicID(name): derived from the name alone, so that replay and
+// restore agree.
+const topicIDHexLen = 32
+
+// NewTopicID draws a random 128-bit topic ID.
+func NewTopicID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("topic id: crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// LegacyTopicID is the ID of a topic created before topic IDs existed: the first 128 bits
+// of SHA-256 over a fixed prefix and the name.
+func LegacyTopicID(name string) string {
+	sum := sha256.Sum256([]byte("ringlog legacy topic id\x00" + name))
+	return hex.EncodeToString(sum[:16])
+}
+
+func validTopicID(id string) bool {
+	if len(id) != topicIDHexLen {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Broker is a registered broker as the controller knows it.
 type Broker struct {
@@ -82,6 +132,12 @@ func (p *Partition) clone() *Partition {
 // Topic is a topic and its partitions.
 type Topic struct {
 	Name string
+	// ID is this incarnation's topic ID (see NewTopicID); a deleted and recreated topic has
+	// a new one.
+	ID string `json:",omitempty"`
+	// CreatedVersion is the metadata version (raft index) of the create; 0 for a topic
+	// created before topic IDs existed.
+	CreatedVersion uint64 `json:",omitempty"`
 	// UncleanLeaderElection is unclean.leader.election.enable: when no ISR member is alive,
 	// elect any live replica (losing what it missed) rather than stay offline.
 	UncleanLeaderElection bool
@@ -91,14 +147,31 @@ type Topic struct {
 	Partitions []Partition
 }
 
+// DeletedTopic is the tombstone of a deleted topic incarnation.
+type DeletedTopic struct {
+	Name           string
+	ID             string
+	CreatedVersion uint64 `json:",omitempty"`
+	DeletedVersion uint64
+}
+
 // Metadata is the controller's whole replicated state.
 type Metadata struct {
 	// Version is the raft index of the last command applied; brokers poll it and fetch
-	// the metadata again when it moved.
+	// the metadata again when it moved. The state at a version is the same on every voter
+	// and after every restart (snapshot or replay).
 	Version          uint64
 	SessionTimeoutMs int64
 	Brokers          map[int32]*Broker
 	Topics           map[string]*Topic
+	// DeletedTopics are the tombstones of the last deletedTopicsMax deletions, oldest first.
+	DeletedTopics []DeletedTopic `json:",omitempty"`
+	// LeaderEpochFloor is the first leader epoch of a new topic's partitions: above every
+	// epoch a deleted topic's partitions reached, so that a replica of an old incarnation
+	// and one of a new incarnation of the same name never agree on a leader epoch (a
+	// fetch across incarnations is fenced by epoch, as the ReplicaFetch API carries no
+	// topic ID).
+	LeaderEpochFloor int32 `json:",omitempty"`
 }
 
 func newMetadata(sessionTimeoutMs int64) *Metadata {
@@ -108,13 +181,14 @@ func newMetadata(sessionTimeoutMs int64) *Metadata {
 // Clone returns a deep copy.
 func (m *Metadata) Clone() *Metadata {
 	c := &Metadata{Version: m.Version, SessionTimeoutMs: m.SessionTimeoutMs,
-		Brokers: make(map[int32]*Broker, len(m.Brokers)), Topics: make(map[string]*Topic, len(m.Topics))}
+		Brokers: make(map[int32]*Broker, len(m.Brokers)), Topics: make(map[string]*Topic, len(m.Topics)),
+		DeletedTopics: slices.Clone(m.DeletedTopics), LeaderEpochFloor: m.LeaderEpochFloor}
 	for id, b := range m.Brokers {
 		bc := *b
 		c.Brokers[id] = &bc
 	}
 	for name, t := range m.Topics {
-		tc := &Topic{Name: t.Name, UncleanLeaderElection: t.UncleanLeaderElection, Config: maps.Clone(t.Config), Partitions: make([]Partition, len(t.Partitions))}
+		tc := &Topic{Name: t.Name, ID: t.ID, CreatedVersion: t.CreatedVersion, UncleanLeaderElection: t.UncleanLeaderElection, Config: maps.Clone(t.Config), Partitions: make([]Partition, len(t.Partitions))}
 		for i, p := range t.Partitions {
 			p.Replicas = slices.Clone(p.Replicas)
 			p.TargetReplicas = slices.Clone(p.TargetReplicas)
@@ -130,18 +204,37 @@ func (m *Metadata) Clone() *Metadata {
 // state machine's invariants.
 var ErrCorruptMetadata = errors.New("corrupt controller metadata")
 
-// validate checks what apply relies on: entries keyed by their own id or name, partitions
-// indexed in order, each with replicas, an ISR of replicas, and a leader in the ISR or none.
+// normalize gives every topic without an ID (a snapshot from before topic IDs) its
+// LegacyTopicID.
+func (m *Metadata) normalize() {
+	for name, t := range m.Topics {
+		if t != nil && t.ID == "" {
+			t.ID = LegacyTopicID(name)
+		}
+	}
+}
+
+// validate checks what apply relies on: entries keyed by their own id or name, distinct
+// well-formed topic IDs, partitions indexed in order, each with replicas, an ISR of
+// replicas, and a leader in the ISR or none.
 func (m *Metadata) validate() error {
+	ids := map[string]bool{}
+	if len(m.DeletedTopics) > deletedTopicsMax {
+		return fmt.Errorf("%d tombstones: %w", len(m.DeletedTopics), ErrCorruptMetadata)
+	}
+	for _, d := range m.DeletedTopics {
+		ids[d.ID] = true
+	}
 	for id, b := range m.Brokers {
 		if b == nil || b.ID != id {
 			return fmt.Errorf("broker %d: %w", id, ErrCorruptMetadata)
 		}
 	}
 	for name, t := range m.Topics {
-		if t == nil || t.Name != name {
+		if t == nil || t.Name != name || !validTopicID(t.ID) || ids[t.ID] {
 			return fmt.Errorf("topic %q: %w", name, ErrCorruptMetadata)
 		}
+		ids[t.ID] = true
 		for i, p := range t.Partitions {
 			ok := p.Index == int32(i) && len(p.Replicas) > 0 && len(p.ISR) > 0 &&
 				(p.Leader == NoLeader || slices.Contains(p.ISR, p.Leader))
@@ -191,6 +284,9 @@ func (m *Metadata) partition(topic string, index int32) (*Topic, *Partition, err
 // the state, so that every voter computes the same result.
 func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 	m.Version = index
+	if c.Version > CommandVersion {
+		return nil, fmt.Errorf("command format version %d, this controller knows up to %d: %w", c.Version, CommandVersion, ErrUnknownCommand)
+	}
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -202,9 +298,11 @@ func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 	case CmdExpireSessions:
 		return m.expireSessions(c.NowMs, c.GraceFromMs), nil
 	case CmdCreateTopic:
-		return m.createTopic(c.Topic)
+		return m.createTopic(index, c.Version, c.Topic)
 	case CmdDeleteTopic:
-		return nil, m.deleteTopic(c.Topic.Name)
+		return m.deleteTopic(index, c.Topic)
+	case CmdAlterConfig:
+		return m.alterConfig(c.Topic)
 	case CmdSetUnclean:
 		return nil, m.setUnclean(c.Topic.Name, c.Topic.UncleanLeaderElection)
 	case CmdAlterISR:
@@ -225,7 +323,7 @@ func (c *Command) check() error {
 		ok = c.Broker != nil
 	case CmdExpireSessions:
 		ok = true
-	case CmdCreateTopic, CmdDeleteTopic, CmdSetUnclean:
+	case CmdCreateTopic, CmdDeleteTopic, CmdSetUnclean, CmdAlterConfig:
 		ok = c.Topic != nil
 	case CmdAlterISR:
 		ok = c.AlterISR != nil
@@ -363,13 +461,23 @@ func (m *Metadata) electOffline() {
 	}
 }
 
-func (m *Metadata) createTopic(req *TopicRequest) (*Topic, error) {
+// createTopic creates req's topic at metadata version index. A command of format version
+// 0 (before topic IDs) gets the name's LegacyTopicID; later ones must carry a fresh ID.
+func (m *Metadata) createTopic(index uint64, version uint8, req *TopicRequest) (*Topic, error) {
 	if req == nil || req.Name == "" || len(req.Name) > topicNameBytesMax || req.Partitions < 1 ||
-		req.Partitions > partitionsPerTopicMax || req.ReplicationFactor < 1 || req.ReplicationFactor > replicationFactorMax {
+		req.Partitions > partitionsPerTopicMax || req.ReplicationFactor < 1 || req.ReplicationFactor > replicationFactorMax ||
+		len(req.Config) > topicConfigEntriesMax {
 		return nil, fmt.Errorf("create %+v: %w", req, ErrInvalidTopic)
 	}
 	if _, ok := m.Topics[req.Name]; ok {
 		return nil, fmt.Errorf("create %s: %w", req.Name, ErrTopicExists)
+	}
+	id, created := req.ID, index
+	if version == 0 {
+		id, created = LegacyTopicID(req.Name), 0
+	}
+	if !validTopicID(id) || m.topicIDUsed(id) {
+		return nil, fmt.Errorf("create %s: topic id %q malformed or used before: %w", req.Name, id, ErrInvalidTopic)
 	}
 	var live []*Broker
 	for _, id := range m.brokerIDs() {
@@ -381,9 +489,10 @@ func (m *Metadata) createTopic(req *TopicRequest) (*Topic, error) {
 		return nil, fmt.Errorf("create %s: replication factor %d, %d live brokers: %w", req.Name, req.ReplicationFactor, len(live), ErrNotEnoughBrokers)
 	}
 	assignment := placeReplicas(req.Name, live, int(req.Partitions), int(req.ReplicationFactor))
-	t := &Topic{Name: req.Name, UncleanLeaderElection: req.UncleanLeaderElection, Config: maps.Clone(req.Config), Partitions: make([]Partition, req.Partitions)}
+	t := &Topic{Name: req.Name, ID: id, CreatedVersion: created, UncleanLeaderElection: req.UncleanLeaderElection,
+		Config: maps.Clone(req.Config), Partitions: make([]Partition, req.Partitions)}
 	for i, replicas := range assignment {
-		t.Partitions[i] = Partition{Index: int32(i), Replicas: replicas, Leader: replicas[0], ISR: slices.Clone(replicas)}
+		t.Partitions[i] = Partition{Index: int32(i), Replicas: replicas, Leader: replicas[0], LeaderEpoch: m.LeaderEpochFloor, ISR: slices.Clone(replicas)}
 	}
 	m.Topics[req.Name] = t
 	c := &Metadata{Topics: map[string]*Topic{t.Name: t}}
@@ -440,12 +549,106 @@ func placeReplicas(topic string, brokers []*Broker, n, rf int) [][]int32 {
 	return out
 }
 
-func (m *Metadata) deleteTopic(name string) error {
-	if _, ok := m.Topics[name]; !ok {
-		return fmt.Errorf("delete %s: %w", name, ErrUnknownTopic)
+// topicIDUsed reports whether id names a topic or a tombstone.
+func (m *Metadata) topicIDUsed(id string) bool {
+	for _, t := range m.Topics {
+		if t.ID == id {
+			return true
+		}
 	}
-	delete(m.Topics, name)
-	return nil
+	return slices.ContainsFunc(m.DeletedTopics, func(d DeletedTopic) bool { return d.ID == id })
+}
+
+// topicFor returns req's topic, refusing a request that names another incarnation's ID.
+func (m *Metadata) topicFor(op string, req *TopicRequest) (*Topic, error) {
+	t, ok := m.Topics[req.Name]
+	if !ok {
+		return nil, fmt.Errorf("%s %s: %w", op, req.Name, ErrUnknownTopic)
+	}
+	if req.ID != "" && req.ID != t.ID {
+		return nil, fmt.Errorf("%s %s with topic id %s, current %s: %w", op, req.Name, req.ID, t.ID, ErrTopicIDMismatch)
+	}
+	return t, nil
+}
+
+// deleteTopic removes a topic at metadata version index, leaving a tombstone with its ID
+// (the oldest tombstone goes beyond deletedTopicsMax) and raising the leader epoch floor
+// above its partitions' epochs. It returns the tombstone.
+func (m *Metadata) deleteTopic(index uint64, req *TopicRequest) (*DeletedTopic, error) {
+	t, err := m.topicFor("delete", req)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range t.Partitions {
+		m.LeaderEpochFloor = max(m.LeaderEpochFloor, p.LeaderEpoch+1)
+	}
+	d := DeletedTopic{Name: t.Name, ID: t.ID, CreatedVersion: t.CreatedVersion, DeletedVersion: index}
+	m.DeletedTopics = append(m.DeletedTopics, d)
+	if over := len(m.DeletedTopics) - deletedTopicsMax; over > 0 {
+		m.DeletedTopics = slices.Delete(m.DeletedTopics, 0, over)
+	}
+	delete(m.Topics, t.Name)
+	return &d, nil
+}
+
+// alterConfig sets req.Config's keys and removes req.ConfigDeletes from the topic's
+// config (the brokers validated the values); unclean.leader.election.enable follows its
+// key. It returns the topic.
+func (m *Metadata) alterConfig(req *TopicRequest) (*Topic, error) {
+	t, err := m.topicFor("alter config of", req)
+	if err != nil {
+		return nil, err
+	}
+	next := maps.Clone(t.Config)
+	if next == nil {
+		next = map[string]string{}
+	}
+	maps.Copy(next, req.Config)
+	for _, k := range req.ConfigDeletes {
+		delete(next, k)
+	}
+	if len(next) > topicConfigEntriesMax {
+		return nil, fmt.Errorf("alter config of %s: %d entries: %w", req.Name, len(next), ErrInvalidTopic)
+	}
+	unclean := false
+	if v, ok := next[ConfigUnclean]; ok {
+		if unclean, err = strconv.ParseBool(v); err != nil {
+			return nil, fmt.Errorf("alter config of %s: %s=%q: %w", req.Name, ConfigUnclean, v, ErrInvalidTopic)
+		}
+	}
+	t.Config = next
+	if len(next) == 0 {
+		t.Config = nil
+	}
+	if t.UncleanLeaderElection != unclean {
+		t.UncleanLeaderElection = unclean
+		if unclean {
+			m.electOffline()
+		}
+	}
+	c := &Metadata{Topics: map[string]*Topic{t.Name: t}}
+	return c.Clone().Topics[t.Name], nil
+}
+
+// ConfigUnclean is the topic config key behind Topic.UncleanLeaderElection.
+const ConfigUnclean = "unclean.leader.election.enable"
+
+// TopicDeleted reports whether md proves that the topic incarnation (id, created at
+// metadata version createdVersion; 0 when unknown) no longer exists: a tombstone names id,
+// the name now belongs to an incarnation created later, or md is at or past
+// createdVersion and holds no topic with id. A broker deletes its local copy only then,
+// never because a possibly stale md lacks the topic.
+func (m *Metadata) TopicDeleted(name, id string, createdVersion uint64) bool {
+	if slices.ContainsFunc(m.DeletedTopics, func(d DeletedTopic) bool { return d.ID == id }) {
+		return true
+	}
+	if t, ok := m.Topics[name]; ok {
+		return t.ID != id && t.CreatedVersion > createdVersion
+	}
+	// The state at a version is the same wherever it is read: at or past the create, a
+	// name without a topic means the incarnation was deleted (its tombstone may have been
+	// dropped since). A topic without a known version (0) needs its tombstone.
+	return createdVersion != 0 && m.Version >= createdVersion
 }
 
 func (m *Metadata) setUnclean(name string, on bool) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"slices"
 	"testing"
 )
@@ -390,7 +391,8 @@ func TestSnapshotRestore(t *testing.T) {
 }
 
 func equalMetadata(a, b *Metadata) bool {
-	if a.Version != b.Version || a.SessionTimeoutMs != b.SessionTimeoutMs || len(a.Brokers) != len(b.Brokers) || len(a.Topics) != len(b.Topics) {
+	if a.Version != b.Version || a.SessionTimeoutMs != b.SessionTimeoutMs || len(a.Brokers) != len(b.Brokers) || len(a.Topics) != len(b.Topics) ||
+		!slices.Equal(a.DeletedTopics, b.DeletedTopics) || a.LeaderEpochFloor != b.LeaderEpochFloor {
 		return false
 	}
 	for id, x := range a.Brokers {
@@ -400,7 +402,8 @@ func equalMetadata(a, b *Metadata) bool {
 	}
 	for name, x := range a.Topics {
 		y, ok := b.Topics[name]
-		if !ok || x.UncleanLeaderElection != y.UncleanLeaderElection || len(x.Partitions) != len(y.Partitions) {
+		if !ok || x.UncleanLeaderElection != y.UncleanLeaderElection || len(x.Partitions) != len(y.Partitions) ||
+			x.ID != y.ID || x.CreatedVersion != y.CreatedVersion || !maps.Equal(x.Config, y.Config) {
 			return false
 		}
 		for i := range x.Partitions {

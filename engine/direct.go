@@ -36,12 +36,22 @@ type chunk struct {
 	start  int64  // file position of buf[0], block-aligned
 	fill   int
 	shared bool // a reader was given a slice of buf: never reuse it, let the GC have it
+	// fixed is buf's slot in the ring's fixed-buffer table (asynchronous writes with a
+	// FixedBufferWriter); fixedNone: not registered yet, fixedRefused: the ring said no.
+	fixed int
 }
+
+const (
+	fixedNone    = -1
+	fixedRefused = -2
+)
 
 // directFreeChunksMax bounds the chunks kept for reuse: a chunk evicted from the cache
 // without ever being handed to a reader is recycled instead of allocating (and page-faulting)
-// a fresh one per DirectChunkBytes appended.
-const directFreeChunksMax = 2
+// a fresh one per DirectChunkBytes appended. Asynchronous writes (asyncwrite.go) stage and
+// then evict several chunks per write group, so a handful are kept: 8 (8 MiB at the default
+// chunk size) per partition that wrote that fast.
+const directFreeChunksMax = 8
 
 func (c *chunk) end() int64 { return c.start + int64(c.fill) }
 
@@ -49,11 +59,19 @@ type directWriter struct {
 	file       *os.File // opened O_RDWR|O_DIRECT
 	chunkBytes int
 	cacheMax   int
-	cache      []*chunk // written full chunks, contiguous, oldest first, ending at active.start
+	cache      []*chunk // full chunks, contiguous, oldest first, ending at active.start
 	active     *chunk
 	iovecs     [][]byte // reused
-	chunks     []*chunk // reused by write
 	free       []*chunk // unshared chunks ready for reuse
+	// writtenPos is the file position below which every staged byte is on the device; the
+	// bytes from there to active.end() are staged only (asynchronous mode, asyncwrite.go).
+	writtenPos int64
+	// undoFill and undoCached are the active chunk's fill and the cache length before the
+	// last stage (unstage).
+	undoFill, undoCached int
+	// fixedIO, when set, registers chunks as the ring's fixed buffers (asyncwrite.go); a
+	// chunk's slot is released when the writer drops the chunk.
+	fixedIO FixedBufferWriter
 	// allocatedEnd is how far the file has been fallocate'd ahead (KEEP_SIZE).
 	allocatedEnd int64
 }
@@ -102,17 +120,59 @@ func openDirectWriter(fio ring.FileIO, path string, bufferedFd int, size int64, 
 
 // reset drops all cached chunks and starts a fresh active chunk at the block holding size.
 func (w *directWriter) reset(fio ring.FileIO, bufferedFd int, size int64) error {
-	w.cache = nil
+	for _, c := range w.cache {
+		w.recycle(c)
+	}
+	if w.active != nil {
+		w.recycle(w.active)
+	}
+	w.cache, w.active = nil, nil
 	c := w.newChunk(alignDown(size))
 	c.fill = int(size - c.start)
 	if err := preadFull(fio, bufferedFd, c.buf[:c.fill], c.start); err != nil {
 		return fmt.Errorf("load tail block at %d: %w", c.start, err)
 	}
 	w.active = c
+	w.writtenPos = size
 	return nil
 }
 
-func (w *directWriter) close() error { return w.file.Close() }
+func (w *directWriter) close() error {
+	for _, c := range w.cache {
+		w.release(c)
+	}
+	if w.active != nil {
+		w.release(w.active)
+	}
+	for _, c := range w.free {
+		w.release(c)
+	}
+	return w.file.Close()
+}
+
+// fixedIndex is c's fixed-buffer slot, registering it on first use; < 0: write it
+// unregistered.
+func (w *directWriter) fixedIndex(c *chunk) int {
+	if w.fixedIO == nil {
+		return fixedNone
+	}
+	if c.fixed == fixedNone {
+		c.fixed = fixedRefused
+		if idx, ok := w.fixedIO.RegisterWriteBuffer(c.buf); ok {
+			c.fixed = idx
+		}
+	}
+	return c.fixed
+}
+
+// release gives back c's fixed-buffer slot (the writer drops c; no write from it is in
+// flight).
+func (w *directWriter) release(c *chunk) {
+	if c.fixed >= 0 && w.fixedIO != nil {
+		w.fixedIO.UnregisterWriteBuffer(c.fixed)
+	}
+	c.fixed = fixedNone
+}
 
 // memoryStart is the lowest file position held in memory.
 func (w *directWriter) memoryStart() int64 {
@@ -122,7 +182,7 @@ func (w *directWriter) memoryStart() int64 {
 	return w.active.start
 }
 
-// forEachChunk calls fn for cached chunks then the active one, oldest first.
+// chunkAt returns the chunk holding pos (pos must lie in memory).
 func (w *directWriter) chunkAt(pos int64) *chunk {
 	for _, c := range w.cache {
 		if pos < c.start+int64(w.chunkBytes) {
@@ -160,77 +220,116 @@ func (w *directWriter) appendPieces(dst []Piece, pos, end int64) []Piece {
 	return dst
 }
 
-// write copies batches to the end of the staged data (which must be at pos) and writes them
-// with one aligned pwritev. On error nothing changes in memory.
-func (w *directWriter) write(fio ring.FileIO, batches [][]byte, pos int64) error {
-	orig := w.active
-	if orig.end() != pos {
-		panic(fmt.Sprintf("engine: direct write at %d, staged end %d", pos, orig.end()))
+// stage copies batches to the end of the staged data, which must be at pos; no I/O. Chunks
+// that fill up join the cache at once. unstage undoes the last stage until the next one.
+func (w *directWriter) stage(batches [][]byte, pos int64) {
+	c := w.active
+	if c.end() != pos {
+		panic(fmt.Sprintf("engine: direct stage at %d, staged end %d", pos, c.end()))
 	}
-	origFill := orig.fill
-	chunks := append(w.chunks[:0], orig)
-	c := orig
+	w.undoFill, w.undoCached = c.fill, len(w.cache)
 	for _, b := range batches {
 		for len(b) > 0 {
 			if c.fill == w.chunkBytes {
+				w.cache = append(w.cache, c)
 				c = w.newChunk(c.start + int64(w.chunkBytes))
-				chunks = append(chunks, c)
+				w.active = c
 			}
 			n := copy(c.buf[c.fill:], b)
 			c.fill += n
 			b = b[n:]
 		}
 	}
-	iov := w.iovecs[:0]
-	from := alignDown(int64(origFill))
-	for i, c := range chunks {
-		lo := int64(0)
-		if i == 0 {
-			lo = from
-		}
-		if hi := alignUp(int64(c.fill)); hi > lo {
-			iov = append(iov, c.buf[lo:hi])
-		}
-	}
-	w.iovecs = iov
-	w.chunks = chunks
-	// The padding up to the block boundary must be zeros (a reused chunk holds old bytes).
-	clear(c.buf[c.fill:alignUp(int64(c.fill))])
-	if end := orig.start + from + iovecBytes(iov); end > w.allocatedEnd {
-		// Allocate ahead (blocks stay unwritten, the file size unchanged) so that extending
-		// O_DIRECT writes do not allocate blocks one write at a time.
-		want := alignUp(end) + directFallocateBytes
-		if err := fio.Fallocate(int(w.file.Fd()), unix.FALLOC_FL_KEEP_SIZE, w.allocatedEnd, want-w.allocatedEnd); err == nil {
-			w.allocatedEnd = want
-		} else {
-			w.allocatedEnd = end // not supported or no space: the write will say which
-		}
-	}
-	err := pwritevFull(fio, int(w.file.Fd()), iov, orig.start+from)
-	clear(w.iovecs)
-	if err != nil {
-		clear(orig.buf[origFill:orig.fill])
-		orig.fill = origFill
-		for _, c := range chunks[1:] {
+}
+
+// unstage drops what the last stage added (its write failed).
+func (w *directWriter) unstage() {
+	if len(w.cache) > w.undoCached {
+		orig := w.cache[w.undoCached]
+		w.recycle(w.active)
+		for _, c := range w.cache[w.undoCached+1:] {
 			w.recycle(c)
 		}
-		clear(w.chunks)
+		clear(w.cache[w.undoCached:])
+		w.cache = w.cache[:w.undoCached]
+		w.active = orig
+	}
+	clear(w.active.buf[w.undoFill:w.active.fill])
+	w.active.fill = w.undoFill
+}
+
+// pieces appends to dst the aligned buffers that write the staged data from file position
+// from (block-aligned, inside memory) to the staged end, one slice per chunk, the last block
+// zero-padded. It returns dst and the end of the bytes the slices cover.
+func (w *directWriter) pieces(dst [][]byte, from int64) ([][]byte, int64) {
+	end := from
+	add := func(c *chunk) {
+		lo := max(from, c.start)
+		if hi := c.start + alignUp(int64(c.fill)); hi > lo {
+			dst = append(dst, c.buf[lo-c.start:hi-c.start])
+			end = hi
+		}
+	}
+	for _, c := range w.cache {
+		add(c)
+	}
+	// The padding up to the block boundary must be zeros (a reused chunk holds old bytes).
+	c := w.active
+	clear(c.buf[c.fill:alignUp(int64(c.fill))])
+	add(c)
+	return dst, end
+}
+
+// allocateAhead fallocates (KEEP_SIZE) past end so that extending O_DIRECT writes do not
+// allocate blocks one write at a time.
+func (w *directWriter) allocateAhead(fio ring.FileIO, end int64) {
+	if end <= w.allocatedEnd {
+		return
+	}
+	want := alignUp(end) + directFallocateBytes
+	if err := fio.Fallocate(w.fd(), unix.FALLOC_FL_KEEP_SIZE, w.allocatedEnd, want-w.allocatedEnd); err == nil {
+		w.allocatedEnd = want
+	} else {
+		w.allocatedEnd = end // not supported or no space: the write will say which
+	}
+}
+
+func (w *directWriter) fd() int { return int(w.file.Fd()) }
+
+// write stages batches at pos (the end of what is on disk) and writes them with one aligned
+// pwritev (synchronous mode). On error nothing changes in memory.
+func (w *directWriter) write(fio ring.FileIO, batches [][]byte, pos int64) error {
+	w.stage(batches, pos)
+	iov, end := w.pieces(w.iovecs[:0], alignDown(pos))
+	w.allocateAhead(fio, end)
+	err := pwritevFull(fio, w.fd(), iov, alignDown(pos))
+	clear(iov)
+	w.iovecs = iov[:0]
+	if err != nil {
+		w.unstage()
 		return err
 	}
-	for _, c := range chunks[:len(chunks)-1] {
-		w.cache = append(w.cache, c)
+	w.written(w.active.end())
+	return nil
+}
+
+// written records that the staged bytes below pos are on the device, and evicts from the
+// cache the oldest chunks past DirectCacheChunks that are wholly written.
+func (w *directWriter) written(pos int64) {
+	w.writtenPos = pos
+	over := 0
+	for over < len(w.cache)-w.cacheMax && w.cache[over].end() <= pos {
+		w.recycle(w.cache[over])
+		over++
 	}
-	w.active = chunks[len(chunks)-1]
-	clear(w.chunks)
-	if over := len(w.cache) - w.cacheMax; over > 0 {
-		for _, c := range w.cache[:over] {
-			w.recycle(c)
-		}
+	if over > 0 {
 		clear(w.cache[:over])
 		w.cache = w.cache[over:]
 	}
-	return nil
 }
+
+// pending reports whether staged bytes are not yet known to be on the device.
+func (w *directWriter) pending() bool { return w.writtenPos < w.active.end() }
 
 // newChunk returns an empty chunk starting at start, reusing a free one when it can. Bytes
 // past fill are not zeroed; write zeroes the padding it sends.
@@ -242,13 +341,16 @@ func (w *directWriter) newChunk(start int64) *chunk {
 		c.start, c.fill = start, 0
 		return c
 	}
-	return &chunk{buf: alignedBuffer(w.chunkBytes), start: start}
+	return &chunk{buf: alignedBuffer(w.chunkBytes), start: start, fixed: fixedNone}
 }
 
+// recycle keeps c for reuse, or drops it (shared with readers, or enough kept).
 func (w *directWriter) recycle(c *chunk) {
 	if !c.shared && len(w.free) < directFreeChunksMax {
 		w.free = append(w.free, c)
+		return
 	}
+	w.release(c)
 }
 
 // directSupport caches the O_DIRECT probe per data directory.

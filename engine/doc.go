@@ -11,7 +11,10 @@
 // through a ring.FileIO: the one given to OpenLog (ring.Syscalls or a shard's *ring.Reactor)
 // or to OpenCatalog. Namespace operations (open, mkdir, rename, unlink, ftruncate, stat) are
 // plain system calls, and a name is durable only after an fsync of its directory (see
-// atomicfile.go and docs/storage.md, "Crash model").
+// atomicfile.go and docs/storage.md, "Crash model"). Direct mode's segment writes are the
+// exception: given an AsyncWriter (Log.SetAsyncWriter; the shard's reactor), appends are
+// staged and written asynchronously, and EndOffset follows the completed writes
+// (asyncwrite.go).
 //
 // # Directory layout
 //

@@ -34,7 +34,7 @@ func (l *Log) checkInvariants() error {
 	if a := l.active(); a.direct != nil && a.direct.active.end() != a.size {
 		return fmt.Errorf("invariant: direct staging ends at %d, segment size %d", a.direct.active.end(), a.size)
 	}
-	return l.producers.checkInvariants(l.EndOffset())
+	return l.producers.checkInvariants(l.StagedEndOffset())
 }
 
 func (s *segment) checkInvariants(fenced bool) error {

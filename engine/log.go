@@ -90,6 +90,15 @@ type Log struct {
 	indexScratch []byte
 	iovecs       [][]byte
 	one          [1][]byte
+
+	// Asynchronous direct-mode writes (asyncwrite.go); aw nil: appends write synchronously.
+	aw          AsyncWriter
+	fixedIO     FixedBufferWriter // aw, when it registers fixed buffers; nil otherwise
+	onWritten   func()
+	awDone      func(n int, err error) // l.writeOpDone, bound once
+	awIdle      func() bool            // no write op in flight, bound once
+	wg          writeGroup             // the write group in flight
+	writtenNext int64                  // EndOffset while the active segment has staged bytes
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -160,8 +169,15 @@ func (l *Log) active() *segment { return l.segments[len(l.segments)-1] }
 // StartOffset is the first offset that can be read.
 func (l *Log) StartOffset() int64 { return l.startOffset }
 
-// EndOffset is the offset the next appended record will get (log end offset).
-func (l *Log) EndOffset() int64 { return l.active().nextOffset }
+// EndOffset is the log end offset: the offset after the last record whose bytes are
+// written. It is the offset the next appended record gets, except while asynchronous
+// direct-mode writes are in flight (see StagedEndOffset and asyncwrite.go).
+func (l *Log) EndOffset() int64 {
+	if s := l.active(); s.direct != nil && s.direct.pending() {
+		return l.writtenNext
+	}
+	return l.active().nextOffset
+}
 
 // SyncedOffset is the offset below which every record is on stable storage.
 func (l *Log) SyncedOffset() int64 {
@@ -229,16 +245,22 @@ func (l *Log) AppendBatches(batches [][]byte) (AppendResult, error) {
 // follower copying its leader): nothing is rewritten, and the batches must continue the log
 // exactly (the first base offset is EndOffset, each next one follows the previous last
 // offset), else ErrInvalidBatch and nothing is written. Durability is as for AppendBatches.
+// With asynchronous direct writes it returns once the batches are written, so that the end
+// offset a follower reports to its leader is on its device.
 func (l *Log) AppendReplicated(batches [][]byte) (AppendResult, error) {
-	return l.appendBatches(batches, false)
+	res, err := l.appendBatches(batches, false)
+	if err == nil {
+		err = l.awaitWrites()
+	}
+	return res, err
 }
 
 func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error) {
-	res := AppendResult{FirstOffset: l.EndOffset(), LastOffset: l.EndOffset() - 1}
+	res := AppendResult{FirstOffset: l.StagedEndOffset(), LastOffset: l.StagedEndOffset() - 1}
 	if err := l.writable(); err != nil {
 		return res, err
 	}
-	next := l.EndOffset()
+	next := l.StagedEndOffset()
 	for i, b := range batches {
 		if err := l.validate(b, assign); err != nil {
 			return res, fmt.Errorf("append batch %d of %d: %w", i, len(batches), err)
@@ -256,6 +278,9 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 		if dup, ok, err := l.checkProducers(batches); err != nil || ok {
 			return dup, err
 		}
+	}
+	if err := l.makeRoom(batches); err != nil { // asyncwrite.go: bound what is staged
+		return res, err
 	}
 	reserved, err := l.reserveDisk(batches)
 	if err != nil {
@@ -287,8 +312,12 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			}
 			continue
 		}
-		if err := l.writeBatches(s, batches[i:j], before.size); err != nil {
+		if err := l.writeBatches(s, batches[i:j], before.size, before.nextOffset); err != nil {
 			s.restore(before)
+			if s.direct != nil && l.aw != nil {
+				// Nothing was staged: the wait for earlier writes failed (the log failed).
+				return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, err)
+			}
 			if terr := s.log.Truncate(before.size); terr != nil {
 				l.cfg.Logger.Warn("truncate after failed write", "dir", l.dir, "err", terr)
 			}
@@ -381,7 +410,10 @@ func (l *Log) shouldRoll(s *segment, h batch.Header, now time.Time) bool {
 	return l.cfg.SegmentMs > 0 && !s.firstAppendAt.IsZero() && now.Sub(s.firstAppendAt) >= time.Duration(l.cfg.SegmentMs)*time.Millisecond
 }
 
-func (l *Log) writeBatches(s *segment, batches [][]byte, pos int64) error {
+func (l *Log) writeBatches(s *segment, batches [][]byte, pos, prevNext int64) error {
+	if s.direct != nil && l.aw != nil {
+		return l.writeAsync(s, batches, pos, prevNext)
+	}
 	if s.direct != nil {
 		return s.direct.write(l.fio, batches, pos)
 	}
@@ -426,6 +458,9 @@ func (l *Log) Sync() error {
 	if err := l.writable(); err != nil {
 		return err
 	}
+	if err := l.awaitWrites(); err != nil {
+		return err
+	}
 	if gen := l.dirGen; gen > l.dirSyncedGen {
 		if err := syncDir(l.fio, l.dir); err != nil {
 			return l.fail(fmt.Errorf("sync: %w", err))
@@ -460,6 +495,9 @@ func (l *Log) Sync() error {
 // next Sync (Flush per policy, or Close) fdatasyncs it, and the directory, before the active
 // segment, so SyncedOffset never passes unsynced bytes.
 func (l *Log) roll() error {
+	if err := l.awaitWrites(); err != nil { // seal truncates: nothing may be in flight
+		return err
+	}
 	old := l.active()
 	s, err := openSegmentFiles(l.dir, old.nextOffset, true)
 	if err != nil {
@@ -543,6 +581,7 @@ func (l *Log) activate(s *segment) error {
 	if err != nil {
 		return fmt.Errorf("activate segment %d: %w", s.baseOffset, err)
 	}
+	w.fixedIO = l.fixedIO
 	s.direct = w
 	return nil
 }
@@ -734,6 +773,7 @@ func (l *Log) Close() error {
 	if l.closed {
 		return nil
 	}
+	l.awaitWrites() // a failure fails the log: Close then skips the sync
 	var err error
 	if l.failed == nil {
 		l.snapshotAfterRoll() // before Sync, which makes its directory entry durable

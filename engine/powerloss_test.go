@@ -78,16 +78,7 @@ func powerLossWork(t *testing.T, l *Log, rng *rand.Rand) int64 {
 		var batches [][]byte
 		next := l.EndOffset()
 		for g := 0; g < groups; g++ {
-			b.Reset()
-			for r := 1 + rng.IntN(4); r > 0; r-- {
-				b.Append(next, nil, crashValue(next), nil)
-				next++
-			}
-			bb, err := b.Build(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			batches = append(batches, bb)
+			batches = append(batches, crashBatch(t, b, &next, 1+rng.IntN(4)))
 		}
 		if _, err := l.AppendBatches(batches); err != nil {
 			t.Fatal(err)
@@ -111,6 +102,22 @@ func powerLossWork(t *testing.T, l *Log, rng *rand.Rand) int64 {
 		}
 	}
 	return l.SyncedOffset()
+}
+
+// crashBatch builds a batch of n records from offset *next on whose values encode their
+// offsets (crashValue), advancing *next.
+func crashBatch(t *testing.T, b *batch.Builder, next *int64, n int) []byte {
+	t.Helper()
+	b.Reset()
+	for ; n > 0; n-- {
+		b.Append(*next, nil, crashValue(*next), nil)
+		*next++
+	}
+	bb, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bb
 }
 
 func verifyPowerLoss(t *testing.T, dir string, cfg LogConfig, round int, synced, logStart int64, syncedSinceOpen bool) int64 {

@@ -261,7 +261,7 @@ func (l *Log) Producers() []ProducerInfo {
 // checkProducers runs the producer checks of one append (validated batches, in order).
 // ok reports that every batch is a duplicate: res then carries the original offsets.
 func (l *Log) checkProducers(batches [][]byte) (res AppendResult, ok bool, err error) {
-	res = AppendResult{FirstOffset: l.EndOffset(), LastOffset: l.EndOffset() - 1}
+	res = AppendResult{FirstOffset: l.StagedEndOffset(), LastOffset: l.StagedEndOffset() - 1}
 	found := false
 	l.producerHeaders = l.producerHeaders[:0]
 	for _, b := range batches {

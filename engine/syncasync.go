@@ -42,8 +42,14 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 	for _, s := range l.unsyncedSegments {
 		t.covers = append(t.covers, syncedPoint{s: s, size: s.size, nextOffset: s.nextOffset, sealed: true})
 	}
-	if s := l.active(); s.syncedSize != s.size || s.syncedNextOffset != s.nextOffset {
-		t.covers = append(t.covers, syncedPoint{s: s, size: s.size, nextOffset: s.nextOffset})
+	s := l.active()
+	size, next := s.size, s.nextOffset
+	if s.direct != nil && s.direct.pending() {
+		// Asynchronous writes in flight (asyncwrite.go): cover only what completed.
+		size, next = s.direct.writtenPos, l.writtenNext
+	}
+	if s.syncedSize != size || s.syncedNextOffset != next {
+		t.covers = append(t.covers, syncedPoint{s: s, size: size, nextOffset: next})
 	}
 	if len(t.covers) == 0 && l.dirGen == l.dirSyncedGen {
 		return t, false, nil

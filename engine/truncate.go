@@ -17,6 +17,9 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
+	if err := l.awaitWrites(); err != nil {
+		return err
+	}
 	if offset < 0 {
 		return fmt.Errorf("%w: truncate to %d", ErrOffsetOutOfRange, offset)
 	}
@@ -130,6 +133,9 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 // log starts beyond its own end, or a log restored at a given offset).
 func (l *Log) ResetTo(offset int64) error {
 	if err := l.writable(); err != nil {
+		return err
+	}
+	if err := l.awaitWrites(); err != nil {
 		return err
 	}
 	if offset < 0 {

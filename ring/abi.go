@@ -280,10 +280,28 @@ const (
 	regUnregEventfd  = 5
 	regFilesUpdate   = 6
 	regProbe         = 8
+	regBuffers2      = 15 // 5.13; with rsrcRegisterSparse 5.19
+	regBuffersUpdate = 16 // 5.13
 	regPbufRing      = 22
 	regUnregPbufRing = 23
 	probeOpsCapacity = 256
 )
+
+// rsrcRegisterSparse (IORING_RSRC_REGISTER_SPARSE) registers an empty table of that many
+// slots, filled later with regBuffersUpdate.
+const rsrcRegisterSparse = 1
+
+// rsrcRegister is struct io_uring_rsrc_register; rsrcUpdate2 is io_uring_rsrc_update2.
+type rsrcRegister struct {
+	Nr, Flags         uint32
+	Resv2, Data, Tags uint64
+}
+
+type rsrcUpdate2 struct {
+	Offset, Resv uint32
+	Data, Tags   uint64
+	Nr, Resv2    uint32
+}
 
 type sqringOffsets struct {
 	Head, Tail, RingMask, RingEntries, Flags, Dropped, Array, Resv1 uint32

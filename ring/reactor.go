@@ -47,6 +47,7 @@ type Reactor struct {
 	unknownCQEs uint64 // completions whose user data matched no op (see dispatch)
 	ownerTid    int    // thread that created the reactor (gettid)
 	stats       loopStats
+	writeBufs   writeBuffers // the sparse fixed-buffer table of StartWriteFixed (writeasync.go)
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -59,11 +60,14 @@ type Reactor struct {
 }
 
 type opSlot struct {
-	done   func(res int32, flags uint32)
-	gen    uint32
-	busy   bool
-	pinned bool
-	pinner runtime.Pinner
+	done func(res int32, flags uint32)
+	// writeDone, when set, receives the completion instead of done (StartWrite's ops, which
+	// AwaitWrites may dispatch while the owner waits; see writeasync.go).
+	writeDone func(n int, err error)
+	gen       uint32
+	busy      bool
+	pinned    bool
+	pinner    runtime.Pinner
 }
 
 const (
@@ -317,7 +321,7 @@ func (r *Reactor) releaseSlot(idx uint32) {
 		s.pinner.Unpin()
 		s.pinned = false
 	}
-	s.done = nil
+	s.done, s.writeDone = nil, nil
 	s.busy = false
 	s.gen = (s.gen + 1) & slotGenMask
 	r.freeSlots = append(r.freeSlots, idx)
@@ -374,10 +378,14 @@ func (r *Reactor) dispatch(c *CQE) {
 		}
 		return
 	}
-	done := r.slots[idx].done
+	done, writeDone := r.slots[idx].done, r.slots[idx].writeDone
 	r.stats.completed++
 	if c.Flags&CQEFMore == 0 {
 		r.releaseSlot(idx)
+	}
+	if writeDone != nil {
+		writeDone(writeResult(c.Res))
+		return
 	}
 	if done != nil {
 		done(c.Res, c.Flags)

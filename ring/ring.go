@@ -53,6 +53,10 @@ type Ring interface {
 	// SQSpace is the number of SQEs GetSQE can still hand out.
 	SQSpace() int
 	RegisterBuffers(bufs [][]byte) error
+	// RegisterBuffersSparse registers an empty fixed-buffer table of n slots (Linux 5.19);
+	// UpdateBuffers fills slots from offset on (a nil or empty buffer clears its slot).
+	RegisterBuffersSparse(n uint32) error
+	UpdateBuffers(offset uint32, bufs [][]byte) error
 	UnregisterBuffers() error
 	RegisterFiles(fds []int32) error
 	UpdateFiles(offset uint32, fds []int32) error

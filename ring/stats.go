@@ -9,6 +9,11 @@ type loopStats struct {
 	completed uint64    // completions delivered to their op (async callbacks and blocking waits)
 	waitNanos uint64    // time Run spent blocked waiting for a completion, wake-up or timer
 	started   time.Time // when Run first started; zero before
+	// writesStarted counts StartWrite ops; awaits the times AwaitWrites had to wait for the
+	// ring (the owner blocked on its own writes).
+	writesStarted, awaits uint64
+	writesFixed           uint64 // StartWrite ops sent as WRITE_FIXED
+	writeBufferFailures   uint64 // RegisterWriteBuffer updates the kernel refused
 }
 
 // Stats is a point-in-time copy of a reactor's counters (see Reactor.Stats).
@@ -23,6 +28,11 @@ type Stats struct {
 	// Run started. Running - Wait is the time the loop was busy (dispatching callbacks,
 	// running mailbox messages and timers, blocking file I/O).
 	Wait, Running time.Duration
+	// WritesStarted counts StartWrite ops (direct-mode segment writes); Awaits counts the
+	// times AwaitWrites blocked the loop for them (a roll, truncation or close waiting).
+	WritesStarted, Awaits uint64
+	// WritesFixed counts those sent from registered buffers (WRITE_FIXED).
+	WritesFixed uint64
 }
 
 // Stats returns the reactor's counters. Call it on the loop thread (from a Post).
@@ -32,6 +42,10 @@ func (r *Reactor) Stats() Stats {
 		Completed: r.stats.completed,
 		InFlight:  len(r.slots) - len(r.freeSlots),
 		Wait:      time.Duration(r.stats.waitNanos),
+
+		WritesStarted: r.stats.writesStarted,
+		Awaits:        r.stats.awaits,
+		WritesFixed:   r.stats.writesFixed,
 	}
 	if !r.stats.started.IsZero() {
 		st.Running = time.Since(r.stats.started)

@@ -571,6 +571,9 @@ func (r *sysRing) fixedRangeOK(s *SQE) bool {
 		return false
 	}
 	b := r.bufs[s.BufIndex]
+	if len(b) == 0 {
+		return false // an empty slot of a sparse table
+	}
 	start := uint64(uintptr(unsafe.Pointer(&b[0])))
 	return s.Addr >= start && s.Addr+uint64(s.Len) <= start+uint64(len(b))
 }
@@ -1160,6 +1163,30 @@ func (r *sysRing) RegisterBuffers(bufs [][]byte) error {
 		}
 	}
 	r.bufs = append([][]byte(nil), bufs...)
+	return nil
+}
+
+func (r *sysRing) RegisterBuffersSparse(n uint32) error {
+	if n == 0 {
+		return fmt.Errorf("ring: RegisterBuffersSparse: no slots: %w", unix.EINVAL)
+	}
+	if r.bufs != nil {
+		return fmt.Errorf("ring: RegisterBuffersSparse: buffers already registered: %w", unix.EBUSY)
+	}
+	r.bufs = make([][]byte, n)
+	return nil
+}
+
+func (r *sysRing) UpdateBuffers(offset uint32, bufs [][]byte) error {
+	if int(offset)+len(bufs) > len(r.bufs) {
+		return fmt.Errorf("ring: update buffers at %d: %w", offset, unix.EINVAL)
+	}
+	for i, b := range bufs {
+		if len(b) == 0 {
+			b = nil
+		}
+		r.bufs[int(offset)+i] = b
+	}
 	return nil
 }
 

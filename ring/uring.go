@@ -3,6 +3,7 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -293,6 +294,35 @@ func (r *uringRing) RegisterBuffers(bufs [][]byte) error {
 	}
 	if err := r.register(regBuffers, unsafe.Pointer(&iov[0]), uint32(len(iov))); err != nil {
 		return fmt.Errorf("ring: register %d buffers: %w", len(bufs), err)
+	}
+	return nil
+}
+
+func (r *uringRing) RegisterBuffersSparse(n uint32) error {
+	arg := rsrcRegister{Nr: n, Flags: rsrcRegisterSparse}
+	if err := r.register(regBuffers2, unsafe.Pointer(&arg), uint32(unsafe.Sizeof(arg))); err != nil {
+		return fmt.Errorf("ring: register a sparse table of %d buffers: %w", n, err)
+	}
+	return nil
+}
+
+func (r *uringRing) UpdateBuffers(offset uint32, bufs [][]byte) error {
+	if len(bufs) == 0 {
+		return nil
+	}
+	iov := make([]Iovec, len(bufs))
+	for i, b := range bufs {
+		if len(b) > 0 {
+			iov[i].Base = &b[0]
+			iov[i].SetLen(len(b))
+		}
+	}
+	arg := rsrcUpdate2{Offset: offset, Data: uint64(uintptr(unsafe.Pointer(&iov[0]))), Nr: uint32(len(iov))}
+	err := r.register(regBuffersUpdate, unsafe.Pointer(&arg), uint32(unsafe.Sizeof(arg)))
+	runtime.KeepAlive(iov)
+	runtime.KeepAlive(bufs)
+	if err != nil {
+		return fmt.Errorf("ring: update %d buffers at %d: %w", len(bufs), offset, err)
 	}
 	return nil
 }

@@ -43,39 +43,45 @@ func BenchmarkBrokerCoreProduce(b *testing.B) {
 			if err := br.CreateTopic("bench", 1, nil); err != nil {
 				b.Fatal(err)
 			}
-			tp := TopicPartition{"bench", 0}
-			bufs := make([][]byte, benchWindow) // the log rewrites a batch in place until done
-			free := make(chan int, benchWindow)
-			for i := range bufs {
-				bufs[i] = benchBatch(b, 16, 1024)
-				free <- i
-			}
-			fail := make(chan error, 1)
-			b.SetBytes(int64(len(bufs[0])))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				slot := <-free
-				br.Produce(tp, bufs[slot:slot+1], c.acks, func(r ProduceResult) {
-					if r.Err != nil {
-						select {
-						case fail <- r.Err:
-						default:
-						}
-					}
-					free <- slot
-				})
-			}
-			for i := 0; i < benchWindow; i++ {
-				<-free
-			}
-			b.StopTimer()
-			select {
-			case err := <-fail:
-				b.Fatal(err)
-			default:
-			}
+			benchProduceWindow(b, br, benchWindow, 16, func(int) TopicPartition { return TopicPartition{"bench", 0} }, c.acks)
 		})
+	}
+}
+
+// benchProduceWindow runs b.N produces of one batch of records × 1 KiB each, to the
+// partition tp(i) picks, keeping up to window produces waiting for their answer (a slot's
+// batch is reused only once its produce was answered: the log rewrites it in place).
+func benchProduceWindow(b *testing.B, br *Broker, window, records int, tp func(i int) TopicPartition, acks int16) {
+	bufs := make([][]byte, window)
+	free := make(chan int, window)
+	for i := range bufs {
+		bufs[i] = benchBatch(b, records, 1024)
+		free <- i
+	}
+	fail := make(chan error, 1)
+	b.SetBytes(int64(len(bufs[0])))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		slot := <-free
+		br.Produce(tp(i), bufs[slot:slot+1], acks, func(r ProduceResult) {
+			if r.Err != nil {
+				select {
+				case fail <- r.Err:
+				default:
+				}
+			}
+			free <- slot
+		})
+	}
+	for i := 0; i < window; i++ {
+		<-free
+	}
+	b.StopTimer()
+	select {
+	case err := <-fail:
+		b.Fatal(err)
+	default:
 	}
 }
 

@@ -109,7 +109,7 @@ func (s *Shard) produce(tp TopicPartition, batches [][]byte, acks int16, done fu
 		return
 	}
 	r := ProduceResult{BaseOffset: res.FirstOffset, LogStartOffset: p.log.StartOffset(), Received: received}
-	s.core.Appended(&p.c, acks, p.log.EndOffset(), r, done)
+	s.appended(p, acks, r, done) // directwrite.go: waits for asynchronous direct writes
 }
 
 // produceFailed answers a produce the shard refused, counting it. Loop goroutine.

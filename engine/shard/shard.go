@@ -40,6 +40,7 @@ type partition struct {
 	log         *engine.Log
 	c           core.Partition // c.Log is log
 	leaderEpoch int32          // SetLeaderEpoch's; -1: the producer's value is kept
+	writes      pendingAppends // produces whose direct-mode writes are in flight (directwrite.go)
 }
 
 func startShard(b *Broker, index int) (*Shard, error) {
@@ -214,6 +215,7 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 		p := &partition{tp: tp, log: l, leaderEpoch: -1}
 		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, MinInsync: minInsync}
 		s.parts[tp] = p
+		s.enableAsyncWrites(p)
 		s.b.partitionOpened(s.index, tp)
 		return nil
 	})
@@ -261,6 +263,7 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 			return fmt.Errorf("reopen %s/%d: %w", tp.Topic, tp.Partition, err)
 		}
 		p.log = l
+		s.enableAsyncWrites(p)
 		l.SetLeaderEpoch(p.leaderEpoch)
 		p.c.Log, p.c.FlushAlways, p.c.MinInsync = l, lc.FlushAlways, minInsync
 		return nil

@@ -156,8 +156,15 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	var followers []*isr.Follower
 	var throttled []bool
 	for _, r := range parts {
-		if err := r.truncate(f.ctx, m, conn); err != nil {
-			return 0, err
+		// A follower whose log holds an epoch the leader lacks asks again after each cut
+		// (isr.Follower.EpochAnswered); every round removes an epoch, so this ends.
+		for range truncateRoundsMax {
+			if err := r.truncate(f.ctx, m, conn); err != nil {
+				return 0, err
+			}
+			if !r.truncating() {
+				break
+			}
 		}
 		r.mu.Lock()
 		if fl := r.follower; fl != nil && fl.Phase() == isr.Fetching {
@@ -206,6 +213,17 @@ func inISR(md *controller.Metadata, tp shard.TopicPartition, id int32) bool {
 		return true
 	}
 	return slices.Contains(t.Partitions[tp.Partition].ISR, id)
+}
+
+// truncateRoundsMax bounds one fetch round's OffsetsForLeaderEpoch exchanges per replica;
+// a replica still truncating after it goes on in the next round.
+const truncateRoundsMax = 64
+
+// truncating reports whether the replica's follower must still ask where its log diverged.
+func (r *replica) truncating() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.follower != nil && r.follower.Phase() == isr.Truncating
 }
 
 // truncate asks the leader where the replica's log diverged and cuts it there, when the

@@ -115,13 +115,27 @@ func TruncationOffset(local *EpochCache, logEndOffset, highWatermark int64, answ
 // must be truncated to (equal to the log end offset when nothing goes). The follower's
 // state already reflects the truncation: the driver must cut the log there (engine's
 // truncate) before it sends the next fetch, and persist the epoch cache.
+//
+// When the leader's epoch E' is one this log does not have (its records at the offsets
+// before the cut are of an older epoch the leader may not share), the logs are not yet known
+// to agree below the cut: the follower stays Truncating and asks again with its new latest
+// epoch, as Kafka's fetcher does (KIP-279). Each round removes at least the latest epoch, so
+// the exchange ends.
 func (f *Follower) EpochAnswered(answer EpochEndOffset) int64 {
 	if f.phase != Truncating {
 		return f.leo
 	}
+	asked := f.epochs.LatestEpoch()
+	own := f.epochs.EndOffsetFor(answer.Epoch, f.leo)
 	to := TruncationOffset(f.epochs, f.leo, f.hwm, answer)
 	f.truncate(to)
 	f.phase = Fetching
+	defined := answer.Epoch != UndefinedEpoch && answer.EndOffset != UndefinedOffset
+	if defined && own.Epoch != answer.Epoch && f.leo > 0 {
+		if latest := f.epochs.LatestEpoch(); latest != UndefinedEpoch && latest < asked {
+			f.phase = Truncating
+		}
+	}
 	return to
 }
 

@@ -217,6 +217,10 @@ func acksName(acks int16) string {
 // them, then one fetch of up to maxRecords records.
 // dropResponse loses the fetch response on its way back: the leader applied the fetch, the
 // follower learns nothing. epoch, when set, replaces the follower's current leader epoch.
+// epochRoundsMax bounds the OffsetsForLeaderEpoch exchange of one fetch step (each round
+// removes at least one epoch from the follower).
+const epochRoundsMax = 64
+
 func (c *cluster) fetch(id isr.ReplicaID, maxRecords int, dropResponse bool, epoch *int32, out *strings.Builder) error {
 	n := c.nodes[id]
 	if !n.alive || n.follower == nil {
@@ -228,7 +232,10 @@ func (c *cluster) fetch(id isr.ReplicaID, maxRecords int, dropResponse bool, epo
 		return nil
 	}
 	f := n.follower
-	if f.Phase() == isr.Truncating {
+	for rounds := 0; f.Phase() == isr.Truncating; rounds++ {
+		if rounds == epochRoundsMax {
+			return fmt.Errorf("n%d still truncating after %d OffsetsForLeaderEpoch rounds", id, rounds)
+		}
 		req := f.EpochRequest()
 		c.printf(out, "n%d -> n%d: offsets-for-leader-epoch current=%d epoch=%d", id, ln.id, req.CurrentLeaderEpoch, req.Epoch)
 		answer, err := ln.leader.OffsetsForLeaderEpoch(req.CurrentLeaderEpoch, req.Epoch)

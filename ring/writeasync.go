@@ -1,0 +1,176 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"golang.org/x/sys/unix"
+)
+
+// Asynchronous file writes whose owner may have to wait for them from inside a callback.
+//
+// StartWrite submits one write (IORING_OP_WRITE; StartWriteFixed: IORING_OP_WRITE_FIXED from a
+// buffer registered with RegisterWriteBuffer) and reports its completion as (bytes, error).
+// AwaitWrites lets the owning thread wait until a condition over those completions holds,
+// without running any other op's callback re-entrantly: completions of ops begun by
+// StartWrite are dispatched at once (their callbacks must only do bookkeeping), every other
+// completion reaped meanwhile goes to the backlog that the loop dispatches afterwards, as a
+// blocking FileIO call does. engine's direct mode uses the pair for its in-flight segment
+// writes: appends never wait for the device, and the rare operation that must (a segment
+// roll, a truncation, Close) waits for exactly those writes.
+
+// StartWrite writes p at off on fd and calls done(n, err) on the loop (or inside
+// AwaitWrites) when the write completes; n is the byte count the kernel reported. p must
+// stay untouched until then; Go heap memory is pinned for the op's life.
+func (r *Reactor) StartWrite(fd int, p []byte, off int64, done func(n int, err error)) error {
+	return r.startWrite(fd, p, off, -1, done)
+}
+
+// StartWriteFixed is StartWrite from a buffer registered with RegisterWriteBuffer (index
+// is its slot; p must lie inside that buffer): IORING_OP_WRITE_FIXED, no page pinning per
+// op in the kernel, no runtime.Pinner in Go.
+func (r *Reactor) StartWriteFixed(fd int, p []byte, off int64, index int, done func(n int, err error)) error {
+	return r.startWrite(fd, p, off, index, done)
+}
+
+func (r *Reactor) startWrite(fd int, p []byte, off int64, index int, done func(n int, err error)) error {
+	if len(p) == 0 {
+		return fmt.Errorf("ring: StartWrite of 0 bytes: %w", unix.EINVAL)
+	}
+	op, err := r.Begin(nil)
+	if err != nil {
+		return err
+	}
+	if index >= 0 {
+		op.sqe.PrepWriteFixed(fd, p, uint64(off), uint16(index))
+	} else {
+		op.sqe.PrepWrite(fd, p, uint64(off))
+		op.Pin(&p[0])
+	}
+	s := &r.slots[op.idx]
+	s.writeDone = done
+	if err := op.Submit(); err != nil {
+		return err
+	}
+	r.stats.writesStarted++
+	if index >= 0 {
+		r.stats.writesFixed++
+	}
+	return nil
+}
+
+// WriteBufferSlots is the size of the sparse fixed-buffer table RegisterWriteBuffer fills
+// (the kernel's limit is 16,384). A buffer that finds no free slot is written unregistered.
+const WriteBufferSlots = 4096
+
+// writeBuffers is the reactor's sparse fixed-buffer table for StartWriteFixed.
+type writeBuffers struct {
+	tried, ok bool
+	free      []uint16
+}
+
+// RegisterWriteBuffer registers b (page-aligned memory that stays put: an mmap'd arena or
+// Go heap memory the caller keeps alive) as a fixed buffer for StartWriteFixed and returns
+// its slot. ok is false when the kernel has no sparse tables (before 5.19), refuses the
+// locked memory (RLIMIT_MEMLOCK) or every slot is taken: write b with StartWrite then. The
+// first call registers the table and logs why if it cannot. Release the slot with
+// UnregisterWriteBuffer before b is freed.
+func (r *Reactor) RegisterWriteBuffer(b []byte) (index int, ok bool) {
+	wb := &r.writeBufs
+	if !wb.tried {
+		wb.tried = true
+		if !r.probe.Supported(OpWriteFixed) {
+			return -1, false
+		}
+		if err := r.ring.RegisterBuffersSparse(WriteBufferSlots); err != nil {
+			slog.Warn("ring: no sparse fixed-buffer table; direct writes go unregistered", "err", err)
+			return -1, false
+		}
+		wb.ok = true
+		wb.free = make([]uint16, WriteBufferSlots)
+		for i := range wb.free {
+			wb.free[i] = uint16(WriteBufferSlots - 1 - i)
+		}
+	}
+	if !wb.ok || len(wb.free) == 0 || len(b) == 0 {
+		return -1, false
+	}
+	idx := wb.free[len(wb.free)-1]
+	if err := r.ring.UpdateBuffers(uint32(idx), [][]byte{b}); err != nil {
+		if r.stats.writeBufferFailures++; r.stats.writeBufferFailures == 1 {
+			slog.Warn("ring: registering a write buffer failed; it is written unregistered", "bytes", len(b), "err", err)
+		}
+		return -1, false
+	}
+	wb.free = wb.free[:len(wb.free)-1]
+	return int(idx), true
+}
+
+// UnregisterWriteBuffer empties slot index (no write from it may be in flight).
+func (r *Reactor) UnregisterWriteBuffer(index int) {
+	if index < 0 || !r.writeBufs.ok {
+		return
+	}
+	if err := r.ring.UpdateBuffers(uint32(index), [][]byte{nil}); err != nil {
+		slog.Warn("ring: unregistering a write buffer failed", "slot", index, "err", err)
+		return // the slot stays taken: its pages stay pinned, nothing is reused wrongly
+	}
+	r.writeBufs.free = append(r.writeBufs.free, uint16(index))
+}
+
+// AwaitWrites waits on the owning thread until cond() is true, dispatching the completions
+// of StartWrite ops as they arrive (cond must become true through them). Every other
+// completion is kept for the loop. It returns an error only when the ring fails.
+func (r *Reactor) AwaitWrites(cond func() bool) error {
+	if invariantsEnabled && unix.Gettid() != r.ownerTid {
+		return fmt.Errorf("%w: AwaitWrites on thread %d, reactor owned by %d", ErrWrongThread, unix.Gettid(), r.ownerTid)
+	}
+	// Completions reaped earlier may already sit in the backlog.
+	for i := 0; i < len(r.backlog) && !cond(); i++ {
+		if r.isWrite(r.backlog[i].UserData) {
+			c := r.backlog[i]
+			r.backlog = append(r.backlog[:i], r.backlog[i+1:]...)
+			i--
+			r.dispatch(&c)
+		}
+	}
+	for !cond() {
+		r.stats.awaits++
+		if _, err := r.ring.SubmitAndWait(1, 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("ring: await writes: %w", err)
+		}
+		for round := 0; round < reapRoundsMax; round++ {
+			n := r.ring.PeekCQEs(r.syncCQEs)
+			for i := 0; i < n; i++ {
+				c := r.syncCQEs[i]
+				if r.isWrite(c.UserData) {
+					r.dispatch(&c)
+					continue
+				}
+				r.backlog = append(r.backlog, c)
+			}
+			if n < len(r.syncCQEs) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// isWrite reports whether tok names a live StartWrite op.
+func (r *Reactor) isWrite(tok uint64) bool {
+	if tok&tokenInternal != 0 {
+		return false
+	}
+	idx, gen := uint32(tok), uint32(tok>>32)
+	return int(idx) < len(r.slots) && r.slots[idx].busy && r.slots[idx].gen == gen && r.slots[idx].writeDone != nil
+}
+
+// writeResult turns a write's CQE result into StartWrite's (n, err).
+func writeResult(res int32) (int, error) {
+	if res < 0 {
+		return 0, fmt.Errorf("write: %w", unix.Errno(-res))
+	}
+	return int(res), nil
+}

@@ -8,8 +8,9 @@ import (
 // PartitionAnswers gathers the per-partition answers of one produce request, which shard
 // loops give one by one, and replies once all are in — or, with a timeout (an acks=all
 // produce's timeout_ms), once the timeout passes although some partitions still wait for
-// their followers. Late answers are then dropped. Both protocol listeners answer produces
-// with it (BrokerHandler here, netio/kafka).
+// their followers. Late answers are then dropped. The Kafka listener (netio/kafka) answers
+// produces with it; BrokerHandler's pooled produceCall follows the same rule without
+// allocating per request (the ring driver's hot path).
 //
 // The response a caller fills is guarded by the PartitionAnswers' lock: Lock while
 // starting the partitions, and set an answer's fields only inside Answer's set.

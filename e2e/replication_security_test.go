@@ -68,7 +68,7 @@ func TestReplicationTLSAndSASL(t *testing.T) {
 			return c
 		}
 	}
-	tc := startClusterPrepared(t, 3, 0, prepare, clientAs("admin", adminPassword),
+	tc := startClusterPrepared(t, 3, 0, nil, prepare, clientAs("admin", adminPassword),
 		"--tls-cert", cert, "--tls-key", key, "--inter-broker-tls-ca", ca.CAFile,
 		"--inter-broker-credentials-file", credsFile, "--auth", "required", "--acl", "on",
 		"--super-users", "User:admin,User:broker", "--log-level", "debug")

@@ -16,34 +16,6 @@ import (
 	"github.com/ringlog/ringlog/ring"
 )
 
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside a replicated
-// cluster (it does not serve one yet), and allowed otherwise: TLS, required
-// authentication, ACLs and quotas included (it enforces them).
-func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		cfg    Config
-		refuse bool
-	}{
-		{"plain", Config{KafkaListen: "127.0.0.1:0"}, false},
-		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
-		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, false},
-		{"kafka, tls and auth required", Config{KafkaListen: "127.0.0.1:0", Server: withAuth(serverWithTLS())}, false},
-		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
-		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
-		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, false},
-		{"kafka and ACLs", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true)}}}, false},
-		{"kafka and ACLs off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, false)}}}, false},
-		{"kafka and quotas", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{
-			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 10}})}}}, false},
-	} {
-		err := checkKafka(tc.cfg)
-		if tc.refuse != errors.Is(err, ErrKafkaUnsupported) {
-			t.Errorf("%s: %v", tc.name, err)
-		}
-	}
-}
-
 // TestKafkaStartsWithACLsAndQuotas: a node with --kafka-listen beside ACLs and quotas
 // starts, and its Kafka listener accepts connections.
 func TestKafkaStartsWithACLsAndQuotas(t *testing.T) {

@@ -149,9 +149,6 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Logger.Info("TLS on: connections are served by Go's netpoller (net driver), file bytes are copied, not spliced")
 		cfg.Net = NetGo
 	}
-	if err := checkKafka(cfg); err != nil {
-		return nil, err
-	}
 	if err := checkCluster(cfg); err != nil {
 		return nil, err
 	}
@@ -210,6 +207,9 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}
 	if mgr != nil {
+		if n.Kafka != nil {
+			mgr.SetKafkaAddress(n.KafkaAddr) // registered with the controller for Kafka Metadata
+		}
 		mgr.Attach(core, n.Addr)
 	}
 	if cfg.Admin.Listen != "" {
@@ -241,9 +241,6 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// ErrKafkaUnsupported refuses a Kafka listener next to features it does not serve yet.
-var ErrKafkaUnsupported = errors.New("kafka listener")
-
 // ErrClusterUnsupported refuses a replicated cluster whose broker-to-broker connections
 // could not pass its own listeners' security.
 var ErrClusterUnsupported = errors.New("replicated cluster")
@@ -267,19 +264,6 @@ func checkCluster(cfg Config) error {
 	return nil
 }
 
-// checkKafka refuses --kafka-listen with what the Kafka listener does not implement: its
-// Metadata describes this broker alone, which a replicated cluster's clients must not be
-// told. Authentication (SASL/SCRAM, mTLS principals), ACLs and quotas it enforces with the
-// ringlog listener's settings (the same Credentials, Authorizer and Quotas, so a SIGHUP
-// that changes quotas reaches both); TLS with the same configuration (certificate,
-// client CAs, reload).
-func checkKafka(cfg Config) error {
-	if cfg.KafkaListen != "" && cfg.Cluster != nil {
-		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
-	}
-	return nil
-}
-
 // serveKafka opens the Kafka listener: its connections are admitted under n.Server's limits
 // and served on Go's netpoller (requests reach shards through their mailboxes), over TLS
 // when the ringlog listener serves TLS.
@@ -298,6 +282,7 @@ func (n *Node) serveKafka(cfg Config) error {
 		AutoCreateTopics:      cfg.KafkaAutoCreateTopics,
 		TLS:                   cfg.Server.TLS,
 		Security:              cfg.Server.Security,
+		Cluster:               n.Cluster,
 		Logf:                  func(format string, a ...any) { n.log.Info(fmt.Sprintf(format, a...)) },
 	})
 	if err != nil {

@@ -141,8 +141,9 @@ type Manager struct {
 	log *slog.Logger
 	ctl quorum // this broker's voter, or a follower of the metadata (remoteQuorum)
 	b   *shard.Broker
-	// self is the advertised client address, known once Attach runs.
-	self string
+	// self is the advertised client address, known once Attach runs; kafkaSelf the Kafka
+	// listener's advertised address (SetKafkaAddress, before Attach), registered with it.
+	self, kafkaSelf string
 
 	reps sync.Map // shard.TopicPartition -> *replica
 
@@ -230,6 +231,10 @@ func New(cfg Config) (*Manager, error) {
 
 // NodeID is this broker's id.
 func (m *Manager) NodeID() int32 { return m.cfg.NodeID }
+
+// SetKafkaAddress sets the Kafka listener's advertised address (host:port) this broker
+// registers with, so that every broker's Kafka Metadata can list it. Call it before Attach.
+func (m *Manager) SetKafkaAddress(addr string) { m.kafkaSelf = addr }
 
 // Attach starts registration, heartbeats, metadata reconciliation and leader ticks for
 // broker b, whose clients connect to address.
@@ -586,7 +591,7 @@ func (m *Manager) heartbeatLoop() {
 				before = me.SessionEpoch
 			}
 			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
-				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, Rack: m.cfg.Rack}})
+				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, KafkaAddress: m.kafkaSelf, Rack: m.cfg.Rack}})
 			if err == nil {
 				registered = true
 				failures.reset()

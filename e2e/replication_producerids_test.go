@@ -8,16 +8,18 @@ import (
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/ringlog/ringlog/replication/controller"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestReplicationProducerIDsDistinct: on a cluster, producer ids come from blocks the
-// controller hands out, so idempotent producers whose home brokers differ never share an
-// id — before and after restarts of brokers and of the controller leader. With per-broker
+// controller hands out, so idempotent producers (ringlog and Kafka listeners) whose home
+// brokers differ never share an id — before and after restarts of brokers and of the controller leader. With per-broker
 // ids, the three producers below (each sequence 0 on the same partition) would collide in
 // the partition's duplicate detection and two of the three records would be dropped as
 // duplicates.
 func TestReplicationProducerIDsDistinct(t *testing.T) {
-	tc := startCluster(t, 3)
+	tc, kafkaAddrs := startKafkaCluster(t, 3)
 	ctx := testContext(t, 3*time.Minute)
 	const topic = "pids"
 	tc.createReplicated(ctx, topic, nil)
@@ -54,6 +56,16 @@ func TestReplicationProducerIDsDistinct(t *testing.T) {
 				}
 				take(id.ID, fmt.Sprintf("%s InitProducerId %d", who, i))
 			}
+			// The Kafka listener's InitProducerId, asked of this broker alone.
+			kcl := newKgo(t, []string{kafkaAddrs[tc.idOf(b)-1]})
+			resp, err := kmsg.NewPtrInitProducerIDRequest().RequestWith(ctx, kcl.Broker(int(tc.idOf(b))))
+			if err == nil {
+				err = kerr.ErrorForCode(resp.ErrorCode)
+			}
+			if err != nil {
+				t.Fatalf("%s: Kafka InitProducerId: %v", who, err)
+			}
+			take(resp.ProducerID, who+" Kafka InitProducerId")
 		}
 	}
 	round("first")

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -159,4 +160,72 @@ func TestPollBatchesCallbackError(t *testing.T) {
 	}); err != stopped {
 		t.Fatal(err)
 	}
+}
+
+// BenchmarkRealBrokerCatchUp1KiB: reading 64 MiB of 1 KiB records back from the real
+// broker (ring driver, sendfile egress from the page cache) over loopback, by Poll and by
+// PollBatches with FetchedBatch.Records, touching every value; per op is one record. The
+// two share the broker and the data, so their ratio is the figure (the machine is shared).
+func BenchmarkRealBrokerCatchUp1KiB(b *testing.B) {
+	c, stop := realBrokerBench(b, 1, "ring")
+	defer stop()
+	ctx := context.Background()
+	if err := c.CreateTopic(ctx, "bench", 1, nil); err != nil {
+		b.Fatal(err)
+	}
+	const records = 64 << 10
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20})
+	value := bytes.Repeat([]byte("x"), 1024)
+	for range records {
+		if err := p.Send(ctx, &client.Record{Topic: "bench", Partition: 0, Value: value}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	newConsumer := func() *client.Consumer {
+		co := c.NewConsumer(client.ConsumerConfig{MaxWait: time.Millisecond})
+		co.Assign("bench", 0, client.Earliest())
+		return co
+	}
+	sum := 0
+	b.Run("Poll", func(b *testing.B) {
+		co := newConsumer()
+		b.SetBytes(int64(len(value)))
+		b.ReportAllocs()
+		for read := 0; read < b.N; {
+			recs, err := co.Poll(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range recs {
+				sum += len(recs[i].Value)
+			}
+			if read += len(recs); len(recs) == 0 {
+				co.Seek("bench", 0, client.Earliest())
+			}
+		}
+	})
+	b.Run("PollBatches", func(b *testing.B) {
+		co := newConsumer()
+		read := 0
+		onRecord := func(_, _ int64, _, value []byte, _ []batch.RecordHeader) error {
+			sum += len(value)
+			read++
+			return nil
+		}
+		onBatch := func(fb *client.FetchedBatch) error { return fb.Records(onRecord) }
+		b.SetBytes(int64(len(value)))
+		b.ReportAllocs()
+		for read < b.N {
+			before := read
+			if err := co.PollBatches(ctx, onBatch); err != nil {
+				b.Fatal(err)
+			}
+			if read == before {
+				co.Seek("bench", 0, client.Earliest())
+			}
+		}
+	})
 }

@@ -87,8 +87,12 @@ type Log struct {
 	headers      headerReader // header window for lookups; invalidated by truncation
 	batchScratch []byte       // whole batches for timestamp lookups
 	indexScratch []byte
-	iovecs       [][]byte
-	one          [1][]byte
+	// syncCoversSpare and syncFdsSpare are the arrays of the last finished SyncTicket,
+	// reused by the next BeginSync (syncasync.go).
+	syncCoversSpare []syncedPoint
+	syncFdsSpare    []int
+	iovecs          [][]byte
+	one             [1][]byte
 
 	// Asynchronous direct-mode writes (asyncwrite.go); aw nil: appends write synchronously.
 	aw          AsyncWriter

@@ -39,6 +39,10 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 	if err := l.writable(); err != nil {
 		return t, false, err
 	}
+	// The arrays of the last ticket EndSync finished (one sync runs at a time per log; a
+	// second BeginSync before EndSync allocates its own).
+	t.covers, t.Fds = l.syncCoversSpare, l.syncFdsSpare
+	l.syncCoversSpare, l.syncFdsSpare = nil, nil
 	for _, s := range l.unsyncedSegments {
 		t.covers = append(t.covers, syncedPoint{s: s, size: s.size, nextOffset: s.nextOffset, sealed: true})
 	}
@@ -52,7 +56,8 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 		t.covers = append(t.covers, syncedPoint{s: s, size: size, nextOffset: next})
 	}
 	if len(t.covers) == 0 && l.dirGen == l.dirSyncedGen {
-		return t, false, nil
+		l.keepTicketArrays(t)
+		return SyncTicket{}, false, nil
 	}
 	for _, c := range t.covers {
 		fd, err := unix.FcntlInt(uintptr(c.s.logFd()), unix.F_DUPFD_CLOEXEC, 0)
@@ -97,6 +102,7 @@ func closeFds(fds []int) {
 // covered leave the unsynced list, and their index entries are persisted.
 func (l *Log) EndSync(t SyncTicket, syncErr error) error {
 	closeFds(t.Fds)
+	defer l.keepTicketArrays(t)
 	if syncErr != nil {
 		return l.fail(fmt.Errorf("fdatasync: %w", syncErr))
 	}
@@ -145,4 +151,11 @@ func (l *Log) forgetUnsyncedIfPresent(s *segment) bool {
 		}
 	}
 	return false
+}
+
+// keepTicketArrays keeps a finished ticket's arrays for the next BeginSync, so a sync per
+// produce (acks=all, flush.always) allocates nothing for them.
+func (l *Log) keepTicketArrays(t SyncTicket) {
+	clear(t.covers)
+	l.syncCoversSpare, l.syncFdsSpare = t.covers[:0], t.Fds[:0]
 }

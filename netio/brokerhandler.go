@@ -32,6 +32,8 @@ type BrokerHandler struct {
 	// afterFunc runs f once d has passed, unless the returned stop is called first
 	// (time.AfterFunc; tests inject their own clock).
 	afterFunc func(d time.Duration, f func()) (stop func() bool)
+	// defaultClock: afterFunc is time.AfterFunc's, so a produce may reuse its own timer.
+	defaultClock bool
 }
 
 // FetchResponseBytesMaxDefault is the default cap on a fetch response's records (Kafka's
@@ -47,7 +49,7 @@ const inlineEntriesMax = 64
 
 // NewBrokerHandler returns the handler of a broker advertising address to clients.
 func NewBrokerHandler(b *shard.Broker, address string) *BrokerHandler {
-	return &BrokerHandler{b: b, address: address, fetchResponseBytesMax: FetchResponseBytesMaxDefault, afterFunc: afterFunc}
+	return &BrokerHandler{b: b, address: address, fetchResponseBytesMax: FetchResponseBytesMaxDefault, afterFunc: afterFunc, defaultClock: true}
 }
 
 func afterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
@@ -134,6 +136,9 @@ func GroupCode(c group.Code) wire.ErrorCode { return groupCode(c) }
 
 // codeFor maps broker and engine errors to protocol error codes.
 func codeFor(err error) wire.ErrorCode {
+	if err == nil {
+		return wire.ErrNone // before clusterCodeFor, whose errors.As target is a heap allocation
+	}
 	if c := clusterCodeFor(err); c != wire.ErrNone {
 		return c
 	}
@@ -188,22 +193,25 @@ func errMessage(err error) string {
 
 // SplitBatches cuts a produce payload into its record batches (validated again, with CRC,
 // by the log before anything is written).
-func SplitBatches(records []byte) ([][]byte, error) {
-	var out [][]byte
+func SplitBatches(records []byte) ([][]byte, error) { return appendBatches(nil, records) }
+
+// appendBatches is SplitBatches appending to out.
+func appendBatches(out [][]byte, records []byte) ([][]byte, error) {
+	start := len(out)
 	for len(records) > 0 {
 		hdr, err := batch.ParseHeader(records)
 		if err != nil {
-			return nil, fmt.Errorf("%w: batch %d: %w", engine.ErrInvalidBatch, len(out), err)
+			return out, fmt.Errorf("%w: batch %d: %w", engine.ErrInvalidBatch, len(out)-start, err)
 		}
 		size := hdr.Size()
 		if size > len(records) {
-			return nil, fmt.Errorf("%w: batch %d claims %d bytes, %d remain", engine.ErrInvalidBatch, len(out), size, len(records))
+			return out, fmt.Errorf("%w: batch %d claims %d bytes, %d remain", engine.ErrInvalidBatch, len(out)-start, size, len(records))
 		}
 		out = append(out, records[:size:size])
 		records = records[size:]
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: no record batch", engine.ErrInvalidBatch)
+	if len(out) == start {
+		return out, fmt.Errorf("%w: no record batch", engine.ErrInvalidBatch)
 	}
 	return out, nil
 }
@@ -213,67 +221,66 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 		req.ReplyError(wire.ErrInvalidRequiredAcks, fmt.Sprintf("acks must be 0, 1 or -1, got %d", body.Acks))
 		return
 	}
-	resp := &wire.ProduceResponse{Topics: make([]wire.ProduceResponseTopic, len(body.Topics))}
 	total := 0
 	for i := range body.Topics {
 		total += len(body.Topics[i].Partitions)
 	}
 	if total == 0 {
-		req.ReplyMessage(resp)
+		req.ReplyMessage(&wire.ProduceResponse{Topics: make([]wire.ProduceResponseTopic, len(body.Topics))})
 		return
 	}
-	pc := &produceCall{req: req, resp: resp, pending: total}
+	pc := getProduceCall(req, body, total)
 	// The partitions' answers are written under pc.mu: an acks=all produce with a timeout
 	// may be answered by its timer while shards still hold some of its partitions.
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	for i := range body.Topics {
-		t := &body.Topics[i]
-		rt := &resp.Topics[i]
-		rt.Topic = t.Topic
-		rt.Partitions = make([]wire.ProduceResponsePartition, len(t.Partitions))
-		for j := range t.Partitions {
-			rt.Partitions[j] = wire.ProduceResponsePartition{Partition: t.Partitions[j].Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1}
+	withTimeout := body.Acks == wire.AcksAll && body.TimeoutMs > 0
+	if withTimeout {
+		pc.answeredBuf = reuseCleared(pc.answeredBuf, total)
+		pc.answered = pc.answeredBuf
+		pc.timeout = time.Duration(body.TimeoutMs) * time.Millisecond
+		pc.armTimer(h)
+		// The timer may answer, and so release the request's buffer to the next request,
+		// before the shard has written these bytes: give the shards a copy (one memmove per
+		// acks=all produce with a timeout, into the call's reused buffer).
+		size := 0
+		for i := range body.Topics {
+			for j := range body.Topics[i].Partitions {
+				size += len(body.Topics[i].Partitions[j].Records)
+			}
 		}
-	}
-	if body.Acks == wire.AcksAll && body.TimeoutMs > 0 {
-		pc.answered = make([]bool, total)
-		timeout := time.Duration(body.TimeoutMs) * time.Millisecond
-		pc.stopTimer = h.afterFunc(timeout, func() { pc.timedOut(timeout) })
+		if cap(pc.records) < size {
+			pc.records = make([]byte, 0, size)
+		}
+		pc.records = pc.records[:0]
 	}
 	k := 0
 	for i := range body.Topics {
 		t := &body.Topics[i]
-		rt := &resp.Topics[i]
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
-			out, idx := &rt.Partitions[j], k
+			idx := k
 			k++
 			records := p.Records
-			if pc.answered != nil {
-				// The timer may answer, and so release the request's buffer to the next
-				// request, before the shard has written these bytes: give the shard its own
-				// copy (one memmove per acks=all produce with a timeout).
-				records = append([]byte(nil), records...)
+			if withTimeout {
+				start := len(pc.records)
+				pc.records = append(pc.records, records...) // within cap: earlier copies stay put
+				records = pc.records[start:len(pc.records):len(pc.records)]
 			}
-			batches, err := SplitBatches(records)
+			batches, err := pc.splitBatches(idx, records)
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}
 			if err == nil {
-				err = h.checkLeader(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition})
+				err = h.checkLeader(tp)
 			}
 			if err != nil {
 				h.b.CountProduceError(err)
-				pc.answerLocked(idx, func() { out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error() })
+				out := pc.out(idx)
+				out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error()
+				pc.answerLocked(idx)
 				continue
 			}
 			pc.mu.Unlock() // the shard may answer inline, on this goroutine
-			h.b.ProduceFrom(caller(req), shard.TopicPartition{Topic: t.Topic, Partition: p.Partition}, batches, body.Acks, func(r shard.ProduceResult) {
-				pc.mu.Lock()
-				defer pc.mu.Unlock()
-				pc.answerLocked(idx, func() {
-					out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
-					out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
-				})
-			})
+			h.b.ProduceFrom(caller(req), tp, batches, body.Acks, pc.answers[idx].fn)
 			pc.mu.Lock()
 		}
 	}
@@ -286,55 +293,203 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 // records stay appended and may still commit later (as in Kafka: a timed-out produce's
 // outcome is unknown, and a retry may duplicate it unless the producer is idempotent);
 // their late answers are dropped.
+//
+// Calls are pooled with everything they hold (the response, its slices, the split batches,
+// each partition's answer callback), so a produce allocates nothing once the pool is warm.
+// A call goes back to the pool when its last reference is gone: every partition answered
+// and the response written (or dropped) — refs counts them.
 type produceCall struct {
 	req       *Request
-	resp      *wire.ProduceResponse
+	resp      wire.ProduceResponse
 	mu        sync.Mutex
-	pending   int         // partitions not answered yet; guarded by mu
-	answered  []bool      // by request position; nil without a timeout; guarded by mu
-	replied   bool        // guarded by mu
-	stopTimer func() bool // nil without a timeout
+	pending   int           // partitions not answered yet; guarded by mu
+	refs      int           // unanswered partitions + the unwritten response; guarded by mu
+	answered  []bool        // by request position; nil without a timeout; guarded by mu
+	replied   bool          // guarded by mu
+	stopTimer func() bool   // nil without a timeout
+	timeout   time.Duration // the acks=all timeout, for timedOut's message
+	deadline  time.Time     // when the timeout passes; guarded by mu
+	timer     *time.Timer   // the default clock's timer, reused (Reset) from use to use
+
+	// Reused from one request to the next.
+	partitions  []wire.ProduceResponsePartition // every topic's, back to back
+	positions   []int                           // partition position -> index in partitions
+	batches     [][]byte                        // every partition's split batches
+	answers     []*produceAnswer                // by partition position
+	records     []byte                          // acks=all copies of the records
+	answeredBuf []bool                          // answered's array
+	timedOutFn  func()
+	writtenFn   func()
+	stopTimerFn func() bool // timer.Stop, bound once
 }
 
-// answerLocked records partition idx's answer (set writes it) unless the request was
-// already answered, and replies once every partition has answered.
-func (pc *produceCall) answerLocked(idx int, set func()) {
+// produceAnswer is one partition's answer callback, bound once per pooled call.
+type produceAnswer struct {
+	pc  *produceCall
+	idx int
+	fn  func(shard.ProduceResult) // a.answer, bound when the answer was made
+}
+
+var produceCalls sync.Pool
+
+func newProduceCall() *produceCall {
+	pc := &produceCall{}
+	pc.timedOutFn = pc.timedOut
+	pc.writtenFn = pc.written
+	return pc
+}
+
+// produceCallPartitionsMax: calls that grew past this many partitions are left to the GC
+// instead of being pooled, so one huge request does not pin its arrays forever.
+const produceCallPartitionsMax = 1024
+
+func getProduceCall(req *Request, body *wire.ProduceRequest, total int) *produceCall {
+	pc, _ := produceCalls.Get().(*produceCall)
+	if pc == nil {
+		pc = newProduceCall()
+	}
+	pc.req, pc.pending, pc.refs, pc.replied = req, total, total+1, false
+	pc.partitions = pc.partitions[:0]
+	pc.resp = wire.ProduceResponse{Topics: pc.resp.Topics[:0]}
+	for len(pc.answers) < total {
+		a := &produceAnswer{pc: pc, idx: len(pc.answers)}
+		a.fn = a.answer
+		pc.answers = append(pc.answers, a)
+	}
+	pc.positions = pc.positions[:0]
+	for i := range body.Topics {
+		t := &body.Topics[i]
+		for j := range t.Partitions {
+			pc.positions = append(pc.positions, len(pc.partitions))
+			pc.partitions = append(pc.partitions, wire.ProduceResponsePartition{
+				Partition: t.Partitions[j].Partition, BaseOffset: -1, LogAppendTime: -1, LogStartOffset: -1})
+		}
+	}
+	k := 0
+	for i := range body.Topics {
+		n := len(body.Topics[i].Partitions)
+		pc.resp.Topics = append(pc.resp.Topics, wire.ProduceResponseTopic{Topic: body.Topics[i].Topic, Partitions: pc.partitions[k : k+n : k+n]})
+		k += n
+	}
+	pc.batches = pc.batches[:0]
+	return pc
+}
+
+// armTimer starts the acks=all timeout. With the default clock the call's own timer is
+// reused; a fire left over from an earlier use finds the deadline not passed and returns.
+func (pc *produceCall) armTimer(h *BrokerHandler) {
+	pc.deadline = time.Now().Add(pc.timeout)
+	if !h.defaultClock {
+		pc.stopTimer = h.afterFunc(pc.timeout, pc.timedOutFn)
+		return
+	}
+	if pc.timer == nil {
+		pc.timer = time.AfterFunc(pc.timeout, pc.timedOutFn)
+		pc.stopTimerFn = pc.timer.Stop
+	} else {
+		pc.timer.Reset(pc.timeout)
+	}
+	pc.stopTimer = pc.stopTimerFn
+}
+
+// reuseCleared returns n false values, in s's array when it is large enough.
+func reuseCleared(s []bool, n int) []bool {
+	if cap(s) < n {
+		return make([]bool, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// out is partition position idx's answer in the response.
+func (pc *produceCall) out(idx int) *wire.ProduceResponsePartition {
+	return &pc.partitions[pc.positions[idx]]
+}
+
+// splitBatches is SplitBatches into the call's reused slice.
+func (pc *produceCall) splitBatches(idx int, records []byte) ([][]byte, error) {
+	start := len(pc.batches)
+	var err error
+	pc.batches, err = appendBatches(pc.batches, records)
+	if err != nil {
+		return nil, err
+	}
+	// Later partitions may grow pc.batches: hand the shard its own capped view, which a
+	// reallocation leaves intact (the old array stays reachable through it).
+	return pc.batches[start:len(pc.batches):len(pc.batches)], nil
+}
+
+// answer is a shard's answer for one partition.
+func (a *produceAnswer) answer(r shard.ProduceResult) {
+	pc := a.pc
+	pc.mu.Lock()
+	if !pc.replied {
+		out := pc.out(a.idx)
+		out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
+		out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
+	}
+	pc.answerLocked(a.idx)
+	pc.mu.Unlock()
+}
+
+// answerLocked counts partition idx's answer (already written into the response unless the
+// request was answered) and replies once every partition has answered.
+func (pc *produceCall) answerLocked(idx int) {
+	pc.refs--
 	if pc.replied {
+		pc.releaseLocked()
 		return
 	}
 	if pc.answered != nil {
 		pc.answered[idx] = true
 	}
-	set()
 	if pc.pending--; pc.pending == 0 {
 		pc.replied = true
 		if pc.stopTimer != nil {
 			pc.stopTimer()
 		}
-		pc.req.ReplyMessage(pc.resp)
+		pc.req.Reply(Response{Body: &pc.resp, Done: pc.writtenFn})
 	}
 }
 
-// timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
-func (pc *produceCall) timedOut(timeout time.Duration) {
+// written is the response's Done: the connection no longer needs pc.resp.
+func (pc *produceCall) written() {
 	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.replied {
+	pc.refs--
+	pc.releaseLocked()
+	pc.mu.Unlock()
+}
+
+// releaseLocked returns pc to the pool once nothing refers to it any more.
+func (pc *produceCall) releaseLocked() {
+	if pc.refs > 0 {
 		return
 	}
+	pc.req, pc.answered, pc.stopTimer = nil, nil, nil
+	clear(pc.batches)
+	if len(pc.answers) > produceCallPartitionsMax {
+		return
+	}
+	produceCalls.Put(pc)
+}
+
+// timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
+func (pc *produceCall) timedOut() {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.replied || pc.stopTimer == nil || time.Now().Before(pc.deadline) {
+		return // answered, or a fire left over from an earlier use of this call
+	}
 	pc.replied = true
-	k := 0
-	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", timeout)
-	for i := range pc.resp.Topics {
-		for j := range pc.resp.Topics[i].Partitions {
-			if !pc.answered[k] {
-				out := &pc.resp.Topics[i].Partitions[j]
-				out.ErrorCode, out.ErrorMessage = wire.ErrRequestTimedOut, msg
-			}
-			k++
+	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", pc.timeout)
+	for k := range pc.positions {
+		if !pc.answered[k] {
+			out := pc.out(k)
+			out.ErrorCode, out.ErrorMessage = wire.ErrRequestTimedOut, msg
 		}
 	}
-	pc.req.ReplyMessage(pc.resp)
+	pc.req.Reply(Response{Body: &pc.resp, Done: pc.writtenFn})
 }
 
 func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {

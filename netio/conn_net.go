@@ -205,7 +205,7 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 	}
 	h, herr := wire.ParseRequestHeader(hdr, cfg.FrameBytesMax)
 	br.Discard(wire.RequestHeaderBytes)
-	req := &Request{Header: h, Conn: c.info, owner: c}
+	req := getRequest(h, c.info, c)
 	if herr != nil {
 		// The stream cannot be resynchronised: answer with the correlation id we have,
 		// then close.
@@ -349,7 +349,7 @@ func (s *Server) serveRequest(req *Request) {
 		req.ReplyError(wire.ErrInvalidRequest, fmt.Sprintf("%s request names more than %d entries (RequestEntriesMax)", h.API, s.cfg.RequestEntriesMax))
 		return
 	}
-	body := wire.NewRequest(h.API)
+	body := req.bodyFor(h.API)
 	wire.SetWireVersion(body, h.Version)
 	if err := body.ReadFrom(*req.frame); err != nil {
 		req.ReplyError(wire.ErrInvalidRequest, err.Error())
@@ -447,6 +447,8 @@ func (c *conn) release(req *Request) {
 		req.response.Done = nil
 		done()
 	}
+	// Not recycled (recycleRequest): the reader goroutine may still read req.fatal after
+	// dispatching it, while this writer goroutine releases it.
 }
 
 // ---------------------------------------------------------------------------------------

@@ -221,29 +221,31 @@ type ringConn struct {
 	lastRecv   time.Time
 
 	// Sending: one batch at a time, as a plan of memory and file segments.
-	sending    bool
-	batch      []*Request
-	wbuf       []byte
-	splices    []wire.Splice
-	plan       []sendSegment
-	planIndex  int
-	segmentOff int64
-	writeTimer *ring.Timer
-	pipeR      int
-	pipeW      int
-	pipeCap    int
-	pipeBytes  int // bytes spliced into the pipe, not yet to the socket
-	spliceOps  int // splice completions still to come for the current step
+	sending         bool
+	batch           []*Request
+	wbuf            []byte
+	splices         []wire.Splice
+	plan            []sendSegment
+	planIndex       int
+	segmentOff      int64
+	writeTimer      *ring.Timer
+	writeTimerSpare *ring.Timer // stopped; armWriteTimer reuses it
+	pipeR           int
+	pipeW           int
+	pipeCap         int
+	pipeBytes       int // bytes spliced into the pipe, not yet to the socket
+	spliceOps       int // splice completions still to come for the current step
 
 	onRecvBufFn    func(int32, uint32)
 	onRecvDirectFn func(int32, uint32)
 	onSentFn       func(int32, uint32)
 	drainFn        func()
 
-	mu          sync.Mutex
-	completed   []*Request // guarded by mu: replied, not yet seen by the loop
-	postPending bool       // guarded by mu
-	gone        bool       // guarded by mu: finished; late replies release themselves
+	mu             sync.Mutex
+	completed      []*Request // guarded by mu: replied, not yet seen by the loop
+	completedSpare []*Request // loop only: the other half of completed's double buffer
+	postPending    bool       // guarded by mu
+	gone           bool       // guarded by mu: finished; late replies release themselves
 }
 
 type sendSegment struct {
@@ -344,12 +346,14 @@ func (c *ringConn) progress() {
 func (c *ringConn) takeCompleted() {
 	c.mu.Lock()
 	done := c.completed
-	c.completed = nil
+	c.completed = c.completedSpare[:0] // swapped, not reallocated, on every drain
 	c.postPending = false
 	c.mu.Unlock()
-	for _, req := range done {
+	for i, req := range done {
 		req.ready = true
+		done[i] = nil
 	}
+	c.completedSpare = done[:0]
 }
 
 func (c *ringConn) parse() {
@@ -394,7 +398,7 @@ func (c *ringConn) parse() {
 			return
 		}
 		h, herr := wire.ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
-		req := &Request{Header: h, Conn: c.info, owner: c}
+		req := getRequest(h, c.info, c)
 		if herr != nil {
 			code := wire.ErrInvalidRequest
 			if h.Length > cfg.FrameBytesMax {
@@ -539,12 +543,26 @@ func (c *ringConn) trySend() {
 			continue
 		}
 		c.sending = true
-		c.writeTimer = c.r.AfterFunc(c.srv.cfg.WriteTimeout, func() {
-			c.writeTimer = nil
-			c.failLoop(errors.New("write timeout: client is not reading"))
-		})
+		c.armWriteTimer()
 		c.sendNext()
 	}
+}
+
+// armWriteTimer starts the WriteTimeout clock of a batch being sent, reusing the timer of
+// the previous batch (no allocation per response).
+func (c *ringConn) armWriteTimer() {
+	if t := c.writeTimerSpare; t != nil {
+		c.writeTimerSpare = nil
+		t.Reset(c.srv.cfg.WriteTimeout)
+		c.writeTimer = t
+		return
+	}
+	c.writeTimer = c.r.AfterFunc(c.srv.cfg.WriteTimeout, c.writeTimedOut)
+}
+
+func (c *ringConn) writeTimedOut() {
+	c.writeTimer = nil
+	c.failLoop(errors.New("write timeout: client is not reading"))
 }
 
 func (c *ringConn) buildPlan() {
@@ -578,7 +596,7 @@ func (c *ringConn) sendNext() {
 		c.sending = false
 		if c.writeTimer != nil {
 			c.writeTimer.Stop()
-			c.writeTimer = nil
+			c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
 		}
 		c.finishBatch()
 		c.progress()
@@ -759,7 +777,8 @@ func (c *ringConn) releaseLoop(req *Request) {
 	c.releaseGone(req)
 }
 
-// releaseGone returns a request's buffer, server budget and Done callback (any goroutine).
+// releaseGone returns a request's buffer, server budget and Done callback, then the
+// request itself to the pool: it is the last use of a request (any goroutine).
 func (c *ringConn) releaseGone(req *Request) {
 	if req.frame != nil {
 		putFrameBuffer(req.frame)
@@ -773,6 +792,7 @@ func (c *ringConn) releaseGone(req *Request) {
 		req.response.Done = nil
 		done()
 	}
+	recycleRequest(req)
 }
 
 // stopReading and fail implement serverConn; they may be called from any goroutine.

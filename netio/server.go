@@ -74,6 +74,45 @@ type Request struct {
 	replied  atomic.Bool
 	ready    bool     // guarded by the owner's lock: resp is set
 	response Response // guarded by the owner's lock until ready, then owned by the writer
+
+	// Decoding targets kept with the pooled request (serveRequest): a produce or fetch
+	// decodes into the arrays the request's previous use left, without allocating.
+	produce wire.ProduceRequest
+	fetch   wire.FetchRequest
+}
+
+// Requests are pooled (getRequest, recycleRequest): on the ring driver a request goes back
+// once its connection has released it — replied, response written or dropped, Done called
+// (the net driver's requests are left to the GC). A handler must not touch a request after
+// its Reply (that includes its Body).
+var requests sync.Pool
+
+func getRequest(h wire.RequestHeader, info ConnInfo, owner requestOwner) *Request {
+	req, _ := requests.Get().(*Request)
+	if req == nil {
+		req = new(Request)
+	}
+	req.Header, req.Conn, req.owner = h, info, owner
+	return req
+}
+
+// recycleRequest returns a released request to the pool, keeping only its decoding targets.
+func recycleRequest(req *Request) {
+	produce, fetch := req.produce, req.fetch
+	*req = Request{produce: produce, fetch: fetch}
+	requests.Put(req)
+}
+
+// bodyFor is the message a request of api decodes into: the request's own target for
+// produce and fetch, a new one otherwise.
+func (r *Request) bodyFor(api wire.APIKey) wire.Message {
+	switch api {
+	case wire.APIProduce:
+		return &r.produce
+	case wire.APIFetch:
+		return &r.fetch
+	}
+	return wire.NewRequest(api)
 }
 
 // requestOwner is the connection (of whichever I/O driver) a request belongs to.
@@ -106,13 +145,30 @@ func (r *Request) Reply(resp Response) {
 		panic(fmt.Sprintf("netio: Reply called twice for %s correlation id %d", r.Header.API, r.Header.CorrelationID))
 	}
 	if r.amend != nil {
-		r.amend(&resp)
+		resp = r.amended(resp)
 	}
 	if delay := r.owner.server().throttle(r, &resp); delay > 0 {
-		time.AfterFunc(delay, func() { r.owner.complete(r, resp) })
+		r.completeAfter(delay, resp)
 		return
 	}
 	r.owner.complete(r, resp)
+}
+
+// amended returns resp as r.amend edits it. Apart from Reply (and not inlined) so that
+// resp escapes to the heap only when there is an amend.
+//
+//go:noinline
+func (r *Request) amended(resp Response) Response {
+	r.amend(&resp)
+	return resp
+}
+
+// completeAfter completes r once delay has passed (a quota's throttle). Apart from Reply
+// (and not inlined) so that resp escapes to the heap only when a reply is throttled.
+//
+//go:noinline
+func (r *Request) completeAfter(delay time.Duration, resp Response) {
+	time.AfterFunc(delay, func() { r.owner.complete(r, resp) })
 }
 
 // ReplyMessage completes the request with a response body.

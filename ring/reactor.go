@@ -47,6 +47,7 @@ type Reactor struct {
 	unknownCQEs uint64 // completions whose user data matched no op (see dispatch)
 	ownerTid    int    // thread that created the reactor (gettid)
 	stats       loopStats
+	worked      int          // completions and posts dispatched since the loop last decided to wait
 	writeBufs   writeBuffers // the sparse fixed-buffer table of StartWriteFixed (writeasync.go)
 
 	// Shared with other goroutines.
@@ -357,6 +358,7 @@ func (r *Reactor) reapInto(dst *[]CQE) {
 
 // dispatch delivers one completion to its callback.
 func (r *Reactor) dispatch(c *CQE) {
+	r.worked++
 	tok := c.UserData
 	if tok&tokenInternal != 0 {
 		switch tok {
@@ -493,9 +495,18 @@ func (r *Reactor) RunOnce(block bool) error {
 	}
 	var err error
 	if block && len(r.backlog) == 0 && r.mailbox.empty() && !r.stopping.Load() {
-		waitStart := time.Now()
-		_, err = r.ring.SubmitAndWait(1, r.untilNextTimer())
-		r.stats.waitNanos += uint64(time.Since(waitStart))
+		spin := r.cfg.SpinBeforeWait > 0 && r.worked > 0
+		r.worked = 0
+		if spin {
+			if _, err = r.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+				return fmt.Errorf("ring: reactor submit: %w", err)
+			}
+		}
+		if !spin || !r.spin() {
+			waitStart := time.Now()
+			_, err = r.ring.SubmitAndWait(1, r.untilNextTimer())
+			r.stats.waitNanos += uint64(time.Since(waitStart))
+		}
 	} else {
 		_, err = r.ring.Submit()
 	}
@@ -514,6 +525,34 @@ func (r *Reactor) RunOnce(block bool) error {
 	r.dispatchBacklog()
 	r.drainMailbox()
 	return nil
+}
+
+// spin polls the completion queue, the mailbox and the stop flag for up to
+// SpinBeforeWait (or until the next timer is due), dispatching the completions it finds.
+// It reports whether anything arrived; if not, the loop sleeps in the kernel. The thread
+// stays on its CPU meanwhile (no Gosched: a locked thread that yields sleeps and must be
+// woken, the cost the spin is there to avoid).
+func (r *Reactor) spin() bool {
+	start := time.Now()
+	limit := r.cfg.SpinBeforeWait
+	if len(r.timers) > 0 {
+		limit = min(limit, r.untilNextTimer())
+	}
+	defer func() { r.stats.spinNanos += uint64(time.Since(start)) }()
+	for i := 0; ; i++ {
+		if n := r.ring.PeekCQEs(r.cqes); n > 0 {
+			for j := 0; j < n; j++ {
+				r.dispatch(&r.cqes[j])
+			}
+			return true
+		}
+		if !r.mailbox.empty() || r.stopping.Load() {
+			return true
+		}
+		if i%16 == 15 && time.Since(start) >= limit {
+			return false
+		}
+	}
 }
 
 func (r *Reactor) dispatchBacklog() {
@@ -541,6 +580,7 @@ func (r *Reactor) drainMailbox() {
 		if fn == nil {
 			return
 		}
+		r.worked++
 		fn()
 	}
 }

@@ -104,9 +104,18 @@ type Config struct {
 	// buffered ext4 write is handed to an io-wq worker (no NOWAIT support), which costs a
 	// context switch per op (see docs/ring.md for numbers). Async ops are unaffected.
 	InlineFileIO bool
-	InflightMax  int              // in-flight op limit per reactor (default 65536)
-	Now          func() time.Time // clock for AfterFunc (default time.Now); tests inject one
+	InflightMax  int // in-flight op limit per reactor (default 65536)
+	// SpinBeforeWait: after a loop turn that did work, the loop polls its completion queue
+	// and mailbox this long before it sleeps in the kernel (0: it sleeps at once). A request
+	// that arrives within it is served without the thread's sleep and wake-up; the price is
+	// up to this much CPU after every burst of work. At most SpinBeforeWaitMax.
+	SpinBeforeWait time.Duration
+	Now            func() time.Time // clock for AfterFunc (default time.Now); tests inject one
 }
+
+// SpinBeforeWaitMax bounds Config.SpinBeforeWait: a spin is meant to bridge one request's
+// round trip, not to replace sleeping.
+const SpinBeforeWaitMax = time.Millisecond
 
 const (
 	entriesDefault    = 256
@@ -132,6 +141,7 @@ func (c Config) withDefaults() Config {
 	if c.SQPollIdle == 0 {
 		c.SQPollIdle = sqPollIdleDefault
 	}
+	c.SpinBeforeWait = min(max(c.SpinBeforeWait, 0), SpinBeforeWaitMax)
 	if c.Backend == "" {
 		c.Backend = "auto"
 	}

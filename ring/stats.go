@@ -8,6 +8,7 @@ type loopStats struct {
 	submitted uint64    // ops queued for the kernel (async ops and blocking FileIO ops)
 	completed uint64    // completions delivered to their op (async callbacks and blocking waits)
 	waitNanos uint64    // time Run spent blocked waiting for a completion, wake-up or timer
+	spinNanos uint64    // time Run spent polling before a wait (Config.SpinBeforeWait)
 	started   time.Time // when Run first started; zero before
 	// writesStarted counts StartWrite ops; awaits the times AwaitWrites had to wait for the
 	// ring (the owner blocked on its own writes).
@@ -28,6 +29,9 @@ type Stats struct {
 	// Run started. Running - Wait is the time the loop was busy (dispatching callbacks,
 	// running mailbox messages and timers, blocking file I/O).
 	Wait, Running time.Duration
+	// Spin is the part of the busy time spent polling for work before waiting
+	// (Config.SpinBeforeWait): CPU the loop burned to skip a sleep and wake-up.
+	Spin time.Duration
 	// WritesStarted counts StartWrite ops (direct-mode segment writes); Awaits counts the
 	// times AwaitWrites blocked the loop for them (a roll, truncation or close waiting).
 	WritesStarted, Awaits uint64
@@ -42,6 +46,7 @@ func (r *Reactor) Stats() Stats {
 		Completed: r.stats.completed,
 		InFlight:  len(r.slots) - len(r.freeSlots),
 		Wait:      time.Duration(r.stats.waitNanos),
+		Spin:      time.Duration(r.stats.spinNanos),
 
 		WritesStarted: r.stats.writesStarted,
 		Awaits:        r.stats.awaits,

@@ -153,7 +153,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			Shards:  shards,
 			CPUs:    cpus,
 			Pin:     o.pin,
-			Ring:    ring.Config{Backend: o.io, InlineFileIO: inlineFileIO, SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun},
+			Ring:    ring.Config{Backend: o.io, InlineFileIO: inlineFileIO, SingleIssuer: o.deferTaskrun, DeferTaskrun: o.deferTaskrun, SpinBeforeWait: o.loopSpin},
 			Log:     logDefaults,
 			// The shard's 0 means its default; the flag's 0 means off.
 			ScrubBytesPerSecond:      scrubRate(o.scrubRate),

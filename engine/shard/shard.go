@@ -23,15 +23,16 @@ type Shard struct {
 	exited  chan error    // closed (after one send) when the loop goroutine ends
 
 	// Owned by the loop goroutine.
-	parts      map[TopicPartition]*partition
-	core       *core.Core    // acks, sync schedule and fetch waiters of parts (see package core)
-	flushTimer *ring.Timer   // runs core.EndTurn after a loop turn's mailbox drain
-	waitTimer  *ring.Timer   // runs core.Tick at the earliest long-poll deadline
-	tick       func()        // s.onTick, allocated once
-	scrub      scrubState    // background segment verification (scrub.go)
-	cleaner    cleanerState  // background log compaction (compact.go)
-	groups     *shardGroups  // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
-	counters   shardCounters // produce, fetch and fsync counters (stats.go)
+	parts       map[TopicPartition]*partition
+	core        *core.Core    // acks, sync schedule and fetch waiters of parts (see package core)
+	flushTimer  *ring.Timer   // runs core.EndTurn after a loop turn's mailbox drain
+	freeSyncOps []*syncOp     // StartSync's reusable ops
+	waitTimer   *ring.Timer   // runs core.Tick at the earliest long-poll deadline
+	tick        func()        // s.onTick, allocated once
+	scrub       scrubState    // background segment verification (scrub.go)
+	cleaner     cleanerState  // background log compaction (compact.go)
+	groups      *shardGroups  // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
+	counters    shardCounters // produce, fetch and fsync counters (stats.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -142,20 +143,80 @@ func (d *coreDriver) StartSync(p *core.Partition) {
 		s.core.SyncDone(p, nil)
 		return
 	}
-	remaining := len(t.Fds)
-	var firstErr error
-	started := monotonic()
-	complete := func(err error) {
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		if remaining--; remaining == 0 {
-			s.counters.fsync.Observe(monotonic() - started)
-			s.endSync(p, l, t, firstErr)
-		}
-	}
+	op := s.getSyncOp()
+	op.p, op.l, op.t, op.remaining, op.firstErr, op.started = p, l, t, len(t.Fds), nil, monotonic()
 	for _, fd := range t.Fds {
-		s.fdatasyncAsync(fd, complete)
+		s.fdatasyncAsyncOp(fd, op)
+	}
+}
+
+// syncOp is one StartSync in flight: its fdatasyncs' completions count down to endSync.
+// Shard-owned and reused (getSyncOp), with its callbacks bound once, so a sync allocates
+// nothing.
+type syncOp struct {
+	s         *Shard
+	p         *core.Partition
+	l         *engine.Log
+	t         engine.SyncTicket
+	remaining int
+	firstErr  error
+	started   time.Duration
+	doneFn    func(error)                   // op.done
+	ringFn    func(res int32, flags uint32) // op.ringDone
+}
+
+// getSyncOp takes a sync op from the shard's free list (loop thread).
+func (s *Shard) getSyncOp() *syncOp {
+	if n := len(s.freeSyncOps); n > 0 {
+		op := s.freeSyncOps[n-1]
+		s.freeSyncOps = s.freeSyncOps[:n-1]
+		return op
+	}
+	op := &syncOp{s: s}
+	op.doneFn, op.ringFn = op.done, op.ringDone
+	return op
+}
+
+// freeSyncOpsMax bounds the shard's free list: at most one sync is in flight per partition,
+// so this many cover the busiest loop turns; beyond it ops are left to the GC.
+const freeSyncOpsMax = 1024
+
+func (op *syncOp) ringDone(res int32, _ uint32) {
+	if res < 0 {
+		op.done(fmt.Errorf("fdatasync: %w", unix.Errno(-res)))
+		return
+	}
+	op.done(nil)
+}
+
+// done counts one fdatasync's end; the last one ends the sync and frees op.
+func (op *syncOp) done(err error) {
+	if err != nil && op.firstErr == nil {
+		op.firstErr = err
+	}
+	if op.remaining--; op.remaining > 0 {
+		return
+	}
+	s := op.s
+	s.counters.fsync.Observe(monotonic() - op.started)
+	p, l, t, firstErr := op.p, op.l, op.t, op.firstErr
+	*op = syncOp{s: s, doneFn: op.doneFn, ringFn: op.ringFn}
+	if len(s.freeSyncOps) < freeSyncOpsMax {
+		s.freeSyncOps = append(s.freeSyncOps, op)
+	}
+	s.endSync(p, l, t, firstErr)
+}
+
+// fdatasyncAsyncOp is fdatasyncAsync reporting to a sync op, without a closure per call.
+func (s *Shard) fdatasyncAsyncOp(fd int, op *syncOp) {
+	if s.b.cfg.hooks != nil && s.b.cfg.hooks.fdatasyncAsync != nil || s.b.wrapped != nil {
+		s.fdatasyncAsync(fd, op.doneFn)
+		return
+	}
+	if err := s.r.Submit(func(sqe *ring.SQE) { sqe.PrepFsync(fd, true) }, op.ringFn); err != nil {
+		// No room on the ring right now: sync this file the blocking way instead of
+		// failing the log for a transient submission limit.
+		op.done(s.r.Fdatasync(fd))
 	}
 }
 

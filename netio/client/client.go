@@ -252,11 +252,11 @@ func (c *Client) connFor(addr string) (*conn, error) {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if cn := c.conns[addr]; cn != nil && cn.failure() == nil {
-		c.mu.Unlock()
+	cn := c.conns[addr]
+	c.mu.Unlock()
+	if cn != nil && cn.usable() {
 		return cn, nil
 	}
-	c.mu.Unlock()
 	cn, err := dialConn(addr, &c.cfg)
 	if err != nil {
 		// As retriable as a connection that broke: the address may be a shard listener
@@ -306,6 +306,24 @@ func (c *Client) CallAsync(addr string, req, resp wire.Message, done func(wire.M
 		return
 	}
 	cn.send(req, resp, done)
+}
+
+// heldRead is a connection whose reader role a caller took (conn.sendHeld): the caller
+// must read it (conn.readHeld) until its answer is in.
+type heldRead struct {
+	conn *conn
+	call *call
+}
+
+// callHeld is CallAsync for a caller that waits for the response: when nobody reads the
+// connection, the caller takes the reader role, returned in held.
+func (c *Client) callHeld(addr string, req, resp wire.Message, done func(wire.Message, error)) (held heldRead) {
+	cn, err := c.connFor(addr)
+	if err != nil {
+		done(nil, err)
+		return heldRead{}
+	}
+	return heldRead{cn, cn.sendHeld(req, resp, done)}
 }
 
 // callAsyncOwned is CallAsync for a response whose frame buffer the callee takes over and

@@ -6,8 +6,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/ringlog/ringlog/netio/wire"
 )
@@ -38,9 +42,18 @@ func (cl *call) finish(resp wire.Message, err error) {
 // conn is one pipelined connection to a broker address. Requests are written in the order
 // send is called and their responses are matched by position and checked by correlation
 // id. At most inflightMax requests are outstanding; send blocks beyond that.
+//
+// Who reads responses: on a plain TCP connection nobody while no response is outstanding;
+// a send that finds no reader starts one, either a goroutine (readLoop) or, for sendHeld,
+// the calling goroutine itself, which reads until its own answer has arrived (readHeld) and
+// so skips the goroutine wake-up between a reader and a waiting caller. An idle connection
+// a broker closed is noticed by a non-blocking peek when the client next picks it
+// (usable), as an idle reader would have noticed it, and a new one is dialed. A TLS connection keeps one reader
+// goroutine for its whole life.
 type conn struct {
 	addr          string
 	nc            net.Conn
+	raw           syscall.RawConn // nil for TLS: a persistent reader goroutine instead
 	frameBytesMax uint32
 	pending       chan *call // outstanding calls in send order; capacity = in-flight limit
 
@@ -48,6 +61,13 @@ type conn struct {
 	corr   uint32     // guarded by wmu
 	wbuf   []byte     // guarded by wmu
 	closed chan struct{}
+
+	rmu         sync.Mutex
+	outstanding int         // guarded by rmu: calls enqueued whose response is not dispatched yet
+	reading     bool        // guarded by rmu: a goroutine holds the reader role
+	heldBy      *call       // guarded by rmu: the call whose caller reads inline (readHeld), or nil
+	interrupted bool        // guarded by rmu: the inline reader's context set a past read deadline
+	fr          frameReader // owned by the reader role
 
 	emu sync.Mutex
 	err error // guarded by emu: first failure
@@ -75,31 +95,62 @@ func dialConn(addr string, cfg *Config) (*conn, error) {
 		frameBytesMax: cfg.FrameBytesMax,
 		pending:       make(chan *call, cfg.InflightPerConnMax),
 		closed:        make(chan struct{}),
+		fr:            frameReader{r: bufio.NewReaderSize(nc, 64<<10), frameBytesMax: cfg.FrameBytesMax},
 	}
-	go c.readLoop()
+	if sc, ok := nc.(syscall.Conn); ok && cfg.TLS == nil {
+		c.raw, _ = sc.SyscallConn()
+	}
+	if c.raw == nil {
+		c.reading = true // for good
+		go c.readLoop()
+	}
 	return c, nil
+}
+
+// sendHeld is send for a caller that waits for the response: when it returns a call the
+// caller holds the connection's reader role and must call readHeld with it.
+func (c *conn) sendHeld(req wire.Message, resp wire.Message, done func(wire.Message, error)) *call {
+	cl := &call{resp: resp, done: done}
+	if c.sendCall(req, cl, true) {
+		return cl
+	}
+	return nil
 }
 
 // send writes req and arranges for done to be called with the decoded response. A nil
 // resp means the request gets no response (acks=0 produce): done is called once the
 // frame is written.
 func (c *conn) send(req wire.Message, resp wire.Message, done func(wire.Message, error)) {
-	c.sendCall(req, &call{resp: resp, done: done})
+	c.sendCall(req, &call{resp: resp, done: done}, false)
 }
 
 // sendOwned is send for responses whose frame buffer the caller takes over (fetch).
 func (c *conn) sendOwned(req wire.Message, resp wire.Message, owned func(wire.Message, error, func())) {
-	c.sendCall(req, &call{resp: resp, owned: owned})
+	c.sendCall(req, &call{resp: resp, owned: owned}, false)
 }
 
-func (c *conn) sendCall(req wire.Message, cl *call) {
+// sendCall writes cl's request. It reports whether the caller took the reader role (held
+// and no one was reading); otherwise a reader is running or cl needs none.
+func (c *conn) sendCall(req wire.Message, cl *call, held bool) (holds bool) {
 	resp := cl.resp
 	done := cl.finish
 	c.wmu.Lock()
 	if err := c.failure(); err != nil {
 		c.wmu.Unlock()
 		done(nil, err)
-		return
+		return false
+	}
+	start := false
+	if resp != nil {
+		c.rmu.Lock()
+		c.outstanding++ // before a reader can see the call: it reads while any is outstanding
+		if start = !c.reading; start {
+			c.reading = true
+			if held {
+				c.heldBy = cl
+			}
+		}
+		c.rmu.Unlock()
 	}
 	c.corr++
 	cl.correlationID, cl.api = c.corr, req.API()
@@ -110,7 +161,7 @@ func (c *conn) sendCall(req wire.Message, cl *call) {
 		case <-c.closed:
 			c.wmu.Unlock()
 			done(nil, c.failure())
-			return
+			return false
 		}
 	}
 	_, err := c.nc.Write(c.wbuf) // one frame, one write: pipelining needs no extra buffering
@@ -118,64 +169,247 @@ func (c *conn) sendCall(req wire.Message, cl *call) {
 		c.wbuf = nil
 	}
 	c.wmu.Unlock()
+	if start && !held {
+		go c.readLoop()
+	}
 	if err != nil {
 		c.fail(fmt.Errorf("write to %s: %w", c.addr, err))
 		if resp == nil {
 			done(nil, c.failure())
 		}
-		return
+		return start && held
 	}
 	if resp == nil {
 		done(nil, nil)
 	}
+	return start && held
 }
 
-func (c *conn) readLoop() {
-	r := bufio.NewReaderSize(c.nc, 64<<10)
-	var buf []byte
+// usable reports whether the connection can take a request: it has not failed and, when
+// nobody reads it, the broker has not closed it meanwhile (peekIdle; a closed one is failed
+// here, so that the client dials a new one, as an idle reader goroutine would have noticed
+// the close before).
+func (c *conn) usable() bool {
+	if c.failure() != nil {
+		return false
+	}
+	if c.raw == nil {
+		return true
+	}
+	c.wmu.Lock() // no request goes out meanwhile: no response can be on its way
+	c.rmu.Lock()
+	idle := !c.reading
+	c.rmu.Unlock()
+	var err error
+	if idle {
+		err = c.peekIdle()
+	}
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	return true
+}
+
+// peekIdle checks, without blocking, that the broker has not closed an idle connection
+// (nor sent anything unasked) before a request is written to it: one recv(MSG_PEEK |
+// MSG_DONTWAIT), paid only when no response is outstanding.
+func (c *conn) peekIdle() error {
+	if c.raw == nil {
+		return nil
+	}
+	var one [1]byte
+	var n int
+	var peekErr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		n, _, peekErr = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // never wait for readability
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("read from %s: %w", c.addr, err)
+	case peekErr == syscall.EAGAIN || peekErr == syscall.EINTR:
+		return nil
+	case peekErr != nil:
+		return fmt.Errorf("read from %s: %w", c.addr, peekErr)
+	case n == 0:
+		return fmt.Errorf("read from %s: %w", c.addr, io.EOF)
+	default:
+		return fmt.Errorf("%s sent data while no request was outstanding", c.addr)
+	}
+}
+
+// readHeld reads responses on the calling goroutine, which holds the reader role
+// (sendHeld returned true), until until reports true, the connection fails or ctx ends;
+// then it passes the role on (to a reader goroutine while responses are outstanding).
+func (c *conn) readHeld(ctx context.Context, cl *call, until func() bool) {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			c.rmu.Lock()
+			if c.heldBy == cl { // still this caller's turn (the function may run late)
+				c.interrupted = true
+				c.nc.SetReadDeadline(aLongTimeAgo)
+			}
+			c.rmu.Unlock()
+		})
+		defer stop()
+	}
+	c.readResponses(until)
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+func (c *conn) readLoop() { c.readResponses(nil) }
+
+// readResponses reads and dispatches responses while the calling goroutine holds the
+// reader role. It returns once no response is outstanding (giving the role up), or the
+// connection failed, or (inline) until is satisfied or the caller's context interrupted
+// the read (passing the role to a new reader goroutine when responses are outstanding).
+func (c *conn) readResponses(until func() bool) {
 	for {
-		h, payload, b, err := wire.ReadResponse(r, buf, c.frameBytesMax)
-		buf = b
+		if until != nil && until() {
+			c.handOff()
+			return
+		}
+		h, payload, err := c.fr.next()
 		if err != nil {
+			c.rmu.Lock()
+			interrupted := c.interrupted && errors.Is(err, os.ErrDeadlineExceeded)
+			c.rmu.Unlock()
+			if interrupted {
+				c.handOff()
+				return
+			}
 			c.fail(fmt.Errorf("read from %s: %w", c.addr, err))
 			return
 		}
-		var cl *call
-		select {
-		case cl = <-c.pending:
-		default:
-			c.fail(fmt.Errorf("%s sent a response (correlation id %d) nobody waits for", c.addr, h.CorrelationID))
+		if !c.dispatch(h, payload) {
 			return
 		}
-		if h.CorrelationID != cl.correlationID || h.API != cl.api {
-			err := fmt.Errorf("%s answered %s/%d, expected %s/%d", c.addr, h.API, h.CorrelationID, cl.api, cl.correlationID)
-			cl.finish(nil, err)
-			c.fail(err)
+		c.rmu.Lock()
+		c.outstanding--
+		if c.outstanding == 0 && c.raw != nil {
+			c.releaseLocked()
+			c.rmu.Unlock()
 			return
 		}
-		if h.ErrorCode != wire.ErrNone {
-			msg, _ := wire.DecodeErrorPayload(payload)
-			cl.finish(nil, &wire.Error{Code: h.ErrorCode, Message: msg})
-			continue
+		c.rmu.Unlock()
+	}
+}
+
+// handOff ends an inline reader's turn: with responses outstanding a reader goroutine
+// takes the role over, otherwise nobody holds it.
+func (c *conn) handOff() {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.outstanding > 0 {
+		c.clearInlineLocked()
+		go c.readLoop()
+		return
+	}
+	c.releaseLocked()
+}
+
+// releaseLocked gives the reader role up: nobody reads until the next request.
+func (c *conn) releaseLocked() {
+	c.clearInlineLocked()
+	c.reading = false
+}
+
+// clearInlineLocked ends an inline reader's turn, undoing its context's interruption.
+func (c *conn) clearInlineLocked() {
+	if c.interrupted {
+		c.interrupted = false
+		c.nc.SetReadDeadline(time.Time{})
+	}
+	c.heldBy = nil
+}
+
+// dispatch hands one response to the call waiting for it; false: the connection failed.
+func (c *conn) dispatch(h wire.ResponseHeader, payload []byte) bool {
+	var cl *call
+	select {
+	case cl = <-c.pending:
+	default:
+		c.fail(fmt.Errorf("%s sent a response (correlation id %d) nobody waits for", c.addr, h.CorrelationID))
+		return false
+	}
+	if h.CorrelationID != cl.correlationID || h.API != cl.api {
+		err := fmt.Errorf("%s answered %s/%d, expected %s/%d", c.addr, h.API, h.CorrelationID, cl.api, cl.correlationID)
+		cl.finish(nil, err)
+		c.fail(err)
+		return false
+	}
+	if h.ErrorCode != wire.ErrNone {
+		msg, _ := wire.DecodeErrorPayload(payload)
+		cl.finish(nil, &wire.Error{Code: h.ErrorCode, Message: msg})
+		return true
+	}
+	wire.SetWireVersion(cl.resp, h.Version)
+	if err := cl.resp.ReadFrom(payload); err != nil {
+		cl.finish(nil, fmt.Errorf("%s response from %s: %w", cl.api, c.addr, err))
+		return true
+	}
+	switch {
+	case cl.owned != nil:
+		// The response aliases the frame buffer: hand it over and read on into a pooled one.
+		owned := c.fr.buf
+		c.fr.buf = getResponseBuffer()
+		cl.owned(cl.resp, nil, func() { putResponseBuffer(owned) })
+	case cl.api == wire.APIFetch:
+		c.fr.buf = nil // aliased by the records the caller keeps
+		cl.done(cl.resp, nil)
+	default:
+		cl.done(cl.resp, nil)
+	}
+	return true
+}
+
+// frameReader reads response frames and can stop between any two reads (an interrupted
+// read deadline) and resume where it stopped, so the reader role can change hands in the
+// middle of a frame.
+type frameReader struct {
+	r             *bufio.Reader
+	frameBytesMax uint32
+	head          [wire.ResponseHeaderBytes]byte
+	headHave      int // bytes of head read
+	h             wire.ResponseHeader
+	buf           []byte // the payload being read (grown as needed, reused)
+	have          int    // bytes of buf read; meaningful once head is complete
+}
+
+func (f *frameReader) next() (wire.ResponseHeader, []byte, error) {
+	for f.headHave < len(f.head) {
+		n, err := f.r.Read(f.head[f.headHave:])
+		f.headHave += n
+		if err != nil && f.headHave < len(f.head) {
+			if f.headHave > 0 {
+				err = wire.NoEOF(err)
+			}
+			return wire.ResponseHeader{}, nil, err
 		}
-		wire.SetWireVersion(cl.resp, h.Version)
-		if err := cl.resp.ReadFrom(payload); err != nil {
-			cl.finish(nil, fmt.Errorf("%s response from %s: %w", cl.api, c.addr, err))
-			continue
-		}
-		switch {
-		case cl.owned != nil:
-			// The response aliases buf: hand it over and read on into a pooled buffer.
-			owned := buf
-			buf = getResponseBuffer()
-			cl.owned(cl.resp, nil, func() { putResponseBuffer(owned) })
-		case cl.api == wire.APIFetch:
-			buf = nil // aliased by the records the caller keeps
-			cl.done(cl.resp, nil)
-		default:
-			cl.done(cl.resp, nil)
+		if f.headHave == len(f.head) {
+			h, err := wire.ParseResponseHeader(f.head[:], f.frameBytesMax)
+			if err != nil {
+				return h, nil, err
+			}
+			n := int(h.Length) - (wire.ResponseHeaderBytes - wire.FrameLengthBytes)
+			if cap(f.buf) < n {
+				f.buf = make([]byte, n)
+			}
+			f.h, f.buf, f.have = h, f.buf[:n], 0
 		}
 	}
+	for f.have < len(f.buf) {
+		n, err := f.r.Read(f.buf[f.have:])
+		f.have += n
+		if err != nil && f.have < len(f.buf) {
+			return f.h, nil, fmt.Errorf("read %d-byte %s response payload: %w", len(f.buf), f.h.API, wire.NoEOF(err))
+		}
+	}
+	f.headHave = 0
+	return f.h, f.buf, nil
 }
 
 func (c *conn) failure() error {

@@ -372,16 +372,22 @@ func (p *Producer) waitForBufferLocked(ctx context.Context, size int64) error {
 //
 // The calling goroutine seals the record's batch and writes the request itself (with any
 // other request ready at that moment) instead of waking the sender loop for it: a record
-// sent on its own costs no goroutine hand-off before it reaches the socket. The response
-// still arrives through the connection's reader. Batches, sequence numbers and retries are
-// the sender loop's, unchanged.
+// sent on its own costs no goroutine hand-off before it reaches the socket. When no other
+// response is outstanding on the connection, the caller also reads the response itself
+// (conn.readHeld) instead of being woken by a reader goroutine: a round trip on the
+// calling goroutine, like a plain socket ping-pong. Batches, sequence numbers and retries
+// are the sender loop's, unchanged.
 func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 	result := make(chan error, 1)
 	if _, err := p.enqueue(ctx, r, func(_ *Record, err error) { result <- err }); err != nil {
 		return -1, err
 	}
-	if !p.sendNow(topicPartition{r.Topic, r.Partition}) {
+	sent, held := p.sendNow(topicPartition{r.Topic, r.Partition})
+	if !sent {
 		p.signal()
+	}
+	for _, h := range held {
+		h.conn.readHeld(ctx, h.call, func() bool { return len(result) > 0 })
 	}
 	select {
 	case err := <-result:
@@ -395,25 +401,29 @@ func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 // sender loop would send now. It reports whether a request went out; if none did (the
 // partition waits for a retry or for its in-flight requests, or the sender loop or another
 // SendSync is writing right now), the sender loop must be woken to send the batch later.
+// held lists the connections whose reader role the caller took: it must read them
+// (readHeld) until its answer is in.
 // It never waits for sendMu, a dial or a free request slot on the connection (the sender
 // loop does that): a caller stuck there could not honour its context.
-func (p *Producer) sendNow(key topicPartition) bool {
+func (p *Producer) sendNow(key topicPartition) (sent bool, held []heldRead) {
 	p.mu.Lock()
 	if ps := p.parts[key]; ps != nil && len(ps.open) > 0 {
 		p.sealLocked(ps) // do not wait for the linger: the caller is waiting
 	}
 	p.mu.Unlock()
 	if !p.c.connReady(p.c.leaderAddr(key.topic, key.partition)) || !p.sendMu.TryLock() {
-		return false
+		return false, nil
 	}
 	defer p.sendMu.Unlock()
 	p.mu.Lock()
 	requests, _ := p.collectLocked(time.Now())
 	p.mu.Unlock()
 	for _, rq := range requests {
-		p.sendRequest(rq)
+		if h := p.sendRequest(rq, true); h.call != nil {
+			held = append(held, h)
+		}
 	}
-	return len(requests) > 0
+	return len(requests) > 0, held
 }
 
 func (p *Producer) stickyLocked(topic string, partitions int) int32 {
@@ -541,7 +551,7 @@ func (p *Producer) run() {
 		bump := p.bumpReadyLocked(time.Now())
 		p.mu.Unlock()
 		for _, rq := range requests {
-			p.sendRequest(rq)
+			p.sendRequest(rq, false)
 		}
 		p.sendMu.Unlock()
 		p.runCallbacks()
@@ -661,7 +671,9 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 	return out, max(next, 0)
 }
 
-func (p *Producer) sendRequest(rq *produceRequest) {
+// sendRequest writes rq. With held (SendSync's caller, who waits anyway) the caller may
+// take the connection's reader role: the returned heldRead says so.
+func (p *Producer) sendRequest(rq *produceRequest, held bool) heldRead {
 	req := &wire.ProduceRequest{Acks: p.cfg.Acks.wire(), TimeoutMs: int32(p.cfg.ProduceTimeout.Milliseconds())}
 	topicIndex := map[string]int{}
 	p.mu.Lock()
@@ -690,10 +702,15 @@ func (p *Producer) sendRequest(rq *produceRequest) {
 	p.mu.Unlock()
 	if p.cfg.Acks == AckNone {
 		p.c.CallAsync(rq.addr, req, nil, func(_ wire.Message, err error) { p.complete(rq, nil, err) })
-		return
+		return heldRead{}
 	}
 	resp := new(wire.ProduceResponse)
-	p.c.CallAsync(rq.addr, req, resp, func(_ wire.Message, err error) { p.complete(rq, resp, err) })
+	done := func(_ wire.Message, err error) { p.complete(rq, resp, err) }
+	if held {
+		return p.c.callHeld(rq.addr, req, resp, done)
+	}
+	p.c.CallAsync(rq.addr, req, resp, done)
+	return heldRead{}
 }
 
 // complete applies a produce response (or a transport error) to the batches sent.

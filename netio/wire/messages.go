@@ -299,15 +299,17 @@ func (m *ProduceRequest) AppendTo(dst []byte) []byte {
 	return dst
 }
 
+// ReadFrom decodes a produce request. Decoding into a message decoded before reuses its
+// arrays and its equal topic strings (the broker's pooled requests allocate nothing).
 func (m *ProduceRequest) ReadFrom(b []byte) error {
 	r := reader{buf: b}
 	m.Acks = r.int16()
 	m.TimeoutMs = r.int32()
-	m.Topics = makeSlice[ProduceTopic](r.arrayLen(2 + 4))
+	m.Topics = reuseSlice(m.Topics, r.arrayLen(2+4))
 	for i := range m.Topics {
 		t := &m.Topics[i]
-		t.Topic = r.string()
-		t.Partitions = makeSlice[ProducePartition](r.arrayLen(4 + 4))
+		t.Topic = r.stringReusing(t.Topic)
+		t.Partitions = reuseSlice(t.Partitions, r.arrayLen(4+4))
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			p.Partition = r.int32()
@@ -458,17 +460,19 @@ func (m *FetchRequest) AppendTo(dst []byte) []byte {
 	return dst
 }
 
+// ReadFrom decodes a fetch request, reusing m's arrays and equal strings as
+// ProduceRequest.ReadFrom does.
 func (m *FetchRequest) ReadFrom(b []byte) error {
 	r := reader{buf: b}
 	m.MaxWaitMs = r.int32()
 	m.MinBytes = r.int32()
 	m.MaxBytes = r.int32()
 	m.Isolation = r.int8()
-	m.Topics = makeSlice[FetchTopic](r.arrayLen(2 + 4))
+	m.Topics = reuseSlice(m.Topics, r.arrayLen(2+4))
 	for i := range m.Topics {
 		t := &m.Topics[i]
-		t.Topic = r.string()
-		t.Partitions = makeSlice[FetchPartition](r.arrayLen(4 + 8 + 4))
+		t.Topic = r.stringReusing(t.Topic)
+		t.Partitions = reuseSlice(t.Partitions, r.arrayLen(4+8+4))
 		for j := range t.Partitions {
 			t.Partitions[j] = FetchPartition{r.int32(), r.int64(), r.int32()}
 		}
@@ -1210,6 +1214,18 @@ func (m *AlterConfigsResponse) ReadFrom(b []byte) error {
 
 // ---------------------------------------------------------------------------------------
 // Shared pieces.
+
+// reuseSlice is makeSlice reusing s's array when it is large enough (elements keep their
+// old values until the decoder overwrites them: it must set every field).
+func reuseSlice[T any](s []T, n int) []T {
+	if n <= 0 {
+		return nil
+	}
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
+}
 
 func makeSlice[T any](n int) []T {
 	if n <= 0 {

@@ -92,6 +92,27 @@ func (r *reader) nullableString() (string, bool) {
 	return string(r.take(int(n))), r.err == nil
 }
 
+// stringReusing is string, returning prev itself when it holds the same bytes: a decoder
+// that decodes into the same message again keeps its strings without allocating.
+func (r *reader) stringReusing(prev string) string {
+	n := r.int16()
+	if r.err != nil || n == -1 {
+		return ""
+	}
+	if n < 0 {
+		r.fail(ErrBadLength)
+		return ""
+	}
+	b := r.take(int(n))
+	if r.err != nil {
+		return ""
+	}
+	if string(b) == prev { // compared without a conversion
+		return prev
+	}
+	return string(b)
+}
+
 func (r *reader) string() string {
 	s, _ := r.nullableString()
 	return s

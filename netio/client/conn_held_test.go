@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/netio/wire"
+)
+
+// oneConnServer accepts one connection on loopback and hands it to serve.
+func oneConnServer(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		serve(nc)
+	}()
+	return ln.Addr().String()
+}
+
+// readRequest reads one request frame from nc.
+func readRequest(nc net.Conn) (wire.RequestHeader, error) {
+	var hb [wire.RequestHeaderBytes]byte
+	if _, err := io.ReadFull(nc, hb[:]); err != nil {
+		return wire.RequestHeader{}, err
+	}
+	h, err := wire.ParseRequestHeader(hb[:], 1<<20)
+	if err != nil {
+		return h, err
+	}
+	_, err = io.CopyN(io.Discard, nc, int64(h.Length)-(wire.RequestHeaderBytes-wire.FrameLengthBytes))
+	return h, err
+}
+
+func testConn(t *testing.T, addr string) *conn {
+	t.Helper()
+	cfg := Config{DialTimeout: 5 * time.Second, InflightPerConnMax: 4, FrameBytesMax: 1 << 20}
+	c, err := dialConn(addr, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	return c
+}
+
+// A caller reading its own response (readHeld) leaves when its context ends, and a reader
+// goroutine takes the outstanding response over: it is delivered, and the connection's
+// read deadline is back to none for the next caller.
+func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
+	answer := make(chan struct{})
+	addr := oneConnServer(t, func(nc net.Conn) {
+		for i := 0; ; i++ {
+			h, err := readRequest(nc)
+			if err != nil {
+				return
+			}
+			if i == 0 {
+				<-answer // the first request is answered only after its caller left
+			}
+			if _, err := nc.Write(wire.AppendResponse(nil, h, &wire.MetadataResponse{})); err != nil {
+				return
+			}
+		}
+	})
+	c := testConn(t, addr)
+	got := make(chan error, 2)
+	done := func(_ wire.Message, err error) { got <- err }
+	cl := c.sendHeld(&wire.MetadataRequest{}, &wire.MetadataResponse{}, done)
+	if cl == nil {
+		t.Fatal("an idle connection's first caller did not take the reader role")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	c.readHeld(ctx, cl, func() bool { return len(got) > 0 })
+	if len(got) != 0 {
+		t.Fatal("answered before the server answered")
+	}
+	close(answer)
+	if err := <-got; err != nil {
+		t.Fatalf("the handed-over response: %v", err)
+	}
+	// The next caller may find the goroutine still holding the role (then it waits on
+	// done) or take it: either way its answer arrives and no deadline is left behind.
+	cl = c.sendHeld(&wire.MetadataRequest{}, &wire.MetadataResponse{}, done)
+	if cl != nil {
+		c.readHeld(context.Background(), cl, func() bool { return len(got) > 0 })
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+	if err := c.failure(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A connection the broker closed while no response was outstanding is found unusable
+// before the next request is written to it (the client then dials a new one), as an idle
+// reader would have noticed the close.
+func TestIdleConnClosedByBrokerNoticedBeforeWrite(t *testing.T) {
+	addr := oneConnServer(t, func(nc net.Conn) {})
+	c := testConn(t, addr)
+	if c.raw == nil {
+		t.Skip("no raw socket")
+	}
+	// Wait (no sleep) until the broker's FIN is readable.
+	if err := c.raw.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return err != syscall.EAGAIN
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if c.usable() {
+		t.Fatal("a connection the broker closed is reported usable")
+	}
+	if err := c.failure(); !errors.Is(err, ErrConnClosed) || !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("failure %v, want ErrConnClosed from EOF", err)
+	}
+}
+
+// A live idle connection stays usable (the peek finds nothing to read).
+func TestIdleConnUsable(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr := oneConnServer(t, func(nc net.Conn) { <-hold })
+	c := testConn(t, addr)
+	if !c.usable() {
+		t.Fatalf("a live idle connection is not usable: %v", c.failure())
+	}
+}

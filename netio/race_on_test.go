@@ -1,0 +1,5 @@
+//go:build race
+
+package netio_test
+
+const raceEnabled = true

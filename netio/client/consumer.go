@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -111,8 +110,6 @@ type Consumer struct {
 	now    func() time.Time
 	sleep  func(ctx context.Context, d time.Duration)
 	jitter func(n int64) int64
-
-	next *inflight // the round PollBatches sent ahead, if any
 }
 
 type assignment struct {
@@ -262,7 +259,7 @@ func (co *Consumer) resolve(ctx context.Context, key topicPartition, a *assignme
 // PollBatches is the same fetch handing out whole batches instead of a record object each.
 func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	var out []ConsumedRecord
-	err := co.fetchRound(ctx, true, false, func(key topicPartition, a *assignment, records []byte) (bool, error) {
+	err := co.fetchRound(ctx, true, func(key topicPartition, a *assignment, records []byte) (bool, error) {
 		n := len(out)
 		var err error
 		out, err = decodeRecords(key, records, a, out)
@@ -291,17 +288,10 @@ type fetchResult struct {
 // every response goes back to the pool when fetchRound returns. A round in which a broker
 // was unreachable and nothing was delivered pauses before returning, so that callers
 // polling in a loop do not spin on refused dials.
-//
-// prefetch sends the next round's requests before delivering this one, from the positions
-// the partitions reach once every whole batch is delivered (see prefetch); the next round
-// uses them if the positions are indeed there.
-func (co *Consumer) fetchRound(ctx context.Context, keep, prefetch bool, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) error {
+func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) error {
 	results, err := co.fetchAll(ctx)
 	if err != nil || len(results) == 0 {
 		return err
-	}
-	if prefetch {
-		co.prefetch(results)
 	}
 	kept := make([]bool, len(results))
 	defer func() {
@@ -362,8 +352,7 @@ func (co *Consumer) fetchRound(ctx context.Context, keep, prefetch bool, deliver
 
 // fetchAll sends one fetch request per shard address owning an assigned partition that is
 // not backing off, and waits for every answer (or ctx). It returns no results when every
-// partition is backing off. A prefetched round for exactly these partitions at exactly
-// these positions stands in for the requests.
+// partition is backing off.
 func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
 	if len(co.order) == 0 {
 		return nil, errors.New("poll: no partitions assigned")
@@ -373,7 +362,8 @@ func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
 		return nil, err
 	}
 	now := co.now()
-	var plan []fetchAt
+	byAddr := map[string]*wire.FetchRequest{}
+	var results []fetchResult
 	for _, key := range co.order {
 		a := co.assigned[key]
 		if a.retryAt.After(now) {
@@ -382,138 +372,46 @@ func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
 		if err := co.resolve(ctx, key, a); err != nil {
 			return nil, fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)
 		}
-		plan = append(plan, fetchAt{key, a.position})
-	}
-	next := co.next
-	co.next = nil
-	if next != nil && slices.Equal(next.plan, plan) {
-		return next.wait(ctx)
-	}
-	if next != nil {
-		next.discard()
-	}
-	if len(plan) == 0 {
-		return nil, nil
-	}
-	return co.send(plan).wait(ctx)
-}
-
-// fetchAt is one partition of a fetch round and the offset it is fetched from.
-type fetchAt struct {
-	key    topicPartition
-	offset int64
-}
-
-// inflight is a fetch round sent and not yet consumed.
-type inflight struct {
-	plan    []fetchAt
-	results []fetchResult
-	done    chan struct{} // closed once every result arrived
-}
-
-// send sends plan's requests, one per shard address, in parallel.
-func (co *Consumer) send(plan []fetchAt) *inflight {
-	byAddr := map[string]*wire.FetchRequest{}
-	f := &inflight{plan: plan, done: make(chan struct{})}
-	for _, at := range plan {
-		addr := co.c.leaderAddr(at.key.topic, at.key.partition)
+		addr := co.c.leaderAddr(key.topic, key.partition)
 		req := byAddr[addr]
 		if req == nil {
 			req = &wire.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}
 			byAddr[addr] = req
-			f.results = append(f.results, fetchResult{addr: addr, req: req})
+			results = append(results, fetchResult{addr: addr, req: req})
 		}
-		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != at.key.topic {
-			req.Topics = append(req.Topics, wire.FetchTopic{Topic: at.key.topic})
+		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != key.topic {
+			req.Topics = append(req.Topics, wire.FetchTopic{Topic: key.topic})
 		}
 		t := &req.Topics[len(req.Topics)-1]
-		t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: at.key.partition, FetchOffset: at.offset, MaxBytes: co.cfg.PartitionMaxBytes})
+		t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
+	}
+	if len(results) == 0 {
+		return nil, nil
 	}
 	var wg sync.WaitGroup
-	for i := range f.results {
+	for i := range results {
 		wg.Add(1)
-		r := &f.results[i]
+		r := &results[i]
 		r.resp = new(wire.FetchResponse)
 		co.c.callAsyncOwned(r.addr, r.req, r.resp, func(_ wire.Message, err error, release func()) {
 			r.err, r.release = err, release
 			wg.Done()
 		})
 	}
-	go func() { wg.Wait(); close(f.done) }()
-	return f
-}
-
-// wait returns the round's results once all arrived, or ctx's error (the buffers of
-// responses arriving later then go back to the pool).
-func (f *inflight) wait(ctx context.Context) ([]fetchResult, error) {
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
 	select {
-	case <-f.done:
-		return f.results, nil
+	case <-waited:
+		return results, nil
 	case <-ctx.Done():
-		f.discard()
+		go func() { // release the buffers of responses that arrive after we gave up
+			<-waited
+			for _, r := range results {
+				r.release()
+			}
+		}()
 		return nil, ctx.Err()
 	}
-}
-
-// discard gives the round's response buffers back to the pool once they arrived.
-func (f *inflight) discard() {
-	go func() {
-		<-f.done
-		for _, r := range f.results {
-			r.release()
-		}
-	}()
-}
-
-// prefetch sends the round after results (which has just arrived) before it is delivered,
-// so that the broker reads and sends while the caller decodes: each partition is fetched
-// from the offset after the last whole batch results hold for it. It does nothing unless
-// every request and partition succeeded and some partition got records; fetchAll uses the
-// prefetched round only if the positions are where it assumed.
-func (co *Consumer) prefetch(results []fetchResult) {
-	ends := map[topicPartition]int64{}
-	moved := false
-	for _, r := range results {
-		if r.err != nil {
-			return
-		}
-		for _, t := range r.resp.Topics {
-			for j := range t.Partitions {
-				p := &t.Partitions[j]
-				key := topicPartition{t.Topic, p.Partition}
-				a := co.assigned[key]
-				if a == nil || a.start.kind != offsetNone || p.ErrorCode != wire.ErrNone {
-					return
-				}
-				ends[key] = endOfBatches(p.Records, a.position)
-				moved = moved || ends[key] != a.position
-			}
-		}
-	}
-	if !moved {
-		return // nothing read: the next round is the same long-poll
-	}
-	plan := make([]fetchAt, 0, len(ends))
-	for _, key := range co.order {
-		if end, ok := ends[key]; ok {
-			plan = append(plan, fetchAt{key, end})
-		}
-	}
-	co.next = co.send(plan)
-}
-
-// endOfBatches is where a partition at position stands once every whole batch of records
-// is delivered (walkBatches' end when each batch is accepted and well formed).
-func endOfBatches(records []byte, position int64) int64 {
-	for len(records) > 0 {
-		h, err := batch.ParseHeader(records)
-		if err != nil || h.Size() > len(records) {
-			break
-		}
-		records = records[h.Size():]
-		position = max(position, h.LastOffset()+1)
-	}
-	return position
 }
 
 // partitionAnswer applies one partition's error code from a fetch response. It returns

@@ -68,16 +68,9 @@ var errReassigned = errors.New("partition reassigned during PollBatches")
 // The batch and its bytes are only valid during fn (see FetchedBatch): nothing is copied
 // and, with FetchedBatch.Records, nothing is allocated per record. A round that fetched
 // nothing returns nil without calling fn.
-//
-// Pipelining: before calling fn, PollBatches sends the next round's fetches from the
-// offsets after the batches it is about to hand out, so the broker reads and sends while
-// fn works; the next poll uses them if every partition's position is then where it
-// assumed (fn accepted every batch, nothing was re-assigned), and drops them otherwise. A
-// round that read nothing sends nothing ahead. The round in flight holds up to MaxBytes
-// per shard address more than Poll would.
 func (co *Consumer) PollBatches(ctx context.Context, fn func(*FetchedBatch) error) error {
 	fb := new(FetchedBatch)
-	return co.fetchRound(ctx, false, true, func(key topicPartition, a *assignment, records []byte) (bool, error) {
+	return co.fetchRound(ctx, false, func(key topicPartition, a *assignment, records []byte) (bool, error) {
 		return co.deliverBatches(key, a, records, fb, fn)
 	})
 }

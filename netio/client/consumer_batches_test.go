@@ -229,36 +229,3 @@ func BenchmarkRealBrokerCatchUp1KiB(b *testing.B) {
 		}
 	})
 }
-
-// TestPollBatchesPrefetches: PollBatches sends the next round before handing out the
-// current one, and the next PollBatches uses it: one fetch per round (plus the last,
-// unused one), not two.
-func TestPollBatchesPrefetches(t *testing.T) {
-	e := start(t, 1)
-	ctx := ctxT(t)
-	produceForBatches(t, ctx, e.client, "t", batch.CodecNone, 2000)
-	co := e.client.NewConsumer(client.ConsumerConfig{MaxWait: time.Millisecond, PartitionMaxBytes: 4 << 10})
-	co.Assign("t", 0, client.Earliest())
-	co.Assign("t", 1, client.Earliest())
-	before := e.fake.FetchRequests()
-	rounds, read := 0, 0
-	next := map[int32]int64{}
-	for read < 2*2000 {
-		rounds++
-		if err := co.PollBatches(ctx, func(b *client.FetchedBatch) error {
-			return b.Records(func(offset, _ int64, _, _ []byte, _ []batch.RecordHeader) error {
-				if offset != next[b.Partition] {
-					t.Fatalf("partition %d: offset %d, want %d", b.Partition, offset, next[b.Partition])
-				}
-				next[b.Partition]++
-				read++
-				return nil
-			})
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if fetches := e.fake.FetchRequests() - before; rounds < 10 || fetches > rounds+1 {
-		t.Fatalf("%d fetch requests for %d rounds: want one per round and the prefetched one", fetches, rounds)
-	}
-}

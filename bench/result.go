@@ -46,6 +46,22 @@ type Result struct {
 	Version         string    `json:"format"`
 	Command         string    `json:"command,omitempty"`
 	Errors          ErrCounts `json:"errors"`
+	// Totals counts the whole run, warm-up, backlog and the drain after the window
+	// included: the messages acknowledged to the producers and those the consumers read.
+	Totals Totals `json:"totals"`
+}
+
+// Totals are whole-run message counts (see Result.Totals).
+type Totals struct {
+	Published int64 `json:"published"`
+	Consumed  int64 `json:"consumed"`
+}
+
+// AllDelivered reports whether the consumers read at least every message the producers had
+// acknowledged by the end of the run (the drain included); a workload with no consumers
+// delivers nothing and reports false.
+func (r *Result) AllDelivered() bool {
+	return r.Workload.Consumers > 0 && r.Totals.Published > 0 && r.Totals.Consumed >= r.Totals.Published
 }
 
 // resultFormat versions the JSON layout.

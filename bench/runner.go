@@ -555,6 +555,7 @@ func (r *run) summarize(result *Result, samples []Sample, win window, rss RSSSta
 	result.BrokerRSS = rss
 	result.BrokerCPU = win.cpu.finish(rss.PID, rss.Source, win.pubBytes1-win.pubBytes0, win.conBytes1-win.conBytes0)
 	result.Errors = ErrCounts{Publish: r.totals.publishErrors.Load(), BadPayloads: r.totals.badPayloads.Load()}
+	result.Totals = Totals{Published: r.totals.published.Load(), Consumed: r.totals.consumed.Load()}
 	var sent int64
 	for i := range r.partitionSent {
 		sent += r.partitionSent[i].Load()

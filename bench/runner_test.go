@@ -33,6 +33,9 @@ func TestRunFixedRateOnMemDriver(t *testing.T) {
 	if result.Consume.Messages < result.Publish.Messages*9/10 {
 		t.Fatalf("consumed %d of %d", result.Consume.Messages, result.Publish.Messages)
 	}
+	if !result.AllDelivered() || result.Totals.Published < result.Publish.Messages {
+		t.Fatalf("totals %+v (window published %d): every message must come back", result.Totals, result.Publish.Messages)
+	}
 	if result.PublishDelay.Count == 0 || result.EndToEnd.Count == 0 || result.PublishLatency.Count == 0 {
 		t.Fatalf("missing histograms: delay %d e2e %d publish %d", result.PublishDelay.Count, result.EndToEnd.Count, result.PublishLatency.Count)
 	}

@@ -11,8 +11,10 @@ import (
 )
 
 // RunDelivered runs w on d (50 ms samples) and fails t unless at least minPublished
-// messages were published without errors or bad payloads and at least 80 % of them came
-// back to the consumers with end-to-end latencies recorded. It returns the result.
+// messages were published in the measured window without errors or bad payloads, and every
+// message acknowledged in the whole run came back to the consumers by the end of the drain
+// (bench.Result.AllDelivered; not a share of the window, which a stall on a loaded machine
+// moves), with end-to-end latencies recorded. It returns the result.
 func RunDelivered(t testing.TB, w bench.Workload, d bench.Driver, minPublished int64) *bench.Result {
 	t.Helper()
 	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: d, SampleInterval: 50 * time.Millisecond})
@@ -22,8 +24,9 @@ func RunDelivered(t testing.TB, w bench.Workload, d bench.Driver, minPublished i
 	if result.Publish.Messages < max(minPublished, 1) || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
 		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
 	}
-	if result.Consume.Messages < result.Publish.Messages*8/10 || result.EndToEnd.Count == 0 {
-		t.Fatalf("consume %+v of %+v", result.Consume, result.Publish)
+	if !result.AllDelivered() || result.EndToEnd.Count == 0 {
+		t.Fatalf("consumed %d of %d published over the run (window: consume %+v of %+v), e2e %d",
+			result.Totals.Consumed, result.Totals.Published, result.Consume, result.Publish, result.EndToEnd.Count)
 	}
 	return result
 }

@@ -71,8 +71,10 @@ func TestRunOverKafka(t *testing.T) {
 	if result.Publish.Messages < 300 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
 		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
 	}
-	if result.Consume.Messages < result.Publish.Messages*8/10 || result.EndToEnd.Count == 0 {
-		t.Fatalf("consume %+v e2e %d", result.Consume, result.EndToEnd.Count)
+	// Every acknowledged message came back by the end of the run's drain (a share of the
+	// 400 ms window failed under load: the consumers lagged, not lost).
+	if !result.AllDelivered() || result.EndToEnd.Count == 0 {
+		t.Fatalf("consumed %d of %d published, e2e %d", result.Totals.Consumed, result.Totals.Published, result.EndToEnd.Count)
 	}
 	if result.Driver.Name != "kgo" {
 		t.Fatalf("driver info %+v", result.Driver)

@@ -111,14 +111,21 @@ type broker struct {
 func startBroker(t testing.TB, flags ...string) *broker {
 	t.Helper()
 	b := newBroker(t, flags...)
+	b.start()
+	return b
+}
+
+// start starts a broker made by newBroker on a free port.
+func (b *broker) start() {
+	b.t.Helper()
 	for attempt := 1; ; attempt++ {
-		b.addr = freeAddr(t)
+		b.addr = freeAddr(b.t)
 		err := b.tryStart()
 		if err == nil {
-			return b
+			return
 		}
 		if !strings.Contains(err.Error(), "address already in use") || attempt == startAttemptsMax {
-			t.Fatalf("start ringlogd: %v\n%s", err, b.logText())
+			b.t.Fatalf("start ringlogd: %v\n%s", err, b.logText())
 		}
 	}
 }

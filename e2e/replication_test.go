@@ -40,13 +40,22 @@ type testCluster struct {
 // extra are further ringlogd flags for every broker.
 func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
-	return startClusterWith(t, n, 0, extra...)
+	return startClusterWith(t, n, 0, nil, extra...)
 }
 
 // startClusterWith starts voters brokers that are controller voters (nodes 1..voters) and
 // nonVoters brokers outside the quorum (the next ids, seeded with node 1's address), and
-// waits until all registered.
-func startClusterWith(t *testing.T, voters, nonVoters int, extra ...string) *testCluster {
+// waits until all registered. perBroker(id), if set, gives node id's own further flags
+// (its own listen addresses).
+func startClusterWith(t *testing.T, voters, nonVoters int, perBroker func(id int) []string, extra ...string) *testCluster {
+	t.Helper()
+	return startClusterPrepared(t, voters, nonVoters, perBroker, nil, nil, extra...)
+}
+
+// startClusterPrepared is startClusterWith (perBroker as there) with prepare run on each broker's data
+// directory before it starts (nil: nothing), and newClient making the test's client of
+// broker 1 (nil: broker.client).
+func startClusterPrepared(t *testing.T, voters, nonVoters int, perBroker func(id int) []string, prepare func(b *broker), newClient func(b *broker) *client.Client, extra ...string) *testCluster {
 	t.Helper()
 	n := voters + nonVoters
 	var quorum []string
@@ -60,9 +69,20 @@ func startClusterWith(t *testing.T, voters, nonVoters int, extra ...string) *tes
 		if i >= voters {
 			flags = append(flags, "--cluster-seeds", tc.brokers[0].addr)
 		}
-		tc.brokers = append(tc.brokers, startBroker(t, append(flags, extra...)...))
+		if perBroker != nil {
+			flags = append(flags, perBroker(i+1)...)
+		}
+		b := newBroker(t, append(flags, extra...)...)
+		if prepare != nil {
+			prepare(b)
+		}
+		b.start()
+		tc.brokers = append(tc.brokers, b)
 	}
-	tc.c = tc.brokers[0].client(t)
+	if newClient == nil {
+		newClient = func(b *broker) *client.Client { return b.client(t) }
+	}
+	tc.c = newClient(tc.brokers[0])
 	tc.waitFor("every broker registered and live", func(v *cluster.View) bool {
 		live := 0
 		for _, b := range v.Metadata.Brokers {

@@ -191,7 +191,7 @@ func TestReplicationDeleteRecreate(t *testing.T) {
 // the ISR, and the non-voter returns, registers again and rejoins the ISR; every
 // acknowledged record reads back.
 func TestReplicationNonVoter(t *testing.T) {
-	tc := startClusterWith(t, 3, 1)
+	tc := startClusterWith(t, 3, 1, nil)
 	ctx := testContext(t, 3*time.Minute)
 	observer := tc.node(4)
 	if _, err := os.Stat(filepath.Join(observer.dataDir, "controller")); err == nil {

@@ -96,6 +96,11 @@ type LogConfig struct {
 	// SegmentBytes rolls the active segment when the next batch would make it larger.
 	// 0 means 1 GiB. Must be in [1 KiB, 2 GiB).
 	SegmentBytes int64
+	// MaxMessageBytes refuses a produced batch larger than this (Kafka's max.message.bytes,
+	// counted as Kafka does: the whole batch as sent, compressed); batches a follower copies
+	// are not checked. 0 means unset: only SegmentBytes bounds a batch. Must be in
+	// [0, 2 GiB).
+	MaxMessageBytes int64
 	// SegmentMs rolls the active segment once it is this old (measured from its first append).
 	// 0 disables time-based rolling; otherwise at least SegmentMsMin.
 	SegmentMs int64
@@ -161,6 +166,9 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 	}
 	if c.SegmentBytes < segmentBytesMin || c.SegmentBytes > segmentBytesMax {
 		return c, fmt.Errorf("segment.bytes %d out of range [%d, %d]", c.SegmentBytes, segmentBytesMin, segmentBytesMax)
+	}
+	if c.MaxMessageBytes < 0 || c.MaxMessageBytes > math.MaxInt32 {
+		return c, fmt.Errorf("max.message.bytes %d out of range [0, %d]", c.MaxMessageBytes, math.MaxInt32)
 	}
 	if c.SegmentMs < 0 || c.SegmentMs > 0 && c.SegmentMs < SegmentMsMin {
 		return c, fmt.Errorf("segment.ms %d: want 0 (no time-based roll) or at least %d", c.SegmentMs, SegmentMsMin)
@@ -253,6 +261,9 @@ const (
 	ConfigFlushMs            = "flush.ms"
 	ConfigFlushAlways        = "flush.always"
 	ConfigStorageMode        = "storage.mode"
+	// ConfigMaxMessageBytes: the largest batch a producer may append (Kafka's
+	// max.message.bytes); unset, segment.bytes bounds it.
+	ConfigMaxMessageBytes = "max.message.bytes"
 	// ConfigCleanupPolicy: delete, compact or compact,delete (Kafka's cleanup.policy).
 	ConfigCleanupPolicy = "cleanup.policy"
 	// ConfigDeleteRetentionMs: how long compaction keeps tombstones (Kafka's
@@ -292,6 +303,8 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 		switch k {
 		case ConfigSegmentBytes:
 			c.SegmentBytes, err = strconv.ParseInt(v, 10, 64)
+		case ConfigMaxMessageBytes:
+			c.MaxMessageBytes, err = strconv.ParseInt(v, 10, 64)
 		case ConfigSegmentMs:
 			c.SegmentMs, err = strconv.ParseInt(v, 10, 64)
 		case ConfigIndexIntervalBytes:

@@ -24,10 +24,11 @@ var (
 	ErrLogFailed = errors.New("log failed: a sync failed, the partition accepts no more writes")
 	// ErrInvalidBatch: an append was given bytes that are not one valid v2 batch.
 	ErrInvalidBatch = errors.New("invalid batch")
-	// ErrBatchTooLarge: a well-formed batch that can never fit a segment of this log
-	// (Kafka's RecordTooLarge / MESSAGE_TOO_LARGE); retrying cannot help. It comes wrapped
-	// together with ErrInvalidBatch.
-	ErrBatchTooLarge = errors.New("batch larger than segment.bytes")
+	// ErrBatchTooLarge: a well-formed batch that can never fit a segment of this log, or a
+	// produced batch over the topic's max.message.bytes (Kafka's RecordTooLarge /
+	// MESSAGE_TOO_LARGE); retrying cannot help. It comes wrapped together with
+	// ErrInvalidBatch.
+	ErrBatchTooLarge = errors.New("batch too large")
 	// ErrCorruptLog: stored bytes failed a check on read.
 	ErrCorruptLog = errors.New("corrupt log data")
 	// ErrTimestampNotFound: no record has a timestamp at or after the one asked for.
@@ -393,6 +394,9 @@ func (l *Log) validate(b []byte, produce bool) error {
 	}
 	if batchSize(h) > l.cfg.SegmentBytes {
 		return fmt.Errorf("%w: %w: %d bytes exceed segment.bytes %d", ErrInvalidBatch, ErrBatchTooLarge, batchSize(h), l.cfg.SegmentBytes)
+	}
+	if produce && l.cfg.MaxMessageBytes > 0 && batchSize(h) > l.cfg.MaxMessageBytes {
+		return fmt.Errorf("%w: %w: %d bytes exceed max.message.bytes %d", ErrInvalidBatch, ErrBatchTooLarge, batchSize(h), l.cfg.MaxMessageBytes)
 	}
 	return nil
 }

@@ -166,6 +166,31 @@ func readAllBounded(t *testing.T, l *Log, hw int64) []byte {
 	return out
 }
 
+// TestMaxMessageBytes: a produced batch over max.message.bytes is refused as too large
+// (MESSAGE_TOO_LARGE on the wire) with nothing written; one at the limit is appended; a
+// follower's copy of a larger batch is not checked (its leader accepted it, as in Kafka).
+func TestMaxMessageBytes(t *testing.T) {
+	cfg := testConfig(StoragePageCache)
+	big, small := makeBatch(t, 1, 1, 6<<10, 0), makeBatch(t, 2, 1, 100, 0)
+	cfg.MaxMessageBytes = int64(len(small))
+	l, _ := openLog(t, t.TempDir(), cfg, ring.Syscalls{})
+	defer l.Close()
+	_, err := l.Append(big)
+	if !errors.Is(err, ErrBatchTooLarge) || !strings.Contains(err.Error(), "max.message.bytes") {
+		t.Fatalf("a %d-byte batch over max.message.bytes %d: %v, want ErrBatchTooLarge naming max.message.bytes", len(big), cfg.MaxMessageBytes, err)
+	}
+	if l.EndOffset() != 0 {
+		t.Fatalf("the refused batch moved the log end to %d", l.EndOffset())
+	}
+	if _, err := l.Append(small); err != nil {
+		t.Fatalf("a batch at max.message.bytes: %v", err)
+	}
+	batch.SetBaseOffset(big, l.EndOffset())
+	if _, err := l.AppendReplicated([][]byte{big}); err != nil {
+		t.Fatalf("a replicated batch over max.message.bytes: %v", err)
+	}
+}
+
 func TestAppendRejectsInvalidBatches(t *testing.T) {
 	l, _ := openLog(t, t.TempDir(), testConfig(StoragePageCache), ring.Syscalls{})
 	defer l.Close()

@@ -402,7 +402,7 @@ func (s *Server) apiVersions() *wire.APIVersionsResponse {
 		InflightPerConnMax: int32(s.cfg.InflightPerConnMax),
 		BrokerVersion:      s.cfg.BrokerVersion,
 	}
-	for k := wire.APIKey(0); k < wire.APIKeyCount; k++ {
+	for _, k := range wire.KnownAPIs() {
 		resp.APIs = append(resp.APIs, wire.APIVersionRange{API: k, VersionMin: 0, VersionMax: k.VersionMax()})
 	}
 	return resp

@@ -3,15 +3,19 @@ package netio
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio/security"
+	"github.com/ringlog/ringlog/netio/security/scram"
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/ringlog/ringlog/replication/controller"
@@ -218,14 +222,109 @@ func (h *BrokerHandler) controllerOp(body *wire.ControllerRequest) *wire.Control
 // the fetch size the follower asks for, 8 MiB, plus headers).
 const peerFrameBytesMax = 64 << 20
 
-// DialPeer connects to another broker for replication (cluster.Dialer).
+// DialPeer connects to another broker for replication in plain TCP without a login
+// (cluster.Dialer); PeerDialer.Dial is the same with TLS and SASL.
 func DialPeer(ctx context.Context, addr string) (cluster.PeerConn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	return (&PeerDialer{}).Dial(ctx, addr)
+}
+
+// PeerDialer opens this broker's connections to the other brokers of its cluster (replica
+// fetches, OffsetsForLeaderEpoch, forwarded controller commands) with the same security
+// their client listeners demand of anyone (docs/security.md, "Broker-to-broker
+// connections"). The zero value dials plain TCP without a login.
+type PeerDialer struct {
+	// TLS, if set, gives the client configuration of a dial to addr (called per dial, so
+	// that a certificate reloaded on SIGHUP is presented from the next connection on).
+	TLS func(addr string) (*tls.Config, error)
+	// Credentials, if set, gives the SASL/SCRAM login run on every new connection (called
+	// per dial: reloadable) whose listener did not ask for a client certificate (under
+	// mutual TLS the certificate is the login and the principal). Unset: no login.
+	Credentials func() security.PeerCredentials
+
+	mu       sync.Mutex
+	cache    scram.SaltCache          // guarded by mu: PBKDF2 once per (password, salt), not per dial
+	cacheFor security.PeerCredentials // guarded by mu: the login cache was computed for
+}
+
+// ErrPeerAuthentication wraps a failure to log in to another broker: wrong inter-broker
+// credentials, an unknown user, or a peer that failed to prove it holds them.
+var ErrPeerAuthentication = errors.New("inter-broker authentication failed")
+
+// Dial connects to the broker at addr (cluster.Dialer).
+func (d *PeerDialer) Dial(ctx context.Context, addr string) (cluster.PeerConn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &peerConn{c: c}, nil
+	certLogin := false // the peer asked for our certificate: it is the login (mutual TLS)
+	if d.TLS != nil {
+		cfg, err := d.TLS(addr)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		if len(cfg.Certificates) > 0 && cfg.GetClientCertificate == nil {
+			cfg = cfg.Clone()
+			cert := &cfg.Certificates[0]
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				certLogin = true
+				return cert, nil
+			}
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("TLS handshake with broker at %s: %w", addr, err)
+		}
+		c = tc
+	}
+	p := &peerConn{c: c}
+	// A listener that asked for a certificate has authenticated us by it and refuses a SASL
+	// login on top (ILLEGAL_SASL_STATE): log in only where it did not.
+	if d.Credentials != nil && !certLogin {
+		if err := d.login(ctx, p, addr); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// login runs SaslHandshake and the SCRAM exchange on a new connection. Errors name the
+// address, the user and the mechanism, never the password.
+func (d *PeerDialer) login(ctx context.Context, p *peerConn, addr string) error {
+	creds := d.Credentials()
+	fail := func(err error) error {
+		return fmt.Errorf("%w: log in to broker at %s as %s: %w", ErrPeerAuthentication, addr, creds, err)
+	}
+	m := scram.ByName(creds.Mechanism)
+	if m == nil {
+		return fail(fmt.Errorf("mechanism %q unknown", creds.Mechanism))
+	}
+	var hs wire.SaslHandshakeResponse
+	if err := p.roundTrip(ctx, &wire.SaslHandshakeRequest{Mechanism: m.Name}, &hs); err != nil {
+		return fail(err)
+	}
+	if err := codeErr(hs.ErrorCode, hs.ErrorMessage); err != nil {
+		return fail(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cacheFor != creds { // reloaded: the cached salted password is the old one's
+		d.cache, d.cacheFor = scram.SaltCache{}, creds
+	}
+	err := m.NewClient(creds.User, creds.Password, &d.cache).Login(func(msg string) (string, error) {
+		var resp wire.SaslAuthenticateResponse
+		if err := p.roundTrip(ctx, &wire.SaslAuthenticateRequest{AuthBytes: []byte(msg)}, &resp); err != nil {
+			return "", err
+		}
+		return string(resp.AuthBytes), codeErr(resp.ErrorCode, resp.ErrorMessage)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return nil
 }
 
 // peerConn is a synchronous request/response connection (one request in flight).

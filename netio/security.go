@@ -43,6 +43,7 @@ type Session struct {
 	conv      *scram.Server // guarded by mu: the SCRAM exchange under way
 	stage     int           // guarded by mu: SCRAM messages received (0, 1, 2)
 	key       string        // guarded by mu: the quota key, "" until first asked or after a change
+	group     string        // guarded by mu: the quota group's key (QuotaGroup request); "": none
 }
 
 // quotaKey is the connection's quota bucket (security.QuotaKey), computed once per change
@@ -109,7 +110,10 @@ func (s *Server) serveSecurity(req *Request) bool {
 		req.ReplyError(wire.ErrSaslAuthenticationFailed, "authenticate first: this broker requires SASL/SCRAM (SaslHandshake, SaslAuthenticate) or a client certificate")
 		return true
 	}
-	switch req.Body.(type) {
+	switch body := req.Body.(type) {
+	case *wire.QuotaGroupRequest:
+		req.ReplyMessage(s.quotaGroup(sess, body))
+		return true
 	case *wire.DescribeUsersRequest, *wire.AlterUsersRequest, *wire.DescribeAclsRequest, *wire.CreateAclsRequest, *wire.DeleteAclsRequest:
 		// Changes write files (fsync): never on a shard loop.
 		go req.ReplyMessage(s.securityAdmin(req))

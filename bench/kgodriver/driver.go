@@ -9,11 +9,22 @@
 // chosen by the workload (kgo's manual partitioner), idempotent only with acks=all (kgo
 // requires it); consumers assign their partitions from the earliest offset and long-poll
 // for at most 100 ms.
+//
+// Each client gets the configuration a throughput-minded kgo application would use
+// (docs/benchmarks.md, "A Kafka client (kgo) vs the bundled client"): without idempotence
+// up to 5 produce requests per broker in flight (kgo's default is 1; Kafka's
+// max.in.flight.requests.per.connection default and the bundled client's idempotent
+// in-flight batches are 5), and records, their value buffers and their promises are
+// recycled instead of allocated per record, on produce (a pool of sends) and on fetch
+// (kgo.WithPools with a PoolRecords, every record recycled once handled). Fetches ask for
+// what the bundled consumer asks for, 1 MiB per partition and 16 MiB per response: with 8
+// and 64 MiB kgo read a backlog at 0.6 of the rate (2026-12-01, docs/benchmarks.md).
 package kgodriver
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
@@ -28,14 +39,18 @@ const DefaultAddress = "127.0.0.1:9092"
 
 // Client settings, matching ringlogdriver's.
 const (
-	lingerBatching      = time.Millisecond
-	pollWaitMax         = 100 * time.Millisecond
-	closeTimeout        = 30 * time.Second
-	bufferedBytesMax    = 64 << 20
-	requestTimeout      = 30 * time.Second
-	maxInFlightDefault  = 1024
-	fetchBytesMax       = 64 << 20
-	partitionFetchBytes = 8 << 20
+	lingerBatching     = time.Millisecond
+	pollWaitMax        = 100 * time.Millisecond
+	closeTimeout       = 30 * time.Second
+	bufferedBytesMax   = 64 << 20
+	requestTimeout     = 30 * time.Second
+	maxInFlightDefault = 1024
+	// produceRequestsInflight: produce requests per broker in flight without idempotence
+	// (with it kgo allows 5 and ignores the option).
+	produceRequestsInflight = 5
+	fetchBytesMax           = 16 << 20
+	batchBytesMax           = 256 << 10 // the bundled producer's BatchBytes default
+	partitionFetchBytes     = 1 << 20
 )
 
 func init() {
@@ -103,16 +118,18 @@ func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.Produce
 	}
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(d.address), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(lingerBatching), kgo.MaxBufferedBytes(bufferedBytesMax), kgo.MaxBufferedRecords(max(inFlight, 1)),
+		kgo.ProducerLinger(lingerBatching), kgo.ProducerBatchMaxBytes(batchBytesMax), kgo.MaxBufferedBytes(bufferedBytesMax), kgo.MaxBufferedRecords(max(inFlight, 1)),
 	}
 	if inFlight == 1 {
 		kopts = append(kopts, kgo.ProducerLinger(0))
 	}
 	switch opts.Acks {
 	case "0":
-		kopts = append(kopts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+		kopts = append(kopts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite(),
+			kgo.MaxProduceRequestsInflightPerBroker(produceRequestsInflight))
 	case "1":
-		kopts = append(kopts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
+		kopts = append(kopts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite(),
+			kgo.MaxProduceRequestsInflightPerBroker(produceRequestsInflight))
 	case "all":
 		kopts = append(kopts, kgo.RequiredAcks(kgo.AllISRAcks()))
 	default:
@@ -149,15 +166,42 @@ func compression(name string) (kgo.CompressionCodec, error) {
 type producer struct {
 	cl    *kgo.Client
 	topic string
+	sends sync.Pool // of *send
 }
 
-// Send copies key and value (kgo keeps the slices until the record is acknowledged).
+// send is one record in flight: kgo keeps the record and its key and value slices until it
+// calls the promise, after which the send goes back to the producer's pool with its buffer
+// and its promise (bound once, when the send was made).
+type send struct {
+	p       *producer
+	rec     kgo.Record
+	buf     []byte // key then value
+	done    func(error)
+	promise func(*kgo.Record, error)
+}
+
+func (s *send) complete(_ *kgo.Record, err error) {
+	done := s.done
+	s.rec, s.done = kgo.Record{}, nil
+	s.p.sends.Put(s)
+	done(err)
+}
+
+// Send copies key and value into a pooled send (kgo keeps the slices until the record is
+// acknowledged; the caller's are only valid until Send returns).
 func (p *producer) Send(partition int, key, value []byte, done func(error)) error {
-	r := &kgo.Record{Topic: p.topic, Partition: int32(partition), Value: append([]byte(nil), value...)}
-	if key != nil {
-		r.Key = append([]byte(nil), key...)
+	s, _ := p.sends.Get().(*send)
+	if s == nil {
+		s = &send{p: p}
+		s.promise = s.complete
 	}
-	p.cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) { done(err) })
+	s.buf = append(append(s.buf[:0], key...), value...)
+	s.rec = kgo.Record{Topic: p.topic, Partition: int32(partition), Value: s.buf[len(key):]}
+	if key != nil {
+		s.rec.Key = s.buf[:len(key):len(key)]
+	}
+	s.done = done
+	p.cl.Produce(context.Background(), &s.rec, s.promise)
 	return nil
 }
 
@@ -178,7 +222,8 @@ func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) 
 		assigned[int32(p)] = kgo.NewOffset().AtStart()
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(d.address), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assigned}),
-		kgo.FetchMaxWait(pollWaitMax), kgo.FetchMaxBytes(fetchBytesMax), kgo.FetchMaxPartitionBytes(partitionFetchBytes))
+		kgo.FetchMaxWait(pollWaitMax), kgo.FetchMaxBytes(fetchBytesMax), kgo.FetchMaxPartitionBytes(partitionFetchBytes),
+		kgo.WithPools(&recordPool{}))
 	if err != nil {
 		return nil, fmt.Errorf("kgo driver: consumer: %w", err)
 	}
@@ -198,8 +243,28 @@ func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
 			firstErr = fmt.Errorf("kgo driver: fetch %s/%d: %w", topic, p, err)
 		}
 	})
-	fetches.EachRecord(func(r *kgo.Record) { handle(int(r.Partition), r.Value) })
+	fetches.EachRecord(func(r *kgo.Record) {
+		handle(int(r.Partition), r.Value)
+		r.Recycle() // handle keeps nothing; the slice of records goes back once all are recycled
+	})
 	return firstErr
+}
+
+// recordPool recycles the slices kgo decodes fetched records into (kgo.PoolRecords).
+type recordPool struct{ pool sync.Pool }
+
+func (rp *recordPool) GetRecords(n int) []kgo.Record {
+	if s, ok := rp.pool.Get().(*[]kgo.Record); ok && cap(*s) >= n {
+		return (*s)[:0]
+	}
+	return make([]kgo.Record, 0, n)
+}
+
+// PutRecords keeps the slice as it is: kgo puts it back once every record in it was
+// recycled, and Recycle zeroes the record.
+func (rp *recordPool) PutRecords(records []kgo.Record) {
+	records = records[:0]
+	rp.pool.Put(&records)
 }
 
 func (c *consumer) Close() error {

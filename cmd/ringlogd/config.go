@@ -619,6 +619,11 @@ func (s *settings) validate() error {
 	if err := o.security.check(); err != nil {
 		return refuse(ErrConflict, "%v", err)
 	}
+	if o.nodeID > 0 {
+		if err := o.security.checkCluster(); err != nil {
+			return refuse(ErrConflict, "%v", err)
+		}
+	}
 	if o.loopSpin < 0 || o.loopSpin > ring.SpinBeforeWaitMax {
 		return bad("loop-spin", o.loopSpin.String(), "a duration in 0..1ms")
 	}

@@ -27,7 +27,9 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/netio/node"
+	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -142,12 +144,20 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		return err
 	}
 	var clusterCfg *cluster.Config
+	var peerDialer *netio.PeerDialer
+	var peerCreds *security.PeerCredentialsFile
 	if o.nodeID > 0 {
+		var raftTLS *controller.TransportTLS
+		if peerDialer, raftTLS, peerCreds, err = o.security.peerDialer(serverTLS); err != nil {
+			return err
+		}
 		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Seeds: splitList(o.clusterSeeds), Rack: o.rack,
-			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle, RaftLog: os.Stderr}
+			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle, RaftLog: os.Stderr,
+			RaftTLS: raftTLS}
 	}
 	n, err := node.Start(node.Config{
-		Cluster: clusterCfg,
+		Cluster:    clusterCfg,
+		PeerDialer: peerDialer,
 		Core: shard.Config{
 			DataDir: o.dataDir,
 			Shards:  shards,
@@ -215,6 +225,7 @@ wait:
 			before := running
 			running = reload(running, args, os.LookupEnv, n.Core, logBase, level, log)
 			reloadTLS(serverTLS, log)
+			reloadPeerCredentials(peerCreds, log)
 			reloadQuotas(serverCfg.Security.Quotas, before, running, log)
 		case s := <-sig:
 			log.Info("shutting down", "signal", s.String())

@@ -18,10 +18,11 @@ var reloadableKeys = map[string]bool{
 	"flush-always": true, // a partition default, as topic-defaults' flush.always
 	"storage":      true, // a partition default: partitions reopen in the new mode
 	// The quota keys (security.go's quotaKeys): applied by reloadQuotas.
-	"quota-produce-bytes-per-sec": true,
-	"quota-fetch-bytes-per-sec":   true,
-	"quota-requests-per-sec":      true,
-	"quota-overrides":             true,
+	"quota-produce-bytes-per-sec":     true,
+	"quota-fetch-bytes-per-sec":       true,
+	"quota-requests-per-sec":          true,
+	"quota-group-fetch-bytes-per-sec": true,
+	"quota-overrides":                 true,
 }
 
 // logDefaultsSetter is the part of the broker a reload changes (shard.Broker).

@@ -853,6 +853,11 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 		engine.ConfigMinInsyncReplicas:  strconv.Itoa(t.minInsync),
 	}
 	m[engine.ConfigProducerIDExpirationMs] = strconv.FormatInt(c.ProducerIDExpirationMs, 10)
+	maxMessage := c.MaxMessageBytes
+	if maxMessage == 0 { // unset: a batch is bounded by the segment size alone
+		maxMessage = c.SegmentBytes
+	}
+	m[engine.ConfigMaxMessageBytes] = strconv.FormatInt(maxMessage, 10)
 	m[engine.ConfigMinCleanableDirtyRatio] = strconv.FormatFloat(c.MinCleanableDirtyRatio, 'g', -1, 64)
 	return m
 }

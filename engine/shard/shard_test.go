@@ -342,7 +342,8 @@ func TestEffectiveConfig(t *testing.T) {
 	got := b.EffectiveConfig(b.Topic("t"))
 	want := map[string]string{"retention.ms": "1000", "segment.bytes": "1073741824", "retention.bytes": "-1",
 		"index.interval.bytes": "4096", "storage.mode": "page-cache", "flush.always": "false", "min.insync.replicas": "1",
-		"cleanup.policy": "delete", "delete.retention.ms": "86400000", "min.cleanable.dirty.ratio": "0.5"}
+		"cleanup.policy": "delete", "delete.retention.ms": "86400000", "min.cleanable.dirty.ratio": "0.5",
+		"max.message.bytes": "1073741824"} // unset: segment.bytes bounds a batch
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %q, want %q", k, got[k], v)

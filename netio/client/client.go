@@ -246,13 +246,22 @@ func (c *Client) Close() error {
 }
 
 // connFor returns a live connection to addr, dialing if needed.
-func (c *Client) connFor(addr string) (*conn, error) {
+func (c *Client) connFor(addr string) (*conn, error) { return c.connForGroup(addr, "") }
+
+// connForGroup returns a live connection to addr that stated quota group group (none
+// when ""), dialing if needed: a group's fetches travel on connections of their own, so
+// that the broker charges them, and only them, to the group's fetch quota.
+func (c *Client) connForGroup(addr, group string) (*conn, error) {
+	key := addr
+	if group != "" {
+		key = addr + "\x00group=" + group
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	cn := c.conns[addr]
+	cn := c.conns[key]
 	c.mu.Unlock()
 	if cn != nil && cn.usable() {
 		return cn, nil
@@ -273,18 +282,42 @@ func (c *Client) connFor(addr string) (*conn, error) {
 		c.principal = principal
 		c.mu.Unlock()
 	}
+	if group != "" {
+		if err := c.stateQuotaGroup(cn, group); err != nil {
+			cn.close()
+			return nil, err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		cn.close()
 		return nil, ErrClosed
 	}
-	if old := c.conns[addr]; old != nil && old.failure() == nil {
+	if old := c.conns[key]; old != nil && old.failure() == nil {
 		cn.close() // lost a dial race
 		return old, nil
 	}
-	c.conns[addr] = cn
+	c.conns[key] = cn
 	return cn, nil
+}
+
+// stateQuotaGroup sends QuotaGroup on a new connection. A broker that does not know the
+// API (older than it) has no group quotas: the connection is used as it is.
+func (c *Client) stateQuotaGroup(cn *conn, group string) error {
+	var resp wire.QuotaGroupResponse
+	err := callConn(cn, &wire.QuotaGroupRequest{Group: group}, &resp, time.Now().Add(c.cfg.DialTimeout))
+	var frame *wire.Error
+	switch {
+	case errors.As(err, &frame) && frame.Code == wire.ErrUnknownAPI:
+		return nil
+	case err != nil:
+		return fmt.Errorf("QuotaGroup %q: %w", group, err)
+	}
+	if resp.ErrorCode != wire.ErrNone {
+		return fmt.Errorf("QuotaGroup %q: %w", group, wire.CodeError(resp.ErrorCode, resp.ErrorMessage))
+	}
+	return nil
 }
 
 // connReady reports whether a request to addr would be written at once: a live connection
@@ -328,8 +361,9 @@ func (c *Client) callHeld(addr string, req, resp wire.Message, done func(wire.Me
 
 // callAsyncOwned is CallAsync for a response whose frame buffer the callee takes over and
 // hands back with release.
-func (c *Client) callAsyncOwned(addr string, req, resp wire.Message, done func(wire.Message, error, func())) {
-	cn, err := c.connFor(addr)
+// A group other than "" sends it on that group's connections (connForGroup).
+func (c *Client) callAsyncOwned(addr, group string, req, resp wire.Message, done func(wire.Message, error, func())) {
+	cn, err := c.connForGroup(addr, group)
 	if err != nil {
 		done(nil, err, func() {})
 		return
@@ -701,7 +735,7 @@ func (c *Client) controller(ctx context.Context, addr string, op int8, body []by
 	}
 	result := make(chan answer, 1)
 	var resp wire.ControllerResponse
-	c.callAsyncOwned(addr, &wire.ControllerRequest{Op: op, Body: body}, &resp, func(_ wire.Message, err error, release func()) {
+	c.callAsyncOwned(addr, "", &wire.ControllerRequest{Op: op, Body: body}, &resp, func(_ wire.Message, err error, release func()) {
 		// The body aliases the frame buffer, which release hands back: copy it first.
 		a := answer{err: err}
 		if err == nil {

@@ -70,6 +70,11 @@ type ConsumerConfig struct {
 	// Logger receives a warning each time a partition backs off after a retriable error,
 	// saying what failed and how long it waits; nil means slog.Default().
 	Logger *slog.Logger
+	// QuotaGroup, when set, sends the fetches on connections of their own that state this
+	// consumer group (the QuotaGroup request), so that the broker charges them to the
+	// group's fetch quota (docs/security.md, "Per-group fetch quotas") as well as to this
+	// client's. A GroupConsumer sets its Group here unless it is set.
+	QuotaGroup string
 }
 
 // pollRetryBackoff is how long Poll pauses when every fetch failed on a connection error.
@@ -393,7 +398,7 @@ func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
 		wg.Add(1)
 		r := &results[i]
 		r.resp = new(wire.FetchResponse)
-		co.c.callAsyncOwned(r.addr, r.req, r.resp, func(_ wire.Message, err error, release func()) {
+		co.c.callAsyncOwned(r.addr, co.cfg.QuotaGroup, r.req, r.resp, func(_ wire.Message, err error, release func()) {
 			r.err, r.release = err, release
 			wg.Done()
 		})

@@ -152,6 +152,9 @@ func (c *Client) NewGroupConsumer(cfg GroupConfig) (*GroupConsumer, error) {
 	default:
 		return nil, fmt.Errorf("group consumer: auto.offset.reset %q: want earliest, latest or none", cfg.AutoOffsetReset)
 	}
+	if cfg.Consumer.QuotaGroup == "" {
+		cfg.Consumer.QuotaGroup = cfg.Group // its members share the group's fetch quota
+	}
 	g := &GroupConsumer{c: c, cfg: cfg, co: c.NewConsumer(cfg.Consumer), noOffset: map[TopicPartition]bool{},
 		generation: -1, stopHeartbeat: make(chan struct{}), heartbeatDone: make(chan struct{})}
 	go g.heartbeatLoop()

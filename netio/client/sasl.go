@@ -53,23 +53,16 @@ func (c *Client) authenticate(cn *conn) (string, error) {
 	}
 	c.sasl.mu.Lock()
 	defer c.sasl.mu.Unlock()
-	conv := m.NewClient(cfg.User, cfg.Password, &c.sasl.cache)
-	var first wire.SaslAuthenticateResponse
-	if err := saslStep(cn, []byte(conv.First()), &first, deadline); err != nil {
-		return "", err
-	}
-	final, err := conv.Final(string(first.AuthBytes))
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrAuthentication, err)
-	}
 	var last wire.SaslAuthenticateResponse
-	if err := saslStep(cn, []byte(final), &last, deadline); err != nil {
-		return "", err
+	err := m.NewClient(cfg.User, cfg.Password, &c.sasl.cache).Login(func(msg string) (string, error) {
+		last = wire.SaslAuthenticateResponse{}
+		err := saslStep(cn, []byte(msg), &last, deadline)
+		return string(last.AuthBytes), err
+	})
+	if err != nil && !errors.Is(err, ErrAuthentication) {
+		err = fmt.Errorf("%w: %w", ErrAuthentication, err)
 	}
-	if err := conv.Verify(string(last.AuthBytes)); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrAuthentication, err)
-	}
-	return last.Principal, nil
+	return last.Principal, err
 }
 
 func saslStep(cn *conn, msg []byte, resp *wire.SaslAuthenticateResponse, deadline time.Time) error {

@@ -192,6 +192,9 @@ func TestKgoACLTopics(t *testing.T) {
 	lo := kmsg.NewPtrListOffsetsRequest()
 	lo.Topics = []kmsg.ListOffsetsRequestTopic{{Topic: "orders", Partitions: []kmsg.ListOffsetsRequestTopicPartition{{Timestamp: -1}}}}
 	wantCode(t, "bob: ListOffsets", direct(t, bob, lo).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0].ErrorCode, kerr.TopicAuthorizationFailed.Code)
+	ole := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	ole.Topics = []kmsg.OffsetForLeaderEpochRequestTopic{{Topic: "orders", Partitions: []kmsg.OffsetForLeaderEpochRequestTopicPartition{{CurrentLeaderEpoch: -1}}}}
+	wantCode(t, "bob: OffsetForLeaderEpoch", direct(t, bob, ole).(*kmsg.OffsetForLeaderEpochResponse).Topics[0].Partitions[0].ErrorCode, kerr.TopicAuthorizationFailed.Code)
 	ct := kmsg.NewPtrCreateTopicsRequest()
 	ct.Topics = []kmsg.CreateTopicsRequestTopic{{Topic: "bobs", NumPartitions: 1, ReplicationFactor: 1}}
 	wantCode(t, "bob: CreateTopics", direct(t, bob, ct).(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode, kerr.TopicAuthorizationFailed.Code)

@@ -8,8 +8,10 @@ import (
 )
 
 // CreateTopics (key 19), v0-v7: the broker core's CreateTopic (or ValidateTopic for
-// validate_only). Replication factor 1 or -1 (a single-broker cluster); partitions -1 take
-// AutoCreatePartitions; a manual assignment is accepted when every replica list is [0].
+// validate_only); partitions -1 take AutoCreatePartitions. A single broker takes
+// replication factor 1 or -1, and a manual assignment when every replica list is [0]. On a
+// cluster the create goes through the controller (any replication factor up to the live
+// brokers, -1 meaning 1; no manual assignment), as the ringlog listener's does.
 var createTopicsAPI = api{
 	key: keyCreateTopics, min: 0, max: 7,
 	serve: func(s *Server, p *pending, req kmsg.Request) {
@@ -44,12 +46,12 @@ func createTopicResult(topic string, code int16, msg string) kmsg.CreateTopicsRe
 func (s *Server) createTopics(r *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsResponse {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
 	for _, t := range r.Topics {
-		partitions, err := s.createTopic(t, r.ValidateOnly)
+		partitions, rf, err := s.createTopic(t, r.ValidateOnly)
 		rt := createTopicResult(t.Topic, 0, "")
 		if err != nil {
 			rt = createTopicResult(t.Topic, err.code, err.msg)
 		} else {
-			rt.NumPartitions, rt.ReplicationFactor = int32(partitions), 1
+			rt.NumPartitions, rt.ReplicationFactor = int32(partitions), rf
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
@@ -61,17 +63,11 @@ type codedError struct {
 	msg  string
 }
 
-func (s *Server) createTopic(t kmsg.CreateTopicsRequestTopic, validateOnly bool) (int, *codedError) {
-	if t.ReplicationFactor != -1 && t.ReplicationFactor != 1 && len(t.ReplicaAssignment) == 0 {
-		return 0, &codedError{kerr.InvalidReplicationFactor.Code, fmt.Sprintf("replication factor %d: this is a single-broker cluster (want 1, or -1 for the default)", t.ReplicationFactor)}
-	}
+// createTopic creates (or validates) one topic and returns its partition count and
+// replication factor.
+func (s *Server) createTopic(t kmsg.CreateTopicsRequestTopic, validateOnly bool) (int, int16, *codedError) {
 	partitions := int(t.NumPartitions)
 	if len(t.ReplicaAssignment) > 0 {
-		for _, a := range t.ReplicaAssignment {
-			if len(a.Replicas) != 1 || a.Replicas[0] != nodeID {
-				return 0, &codedError{kerr.InvalidReplicaAssignment.Code, fmt.Sprintf("partition %d assigned to %v: the only replica is node %d", a.Partition, a.Replicas, nodeID)}
-			}
-		}
 		partitions = len(t.ReplicaAssignment)
 	}
 	if partitions == -1 {
@@ -83,6 +79,18 @@ func (s *Server) createTopic(t kmsg.CreateTopicsRequestTopic, validateOnly bool)
 			configs[c.Name] = *c.Value
 		}
 	}
+	if s.cfg.Cluster != nil {
+		rf, err := s.createReplicated(t, partitions, configs, validateOnly)
+		return partitions, rf, err
+	}
+	if t.ReplicationFactor != -1 && t.ReplicationFactor != 1 && len(t.ReplicaAssignment) == 0 {
+		return 0, 0, &codedError{kerr.InvalidReplicationFactor.Code, fmt.Sprintf("replication factor %d: this is a single-broker cluster (want 1, or -1 for the default)", t.ReplicationFactor)}
+	}
+	for _, a := range t.ReplicaAssignment {
+		if len(a.Replicas) != 1 || a.Replicas[0] != localNodeID {
+			return 0, 0, &codedError{kerr.InvalidReplicaAssignment.Code, fmt.Sprintf("partition %d assigned to %v: the only replica is node %d", a.Partition, a.Replicas, localNodeID)}
+		}
+	}
 	var err error
 	if validateOnly {
 		err = s.b.ValidateTopic(t.Topic, partitions, configs)
@@ -90,7 +98,7 @@ func (s *Server) createTopic(t kmsg.CreateTopicsRequestTopic, validateOnly bool)
 		err = s.b.CreateTopic(t.Topic, partitions, configs)
 	}
 	if err != nil {
-		return 0, &codedError{codeFor(err), err.Error()}
+		return 0, 0, &codedError{codeFor(err), err.Error()}
 	}
-	return partitions, nil
+	return partitions, 1, nil
 }

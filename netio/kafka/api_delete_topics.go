@@ -5,7 +5,8 @@ import (
 )
 
 // DeleteTopics (key 20), v0-v5 (by name; v6+ may name topics by id, which ringlog lacks):
-// the broker core's DeleteTopic.
+// the broker core's DeleteTopic; a replicated topic is deleted through the controller, as
+// the ringlog listener deletes it (answered once this broker has deleted its copy).
 var deleteTopicsAPI = api{
 	key: keyDeleteTopics, min: 0, max: 5,
 	serve: func(s *Server, p *pending, req kmsg.Request) {
@@ -13,7 +14,12 @@ var deleteTopicsAPI = api{
 		go func() { // waits for every shard
 			resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
 			for _, name := range r.TopicNames {
-				err := s.b.DeleteTopic(name)
+				var err error
+				if s.cfg.Cluster != nil && s.cfg.Cluster.Replicated(name) {
+					err = s.deleteReplicated(name)
+				} else {
+					err = s.b.DeleteTopic(name)
+				}
 				resp.Topics = append(resp.Topics, deleteTopicResult(name, codeFor(err), message(err)))
 			}
 			p.reply(resp, nil)

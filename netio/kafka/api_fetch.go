@@ -17,6 +17,10 @@ import (
 // batch; the client skips the records before its offset), never above the high watermark,
 // long-poll on MinBytes/MaxWait, the response byte cap with the first-batch rule, and the
 // connection's fetch-descriptor quota. Batches are served as stored, whatever their codec.
+// On a cluster only the partition's leader serves it (NOT_LEADER_OR_FOLLOWER elsewhere), at
+// the leader epoch the request names from v9 on (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH),
+// and never above the high watermark the followers have reached: the core's read limit,
+// the same as the ringlog listener's.
 //
 // Not served: fetch sessions (KIP-227: every response has session id 0, which tells the
 // client to send full fetches), topic ids (v13+), follower fetches (replica id >= 0 is
@@ -60,15 +64,26 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 	if req.MaxBytes > 0 {
 		fr.ResponseBytesMax = min(fr.ResponseBytesMax, int64(req.MaxBytes))
 	}
+	var refused []error // by request position; nil: every partition is served here
 	for _, t := range req.Topics {
 		for _, part := range t.Partitions {
-			fr.Partitions = append(fr.Partitions, shard.FetchPartition{
-				TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: part.Partition},
-				Offset:         part.FetchOffset, MaxBytes: part.PartitionMaxBytes,
-			})
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+			if err := s.checkLeader(tp, part.CurrentLeaderEpoch); err != nil || refused != nil {
+				if refused == nil {
+					refused = make([]error, len(fr.Partitions), len(fr.Partitions)+1)
+				}
+				refused = append(refused, err)
+				if err != nil {
+					continue
+				}
+			}
+			fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: tp, Offset: part.FetchOffset, MaxBytes: part.PartitionMaxBytes})
 		}
 	}
 	s.b.FetchFrom(shard.CallerNone, fr, func(results []shard.FetchResult) {
+		if refused != nil {
+			results = withRefused(results, refused, req)
+		}
 		// On a shard loop: only hand the results over; the writer encodes and sends them.
 		p.replyFrame(func(dst []byte, finish func(kmsg.Response, int64)) ([]byte, []wire.Splice) {
 			return appendFetchResponse(dst, req, results, finish)
@@ -78,6 +93,27 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 			}
 		})
 	})
+}
+
+// withRefused puts the partitions refused before the fetch (refused[i] != nil: not led
+// here, or a leader epoch the leader does not hold) back at their request positions, as
+// results carrying their error.
+func withRefused(results []shard.FetchResult, refused []error, req *kmsg.FetchRequest) []shard.FetchResult {
+	out := make([]shard.FetchResult, 0, len(refused))
+	k, i := 0, 0
+	for _, t := range req.Topics {
+		for _, part := range t.Partitions {
+			if refused[i] != nil {
+				out = append(out, shard.FetchResult{TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: part.Partition},
+					HighWatermark: -1, LogStartOffset: -1, Err: refused[i]})
+			} else {
+				out = append(out, results[k])
+				k++
+			}
+			i++
+		}
+	}
+	return out
 }
 
 // recordsMarkerBytes is the size of the stand-in a partition's records get while kmsg

@@ -43,8 +43,13 @@ func (s *Server) listOffsets(p *pending, req *kmsg.ListOffsetsRequest) {
 		for j, part := range t.Partitions {
 			out := &rt.Partitions[j]
 			*out = listOffsetsPartition(part.Partition)
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+			if err := s.checkLeader(tp, part.CurrentLeaderEpoch); err != nil {
+				out.ErrorCode = codeFor(err)
+				continue
+			}
 			wg.Add(1)
-			s.b.ListOffset(shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}, part.Timestamp, func(offset int64, err error) {
+			s.b.ListOffset(tp, part.Timestamp, func(offset int64, err error) {
 				out.Offset, out.ErrorCode = offset, codeFor(err)
 				if part.Timestamp >= 0 && offset >= 0 {
 					out.Timestamp = part.Timestamp

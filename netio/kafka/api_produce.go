@@ -3,7 +3,7 @@ package kafka
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/shard"
@@ -40,15 +40,6 @@ func producePartition(partition int32) kmsg.ProduceResponseTopicPartition {
 }
 
 func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	silent := req.Acks == 0
-	answer := func() {
-		if silent {
-			p.reply(nil, nil)
-			return
-		}
-		p.reply(resp, nil)
-	}
 	if req.TransactionID != nil {
 		p.reply(failProduce(req, kerr.InvalidRequest.Code, "transactions are not supported by this broker"), nil)
 		return
@@ -57,47 +48,98 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 		p.reply(failProduce(req, kerr.InvalidRequiredAcks.Code, fmt.Sprintf("acks must be 0, 1 or -1, got %d", req.Acks)), nil)
 		return
 	}
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	total := 0
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, t := range req.Topics {
 		resp.Topics[i] = kmsg.NewProduceResponseTopic()
 		resp.Topics[i].Topic = t.Topic
 		resp.Topics[i].Partitions = make([]kmsg.ProduceResponseTopicPartition, len(t.Partitions))
+		for j, part := range t.Partitions {
+			resp.Topics[i].Partitions[j] = producePartition(part.Partition)
+		}
 		total += len(t.Partitions)
 	}
+	// An acks=all produce with a timeout (timeout_ms, the producer's request.timeout.ms) is
+	// answered when it passes even though some partitions still wait for their followers:
+	// those get REQUEST_TIMED_OUT (retriable); their records stay appended and may still
+	// commit (the ringlog listener's rule, netio.PartitionAnswers).
+	var timeout time.Duration
+	if req.Acks == -1 && req.TimeoutMillis > 0 {
+		timeout = time.Duration(req.TimeoutMillis) * time.Millisecond
+	}
+	answers := netio.NewPartitionAnswers(total, func(waiting []bool) {
+		switch {
+		case req.Acks == 0:
+			p.reply(nil, nil)
+			return
+		case waiting != nil:
+			markTimedOut(resp, waiting, timeout)
+		}
+		p.reply(resp, nil)
+	})
 	if total == 0 {
-		answer()
 		return
 	}
-	var pendingParts atomic.Int32
-	pendingParts.Store(int32(total))
-	finish := func() {
-		if pendingParts.Add(-1) == 0 {
-			answer()
-		}
+	if timeout > 0 {
+		answers.Timeout(timeout, func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop })
 	}
+	// The partitions' answers are written under the answers' lock: the timer may answer
+	// while shards still hold some of the partitions.
+	answers.Lock()
+	defer answers.Unlock()
+	k := 0
 	for i, t := range req.Topics {
 		for j, part := range t.Partitions {
-			out := &resp.Topics[i].Partitions[j]
-			*out = producePartition(part.Partition)
-			batches, err := netio.SplitBatches(part.Records)
+			out, idx := &resp.Topics[i].Partitions[j], k
+			k++
+			records := part.Records
+			if timeout > 0 {
+				// The timer may answer, and so hand the frame back to the pool, before the
+				// shard has written these bytes: give the shard its own copy.
+				records = append([]byte(nil), records...)
+			}
+			tp := shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+			batches, err := netio.SplitBatches(records)
 			if err == nil && req.Version < zstdProduceVersionMin {
 				err = refuseZstd(batches, req.Version)
 			}
+			if err == nil {
+				err = s.checkLeader(tp, -1)
+			}
 			if err != nil {
-				out.ErrorCode, out.ErrorMessage = codeFor(err), message(err)
-				if isUnsupportedCompression(err) {
-					out.ErrorCode = kerr.UnsupportedCompressionType.Code
-				}
-				finish()
+				answers.AnswerLocked(idx, func() {
+					out.ErrorCode, out.ErrorMessage = codeFor(err), message(err)
+					if isUnsupportedCompression(err) {
+						out.ErrorCode = kerr.UnsupportedCompressionType.Code
+					}
+				})
 				continue
 			}
-			tp := shard.TopicPartition{Topic: t.Topic, Partition: part.Partition}
+			answers.Unlock() // the shard may answer inline, on this goroutine
 			s.b.ProduceFrom(shard.CallerNone, tp, batches, req.Acks, func(r shard.ProduceResult) {
-				out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
-				out.ErrorCode, out.ErrorMessage = codeFor(r.Err), message(r.Err)
-				finish()
+				answers.Answer(idx, func() {
+					out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
+					out.ErrorCode, out.ErrorMessage = codeFor(r.Err), message(r.Err)
+				})
 			})
+			answers.Lock()
+		}
+	}
+}
+
+// markTimedOut answers the partitions still waiting (by request position) with
+// REQUEST_TIMED_OUT.
+func markTimedOut(resp *kmsg.ProduceResponse, waiting []bool, timeout time.Duration) {
+	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", timeout)
+	k := 0
+	for i := range resp.Topics {
+		for j := range resp.Topics[i].Partitions {
+			if waiting[k] {
+				out := &resp.Topics[i].Partitions[j]
+				out.ErrorCode, out.ErrorMessage = kerr.RequestTimedOut.Code, str(msg)
+			}
+			k++
 		}
 	}
 }

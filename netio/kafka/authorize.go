@@ -67,6 +67,9 @@ func (s *Server) authorize(p *pending, a *api, req kmsg.Request) bool {
 	case *kmsg.ListOffsetsRequest:
 		return splitEntries(g, &r.Topics, func(t *kmsg.ListOffsetsRequestTopic) verdict { return g.topic(security.OpDescribe, t.Topic) },
 			func(d []kmsg.ListOffsetsRequestTopic) kmsg.Request { c := *r; c.Topics = d; return &c }, "Topics")
+	case *kmsg.OffsetForLeaderEpochRequest: // Kafka's rule: Describe on the topic
+		return splitEntries(g, &r.Topics, func(t *kmsg.OffsetForLeaderEpochRequestTopic) verdict { return g.topic(security.OpDescribe, t.Topic) },
+			func(d []kmsg.OffsetForLeaderEpochRequestTopic) kmsg.Request { c := *r; c.Topics = d; return &c }, "Topics")
 	case *kmsg.MetadataRequest:
 		return s.authorizeMetadata(g, r)
 	case *kmsg.CreateTopicsRequest:

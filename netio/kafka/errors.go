@@ -5,6 +5,9 @@ import (
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
+	"github.com/ringlog/ringlog/replication/isr"
 	"github.com/twmb/franz-go/pkg/kerr"
 )
 
@@ -15,6 +18,22 @@ func codeFor(err error) int16 {
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, isr.ErrNotLeader):
+		return kerr.NotLeaderForPartition.Code // NOT_LEADER_OR_FOLLOWER: clients refresh metadata and retry
+	case errors.Is(err, isr.ErrFencedLeaderEpoch):
+		return kerr.FencedLeaderEpoch.Code
+	case errors.Is(err, isr.ErrUnknownLeaderEpoch), errors.Is(err, isr.ErrNotReplica):
+		return kerr.UnknownLeaderEpoch.Code
+	case errors.Is(err, controller.ErrNotController), errors.Is(err, cluster.ErrNoController):
+		return kerr.NotController.Code
+	case errors.Is(err, controller.ErrTopicExists):
+		return kerr.TopicAlreadyExists.Code
+	case errors.Is(err, controller.ErrNotEnoughBrokers):
+		return kerr.InvalidReplicationFactor.Code
+	case errors.Is(err, controller.ErrInvalidTopic):
+		return kerr.InvalidPartitions.Code
+	case errors.Is(err, controller.ErrUnknownTopic):
+		return kerr.UnknownTopicOrPartition.Code
 	case errors.Is(err, shard.ErrUnknownTopicOrPartition):
 		return kerr.UnknownTopicOrPartition.Code
 	case errors.Is(err, shard.ErrTopicExists):

@@ -11,27 +11,28 @@ import (
 
 // Kafka API keys this package names (the numbers are Kafka's wire format).
 const (
-	keyProduce          int16 = 0
-	keyFetch            int16 = 1
-	keyListOffsets      int16 = 2
-	keyMetadata         int16 = 3
-	keyOffsetCommit     int16 = 8
-	keyOffsetFetch      int16 = 9
-	keyFindCoordinator  int16 = 10
-	keyJoinGroup        int16 = 11
-	keyHeartbeat        int16 = 12
-	keyLeaveGroup       int16 = 13
-	keySyncGroup        int16 = 14
-	keyDescribeGroups   int16 = 15
-	keyListGroups       int16 = 16
-	keySaslHandshake    int16 = 17
-	keyApiVersions      int16 = 18
-	keyCreateTopics     int16 = 19
-	keyDeleteTopics     int16 = 20
-	keyInitProducerID   int16 = 22
-	keySaslAuthenticate int16 = 36
-	keyDescribeConfigs  int16 = 32
-	keyCreatePartitions int16 = 37
+	keyProduce              int16 = 0
+	keyFetch                int16 = 1
+	keyListOffsets          int16 = 2
+	keyMetadata             int16 = 3
+	keyOffsetCommit         int16 = 8
+	keyOffsetFetch          int16 = 9
+	keyFindCoordinator      int16 = 10
+	keyJoinGroup            int16 = 11
+	keyHeartbeat            int16 = 12
+	keyLeaveGroup           int16 = 13
+	keySyncGroup            int16 = 14
+	keyDescribeGroups       int16 = 15
+	keyListGroups           int16 = 16
+	keySaslHandshake        int16 = 17
+	keyApiVersions          int16 = 18
+	keyCreateTopics         int16 = 19
+	keyDeleteTopics         int16 = 20
+	keyInitProducerID       int16 = 22
+	keyOffsetForLeaderEpoch int16 = 23
+	keySaslAuthenticate     int16 = 36
+	keyDescribeConfigs      int16 = 32
+	keyCreatePartitions     int16 = 37
 )
 
 // api is one served API: the versions served, the handler, and how to answer a request of
@@ -58,7 +59,7 @@ func init() {
 	for _, a := range []*api{
 		&apiVersionsAPI, &produceAPI, &fetchAPI, &listOffsetsAPI, &metadataAPI,
 		&createTopicsAPI, &deleteTopicsAPI, &createPartitionsAPI, &describeConfigsAPI,
-		&initProducerIDAPI,
+		&initProducerIDAPI, &offsetForLeaderEpochAPI,
 		&findCoordinatorAPI, &joinGroupAPI, &syncGroupAPI, &heartbeatAPI, &leaveGroupAPI,
 		&offsetCommitAPI, &offsetFetchAPI, &listGroupsAPI, &describeGroupsAPI,
 		&saslHandshakeAPI, &saslAuthenticateAPI,

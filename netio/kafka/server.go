@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/netio/wire"
+	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -53,6 +53,11 @@ type Config struct {
 	// Its Authorizer and Quotas apply here too, with Kafka's error codes and throttle
 	// times (authorize.go, quota.go). nil: anyone, as security.Anonymous.
 	Security *netio.Security
+	// Cluster, when set, is the replicated cluster this broker belongs to (the Manager the
+	// ringlog listener's BrokerHandler.WithCluster takes): Metadata describes it, and
+	// partitions this broker does not lead answer NOT_LEADER_OR_FOLLOWER (cluster.go).
+	// nil: a single broker, node 0.
+	Cluster *cluster.Manager
 }
 
 // adminFrameBytesMax bounds the frame of every API but Produce: 1 MiB holds a Metadata or
@@ -95,13 +100,9 @@ func (s *Server) Throttled() int64 { return s.throttled.Load() }
 // NewServer returns a Kafka listener for b that tells clients to connect to advertised
 // (host:port).
 func NewServer(b *shard.Broker, advertised string, cfg Config) (*Server, error) {
-	host, port, err := net.SplitHostPort(advertised)
+	host, port, err := splitHostPort(advertised)
 	if err != nil {
-		return nil, fmt.Errorf("kafka advertised address %q: %w", advertised, err)
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return nil, fmt.Errorf("kafka advertised port %q: %w", port, err)
+		return nil, fmt.Errorf("advertised: %w", err)
 	}
 	if cfg.Limits == nil {
 		return nil, errors.New("kafka: Config.Limits (the server whose limits apply) is nil")
@@ -117,7 +118,7 @@ func NewServer(b *shard.Broker, advertised string, cfg Config) (*Server, error) 
 		logf = func(string, ...any) {}
 	}
 	return &Server{
-		b: b, cfg: cfg, limits: cfg.Limits.Config(), nodeHost: host, nodePort: int32(p), logf: logf,
+		b: b, cfg: cfg, limits: cfg.Limits.Config(), nodeHost: host, nodePort: port, logf: logf,
 		closing: make(chan struct{}), lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 	}, nil
 }

@@ -12,36 +12,9 @@ import (
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/ring"
 )
-
-// TestKafkaRefusedWhereItWouldBypass: the Kafka listener is refused beside a replicated
-// cluster (it does not serve one yet), and allowed otherwise: TLS, required
-// authentication, ACLs and quotas included (it enforces them).
-func TestKafkaRefusedWhereItWouldBypass(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		cfg    Config
-		refuse bool
-	}{
-		{"plain", Config{KafkaListen: "127.0.0.1:0"}, false},
-		{"no kafka, tls", Config{Server: serverWithTLS()}, false},
-		{"kafka and tls", Config{KafkaListen: "127.0.0.1:0", Server: serverWithTLS()}, false},
-		{"kafka, tls and auth required", Config{KafkaListen: "127.0.0.1:0", Server: withAuth(serverWithTLS())}, false},
-		{"kafka and a cluster", Config{KafkaListen: "127.0.0.1:0", Cluster: &cluster.Config{}}, true},
-		{"kafka and security off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{}}}, false},
-		{"kafka and auth required", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{AuthRequired: true}}}, false},
-		{"kafka and ACLs", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, true)}}}, false},
-		{"kafka and ACLs off", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{Authorizer: authorizer(t, false)}}}, false},
-		{"kafka and quotas", Config{KafkaListen: "127.0.0.1:0", Server: netio.Config{Security: &netio.Security{
-			Quotas: security.NewQuotas(security.QuotaConfig{Default: security.QuotaRates{RequestsPerSec: 10}})}}}, false},
-	} {
-		err := checkKafka(tc.cfg)
-		if tc.refuse != errors.Is(err, ErrKafkaUnsupported) {
-			t.Errorf("%s: %v", tc.name, err)
-		}
-	}
-}
 
 // TestKafkaStartsWithACLsAndQuotas: a node with --kafka-listen beside ACLs and quotas
 // starts, and its Kafka listener accepts connections.
@@ -73,7 +46,13 @@ func TestKafkaStartsWithACLsAndQuotas(t *testing.T) {
 	c.Close()
 }
 
-func TestClusterRefusedWithTLSOrAuth(t *testing.T) {
+// TestClusterRefusedWithoutPeerSecurity: a cluster is refused when its brokers could not
+// pass each other's listeners: TLS listeners without TLS dials (or a plain raft
+// transport), required authentication with neither a login nor a TLS certificate.
+func TestClusterRefusedWithoutPeerSecurity(t *testing.T) {
+	tlsDial := &netio.PeerDialer{TLS: func(string) (*tls.Config, error) { return &tls.Config{}, nil }}
+	login := &netio.PeerDialer{Credentials: func() security.PeerCredentials { return security.PeerCredentials{} }}
+	raftTLS := &cluster.Config{RaftTLS: &controller.TransportTLS{}}
 	for _, tc := range []struct {
 		name   string
 		cfg    Config
@@ -81,8 +60,12 @@ func TestClusterRefusedWithTLSOrAuth(t *testing.T) {
 	}{
 		{"cluster", Config{Cluster: &cluster.Config{}}, false},
 		{"tls, no cluster", Config{Server: serverWithTLS()}, false},
-		{"cluster and tls", Config{Cluster: &cluster.Config{}, Server: serverWithTLS()}, true},
-		{"cluster and auth required", Config{Cluster: &cluster.Config{}, Server: withAuth(netio.Config{})}, true},
+		{"cluster and tls, plain dials", Config{Cluster: raftTLS, Server: serverWithTLS()}, true},
+		{"cluster and tls, plain raft", Config{Cluster: &cluster.Config{}, Server: serverWithTLS(), PeerDialer: tlsDial}, true},
+		{"cluster and tls everywhere", Config{Cluster: raftTLS, Server: serverWithTLS(), PeerDialer: tlsDial}, false},
+		{"cluster and auth required, no login", Config{Cluster: &cluster.Config{}, Server: withAuth(netio.Config{})}, true},
+		{"cluster and auth required, login", Config{Cluster: &cluster.Config{}, Server: withAuth(netio.Config{}), PeerDialer: login}, false},
+		{"cluster, tls and auth required, certificate", Config{Cluster: raftTLS, Server: withAuth(serverWithTLS()), PeerDialer: tlsDial}, false},
 		{"cluster and security off", Config{Cluster: &cluster.Config{}, Server: netio.Config{Security: &netio.Security{}}}, false},
 	} {
 		if err := checkCluster(tc.cfg); tc.refuse != errors.Is(err, ErrClusterUnsupported) {

@@ -92,6 +92,10 @@ type Config struct {
 	// and replicates partitions (replication/cluster). Its DataDir, Dial
 	// and Logger are filled in here. nil: a single broker, exactly as before.
 	Cluster *cluster.Config
+	// PeerDialer opens the cluster's broker-to-broker connections (TLS, SASL); nil: plain
+	// TCP without a login, which a cluster whose listeners demand TLS or authentication
+	// refuses (checkCluster). The raft transport's TLS is Cluster.RaftTLS.
+	PeerDialer *netio.PeerDialer
 }
 
 // Node is a running broker.
@@ -145,16 +149,17 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Logger.Info("TLS on: connections are served by Go's netpoller (net driver), file bytes are copied, not spliced")
 		cfg.Net = NetGo
 	}
-	if err := checkKafka(cfg); err != nil {
-		return nil, err
-	}
 	if err := checkCluster(cfg); err != nil {
 		return nil, err
 	}
 	var mgr *cluster.Manager
 	if cfg.Cluster != nil {
 		cc := *cfg.Cluster
-		cc.DataDir, cc.Dial, cc.Logger = cfg.Core.DataDir, netio.DialPeer, cfg.Logger
+		dialer := cfg.PeerDialer
+		if dialer == nil {
+			dialer = &netio.PeerDialer{}
+		}
+		cc.DataDir, cc.Dial, cc.Logger = cfg.Core.DataDir, dialer.Dial, cfg.Logger
 		var err error
 		if mgr, err = cluster.New(cc); err != nil {
 			return nil, err
@@ -201,6 +206,9 @@ func Start(cfg Config) (*Node, error) {
 		}
 	}
 	if mgr != nil {
+		if n.Kafka != nil {
+			mgr.SetKafkaAddress(n.KafkaAddr) // registered with the controller for Kafka Metadata
+		}
 		mgr.Attach(core, n.Addr)
 	}
 	if cfg.Admin.Listen != "" {
@@ -232,36 +240,25 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// ErrKafkaUnsupported refuses a Kafka listener next to features it does not serve yet.
-var ErrKafkaUnsupported = errors.New("kafka listener")
-
-// ErrClusterUnsupported refuses a replicated cluster next to features its replica
-// connections do not carry yet.
+// ErrClusterUnsupported refuses a replicated cluster whose broker-to-broker connections
+// could not pass its own listeners' security.
 var ErrClusterUnsupported = errors.New("replicated cluster")
 
-// checkCluster refuses a cluster (--node-id) whose client listener requires TLS or
-// authentication: followers dial their leaders' client listeners in plain TCP without
-// credentials (netio.DialPeer), so replication would fail on every fetch.
+// checkCluster refuses a cluster (--node-id) whose peers could not reach each other's
+// client listeners: under TLS the PeerDialer must dial TLS and the raft transport must be
+// secured as well; under required authentication the PeerDialer must log in, or present
+// a certificate (TLS, the listeners asking for one: the mTLS principal).
 func checkCluster(cfg Config) error {
 	if cfg.Cluster == nil {
 		return nil
 	}
-	sec := cfg.Server.Security
-	if cfg.Server.TLS != nil || sec != nil && sec.AuthRequired {
-		return fmt.Errorf("%w: TLS and required authentication are not carried by replica connections yet; followers could not fetch (run the cluster's brokers without --tls-cert and --auth required, on a trusted network)", ErrClusterUnsupported)
+	d, sec := cfg.PeerDialer, cfg.Server.Security
+	dialsTLS := d != nil && d.TLS != nil
+	if cfg.Server.TLS != nil && (!dialsTLS || cfg.Cluster.RaftTLS == nil) {
+		return fmt.Errorf("%w: the listeners serve TLS, so brokers must dial each other over TLS: give --inter-broker-tls-ca (the CAs of the other brokers' certificates)", ErrClusterUnsupported)
 	}
-	return nil
-}
-
-// checkKafka refuses --kafka-listen with what the Kafka listener does not implement: its
-// Metadata describes this broker alone, which a replicated cluster's clients must not be
-// told. Authentication (SASL/SCRAM, mTLS principals), ACLs and quotas it enforces with the
-// ringlog listener's settings (the same Credentials, Authorizer and Quotas, so a SIGHUP
-// that changes quotas reaches both); TLS with the same configuration (certificate,
-// client CAs, reload).
-func checkKafka(cfg Config) error {
-	if cfg.KafkaListen != "" && cfg.Cluster != nil {
-		return fmt.Errorf("%w: replicated clusters are not served on the Kafka listener yet (its Metadata names this broker alone)", ErrKafkaUnsupported)
+	if sec != nil && sec.AuthRequired && !dialsTLS && (d == nil || d.Credentials == nil) {
+		return fmt.Errorf("%w: --auth required: brokers must log in to each other: give --inter-broker-credentials-file, or TLS with client certificates (--tls-client-ca, --inter-broker-tls-ca)", ErrClusterUnsupported)
 	}
 	return nil
 }
@@ -284,6 +281,7 @@ func (n *Node) serveKafka(cfg Config) error {
 		AutoCreateTopics:      cfg.KafkaAutoCreateTopics,
 		TLS:                   cfg.Server.TLS,
 		Security:              cfg.Server.Security,
+		Cluster:               n.Cluster,
 		Logf:                  func(format string, a ...any) { n.log.Info(fmt.Sprintf(format, a...)) },
 	})
 	if err != nil {

@@ -56,7 +56,13 @@ type QuotaRates struct {
 // (by QuotaKey: "User:NAME" or "client-id:ID"), whose every kind then comes from the
 // override (0 in it: unlimited).
 type QuotaConfig struct {
-	Default   QuotaRates
+	Default QuotaRates
+	// GroupFetchBytesPerSec is the fetch rate of every consumer group (QuotaGroupKey)
+	// without an override: all the fetches its members charge to it together; 0:
+	// unlimited.
+	GroupFetchBytesPerSec int64
+	// Overrides name clients ("User:NAME", "client-id:ID") or groups ("group:NAME", fetch
+	// only).
 	Overrides map[string]QuotaRates
 	// Burst is how far ahead of its rate a client may run before it is throttled;
 	// default 1s (a client may send a second's worth at once).
@@ -98,18 +104,18 @@ func NewQuotas(cfg QuotaConfig) *Quotas {
 // Config returns the rates in force.
 func (q *Quotas) Config() QuotaConfig { return *q.cfg.Load() }
 
-// SetRates replaces the default rates and the overrides (SIGHUP); what clients owe is
-// kept.
-func (q *Quotas) SetRates(def QuotaRates, overrides map[string]QuotaRates) {
+// SetRates replaces the default rates, the groups' default fetch rate and the overrides
+// (SIGHUP); what clients and groups owe is kept.
+func (q *Quotas) SetRates(def QuotaRates, groupFetchBytesPerSec int64, overrides map[string]QuotaRates) {
 	cfg := *q.cfg.Load()
-	cfg.Default, cfg.Overrides = def, overrides
+	cfg.Default, cfg.GroupFetchBytesPerSec, cfg.Overrides = def, groupFetchBytesPerSec, overrides
 	q.cfg.Store(&cfg)
 }
 
 // Active reports whether any rate is set: a listener skips all quota work otherwise.
 func (q *Quotas) Active() bool {
 	cfg := q.cfg.Load()
-	return cfg.Default != (QuotaRates{}) || len(cfg.Overrides) > 0
+	return cfg.Default != (QuotaRates{}) || cfg.GroupFetchBytesPerSec > 0 || len(cfg.Overrides) > 0
 }
 
 // Get returns rates' rate of kind.
@@ -128,8 +134,21 @@ func (q *Quotas) rates(client string) (QuotaRates, time.Duration) {
 	if r, ok := cfg.Overrides[client]; ok {
 		return r, cfg.Burst
 	}
+	if strings.HasPrefix(client, groupPrefix) {
+		return QuotaRates{FetchBytesPerSec: cfg.GroupFetchBytesPerSec}, cfg.Burst
+	}
 	return cfg.Default, cfg.Burst
 }
+
+// groupPrefix starts the key of a consumer group's bucket.
+const groupPrefix = "group:"
+
+// QuotaGroupBytesMax bounds a group name a connection may charge its fetches to.
+const QuotaGroupBytesMax = clientNameMax
+
+// QuotaGroupKey is the bucket of consumer group group: every connection that stated the
+// group (the QuotaGroup request) charges its fetches to it as well as to its own client.
+func QuotaGroupKey(group string) string { return groupPrefix + group }
 
 // QuotaKey is the bucket name of a connection: its principal when it authenticated,
 // else "client-id:" and the client id it gave.
@@ -220,9 +239,10 @@ func (q *Quotas) clientLocked(key string, now time.Time, burst time.Duration) *q
 //
 //	ENTITY=KIND:RATE[,KIND:RATE...][;ENTITY=...]
 //
-// ENTITY is "User:NAME" or "client-id:ID", KIND is produce, fetch or requests, RATE a
-// non-negative integer (bytes or requests per second; 0: unlimited). Kinds an override
-// does not name are unlimited for that client.
+// ENTITY is "User:NAME", "client-id:ID" or "group:NAME", KIND is produce, fetch or
+// requests (a group's only kind is fetch), RATE a non-negative integer (bytes or requests
+// per second; 0: unlimited). Kinds an override does not name are unlimited for that
+// client.
 func ParseQuotaOverrides(s string) (map[string]QuotaRates, error) {
 	out := map[string]QuotaRates{}
 	for _, entry := range strings.Split(s, ";") {
@@ -231,8 +251,9 @@ func ParseQuotaOverrides(s string) (map[string]QuotaRates, error) {
 		}
 		entity, spec, ok := strings.Cut(entry, "=")
 		entity = strings.TrimSpace(entity)
-		if !ok || !(ValidPrincipal(entity) || strings.HasPrefix(entity, "client-id:") && len(entity) > len("client-id:")) {
-			return nil, fmt.Errorf("quota override %q: want User:NAME=KIND:RATE or client-id:ID=KIND:RATE", entry)
+		group := strings.HasPrefix(entity, groupPrefix) && len(entity) > len(groupPrefix) && len(entity) <= len(groupPrefix)+QuotaGroupBytesMax
+		if !ok || !(ValidPrincipal(entity) || group || strings.HasPrefix(entity, "client-id:") && len(entity) > len("client-id:")) {
+			return nil, fmt.Errorf("quota override %q: want User:NAME=KIND:RATE, client-id:ID=KIND:RATE or group:NAME=fetch:RATE", entry)
 		}
 		if _, dup := out[entity]; dup {
 			return nil, fmt.Errorf("quota override for %s given twice", entity)
@@ -244,12 +265,14 @@ func ParseQuotaOverrides(s string) (map[string]QuotaRates, error) {
 			if !ok || err != nil || rate < 0 {
 				return nil, fmt.Errorf("quota override %q: %q: want KIND:RATE with a rate >= 0", entry, kv)
 			}
-			switch kind {
-			case "produce":
-				r.ProduceBytesPerSec = rate
-			case "fetch":
+			switch {
+			case kind == "fetch":
 				r.FetchBytesPerSec = rate
-			case "requests":
+			case group:
+				return nil, fmt.Errorf("quota override %q: kind %q: a group's only quota is fetch", entry, kind)
+			case kind == "produce":
+				r.ProduceBytesPerSec = rate
+			case kind == "requests":
 				r.RequestsPerSec = rate
 			default:
 				return nil, fmt.Errorf("quota override %q: kind %q: want produce, fetch or requests", entry, kind)

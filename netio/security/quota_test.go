@@ -130,8 +130,44 @@ func TestQuotaOverrides(t *testing.T) {
 	if d := q.Record("User:other", security.QuotaProduceBytes, 2000); d != time.Second {
 		t.Errorf("default: %v", d)
 	}
-	q.SetRates(security.QuotaRates{}, nil)
+	q.SetRates(security.QuotaRates{}, 0, nil)
 	if d := q.Record("User:other", security.QuotaProduceBytes, 1<<30); d != 0 {
 		t.Errorf("after SetRates to unlimited: %v", d)
+	}
+}
+
+// TestGroupQuota: a group's bucket takes the groups' default fetch rate or its override,
+// is shared by every charge to it, limits fetch only, and does not touch a client's own.
+func TestGroupQuota(t *testing.T) {
+	overrides, err := security.ParseQuotaOverrides("group:replay=fetch:1000")
+	if err != nil || overrides["group:replay"] != (security.QuotaRates{FetchBytesPerSec: 1000}) {
+		t.Fatalf("parsed %+v, %v", overrides, err)
+	}
+	for _, bad := range []string{"group:replay=produce:1", "group:=fetch:1", "group:g=fetch:1,requests:2"} {
+		if _, err := security.ParseQuotaOverrides(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	q := security.NewQuotas(security.QuotaConfig{GroupFetchBytesPerSec: 500, Overrides: overrides, Burst: time.Second, Now: clock.now})
+	if !q.Active() {
+		t.Fatal("a group rate alone is not active")
+	}
+	replay := security.QuotaGroupKey("replay")
+	// Two members' charges add up in one bucket: 1,000 B/s and a 1 s burst.
+	if d := q.Record(replay, security.QuotaFetchBytes, 1000); d != 0 {
+		t.Errorf("first member within the burst: %v", d)
+	}
+	if d := q.Record(replay, security.QuotaFetchBytes, 1000); d != time.Second {
+		t.Errorf("second member: %v, want 1s", d)
+	}
+	if d := q.Record(security.QuotaGroupKey("other"), security.QuotaFetchBytes, 1000); d != time.Second {
+		t.Errorf("a group at the default 500 B/s: %v, want 1s", d)
+	}
+	if d := q.Record("User:member", security.QuotaFetchBytes, 1<<30); d != 0 {
+		t.Errorf("the group rate throttled a client's own bucket: %v", d)
+	}
+	if d := q.Record(replay, security.QuotaProduceBytes, 1<<30); d != 0 {
+		t.Errorf("a group's produce was throttled: %v", d)
 	}
 }

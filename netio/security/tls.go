@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync/atomic"
 )
@@ -16,6 +17,11 @@ type TLSFiles struct {
 	// ClientCAFile, when set, turns on mutual TLS: a client must present a certificate
 	// that chains to one of these CAs, and its subject becomes the connection's principal.
 	ClientCAFile string
+	// PeerCAFile, when set, holds the CAs of the other brokers of a cluster: a broker
+	// verifies the peer it dials against them (replica fetches, controller commands, the
+	// controller's raft transport), presents its own CertFile as its client certificate,
+	// and the raft transport's listener requires a client certificate they signed.
+	PeerCAFile string
 }
 
 // ServerTLS is a listener's TLS configuration whose certificate (and client CAs) can be
@@ -24,7 +30,8 @@ type TLSFiles struct {
 // and established ones keep theirs.
 type ServerTLS struct {
 	files   TLSFiles
-	current atomic.Pointer[tls.Config] // the loaded files; replaced whole by Reload
+	current atomic.Pointer[tls.Config]    // the loaded files; replaced whole by Reload
+	peerCAs atomic.Pointer[x509.CertPool] // PeerCAFile's CAs; nil without one
 }
 
 // NewServerTLS loads files; the certificate and key must parse and match.
@@ -46,8 +53,52 @@ func (s *ServerTLS) Reload() error {
 	if err != nil {
 		return err
 	}
+	var peers *x509.CertPool
+	if s.files.PeerCAFile != "" {
+		if peers, err = loadCAPool(s.files.PeerCAFile); err != nil {
+			return err
+		}
+	}
 	s.current.Store(cfg)
+	s.peerCAs.Store(peers)
 	return nil
+}
+
+// ErrNoPeerCA: the inter-broker TLS configurations need TLSFiles.PeerCAFile.
+var ErrNoPeerCA = errors.New("tls: no CA file for the other brokers (--inter-broker-tls-ca)")
+
+// PeerClientConfig is the tls.Config with which this broker dials another one at addr
+// (host:port): it verifies the peer's certificate against PeerCAFile's CAs for addr's host
+// and presents this broker's own certificate. It is built from the files most recently
+// loaded, so a dial after Reload uses the new certificate and CAs: call it per dial.
+func (s *ServerTLS) PeerClientConfig(addr string) (*tls.Config, error) {
+	pool := s.peerCAs.Load()
+	if pool == nil {
+		return nil, ErrNoPeerCA
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	cur := s.current.Load()
+	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, RootCAs: pool, Certificates: cur.Certificates}, nil
+}
+
+// PeerServerConfig is the tls.Config of a listener only other brokers dial (the
+// controller's raft transport): this broker's certificate, and a client certificate
+// signed by PeerCAFile's CAs required of every peer. Like Config it takes the files most
+// recently loaded on every handshake.
+func (s *ServerTLS) PeerServerConfig() (*tls.Config, error) {
+	if s.peerCAs.Load() == nil {
+		return nil, ErrNoPeerCA
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: s.current.Load().Certificates,
+				ClientCAs: s.peerCAs.Load(), ClientAuth: tls.RequireAndVerifyClientCert}, nil
+		},
+	}, nil
 }
 
 // MutualTLS reports whether clients must present a certificate.

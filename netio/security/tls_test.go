@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/ringlog/ringlog/netio/security"
@@ -32,12 +33,18 @@ func handshake(t *testing.T, ln net.Listener, cfg *tls.Config) (string, error) {
 // sending the connection's principal to principals.
 func serveTLS(t *testing.T, st *security.ServerTLS, principals chan<- string) net.Listener {
 	t.Helper()
+	return serveTLSConfig(t, st.Config(), principals)
+}
+
+// serveTLSConfig is serveTLS with a given configuration.
+func serveTLSConfig(t *testing.T, cfg *tls.Config, principals chan<- string) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	tln := tls.NewListener(ln, st.Config())
+	tln := tls.NewListener(ln, cfg)
 	go func() {
 		for {
 			c, err := tln.Accept()
@@ -150,5 +157,96 @@ func TestMutualTLSPrincipal(t *testing.T) {
 	}
 	if _, err := handshake(t, ln, mallory); err == nil {
 		t.Fatal("a certificate of another CA passed mutual TLS")
+	}
+}
+
+// TestPeerTLS: brokers of a cluster dial each other with PeerClientConfig (verifying the
+// peer against PeerCAFile, presenting their own certificate) and the raft listener's
+// PeerServerConfig requires such a certificate; a reload reaches both sides.
+func TestPeerTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := securitytest.NewCA(t, dir, "peers")
+	certFile, keyFile := ca.Issue(t, "broker", "broker-one")
+	st, err := security.NewServerTLS(security.TLSFiles{CertFile: certFile, KeyFile: keyFile, PeerCAFile: ca.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := st.PeerServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	principals := make(chan string, 4)
+	ln := serveTLSConfig(t, server, principals)
+	dial := func() (string, error) {
+		cfg, err := st.PeerClientConfig(ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return handshake(t, ln, cfg)
+	}
+	if cn, err := dial(); err != nil || cn != "broker-one" || <-principals != "User:broker-one" {
+		t.Fatalf("peer handshake: cn %q, err %v", cn, err)
+	}
+	// A client without a certificate, or with one of another CA, is refused.
+	if _, err := handshake(t, ln, ca.ClientTLS(t, "")); err == nil {
+		t.Fatal("the peer listener accepted a client without a certificate")
+	}
+	other := securitytest.NewCA(t, dir, "other")
+	if _, err := handshake(t, ln, &tls.Config{RootCAs: ca.ClientTLS(t, "").RootCAs, Certificates: other.ClientTLS(t, "intruder").Certificates}); err == nil {
+		t.Fatal("the peer listener accepted a certificate of another CA")
+	}
+	// After a reload both the listener and the next dial use the new certificate.
+	ca.Issue(t, "broker", "broker-two")
+	if err := st.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if cn, err := dial(); err != nil || cn != "broker-two" || <-principals != "User:broker-two" {
+		t.Fatalf("peer handshake after reload: cn %q, err %v", cn, err)
+	}
+	// Without PeerCAFile there is no peer configuration.
+	plain, err := security.NewServerTLS(security.TLSFiles{CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.PeerClientConfig("127.0.0.1:1"); err != security.ErrNoPeerCA {
+		t.Fatalf("peer client config without a CA file: %v", err)
+	}
+}
+
+// TestPeerCredentialsFile: the inter-broker login file is read, reloaded, refused when
+// malformed (the running login stays), and never shows its password.
+func TestPeerCredentialsFile(t *testing.T) {
+	path := t.TempDir() + "/broker.creds"
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("broker\nfirst-secret\n")
+	f, err := security.OpenPeerCredentials(path, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Current(); c.User != "broker" || c.Password != "first-secret" || c.Mechanism != "SCRAM-SHA-512" {
+		t.Fatalf("loaded %+v", c)
+	}
+	if s := f.Current().String(); strings.Contains(s, "secret") {
+		t.Fatalf("String shows the password: %s", s)
+	}
+	for _, bad := range []string{"", "broker\n", "bad name!\npassword\n"} {
+		write(bad)
+		if err := f.Reload(); err == nil || strings.Contains(err.Error(), "password\n") {
+			t.Errorf("file %q: reload error %v", bad, err)
+		}
+	}
+	if f.Current().Password != "first-secret" {
+		t.Fatal("a failed reload replaced the running login")
+	}
+	write("broker\r\nsecond-secret\r\n")
+	if err := f.Reload(); err != nil || f.Current().Password != "second-secret" {
+		t.Fatalf("reload: %v, %+v", err, f.Current().User)
+	}
+	if _, err := security.OpenPeerCredentials(path, "PLAIN"); err == nil {
+		t.Fatal("an unknown mechanism was accepted")
 	}
 }

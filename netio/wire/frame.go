@@ -78,9 +78,12 @@ const (
 	APIDescribeAcls     APIKey = 28
 	APICreateAcls       APIKey = 29
 	APIDeleteAcls       APIKey = 30
+	// Quotas (quota.go): the consumer group a connection's fetches are charged to.
+	APIQuotaGroup APIKey = 39
 
-	// APIKeyCount is one past the highest API key this codec knows.
-	APIKeyCount = 31
+	// APIKeyCount is one past the highest API key this codec knows. Keys below it may be
+	// unassigned (Known says which).
+	APIKeyCount = 40
 )
 
 var apiNames = [APIKeyCount]string{
@@ -90,17 +93,29 @@ var apiNames = [APIKeyCount]string{
 	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups", "ReplicaFetch", "OffsetsForLeaderEpoch", "Controller",
 	"SaslHandshake", "SaslAuthenticate", "DescribeUsers", "AlterUsers",
 	"DescribeAcls", "CreateAcls", "DeleteAcls",
+	APIQuotaGroup: "QuotaGroup",
 }
 
 func (k APIKey) String() string {
-	if int(k) < len(apiNames) {
+	if k.Known() {
 		return apiNames[k]
 	}
 	return fmt.Sprintf("API(%d)", uint16(k))
 }
 
+// KnownAPIs lists the keys Known, in order.
+func KnownAPIs() []APIKey {
+	var out []APIKey
+	for k := APIKey(0); k < APIKeyCount; k++ {
+		if k.Known() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // Known reports whether the key names an API this package has a schema for.
-func (k APIKey) Known() bool { return k < APIKeyCount }
+func (k APIKey) Known() bool { return k < APIKeyCount && apiNames[k] != "" }
 
 // VersionMax is the highest version of the API that this package encodes and decodes:
 // 1 for Metadata (MetadataVersionMax), 0 for every other API. A broker answers a higher

@@ -182,6 +182,12 @@ func FuzzAlterConfigsRequest(f *testing.F) {
 func FuzzAlterConfigsResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(AlterConfigsResponse) }, sampleResponses())
 }
+func FuzzQuotaGroupRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(QuotaGroupRequest) }, sampleRequests())
+}
+func FuzzQuotaGroupResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(QuotaGroupResponse) }, sampleResponses())
+}
 func FuzzSaslHandshakeRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(SaslHandshakeRequest) }, sampleRequests())
 }

@@ -78,6 +78,8 @@ func NewRequest(key APIKey) Message {
 		return new(OffsetsForLeaderEpochRequest)
 	case APIController:
 		return new(ControllerRequest)
+	case APIQuotaGroup:
+		return new(QuotaGroupRequest)
 	case APISaslHandshake:
 		return new(SaslHandshakeRequest)
 	case APISaslAuthenticate:
@@ -147,6 +149,8 @@ func NewResponse(key APIKey) Message {
 		return new(OffsetsForLeaderEpochResponse)
 	case APIController:
 		return new(ControllerResponse)
+	case APIQuotaGroup:
+		return new(QuotaGroupResponse)
 	case APISaslHandshake:
 		return new(SaslHandshakeResponse)
 	case APISaslAuthenticate:

@@ -57,7 +57,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		seen[m.API()] = true
 		roundTrip(t, m, NewRequest(m.API()))
 	}
-	for k := APIKey(0); k < APIKeyCount; k++ {
+	for _, k := range KnownAPIs() {
 		if !seen[k] {
 			t.Errorf("no sample request for %s", k)
 		}
@@ -70,7 +70,7 @@ func TestResponseRoundTrip(t *testing.T) {
 		seen[m.API()] = true
 		roundTrip(t, m, NewSame(m))
 	}
-	for k := APIKey(0); k < APIKeyCount; k++ {
+	for _, k := range KnownAPIs() {
 		if !seen[k] {
 			t.Errorf("no sample response for %s", k)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -84,6 +85,14 @@ func (f *fetcher) run() {
 	m := f.m
 	var conn PeerConn
 	var addr string
+	// A failure that repeats every retry (a refused login, a denied fetch) is logged once
+	// at warning level, then at debug level.
+	var failures repeatedError
+	report := func(what string, err error) {
+		if f.ctx.Err() == nil {
+			failures.log(f.ctx, m.log, true, what, err, "leader", f.leader)
+		}
+	}
 	defer func() {
 		if conn != nil {
 			conn.Close()
@@ -113,6 +122,7 @@ func (f *fetcher) run() {
 			}
 			c, err := m.cfg.Dial(f.ctx, b.Address)
 			if err != nil {
+				report("replica fetcher cannot connect to its leader", err)
 				conn = nil
 				if !backoff() {
 					return
@@ -129,10 +139,10 @@ func (f *fetcher) run() {
 			case <-timeAfter(min(wait, m.cfg.FetchWait)):
 			}
 		}
-		if err != nil {
-			if f.ctx.Err() == nil {
-				m.log.Debug("replica fetch failed", "leader", f.leader, "err", err)
-			}
+		if err == nil {
+			failures.reset()
+		} else {
+			report("replica fetch failed", err)
 			if !isRemote(err) {
 				conn.Close()
 				conn = nil
@@ -353,3 +363,18 @@ func splitReplicated(records []byte) ([][]byte, []isr.BatchEpoch) {
 
 // timeAfter is time.After (a seam for nothing but readability of the select above).
 var timeAfter = time.After
+
+// repeatedError logs a failure that a loop retries: at warning level when it is news
+// (another message than the last one warned about), at debug level while it repeats.
+type repeatedError struct{ last string }
+
+// log logs err; warn false keeps it at debug level whatever it is.
+func (r *repeatedError) log(ctx context.Context, log *slog.Logger, warn bool, what string, err error, attrs ...any) {
+	level := slog.LevelDebug
+	if warn && err.Error() != r.last {
+		level, r.last = slog.LevelWarn, err.Error()
+	}
+	log.Log(ctx, level, what, append(attrs, "err", err)...)
+}
+
+func (r *repeatedError) reset() { r.last = "" }

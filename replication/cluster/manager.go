@@ -103,7 +103,11 @@ type Config struct {
 	// Raft timing of the controller voter; zero takes the controller's defaults.
 	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLease time.Duration
 
-	Dial      Dialer
+	Dial Dialer
+	// RaftTLS, if set, runs the controller voters' raft transport over mutual TLS; nil:
+	// plain TCP (a private network only: raft carries the cluster metadata).
+	RaftTLS *controller.TransportTLS
+
 	Logger    *slog.Logger
 	RaftLog   io.Writer // the controller's raft log; nil discards it
 	Now       func() time.Time
@@ -137,8 +141,9 @@ type Manager struct {
 	log *slog.Logger
 	ctl quorum // this broker's voter, or a follower of the metadata (remoteQuorum)
 	b   *shard.Broker
-	// self is the advertised client address, known once Attach runs.
-	self string
+	// self is the advertised client address, known once Attach runs; kafkaSelf the Kafka
+	// listener's advertised address (SetKafkaAddress, before Attach), registered with it.
+	self, kafkaSelf string
 
 	reps sync.Map // shard.TopicPartition -> *replica
 
@@ -215,7 +220,7 @@ func New(cfg Config) (*Manager, error) {
 		NodeID: cfg.NodeID, Voters: cfg.Voters, Dir: filepath.Join(cfg.DataDir, "controller"),
 		SessionTimeout:   cfg.SessionTimeout,
 		HeartbeatTimeout: cfg.RaftHeartbeatTimeout, ElectionTimeout: cfg.RaftElectionTimeout, LeaderLeaseTimeout: cfg.RaftLeaderLease,
-		Now: cfg.Now, LogOutput: cfg.RaftLog,
+		Now: cfg.Now, LogOutput: cfg.RaftLog, TLS: cfg.RaftTLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start controller voter: %w", err)
@@ -226,6 +231,10 @@ func New(cfg Config) (*Manager, error) {
 
 // NodeID is this broker's id.
 func (m *Manager) NodeID() int32 { return m.cfg.NodeID }
+
+// SetKafkaAddress sets the Kafka listener's advertised address (host:port) this broker
+// registers with, so that every broker's Kafka Metadata can list it. Call it before Attach.
+func (m *Manager) SetKafkaAddress(addr string) { m.kafkaSelf = addr }
 
 // Attach starts registration, heartbeats, metadata reconciliation and leader ticks for
 // broker b, whose clients connect to address.
@@ -549,6 +558,9 @@ func (m *Manager) heartbeatLoop() {
 	defer m.wg.Done()
 	var registered bool
 	var before int64 // our session epoch before registering
+	// A refusal from the controller leader's broker (a login or an ACL) is a configuration
+	// to fix: warned about; no controller leader yet (an election) stays at debug level.
+	var failures repeatedError
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 		md := m.ctl.Metadata()
@@ -562,11 +574,12 @@ func (m *Manager) heartbeatLoop() {
 				before = me.SessionEpoch
 			}
 			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
-				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, Rack: m.cfg.Rack}})
+				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, KafkaAddress: m.kafkaSelf, Rack: m.cfg.Rack}})
 			if err == nil {
 				registered = true
+				failures.reset()
 			} else {
-				m.log.Debug("register with the controller", "err", err)
+				failures.log(ctx, m.log, isRemote(err), "register with the controller", err)
 			}
 		case me == nil || me.SessionEpoch <= before:
 			// our voter has not applied the registration yet

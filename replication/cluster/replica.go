@@ -324,6 +324,35 @@ func (m *Manager) CheckLeader(tp shard.TopicPartition) error {
 	return nil
 }
 
+// CheckLeaderEpoch is CheckLeader with a client's view of the leader epoch (KIP-320's
+// current_leader_epoch): nil when this broker leads tp at epoch, or epoch is -1 (the client
+// does not know it); isr.ErrFencedLeaderEpoch when epoch is older than the leader's,
+// isr.ErrUnknownLeaderEpoch when newer (this broker has not applied it yet). A partition
+// that is not replicated is at epoch 0.
+func (m *Manager) CheckLeaderEpoch(tp shard.TopicPartition, epoch int32) error {
+	if err := m.CheckLeader(tp); err != nil || epoch == -1 {
+		return err
+	}
+	current := int32(0)
+	if v, ok := m.reps.Load(tp); ok {
+		r := v.(*replica)
+		r.mu.Lock()
+		if r.leader == nil {
+			r.mu.Unlock()
+			return fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
+		}
+		current = r.leader.LeaderEpoch()
+		r.mu.Unlock()
+	}
+	switch {
+	case epoch < current:
+		return fmt.Errorf("%s/%d epoch %d, leader's %d: %w", tp.Topic, tp.Partition, epoch, current, isr.ErrFencedLeaderEpoch)
+	case epoch > current:
+		return fmt.Errorf("%s/%d epoch %d, leader's %d: %w", tp.Topic, tp.Partition, epoch, current, isr.ErrUnknownLeaderEpoch)
+	}
+	return nil
+}
+
 // ---- the leader's side of replication ----
 
 // ReplicaFetch serves a follower's fetch: the records up to the log end offset are read
@@ -422,8 +451,9 @@ func (m *Manager) followerFetched(fp FetchPartition, replicaID int32, leo int64,
 	return resp.HighWatermark, resp.LogEndOffset, resp.Err
 }
 
-// OffsetsForLeaderEpoch answers a follower asking where this leader's log stops holding
-// records of epoch.
+// OffsetsForLeaderEpoch answers a follower (or a Kafka client) asking where this leader's
+// log stops holding records of epoch; currentEpoch is the asker's view of the leader epoch,
+// checked unless it is -1.
 func (m *Manager) OffsetsForLeaderEpoch(tp shard.TopicPartition, currentEpoch, epoch int32) (isr.EpochEndOffset, error) {
 	none := isr.EpochEndOffset{Epoch: isr.UndefinedEpoch, EndOffset: isr.UndefinedOffset}
 	v, ok := m.reps.Load(tp)
@@ -438,6 +468,9 @@ func (m *Manager) OffsetsForLeaderEpoch(tp shard.TopicPartition, currentEpoch, e
 	}
 	if leo := r.leo.Load(); leo > r.leader.LogEndOffset() {
 		r.leader.Appended(m.cfg.Now(), leo)
+	}
+	if currentEpoch == -1 { // a Kafka client before KIP-320 (OffsetForLeaderEpoch v0-v1): unchecked
+		currentEpoch = r.leader.LeaderEpoch()
 	}
 	return r.leader.OffsetsForLeaderEpoch(currentEpoch, epoch)
 }

@@ -99,6 +99,8 @@ type Config struct {
 
 	Now       func() time.Time // the clock stamped on commands; default time.Now
 	LogOutput io.Writer        // raft's log; default os.Stderr
+	// TLS, if set, runs the raft transport over mutual TLS (transport.go); nil: plain TCP.
+	TLS *TransportTLS
 }
 
 // Named defaults.
@@ -193,7 +195,7 @@ func Start(cfg Config) (*Controller, error) {
 		c.store.Close()
 		return nil, fmt.Errorf("resolve %s: %w", c.self.Addr, err)
 	}
-	c.transport, err = raft.NewTCPTransport(c.self.Addr, advertise, transportPoolConns, transportTimeout, cfg.LogOutput)
+	c.transport, err = newTransport(c.self.Addr, advertise, cfg.TLS, cfg.LogOutput)
 	if err != nil {
 		c.store.Close()
 		return nil, fmt.Errorf("listen %s: %w", c.self.Addr, err)

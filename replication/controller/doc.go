@@ -25,7 +25,7 @@
 //     every target replica is in the ISR; a preferred-leader election moves leadership to
 //     the first replica of the assignment when it is live and in sync.
 //
-// Controller runs one voter: raft over TCP, the log and stable store in bolt, snapshots in
-// files. It must not import netio, cmd or bench; replication/cluster runs it inside each
+// Controller runs one voter: raft over TCP (over mutual TLS with Config.TLS:
+// transport.go), the log and stable store in bolt, snapshots in files. It must not import netio, cmd or bench; replication/cluster runs it inside each
 // broker and forwards brokers' commands to the leader voter.
 package controller

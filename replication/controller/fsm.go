@@ -61,6 +61,7 @@ type Command struct {
 type BrokerRegistration struct {
 	ID           int32
 	Address      string `json:",omitempty"`
+	KafkaAddress string `json:",omitempty"` // the Kafka listener's advertised host:port, if any
 	Rack         string `json:",omitempty"`
 	SessionEpoch int64  `json:",omitempty"` // heartbeats: the epoch registration returned
 }

@@ -91,7 +91,11 @@ func validTopicID(id string) bool {
 type Broker struct {
 	ID      int32
 	Address string
-	Rack    string
+	// KafkaAddress is the broker's Kafka listener as clients reach it (host:port; empty
+	// without one). Kafka Metadata lists the brokers with it. Added in session 4: older
+	// snapshots and log entries lack it and decode with it empty.
+	KafkaAddress string `json:",omitempty"`
+	Rack         string
 	// SessionEpoch counts registrations: a restarted broker registers again and gets a new
 	// one, and heartbeats of an older session are refused.
 	SessionEpoch int64
@@ -347,7 +351,7 @@ func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {
 		// lost its unsynced tail, so it leaves every ISR as if its session had expired.
 		m.fence(b)
 	}
-	b.Address, b.Rack = r.Address, r.Rack
+	b.Address, b.KafkaAddress, b.Rack = r.Address, r.KafkaAddress, r.Rack
 	b.SessionEpoch++
 	b.LastHeartbeatMs = nowMs
 	b.Fenced = false

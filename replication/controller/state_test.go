@@ -444,3 +444,41 @@ func TestParseVoters(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerKafkaAddress: a registration's Kafka address is kept, survives a snapshot, and
+// a snapshot written before the field existed restores with it empty.
+func TestBrokerKafkaAddress(t *testing.T) {
+	h := newFSMHarness(t)
+	h.must(Command{Type: CmdRegisterBroker, Broker: &BrokerRegistration{ID: 1, Address: "127.0.0.1:1", KafkaAddress: "127.0.0.1:9092"}})
+	h.register(2, "")
+	md := h.fsm.Metadata()
+	if got := md.Brokers[1].KafkaAddress; got != "127.0.0.1:9092" {
+		t.Fatalf("broker 1's Kafka address %q, want 127.0.0.1:9092", got)
+	}
+	if got := md.Brokers[2].KafkaAddress; got != "" {
+		t.Fatalf("broker 2 registered without a Kafka address has %q", got)
+	}
+	snap, err := h.fsm.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink sinkBuffer
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	restored := NewFSM(testSessionMs)
+	if err := restored.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if got := restored.Metadata().Brokers[1].KafkaAddress; got != "127.0.0.1:9092" {
+		t.Fatalf("restored Kafka address %q", got)
+	}
+	// The snapshot format of session 3, before KafkaAddress.
+	old := `{"Version":7,"SessionTimeoutMs":10000,"Brokers":{"1":{"ID":1,"Address":"127.0.0.1:1","Rack":"","SessionEpoch":1,"LastHeartbeatMs":5,"Fenced":false}},"Topics":{}}`
+	if err := restored.Restore(io.NopCloser(bytes.NewReader([]byte(old)))); err != nil {
+		t.Fatalf("restore an old snapshot: %v", err)
+	}
+	if b := restored.Metadata().Brokers[1]; b == nil || b.Address != "127.0.0.1:1" || b.KafkaAddress != "" {
+		t.Fatalf("old snapshot restored as %+v", b)
+	}
+}

@@ -80,6 +80,25 @@ func (c *Client) Verify(serverFinal string) error {
 	return nil
 }
 
+// Login runs the client side of a whole exchange: send carries a client message to the
+// server and returns the server's answer (the transport's framing and error codes are the
+// caller's). It returns the first error, of send or of the conversation.
+func (c *Client) Login(send func(clientMsg string) (serverMsg string, err error)) error {
+	serverFirst, err := send(c.First())
+	if err != nil {
+		return err
+	}
+	final, err := c.Final(serverFirst)
+	if err != nil {
+		return err
+	}
+	serverFinal, err := send(final)
+	if err != nil {
+		return err
+	}
+	return c.Verify(serverFinal)
+}
+
 func (sc *SaltCache) get(m *Mechanism, password string, salt []byte, iterations int) []byte {
 	if sc.salted == nil || sc.salt != string(salt) || sc.iterations != iterations {
 		sc.salt, sc.iterations, sc.salted = string(salt), iterations, m.SaltPassword(password, salt, iterations)

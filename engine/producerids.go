@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ringlog/ringlog/ring"
 )
@@ -34,6 +36,13 @@ import (
 // Ids of unnamed producers are reserved in blocks of producerIDBlock (next_id moves a block
 // at a time), so that they cost one file write per block; a restart skips the rest of the
 // block. version must be 1; unknown fields are rejected.
+//
+// On a cluster the ids come from a ProducerIDBlockSource instead (the controller hands out
+// disjoint blocks, so brokers never give two producers the same id): the registry takes ids
+// from its current block and asks for the next one when a tenth of it is left. Those blocks
+// are not written to the file (the controller's log holds them; a restart skips the rest
+// of a block); next_id then stays above every id a name holds, and is sent as the lowest
+// id the next block may start at.
 const (
 	producerIDsFileName = "producer-ids.json"
 	producerIDsVersion  = 1
@@ -46,6 +55,9 @@ const (
 	// producerNamesMax bounds the names remembered, so the file and the map stay bounded.
 	producerNamesMax = 100_000
 	producerEpochMax = math.MaxInt16 - 1
+	// producerIDBlockTimeout bounds one request for a block (the source retries inside it
+	// while the controller elects a leader).
+	producerIDBlockTimeout = 10 * time.Second
 )
 
 // Errors of the producer id registry.
@@ -53,7 +65,13 @@ var (
 	ErrInvalidProducerName = errors.New("invalid producer name")
 	ErrProducerIDsCorrupt  = errors.New("producer id file corrupt")
 	ErrTooManyProducers    = errors.New("too many producer names")
+	// ErrProducerIDsUnavailable: no block of producer ids could be had from the source.
+	ErrProducerIDsUnavailable = errors.New("no producer id block available")
 )
+
+// ProducerIDBlockSource reserves a block of producer ids that no other caller, on any
+// broker, ever gets: count ids from first, with first >= minID.
+type ProducerIDBlockSource func(ctx context.Context, minID int64) (first, count int64, err error)
 
 // ProducerIdentity is a producer id and epoch.
 type ProducerIdentity struct {
@@ -75,8 +93,17 @@ type ProducerIDs struct {
 
 	mu       sync.Mutex
 	next     int64 // next id for an unnamed producer; guarded by mu
-	reserved int64 // ids below this are reserved in the file; guarded by mu
+	reserved int64 // ids below this are reserved (file, or current block); guarded by mu
+	saved    int64 // next_id in the file; guarded by mu
 	names    map[string]ProducerIdentity
+
+	// With a block source (SetBlockSource), [next, reserved) is the current block and
+	// [spareFirst, spareEnd) the one fetched ahead; fetching is closed when the fetch in
+	// flight ends (nil: none). All guarded by mu.
+	blocks               ProducerIDBlockSource
+	spareFirst, spareEnd int64
+	fetching             chan struct{}
+	fetchErr             error
 
 	// epochs maps the id of every named producer to its current epoch. Replaced whole
 	// (copy-on-write) under mu; read without a lock by the produce path.
@@ -100,7 +127,7 @@ func OpenProducerIDs(dir string, fio ring.FileIO) (*ProducerIDs, error) {
 		if err != nil {
 			return nil, fmt.Errorf("load producer ids: %w", err)
 		}
-		p.names, p.next, p.reserved = f.Names, f.NextID, f.NextID
+		p.names, p.next, p.reserved, p.saved = f.Names, f.NextID, f.NextID, f.NextID
 	}
 	p.publishLocked()
 	return p, nil
@@ -158,6 +185,70 @@ func validProducerName(name string) error {
 	return nil
 }
 
+// SetBlockSource makes the registry take fresh ids from blocks of src (a cluster's
+// controller) instead of reserving them in its file. Call it before the first Init.
+func (p *ProducerIDs) SetBlockSource(src ProducerIDBlockSource) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blocks = src
+	p.next = p.reserved // ids reserved in the file are not a block of src
+}
+
+// ensureBlockLocked makes the current block non-empty, taking the spare block or waiting
+// for a fetch (mu is released while it waits).
+func (p *ProducerIDs) ensureBlockLocked() error {
+	for p.next >= p.reserved {
+		if p.spareEnd > p.spareFirst {
+			p.next, p.reserved = p.spareFirst, p.spareEnd
+			p.spareFirst, p.spareEnd = 0, 0
+			continue
+		}
+		done := p.fetchLocked()
+		p.mu.Unlock()
+		<-done
+		p.mu.Lock()
+		if p.next >= p.reserved && p.spareEnd <= p.spareFirst && p.fetchErr != nil {
+			return fmt.Errorf("%w: %w", ErrProducerIDsUnavailable, p.fetchErr)
+		}
+	}
+	return nil
+}
+
+// prefetchLocked asks for the next block when a tenth of the current one is left.
+func (p *ProducerIDs) prefetchLocked() {
+	if p.blocks != nil && p.reserved-p.next <= producerIDBlock/10 && p.spareEnd <= p.spareFirst {
+		p.fetchLocked()
+	}
+}
+
+// fetchLocked starts fetching a block into the spare slot unless a fetch is in flight,
+// and returns the channel closed when the fetch ends.
+func (p *ProducerIDs) fetchLocked() <-chan struct{} {
+	if p.fetching != nil {
+		return p.fetching
+	}
+	done := make(chan struct{})
+	p.fetching = done
+	minID := max(p.saved, p.reserved, p.spareEnd)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), producerIDBlockTimeout)
+		first, count, err := p.blocks(ctx, minID)
+		cancel()
+		if err == nil && (first < minID || count <= 0 || first > math.MaxInt64-count) {
+			err = fmt.Errorf("block source answered %d ids from %d (asked from %d)", count, first, minID)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.fetchErr = err
+		if err == nil {
+			p.spareFirst, p.spareEnd = first, first+count
+		}
+		p.fetching = nil
+		close(done)
+	}()
+	return done
+}
+
 // NoProducer is the identity a producer without one passes to Init.
 var NoProducer = ProducerIdentity{ID: -1, Epoch: -1}
 
@@ -171,6 +262,14 @@ var NoProducer = ProducerIdentity{ID: -1, Epoch: -1}
 func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdentity, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if prev, known := p.names[name]; p.blocks != nil && (name == "" || !known || prev.Epoch >= producerEpochMax) {
+		// A fresh id comes from the current block: have one before the names are read
+		// below (the wait releases mu).
+		if err := p.ensureBlockLocked(); err != nil {
+			return ProducerIdentity{}, err
+		}
+		defer p.prefetchLocked()
+	}
 	if name == "" {
 		if p.next < p.reserved {
 			id := ProducerIdentity{ID: p.next}
@@ -180,7 +279,7 @@ func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdent
 		if err := p.saveLocked(p.names, p.next+producerIDBlock); err != nil {
 			return ProducerIdentity{}, err
 		}
-		p.reserved = p.next + producerIDBlock
+		p.reserved, p.saved = p.next+producerIDBlock, p.next+producerIDBlock
 		id := ProducerIdentity{ID: p.next}
 		p.next++
 		return id, nil
@@ -207,10 +306,11 @@ func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdent
 	}
 	names[name] = next
 	reserved := max(p.reserved, p.next+consumed)
-	if err := p.saveLocked(names, reserved); err != nil {
+	saved := max(p.saved, reserved)
+	if err := p.saveLocked(names, saved); err != nil {
 		return ProducerIdentity{}, err
 	}
-	p.names, p.next, p.reserved = names, p.next+consumed, reserved
+	p.names, p.next, p.reserved, p.saved = names, p.next+consumed, reserved, saved
 	p.publishLocked()
 	return next, nil
 }

@@ -139,6 +139,9 @@ func codeFor(err error) wire.ErrorCode {
 	if err == nil {
 		return wire.ErrNone // before clusterCodeFor, whose errors.As target is a heap allocation
 	}
+	if errors.Is(err, engine.ErrProducerIDsUnavailable) { // before the controller's own error it wraps
+		return wire.ErrCoordinatorLoadInProgress
+	}
 	if c := clusterCodeFor(err); c != wire.ErrNone {
 		return c
 	}

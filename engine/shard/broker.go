@@ -100,6 +100,10 @@ type Config struct {
 	// netio/node (the one broker constructor, used by cmd/ringlogd) wires it in; report its
 	// high-watermark moves with Broker.OffsetsMoved.
 	Replicator core.Replicator
+	// ProducerIDBlocks, when set, is where InitProducerID's fresh ids come from (a cluster's
+	// controller, so that no two brokers hand out the same id); nil: the data directory's
+	// own allocator (engine.ProducerIDs).
+	ProducerIDBlocks engine.ProducerIDBlockSource
 	// PartitionListeners are told on the owning shard's loop when a partition opens on this
 	// broker and when it closes: the attachment point of a group coordinator that lives
 	// next to the partitions of __consumer_offsets (it loads a partition's groups when it
@@ -243,6 +247,9 @@ func Open(cfg Config) (*Broker, error) {
 	if err != nil {
 		dirLock.Close()
 		return nil, err
+	}
+	if cfg.ProducerIDBlocks != nil {
+		producerIDs.SetBlockSource(cfg.ProducerIDBlocks)
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs, files: NewQuota(cfg.FetchFilesMax)}
 	b.logDefaults.Store(&cfg.Log)

@@ -66,6 +66,8 @@ func codeFor(err error) int16 {
 		return kerr.InvalidRequest.Code
 	case errors.Is(err, engine.ErrInvalidBatch):
 		return kerr.CorruptMessage.Code
+	case errors.Is(err, engine.ErrProducerIDsUnavailable): // retriable, as Kafka answers while its block is not ready
+		return kerr.CoordinatorLoadInProgress.Code
 	case errors.Is(err, engine.ErrLogFailed), errors.Is(err, engine.ErrCorruptLog),
 		errors.Is(err, engine.ErrDiskFull), errors.Is(err, engine.ErrStorageWrite):
 		return kerr.KafkaStorageError.Code

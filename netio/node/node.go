@@ -165,6 +165,7 @@ func Start(cfg Config) (*Node, error) {
 			return nil, err
 		}
 		cfg.Core.Replicator = mgr
+		cfg.Core.ProducerIDBlocks = mgr.AllocateProducerIDs
 	}
 	closeCluster := func() {
 		if mgr != nil {

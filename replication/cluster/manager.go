@@ -368,6 +368,23 @@ func (m *Manager) submitRetrying(ctx context.Context, cmd *controller.Command) (
 	}
 }
 
+// AllocateProducerIDs reserves the next block of producer ids through the controller
+// (engine.ProducerIDBlockSource): ids no other broker ever hands out, at or above minID.
+// Retried while the controller elects a leader; a block lost to a failed connection is
+// only a gap in the ids.
+func (m *Manager) AllocateProducerIDs(ctx context.Context, minID int64) (first, count int64, err error) {
+	out, err := m.submitRetrying(ctx, &controller.Command{Type: controller.CmdAllocateProducerIDs,
+		ProducerIDs: &controller.ProducerIDsRequest{BrokerID: m.cfg.NodeID, MinID: minID}})
+	if err != nil {
+		return 0, 0, fmt.Errorf("allocate producer ids: %w", err)
+	}
+	var b controller.ProducerIDBlock
+	if err := json.Unmarshal(out, &b); err != nil {
+		return 0, 0, fmt.Errorf("decode producer id block: %w", err)
+	}
+	return b.First, b.Count, nil
+}
+
 // RemoteError is a refusal that came back from a peer over the wire; the transport wraps
 // the peer's error code in it.
 type RemoteError interface{ Remote() bool }

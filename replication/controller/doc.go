@@ -1,8 +1,8 @@
 // Package controller owns the cluster's metadata — brokers and their sessions, topics,
-// partition assignments (rack-aware), leaders, ISRs, leader and partition epochs, and each
-// topic's unclean.leader.election.enable — replicated by 1, 3 or 5 voters with
-// github.com/hashicorp/raft (consensus is never home-made here) and stored with
-// raft-boltdb.
+// partition assignments (rack-aware), leaders, ISRs, leader and partition epochs, each
+// topic's unclean.leader.election.enable, and the producer id counter — replicated by 1, 3
+// or 5 voters with github.com/hashicorp/raft (consensus is never home-made here) and stored
+// with raft-boltdb.
 //
 // The state machine (Metadata.apply through FSM) is deterministic: commands carry the
 // proposer's clock, so that every voter computes the same leaders. Its rules:
@@ -23,7 +23,9 @@
 //     stale view lacks it);
 //   - a reassignment adds the target replicas, and completes (dropping the others) once
 //     every target replica is in the ISR; a preferred-leader election moves leadership to
-//     the first replica of the assignment when it is live and in sync.
+//     the first replica of the assignment when it is live and in sync;
+//   - producer ids are handed out in blocks (AllocateProducerIDs): a counter in the
+//     metadata, so no two blocks overlap across leader changes, restarts and snapshots.
 //
 // Controller runs one voter: raft over TCP (over mutual TLS with Config.TLS:
 // transport.go), the log and stable store in bolt, snapshots in files. It must not import netio, cmd or bench; replication/cluster runs it inside each

@@ -24,6 +24,9 @@ const (
 	CmdReassign       CommandType = 8
 	CmdElectPreferred CommandType = 9
 	CmdAlterConfig    CommandType = 10
+	// CmdAllocateProducerIDs reserves the next block of producer ids for a broker (Kafka's
+	// AllocateProducerIds, KIP-730).
+	CmdAllocateProducerIDs CommandType = 11
 )
 
 // CommandVersion is the command format this controller writes (Command.Version). Version
@@ -50,6 +53,7 @@ type Command struct {
 	Topic       *TopicRequest       `json:",omitempty"`
 	AlterISR    *AlterISRRequest    `json:",omitempty"`
 	Reassign    *ReassignRequest    `json:",omitempty"`
+	ProducerIDs *ProducerIDsRequest `json:",omitempty"`
 	// Forwarded marks a command one broker sent to the controller leader's broker on
 	// behalf of itself or a client: the receiver applies it or refuses it, never forwards
 	// it again (no forwarding loops while brokers disagree on the leader). Submit clears
@@ -100,8 +104,24 @@ type ReassignRequest struct {
 	Replicas  []int32 `json:",omitempty"`
 }
 
+// ProducerIDsRequest is a broker's request for a block of producer ids. MinID is the
+// lowest id the block may start at: the broker's own producer-id file's next id, so that a
+// broker that handed out ids by itself (before it joined a cluster, or before controller
+// allocation existed) gets no block overlapping them.
+type ProducerIDsRequest struct {
+	BrokerID int32
+	MinID    int64 `json:",omitempty"`
+}
+
+// ProducerIDBlock is the answer to AllocateProducerIDs: ids First to First+Count-1 belong
+// to the broker that asked; no other request ever gets any of them.
+type ProducerIDBlock struct {
+	First int64
+	Count int64
+}
+
 // Result is what applying a command returns to its submitter: Value is the command's
-// answer (the created *Topic, the changed *Partition, the []int32 of expired brokers, the
+// answer (the created *Topic, the changed *Partition, the *ProducerIDBlock, the []int32 of expired brokers, the
 // new session epoch), Err its refusal.
 type Result struct {
 	Value any

@@ -26,6 +26,8 @@ func FuzzApply(f *testing.F) {
 		{Type: CmdCreateTopic, Version: CommandVersion, Topic: &TopicRequest{Name: "v", ID: "00112233445566778899aabbccddeeff", Partitions: 1, ReplicationFactor: 1}},
 		{Type: CmdDeleteTopic, Version: CommandVersion, Topic: &TopicRequest{Name: "t", ID: LegacyTopicID("t")}},
 		{Type: CmdAlterConfig, Version: CommandVersion, Topic: &TopicRequest{Name: "t", Config: map[string]string{ConfigUnclean: "true"}, ConfigDeletes: []string{"retention.ms"}}},
+		{Type: CmdAllocateProducerIDs, ProducerIDs: &ProducerIDsRequest{BrokerID: 2, MinID: 1 << 40}},
+		{Type: CmdAllocateProducerIDs},
 		{Type: CmdHeartbeat},
 		{Type: CmdAlterISR},
 		{Type: 200},
@@ -63,6 +65,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"Version":3,"SessionTimeoutMs":5,"Brokers":{"1":{"ID":1}},"Topics":{}}`))
 	f.Add([]byte(`{"Topics":{"t":null}}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"Version":3,"Brokers":{},"Topics":{},"NextProducerID":-5}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fsm := NewFSM(0)
 		_ = fsm.Restore(io.NopCloser(bytes.NewReader(data)))

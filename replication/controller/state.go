@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,6 +30,7 @@ var (
 	ErrInvalidReplicas      = errors.New("invalid replica assignment")
 	ErrPreferredNotEligible = errors.New("preferred replica is not an in-sync live broker")
 	ErrUnknownCommand       = errors.New("unknown command")
+	ErrProducerIDsExhausted = errors.New("producer ids exhausted")
 	// ErrTopicIDMismatch refuses a delete or config change naming a topic ID that is not
 	// the current one: the topic was deleted and recreated since the caller looked.
 	ErrTopicIDMismatch = errors.New("topic was recreated under a new topic ID")
@@ -49,6 +51,16 @@ const (
 	// topicConfigEntriesMax bounds a topic's config map in the controller (the engine's
 	// own limit is the same order).
 	topicConfigEntriesMax = 1024
+)
+
+// Producer id blocks (AllocateProducerIDs). The controller hands out consecutive blocks of
+// ProducerIDBlockSize ids starting at Metadata.NextProducerID. A snapshot from before
+// blocks existed has no counter (0): blocks then start at ProducerIDFloor, far above any id
+// a broker's own allocator (which counts from 0) can have handed out, and never below the
+// MinID the asking broker names.
+const (
+	ProducerIDBlockSize = 1000
+	ProducerIDFloor     = int64(1) << 32
 )
 
 // Topic IDs. A topic created through the controller gets a random 128-bit ID (32
@@ -172,6 +184,9 @@ type Metadata struct {
 	// fetch across incarnations is fenced by epoch, as the ReplicaFetch API carries no
 	// topic ID).
 	LeaderEpochFloor int32 `json:",omitempty"`
+	// NextProducerID is the first id of the next producer id block (0: none handed out
+	// yet; see ProducerIDFloor).
+	NextProducerID int64 `json:",omitempty"`
 }
 
 func newMetadata(sessionTimeoutMs int64) *Metadata {
@@ -182,7 +197,8 @@ func newMetadata(sessionTimeoutMs int64) *Metadata {
 func (m *Metadata) Clone() *Metadata {
 	c := &Metadata{Version: m.Version, SessionTimeoutMs: m.SessionTimeoutMs,
 		Brokers: make(map[int32]*Broker, len(m.Brokers)), Topics: make(map[string]*Topic, len(m.Topics)),
-		DeletedTopics: slices.Clone(m.DeletedTopics), LeaderEpochFloor: m.LeaderEpochFloor}
+		DeletedTopics: slices.Clone(m.DeletedTopics), LeaderEpochFloor: m.LeaderEpochFloor,
+		NextProducerID: m.NextProducerID}
 	for id, b := range m.Brokers {
 		bc := *b
 		c.Brokers[id] = &bc
@@ -219,6 +235,9 @@ func (m *Metadata) normalize() {
 // replicas, and a leader in the ISR or none.
 func (m *Metadata) validate() error {
 	ids := map[string]bool{}
+	if m.NextProducerID < 0 {
+		return fmt.Errorf("next producer id %d: %w", m.NextProducerID, ErrCorruptMetadata)
+	}
 	if len(m.DeletedTopics) > deletedTopicsMax {
 		return fmt.Errorf("%d tombstones: %w", len(m.DeletedTopics), ErrCorruptMetadata)
 	}
@@ -311,6 +330,8 @@ func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 		return m.reassign(c.Reassign)
 	case CmdElectPreferred:
 		return m.electPreferred(c.Reassign.Topic, c.Reassign.Partition)
+	case CmdAllocateProducerIDs:
+		return m.allocateProducerIDs(c.ProducerIDs)
 	}
 	return nil, fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 }
@@ -329,6 +350,8 @@ func (c *Command) check() error {
 		ok = c.AlterISR != nil
 	case CmdReassign, CmdElectPreferred:
 		ok = c.Reassign != nil
+	case CmdAllocateProducerIDs:
+		ok = c.ProducerIDs != nil
 	default:
 		return fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 	}
@@ -336,6 +359,17 @@ func (c *Command) check() error {
 		return fmt.Errorf("type %d without its payload: %w", c.Type, ErrUnknownCommand)
 	}
 	return nil
+}
+
+// allocateProducerIDs reserves the next block of producer ids: at NextProducerID, or
+// higher when the floor or the request's MinID says so.
+func (m *Metadata) allocateProducerIDs(r *ProducerIDsRequest) (*ProducerIDBlock, error) {
+	first := max(m.NextProducerID, ProducerIDFloor, r.MinID)
+	if first > math.MaxInt64-ProducerIDBlockSize {
+		return nil, fmt.Errorf("next block at %d: %w", first, ErrProducerIDsExhausted)
+	}
+	m.NextProducerID = first + ProducerIDBlockSize
+	return &ProducerIDBlock{First: first, Count: ProducerIDBlockSize}, nil
 }
 
 func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {

@@ -392,7 +392,8 @@ func TestSnapshotRestore(t *testing.T) {
 
 func equalMetadata(a, b *Metadata) bool {
 	if a.Version != b.Version || a.SessionTimeoutMs != b.SessionTimeoutMs || len(a.Brokers) != len(b.Brokers) || len(a.Topics) != len(b.Topics) ||
-		!slices.Equal(a.DeletedTopics, b.DeletedTopics) || a.LeaderEpochFloor != b.LeaderEpochFloor {
+		!slices.Equal(a.DeletedTopics, b.DeletedTopics) || a.LeaderEpochFloor != b.LeaderEpochFloor ||
+		a.NextProducerID != b.NextProducerID {
 		return false
 	}
 	for id, x := range a.Brokers {

@@ -6,7 +6,8 @@
 // flush.always=true (fdatasync before the acknowledgement); retentionBytes sets retention.bytes. Producers use the client's
 // batching producer with the workload's acks and compression; a producer that may have only
 // one record in flight (sync produce) sends without linger. Consumers assign their
-// partitions from the earliest offset and long-poll.
+// partitions from the earliest offset and long-poll, reading batch by batch
+// (client.Consumer.PollBatches).
 package ringlogdriver
 
 import (
@@ -168,13 +169,19 @@ func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) 
 
 type consumer struct{ co *client.Consumer }
 
+// Poll hands each fetched record's value to handle batch by batch, as it sits in the
+// fetch response: no record object or copy per message (values are valid only during
+// handle, as bench.Consumer allows).
 func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
-	records, err := c.co.Poll(ctx)
+	err := c.co.PollBatches(ctx, func(b *client.FetchedBatch) error {
+		partition := int(b.Partition)
+		return b.Records(func(_, _ int64, _, value []byte, _ []batch.RecordHeader) error {
+			handle(partition, value)
+			return nil
+		})
+	})
 	if err != nil {
 		return fmt.Errorf("ringlog driver: poll: %w", err)
-	}
-	for i := range records {
-		handle(int(records[i].Partition), records[i].Value)
 	}
 	return nil
 }

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ringlog/ringlog/netio/wire"
-
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 func init() {
@@ -33,6 +33,9 @@ const (
 	// long-polls); a record limit or the end of the input ends it much sooner.
 	pollRoundsMax = 1 << 30
 )
+
+// errRecordLimit stops consumeRecords' batch walk once --max records are printed.
+var errRecordLimit = errors.New("--max records printed")
 
 type consumeOptions struct {
 	broker         string
@@ -210,21 +213,33 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 		if o.exitAtEnd && len(end) == 0 {
 			return written, nil
 		}
-		records, err := co.Poll(ctx)
-		for _, r := range records {
-			if o.exitAtEnd {
-				hw, active := end[r.Partition]
-				if !active || r.Offset >= hw {
-					continue
+		// Batch by batch: each record is printed straight from the fetch response.
+		err := co.PollBatches(ctx, func(b *client.FetchedBatch) error {
+			hw, active := end[b.Partition]
+			if o.exitAtEnd && !active {
+				return nil
+			}
+			return b.Records(func(offset, ts int64, key, value []byte, headers []batch.RecordHeader) error {
+				if o.exitAtEnd && offset >= hw {
+					return nil
 				}
-			}
-			if err := emitRecord(out, enc, o, &r); err != nil {
-				return written, err
-			}
-			written++
-			if o.max > 0 && written >= o.max {
-				return written, nil
-			}
+				if len(headers) == 0 {
+					headers = nil
+				}
+				r := client.ConsumedRecord{Topic: b.Topic, Partition: b.Partition, Offset: offset,
+					Timestamp: time.UnixMilli(ts), Key: key, Value: value, Headers: headers}
+				if err := emitRecord(out, enc, o, &r); err != nil {
+					return err
+				}
+				written++
+				if o.max > 0 && written >= o.max {
+					return errRecordLimit
+				}
+				return nil
+			})
+		})
+		if err == errRecordLimit {
+			return written, nil
 		}
 		if err != nil {
 			return written, err

@@ -261,83 +261,54 @@ func (co *Consumer) resolve(ctx context.Context, key topicPartition, a *assignme
 // Poll fetches from every assigned partition (one request per owning shard address, in
 // parallel) and returns the records after each partition's position, advancing it. It
 // waits up to MaxWait for data (long-poll) and returns an empty slice if none arrived.
+// PollBatches is the same fetch handing out whole batches instead of a record object each.
 func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
-	if len(co.order) == 0 {
-		return nil, errors.New("poll: no partitions assigned")
+	var out []ConsumedRecord
+	err := co.fetchRound(ctx, true, func(key topicPartition, a *assignment, records []byte) (bool, error) {
+		n := len(out)
+		var err error
+		out, err = decodeRecords(key, records, a, out)
+		return len(out) > n, err
+	})
+	return out, err
+}
+
+// fetchResult is one shard address's answer in a fetch round.
+type fetchResult struct {
+	addr    string
+	req     *wire.FetchRequest
+	resp    *wire.FetchResponse
+	err     error
+	release func()
+}
+
+// fetchRound is the part Poll and PollBatches share: it fetches from every assigned
+// partition that is not backing off (one request per owning shard address, in parallel),
+// applies each partition's error code (back-off, out-of-range reset, metadata refresh) and
+// calls deliver with the records of each partition answered without error. deliver
+// advances the partition's position and reports whether it handed anything to the caller.
+//
+// keep says the caller retains what deliver handed out: a response that delivered
+// something then stays with the caller (its frame buffer is not pooled again); otherwise
+// every response goes back to the pool when fetchRound returns. A round in which a broker
+// was unreachable and nothing was delivered pauses before returning, so that callers
+// polling in a loop do not spin on refused dials.
+func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) error {
+	results, err := co.fetchAll(ctx)
+	if err != nil || len(results) == 0 {
+		return err
 	}
-	co.waitForRetries(ctx)
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	now := co.now()
-	byAddr := map[string]*wire.FetchRequest{}
-	var addrs []string
-	for _, key := range co.order {
-		a := co.assigned[key]
-		if a.retryAt.After(now) {
-			continue // backing off after a retriable error
-		}
-		if err := co.resolve(ctx, key, a); err != nil {
-			return nil, fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)
-		}
-		addr := co.c.leaderAddr(key.topic, key.partition)
-		req := byAddr[addr]
-		if req == nil {
-			req = &wire.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}
-			byAddr[addr] = req
-			addrs = append(addrs, addr)
-		}
-		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != key.topic {
-			req.Topics = append(req.Topics, wire.FetchTopic{Topic: key.topic})
-		}
-		t := &req.Topics[len(req.Topics)-1]
-		t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
-	}
-	if len(addrs) == 0 {
-		return nil, nil
-	}
-	type result struct {
-		resp    *wire.FetchResponse
-		err     error
-		release func()
-	}
-	results := make([]result, len(addrs))
-	var wg sync.WaitGroup
-	for i, addr := range addrs {
-		wg.Add(1)
-		resp := new(wire.FetchResponse)
-		co.c.callAsyncOwned(addr, co.cfg.QuotaGroup, byAddr[addr], resp, func(_ wire.Message, err error, release func()) {
-			results[i] = result{resp, err, release}
-			wg.Done()
-		})
-	}
-	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		go func() { // release the buffers of responses that arrive after we gave up
-			<-waited
-			for _, r := range results {
-				r.release()
-			}
-		}()
-		return nil, ctx.Err()
-	}
-	kept := make([]bool, len(results)) // the records alias this response's frame buffer
+	kept := make([]bool, len(results))
 	defer func() {
 		for i, r := range results {
 			if !kept[i] {
-				r.release() // back to the pool: nothing returned points into it
+				r.release() // back to the pool: nothing handed out points into it
 			}
 		}
 	}()
-	var out []ConsumedRecord
-	connFailed := false
+	delivered, connFailed := false, false
 	defer func() {
-		if connFailed && len(out) == 0 {
-			// Nothing to hand back and a broker unreachable: pause before the caller's
-			// next Poll instead of spinning on refused dials.
+		if connFailed && !delivered {
 			select {
 			case <-time.After(pollRetryBackoff):
 			case <-ctx.Done():
@@ -351,106 +322,156 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 			// shutting down: route these partitions by fresh metadata on the next Poll
 			// instead of failing the caller, as a Kafka consumer does while a broker
 			// restarts or a new leader is elected.
-			for _, t := range byAddr[addrs[i]].Topics {
+			for _, t := range r.req.Topics {
 				co.c.invalidate(t.Topic)
 			}
 			continue
 		}
 		if r.err != nil {
-			return out, fmt.Errorf("poll: fetch from %s: %w", addrs[i], r.err)
+			return fmt.Errorf("poll: fetch from %s: %w", r.addr, r.err)
 		}
-		var err error
-		if out, kept[i], err = co.apply(r.resp, out); err != nil {
-			return out, err
+		for _, t := range r.resp.Topics {
+			for j := range t.Partitions {
+				p := &t.Partitions[j]
+				key := topicPartition{t.Topic, p.Partition}
+				a, err := co.partitionAnswer(key, p)
+				if err != nil {
+					return err
+				}
+				if a == nil {
+					continue
+				}
+				got, err := deliver(key, a, p.Records)
+				if got {
+					delivered = true
+					kept[i] = keep
+				}
+				if err != nil {
+					return err
+				}
+			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// apply decodes one fetch response into records and advances positions.
-// aliased reports that some returned record points into resp's frame buffer (uncompressed
-// batches are handed out without copying; the buffer then belongs to the records).
-func (co *Consumer) apply(resp *wire.FetchResponse, out []ConsumedRecord) (_ []ConsumedRecord, aliased bool, _ error) {
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			key := topicPartition{t.Topic, p.Partition}
-			a := co.assigned[key]
-			if a == nil || a.start.kind != offsetNone {
-				continue // unassigned or re-seeked meanwhile
-			}
-			switch p.ErrorCode {
-			case wire.ErrNone:
-				a.attempts, a.retryAt = 0, time.Time{}
-			case wire.ErrCorruptMessage:
-				// The stored batch at this position is unreadable: retrying cannot help.
-				// The caller decides: Seek past it (the message names the next readable
-				// offset) or stop.
-				return out, aliased, fmt.Errorf("poll %s/%d at offset %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
-			case wire.ErrOffsetOutOfRange:
-				if co.cfg.OnOutOfRange.kind == offsetEarliest || co.cfg.OnOutOfRange.kind == offsetLatest {
-					a.start = co.cfg.OnOutOfRange
-					continue
-				}
-				return out, aliased, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
-			default:
-				if p.ErrorCode.Retriable() || leadershipCode(p.ErrorCode) {
-					// Only a routing error makes fresh metadata worth fetching; a disk or
-					// quota error on the right broker does not (refreshing on every loop
-					// was half of the spin this back-off replaces).
-					if leadershipCode(p.ErrorCode) || p.ErrorCode == wire.ErrUnknownTopicOrPartition {
-						co.c.invalidate(key.topic)
-					}
-					co.backOff(key, a, p.ErrorCode, p.ErrorMessage)
-					continue
-				}
-				return out, aliased, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, wire.CodeError(p.ErrorCode, p.ErrorMessage))
-			}
-			n := len(out)
-			var err error
-			out, err = decodeRecords(key, p.Records, a, out)
-			aliased = aliased || len(out) > n
-			if err != nil {
-				return out, aliased, err
-			}
-		}
+// fetchAll sends one fetch request per shard address owning an assigned partition that is
+// not backing off, and waits for every answer (or ctx). It returns no results when every
+// partition is backing off.
+func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
+	if len(co.order) == 0 {
+		return nil, errors.New("poll: no partitions assigned")
 	}
-	return out, aliased, nil
+	co.waitForRetries(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := co.now()
+	byAddr := map[string]*wire.FetchRequest{}
+	var results []fetchResult
+	for _, key := range co.order {
+		a := co.assigned[key]
+		if a.retryAt.After(now) {
+			continue // backing off after a retriable error
+		}
+		if err := co.resolve(ctx, key, a); err != nil {
+			return nil, fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)
+		}
+		addr := co.c.leaderAddr(key.topic, key.partition)
+		req := byAddr[addr]
+		if req == nil {
+			req = &wire.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}
+			byAddr[addr] = req
+			results = append(results, fetchResult{addr: addr, req: req})
+		}
+		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != key.topic {
+			req.Topics = append(req.Topics, wire.FetchTopic{Topic: key.topic})
+		}
+		t := &req.Topics[len(req.Topics)-1]
+		t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
+	}
+	if len(results) == 0 {
+		return nil, nil
+	}
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		r := &results[i]
+		r.resp = new(wire.FetchResponse)
+		co.c.callAsyncOwned(r.addr, co.cfg.QuotaGroup, r.req, r.resp, func(_ wire.Message, err error, release func()) {
+			r.err, r.release = err, release
+			wg.Done()
+		})
+	}
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		return results, nil
+	case <-ctx.Done():
+		go func() { // release the buffers of responses that arrive after we gave up
+			<-waited
+			for _, r := range results {
+				r.release()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// partitionAnswer applies one partition's error code from a fetch response. It returns
+// the assignment when the records are to be delivered, nil when the partition is skipped
+// (unassigned or re-seeked meanwhile, backing off, restarting after out-of-range), or an
+// error the caller must see.
+func (co *Consumer) partitionAnswer(key topicPartition, p *wire.FetchResponsePartition) (*assignment, error) {
+	a := co.assigned[key]
+	if a == nil || a.start.kind != offsetNone {
+		return nil, nil // unassigned or re-seeked meanwhile
+	}
+	switch p.ErrorCode {
+	case wire.ErrNone:
+		a.attempts, a.retryAt = 0, time.Time{}
+		return a, nil
+	case wire.ErrCorruptMessage:
+		// The stored batch at this position is unreadable: retrying cannot help.
+		// The caller decides: Seek past it (the message names the next readable
+		// offset) or stop.
+		return nil, fmt.Errorf("poll %s/%d at offset %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
+	case wire.ErrOffsetOutOfRange:
+		if co.cfg.OnOutOfRange.kind == offsetEarliest || co.cfg.OnOutOfRange.kind == offsetLatest {
+			a.start = co.cfg.OnOutOfRange
+			return nil, nil
+		}
+		return nil, fmt.Errorf("poll %s/%d at %d: %w", key.topic, key.partition, a.position, wire.CodeError(p.ErrorCode, p.ErrorMessage))
+	}
+	if p.ErrorCode.Retriable() || leadershipCode(p.ErrorCode) {
+		// Only a routing error makes fresh metadata worth fetching; a disk or
+		// quota error on the right broker does not (refreshing on every loop
+		// was half of the spin this back-off replaces).
+		if leadershipCode(p.ErrorCode) || p.ErrorCode == wire.ErrUnknownTopicOrPartition {
+			co.c.invalidate(key.topic)
+		}
+		co.backOff(key, a, p.ErrorCode, p.ErrorMessage)
+		return nil, nil
+	}
+	return nil, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, wire.CodeError(p.ErrorCode, p.ErrorMessage))
 }
 
 // decodeRecords appends the records at or after a.position from whole batches in records
 // (a trailing partial batch is ignored, as the protocol allows) and advances a.position.
 func decodeRecords(key topicPartition, records []byte, a *assignment, out []ConsumedRecord) ([]ConsumedRecord, error) {
-	for len(records) > 0 {
-		h, err := batch.ParseHeader(records)
-		if err != nil {
-			if len(records) < batch.HeaderSize {
-				return out, nil // partial header at the end
-			}
-			return out, fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, err)
+	err := walkBatches(key, records, a, func(h batch.Header, whole []byte) error {
+		// Uncompressed records point into the fetch response, which is theirs from now
+		// on (Poll does not reuse it); decompressed ones live in the decoder's reused
+		// buffer and are copied.
+		keep := identity
+		if h.Compression() != batch.CodecNone {
+			keep = clone
 		}
-		if h.Size() > len(records) {
-			return out, nil // partial batch at the end
-		}
-		whole := records[:h.Size()]
-		records = records[h.Size():]
-		if h.LastOffset() < a.position {
-			continue
-		}
-		if h.Control() { // transaction markers are not records for the application
-			a.position = h.LastOffset() + 1
-			continue
-		}
-		compressed := h.Compression() != batch.CodecNone
-		err = batch.Decode(whole, func(offset, ts int64, r *batch.Record) error {
-			if offset < a.position {
+		from := a.position
+		err := batch.Decode(whole, func(offset, ts int64, r *batch.Record) error {
+			if offset < from {
 				return nil
-			}
-			// Uncompressed records point into the fetch response, which is theirs from now
-			// on (Poll does not reuse it); decompressed ones live in the decoder's reused
-			// buffer and are copied.
-			keep := identity
-			if compressed {
-				keep = clone
 			}
 			rec := ConsumedRecord{Topic: key.topic, Partition: key.partition, Offset: offset, Timestamp: time.UnixMilli(ts), Key: keep(r.Key), Value: keep(r.Value)}
 			if len(r.Headers) > 0 {
@@ -463,13 +484,50 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 			return nil
 		})
 		if err != nil {
-			// A batch that fails its checks here is as unreadable as one the broker reported:
-			// one sentinel for callers to test (errors.Is), batch's sentinel in the chain too.
-			return out, fmt.Errorf("poll %s/%d: batch at %d: %w: %w", key.topic, key.partition, h.BaseOffset, wire.ErrCorruptMessage, err)
+			return corruptBatch(key, h.BaseOffset, err)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// walkBatches calls fn for each whole batch in records (a fetched partition's bytes) that
+// holds an offset at or after a.position, skipping control batches (transaction markers
+// are not records for the application), and moves a.position past each batch fn accepted.
+// A trailing partial batch is ignored, as the protocol allows. An error from fn stops the
+// walk with a.position before that batch.
+func walkBatches(key topicPartition, records []byte, a *assignment, fn func(h batch.Header, whole []byte) error) error {
+	for len(records) > 0 {
+		h, err := batch.ParseHeader(records)
+		if err != nil {
+			if len(records) < batch.HeaderSize {
+				return nil // partial header at the end
+			}
+			return fmt.Errorf("poll %s/%d: %w", key.topic, key.partition, err)
+		}
+		if h.Size() > len(records) {
+			return nil // partial batch at the end
+		}
+		whole := records[:h.Size()]
+		records = records[h.Size():]
+		if h.LastOffset() < a.position {
+			continue
+		}
+		if !h.Control() {
+			if err := fn(h, whole); err != nil {
+				return err
+			}
 		}
 		a.position = h.LastOffset() + 1
 	}
-	return out, nil
+	return nil
+}
+
+// corruptBatch reports a batch that fails its checks on the client: it is as unreadable
+// as one the broker reported, so the error carries wire.ErrCorruptMessage for callers to
+// test (errors.Is), batch's sentinel in the chain too.
+func corruptBatch(key topicPartition, baseOffset int64, err error) error {
+	return fmt.Errorf("poll %s/%d: batch at %d: %w: %w", key.topic, key.partition, baseOffset, wire.ErrCorruptMessage, err)
 }
 
 func identity(b []byte) []byte { return b }

@@ -199,6 +199,22 @@ func (p *process) waitFor(want string) (line string, before []string) {
 	}
 }
 
+// startedClient waits for the start-up line and returns a client of the listen address it
+// names.
+func (p *process) startedClient() *client.Client {
+	p.t.Helper()
+	started, _ := p.waitFor(`msg="ringlogd started"`)
+	addr := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(started)
+	if addr == nil {
+		p.t.Fatalf("no listen address in %q", started)
+	}
+	c, err := client.New(context.Background(), client.Config{Broker: addr[1], DialTimeout: 10 * time.Second})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return c
+}
+
 func (p *process) signal(s syscall.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(s); err != nil {
@@ -219,16 +235,8 @@ func TestSighupReload(t *testing.T) {
 	base := "data: " + filepath.Join(dir, "data") + "\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\nshards: 1\nshard-ports: \"off\"\npin: false\n"
 	write(base + "log-level: info\ntopic-defaults:\n  retention.ms: \"1000000\"\n")
 	p := startProcess(t, "--config", path)
-	started, _ := p.waitFor(`msg="ringlogd started"`)
-	addr := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(started)
-	if addr == nil {
-		t.Fatalf("no listen address in %q", started)
-	}
 	ctx := context.Background()
-	c, err := client.New(ctx, client.Config{Broker: addr[1], DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := p.startedClient()
 	defer c.Close()
 	if err := c.CreateTopic(ctx, "orders", 1, nil); err != nil {
 		t.Fatal(err)
@@ -442,16 +450,8 @@ func TestFileIOAuto(t *testing.T) {
 	if !regexp.MustCompile(`chose="(inline|ring) \(buffered 16384-byte appends, median of \d+ each: inline \S+, ring \S+; backend \S+\)"`).MatchString(chose) {
 		t.Fatalf("choice line %q", chose)
 	}
-	started, _ := p.waitFor(`msg="ringlogd started"`)
-	addr := regexp.MustCompile(`listen=(\S+)`).FindStringSubmatch(started)
-	if addr == nil {
-		t.Fatalf("no listen address in %q", started)
-	}
 	ctx := context.Background()
-	c, err := client.New(ctx, client.Config{Broker: addr[1], DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := p.startedClient()
 	defer c.Close()
 	if err := c.CreateTopic(ctx, "t", 1, nil); err != nil {
 		t.Fatal(err)

@@ -59,8 +59,8 @@ func TestAckQueueStaysBoundedWhenNeverDrained(t *testing.T) {
 
 type onceWaiter struct{ fired int }
 
-func (w *onceWaiter) Fire()       { w.fired++ }
-func (w *onceWaiter) Fired() bool { return w.fired > 0 }
+func (w *onceWaiter) Fire(uint64)       { w.fired++ }
+func (w *onceWaiter) Fired(uint64) bool { return w.fired > 0 }
 
 // hwmReplicator holds the high watermark still: only the log end offset moves.
 type hwmReplicator struct{ hwm int64 }
@@ -81,8 +81,8 @@ func TestWatchEndFiresOnAppend(t *testing.T) {
 	}
 	follower, consumer := &onceWaiter{}, &onceWaiter{}
 	deadline := time.Unix(100, 0)
-	c.WatchEnd(c.Wait(follower, deadline), p, 5)
-	c.Watch(c.Wait(consumer, deadline), p, 5)
+	c.WatchEnd(c.Wait(follower, 0, deadline), p, 5)
+	c.Watch(c.Wait(consumer, 0, deadline), p, 5)
 	l.end = 6
 	c.Appended(p, 1, 6, ProduceResult{BaseOffset: 5}, func(ProduceResult) {})
 	if follower.fired != 1 || consumer.fired != 0 {

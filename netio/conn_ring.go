@@ -147,6 +147,7 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 	c.rbuf = make([]byte, readBufferBytes)
 	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
 	c.onSentFn = c.onSent
+	c.onFileToPipeFn, c.onPipeSentFn = c.onFileToPipe, c.onPipeToSocket
 	c.drainFn = c.drainCompleted
 	if !s.addConn(c, c.info) {
 		s.addrs.leave(a)
@@ -239,6 +240,8 @@ type ringConn struct {
 	onRecvBufFn    func(int32, uint32)
 	onRecvDirectFn func(int32, uint32)
 	onSentFn       func(int32, uint32)
+	onFileToPipeFn func(int32, uint32)
+	onPipeSentFn   func(int32, uint32)
 	drainFn        func()
 
 	mu             sync.Mutex
@@ -658,15 +661,15 @@ func (c *ringConn) spliceNext(seg *sendSegment) error {
 	fileFD := int(seg.file.File.Fd())
 	if c.pipeBytes > 0 {
 		c.spliceOps = 1
-		return c.submitSplice(c.pipeR, -1, c.fd, uint32(c.pipeBytes), false, c.onPipeToSocket)
+		return c.submitSplice(c.pipeR, -1, c.fd, uint32(c.pipeBytes), false, c.onPipeSentFn)
 	}
 	n := min(seg.file.Length-c.segmentOff, int64(c.pipeCap))
 	c.spliceOps = 2
-	if err := c.submitSplice(fileFD, seg.file.Offset+c.segmentOff, c.pipeW, uint32(n), true, c.onFileToPipe); err != nil {
+	if err := c.submitSplice(fileFD, seg.file.Offset+c.segmentOff, c.pipeW, uint32(n), true, c.onFileToPipeFn); err != nil {
 		c.spliceOps = 0
 		return err
 	}
-	return c.submitSplice(c.pipeR, -1, c.fd, uint32(n), false, c.onPipeToSocket)
+	return c.submitSplice(c.pipeR, -1, c.fd, uint32(n), false, c.onPipeSentFn)
 }
 
 func (c *ringConn) submitSplice(in int, inOff int64, out int, n uint32, link bool, done func(int32, uint32)) error {

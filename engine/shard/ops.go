@@ -219,8 +219,9 @@ type fetchOp struct {
 	limits   fetchLimits
 
 	// Reused from one fetch to the next.
-	involved []int            // shards with partitions of this fetch, in first-seen order
-	reads    []*fetchShardRef // by shard index: that shard's partitions and bound functions
+	partitions []FetchPartition // req.Partitions, copied: the caller may reuse its array once answered
+	involved   []int            // shards with partitions of this fetch, in first-seen order
+	reads      []*fetchShardRef // by shard index: that shard's partitions and bound functions
 }
 
 // fetchShardRef is one shard's part of a fetch, with its functions bound once per op.
@@ -276,6 +277,7 @@ func (op *fetchOp) unref() {
 		op.reads[si].idx = op.reads[si].idx[:0]
 	}
 	op.involved = op.involved[:0]
+	clear(op.partitions)
 	op.req, op.results, op.done = FetchRequest{}, nil, nil
 	op.limits.files, op.limits.broker = nil, nil
 	if n <= fetchOpPartitionsMax {
@@ -302,6 +304,10 @@ func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult
 	op.state.Store(gen << 1)
 	op.refs.Store(1) // the answer
 	op.req, op.done, op.caller, op.started = req, done, caller, monotonic()
+	// A park posted before the answer may still read the partitions after it, when the
+	// caller already reuses its array for another fetch: the op reads its own copy.
+	op.partitions = append(op.partitions[:0], req.Partitions...)
+	op.req.Partitions, op.req.Results = op.partitions, nil
 	op.final.Store(false)
 	op.limits.init(b, &op.req)
 	op.req.limits = &op.limits

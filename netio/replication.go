@@ -349,7 +349,8 @@ func (e *peerError) Unwrap() error { return e.code }
 // text the peer's message carries.
 func (e *peerError) Is(target error) bool {
 	switch target {
-	case controller.ErrStaleSession, controller.ErrTopicExists, controller.ErrNotEnoughBrokers, controller.ErrNotController:
+	case controller.ErrStaleSession, controller.ErrTopicExists, controller.ErrNotEnoughBrokers, controller.ErrNotController,
+		controller.ErrProducerFenced, controller.ErrInvalidProducerName, controller.ErrTooManyProducers:
 		return strings.Contains(e.msg, target.Error())
 	case isr.ErrNotLeader:
 		return e.code == wire.ErrNotLeaderOrWrongShard

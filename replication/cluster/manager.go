@@ -385,6 +385,61 @@ func (m *Manager) AllocateProducerIDs(ctx context.Context, minID int64) (first, 
 	return b.First, b.Count, nil
 }
 
+// InitProducerName gives a producer name its next identity through the controller
+// (engine.ProducerNameSource): kept cluster-wide, so that the name initialised at any broker
+// bumps one epoch and every partition leader fences the older one. A producer starting up
+// (current engine.NoProducer) is retried while the controller elects a leader (an attempt
+// applied twice only bumps the epoch twice); a running producer's own bump is not (a
+// second application would find its identity outdated and fence it).
+func (m *Manager) InitProducerName(ctx context.Context, name string, current engine.ProducerIdentity, keepEpoch bool) (engine.ProducerIdentity, bool, error) {
+	cmd := &controller.Command{Type: controller.CmdInitProducerName, ProducerName: &controller.ProducerNameRequest{
+		Name: name, Current: controller.ProducerIdentity{ID: current.ID, Epoch: current.Epoch}, KeepEpoch: keepEpoch}}
+	submit := m.submitRetrying
+	if current.ID >= 0 {
+		submit = m.Submit
+	}
+	out, err := submit(ctx, cmd)
+	if err != nil {
+		return engine.ProducerIdentity{}, false, producerNameError(name, err)
+	}
+	var id controller.ProducerIdentity
+	if err := json.Unmarshal(out, &id); err != nil {
+		return engine.ProducerIdentity{}, false, fmt.Errorf("%w: decode the controller's answer for %q: %w", engine.ErrProducerIDsUnavailable, name, err)
+	}
+	return engine.ProducerIdentity{ID: id.ID, Epoch: id.Epoch}, true, nil
+}
+
+// producerNameError maps the controller's refusals of InitProducerName to the engine's
+// errors (which the listeners answer with their codes); anything else leaves the ids
+// unavailable for now (retriable).
+func producerNameError(name string, err error) error {
+	for _, pair := range [][2]error{
+		{controller.ErrProducerFenced, engine.ErrProducerFenced},
+		{controller.ErrInvalidProducerName, engine.ErrInvalidProducerName},
+		{controller.ErrTooManyProducers, engine.ErrTooManyProducers},
+	} {
+		if errors.Is(err, pair[0]) {
+			return fmt.Errorf("%w: init producer %q: %w", pair[1], name, err)
+		}
+	}
+	return fmt.Errorf("%w: init producer %q: %w", engine.ErrProducerIDsUnavailable, name, err)
+}
+
+// publishProducerNames hands md's producer names to the broker core, whose produce path
+// fences older epochs with them; skipped while they have not changed since the last call
+// (every heartbeat moves the metadata version).
+func (m *Manager) publishProducerNames(md *controller.Metadata, last *map[string]controller.ProducerIdentity) {
+	if m.b == nil || maps.Equal(*last, md.ProducerNames) {
+		return
+	}
+	names := make(map[string]engine.ProducerIdentity, len(md.ProducerNames))
+	for name, id := range md.ProducerNames {
+		names[name] = engine.ProducerIdentity{ID: id.ID, Epoch: id.Epoch}
+	}
+	m.b.SetClusterProducerNames(names)
+	*last = md.ProducerNames
+}
+
 // RemoteError is a refusal that came back from a peer over the wire; the transport wraps
 // the peer's error code in it.
 type RemoteError interface{ Remote() bool }
@@ -628,9 +683,11 @@ func (m *Manager) quorumSynced() bool {
 
 func (m *Manager) metadataLoop() {
 	defer m.wg.Done()
+	var names map[string]controller.ProducerIdentity // as last published
 	for {
 		md := m.ctl.Metadata()
 		changed := m.ctl.Changed(md.Version)
+		m.publishProducerNames(md, &names)
 		if m.registeredEpoch.Load() != 0 {
 			m.reconcile(md)
 		}

@@ -27,6 +27,9 @@ const (
 	// CmdAllocateProducerIDs reserves the next block of producer ids for a broker (Kafka's
 	// AllocateProducerIds, KIP-730).
 	CmdAllocateProducerIDs CommandType = 11
+	// CmdInitProducerName gives a producer name its next (id, epoch) cluster-wide
+	// (producers.go; Kafka's InitProducerId at the transaction coordinator).
+	CmdInitProducerName CommandType = 12
 )
 
 // CommandVersion is the command format this controller writes (Command.Version). Version
@@ -48,12 +51,13 @@ type Command struct {
 	// GraceFromMs (ExpireSessions): no session counts as silent before this time, the
 	// moment the proposer became raft leader. Brokers cannot heartbeat while there is no
 	// controller leader, and must not be fenced for it.
-	GraceFromMs int64               `json:",omitempty"`
-	Broker      *BrokerRegistration `json:",omitempty"`
-	Topic       *TopicRequest       `json:",omitempty"`
-	AlterISR    *AlterISRRequest    `json:",omitempty"`
-	Reassign    *ReassignRequest    `json:",omitempty"`
-	ProducerIDs *ProducerIDsRequest `json:",omitempty"`
+	GraceFromMs  int64                `json:",omitempty"`
+	Broker       *BrokerRegistration  `json:",omitempty"`
+	Topic        *TopicRequest        `json:",omitempty"`
+	AlterISR     *AlterISRRequest     `json:",omitempty"`
+	Reassign     *ReassignRequest     `json:",omitempty"`
+	ProducerIDs  *ProducerIDsRequest  `json:",omitempty"`
+	ProducerName *ProducerNameRequest `json:",omitempty"`
 	// Forwarded marks a command one broker sent to the controller leader's broker on
 	// behalf of itself or a client: the receiver applies it or refuses it, never forwards
 	// it again (no forwarding loops while brokers disagree on the leader). Submit clears
@@ -121,7 +125,7 @@ type ProducerIDBlock struct {
 }
 
 // Result is what applying a command returns to its submitter: Value is the command's
-// answer (the created *Topic, the changed *Partition, the *ProducerIDBlock, the []int32 of expired brokers, the
+// answer (the created *Topic, the changed *Partition, the *ProducerIDBlock, the *ProducerIdentity, the []int32 of expired brokers, the
 // new session epoch), Err its refusal.
 type Result struct {
 	Value any

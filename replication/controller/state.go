@@ -187,18 +187,22 @@ type Metadata struct {
 	// NextProducerID is the first id of the next producer id block (0: none handed out
 	// yet; see ProducerIDFloor).
 	NextProducerID int64 `json:",omitempty"`
+	// ProducerNames maps every producer name initialised on the cluster to its current
+	// identity (producers.go). Replaced whole by each change, never written in place.
+	ProducerNames map[string]ProducerIdentity `json:",omitempty"`
 }
 
 func newMetadata(sessionTimeoutMs int64) *Metadata {
 	return &Metadata{SessionTimeoutMs: sessionTimeoutMs, Brokers: map[int32]*Broker{}, Topics: map[string]*Topic{}}
 }
 
-// Clone returns a deep copy.
+// Clone returns a deep copy, except ProducerNames, which is shared: it is never written in
+// place (apply replaces it whole), and a caller must not write it either.
 func (m *Metadata) Clone() *Metadata {
 	c := &Metadata{Version: m.Version, SessionTimeoutMs: m.SessionTimeoutMs,
 		Brokers: make(map[int32]*Broker, len(m.Brokers)), Topics: make(map[string]*Topic, len(m.Topics)),
 		DeletedTopics: slices.Clone(m.DeletedTopics), LeaderEpochFloor: m.LeaderEpochFloor,
-		NextProducerID: m.NextProducerID}
+		NextProducerID: m.NextProducerID, ProducerNames: m.ProducerNames}
 	for id, b := range m.Brokers {
 		bc := *b
 		c.Brokers[id] = &bc
@@ -243,6 +247,9 @@ func (m *Metadata) validate() error {
 	}
 	for _, d := range m.DeletedTopics {
 		ids[d.ID] = true
+	}
+	if err := m.validateProducerNames(); err != nil {
+		return err
 	}
 	for id, b := range m.Brokers {
 		if b == nil || b.ID != id {
@@ -332,6 +339,8 @@ func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 		return m.electPreferred(c.Reassign.Topic, c.Reassign.Partition)
 	case CmdAllocateProducerIDs:
 		return m.allocateProducerIDs(c.ProducerIDs)
+	case CmdInitProducerName:
+		return m.initProducerName(c.ProducerName)
 	}
 	return nil, fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 }
@@ -352,6 +361,8 @@ func (c *Command) check() error {
 		ok = c.Reassign != nil
 	case CmdAllocateProducerIDs:
 		ok = c.ProducerIDs != nil
+	case CmdInitProducerName:
+		ok = c.ProducerName != nil
 	default:
 		return fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 	}

@@ -58,13 +58,17 @@ type remoteQuorum struct {
 	synced  bool                 // an answer arrived; guarded by mu
 	changed chan struct{}        // closed and replaced when meta or leader changes; guarded by mu
 
+	// protocol is the inter-broker protocol version a watch carries for the metadata it
+	// has (Manager.wireProtocol).
+	protocol func(*controller.Metadata) uint16
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
 }
 
-func startRemoteQuorum(self int32, seeds []string, dial Dialer, log *slog.Logger) *remoteQuorum {
-	q := &remoteQuorum{self: self, seeds: seeds, dial: dial, log: log,
+func startRemoteQuorum(self int32, seeds []string, dial Dialer, log *slog.Logger, protocol func(*controller.Metadata) uint16) *remoteQuorum {
+	q := &remoteQuorum{self: self, seeds: seeds, dial: dial, log: log, protocol: protocol,
 		meta:    &controller.Metadata{Brokers: map[int32]*controller.Broker{}, Topics: map[string]*controller.Topic{}},
 		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go q.run()
@@ -224,7 +228,7 @@ func (q *remoteQuorum) pause() bool {
 // watch asks conn's broker for its view once its metadata is newer than ours.
 func (q *remoteQuorum) watch(ctx context.Context, conn PeerConn) (*View, error) {
 	q.mu.Lock()
-	since := q.meta.Version
+	since, protocol := q.meta.Version, q.protocol(q.meta)
 	q.mu.Unlock()
 	body, err := json.Marshal(&WatchRequest{Since: since, WaitMs: watchWait.Milliseconds()})
 	if err != nil {
@@ -232,7 +236,7 @@ func (q *remoteQuorum) watch(ctx context.Context, conn PeerConn) (*View, error) 
 	}
 	wctx, cancel := context.WithTimeout(ctx, watchWait+watchAnswerMore)
 	defer cancel()
-	out, err := conn.Controller(wctx, OpWatch, body)
+	out, err := conn.Controller(wctx, OpWatch, protocol, body)
 	if err != nil {
 		return nil, err
 	}

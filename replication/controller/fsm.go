@@ -30,6 +30,9 @@ const (
 	// CmdInitProducerName gives a producer name its next (id, epoch) cluster-wide
 	// (producers.go; Kafka's InitProducerId at the transaction coordinator).
 	CmdInitProducerName CommandType = 12
+	// CmdFinalizeVersion raises the cluster's finalized inter-broker protocol version
+	// (features.go; Kafka's UpdateFeatures, KIP-584).
+	CmdFinalizeVersion CommandType = 13
 )
 
 // CommandVersion is the command format this controller writes (Command.Version). Version
@@ -58,6 +61,7 @@ type Command struct {
 	Reassign     *ReassignRequest     `json:",omitempty"`
 	ProducerIDs  *ProducerIDsRequest  `json:",omitempty"`
 	ProducerName *ProducerNameRequest `json:",omitempty"`
+	Finalize     *FinalizeRequest     `json:",omitempty"`
 	// Forwarded marks a command one broker sent to the controller leader's broker on
 	// behalf of itself or a client: the receiver applies it or refuses it, never forwards
 	// it again (no forwarding loops while brokers disagree on the leader). Submit clears
@@ -72,6 +76,10 @@ type BrokerRegistration struct {
 	KafkaAddress string `json:",omitempty"` // the Kafka listener's advertised host:port, if any
 	Rack         string `json:",omitempty"`
 	SessionEpoch int64  `json:",omitempty"` // heartbeats: the epoch registration returned
+	// ProtocolMin and ProtocolMax (registrations) are the inter-broker protocol versions the
+	// broker speaks (features.go); both 0 for a broker from before versions existed.
+	ProtocolMin uint16 `json:",omitempty"`
+	ProtocolMax uint16 `json:",omitempty"`
 }
 
 // TopicRequest creates, deletes or reconfigures a topic.

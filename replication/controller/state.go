@@ -117,6 +117,10 @@ type Broker struct {
 	// Fenced is set when the session expired: the broker leads nothing and is in no ISR
 	// (unless it was a partition's last member) until it registers again.
 	Fenced bool
+	// ProtocolMin and ProtocolMax are the inter-broker protocol versions the broker
+	// registered with (features.go); 0 for a broker registered before versions existed.
+	ProtocolMin uint16 `json:",omitempty"`
+	ProtocolMax uint16 `json:",omitempty"`
 }
 
 // Partition is one partition's replication state.
@@ -190,6 +194,9 @@ type Metadata struct {
 	// ProducerNames maps every producer name initialised on the cluster to its current
 	// identity (producers.go). Replaced whole by each change, never written in place.
 	ProducerNames map[string]ProducerIdentity `json:",omitempty"`
+	// FinalizedVersion is the inter-broker protocol version every broker must speak
+	// (features.go; 0 in metadata from before versions existed, which means 1).
+	FinalizedVersion uint16 `json:",omitempty"`
 }
 
 func newMetadata(sessionTimeoutMs int64) *Metadata {
@@ -202,7 +209,7 @@ func (m *Metadata) Clone() *Metadata {
 	c := &Metadata{Version: m.Version, SessionTimeoutMs: m.SessionTimeoutMs,
 		Brokers: make(map[int32]*Broker, len(m.Brokers)), Topics: make(map[string]*Topic, len(m.Topics)),
 		DeletedTopics: slices.Clone(m.DeletedTopics), LeaderEpochFloor: m.LeaderEpochFloor,
-		NextProducerID: m.NextProducerID, ProducerNames: m.ProducerNames}
+		NextProducerID: m.NextProducerID, ProducerNames: m.ProducerNames, FinalizedVersion: m.FinalizedVersion}
 	for id, b := range m.Brokers {
 		bc := *b
 		c.Brokers[id] = &bc
@@ -341,6 +348,8 @@ func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 		return m.allocateProducerIDs(c.ProducerIDs)
 	case CmdInitProducerName:
 		return m.initProducerName(c.ProducerName)
+	case CmdFinalizeVersion:
+		return m.finalizeVersion(c.Finalize)
 	}
 	return nil, fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 }
@@ -363,6 +372,8 @@ func (c *Command) check() error {
 		ok = c.ProducerIDs != nil
 	case CmdInitProducerName:
 		ok = c.ProducerName != nil
+	case CmdFinalizeVersion:
+		ok = c.Finalize != nil
 	default:
 		return fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 	}
@@ -387,6 +398,12 @@ func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {
 	if r == nil || r.ID < 0 || r.Address == "" {
 		return fmt.Errorf("register %+v: %w", r, ErrInvalidReplicas)
 	}
+	if err := m.checkRegistration(r); err != nil {
+		return err
+	}
+	if m.FinalizedVersion == 0 && len(m.Brokers) == 0 {
+		_, m.FinalizedVersion = r.ProtocolRange() // a new cluster speaks its first broker's newest
+	}
 	b, ok := m.Brokers[r.ID]
 	if !ok {
 		b = &Broker{ID: r.ID}
@@ -397,6 +414,7 @@ func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {
 		m.fence(b)
 	}
 	b.Address, b.KafkaAddress, b.Rack = r.Address, r.KafkaAddress, r.Rack
+	b.ProtocolMin, b.ProtocolMax = r.ProtocolMin, r.ProtocolMax
 	b.SessionEpoch++
 	b.LastHeartbeatMs = nowMs
 	b.Fenced = false

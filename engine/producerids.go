@@ -354,6 +354,12 @@ func (p *ProducerIDs) Lookup(name string) (id ProducerIdentity, ok bool) {
 // names, else the file's. A client that resumes the name's current epoch instead of
 // fencing it (the HTTP produce API, which has no producer session) uses it.
 func (p *ProducerIDs) Resume(name string) (ProducerIdentity, error) {
+	p.mu.Lock()
+	id, known := p.cluster[name]
+	p.mu.Unlock()
+	if known { // the cluster's map holds it: no controller round trip per request
+		return id, nil
+	}
 	if id, ok, err := p.fromSource(name, NoProducer, true); ok || err != nil {
 		return id, err
 	}
@@ -371,13 +377,17 @@ func (p *ProducerIDs) SetNameSource(src ProducerNameSource) {
 	p.nameSource = src
 }
 
-// SetClusterNames replaces the identities of the cluster's names (the controller's map, at
+// SetClusterNames merges the identities of the cluster's names (the controller's map, at
 // each metadata change): their epochs fence batches from then on. An identity this broker
-// was answered more recently than names shows (a newer epoch of the same id) is kept.
+// was answered more recently than names shows (a newer epoch of the same id, a name names
+// lacks) is kept: the controller never forgets a name, so names is a view that lags.
 func (p *ProducerIDs) SetClusterNames(names map[string]ProducerIdentity) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	next := make(map[string]ProducerIdentity, len(names))
+	next := make(map[string]ProducerIdentity, max(len(names), len(p.cluster)))
+	for name, id := range p.cluster {
+		next[name] = id
+	}
 	for name, id := range names {
 		if mine, ok := p.cluster[name]; ok && mine.ID == id.ID && mine.Epoch > id.Epoch {
 			id = mine

@@ -30,7 +30,7 @@ func TestProducerNamesFromSource(t *testing.T) {
 		}
 		switch {
 		case !known:
-			prev = ProducerIdentity{ID: 1 << 40}
+			prev = ProducerIdentity{ID: 1<<40 + int64(len(cluster))}
 		case !keepEpoch:
 			prev.Epoch++
 		}
@@ -51,8 +51,12 @@ func TestProducerNamesFromSource(t *testing.T) {
 	if err != nil || a.ID != 1<<40 {
 		t.Fatalf("init from the source: %+v %v", a, err)
 	}
-	if r, err := p.Resume("n"); err != nil || r != a || !calls[len(calls)-1] {
-		t.Fatalf("resume: %+v %v (keepEpoch asked: %v)", r, err, calls)
+	before := len(calls)
+	if r, err := p.Resume("n"); err != nil || r != a || len(calls) != before {
+		t.Fatalf("resume of a name the cluster map holds: %+v %v (source asked %d times)", r, err, len(calls)-before)
+	}
+	if r, err := p.Resume("fresh"); err != nil || r.Epoch != 0 || !calls[len(calls)-1] {
+		t.Fatalf("resume of a new name: %+v %v (keepEpoch asked: %v)", r, err, calls)
 	}
 	if e, ok := p.CurrentEpoch(a.ID); !ok || e != 0 {
 		t.Fatalf("epoch of the cluster's id: %d %v", e, ok)
@@ -62,7 +66,7 @@ func TestProducerNamesFromSource(t *testing.T) {
 	if e, _ := p.CurrentEpoch(a.ID); e != 1 {
 		t.Fatalf("epoch after SetClusterNames: %d", e)
 	}
-	// A stale view does not move an epoch this broker was answered back.
+	// A stale view does not move an epoch this broker was answered back, nor drop a name.
 	cluster["n"] = ProducerIdentity{ID: a.ID, Epoch: 1}
 	if b, err := p.Init("n", NoProducer); err != nil || b.Epoch != 2 {
 		t.Fatalf("bump: %+v %v", b, err)
@@ -70,6 +74,9 @@ func TestProducerNamesFromSource(t *testing.T) {
 	p.SetClusterNames(map[string]ProducerIdentity{"n": {ID: a.ID, Epoch: 1}})
 	if e, _ := p.CurrentEpoch(a.ID); e != 2 {
 		t.Fatalf("epoch after a stale view: %d, want 2", e)
+	}
+	if r, err := p.Resume("fresh"); err != nil || r.ID != 1<<40+1 {
+		t.Fatalf("name dropped by a stale view: %+v %v", r, err)
 	}
 	if _, err := p.Init("n", a); !errors.Is(err, ErrProducerFenced) {
 		t.Fatalf("bump by a fenced holder: %v", err)

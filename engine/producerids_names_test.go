@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -91,5 +92,23 @@ func TestProducerNamesFromSource(t *testing.T) {
 	}
 	if id, ok := reopened.Lookup("n"); !ok || id != local {
 		t.Fatalf("file holds %+v %v, want %+v", id, ok, local)
+	}
+}
+
+// BenchmarkSetClusterNames: a broker taking the controller's map at its 4,096-name limit
+// after a change (the metadata loop calls it only when the map changed).
+func BenchmarkSetClusterNames(b *testing.B) {
+	p, err := LoadProducerIDs(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := make(map[string]ProducerIdentity, 4096)
+	for i := range 4096 {
+		names[fmt.Sprint("producer-", i)] = ProducerIdentity{ID: 1<<32 + int64(i)}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		p.SetClusterNames(names)
 	}
 }

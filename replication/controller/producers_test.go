@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 )
@@ -110,6 +111,31 @@ func TestProducerNamesBounded(t *testing.T) {
 	} {
 		if err := NewFSM(0).Restore(io.NopCloser(bytes.NewReader([]byte(bad)))); !errors.Is(err, ErrCorruptMetadata) {
 			t.Fatalf("restored %s: %v", bad, err)
+		}
+	}
+}
+
+// BenchmarkInitProducerNameAtLimit: bumping one name's epoch when the map is full (the
+// copy-on-write of producerNamesMax entries is the cost of every InitProducerName).
+func BenchmarkInitProducerNameAtLimit(b *testing.B) {
+	m := newMetadata(0)
+	for i := range producerNamesMax {
+		if _, err := m.initProducerName(&ProducerNameRequest{Name: fmt.Sprint("p", i), Current: noIdentity}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := m.initProducerName(&ProducerNameRequest{Name: "p7", Current: noIdentity}); err != nil {
+			b.Fatal(err)
+		}
+		if m.ProducerNames["p7"].Epoch >= producerEpochMax-1 {
+			b.StopTimer()
+			names := maps.Clone(m.ProducerNames)
+			names["p7"] = ProducerIdentity{ID: names["p7"].ID}
+			m.ProducerNames = names
+			b.StartTimer()
 		}
 	}
 }

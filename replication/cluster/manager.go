@@ -170,10 +170,6 @@ type Manager struct {
 	// versions (an error), nil otherwise; Ready reports it.
 	refusedVersion atomic.Pointer[error]
 
-	// finalized is the cluster's finalized protocol version as the metadata loop last saw
-	// it (0: not yet), read by the produce path's name lookups without a metadata copy.
-	finalized atomic.Uint32
-
 	refusedMu sync.Mutex
 	refused   map[int32]string // broker -> last refusal logged (logRefusedRegistration); guarded by refusedMu
 	// deleting counts local topic deletions in progress (deleteDropped): a topic leaves the
@@ -419,7 +415,7 @@ func (m *Manager) AllocateProducerIDs(ctx context.Context, minID int64) (first, 
 // applied twice only bumps the epoch twice); a running producer's own bump is not (a
 // second application would find its identity outdated and fence it).
 func (m *Manager) InitProducerName(ctx context.Context, name string, current engine.ProducerIdentity, keepEpoch bool) (engine.ProducerIdentity, bool, error) {
-	if m.finalizedVersion() < controller.ProtocolVersionNamedProducers {
+	if m.ctl.Finalized() < controller.ProtocolVersionNamedProducers {
 		return engine.ProducerIdentity{}, false, nil // brokers of the previous release keep names in their files
 	}
 	cmd := &controller.Command{Type: controller.CmdInitProducerName, ProducerName: &controller.ProducerNameRequest{
@@ -547,15 +543,6 @@ func (m *Manager) CheckPeerProtocol(v uint16) error {
 		return nil
 	}
 	return fmt.Errorf("the request carries inter-broker protocol version %d, node %d speaks %d-%d: %w", v, m.cfg.NodeID, m.cfg.ProtocolMin, m.cfg.ProtocolMax, controller.ErrUnsupportedProtocolVersion)
-}
-
-// finalizedVersion is the cluster's finalized protocol version: as the metadata loop last
-// saw it, or from a copy of the metadata before its first round.
-func (m *Manager) finalizedVersion() uint16 {
-	if v := m.finalized.Load(); v > 0 {
-		return uint16(v)
-	}
-	return m.ctl.Metadata().Finalized()
 }
 
 // ProtocolRange is the inter-broker protocol versions this broker speaks.
@@ -794,7 +781,6 @@ func (m *Manager) metadataLoop() {
 	for {
 		md := m.ctl.Metadata()
 		changed := m.ctl.Changed(md.Version)
-		m.finalized.Store(uint32(md.Finalized()))
 		m.publishProducerNames(md, &names)
 		if m.registeredEpoch.Load() != 0 {
 			m.reconcile(md)

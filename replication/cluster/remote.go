@@ -18,6 +18,8 @@ import (
 // the network (remoteQuorum).
 type quorum interface {
 	Metadata() *controller.Metadata
+	// Finalized is the metadata's finalized protocol version, without a copy.
+	Finalized() uint16
 	Changed(since uint64) <-chan struct{}
 	Leader() (int32, string)
 	IsLeader() bool
@@ -79,6 +81,12 @@ func (q *remoteQuorum) Metadata() *controller.Metadata {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.meta.Clone()
+}
+
+func (q *remoteQuorum) Finalized() uint16 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.meta.Finalized()
 }
 
 func (q *remoteQuorum) Changed(since uint64) <-chan struct{} {

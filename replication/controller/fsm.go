@@ -199,6 +199,14 @@ func (f *FSM) Metadata() *Metadata {
 	return f.meta.Clone()
 }
 
+// Finalized is the finalized protocol version of the current state (Metadata.Finalized),
+// without a copy.
+func (f *FSM) Finalized() uint16 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.meta.Finalized()
+}
+
 // Version is the raft index of the last applied command.
 func (f *FSM) Version() uint64 {
 	f.mu.Lock()

@@ -46,7 +46,7 @@ type PeerConn interface {
 	ReplicaFetch(ctx context.Context, req *FetchRequest) ([]FetchAnswer, error)
 	OffsetsForLeaderEpoch(ctx context.Context, tp shard.TopicPartition, currentEpoch, epoch int32) (isr.EpochEndOffset, error)
 	// Controller sends a Controller operation; protocol is the inter-broker protocol version
-	// to carry (WireProtocol: 0 while the cluster is finalized below 2, so that a broker
+	// to carry (Manager.wireProtocol: 0 while the cluster is finalized below 2, so that a broker
 	// of the previous release understands the request).
 	Controller(ctx context.Context, op int8, protocol uint16, body []byte) ([]byte, error)
 	Close() error
@@ -58,7 +58,7 @@ type Dialer func(ctx context.Context, addr string) (PeerConn, error)
 // FetchRequest is a follower's fetch of several partitions from one leader.
 type FetchRequest struct {
 	// ProtocolVersion is the inter-broker protocol version the request carries
-	// (WireProtocol; 0: none, the request of the previous release).
+	// (Manager.wireProtocol; 0: none, the request of the previous release).
 	ProtocolVersion uint16
 	ReplicaID       int32
 	MaxWait         time.Duration

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/group"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/replication/isr"
@@ -116,6 +117,12 @@ type Config struct {
 	// this broker copies partitions whose ISR it is not in (catching up after a failure, a
 	// reassignment's new replica); 0: unthrottled. In-sync replicas are never throttled.
 	ThrottledBytesPerSecond int64
+	// OffsetsPartitions is the partition count of __consumer_offsets when this broker
+	// creates it through the controller (Kafka's offsets.topic.num.partitions; default
+	// shard.OffsetsPartitionsDefault); OffsetsReplicationFactor its replication factor
+	// (offsets.topic.replication.factor, default 3), lowered to the live brokers at the
+	// creation. The topic's count, once created, decides where every group lives.
+	OffsetsPartitions, OffsetsReplicationFactor int32
 }
 
 // Named defaults and bounds.
@@ -161,6 +168,9 @@ type Manager struct {
 	// once they are.
 	deleting atomic.Int32
 
+	// creatingOffsets: an auto-creation of __consumer_offsets is under way (groups.go).
+	creatingOffsets atomic.Bool
+
 	// ISR changes of partitions this broker leads, committed by the controller (metrics).
 	isrShrinks, isrExpands atomic.Uint64
 
@@ -201,6 +211,12 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.OffsetsPartitions <= 0 {
+		cfg.OffsetsPartitions = shard.OffsetsPartitionsDefault
+	}
+	if cfg.OffsetsReplicationFactor <= 0 {
+		cfg.OffsetsReplicationFactor = offsetsReplicationFactorDefault
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -469,6 +485,9 @@ func (m *Manager) View() *View {
 // CreateTopic creates a replicated topic through the controller and waits until this
 // broker has opened its replicas of it.
 func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, replicationFactor int32, config map[string]string) error {
+	if name == group.OffsetsTopic {
+		return fmt.Errorf("%w: %s is created by the brokers at the first group coordinator lookup", ErrInternalTopic, name)
+	}
 	if err := m.b.ValidateTopic(name, int(partitions), config); err != nil {
 		return err
 	}
@@ -503,6 +522,9 @@ func (m *Manager) Replicated(name string) bool { return m.ctl.Metadata().Topics[
 // broker has deleted its copy; every other broker deletes its own when its view of the
 // metadata shows the deletion (reconcile), including a broker that was down meanwhile.
 func (m *Manager) DeleteTopic(ctx context.Context, name string) error {
+	if name == group.OffsetsTopic {
+		return fmt.Errorf("%w: %q holds committed offsets and group metadata; it cannot be deleted", ErrInternalTopic, name)
+	}
 	t := m.ctl.Metadata().Topics[name]
 	if t == nil {
 		return fmt.Errorf("delete %s: %w", name, controller.ErrUnknownTopic)
@@ -663,6 +685,9 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 		if !m.openTopic(t) {
 			continue
 		}
+		if name == group.OffsetsTopic && !m.adoptOffsetsTopic(t) {
+			continue
+		}
 		minInsync, _ := engine.MinInsyncReplicas(t.Config)
 		for _, p := range t.Partitions {
 			tp := shard.TopicPartition{Topic: name, Partition: p.Index}
@@ -729,7 +754,7 @@ func (m *Manager) deleteDropped(md *controller.Metadata) {
 			}
 		}
 		m.deleting.Add(1)
-		err := m.b.DeleteTopic(t.Name)
+		err := m.b.DeleteReplicatedTopic(t.Name)
 		m.deleting.Add(-1)
 		if err != nil {
 			m.log.Warn("delete a topic the controller deleted", "topic", t.Name, "id", localTopicID(t), "err", err)

@@ -135,11 +135,7 @@ func (h *BrokerHandler) serveGroup(req *Request) bool {
 }
 
 func (h *BrokerHandler) findCoordinator(body *wire.FindCoordinatorRequest) *wire.FindCoordinatorResponse {
-	si, code := h.b.Groups().CoordinatorShard(body.Group)
-	if code != group.CodeNone {
-		return &wire.FindCoordinatorResponse{ErrorCode: groupCode(code), ErrorMessage: groupMessage(code), Shard: -1}
-	}
-	if h.cluster != nil {
+	if h.cluster != nil && body.Group != "" {
 		// On a cluster the coordinator is the leader of the group's __consumer_offsets
 		// partition, at its client address (its shard is that broker's business).
 		b, err := h.cluster.GroupCoordinator(body.Group)
@@ -149,6 +145,10 @@ func (h *BrokerHandler) findCoordinator(body *wire.FindCoordinatorRequest) *wire
 		if b.ID != h.brokerID {
 			return &wire.FindCoordinatorResponse{Shard: -1, Address: b.Address}
 		}
+	}
+	si, code := h.b.Groups().CoordinatorShard(body.Group)
+	if code != group.CodeNone {
+		return &wire.FindCoordinatorResponse{ErrorCode: groupCode(code), ErrorMessage: groupMessage(code), Shard: -1}
 	}
 	addr := h.address
 	if si < len(h.shardAddrs) {

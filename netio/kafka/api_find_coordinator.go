@@ -49,12 +49,12 @@ func (s *Server) coordinator(key string, keyType int8) kmsg.FindCoordinatorRespo
 		c.ErrorCode, c.ErrorMessage = kerr.InvalidRequest.Code, str("only group coordinators: transactions are not supported by this broker")
 		return c
 	}
-	if _, code := s.b.Groups().CoordinatorShard(key); code != group.CodeNone {
-		c.ErrorCode, c.ErrorMessage = int16(code), groupMessage(code)
+	if s.cfg.Cluster != nil && key != "" {
+		c, _ = s.groupCoordinator(key) // the leader of the group's partition of the replicated topic
 		return c
 	}
-	if s.cfg.Cluster != nil {
-		c, _ = s.groupCoordinator(key)
+	if _, code := s.b.Groups().CoordinatorShard(key); code != group.CodeNone {
+		c.ErrorCode, c.ErrorMessage = int16(code), groupMessage(code)
 		return c
 	}
 	c.NodeID, c.Host, c.Port = localNodeID, s.nodeHost, s.nodePort

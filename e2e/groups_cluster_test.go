@@ -87,14 +87,16 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 	leaderOf := func(g string) int32 { return offsets.Partitions[group.PartitionFor(g, 8)].Leader }
 	kgoGroup := "kgo-readers"
 	coordinator := leaderOf(kgoGroup)
-	var ringGroup string
-	for i := 0; ringGroup == ""; i++ {
-		if g := fmt.Sprintf("ringlog-readers-%d", i); leaderOf(g) == coordinator {
-			ringGroup = g
+	sameCoordinator := func(prefix string) string {
+		for i := 0; ; i++ {
+			if g := fmt.Sprintf("%s-%d", prefix, i); leaderOf(g) == coordinator {
+				return g
+			}
 		}
 	}
-	t.Logf("groups %q and %q coordinated by node %d (partitions %d and %d)", ringGroup, kgoGroup, coordinator,
-		group.PartitionFor(ringGroup, 8), group.PartitionFor(kgoGroup, 8))
+	ringGroup, liveGroup := sameCoordinator("ringlog-readers"), sameCoordinator("ringlog-live")
+	t.Logf("groups %q, %q and %q coordinated by node %d (partitions %d, %d and %d)", ringGroup, liveGroup, kgoGroup, coordinator,
+		group.PartitionFor(ringGroup, 8), group.PartitionFor(liveGroup, 8), group.PartitionFor(kgoGroup, 8))
 
 	var seeds []string
 	for _, b := range tc.brokers {
@@ -108,8 +110,8 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	newRingMember := func(c *client.Client) *client.GroupConsumer {
-		g, err := c.NewGroupConsumer(client.GroupConfig{Group: ringGroup, SessionTimeout: groupSession, AutoOffsetReset: "earliest",
+	newRingMember := func(c *client.Client, groupID string) *client.GroupConsumer {
+		g, err := c.NewGroupConsumer(client.GroupConfig{Group: groupID, SessionTimeout: groupSession, AutoOffsetReset: "earliest",
 			Consumer: client.ConsumerConfig{MaxWait: 50 * time.Millisecond, PartitionMaxBytes: 1}})
 		if err != nil {
 			t.Fatal(err)
@@ -125,7 +127,7 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 	// Phase 1: each group reads at least a third of the records, commits what it read and
 	// leaves.
 	ringRead, kgoRead := map[groupRecord]bool{}, map[groupRecord]bool{}
-	first := newRingMember(newGroupClient())
+	first := newRingMember(newGroupClient(), ringGroup)
 	for len(ringRead) < total/3 {
 		recs, err := first.Poll(ctx)
 		if err != nil {
@@ -155,10 +157,43 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 	kfirst.Close() // leaves the group; auto-commit is off
 	t.Logf("before the kill: the bundled group read %d records, the kgo group %d", len(ringRead), len(kgoRead))
 
+	// A member that stays through the kill, committing after every poll.
+	live := &liveMember{t: t, g: newRingMember(newGroupClient(), liveGroup), seen: map[groupRecord]bool{}, committed: map[int32]int64{}}
+	defer live.g.Close(context.Background())
+	for len(live.seen) < total/4 {
+		live.poll(ctx)
+	}
+	_, liveGeneration := live.g.Member()
+
 	// kill -9 the coordinator of both groups.
 	killed := time.Now()
 	tc.node(coordinator).kill()
-	live := tc.brokers[coordinator%3]
+	survivor := tc.brokers[coordinator%3]
+	// The member that stayed polls and commits through the failover: it finds the new
+	// coordinator and the partitions' new leaders, reads the rest, and its commits reach
+	// the new coordinator.
+	for deadline := time.Now().Add(90 * time.Second); len(live.seen) < total || !live.allCommitted(perPartition); {
+		if time.Now().After(deadline) {
+			t.Fatalf("member through the kill: read %d of %d, committed %v", len(live.seen), total, live.committed)
+		}
+		live.poll(ctx)
+	}
+	_, gen := live.g.Member()
+	committed, err := newGroupClient().FetchCommitted(ctx, liveGroup)
+	if err != nil {
+		t.Fatalf("fetch committed offsets of %s: %v", liveGroup, err)
+	}
+	for _, co := range committed {
+		if co.Offset != perPartition {
+			t.Fatalf("committed offsets of %s after the kill: %+v, want %d each", liveGroup, committed, perPartition)
+		}
+	}
+	if len(committed) != 3 {
+		t.Fatalf("committed offsets of %s after the kill: %+v, want 3 partitions", liveGroup, committed)
+	}
+	t.Logf("member through the kill: all read and committed %.1f s after the kill; generation %d before, %d after; %d commits failed meanwhile; %d records re-read (all past the last commit)",
+		time.Since(killed).Seconds(), liveGeneration, gen, live.failedCommits, live.reread)
+
 	tc.waitFor("new leaders of the dead broker's __consumer_offsets partitions", func(v *cluster.View) bool {
 		ot := v.Metadata.Topics[group.OffsetsTopic]
 		for _, g := range []string{ringGroup, kgoGroup} {
@@ -167,8 +202,7 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 			}
 		}
 		return true
-	}, live)
-	t.Logf("new coordinator %d s after the kill", int(time.Since(killed).Seconds()))
+	}, survivor)
 
 	// The Kafka listener names the new leader.
 	kcl := newKgo(t, kafkaAddrs)
@@ -209,7 +243,7 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 		}
 		t.Logf("%s group: %d records after the kill, %d before: all %d, each once", name, len(again), len(read), total)
 	}
-	second := newRingMember(newGroupClient())
+	second := newRingMember(newGroupClient(), ringGroup)
 	defer second.Close(context.Background())
 	resume("bundled", ringRead, func() ([]groupRecord, error) {
 		recs, err := second.Poll(ctx)
@@ -231,4 +265,57 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 		}
 		return out, nil
 	})
+}
+
+// liveMember is a bundled-client member that commits after every poll and checks that a
+// record it reads again (after a rebalance) lies past its last successful commit.
+type liveMember struct {
+	t             *testing.T
+	g             *client.GroupConsumer
+	seen          map[groupRecord]bool
+	committed     map[int32]int64 // by partition: the offset last committed successfully
+	next          map[int32]int64 // by partition: after the last record read
+	failedCommits int
+	reread        int
+}
+
+func (m *liveMember) poll(ctx context.Context) {
+	m.t.Helper()
+	recs, err := m.g.Poll(ctx)
+	if err != nil {
+		m.t.Logf("member through the kill: poll: %v", err)
+		time.Sleep(100 * time.Millisecond)
+		return
+	}
+	if m.next == nil {
+		m.next = map[int32]int64{}
+	}
+	for _, r := range recs {
+		gr := groupRecord{r.Partition, r.Offset}
+		if m.seen[gr] {
+			if c, ok := m.committed[r.Partition]; ok && r.Offset < c {
+				m.t.Fatalf("member through the kill re-read partition %d offset %d, below its commit %d", r.Partition, r.Offset, c)
+			}
+			m.reread++
+		}
+		m.seen[gr] = true
+		m.next[r.Partition] = r.Offset + 1
+	}
+	if err := m.g.CommitSync(ctx); err != nil {
+		m.failedCommits++
+		return
+	}
+	for p, o := range m.next {
+		m.committed[p] = o
+	}
+}
+
+// allCommitted: every partition's commit reached n.
+func (m *liveMember) allCommitted(n int64) bool {
+	for p := range int32(3) {
+		if m.committed[p] != n {
+			return false
+		}
+	}
+	return true
 }

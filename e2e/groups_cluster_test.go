@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,26 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 	}
 	_, liveGeneration := live.g.Member()
 
+	// Every broker lists the groups it coordinates; the bundled client, at home on node 1,
+	// asks them all.
+	listGroups := func(when string, want ...string) {
+		t.Helper()
+		listing, err := newGroupClient().ListGroups(ctx)
+		if err != nil {
+			t.Fatalf("list groups %s: %v", when, err)
+		}
+		var names []string
+		for _, l := range listing {
+			names = append(names, l.Group)
+		}
+		for _, w := range want {
+			if !slices.Contains(names, w) {
+				t.Fatalf("list groups %s: %v, want %s among them", when, names, w)
+			}
+		}
+	}
+	listGroups("before the kill (coordinated by node "+fmt.Sprint(coordinator)+")", ringGroup, liveGroup, kgoGroup)
+
 	// kill -9 the coordinator of both groups.
 	killed := time.Now()
 	tc.node(coordinator).kill()
@@ -265,6 +286,8 @@ func TestGroupCoordinatorFailover(t *testing.T) {
 		}
 		return out, nil
 	})
+
+	listGroups("after the kill", ringGroup, liveGroup, kgoGroup)
 }
 
 // liveMember is a bundled-client member that commits after every poll and checks that a

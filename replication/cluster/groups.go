@@ -61,7 +61,7 @@ func (m *Manager) GroupCoordinator(groupID string) (controller.Broker, error) {
 // createOffsetsTopic starts creating __consumer_offsets through the controller unless a
 // creation is under way.
 func (m *Manager) createOffsetsTopic() {
-	if m.b == nil || !m.creatingOffsets.CompareAndSwap(false, true) {
+	if m.b == nil || m.stopped() || !m.creatingOffsets.CompareAndSwap(false, true) {
 		return
 	}
 	m.wg.Add(1)

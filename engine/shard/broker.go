@@ -104,6 +104,9 @@ type Config struct {
 	// controller, so that no two brokers hand out the same id); nil: the data directory's
 	// own allocator (engine.ProducerIDs).
 	ProducerIDBlocks engine.ProducerIDBlockSource
+	// ProducerNames, when set, keeps producer names cluster-wide (a cluster's controller;
+	// see engine.ProducerNameSource); nil: names live in the data directory's file.
+	ProducerNames engine.ProducerNameSource
 	// PartitionListeners are told on the owning shard's loop when a partition opens on this
 	// broker and when it closes: the attachment point of a group coordinator that lives
 	// next to the partitions of __consumer_offsets (it loads a partition's groups when it
@@ -251,6 +254,9 @@ func Open(cfg Config) (*Broker, error) {
 	if cfg.ProducerIDBlocks != nil {
 		producerIDs.SetBlockSource(cfg.ProducerIDBlocks)
 	}
+	if cfg.ProducerNames != nil {
+		producerIDs.SetNameSource(cfg.ProducerNames)
+	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs, files: NewQuota(cfg.FetchFilesMax)}
 	b.logDefaults.Store(&cfg.Log)
 	if b.rep == nil {
@@ -267,7 +273,8 @@ func Open(cfg Config) (*Broker, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	b.groups = &Groups{b: b, partitions: offsetsPartitions}
+	b.groups = &Groups{b: b}
+	b.groups.partitions.Store(offsetsPartitions)
 	for i := 0; i < cfg.Shards; i++ {
 		s, err := startShard(b, i)
 		if err != nil {
@@ -580,8 +587,16 @@ func (b *Broker) publish(old *metadata, name string, t *Topic) {
 // unknown topic), then the catalog forgets it (the commit point: if that write fails, the
 // topic is back in metadata, untouched), then each shard closes and deletes its
 // partitions. Directories a failure or crash leaves after the commit are swept by the next
-// Open, or by a create of the same name.
-func (b *Broker) DeleteTopic(name string) error {
+// Open, or by a create of the same name. Internal topics are refused.
+func (b *Broker) DeleteTopic(name string) error { return b.deleteTopic(name, false) }
+
+// DeleteReplicatedTopic is DeleteTopic for replication, which deletes the local copy of a
+// topic whose incarnation the controller deleted or replaced: internal topics included
+// (on a cluster __consumer_offsets is the controller's; a broker-local one left from a
+// single-broker start is replaced by it).
+func (b *Broker) DeleteReplicatedTopic(name string) error { return b.deleteTopic(name, true) }
+
+func (b *Broker) deleteTopic(name string, internalToo bool) error {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
 	old := b.meta.Load()
@@ -589,7 +604,7 @@ func (b *Broker) DeleteTopic(name string) error {
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
-	if internalTopic(name) {
+	if internalTopic(name) && !internalToo {
 		return fmt.Errorf("%w: %q holds committed offsets and group metadata; it cannot be deleted", ErrInternalTopic, name)
 	}
 	b.publish(old, name, nil)

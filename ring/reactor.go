@@ -37,6 +37,9 @@ type Reactor struct {
 	backlog     []CQE // completions reaped during a blocking wait, dispatched by the loop
 	syncSeq     uint64
 	syncPin     runtime.Pinner
+	// syncPins pin Pwritev's buffers, pinnerRefsInline per Pinner: a Pinner holds that many
+	// without allocating and allocates a fresh array for more on every use.
+	syncPins []runtime.Pinner
 	iovs        []Iovec
 	timers      timerHeap
 	now         func() time.Time
@@ -797,25 +800,25 @@ func (r *Reactor) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
 		var v Iovec
 		v.Base = (*byte)(unsafe.Pointer(&b[0]))
 		v.SetLen(len(b))
+		r.pinSync(len(r.iovs), &b[0])
 		r.iovs = append(r.iovs, v)
-		r.syncPin.Pin(&b[0])
 	}
 	if len(r.iovs) == 0 {
 		return 0, nil
 	}
 	if len(r.iovs) > iovMax {
-		r.syncPin.Unpin()
+		r.unpinSync()
 		return 0, fmt.Errorf("pwritev fd %d off %d: %d buffers (max %d): %w", fd, off, len(r.iovs), iovMax, unix.EINVAL)
 	}
 	sqe, tok, err := r.syncSQE()
 	if err != nil {
-		r.syncPin.Unpin()
+		r.unpinSync()
 		return 0, fmt.Errorf("pwritev fd %d off %d: %w", fd, off, err)
 	}
 	sqe.PrepWritev(fd, r.iovs, uint64(off))
 	sqe.UserData = tok
 	res, err := r.syncWait(tok)
-	r.syncPin.Unpin()
+	r.unpinSync()
 	if err == nil {
 		err = resErr(res)
 	}
@@ -823,6 +826,26 @@ func (r *Reactor) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
 		return 0, fmt.Errorf("pwritev fd %d off %d: %w", fd, off, err)
 	}
 	return int(res), nil
+}
+
+// pinnerRefsInline is how many pointers a runtime.Pinner pins without allocating
+// (runtime's pinnerRefStoreSize on 64-bit platforms).
+const pinnerRefsInline = 5
+
+// pinSync pins p as Pwritev's i-th buffer.
+func (r *Reactor) pinSync(i int, p *byte) {
+	k := i / pinnerRefsInline
+	for len(r.syncPins) <= k {
+		r.syncPins = append(r.syncPins, runtime.Pinner{})
+	}
+	r.syncPins[k].Pin(p)
+}
+
+// unpinSync releases every buffer pinSync pinned.
+func (r *Reactor) unpinSync() {
+	for i := range r.syncPins {
+		r.syncPins[i].Unpin()
+	}
 }
 
 const iovMax = 1024 // IOV_MAX

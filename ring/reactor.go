@@ -30,16 +30,16 @@ type Reactor struct {
 	cfg   Config
 
 	// Owned by the loop thread.
-	slots       []opSlot
-	freeSlots   []uint32
-	cqes        []CQE // reap batch for the loop
-	syncCQEs    []CQE // reap batch for blocking FileIO waits
-	backlog     []CQE // completions reaped during a blocking wait, dispatched by the loop
-	syncSeq     uint64
-	syncPin     runtime.Pinner
+	slots     []opSlot
+	freeSlots []uint32
+	cqes      []CQE // reap batch for the loop
+	syncCQEs  []CQE // reap batch for blocking FileIO waits
+	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
+	syncSeq   uint64
+	syncPin   runtime.Pinner
 	// syncPins pin Pwritev's buffers, pinnerRefsInline per Pinner: a Pinner holds that many
 	// without allocating and allocates a fresh array for more on every use.
-	syncPins []runtime.Pinner
+	syncPins    []runtime.Pinner
 	iovs        []Iovec
 	timers      timerHeap
 	now         func() time.Time

@@ -324,7 +324,9 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			}
 			continue
 		}
-		if err := l.writeBatches(s, batches[i:j], before.size, before.nextOffset); err != nil {
+		if l.stageNext && s.direct == nil {
+			l.stage(s, batches[i:j], before) // stagedwrite.go: written by WriteStaged
+		} else if err := l.writeBatches(s, batches[i:j], before.size, before.nextOffset); err != nil {
 			s.restore(before)
 			if s.direct != nil && l.aw != nil {
 				// Nothing was staged: the wait for earlier writes failed (the log failed).
@@ -428,10 +430,6 @@ func (l *Log) writeBatches(s *segment, batches [][]byte, pos, prevNext int64) er
 	}
 	if s.direct != nil {
 		return s.direct.write(l.fio, batches, pos)
-	}
-	if l.stageNext {
-		l.stage(s, batches, pos, prevNext)
-		return nil
 	}
 	l.iovecs = append(l.iovecs[:0], batches...)
 	err := pwritevFull(l.fio, s.logFd(), l.iovecs, pos)

@@ -24,9 +24,10 @@ import "fmt"
 // stagedWrites is what a log has staged and not written: one contiguous range of the
 // active segment.
 type stagedWrites struct {
-	seg *segment
-	pos int64    // file position of the first staged byte
-	iov [][]byte // the staged batches, in order; the callers' slices
+	seg    *segment
+	pos    int64        // file position of the first staged byte
+	before segmentState // seg before the first staged batch, restored when the write fails
+	iov    [][]byte     // the staged batches, in order; the callers' slices
 }
 
 func (w *stagedWrites) pending() bool { return len(w.iov) > 0 }
@@ -82,20 +83,26 @@ func (l *Log) writeStaged() error {
 			err = l.fail(fmt.Errorf("write staged batches of segment %d at %d: %w", w.seg.baseOffset, w.pos, storageWriteError(l.dir, err)))
 		}
 	}
+	if err != nil {
+		// Nothing staged counts as appended: the segment and the producers go back to what
+		// the file holds (the log refuses writes from now on; this keeps its reads right).
+		w.seg.restore(w.before)
+		l.reloadProducers()
+	}
 	clear(w.iov)
 	w.seg.staged = nil
 	w.iov, w.seg = w.iov[:0], nil
 	return err
 }
 
-// stage keeps batches, just noted in s at file position pos (s held prevNext before them),
-// for the next WriteStaged.
-func (l *Log) stage(s *segment, batches [][]byte, pos, prevNext int64) {
+// stage keeps batches, just noted in s (which was in state before them), for the next
+// WriteStaged.
+func (l *Log) stage(s *segment, batches [][]byte, before segmentState) {
 	w := &l.staged
 	if !w.pending() {
-		w.seg, w.pos = s, pos
+		w.seg, w.pos, w.before = s, before.size, before
 		s.staged = w
-		l.writtenNext = prevNext // the end of what is in the file, until WriteStaged
+		l.writtenNext = before.nextOffset // the end of what is in the file, until WriteStaged
 	}
 	w.iov = append(w.iov, batches...)
 }

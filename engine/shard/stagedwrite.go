@@ -10,9 +10,10 @@ package shard
 // or acknowledges a staged byte.
 
 // enableStagedWrites turns staging on for p's log (page-cache mode), unless the broker was
-// told to write each append at once or a test FileIO must see each write as it happens.
+// told to write each append at once. A test FileIO (Config.WrapFileIO) sees the staged
+// writes as they happen, at the end of the turn, so the fault and crash drills cover them.
 func (s *Shard) enableStagedWrites(p *partition) {
-	if s.b.cfg.WriteEachAppend || s.b.wrapped != nil {
+	if s.b.cfg.WriteEachAppend {
 		return
 	}
 	l := p.log

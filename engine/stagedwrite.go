@@ -17,9 +17,10 @@ import "fmt"
 // (asyncwrite.go), so the owner acknowledges the staged appends in offset order. Anything
 // that needs the bytes in the file first writes them itself: a roll, Sync, truncation,
 // Close, and any append that is not staged (AppendBatches, AppendReplicated). A failed
-// write fails the log for good (ErrLogFailed): later appends are staged behind it and
-// their offsets handed out, so nothing after the failure is ever reported written;
-// reopening runs recovery, which drops whatever the failed write left torn.
+// write (EIO, ENOSPC) is rolled back like a failed AppendBatches: every append staged
+// since the last write is undone (end, size, indexes, producers and the file as before
+// the first of them), WriteStaged returns the error and TakeStagedError reports it to the
+// owner, which fails those appends; the next append may succeed.
 
 // stagedWrites is what a log has staged and not written: one contiguous range of the
 // active segment.
@@ -28,6 +29,7 @@ type stagedWrites struct {
 	pos    int64        // file position of the first staged byte
 	before segmentState // seg before the first staged batch, restored when the write fails
 	iov    [][]byte     // the staged batches, in order; the callers' slices
+	err    error        // the last failed write, rolled back; for TakeStagedError
 }
 
 func (w *stagedWrites) pending() bool { return len(w.iov) > 0 }
@@ -70,7 +72,9 @@ func (l *Log) WriteStaged() error {
 	return err
 }
 
-// writeStaged writes the staged bytes without running the hook; a failure fails the log.
+// writeStaged writes the staged bytes without running the hook. A failed write is rolled
+// back as a failed AppendBatches is: the segment, its file and the producers go back to
+// what they were before the first staged batch, and TakeStagedError reports it once.
 func (l *Log) writeStaged() error {
 	w := &l.staged
 	if !w.pending() {
@@ -78,20 +82,36 @@ func (l *Log) writeStaged() error {
 	}
 	err := l.failed
 	if err == nil && !l.closed {
-		err = pwritevFull(l.fio, w.seg.logFd(), w.iov, w.pos)
-		if err != nil {
-			err = l.fail(fmt.Errorf("write staged batches of segment %d at %d: %w", w.seg.baseOffset, w.pos, storageWriteError(l.dir, err)))
+		if err = pwritevFull(l.fio, w.seg.logFd(), w.iov, w.pos); err != nil {
+			err = fmt.Errorf("write staged batches of segment %d at %d: %w", w.seg.baseOffset, w.pos, storageWriteError(l.dir, err))
+			if terr := w.seg.log.Truncate(w.pos); terr != nil {
+				l.cfg.Logger.Warn("truncate after failed write", "dir", l.dir, "err", terr)
+			}
+			l.releaseDisk(l.cfg.Disk != nil, w.iov)
+			w.err = err
 		}
 	}
 	if err != nil {
 		// Nothing staged counts as appended: the segment and the producers go back to what
-		// the file holds (the log refuses writes from now on; this keeps its reads right).
+		// the file holds; the header window may hold staged bytes.
 		w.seg.restore(w.before)
-		l.reloadProducers()
+		l.headers.invalidate()
+		if l.failed == nil {
+			l.reloadProducers() // fails the log if it cannot
+		}
 	}
 	clear(w.iov)
 	w.seg.staged = nil
 	w.iov, w.seg = w.iov[:0], nil
+	return err
+}
+
+// TakeStagedError returns, once, the error of the last write of staged batches that failed
+// and was rolled back without failing the log (nil otherwise): the owner fails the appends
+// that were waiting for it; later appends may succeed.
+func (l *Log) TakeStagedError() error {
+	err := l.staged.err
+	l.staged.err = nil
 	return err
 }
 

@@ -135,13 +135,15 @@ func TestStagedAppendsMixedWithWrites(t *testing.T) {
 	mustEqualBytes(t, "after reopen", readAll(t, l2, 1<<20), want)
 }
 
-// TestStagedWriteFailureFailsTheLog: a failed write of staged batches fails the log for
-// good; their offsets never count as written and nothing is appended after.
-func TestStagedWriteFailureFailsTheLog(t *testing.T) {
+// TestStagedWriteFailureRollsBack: a failed write of staged batches undoes every append
+// staged since the last write (end offset, file, producers), reports the error once, and
+// the next append succeeds at the offsets the failed ones had.
+func TestStagedWriteFailureRollsBack(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(StoragePageCache)
 	l, fio, written := stagedLog(t, dir, cfg)
-	if _, err := l.AppendBatchesStaged([][]byte{makeBatch(t, 0, 2, 100, 0)}); err != nil {
+	first := makeBatch(t, 0, 2, 100, 0)
+	if _, err := l.AppendBatchesStaged([][]byte{first}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.WriteStaged(); err != nil {
@@ -149,24 +151,35 @@ func TestStagedWriteFailureFailsTheLog(t *testing.T) {
 	}
 	end := l.EndOffset()
 	fio.Inject(faultio.Rule{Op: faultio.OpPwritev, Errno: unix.EIO, Times: 1})
-	if _, err := l.AppendBatchesStaged([][]byte{makeBatch(t, 1, 2, 100, 1)}); err != nil {
-		t.Fatal(err)
+	for i := 1; i <= 3; i++ {
+		if _, err := l.AppendBatchesStaged([][]byte{makeBatch(t, i, 2, 100, int64(i))}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	before := *written
 	err := l.WriteStaged()
-	if !errors.Is(err, ErrLogFailed) || !errors.Is(err, unix.EIO) {
-		t.Fatalf("WriteStaged: %v, want ErrLogFailed wrapping EIO", err)
+	if !errors.Is(err, ErrStorageWrite) || !errors.Is(err, unix.EIO) {
+		t.Fatalf("WriteStaged: %v, want ErrStorageWrite wrapping EIO", err)
 	}
 	if *written != before+1 {
 		t.Fatal("the hook did not hear of the failure")
 	}
-	if l.EndOffset() != end {
-		t.Fatalf("end offset %d after the failed write, want %d", l.EndOffset(), end)
+	if got := l.TakeStagedError(); !errors.Is(got, unix.EIO) || l.TakeStagedError() != nil {
+		t.Fatalf("TakeStagedError: %v, then not nil", got)
 	}
-	if _, err := l.AppendBatchesStaged([][]byte{makeBatch(t, 2, 1, 10, 2)}); !errors.Is(err, ErrLogFailed) {
-		t.Fatalf("append after the failure: %v", err)
+	if l.Err() != nil || l.EndOffset() != end || l.StagedEndOffset() != end {
+		t.Fatalf("after the failed write: log error %v, end %d, staged end %d, want %d", l.Err(), l.EndOffset(), l.StagedEndOffset(), end)
 	}
-	if err := l.Close(); err != nil && !errors.Is(err, ErrLogFailed) {
+	again := makeBatch(t, 9, 3, 50, 9)
+	res, err := l.AppendBatchesStaged([][]byte{again})
+	if err != nil || res.FirstOffset != end {
+		t.Fatalf("append after the failure: first offset %d, %v; want %d", res.FirstOffset, err, end)
+	}
+	if err := l.WriteStaged(); err != nil {
+		t.Fatal(err)
+	}
+	mustEqualBytes(t, "read back", readAll(t, l, 1<<20), append(append([]byte(nil), first...), again...))
+	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,10 +1,12 @@
 package shard
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/ringlog/ringlog/engine/faultio"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // TestStagedAppendsOneWritePerPartitionAndTurn: produces that reach a partition in one loop
@@ -78,5 +80,50 @@ func TestStagedAppendsOneWritePerPartitionAndTurn(t *testing.T) {
 			}
 		}
 		b.Close()
+	}
+}
+
+// TestStagedWriteFailureFailsItsProducesOnly: when a turn's staged write fails (EIO), the
+// produces staged in that turn get the error; the partition takes the next produce at the
+// same offsets.
+func TestStagedWriteFailureFailsItsProducesOnly(t *testing.T) {
+	var fio *faultio.FileIO
+	wrap := func(shard int, inner ring.FileIO) ring.FileIO {
+		if shard != 0 {
+			return inner
+		}
+		fio = faultio.New(inner)
+		return fio
+	}
+	b, err := Open(Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "syscall"}, WrapFileIO: wrap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.CreateTopic("t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	tp := TopicPartition{"t", 0}
+	if r := produce(t, b, tp, AcksLeader, buildBatch(t, "a", 2)); r.Err != nil || r.BaseOffset != 0 {
+		t.Fatalf("first produce: %+v", r)
+	}
+	results := make(chan ProduceResult, 3)
+	err = b.Exec(0, func(*ring.Reactor) error {
+		fio.Inject(faultio.Rule{Op: faultio.OpPwritev, Errno: unix.EIO, Times: 1})
+		for i := 0; i < 3; i++ {
+			b.ProduceFrom(0, tp, [][]byte{buildBatch(t, "b", 1)}, AcksLeader, func(r ProduceResult) { results <- r })
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if r := <-results; !errors.Is(r.Err, unix.EIO) {
+			t.Fatalf("produce %d of the failed turn: %+v, want EIO", i, r)
+		}
+	}
+	if r := produce(t, b, tp, AcksLeader, buildBatch(t, "c", 2)); r.Err != nil || r.BaseOffset != 2 {
+		t.Fatalf("produce after the failed write: %+v, want base offset 2", r)
 	}
 }

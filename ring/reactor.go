@@ -57,10 +57,18 @@ type Reactor struct {
 	mailbox     mailbox
 	wakeFd      int
 	wakePending atomic.Bool
-	stopping    atomic.Bool
-	closed      atomic.Bool
-	posters     atomic.Int32  // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
-	foreignIO   atomic.Uint64 // FileIO calls made off the owning thread (served by plain syscalls)
+	// awake is true while the loop runs (callbacks, timers, mailbox, blocking FileIO) and
+	// false from just before it checks the mailbox on its way to sleep until it wakes: a
+	// Post while it is true needs no eventfd write, the loop drains the mailbox before it
+	// sleeps. Both sides use sequentially consistent atomics (the poster publishes its
+	// message, then reads awake; the loop clears awake, then reads the mailbox), so a
+	// message is either seen by that check or followed by a wake-up.
+	awake      atomic.Bool
+	wakeWrites atomic.Uint64 // eventfd writes, for tests
+	stopping   atomic.Bool
+	closed     atomic.Bool
+	posters    atomic.Int32  // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
+	foreignIO  atomic.Uint64 // FileIO calls made off the owning thread (served by plain syscalls)
 }
 
 type opSlot struct {
@@ -408,7 +416,9 @@ func (r *Reactor) Post(fn func()) error {
 	if !r.mailbox.push(fn) {
 		return ErrMailboxFull
 	}
-	r.wake()
+	if !r.awake.Load() {
+		r.wake()
+	}
 	return nil
 }
 
@@ -441,6 +451,7 @@ func (r *Reactor) PostFrom(src *Reactor, fn func()) error {
 }
 
 func (r *Reactor) writeWakeFd() {
+	r.wakeWrites.Add(1)
 	var one [8]byte
 	one[0] = 1
 	unix.Write(r.wakeFd, one[:])
@@ -474,7 +485,7 @@ func (r *Reactor) Run() error {
 	if r.stats.started.IsZero() {
 		r.stats.started = time.Now()
 	}
-	defer func() { r.running = false }()
+	defer func() { r.running = false; r.awake.Store(false) }()
 	for !r.stopping.Load() {
 		if err := r.RunOnce(true); err != nil {
 			return err
@@ -497,7 +508,14 @@ func (r *Reactor) RunOnce(block bool) error {
 		}
 	}
 	var err error
-	if block && len(r.backlog) == 0 && r.mailbox.empty() && !r.stopping.Load() {
+	sleep := block && len(r.backlog) == 0 && !r.stopping.Load()
+	if sleep {
+		r.awake.Store(false) // from here a Post wakes the loop (see awake)
+		if sleep = r.mailbox.empty(); !sleep {
+			r.awake.Store(true)
+		}
+	}
+	if sleep {
 		spin := r.cfg.SpinBeforeWait > 0 && r.worked > 0
 		r.worked = 0
 		if spin {
@@ -510,6 +528,7 @@ func (r *Reactor) RunOnce(block bool) error {
 			_, err = r.ring.SubmitAndWait(1, r.untilNextTimer())
 			r.stats.waitNanos += uint64(time.Since(waitStart))
 		}
+		r.awake.Store(true)
 	} else {
 		_, err = r.ring.Submit()
 	}

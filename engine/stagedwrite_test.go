@@ -23,6 +23,17 @@ func stagedLog(t *testing.T, dir string, cfg LogConfig) (*Log, *faultio.FileIO, 
 	return l, fio, written
 }
 
+// closeAndReread closes l and checks that the reopened log (recovery included) holds want.
+func closeAndReread(t *testing.T, l *Log, dir string, cfg LogConfig, want []byte) {
+	t.Helper()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	defer l2.Close()
+	mustEqualBytes(t, "after reopen", readAll(t, l2, 1<<20), want)
+}
+
 // TestStagedAppendsOneWritePerTurn: several staged appends are invisible to readers and
 // syncs until WriteStaged, which writes them with one pwritev; what is read back (and what
 // recovery finds after a reopen) is every batch, in order, with the offsets handed out.
@@ -84,12 +95,7 @@ func TestStagedAppendsOneWritePerTurn(t *testing.T) {
 		}
 	}
 	mustEqualBytes(t, "read back", readAll(t, l, 1<<20), want)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l2, _ := openLog(t, dir, cfg, ring.Syscalls{})
-	defer l2.Close()
-	mustEqualBytes(t, "after reopen", readAll(t, l2, 1<<20), want)
+	closeAndReread(t, l, dir, cfg, want)
 }
 
 // TestStagedAppendsMixedWithWrites: an unstaged append, a roll, Sync and Close each write
@@ -127,12 +133,7 @@ func TestStagedAppendsMixedWithWrites(t *testing.T) {
 	if *written == 0 {
 		t.Fatal("the written hook never ran")
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l2, _ := openLog(t, dir, cfg, ring.Syscalls{})
-	defer l2.Close()
-	mustEqualBytes(t, "after reopen", readAll(t, l2, 1<<20), want)
+	closeAndReread(t, l, dir, cfg, want)
 }
 
 // TestStagedWriteFailureRollsBack: a failed write of staged batches undoes every append

@@ -15,25 +15,16 @@ import (
 // read back. With WriteEachAppend each produce writes on its own.
 func TestStagedAppendsOneWritePerPartitionAndTurn(t *testing.T) {
 	for _, each := range []bool{false, true} {
-		var fio *faultio.FileIO
-		wrap := func(shard int, inner ring.FileIO) ring.FileIO {
-			if shard != 0 {
-				return inner
-			}
-			fio = faultio.New(inner)
-			return fio
-		}
-		b, err := Open(Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "syscall"}, WrapFileIO: wrap, WriteEachAppend: each})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, fios := faultBroker(t, t.TempDir(), 1)
+		fio := fios[0]
+		b.cfg.WriteEachAppend = each // read when the partitions open, on the shard
 		if err := b.CreateTopic("t", 2, nil); err != nil {
 			t.Fatal(err)
 		}
 		const produces = 5
 		results := make(chan ProduceResult, 2*produces)
 		var writes int
-		err = b.Exec(0, func(*ring.Reactor) error {
+		err := b.Exec(0, func(*ring.Reactor) error {
 			before := fio.Calls(faultio.OpPwritev)
 			for i := 0; i < produces; i++ {
 				for p := int32(0); p < 2; p++ {
@@ -87,19 +78,9 @@ func TestStagedAppendsOneWritePerPartitionAndTurn(t *testing.T) {
 // produces staged in that turn get the error; the partition takes the next produce at the
 // same offsets.
 func TestStagedWriteFailureFailsItsProducesOnly(t *testing.T) {
-	var fio *faultio.FileIO
-	wrap := func(shard int, inner ring.FileIO) ring.FileIO {
-		if shard != 0 {
-			return inner
-		}
-		fio = faultio.New(inner)
-		return fio
-	}
-	b, err := Open(Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "syscall"}, WrapFileIO: wrap})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, fios := faultBroker(t, t.TempDir(), 1)
 	defer b.Close()
+	fio := fios[0]
 	if err := b.CreateTopic("t", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +89,7 @@ func TestStagedWriteFailureFailsItsProducesOnly(t *testing.T) {
 		t.Fatalf("first produce: %+v", r)
 	}
 	results := make(chan ProduceResult, 3)
-	err = b.Exec(0, func(*ring.Reactor) error {
+	err := b.Exec(0, func(*ring.Reactor) error {
 		fio.Inject(faultio.Rule{Op: faultio.OpPwritev, Errno: unix.EIO, Times: 1})
 		for i := 0; i < 3; i++ {
 			b.ProduceFrom(0, tp, [][]byte{buildBatch(t, "b", 1)}, AcksLeader, func(r ProduceResult) { results <- r })

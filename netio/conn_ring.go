@@ -586,29 +586,47 @@ func (c *ringConn) buildPlan() {
 	}
 }
 
-// sendNext issues the next op of the plan, or finishes the batch.
+// sendNext issues the next op of the plan, or finishes the batch. Memory segments go out
+// by send(2) first (sendInline) and by a ring op for what the socket did not take.
 func (c *ringConn) sendNext() {
-	if c.dead {
-		c.maybeFinish()
-		return
-	}
-	if c.planIndex == len(c.plan) {
-		c.sending = false
-		if c.writeTimer != nil {
-			c.writeTimer.Stop()
-			c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
+	for {
+		if c.dead {
+			c.maybeFinish()
+			return
 		}
-		c.finishBatch()
-		c.progress()
-		return
-	}
-	seg := &c.plan[c.planIndex]
-	if seg.file.File == nil {
+		if c.planIndex == len(c.plan) {
+			c.sending = false
+			if c.writeTimer != nil {
+				c.writeTimer.Stop()
+				c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
+			}
+			c.finishBatch()
+			c.progress()
+			return
+		}
+		seg := &c.plan[c.planIndex]
+		if seg.file.File != nil {
+			if err := c.spliceNext(seg); err != nil {
+				c.failLoop(err)
+			}
+			return
+		}
 		rest := seg.data[c.segmentOff:]
 		flags := unix.MSG_NOSIGNAL
 		if c.planIndex+1 < len(c.plan) {
 			flags |= unix.MSG_MORE
 		}
+		n, ok := c.sendInline(rest, flags)
+		if !ok {
+			return
+		}
+		if n == len(rest) {
+			c.planIndex++
+			c.segmentOff = 0
+			continue
+		}
+		c.segmentOff += int64(n)
+		rest = rest[n:]
 		op, err := c.r.Begin(c.onSentFn)
 		if err != nil {
 			c.failLoop(fmt.Errorf("send: %w", err))
@@ -621,10 +639,8 @@ func (c *ringConn) sendNext() {
 			return
 		}
 		c.ops++
+		c.srv.stats.ringSendOps.Add(1)
 		return
-	}
-	if err := c.spliceNext(seg); err != nil {
-		c.failLoop(err)
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 )
 
 // The ring I/O driver: a shard's listener and its connections run on the shard's
-// ring.Reactor loop. Accept (multishot), recv and send are ring ops; Handler.Serve runs on
+// ring.Reactor loop. Accept (multishot) and recv are ring ops; replies leave by a
+// non-blocking send(2) on the loop, and by a ring send op for what a full socket did not
+// take (conn_ring_inline.go); Handler.Serve runs on
 // the loop thread, so a handler owning the shard's partitions can serve them without a
 // hand-off; replies from other goroutines reach the loop through Reactor.Post. Fetch file
 // ranges go out by two SPLICE ops linked with IOSQE_IO_LINK (file -> per-connection pipe ->

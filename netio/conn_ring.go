@@ -18,9 +18,9 @@ import (
 // The ring I/O driver: a shard's listener and its connections run on the shard's
 // ring.Reactor loop. Accept (multishot) and recv are ring ops; replies leave by a
 // non-blocking send(2) on the loop, and by a ring send op for what a full socket did not
-// take (conn_ring_inline.go); Handler.Serve runs on
-// the loop thread, so a handler owning the shard's partitions can serve them without a
-// hand-off; replies from other goroutines reach the loop through Reactor.Post. Fetch file
+// take (conn_ring_inline.go). Handler.Serve runs on the loop thread, so a handler owning
+// the shard's partitions can serve them without a hand-off; replies from other goroutines
+// reach the loop through Reactor.Post. Fetch file
 // ranges go out by two SPLICE ops linked with IOSQE_IO_LINK (file -> per-connection pipe ->
 // socket). Every field of ringConn without a lock note is owned by the loop thread.
 

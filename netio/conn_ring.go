@@ -17,16 +17,18 @@ import (
 )
 
 // The ring I/O driver: a shard's listener and its connections run on the shard's
-// ring.Reactor loop. Accept (multishot), recv and send are ring ops; Handler.Serve runs on
-// the loop thread, so a handler owning the shard's partitions can serve them without a
-// hand-off; replies from other goroutines reach the loop through Reactor.Post. A batch of
-// responses carrying fetch file ranges goes out through a per-connection pipe: the loop
-// fills it itself (headers by write, file ranges whose pages are in the page cache by
-// splice(2), both non-blocking), then one SPLICE op moves the whole pipe to the socket, so
-// the responses of several partitions and requests cost one io-wq hand-off per pipe-full
-// instead of two per file range. A range not in the page cache goes by two SPLICE ops
-// linked with IOSQE_IO_LINK (file -> pipe -> socket), so the loop never waits for the
-// disk. Every field of ringConn without a lock note is owned by the loop thread.
+// ring.Reactor loop. Accept (multishot) and recv are ring ops; replies leave by a
+// non-blocking send(2) on the loop, and by a ring send op for what a full socket did not
+// take (conn_ring_inline.go). Handler.Serve runs on the loop thread, so a handler owning
+// the shard's partitions can serve them without a hand-off; replies from other goroutines
+// reach the loop through Reactor.Post. A batch of responses carrying fetch file ranges
+// goes out through a per-connection pipe: the loop fills it itself (headers by write, file
+// ranges whose pages are in the page cache by splice(2), both non-blocking), then one
+// SPLICE op moves the whole pipe to the socket, so the responses of several partitions and
+// requests cost one io-wq hand-off per pipe-full instead of two per file range. A range
+// not in the page cache goes by two SPLICE ops linked with IOSQE_IO_LINK (file -> pipe ->
+// socket), so the loop never waits for the disk. Every field of ringConn without a lock
+// note is owned by the loop thread.
 
 // ringListener is one shard's listener on its reactor.
 type ringListener struct {
@@ -598,35 +600,47 @@ func (c *ringConn) buildPlan() {
 	}
 }
 
-// sendNext issues the next op of the plan, or finishes the batch.
+// sendNext issues the next op of the plan, or finishes the batch. Memory segments go out
+// by send(2) first (sendInline) and by a ring op for what the socket did not take.
 func (c *ringConn) sendNext() {
-	if c.dead {
-		c.maybeFinish()
-		return
-	}
-	if c.planIndex == len(c.plan) && c.pipeBytes == 0 {
-		c.sending = false
-		if c.writeTimer != nil {
-			c.writeTimer.Stop()
-			c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
+	for {
+		if c.dead {
+			c.maybeFinish()
+			return
 		}
-		c.finishBatch()
-		c.progress()
-		return
-	}
-	if c.planFiles {
-		if err := c.pipeNext(); err != nil {
-			c.failLoop(err)
+		if c.planIndex == len(c.plan) && c.pipeBytes == 0 {
+			c.sending = false
+			if c.writeTimer != nil {
+				c.writeTimer.Stop()
+				c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
+			}
+			c.finishBatch()
+			c.progress()
+			return
 		}
-		return
-	}
-	seg := &c.plan[c.planIndex]
-	if seg.file.File == nil {
+		if c.planFiles { // the whole batch goes through the pipe
+			if err := c.pipeNext(); err != nil {
+				c.failLoop(err)
+			}
+			return
+		}
+		seg := &c.plan[c.planIndex]
 		rest := seg.data[c.segmentOff:]
 		flags := unix.MSG_NOSIGNAL
 		if c.planIndex+1 < len(c.plan) {
 			flags |= unix.MSG_MORE
 		}
+		n, ok := c.sendInline(rest, flags)
+		if !ok {
+			return
+		}
+		if n == len(rest) {
+			c.planIndex++
+			c.segmentOff = 0
+			continue
+		}
+		c.segmentOff += int64(n)
+		rest = rest[n:]
 		op, err := c.r.Begin(c.onSentFn)
 		if err != nil {
 			c.failLoop(fmt.Errorf("send: %w", err))
@@ -639,10 +653,8 @@ func (c *ringConn) sendNext() {
 			return
 		}
 		c.ops++
+		c.srv.stats.ringSendOps.Add(1)
 		return
-	}
-	if err := c.spliceNext(seg); err != nil {
-		c.failLoop(err)
 	}
 }
 

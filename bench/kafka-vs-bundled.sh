@@ -28,6 +28,8 @@
 #   LOCK=/tmp/ringlog-bench.lock ...   hold this flock(1) lock for each round (both clients'
 #        runs), not for the whole script: a long series leaves gaps for other measurements
 #        (do not also wrap the script in flock on the same file: it would wait for itself)
+#   DRIVERS="kgo kgo-x" ...            the two drivers (default "ringlog kgo"; ratios are
+#        second/first; a driver whose name starts with kgo gets the Kafka listener)
 #   BACKLOG=512MiB ...                 override a catch-up workload's backlogSize
 #   PROFILE=DIR [PROFILE_AFTER=4] [PROFILE_ADDR=127.0.0.1:16061] ...   (a 5 s broker CPU
 #   profile per run, PROFILE_AFTER seconds into it, via ringlogd --debug-addr, and the
@@ -53,7 +55,7 @@ workload=${1:-bench/workloads/max-rate-1kib.yaml}
 rounds=${ROUNDS:-3}
 duration=${DURATION:-10s}
 warmup=${WARMUP:-3s}
-drivers=(ringlog kgo)
+read -r -a drivers <<<"${DRIVERS:-ringlog kgo}"
 profile=${PROFILE:-}
 
 go build -o bin/ ./cmd/...
@@ -168,7 +170,7 @@ for round in $(seq "$rounds"); do
   for driver in "${order[@]}"; do
     start_broker
     addr=$listen
-    [ "$driver" = kgo ] && addr=$kafka
+    [[ "$driver" == kgo* ]] && addr=$kafka
     load=$(cut -d' ' -f1 /proc/loadavg)
     rm -rf "$dir/out"
     cpuprofile=()
@@ -193,19 +195,20 @@ for round in $(seq "$rounds"); do
   done
   [ -n "$lock" ] && exec 9>&-
 done
-python3 - "$dir/rows" <<'PY'
+python3 - "$dir/rows" "${drivers[@]}" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
+first, second = sys.argv[2], sys.argv[3]
 by = {(r[0], r[1], r[2]): tuple(map(float, r[3:6])) for r in rows}
 rounds = sorted({r[0] for r in rows}, key=int)
 for phase in ("produce", "fetch", "consume"):
-    ratios = [by[(n, "kgo", phase)][0] / by[(n, "ringlog", phase)][0] for n in rounds
-              if (n, "kgo", phase) in by and (n, "ringlog", phase) in by and by[(n, "ringlog", phase)][0] > 0]
+    ratios = [by[(n, second, phase)][0] / by[(n, first, phase)][0] for n in rounds
+              if (n, second, phase) in by and (n, first, phase) in by and by[(n, first, phase)][0] > 0]
     if not ratios: continue
-    print("%-8s kgo/ringlog per round: %s" % (phase, " ".join("%.2f" % x for x in ratios)))
-    print("%-8s kgo/ringlog median %.2f, min %.2f, max %.2f, %d of %d rounds >= 0.90" % (
-        phase, statistics.median(ratios), min(ratios), max(ratios), sum(x >= 0.9 for x in ratios), len(ratios)))
-    for d in ("ringlog", "kgo"):
+    print("%-8s %s/%s per round: %s" % (phase, second, first, " ".join("%.2f" % x for x in ratios)))
+    print("%-8s %s/%s median %.2f, min %.2f, max %.2f, %d of %d rounds >= 0.90" % (
+        phase, second, first, statistics.median(ratios), min(ratios), max(ratios), sum(x >= 0.9 for x in ratios), len(ratios)))
+    for d in (first, second):
         v = [by[(n, d, phase)] for n in rounds if (n, d, phase) in by]
         print("%-8s %-7s median %4.0f MB/s (%.0f-%.0f), broker %.2f s/GB, client %.2f s/GB" % (
             phase, d, statistics.median(x[0] for x in v), min(x[0] for x in v), max(x[0] for x in v),

@@ -63,11 +63,12 @@ dir=$(mktemp -d)
 pprof_flag=()
 [ -n "$profile" ] && { mkdir -p "$profile"; pprof_flag=(--debug-addr "${PROFILE_ADDR:-127.0.0.1:16061}"); }
 broker=
+sampler=
 stop_broker() {
   [ -n "$broker" ] && { kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true; }
   broker=
 }
-trap 'stop_broker; rm -rf "$dir"' EXIT
+trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null; stop_broker; rm -rf "$dir"' EXIT
 # start_broker: a fresh ringlogd on an empty data directory; sets broker, listen and kafka.
 start_broker() {
   rm -rf "$dir/data"
@@ -184,8 +185,14 @@ for round in $(seq "$rounds"); do
       sleep "${PROFILE_AFTER:-4}"
       curl -s -o "$profile/broker-$driver-$round.pprof" "http://${PROFILE_ADDR:-127.0.0.1:16061}/debug/pprof/profile?seconds=5" || true
     fi
-    wait "$client" || { cat "$dir/run.txt"; exit 1; }
+    if ! wait "$client"; then
+      cat "$dir/run.txt"
+      kill -0 "$broker" 2>/dev/null || echo "ringlogd (pid $broker) is gone; its log:"
+      tail -20 "$dir/broker.log"
+      exit 1
+    fi
     kill "$sampler"; wait "$sampler" 2>/dev/null || true
+    sampler=
     while read -r phase mbs bcpu ccpu; do
       echo "$round $driver $phase $mbs $bcpu $ccpu $load" >>"$dir/rows"
       printf '%-6s %-8s %-8s %9s %13s %13s  %s\n' "$round" "$driver" "$phase" "$mbs" "$bcpu" "$ccpu" "$load"

@@ -213,7 +213,7 @@ for phase in ("produce", "fetch", "consume"):
               if (n, second, phase) in by and (n, first, phase) in by and by[(n, first, phase)][0] > 0]
     if not ratios: continue
     print("%-8s %s/%s per round: %s" % (phase, second, first, " ".join("%.2f" % x for x in ratios)))
-    print("%-8s %s/%s median %.2f, min %.2f, max %.2f, %d of %d rounds >= 0.90" % (
+    print("%-8s %s/%s median %.3f, min %.2f, max %.2f, %d of %d rounds >= 0.90" % (
         phase, second, first, statistics.median(ratios), min(ratios), max(ratios), sum(x >= 0.9 for x in ratios), len(ratios)))
     for d in (first, second):
         v = [by[(n, d, phase)] for n in rounds if (n, d, phase) in by]

@@ -69,6 +69,8 @@ stop_broker() {
   broker=
 }
 trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null; stop_broker; rm -rf "$dir"' EXIT
+# set -e ends the script on a failed command: say which (a full disk has done it).
+trap 'echo "kafka-vs-bundled.sh: line $LINENO: exit status $? ($(df -h --output=avail "$dir" | tail -1 | tr -d " ") free)" >&2' ERR
 # start_broker: a fresh ringlogd on an empty data directory; sets broker, listen and kafka.
 start_broker() {
   rm -rf "$dir/data"
@@ -89,6 +91,7 @@ echo "workload $workload, $rounds rounds of ${warmup} + ${duration}, a fresh rin
 
 # sample PID...: "epoch-seconds ticks..." every 0.2 s (utime+stime; 0 once a process is gone).
 sample() {
+  set +e # a failed write (a full disk) must not end the sampler before the run does
   local pid f
   while :; do
     local line=$EPOCHREALTIME
@@ -191,7 +194,8 @@ for round in $(seq "$rounds"); do
       tail -20 "$dir/broker.log"
       exit 1
     fi
-    kill "$sampler"; wait "$sampler" 2>/dev/null || true
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
     sampler=
     while read -r phase mbs bcpu ccpu; do
       echo "$round $driver $phase $mbs $bcpu $ccpu $load" >>"$dir/rows"

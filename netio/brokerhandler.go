@@ -557,36 +557,26 @@ func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
 	})
 }
 
-// fillRecords hands file pieces to the sender as file ranges (zero copy). In-memory pieces
-// (direct mode's block cache, immutable) are handed over as they are when the read is one
-// such piece, and copied into Records otherwise (a read spanning chunks or the flushed
-// part; bounded by the fetch's byte budget).
+// fillRecords hands the read's pieces to the sender without copying them: file pieces as
+// file ranges (sendfile/splice), in-memory pieces (direct mode's recent-block cache,
+// immutable below a chunk's fill, never reused once handed out) as memory ranges sent from
+// the cache itself. A read that is one memory piece goes as Records.
 func fillRecords(out *wire.FetchResponsePartition, r *shard.FetchResult) {
 	pieces := r.Records.Pieces
 	if len(pieces) == 1 && pieces[0].File == nil {
 		out.Records = pieces[0].Data
 		return
 	}
-	allFiles := len(pieces) > 0
-	for _, p := range pieces {
-		if p.File == nil {
-			allFiles = false
-		}
-	}
-	if allFiles {
-		out.RecordsFile = make([]wire.FileRange, len(pieces))
-		for i, p := range pieces {
-			out.RecordsFile[i] = wire.FileRange{File: p.File, Offset: p.Position, Length: p.Size}
-		}
+	if len(pieces) == 0 {
 		return
 	}
-	if len(pieces) > 0 {
-		data, err := r.AppendTo(make([]byte, 0, r.Records.Size))
-		if err != nil {
-			out.ErrorCode, out.ErrorMessage = wire.ErrStorage, err.Error()
-			return
+	out.RecordsFile = make([]wire.FileRange, len(pieces))
+	for i, p := range pieces {
+		if p.File == nil {
+			out.RecordsFile[i] = wire.FileRange{Length: int64(len(p.Data)), Data: p.Data}
+			continue
 		}
-		out.Records = data
+		out.RecordsFile[i] = wire.FileRange{File: p.File, Offset: p.Position, Length: p.Size}
 	}
 }
 

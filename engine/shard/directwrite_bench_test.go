@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -51,7 +52,7 @@ func benchDirectAppend(b *testing.B, batchBytes int, hooks *testHooks) {
 		b.Skipf("direct mode unavailable here: %v %+v", err, states)
 	}
 	records := max(batchBytes/1100, 1) // ~1 KiB values plus record overhead fill the batch
-	window := min(1024, (64<<20)/batchBytes)
+	window := min(benchWindowMax(), (64<<20)/batchBytes)
 	benchProduceWindow(b, br, window, records, func(i int) TopicPartition {
 		return TopicPartition{"bench", int32(i % benchPartitions)}
 	}, AcksLeader)
@@ -142,4 +143,11 @@ func alignedBlock(n int) []byte {
 		p[i] = byte(i)
 	}
 	return p
+}
+
+func benchWindowMax() int {
+	if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_WINDOW")); err == nil && v > 0 {
+		return v
+	}
+	return 1024
 }

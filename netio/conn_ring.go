@@ -147,6 +147,7 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 	c.rbuf = make([]byte, readBufferBytes)
 	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
 	c.onSentFn = c.onSent
+	c.onSentZCFn = c.onSentZC
 	c.drainFn = c.drainCompleted
 	if !s.addConn(c, c.info) {
 		s.addrs.leave(a)
@@ -239,6 +240,8 @@ type ringConn struct {
 	onRecvBufFn    func(int32, uint32)
 	onRecvDirectFn func(int32, uint32)
 	onSentFn       func(int32, uint32)
+	onSentZCFn     func(int32, uint32)
+	zcNotifs       int // SEND_ZC notifications still to come for the batch being sent
 	drainFn        func()
 
 	mu             sync.Mutex
@@ -251,7 +254,12 @@ type ringConn struct {
 type sendSegment struct {
 	data []byte
 	file wire.FileRange
+	zc   bool // records memory sent with SEND_ZC (Config.MemorySendZC)
 }
+
+// sendZCBytesMin is the smallest memory piece Config.MemorySendZC sends with SEND_ZC:
+// below it the notification costs more than the copy it saves.
+const sendZCBytesMin = 64 << 10
 
 // recvDirectBytesMin: a frame still missing at least this much is received straight into
 // its own buffer instead of through rbuf (saves a copy of large produce payloads).
@@ -578,7 +586,7 @@ func (c *ringConn) buildPlan() {
 				c.plan = append(c.plan, sendSegment{file: s.Range})
 			}
 		} else if len(s.Data) > 0 {
-			c.plan = append(c.plan, sendSegment{data: s.Data})
+			c.plan = append(c.plan, sendSegment{data: s.Data, zc: c.srv.cfg.MemorySendZC && len(s.Data) >= sendZCBytesMin})
 		}
 	}
 	if prev < len(c.wbuf) {
@@ -593,6 +601,9 @@ func (c *ringConn) sendNext() {
 		return
 	}
 	if c.planIndex == len(c.plan) {
+		if c.zcNotifs > 0 {
+			return // onSentZC finishes the batch once the kernel let go of its pages
+		}
 		c.sending = false
 		if c.writeTimer != nil {
 			c.writeTimer.Stop()
@@ -609,12 +620,20 @@ func (c *ringConn) sendNext() {
 		if c.planIndex+1 < len(c.plan) {
 			flags |= unix.MSG_MORE
 		}
-		op, err := c.r.Begin(c.onSentFn)
+		done := c.onSentFn
+		if seg.zc {
+			done = c.onSentZCFn
+		}
+		op, err := c.r.Begin(done)
 		if err != nil {
 			c.failLoop(fmt.Errorf("send: %w", err))
 			return
 		}
-		op.SQE().PrepSend(c.fd, rest, flags)
+		if seg.zc {
+			op.SQE().PrepSendZC(c.fd, rest, flags)
+		} else {
+			op.SQE().PrepSend(c.fd, rest, flags)
+		}
 		op.Pin(&rest[0])
 		if err := op.Submit(); err != nil {
 			c.failLoop(fmt.Errorf("send: %w", err))
@@ -630,6 +649,31 @@ func (c *ringConn) sendNext() {
 
 func (c *ringConn) onSent(res int32, _ uint32) {
 	c.ops--
+	c.sent(res)
+}
+
+// onSentZC is onSent for SEND_ZC: its result arrives first (with CQEFMore when a
+// notification follows), then the notification; the op counts until the last of them.
+func (c *ringConn) onSentZC(res int32, flags uint32) {
+	if flags&ring.CQEFNotif != 0 {
+		c.ops--
+		c.zcNotifs--
+		if c.dead {
+			c.maybeFinish()
+		} else if c.zcNotifs == 0 && c.planIndex == len(c.plan) {
+			c.sendNext()
+		}
+		return
+	}
+	if flags&ring.CQEFMore != 0 {
+		c.zcNotifs++
+	} else {
+		c.ops--
+	}
+	c.sent(res)
+}
+
+func (c *ringConn) sent(res int32) {
 	if c.dead {
 		c.maybeFinish()
 		return

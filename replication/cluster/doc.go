@@ -22,6 +22,10 @@
 //     batches as they are (offsets and epochs kept, engine.Log.AppendReplicated) and
 //     reports its log end offset with the next fetch; with a replication throttle
 //     (Config.ThrottledBytesPerSecond) the replicas outside their ISR share one byte budget;
+//   - replicates consumer groups (groups.go): creates __consumer_offsets through the
+//     controller at the first coordinator lookup, names a group's coordinator (the leader
+//     of its partition), and tells the broker's group coordinators when this broker starts
+//     or stops leading one of its partitions (shard.Groups.Lead and Resign);
 //
 // It reaches the network only through the Dialer it is given (netio implements it): this
 // package must not import netio, cmd or bench. The state of a partition's replica is

@@ -84,7 +84,6 @@ type fetchCall struct {
 	topics     []wire.FetchResponseTopic
 	partitions []wire.FetchResponsePartition // every topic's, back to back
 	files      []wire.FileRange              // every partition's file ranges, back to back
-	copied     []byte                        // records read into memory (mixed pieces)
 	answerFn   func([]shard.FetchResult)
 	writtenFn  func()
 }
@@ -94,9 +93,6 @@ var fetchCalls sync.Pool
 // fetchCallPartitionsMax: calls that grew past this many partitions are left to the GC
 // instead of being pooled, so one huge request does not pin its arrays forever.
 const fetchCallPartitionsMax = 1024
-
-// fetchCallCopiedBytesMax: a call keeps a records copy buffer up to this size.
-const fetchCallCopiedBytesMax = 1 << 20
 
 func getFetchCall() *fetchCall {
 	fc, _ := fetchCalls.Get().(*fetchCall)
@@ -115,7 +111,7 @@ func (fc *fetchCall) answer(results []shard.FetchResult) {
 		results = fc.merged
 	}
 	body := fc.body
-	fc.topics, fc.partitions, fc.files, fc.copied = fc.topics[:0], fc.partitions[:0], fc.files[:0], fc.copied[:0]
+	fc.topics, fc.partitions, fc.files = fc.topics[:0], fc.partitions[:0], fc.files[:0]
 	total := 0
 	for i := range body.Topics {
 		total += len(body.Topics[i].Partitions)
@@ -145,41 +141,29 @@ func (fc *fetchCall) answer(results []shard.FetchResult) {
 	req.Reply(Response{Body: &fc.resp, Done: fc.writtenFn})
 }
 
-// fillRecords hands file pieces to the sender as file ranges (zero copy). In-memory pieces
-// (direct mode's block cache, immutable) are handed over as they are when the read is one
-// such piece, and copied into Records otherwise (a read spanning chunks or the flushed
-// part; bounded by the fetch's byte budget).
+// fillRecords hands the read's pieces to the sender without copying them: file pieces as
+// file ranges (splice), in-memory pieces (direct mode's recent-block cache, immutable below
+// a chunk's fill, never reused once handed out) as memory ranges sent from the cache
+// itself. A read that is one memory piece goes as Records.
 func (fc *fetchCall) fillRecords(out *wire.FetchResponsePartition, r *shard.FetchResult) {
 	pieces := r.Records.Pieces
 	if len(pieces) == 1 && pieces[0].File == nil {
 		out.Records = pieces[0].Data
 		return
 	}
-	allFiles := len(pieces) > 0
-	for _, p := range pieces {
-		if p.File == nil {
-			allFiles = false
-		}
-	}
-	if allFiles {
-		start := len(fc.files)
-		for _, p := range pieces {
-			fc.files = append(fc.files, wire.FileRange{File: p.File, Offset: p.Position, Length: p.Size})
-		}
-		// Later partitions may grow fc.files: a capped view survives a reallocation.
-		out.RecordsFile = fc.files[start:len(fc.files):len(fc.files)]
+	if len(pieces) == 0 {
 		return
 	}
-	if len(pieces) > 0 {
-		start := len(fc.copied)
-		data, err := r.AppendTo(fc.copied)
-		if err != nil {
-			out.ErrorCode, out.ErrorMessage = wire.ErrStorage, err.Error()
-			return
+	start := len(fc.files)
+	for _, p := range pieces {
+		if p.File == nil {
+			fc.files = append(fc.files, wire.FileRange{Length: int64(len(p.Data)), Data: p.Data})
+			continue
 		}
-		fc.copied = data
-		out.Records = data[start:len(data):len(data)]
+		fc.files = append(fc.files, wire.FileRange{File: p.File, Offset: p.Position, Length: p.Size})
 	}
+	// Later partitions may grow fc.files: a capped view survives a reallocation.
+	out.RecordsFile = fc.files[start:len(fc.files):len(fc.files)]
 }
 
 // written is the response's Done: the records are sent (or dropped), so the results'
@@ -194,7 +178,7 @@ func (fc *fetchCall) written() {
 	clear(fc.files[:cap(fc.files)])
 	fc.resp = wire.FetchResponse{}
 	fc.fr.Files = nil
-	if len(fc.results) > fetchCallPartitionsMax || cap(fc.copied) > fetchCallCopiedBytesMax {
+	if len(fc.results) > fetchCallPartitionsMax {
 		return
 	}
 	fetchCalls.Put(fc)

@@ -156,6 +156,7 @@ func (s *Server) startRingConn(r *ring.Reactor, fd int, shard int) {
 	c.onRecvBufFn, c.onRecvDirectFn = c.onRecvBuf, c.onRecvDirect
 	c.onSentFn = c.onSent
 	c.onFileToPipeFn, c.onPipeSentFn, c.onPipeDrainFn = c.onFileToPipe, c.onPipeToSocket, c.onPipeDrained
+	c.onSentZCFn = c.onSentZC
 	c.drainFn = c.drainCompleted
 	if !s.addConn(c, c.info) {
 		s.addrs.leave(a)
@@ -252,6 +253,8 @@ type ringConn struct {
 	onFileToPipeFn func(int32, uint32)
 	onPipeSentFn   func(int32, uint32)
 	onPipeDrainFn  func(int32, uint32)
+	onSentZCFn     func(int32, uint32)
+	zcNotifs       int // SEND_ZC notifications still to come for the batch being sent
 	drainFn        func()
 
 	mu             sync.Mutex
@@ -264,7 +267,12 @@ type ringConn struct {
 type sendSegment struct {
 	data []byte
 	file wire.FileRange
+	zc   bool // records memory sent with SEND_ZC (Config.MemorySendZC)
 }
+
+// sendZCBytesMin is the smallest memory piece Config.MemorySendZC sends with SEND_ZC:
+// below it the notification costs more than the copy it saves.
+const sendZCBytesMin = 64 << 10
 
 // recvDirectBytesMin: a frame still missing at least this much is received straight into
 // its own buffer instead of through rbuf (saves a copy of large produce payloads).
@@ -592,7 +600,7 @@ func (c *ringConn) buildPlan() {
 				c.planFiles = true
 			}
 		} else if len(s.Data) > 0 {
-			c.plan = append(c.plan, sendSegment{data: s.Data})
+			c.plan = append(c.plan, sendSegment{data: s.Data, zc: c.srv.cfg.MemorySendZC && len(s.Data) >= sendZCBytesMin})
 		}
 	}
 	if prev < len(c.wbuf) {
@@ -609,6 +617,9 @@ func (c *ringConn) sendNext() {
 			return
 		}
 		if c.planIndex == len(c.plan) && c.pipeBytes == 0 {
+			if c.zcNotifs > 0 {
+				return // onSentZC finishes the batch once the kernel let go of its pages
+			}
 			c.sending = false
 			if c.writeTimer != nil {
 				c.writeTimer.Stop()
@@ -630,23 +641,32 @@ func (c *ringConn) sendNext() {
 		if c.planIndex+1 < len(c.plan) {
 			flags |= unix.MSG_MORE
 		}
-		n, ok := c.sendInline(rest, flags)
-		if !ok {
-			return
+		done := c.onSentFn
+		if seg.zc {
+			done = c.onSentZCFn // no inline send: the point is the kernel not copying
+		} else {
+			n, ok := c.sendInline(rest, flags)
+			if !ok {
+				return
+			}
+			if n == len(rest) {
+				c.planIndex++
+				c.segmentOff = 0
+				continue
+			}
+			c.segmentOff += int64(n)
+			rest = rest[n:]
 		}
-		if n == len(rest) {
-			c.planIndex++
-			c.segmentOff = 0
-			continue
-		}
-		c.segmentOff += int64(n)
-		rest = rest[n:]
-		op, err := c.r.Begin(c.onSentFn)
+		op, err := c.r.Begin(done)
 		if err != nil {
 			c.failLoop(fmt.Errorf("send: %w", err))
 			return
 		}
-		op.SQE().PrepSend(c.fd, rest, flags)
+		if seg.zc {
+			op.SQE().PrepSendZC(c.fd, rest, flags)
+		} else {
+			op.SQE().PrepSend(c.fd, rest, flags)
+		}
 		op.Pin(&rest[0])
 		if err := op.Submit(); err != nil {
 			c.failLoop(fmt.Errorf("send: %w", err))
@@ -660,6 +680,31 @@ func (c *ringConn) sendNext() {
 
 func (c *ringConn) onSent(res int32, _ uint32) {
 	c.ops--
+	c.sent(res)
+}
+
+// onSentZC is onSent for SEND_ZC: its result arrives first (with CQEFMore when a
+// notification follows), then the notification; the op counts until the last of them.
+func (c *ringConn) onSentZC(res int32, flags uint32) {
+	if flags&ring.CQEFNotif != 0 {
+		c.ops--
+		c.zcNotifs--
+		if c.dead {
+			c.maybeFinish()
+		} else if c.zcNotifs == 0 && c.planIndex == len(c.plan) {
+			c.sendNext()
+		}
+		return
+	}
+	if flags&ring.CQEFMore != 0 {
+		c.zcNotifs++
+	} else {
+		c.ops--
+	}
+	c.sent(res)
+}
+
+func (c *ringConn) sent(res int32) {
 	if c.dead {
 		c.maybeFinish()
 		return

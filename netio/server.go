@@ -228,6 +228,13 @@ type Config struct {
 	// requests is outstanding (Kafka's connections.max.idle.ms); default 10 min.
 	IdleTimeout time.Duration
 	Egress      Egress // default EgressSendfile
+	// MemorySendZC makes the ring driver send in-memory records of at least
+	// sendZCBytesMin (direct mode's recent-block cache) with IORING_OP_SEND_ZC instead of
+	// SEND; a batch holding such a send is released only once the kernel's notification
+	// says it let go of the pages. Off by default: it lost the A/B on loopback
+	// (BenchmarkServerFetchEgress, docs/benchmarks.md), where the kernel copies
+	// zero-copy sends anyway.
+	MemorySendZC bool
 	// TLS, when set, makes every connection of Serve a TLS server connection (crypto/tls)
 	// with this configuration; the handshake must finish within FrameReadTimeout. File
 	// ranges are then copied through user space (EgressCopy), since the kernel cannot
@@ -424,6 +431,10 @@ func ListenShard(ctx context.Context, address string) (net.Listener, error) {
 		}
 		return serr
 	}}
+	// Plain TCP: Go's ListenConfig makes MPTCP listeners by default (Go 1.24+, where the
+	// kernel has it), and an accepted MPTCP socket refuses zero-copy sends (SEND_ZC:
+	// EOPNOTSUPP) and puts another protocol layer under every send.
+	lc.SetMultipathTCP(false)
 	ln, err := lc.Listen(ctx, "tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s with SO_REUSEPORT: %w", address, err)

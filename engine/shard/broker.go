@@ -145,9 +145,9 @@ type testHooks struct {
 	// fdatasyncAsync replaces the ring submission of a pipelined sync's fdatasync; done must
 	// run on s's loop.
 	fdatasyncAsync func(s *Shard, fd int, done func(error))
-	// syncDirectWrites keeps direct-mode appends synchronous; registeredDirectWrites gives
-	// the logs the reactor's fixed-buffer table (the A/Bs of directwrite.go).
-	syncDirectWrites, registeredDirectWrites bool
+	// syncDirectWrites keeps direct-mode appends synchronous; unregisteredDirectWrites hides
+	// the reactor's fixed-buffer table from the logs (the A/Bs of directwrite.go).
+	syncDirectWrites, unregisteredDirectWrites bool
 }
 
 // TopicPartition names one partition.

@@ -49,13 +49,14 @@ func (s *Shard) enableAsyncWrites(p *partition) {
 		return
 	}
 	l := p.log
-	// Without fixed buffers by default: registering each new 1 MiB chunk cost more than the
-	// per-write page pinning it saves (BenchmarkDirectAppend, mode=async-registered, and
-	// docs/benchmarks.md); a chunk handed to a tailing consumer is never reused, so in a real
-	// workload every chunk would be registered anew.
-	var aw engine.AsyncWriter = struct{ engine.AsyncWriter }{s.r} // hides the fixed-buffer methods
-	if h := s.b.cfg.hooks; h != nil && h.registeredDirectWrites {
-		aw = s.r
+	// From chunks registered as the ring's fixed buffers (WRITE_FIXED: no page pinning per
+	// write in the kernel): it won the A/B at 16 KiB, 64 KiB and 1 MiB batches in both
+	// rounds of session 5 (+13 % to +45 %, docs/benchmarks.md). Where the kernel refuses
+	// (no sparse tables, RLIMIT_MEMLOCK) chunks go unregistered. The unregisteredDirectWrites
+	// hook keeps the A/B runnable (BenchmarkDirectAppend, mode=async-unregistered).
+	var aw engine.AsyncWriter = s.r
+	if h := s.b.cfg.hooks; h != nil && h.unregisteredDirectWrites {
+		aw = struct{ engine.AsyncWriter }{s.r} // hides the fixed-buffer methods
 	}
 	l.SetAsyncWriter(aw, func() { s.writesDone(p, l) })
 }

@@ -26,7 +26,7 @@ func TestDirectAppendsInFlight(t *testing.T) {
 func testDirectAppendsInFlight(t *testing.T, backend string, registered bool) {
 	dir := t.TempDir()
 	b := openBroker(t, dir, backend, 2)
-	b.cfg.hooks = &testHooks{registeredDirectWrites: registered}
+	b.cfg.hooks = &testHooks{unregisteredDirectWrites: !registered}
 	direct := map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect)}
 	for _, topic := range []string{"d", "gone"} {
 		if err := b.CreateTopic(topic, 4, direct); err != nil {

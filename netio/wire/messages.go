@@ -409,16 +409,20 @@ type FetchResponsePartition struct {
 	HighWatermark  int64
 	LogStartOffset int64
 	Records        []byte
-	RecordsFile    []FileRange // server side only: file ranges sent in place of Records
+	RecordsFile    []FileRange // server side only: file (or memory) ranges sent in place of Records
 }
 
 // FileRange is a byte range of an open segment file that the server sends without copying
 // it through user space. The file must stay open until the response that carries it has
-// been written or dropped (see Response.Done).
+// been written or dropped (see Response.Done). With File nil it is an in-memory range
+// instead (Data, Length = len(Data): direct mode's recent-block cache), sent from where it
+// lies, never copied into the frame buffer; it must stay unmodified until the response has
+// been written or dropped.
 type FileRange struct {
 	File   *os.File
 	Offset int64
 	Length int64
+	Data   []byte
 }
 
 // Splice marks where, in an encoded frame buffer, bytes that are not in the buffer belong:
@@ -526,6 +530,10 @@ func (m *FetchResponse) appendSpliced(dst []byte, splices []Splice, spliceMemory
 			}
 			dst = appendInt32(dst, int32(total))
 			for _, fr := range p.RecordsFile {
+				if fr.File == nil {
+					splices = append(splices, Splice{At: len(dst), Data: fr.Data})
+					continue
+				}
 				splices = append(splices, Splice{At: len(dst), Range: fr})
 			}
 		}

@@ -124,14 +124,15 @@ func TestFetchResponseSplicedLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp := &FetchResponse{Topics: []FetchResponseTopic{{Topic: "t", Partitions: []FetchResponsePartition{
-		{Partition: 0, HighWatermark: 5, RecordsFile: []FileRange{{f, 2, 5}, {f, 10, 3}}},
+		{Partition: 0, HighWatermark: 5, RecordsFile: []FileRange{
+			{File: f, Offset: 2, Length: 5}, {Length: 2, Data: []byte("XY")}, {File: f, Offset: 10, Length: 3}}},
 		{Partition: 1, HighWatermark: 6, Records: []byte("mem")},
 		{Partition: 2, HighWatermark: 7, Records: bytes.Repeat([]byte("z"), spliceBytesMin)},
 	}}}}
 	h := RequestHeader{API: APIFetch, CorrelationID: 77}
 	buf, splices := AppendResponseSpliced(nil, h, resp, nil)
-	if len(splices) != 3 {
-		t.Fatalf("got %d splices, want 3", len(splices))
+	if len(splices) != 4 {
+		t.Fatalf("got %d splices, want 4", len(splices))
 	}
 	// Materialise the frame the way a sender would and decode it as a client would.
 	var frame []byte
@@ -157,7 +158,7 @@ func TestFetchResponseSplicedLayout(t *testing.T) {
 	if err := got.ReadFrom(payload); err != nil {
 		t.Fatal(err)
 	}
-	if r := string(got.Topics[0].Partitions[0].Records); r != "23456abc" {
+	if r := string(got.Topics[0].Partitions[0].Records); r != "23456XYabc" { // file, memory (direct mode's cache), file
 		t.Fatalf("spliced records %q", r)
 	}
 	if r := string(got.Topics[0].Partitions[1].Records); r != "mem" {

@@ -152,7 +152,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			return err
 		}
 		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Seeds: splitList(o.clusterSeeds), Rack: o.rack,
-			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle, RaftLog: os.Stderr,
+			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle,
+			LeaderThrottledBytesPerSecond: o.leaderThrottle, RaftLog: os.Stderr,
 			RaftTLS: raftTLS}
 	}
 	n, err := node.Start(node.Config{

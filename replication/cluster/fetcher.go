@@ -155,7 +155,8 @@ func (f *fetcher) run() {
 }
 
 // round truncates the replicas that must, then fetches once for the rest. With the
-// replication throttle on, a replica outside its partition's ISR (md's view) is left out
+// replication throttle on, a replica outside its partition's ISR (md's view) that its
+// topic's follower.replication.throttled.replicas lists (or every one, the key unset) is left out
 // while the throttle's budget is spent, and otherwise fetches at most a chunk whose bytes
 // are charged to the budget; wait > 0 reports that only such replicas were left and when
 // the budget frees.
@@ -179,7 +180,7 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 		r.mu.Lock()
 		if fl := r.follower; fl != nil && fl.Phase() == isr.Fetching {
 			fp := FetchPartition{TopicPartition: r.tp, LeaderEpoch: fl.LeaderEpoch(), Offset: fl.LogEndOffset()}
-			th := m.throttle != nil && !inISR(md, r.tp, m.cfg.NodeID)
+			th := m.throttle != nil && !inISR(md, r.tp, m.cfg.NodeID) && m.lists.Load().listed(false, r.tp, m.cfg.NodeID)
 			if th {
 				if w := m.throttle.wait(); w > 0 {
 					wait = w

@@ -116,6 +116,10 @@ type Config struct {
 	// this broker copies partitions whose ISR it is not in (catching up after a failure, a
 	// reassignment's new replica); 0: unthrottled. In-sync replicas are never throttled.
 	ThrottledBytesPerSecond int64
+	// LeaderThrottledBytesPerSecond is Kafka's leader.replication.throttled.rate: the rate
+	// at which this broker, as leader, serves followers that are not in their partition's
+	// ISR; 0: unthrottled. In-sync followers are never throttled.
+	LeaderThrottledBytesPerSecond int64
 }
 
 // Named defaults and bounds.
@@ -149,7 +153,11 @@ type Manager struct {
 
 	fmu      sync.Mutex
 	fetchers map[int32]*fetcher // by leader id; guarded by fmu
-	throttle *throttle          // nil: replication is not throttled
+	throttle *throttle          // follower side; nil: replication is not throttled
+	// leaderThrottle paces this broker's replies to catching-up followers; nil: off.
+	leaderThrottle *throttle
+	// lists holds the topics' throttled-replicas lists of the last reconciled metadata.
+	lists atomic.Pointer[throttleLists]
 
 	cmu     sync.Mutex
 	ctlConn PeerConn // to the controller leader's broker; guarded by cmu
@@ -211,6 +219,9 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
 	if cfg.ThrottledBytesPerSecond > 0 {
 		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
+	}
+	if cfg.LeaderThrottledBytesPerSecond > 0 {
+		m.leaderThrottle = newThrottle(cfg.LeaderThrottledBytesPerSecond, cfg.Now)
 	}
 	if !voter {
 		m.ctl = startRemoteQuorum(cfg.NodeID, cfg.Seeds, cfg.Dial, cfg.Logger)
@@ -646,6 +657,9 @@ func (m *Manager) metadataLoop() {
 // reconcile brings local partitions in line with md: topics this broker replicates are
 // opened, and each replica leads, follows or idles as md says.
 func (m *Manager) reconcile(md *controller.Metadata) {
+	if l := m.lists.Load(); l == nil || l.version != md.Version {
+		m.lists.Store(newThrottleLists(md))
+	}
 	m.deleteDropped(md)
 	me := md.Brokers[m.cfg.NodeID]
 	if me == nil || me.Fenced {

@@ -152,7 +152,7 @@ type Manager struct {
 	reps sync.Map // shard.TopicPartition -> *replica
 
 	fmu      sync.Mutex
-	fetchers map[int32]*fetcher // by leader id; guarded by fmu
+	fetchers map[fetcherKey]*fetcher // by leader id and lane; guarded by fmu
 	throttle *throttle          // follower side; nil: replication is not throttled
 	// leaderThrottle paces this broker's replies to catching-up followers; nil: off.
 	leaderThrottle *throttle
@@ -216,7 +216,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.RaftLog == nil {
 		cfg.RaftLog = io.Discard
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[fetcherKey]*fetcher{}, stop: make(chan struct{})}
 	if cfg.ThrottledBytesPerSecond > 0 {
 		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
 	}
@@ -692,7 +692,7 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 			}
 		}
 	}
-	m.syncFetchers()
+	m.syncFetchers(md)
 }
 
 // openTopic makes the local topic match md's topic t: created under t's ID and creation

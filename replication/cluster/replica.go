@@ -46,6 +46,9 @@ type replica struct {
 	hwm      atomic.Int64 // the leader's or the follower's high watermark
 	isrSize  atomic.Int32 // the committed ISR less the members lagging now (isr.Leader.InSyncNow)
 	leo      atomic.Int64 // the log end offset last seen on the shard loop
+	// fetching is held by the fetcher lane that truncates or fetches for the replica in
+	// its current round, so that the in-sync and catch-up lanes never both do.
+	fetching atomic.Bool
 	minInsyn atomic.Int32
 }
 
@@ -359,7 +362,8 @@ func (m *Manager) CheckLeaderEpoch(tp shard.TopicPartition, epoch int32) error {
 // on the partition's shard, then the leader records the follower's log end offset (which
 // may move the high watermark and expand the ISR). done runs once, off the shard loops:
 // the records are copied out of the segment files on a goroutine of their own, so that a
-// catching-up follower's large reads never hold up the produces on the leader's shard.
+// catching-up follower's large reads never hold up the produces on the leader's shard,
+// and for a follower outside the ISR at a lowered CPU priority (lowerPriority).
 //
 // With the leader throttle on (leader.replication.throttled.rate), a follower outside the
 // partition's ISR that the topic's leader.replication.throttled.replicas lists (every
@@ -374,6 +378,7 @@ func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 	var charged []bool // fr.Partitions[k] is charged to the leader throttle
 	var held []int     // answers of throttled partitions left out while the budget is spent
 	var wait time.Duration
+	catchUp := false // a follower outside the ISR of some partition: copy at low priority
 	lists := m.lists.Load()
 	for i, fp := range req.Partitions {
 		answers[i] = FetchAnswer{TopicPartition: fp.TopicPartition, HighWatermark: -1, LogEndOffset: -1}
@@ -382,6 +387,7 @@ func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 			answers[i].Err = err
 			continue
 		}
+		catchUp = catchUp || !inSync
 		bytesMax := fp.BytesMax
 		th := m.leaderThrottle != nil && !inSync && lists.listed(true, fp.TopicPartition, m.cfg.NodeID)
 		if th {
@@ -415,6 +421,9 @@ func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 	}
 	m.b.Fetch(fr, func(results []shard.FetchResult) {
 		go func() {
+			if catchUp {
+				lowerPriority() // for good: the thread ends with this goroutine
+			}
 			now := m.cfg.Now()
 			for k := range results {
 				res := &results[k]

@@ -7,6 +7,7 @@ import (
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/replication/controller"
+	"golang.org/x/sys/unix"
 )
 
 // The throttle lets a catching-up replica fetch while its budget lasts and keeps the bytes
@@ -92,5 +93,26 @@ func TestThrottleLists(t *testing.T) {
 	var none *throttleLists
 	if !none.listed(true, shard.TopicPartition{Topic: "x"}, 1) {
 		t.Error("before any metadata every replica should count as listed")
+	}
+}
+
+// lowerPriority lowers the priority of its own thread only.
+func TestLowerPriority(t *testing.T) {
+	before, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+	if err != nil {
+		t.Skip("getpriority:", err)
+	}
+	done := make(chan int)
+	go func() {
+		lowerPriority()
+		p, _ := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+		done <- p
+	}()
+	got := <-done
+	if want := max(before-catchUpNice, 1); got != want {
+		t.Errorf("thread priority after lowerPriority %d (20 - nice), want %d (from %d)", got, want, before)
+	}
+	if now, _ := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid()); now != before {
+		t.Errorf("the test's own thread changed priority: %d, was %d", now, before)
 	}
 }

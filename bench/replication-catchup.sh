@@ -4,17 +4,21 @@
 #
 # (a) max-rate 1 KiB produce with acks=all at --replication-factor 1 and then 3, same cluster,
 #     same run: publish MB/s and publish p99.
-# (b) follower catch-up under a fixed-rate producer, once unthrottled and once with node 3
-#     restarted with --replication-throttled-bytes-per-second THROTTLE: a fixed-rate
-#     (RATE msg/s, acks=all, RF=3) run with all brokers in sync ("before"); then node 3 is
-#     killed (-9), `ringlog produce --acks 1` writes BACKLOG_MIB MiB of 1 KiB records into the
-#     RF=3 topic "backlog" (on nodes 1 and 2 only), node 3 restarts and the same fixed-rate run is measured at once ("during") while node 3
-#     copies the backlog. Printed: backlog bytes, catch-up seconds (until node 3 is back in
-#     every ISR, polled with `ringlog cluster describe`), publish p99 and p99 from the
-#     intended send time (coordinated omission included) before/during, and the ratio.
+# (b) producer latency around a follower's catch-up, in one run: a fixed-rate (RATE msg/s,
+#     1 KiB, acks=all, RF=3) window with all brokers in sync; then twice (unthrottled, and
+#     with node 3 restarted with --replication-throttled-bytes-per-second THROTTLE): node 3
+#     is killed (-9), `ringlog produce --acks 1` writes BACKLOG_MIB MiB of 1 KiB records into
+#     the RF=3 topic "backlog" (on nodes 1 and 2 only), everything is synced to disk, node 3
+#     restarts and the same fixed-rate window is measured at once while node 3 copies the
+#     backlog. Printed per window: catch-up seconds (until node 3 is back in every ISR,
+#     polled with `ringlog cluster describe`), publish p50/p99 from the actual and from the
+#     intended send time (coordinated omission included), each broker's CPU seconds, and
+#     the machine's CPU and I/O pressure (PSI "some") over the window.
 #
 #   bench/replication-catchup.sh
 #   RATE=5000 BACKLOG_MIB=300 MEASURE=20s THROTTLE=20971520 bench/replication-catchup.sh
+#   MAXRATE_RFS= PROFILE=/tmp/prof bench/replication-catchup.sh   # (b) only; CPU profiles
+#       of nodes 1 and 3 over the first 5 s of each catch-up (--debug-addr PORT_BASE+21..23)
 #
 # docs/benchmarks.md records results. Node 3's data dir keeps its old log, so a restart
 # catches up only what it missed. Ports: PORT_BASE+1..3 (clients), PORT_BASE+11..13 (raft).
@@ -101,6 +105,11 @@ row() { # row CASE CATCHUP OUT: one line of the table from a bench run's output 
     "$(ms "$(p50i "$out")")" "$(ms "$(p99i "$out")")" "$cpus" "$psi" "$(load)"
 }
 declare -a curls
+# settle: write back every dirty page first, so that a window does not also measure the
+# writeback of what an earlier step wrote (the backlog fill, an earlier catch-up): the
+# kernel starts it 30 s after the write (vm.dirty_expire_centisecs), often inside the
+# next window. Prints how long it took.
+settle() { local a; a=$(date +%s.%N); sync; awk -v a="$a" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 window_start() { w0=$(date +%s.%N); pc0=$(psi_total cpu); pi0=$(psi_total io); for n in 1 2 3; do c0[$n]=$(cpu_of "${pids[$n]}"); done; }
 declare -a c0
 ms() { awk -v u="$1" 'BEGIN { printf "%.1f", u / 1000 }'; }
@@ -108,6 +117,7 @@ p50() { awk '$1 == "publish" && $2 ~ /^[0-9]+$/ && $3 != "msg/s" { print $3 }' "
 p50i() { awk '$1 == "publish" && $2 == "(from" { print $5 }' "$1"; }
 
 # In sync: no catch-up.
+echo "   (sync before the window: $(settle) s)"
 window_start
 run "$dir/insync.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 3s
 row "in sync" - "$dir/insync.txt"
@@ -118,6 +128,7 @@ for t in 0 "$throttle"; do
   # the backlog: 1 KiB lines into the RF=3 topic "backlog", acks=1, on nodes 1 and 2 only
   { yes "$(head -c 1023 /dev/zero | tr '\0' x)" || true; } | head -n $((backlog_mib * 1024)) |
     bin/ringlog --broker "$b1" produce backlog --acks 1 >"$dir/fill$t.txt" 2>&1 || { cat "$dir/fill$t.txt"; exit 1; }
+  echo "   (backlog written; sync: $(settle) s)"
   flags=(--broker-session-timeout 6s)
   [ "$t" != 0 ] && flags+=(--replication-throttled-bytes-per-second "$t")
   start 3 "${flags[@]}"

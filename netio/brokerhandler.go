@@ -234,9 +234,11 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 	}
 	pc := getProduceCall(req, body, total)
 	// The partitions' answers are written under pc.mu: an acks=all produce with a timeout
-	// may be answered by its timer while shards still hold some of its partitions.
+	// may be answered by its timer while shards still hold some of its partitions. The
+	// reply is sent after unlocking (see answerLocked), and pc is not touched after the
+	// last partition was handed to its shard: from then on it may be answered, written,
+	// released and reused by another request.
 	pc.mu.Lock()
-	defer pc.mu.Unlock()
 	withTimeout := body.Acks == wire.AcksAll && body.TimeoutMs > 0
 	if withTimeout {
 		pc.answeredBuf = reuseCleared(pc.answeredBuf, total)
@@ -279,14 +281,22 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 				h.b.CountProduceError(err)
 				out := pc.out(idx)
 				out.ErrorCode, out.ErrorMessage = codeFor(err), err.Error()
-				pc.answerLocked(idx)
+				if pc.answerLocked(idx) { // the last partition: nothing else to start
+					pc.mu.Unlock()
+					pc.reply()
+					return
+				}
 				continue
 			}
 			pc.mu.Unlock() // the shard may answer inline, on this goroutine
 			h.b.ProduceFrom(caller(req), tp, batches, body.Acks, pc.answers[idx].fn)
+			if k == total {
+				return // pc and body may belong to another request by now
+			}
 			pc.mu.Lock()
 		}
 	}
+	pc.mu.Unlock()
 }
 
 // produceCall gathers one produce request's partition answers. An acks=all produce with a
@@ -432,17 +442,21 @@ func (a *produceAnswer) answer(r shard.ProduceResult) {
 		out.BaseOffset, out.LogStartOffset = r.BaseOffset, r.LogStartOffset
 		out.ErrorCode, out.ErrorMessage = codeFor(r.Err), errMessage(r.Err)
 	}
-	pc.answerLocked(a.idx)
+	last := pc.answerLocked(a.idx)
 	pc.mu.Unlock()
+	if last {
+		pc.reply()
+	}
 }
 
 // answerLocked counts partition idx's answer (already written into the response unless the
-// request was answered) and replies once every partition has answered.
-func (pc *produceCall) answerLocked(idx int) {
+// request was answered) and reports whether every partition has now answered: the caller
+// then replies, after unlocking pc.mu.
+func (pc *produceCall) answerLocked(idx int) (last bool) {
 	pc.refs--
 	if pc.replied {
 		pc.releaseLocked()
-		return
+		return false
 	}
 	if pc.answered != nil {
 		pc.answered[idx] = true
@@ -452,8 +466,16 @@ func (pc *produceCall) answerLocked(idx int) {
 		if pc.stopTimer != nil {
 			pc.stopTimer()
 		}
-		pc.req.Reply(Response{Body: &pc.resp, Done: pc.writtenFn})
+		return true
 	}
+	return false
+}
+
+// reply sends the response; pc.replied is set, so nothing writes pc.resp any more, and the
+// response's own reference keeps pc from the pool until written runs. Never under pc.mu:
+// a connection that is gone releases the reply inline, and written locks pc.mu.
+func (pc *produceCall) reply() {
+	pc.req.Reply(Response{Body: &pc.resp, Done: pc.writtenFn})
 }
 
 // written is the response's Done: the connection no longer needs pc.resp.
@@ -480,8 +502,8 @@ func (pc *produceCall) releaseLocked() {
 // timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
 func (pc *produceCall) timedOut() {
 	pc.mu.Lock()
-	defer pc.mu.Unlock()
 	if pc.replied || pc.stopTimer == nil || time.Now().Before(pc.deadline) {
+		pc.mu.Unlock()
 		return // answered, or a fire left over from an earlier use of this call
 	}
 	pc.replied = true
@@ -492,7 +514,8 @@ func (pc *produceCall) timedOut() {
 			out.ErrorCode, out.ErrorMessage = wire.ErrRequestTimedOut, msg
 		}
 	}
-	pc.req.Reply(Response{Body: &pc.resp, Done: pc.writtenFn})
+	pc.mu.Unlock()
+	pc.reply()
 }
 
 func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {

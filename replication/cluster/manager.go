@@ -153,7 +153,7 @@ type Manager struct {
 
 	fmu      sync.Mutex
 	fetchers map[fetcherKey]*fetcher // by leader id and lane; guarded by fmu
-	throttle *throttle          // follower side; nil: replication is not throttled
+	throttle *throttle               // follower side; nil: replication is not throttled
 	// leaderThrottle paces this broker's replies to catching-up followers; nil: off.
 	leaderThrottle *throttle
 	// lists holds the topics' throttled-replicas lists of the last reconciled metadata.

@@ -46,10 +46,11 @@ type replica struct {
 	hwm      atomic.Int64 // the leader's or the follower's high watermark
 	isrSize  atomic.Int32 // the committed ISR less the members lagging now (isr.Leader.InSyncNow)
 	leo      atomic.Int64 // the log end offset last seen on the shard loop
+	minInsyn atomic.Int32
+
 	// fetching is held by the fetcher lane that truncates or fetches for the replica in
 	// its current round, so that the in-sync and catch-up lanes never both do.
 	fetching atomic.Bool
-	minInsyn atomic.Int32
 }
 
 func newReplica(tp shard.TopicPartition, dir string) *replica {

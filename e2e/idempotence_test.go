@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -147,15 +146,6 @@ func sendRetrying(t *testing.T, ctx context.Context, p *client.Producer, r *clie
 // be in the log exactly once, at the offset its callback reported, in send order within its
 // partition. Without idempotence each swallowed acknowledgement duplicates its batches.
 func TestIdempotentProducerLostAcks(t *testing.T) {
-	if os.Getenv("RINGLOG_E2E_LOST_ACKS") == "" {
-		// Known bug, bisected to 4e11a5f (the broker's pooled produceCall and the ring
-		// connection's double-buffered completed list): in about half the runs a produce
-		// through this ack-dropping proxy is never answered and the producer's Close waits
-		// for ever (0 of 6 runs fail at its parent ceb9ecf and 0 of 8 before that branch was
-		// merged, 2 of 6 at 4e11a5f, 6 of 12 on main). Skipped so that CI can land the rest;
-		// run it with RINGLOG_E2E_LOST_ACKS=1.
-		t.Skip("known hang since 4e11a5f: a produce reply lost when the proxy cuts connections (set RINGLOG_E2E_LOST_ACKS=1 to run)")
-	}
 	const topic, run, records, partitions = "lost-acks", "la", 100_000, 8
 	b := startBroker(t)
 	ctx := testContext(t, soakScaled(240*time.Second))

@@ -22,6 +22,18 @@ func (neverCommits) HighWatermark(p *core.Partition) int64   { return p.Log.EndO
 func (neverCommits) CommittedOffset(p *core.Partition) int64 { return p.Log.StartOffset() }
 func (neverCommits) InSyncReplicas(*core.Partition) int      { return 1 }
 
+// oneRecordBatch is a batch of one record.
+func oneRecordBatch(t *testing.T) []byte {
+	t.Helper()
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	b.Append(1, nil, []byte("v"), nil)
+	records, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return records
+}
+
 // An acks=all produce that cannot commit is answered when its timeout_ms passes: the
 // partitions still waiting get REQUEST_TIMED_OUT, the partitions already answered keep their
 // answer, and the connection serves the requests behind it (the outcome does not depend on
@@ -33,12 +45,7 @@ func TestProduceTimeout(t *testing.T) {
 	if err := rb.Client.CreateTopic(ctx, "t", 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	b := batch.NewBuilder(batch.BuilderOptions{})
-	b.Append(1, nil, []byte("v"), nil)
-	records, err := b.Build(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	records := oneRecordBatch(t)
 	req := &wire.ProduceRequest{Acks: wire.AcksAll, TimeoutMs: 20, Topics: []wire.ProduceTopic{
 		{Topic: "t", Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}},
 		{Topic: "missing", Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}},
@@ -93,12 +100,7 @@ func TestProduceAnsweredAfterConnectionDied(t *testing.T) {
 			if err := rb.Client.CreateTopic(ctx, "t", 1, nil); err != nil {
 				t.Fatal(err)
 			}
-			b := batch.NewBuilder(batch.BuilderOptions{})
-			b.Append(1, nil, []byte("v"), nil)
-			records, err := b.Build(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			records := oneRecordBatch(t)
 			conn, err := net.Dial("tcp", rb.Addr)
 			if err != nil {
 				t.Fatal(err)

@@ -591,8 +591,8 @@ type sendGroup struct {
 // every sealed batch it has queued (up to the request size limit) in one request: while a
 // request waits for its acknowledgement — an fdatasync, say — the batches sealed meanwhile
 // all go in the next one, so throughput grows with the latency instead of shrinking. An
-// idempotent partition does the same with up to InflightBatchesMax batches in flight, in
-// sequence order; a batch sent before goes again alone, so that the broker finds each
+// idempotent partition does the same with up to InflightBatchesMax batches sent and not yet
+// resolved (see sentUnresolved), in sequence order; a batch sent before goes again alone, so that the broker finds each
 // resent batch either wholly written (and answers with its offsets) or not at all. It
 // returns how long to sleep.
 func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duration) {
@@ -633,8 +633,9 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 			continue
 		}
 		budget := len(ps.sealed)
-		if p.idempotent {
-			budget = InflightBatchesMax - ps.inflight
+		if p.idempotent && !ps.sealed[first].sent {
+			// A new batch needs room among the sent ones; a batch going again is one of them.
+			budget = InflightBatchesMax - sentUnresolved(ps)
 		}
 		if budget <= 0 {
 			continue
@@ -669,6 +670,26 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 		next = min(next, max(p.bumpRetryAt.Sub(now), 0))
 	}
 	return out, max(next, 0)
+}
+
+// sentUnresolved counts the batches of ps sent since its oldest unacknowledged one: those
+// in flight, those waiting to go again, and those acknowledged behind them. Capping it at
+// InflightBatchesMax (rather than only the batches in flight) keeps every batch that may
+// still go again among the last InflightBatchesMax the broker remembers for dedup: a batch
+// whose connection died goes again after its retry back-off, and a request collected
+// before that connection failed may reach the broker on a new connection before the retry,
+// so counting only the batches in flight let a partition run past the broker's memory of a
+// batch still to be resent (OUT_OF_ORDER_SEQUENCE on its retry).
+func sentUnresolved(ps *partState) int {
+	n := 0
+	for _, b := range ps.sealed {
+		if b.sent {
+			if n++; n == InflightBatchesMax {
+				break
+			}
+		}
+	}
+	return n
 }
 
 // sendRequest writes rq. With held (SendSync's caller, who waits anyway) the caller may

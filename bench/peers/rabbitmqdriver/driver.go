@@ -51,11 +51,12 @@ type Config struct {
 
 // Driver is the RabbitMQ Streams peer.
 type Driver struct {
-	cfg     Config
-	cmd     *exec.Cmd
-	port    int
-	env     *stream.Environment
-	version string
+	cfg      Config
+	cmd      *exec.Cmd
+	port     int
+	epmdPort int // the port mapper the node started, stopped with it
+	env      *stream.Environment
+	version  string
 }
 
 // ErrNoServer means rabbitmq-server is not installed.
@@ -98,7 +99,7 @@ func Open(cfg Config) (*Driver, error) {
 			return nil, err
 		}
 	}
-	ports := make([]int, 3) // stream, AMQP, distribution
+	ports := make([]int, 4) // stream, AMQP, distribution, port mapper (epmd)
 	for i := range ports {
 		p, err := freePort()
 		if err != nil {
@@ -131,13 +132,15 @@ func Open(cfg Config) (*Driver, error) {
 		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
 		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
 		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[2]),
+		"ERL_EPMD_PORT="+strconv.Itoa(ports[3]),
 		"HOME="+filepath.Join(dir, "home"), // the Erlang cookie lives here
 		"ERL_CRASH_DUMP="+filepath.Join(dir, "erl_crash.dump"),
 	)
 	cmd.Dir = dir
 	// Its own process group, so that stopping it reaches beam behind the start script. The
-	// Erlang port mapper (epmd, port 4369) that the first node starts is a shared daemon that
-	// outlives it and serves the next run, as on any host that runs Erlang nodes.
+	// Erlang port mapper (epmd) that the node starts is a daemon that would outlive it: it
+	// gets a port of its own (not the host's 4369, so a host's Erlang nodes are left alone)
+	// and stopServer stops it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logFile, err := os.Create(filepath.Join(dir, "server.out"))
 	if err != nil {
@@ -149,7 +152,7 @@ func Open(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("rabbitmq driver: start %s: %w", server, err)
 	}
 	logFile.Close()
-	d := &Driver{cfg: cfg, cmd: cmd, port: ports[0]}
+	d := &Driver{cfg: cfg, cmd: cmd, port: ports[0], epmdPort: ports[3]}
 	if err := d.connect(); err != nil {
 		d.stopServer()
 		tail, _ := os.ReadFile(filepath.Join(dir, "server.out"))
@@ -390,5 +393,18 @@ func (d *Driver) stopServer() error {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-exited
 	}
+	d.stopPortMapper()
 	return nil
+}
+
+// stopPortMapper stops the epmd daemon the node started on its own port (best effort: an
+// epmd left behind only holds that port).
+func (d *Driver) stopPortMapper() {
+	epmd, err := exec.LookPath("epmd")
+	if err != nil || d.epmdPort == 0 {
+		return
+	}
+	cmd := exec.Command(epmd, "-port", strconv.Itoa(d.epmdPort), "-kill")
+	cmd.Env = append(os.Environ(), "ERL_EPMD_PORT="+strconv.Itoa(d.epmdPort))
+	_ = cmd.Run()
 }

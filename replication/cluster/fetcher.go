@@ -41,6 +41,10 @@ type fetcherKey struct {
 // which its produces wait behind, and the leader reads it from its segments.
 const catchUpPartitionBytes = 1 << 20
 
+// laneBusyWait is how long a lane waits before it looks again when the other lane holds
+// every replica it would fetch (for at most that lane's round, after an ISR change).
+const laneBusyWait = 10 * time.Millisecond
+
 // syncFetchers starts a fetcher for every leader and lane some replica follows in (md's
 // view of the ISR) and stops the others.
 func (m *Manager) syncFetchers(md *controller.Metadata) {
@@ -150,7 +154,7 @@ func (f *fetcher) run() {
 			conn, addr = c, b.Address
 		}
 		wait, err := f.round(conn, parts, md)
-		if err == nil && wait > 0 { // only throttled replicas, and the budget is spent
+		if err == nil && wait > 0 { // only throttled replicas and the budget is spent, or the other lane holds them
 			select {
 			case <-f.ctx.Done():
 				return
@@ -194,6 +198,9 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 		if r.fetching.CompareAndSwap(false, true) {
 			claimed = append(claimed, r)
 		}
+	}
+	if len(claimed) == 0 { // the other lane holds them all (an ISR change): look again soon
+		return laneBusyWait, nil
 	}
 	parts = claimed
 	for _, r := range parts {

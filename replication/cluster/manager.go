@@ -496,11 +496,26 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 	return m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
 }
 
-// topicReady: this broker's voter knows the topic and the metadata loop has opened it.
+// topicReady: this broker's voter knows the topic, the metadata loop has opened it and
+// has made this broker leader of the partitions the metadata says it leads (the topic is
+// opened before its replicas take their roles: a produce in between was answered
+// NOT_LEADER).
 func (m *Manager) topicReady(name string) bool {
 	t := m.ctl.Metadata().Topics[name]
 	local := m.b.Topic(name)
-	return t != nil && local != nil && localTopicID(local) == t.ID
+	if t == nil || local == nil || localTopicID(local) != t.ID {
+		return false
+	}
+	for _, p := range t.Partitions {
+		if p.Leader != m.cfg.NodeID {
+			continue
+		}
+		v, ok := m.reps.Load(shard.TopicPartition{Topic: name, Partition: p.Index})
+		if !ok || !v.(*replica).leading.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // configUnclean is the topic config the controller reads at create.

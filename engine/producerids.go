@@ -43,6 +43,14 @@ import (
 // are not written to the file (the controller's log holds them; a restart skips the rest
 // of a block); next_id then stays above every id a name holds, and is sent as the lowest
 // id the next block may start at.
+//
+// On a cluster the names are kept cluster-wide as well, by a ProducerNameSource (the
+// controller's replicated map): Init and Resume of a name go to it, and the epochs of the
+// cluster's names (SetClusterNames, from every metadata change) fence on this broker's
+// partitions, so that a name initialised at another broker fences the producer that holds
+// it here. While the source answers ok=false (a cluster not yet finalized at the protocol
+// version that keeps names: a rolling upgrade), names stay in the file as on a single
+// broker.
 const (
 	producerIDsFileName = "producer-ids.json"
 	producerIDsVersion  = 1
@@ -72,6 +80,14 @@ var (
 // ProducerIDBlockSource reserves a block of producer ids that no other caller, on any
 // broker, ever gets: count ids from first, with first >= minID.
 type ProducerIDBlockSource func(ctx context.Context, minID int64) (first, count int64, err error)
+
+// ProducerNameSource gives a producer name its next identity cluster-wide (a cluster's
+// controller): the name's id with the epoch bumped, or, with keepEpoch, the name's current
+// identity as it is (a fresh one for an unknown name). current is the identity the caller
+// holds (NoProducer: none); a caller a newer instance has fenced gets an error wrapping
+// ErrProducerFenced. ok false: the cluster does not keep names (yet); the registry keeps
+// the name in its file.
+type ProducerNameSource func(ctx context.Context, name string, current ProducerIdentity, keepEpoch bool) (id ProducerIdentity, ok bool, err error)
 
 // ProducerIdentity is a producer id and epoch.
 type ProducerIdentity struct {
@@ -104,6 +120,12 @@ type ProducerIDs struct {
 	spareFirst, spareEnd int64
 	fetching             chan struct{}
 	fetchErr             error
+
+	// nameSource, when set, keeps names cluster-wide; cluster holds the identities of the
+	// cluster's names as last heard (SetClusterNames, or an answer of nameSource). Both
+	// guarded by mu; cluster is replaced whole, never written in place.
+	nameSource ProducerNameSource
+	cluster    map[string]ProducerIdentity
 
 	// epochs maps the id of every named producer to its current epoch. Replaced whole
 	// (copy-on-write) under mu; read without a lock by the produce path.
@@ -260,6 +282,9 @@ var NoProducer = ProducerIdentity{ID: -1, Epoch: -1}
 // with ErrProducerFenced instead of fencing the newer one. The new state is on disk before
 // Init returns.
 func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdentity, error) {
+	if id, ok, err := p.fromSource(name, current, false); ok || err != nil {
+		return id, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if prev, known := p.names[name]; p.blocks != nil && (name == "" || !known || prev.Epoch >= producerEpochMax) {
@@ -315,14 +340,94 @@ func (p *ProducerIDs) Init(name string, current ProducerIdentity) (ProducerIdent
 	return next, nil
 }
 
-// Lookup returns the identity a name holds now, without bumping its epoch (ok false for a
-// name never initialised). A client that resumes the name's current epoch instead of
-// fencing it (the HTTP produce API, which has no producer session) uses it.
+// Lookup returns the identity a name holds now in the file, without bumping its epoch (ok
+// false for a name never initialised there).
 func (p *ProducerIDs) Lookup(name string) (id ProducerIdentity, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id, ok = p.names[name]
 	return id, ok
+}
+
+// Resume returns the identity a name holds now, without bumping its epoch, initialising a
+// name that has none (a fresh id at epoch 0): the cluster's when a ProducerNameSource keeps
+// names, else the file's. A client that resumes the name's current epoch instead of
+// fencing it (the HTTP produce API, which has no producer session) uses it.
+func (p *ProducerIDs) Resume(name string) (ProducerIdentity, error) {
+	p.mu.Lock()
+	id, known := p.cluster[name]
+	p.mu.Unlock()
+	if known { // the cluster's map holds it: no controller round trip per request
+		return id, nil
+	}
+	if id, ok, err := p.fromSource(name, NoProducer, true); ok || err != nil {
+		return id, err
+	}
+	if id, ok := p.Lookup(name); ok {
+		return id, nil
+	}
+	return p.Init(name, NoProducer)
+}
+
+// SetNameSource makes the registry keep names cluster-wide through src (see
+// ProducerNameSource). Call it before the first Init.
+func (p *ProducerIDs) SetNameSource(src ProducerNameSource) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.nameSource = src
+}
+
+// SetClusterNames merges the identities of the cluster's names (the controller's map, at
+// each metadata change): their epochs fence batches from then on. An identity this broker
+// was answered more recently than names shows (a newer epoch of the same id, a name names
+// lacks) is kept: the controller never forgets a name, so names is a view that lags.
+func (p *ProducerIDs) SetClusterNames(names map[string]ProducerIdentity) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := make(map[string]ProducerIdentity, max(len(names), len(p.cluster)))
+	for name, id := range p.cluster {
+		next[name] = id
+	}
+	for name, id := range names {
+		if mine, ok := p.cluster[name]; ok && mine.ID == id.ID && mine.Epoch > id.Epoch {
+			id = mine
+		}
+		next[name] = id
+	}
+	p.cluster = next
+	p.publishLocked()
+}
+
+// fromSource asks the name source for name's identity; ok false when there is no source,
+// no name, or the source does not keep names.
+func (p *ProducerIDs) fromSource(name string, current ProducerIdentity, keepEpoch bool) (ProducerIdentity, bool, error) {
+	p.mu.Lock()
+	src := p.nameSource
+	p.mu.Unlock()
+	if src == nil || name == "" {
+		return ProducerIdentity{}, false, nil
+	}
+	if err := validProducerName(name); err != nil {
+		return ProducerIdentity{}, false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), producerIDBlockTimeout)
+	defer cancel()
+	id, ok, err := src(ctx, name, current, keepEpoch)
+	if err != nil || !ok {
+		return ProducerIdentity{}, false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := make(map[string]ProducerIdentity, len(p.cluster)+1)
+	for k, v := range p.cluster {
+		next[k] = v
+	}
+	if mine, known := next[name]; !known || mine.ID != id.ID || mine.Epoch < id.Epoch {
+		next[name] = id
+	}
+	p.cluster = next
+	p.publishLocked()
+	return id, true, nil
 }
 
 // CurrentEpoch returns the current epoch of a named producer's id (ok false for ids that
@@ -337,9 +442,12 @@ func (p *ProducerIDs) CurrentEpoch(id int64) (epoch int16, ok bool) {
 }
 
 func (p *ProducerIDs) publishLocked() {
-	m := make(map[int64]int16, len(p.names))
+	m := make(map[int64]int16, len(p.names)+len(p.cluster))
 	for _, id := range p.names {
 		m[id.ID] = id.Epoch
+	}
+	for _, id := range p.cluster { // ids of the controller's counter: never a file name's
+		m[id.ID] = max(m[id.ID], id.Epoch)
 	}
 	p.epochs.Store(&m)
 }

@@ -100,6 +100,10 @@ func clusterCodeFor(err error) wire.ErrorCode {
 		return wire.ErrInvalidPartitions
 	case errors.Is(err, controller.ErrUnknownTopic), errors.Is(err, controller.ErrTopicIDMismatch):
 		return wire.ErrUnknownTopicOrPartition
+	case errors.Is(err, controller.ErrUnsupportedProtocolVersion):
+		return wire.ErrUnsupportedProtocolVersion
+	case errors.Is(err, controller.ErrInvalidFinalizedVersion):
+		return wire.ErrInvalidFinalizedVersion
 	case errors.As(err, &code):
 		return code
 	}
@@ -139,6 +143,10 @@ const adminTimeout = 30 * time.Second
 func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchRequest) {
 	if h.cluster == nil {
 		req.ReplyError(wire.ErrUnknownAPI, "this broker is not part of a cluster")
+		return
+	}
+	if err := h.cluster.CheckPeerProtocol(body.ProtocolVersion); err != nil {
+		req.ReplyError(wire.ErrUnsupportedProtocolVersion, err.Error())
 		return
 	}
 	fr := &cluster.FetchRequest{ReplicaID: body.ReplicaID, MaxWait: time.Duration(body.MaxWaitMs) * time.Millisecond,
@@ -204,6 +212,9 @@ func (h *BrokerHandler) offsetsForLeaderEpoch(body *wire.OffsetsForLeaderEpochRe
 func (h *BrokerHandler) controllerOp(body *wire.ControllerRequest) *wire.ControllerResponse {
 	if h.cluster == nil {
 		return &wire.ControllerResponse{ErrorCode: wire.ErrNotController, ErrorMessage: "this broker is not part of a cluster"}
+	}
+	if err := h.cluster.CheckPeerProtocol(body.ProtocolVersion); err != nil {
+		return &wire.ControllerResponse{ErrorCode: wire.ErrUnsupportedProtocolVersion, ErrorMessage: err.Error()}
 	}
 	out, err := h.cluster.HandleController(body.Op, body.Body)
 	if err != nil {
@@ -349,8 +360,11 @@ func (e *peerError) Unwrap() error { return e.code }
 // text the peer's message carries.
 func (e *peerError) Is(target error) bool {
 	switch target {
-	case controller.ErrStaleSession, controller.ErrTopicExists, controller.ErrNotEnoughBrokers, controller.ErrNotController:
+	case controller.ErrStaleSession, controller.ErrTopicExists, controller.ErrNotEnoughBrokers, controller.ErrNotController,
+		controller.ErrProducerFenced, controller.ErrInvalidProducerName, controller.ErrTooManyProducers:
 		return strings.Contains(e.msg, target.Error())
+	case controller.ErrUnsupportedProtocolVersion:
+		return e.code == wire.ErrUnsupportedProtocolVersion
 	case isr.ErrNotLeader:
 		return e.code == wire.ErrNotLeaderOrWrongShard
 	case isr.ErrOffsetOutOfRange:
@@ -395,7 +409,7 @@ func (p *peerConn) roundTrip(ctx context.Context, req, resp wire.Message) error 
 }
 
 func (p *peerConn) ReplicaFetch(ctx context.Context, req *cluster.FetchRequest) ([]cluster.FetchAnswer, error) {
-	wr := &wire.ReplicaFetchRequest{ReplicaID: req.ReplicaID, MaxWaitMs: int32(req.MaxWait / time.Millisecond), MinBytes: 1, MaxBytes: req.BytesMax}
+	wr := &wire.ReplicaFetchRequest{ProtocolVersion: req.ProtocolVersion, ReplicaID: req.ReplicaID, MaxWaitMs: int32(req.MaxWait / time.Millisecond), MinBytes: 1, MaxBytes: req.BytesMax}
 	index := map[string]int{}
 	for _, fp := range req.Partitions {
 		i, ok := index[fp.Topic]
@@ -449,9 +463,9 @@ func (p *peerConn) OffsetsForLeaderEpoch(ctx context.Context, tp shard.TopicPart
 	return isr.EpochEndOffset{Epoch: a.LeaderEpoch, EndOffset: a.EndOffset}, nil
 }
 
-func (p *peerConn) Controller(ctx context.Context, op int8, body []byte) ([]byte, error) {
+func (p *peerConn) Controller(ctx context.Context, op int8, protocol uint16, body []byte) ([]byte, error) {
 	var resp wire.ControllerResponse
-	if err := p.roundTrip(ctx, &wire.ControllerRequest{Op: op, Body: body}, &resp); err != nil {
+	if err := p.roundTrip(ctx, &wire.ControllerRequest{Op: op, Body: body, ProtocolVersion: protocol}, &resp); err != nil {
 		return nil, err
 	}
 	if err := codeErr(resp.ErrorCode, resp.ErrorMessage); err != nil {

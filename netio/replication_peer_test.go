@@ -97,6 +97,6 @@ func controllerCommand(ctx context.Context, d *netio.PeerDialer, addr string) er
 		return err
 	}
 	defer c.Close()
-	_, err = c.Controller(ctx, cluster.OpSubmit, []byte("{}"))
+	_, err = c.Controller(ctx, cluster.OpSubmit, 0, []byte("{}"))
 	return err
 }

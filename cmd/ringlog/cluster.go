@@ -3,37 +3,60 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/replication/cluster"
+	"github.com/ringlog/ringlog/replication/controller"
 )
 
 func init() {
-	register("cluster", "describe a replicated cluster: brokers, controller leader, partitions' leaders, replicas, ISR", runCluster)
+	register("cluster", "describe a replicated cluster (brokers, protocol versions, controller leader, partitions' leaders, replicas, ISR); finalize its protocol version", func(args []string) error {
+		return runSubcommands("cluster", clusterCommands, args)
+	})
 }
 
-const clusterUsage = "usage: ringlog cluster describe [--broker HOST:PORT] [--json]"
+var clusterCommands = map[string]subcommand{
+	"describe":         {"cluster describe [--json]", func(_ string, args []string, stdout io.Writer) error { return clusterDescribe(args, stdout) }},
+	"finalize-version": {"cluster finalize-version VERSION", clusterFinalizeVersion},
+}
 
-func runCluster(args []string) error {
-	if len(args) == 0 || args[0] != "describe" {
-		fmt.Fprintln(os.Stderr, clusterUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			return nil
+// clusterFinalizeVersion raises the cluster's finalized inter-broker protocol version
+// (the last step of a rolling upgrade: docs/operations.md).
+func clusterFinalizeVersion(usage string, args []string, stdout io.Writer) error {
+	fs := newFlagSet("cluster finalize-version", usage)
+	broker := brokerFlag(fs)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(positional, "VERSION"); err != nil {
+		return err
+	}
+	version, err := strconv.ParseUint(positional[0], 10, 16)
+	if err != nil || version == 0 {
+		return fmt.Errorf("VERSION %q: want a protocol version (1 to %d in this build)", positional[0], controller.ProtocolVersionMax)
+	}
+	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
+		cmd, err := json.Marshal(&controller.Command{Type: controller.CmdFinalizeVersion, Finalize: &controller.FinalizeRequest{Version: uint16(version)}})
+		if err != nil {
+			return err
 		}
-		return errors.New("unknown or missing subcommand (want describe)")
-	}
-	err := clusterDescribe(args[1:], os.Stdout)
-	if errors.Is(err, errHelp) {
-		return nil
-	}
-	return err
+		out, err := submitToController(ctx, c, cmd)
+		if err != nil {
+			return fmt.Errorf("finalize protocol version %d: %w", version, err)
+		}
+		var finalized uint16
+		if err := json.Unmarshal(out, &finalized); err != nil {
+			return fmt.Errorf("decode the controller's answer: %w", err)
+		}
+		_, err = fmt.Fprintf(stdout, "finalized protocol version: %d\n", finalized)
+		return err
+	})
 }
 
 func clusterDescribe(args []string, stdout io.Writer) error {
@@ -66,7 +89,7 @@ func clusterDescribe(args []string, stdout io.Writer) error {
 
 func printClusterView(w io.Writer, v *cluster.View) error {
 	md := v.Metadata
-	fmt.Fprintf(w, "answered by node %d; controller leader: node %d\n\nbrokers:\n", v.NodeID, v.ControllerLeader)
+	fmt.Fprintf(w, "answered by node %d; controller leader: node %d\nfinalized protocol version: %d\n\nbrokers:\n", v.NodeID, v.ControllerLeader, md.Finalized())
 	ids := make([]int, 0, len(md.Brokers))
 	for id := range md.Brokers {
 		ids = append(ids, int(id))
@@ -78,7 +101,8 @@ func printClusterView(w io.Writer, v *cluster.View) error {
 		if b.Fenced {
 			state = "fenced"
 		}
-		fmt.Fprintf(w, "  node %d  %s  rack=%q  session=%d  %s\n", b.ID, b.Address, b.Rack, b.SessionEpoch, state)
+		lo, hi := b.ProtocolRange()
+		fmt.Fprintf(w, "  node %d  %s  rack=%q  session=%d  protocol=%d-%d  %s\n", b.ID, b.Address, b.Rack, b.SessionEpoch, lo, hi, state)
 	}
 	names := make([]string, 0, len(md.Topics))
 	for name := range md.Topics {

@@ -96,7 +96,7 @@ func completionSpec() completion {
 	sort.Strings(c.commands)
 	c.flags["produce"] = helpFlags(func() error { _, err := parseProduceFlags([]string{"-h"}); return err })
 	c.flags["consume"] = helpFlags(func() error { _, err := parseConsumeFlags([]string{"-h"}); return err })
-	for cmd, subs := range map[string]map[string]subcommand{"topic": topicCommands, "group": groupCommands, "user": userCommands, "acl": aclCommands, "partition": partitionCommands} {
+	for cmd, subs := range map[string]map[string]subcommand{"topic": topicCommands, "group": groupCommands, "user": userCommands, "acl": aclCommands, "partition": partitionCommands, "cluster": clusterCommands} {
 		for name, sub := range subs {
 			c.subcommands[cmd] = append(c.subcommands[cmd], name)
 			c.flags[cmd+" "+name] = helpFlags(func() error { return sub.run(sub.usage, []string{"-h"}, io.Discard) })
@@ -110,8 +110,6 @@ func completionSpec() completion {
 		c.flags["tune "+name] = flagSetFlags(newTuneFlags(name, io.Discard).set)
 	}
 	c.subcommands["completion"] = []string{"bash", "zsh"}
-	c.subcommands["cluster"] = []string{"describe"}
-	c.flags["cluster describe"] = helpFlags(func() error { return clusterDescribe([]string{"-h"}, io.Discard) })
 	for _, subs := range c.subcommands {
 		sort.Strings(subs)
 	}

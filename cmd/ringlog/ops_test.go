@@ -424,7 +424,7 @@ func TestCompletion(t *testing.T) {
 		"ringlog user add --pass":               "--password-file",
 		"ringlog group ":                        "delete describe list reset",
 		"ringlog group reset g --to":            "--to --topic",
-		"ringlog cluster ":                      "describe",
+		"ringlog cluster ":                      "describe finalize-version",
 		"ringlog cluster describe --j":          "--json",
 		"ringlog --broker h:1 topi":             "topic",
 		"ringlog topic ":                        "config create delete describe list repair",

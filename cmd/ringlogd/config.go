@@ -27,6 +27,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/netio/wire"
+	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/tuning"
 )
 
@@ -63,7 +64,14 @@ const (
 )
 
 // commandOnly flags act on this invocation and are not configuration keys.
-var commandOnly = map[string]bool{"config": true, "print-config": true, "version": true}
+// testing-protocol-versions is one too: a testing flag, never a configuration key.
+var commandOnly = map[string]bool{"config": true, "print-config": true, "version": true, flagTestingProtocol: true}
+
+// flagTestingProtocol narrows the inter-broker protocol versions this broker registers
+// with (MIN-MAX) to simulate a broker of an older release in tests
+// (e2e.TestReplicationProtocolVersionRefused). Testing only: a real broker speaks its
+// build's range.
+const flagTestingProtocol = "testing-protocol-versions"
 
 // options is the broker's effective configuration.
 type options struct {
@@ -118,8 +126,10 @@ type options struct {
 	replicaLagMax    time.Duration
 	replThrottle     int64
 	leaderThrottle   int64
-	security         securityFlags
-	admin            adminFlags
+	// testingProtocol is --testing-protocol-versions (MIN-MAX; empty: this build's range).
+	testingProtocol string
+	security        securityFlags
+	admin           adminFlags
 }
 
 // topicDefaults is the topic-defaults key: broker-wide topic configs (the same keys as
@@ -262,6 +272,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&o.replicaLagMax, "replica-lag-time-max", 10*time.Second, "replica.lag.time.max: a follower that has not caught up with its leader for this long leaves the ISR")
 	fs.Int64Var(&o.replThrottle, "replication-throttled-bytes-per-second", 0, "replication.throttled.bytes.per.second: the rate at which this broker copies partitions whose ISR it is not in (catching up after a failure, a reassignment's new replica); in-sync replicas are never throttled; 0: unthrottled")
 	fs.Int64Var(&o.leaderThrottle, "leader-replication-throttled-rate", 0, "leader.replication.throttled.rate in bytes per second: the rate at which this broker, as leader, serves followers that are not in their partition's ISR (those the topic's leader.replication.throttled.replicas lists, every one when unset); in-sync followers are never throttled; 0: unthrottled")
+	fs.StringVar(&o.testingProtocol, flagTestingProtocol, "", "TESTING ONLY: register with inter-broker protocol versions MIN-MAX instead of this build's, to simulate a broker of an older release (command line only)")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
 	return fs
 }
@@ -576,6 +587,9 @@ func (s *settings) validate() error {
 	if o.replicaLagMax <= 0 {
 		return bad("replica-lag-time-max", o.replicaLagMax.String(), "a positive duration")
 	}
+	if _, _, err := parseProtocolRange(o.testingProtocol); err != nil {
+		return bad(flagTestingProtocol, o.testingProtocol, fmt.Sprintf("MIN-MAX within this build's %d-%d", controller.ProtocolVersionMin, controller.ProtocolVersionMax))
+	}
 	if o.replThrottle < 0 {
 		return bad("replication-throttled-bytes-per-second", strconv.FormatInt(o.replThrottle, 10), "0 (unthrottled) or more")
 	}
@@ -784,4 +798,19 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// parseProtocolRange parses --testing-protocol-versions: "" (0, 0: this build's range) or
+// MIN-MAX within this build's range.
+func parseProtocolRange(text string) (lo, hi uint16, err error) {
+	if text == "" {
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(text, "-")
+	x, errA := strconv.ParseUint(a, 10, 16)
+	y, errB := strconv.ParseUint(b, 10, 16)
+	if !ok || errA != nil || errB != nil || x < uint64(controller.ProtocolVersionMin) || x > y || y > uint64(controller.ProtocolVersionMax) {
+		return 0, 0, fmt.Errorf("protocol versions %q: want MIN-MAX within %d-%d", text, controller.ProtocolVersionMin, controller.ProtocolVersionMax)
+	}
+	return uint16(x), uint16(y), nil
 }

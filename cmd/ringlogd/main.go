@@ -151,10 +151,11 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		if peerDialer, raftTLS, peerCreds, err = o.security.peerDialer(serverTLS); err != nil {
 			return err
 		}
+		protocolMin, protocolMax, _ := parseProtocolRange(o.testingProtocol) // validated by loadSettings
 		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Seeds: splitList(o.clusterSeeds), Rack: o.rack,
 			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle,
 			LeaderThrottledBytesPerSecond: o.leaderThrottle, RaftLog: os.Stderr,
-			RaftTLS: raftTLS}
+			RaftTLS: raftTLS, ProtocolMin: protocolMin, ProtocolMax: protocolMax}
 	}
 	n, err := node.Start(node.Config{
 		Cluster:    clusterCfg,

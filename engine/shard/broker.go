@@ -104,6 +104,9 @@ type Config struct {
 	// controller, so that no two brokers hand out the same id); nil: the data directory's
 	// own allocator (engine.ProducerIDs).
 	ProducerIDBlocks engine.ProducerIDBlockSource
+	// ProducerNames, when set, keeps producer names cluster-wide (a cluster's controller;
+	// see engine.ProducerNameSource); nil: names live in the data directory's file.
+	ProducerNames engine.ProducerNameSource
 	// PartitionListeners are told on the owning shard's loop when a partition opens on this
 	// broker and when it closes: the attachment point of a group coordinator that lives
 	// next to the partitions of __consumer_offsets (it loads a partition's groups when it
@@ -250,6 +253,9 @@ func Open(cfg Config) (*Broker, error) {
 	}
 	if cfg.ProducerIDBlocks != nil {
 		producerIDs.SetBlockSource(cfg.ProducerIDBlocks)
+	}
+	if cfg.ProducerNames != nil {
+		producerIDs.SetNameSource(cfg.ProducerNames)
 	}
 	b := &Broker{cfg: cfg, log: cfg.Logger, cat: cat, catFIO: catFIO, allowed: allowedCPUs(), dirLock: dirLock, rep: cfg.Replicator, producerIDs: producerIDs, files: NewQuota(cfg.FetchFilesMax)}
 	b.logDefaults.Store(&cfg.Log)

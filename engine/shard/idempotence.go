@@ -33,10 +33,14 @@ func (b *Broker) ProducerIdentity(name string) (engine.ProducerIdentity, error) 
 	if b.closing.Load() {
 		return engine.ProducerIdentity{}, ErrShuttingDown
 	}
-	if id, ok := b.producerIDs.Lookup(name); ok {
-		return id, nil
-	}
-	return b.producerIDs.Init(name, engine.NoProducer)
+	return b.producerIDs.Resume(name)
+}
+
+// SetClusterProducerNames replaces the identities of the cluster's producer names (the
+// controller's map, replication/cluster at each metadata change): a batch with an older
+// epoch than its name's is fenced from then on. Any goroutine.
+func (b *Broker) SetClusterProducerNames(names map[string]engine.ProducerIdentity) {
+	b.producerIDs.SetClusterNames(names)
 }
 
 // checkFenced refuses batches whose producer epoch is older than the current epoch of their

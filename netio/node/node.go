@@ -166,6 +166,7 @@ func Start(cfg Config) (*Node, error) {
 		}
 		cfg.Core.Replicator = mgr
 		cfg.Core.ProducerIDBlocks = mgr.AllocateProducerIDs
+		cfg.Core.ProducerNames = mgr.InitProducerName
 	}
 	closeCluster := func() {
 		if mgr != nil {

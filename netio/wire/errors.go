@@ -74,6 +74,10 @@ const (
 	ErrGroupAuthorizationFailed   ErrorCode = 50
 	ErrClusterAuthorizationFailed ErrorCode = 51
 	ErrSecurityDisabled           ErrorCode = 52
+
+	// Inter-broker protocol versions (replication/controller's features.go).
+	ErrUnsupportedProtocolVersion ErrorCode = 56
+	ErrInvalidFinalizedVersion    ErrorCode = 57
 )
 
 type errorInfo struct {
@@ -139,6 +143,9 @@ var errorTable = map[ErrorCode]errorInfo{
 	ErrGroupAuthorizationFailed:   {"GROUP_AUTHORIZATION_FAILED", "the principal is not allowed this operation on the group", false},
 	ErrClusterAuthorizationFailed: {"CLUSTER_AUTHORIZATION_FAILED", "the principal is not allowed this cluster operation", false},
 	ErrSecurityDisabled:           {"SECURITY_DISABLED", "the broker runs without the security feature this request administers (--auth or --acl off)", false},
+
+	ErrUnsupportedProtocolVersion: {"UNSUPPORTED_PROTOCOL_VERSION", "the inter-broker protocol version asked for is outside the range a broker speaks: a peer's request, a registration refused because the broker's range excludes the cluster's finalized version, or a finalize refused because a live broker's range excludes it", false},
+	ErrInvalidFinalizedVersion:    {"INVALID_FINALIZED_VERSION", "the finalized inter-broker protocol version never goes down", false},
 }
 
 // Error returns the code's name and default message.

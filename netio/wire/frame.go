@@ -118,11 +118,17 @@ func KnownAPIs() []APIKey {
 func (k APIKey) Known() bool { return k < APIKeyCount && apiNames[k] != "" }
 
 // VersionMax is the highest version of the API that this package encodes and decodes:
-// 1 for Metadata (MetadataVersionMax), 0 for every other API. A broker answers a higher
+// 1 for Metadata (MetadataVersionMax), ReplicaFetch and Controller (the inter-broker
+// protocol version), 0 for every other API. A broker answers a higher
 // version with ErrUnsupportedVersion.
 func (k APIKey) VersionMax() uint16 {
-	if k == APIMetadata {
+	switch k {
+	case APIMetadata:
 		return MetadataVersionMax
+	case APIReplicaFetch:
+		return ReplicaFetchVersionMax
+	case APIController:
+		return ControllerVersionMax
 	}
 	return 0
 }

@@ -18,10 +18,11 @@ func TestRequestFrameRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
-		if h.API != want.API() || h.Version != 0 || h.CorrelationID != uint32(1000+i) {
+		if h.API != want.API() || h.Version != WireVersionOf(want) || h.CorrelationID != uint32(1000+i) {
 			t.Fatalf("frame %d header %+v", i, h)
 		}
 		got := NewRequest(h.API)
+		SetWireVersion(got, h.Version)
 		if err := got.ReadFrom(payload); err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}

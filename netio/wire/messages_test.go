@@ -55,7 +55,7 @@ func TestRequestRoundTrip(t *testing.T) {
 	seen := map[APIKey]bool{}
 	for _, m := range sampleRequests() {
 		seen[m.API()] = true
-		roundTrip(t, m, NewRequest(m.API()))
+		roundTrip(t, m, NewSame(m))
 	}
 	for _, k := range KnownAPIs() {
 		if !seen[k] {

@@ -1,5 +1,7 @@
 package wire
 
+import "fmt"
+
 // ---------------------------------------------------------------------------------------
 // ReplicaFetch (key 11)
 
@@ -7,12 +9,23 @@ package wire
 // reads up to the leader's log end offset (not the high watermark), each partition's
 // FetchOffset is the follower's log end offset (which the leader records), and
 // CurrentLeaderEpoch fences a follower with stale metadata (FENCED_LEADER_EPOCH).
+//
+// Version 1 appends ProtocolVersion, the cluster's finalized inter-broker protocol version
+// (replication/controller's features.go), after the version 0 fields: a broker that does
+// not speak it answers UNSUPPORTED_PROTOCOL_VERSION, one that knows only version 0 of the
+// API answers UNSUPPORTED_VERSION; neither misreads the request. A follower sends version 1
+// once the cluster's finalized version is 2 or more, version 0 (no ProtocolVersion) before.
 type ReplicaFetchRequest struct {
 	ReplicaID int32
 	MaxWaitMs int32
 	MinBytes  int32
 	MaxBytes  int32 // soft cap on the whole response; the first batch is always returned whole
 	Topics    []ReplicaFetchTopic
+	// ProtocolVersion (version 1; 0 in version 0) is the sender's inter-broker protocol
+	// version.
+	ProtocolVersion uint16
+
+	wireVersion uint16 // the frame's version while decoding
 }
 
 type ReplicaFetchTopic struct {
@@ -51,6 +64,37 @@ type ReplicaFetchResponsePartition struct {
 func (*ReplicaFetchRequest) API() APIKey  { return APIReplicaFetch }
 func (*ReplicaFetchResponse) API() APIKey { return APIReplicaFetch }
 
+// WireVersion is 1 when the request carries a protocol version, else 0.
+func (m *ReplicaFetchRequest) WireVersion() uint16     { return protocolWireVersion(m.ProtocolVersion) }
+func (m *ReplicaFetchRequest) SetWireVersion(v uint16) { m.wireVersion = v }
+
+// ReplicaFetchVersionMax and ControllerVersionMax are the highest versions of those APIs
+// this package encodes (version 1 carries the inter-broker protocol version).
+const (
+	ReplicaFetchVersionMax = 1
+	ControllerVersionMax   = 1
+)
+
+func protocolWireVersion(protocol uint16) uint16 {
+	if protocol > 0 {
+		return 1
+	}
+	return 0
+}
+
+// readProtocolVersion reads the trailing protocol version of a version 1 request (which
+// must not be 0), nothing for version 0.
+func readProtocolVersion(r *reader, wireVersion uint16) uint16 {
+	if wireVersion < 1 {
+		return 0
+	}
+	v := uint16(r.int16())
+	if v == 0 {
+		r.fail(fmt.Errorf("version 1 request with protocol version 0"))
+	}
+	return v
+}
+
 func (m *ReplicaFetchRequest) AppendTo(dst []byte) []byte {
 	dst = appendInt32(dst, m.ReplicaID)
 	dst = appendInt32(dst, m.MaxWaitMs)
@@ -67,6 +111,9 @@ func (m *ReplicaFetchRequest) AppendTo(dst []byte) []byte {
 			dst = appendInt64(dst, p.FetchOffset)
 			dst = appendInt32(dst, p.MaxBytes)
 		}
+	}
+	if m.ProtocolVersion > 0 {
+		dst = appendInt16(dst, int16(m.ProtocolVersion))
 	}
 	return dst
 }
@@ -86,6 +133,7 @@ func (m *ReplicaFetchRequest) ReadFrom(b []byte) error {
 			t.Partitions[j] = ReplicaFetchPartition{r.int32(), r.int32(), r.int64(), r.int32()}
 		}
 	}
+	m.ProtocolVersion = readProtocolVersion(&r, m.wireVersion)
 	return r.done("ReplicaFetch request")
 }
 
@@ -250,10 +298,22 @@ const (
 
 // ControllerRequest carries a cluster-metadata operation between brokers, and from the CLI
 // (cluster describe). The body's JSON is the controller's own schema (replication/controller).
+//
+// Version 1 appends ProtocolVersion, as ReplicaFetch does: a broker sends version 1 to
+// another broker (forwarded commands, metadata watches) once the cluster's finalized
+// inter-broker protocol version is 2 or more; the CLI sends version 0.
 type ControllerRequest struct {
 	Op   int8
 	Body []byte
+	// ProtocolVersion (version 1; 0 in version 0) is the sender's inter-broker protocol
+	// version.
+	ProtocolVersion uint16
+
+	wireVersion uint16 // the frame's version while decoding
 }
+
+func (m *ControllerRequest) WireVersion() uint16     { return protocolWireVersion(m.ProtocolVersion) }
+func (m *ControllerRequest) SetWireVersion(v uint16) { m.wireVersion = v }
 
 type ControllerResponse struct {
 	ErrorCode    ErrorCode
@@ -266,13 +326,18 @@ func (*ControllerResponse) API() APIKey { return APIController }
 
 func (m *ControllerRequest) AppendTo(dst []byte) []byte {
 	dst = appendInt8(dst, m.Op)
-	return appendBytes(dst, m.Body)
+	dst = appendBytes(dst, m.Body)
+	if m.ProtocolVersion > 0 {
+		dst = appendInt16(dst, int16(m.ProtocolVersion))
+	}
+	return dst
 }
 
 func (m *ControllerRequest) ReadFrom(b []byte) error {
 	r := reader{buf: b}
 	m.Op = r.int8()
 	m.Body = r.bytes()
+	m.ProtocolVersion = readProtocolVersion(&r, m.wireVersion)
 	return r.done("Controller request")
 }
 

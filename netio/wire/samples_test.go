@@ -51,6 +51,10 @@ func sampleRequests() []Message {
 		}},
 		&ControllerRequest{Op: ControllerSubmit, Body: []byte(`{"Type":2}`)},
 		&ControllerRequest{Op: ControllerMetadata},
+		&ControllerRequest{Op: ControllerSubmit, Body: []byte(`{"Type":13,"Finalize":{"Version":2}}`), ProtocolVersion: 2},
+		&ReplicaFetchRequest{ReplicaID: 3, MaxWaitMs: 500, MinBytes: 1, MaxBytes: 1 << 20, ProtocolVersion: 2, Topics: []ReplicaFetchTopic{
+			{Topic: "orders", Partitions: []ReplicaFetchPartition{{Partition: 1, CurrentLeaderEpoch: 4, FetchOffset: 7, MaxBytes: 1 << 20}}},
+		}},
 		&SaslHandshakeRequest{Mechanism: "SCRAM-SHA-512"},
 		&QuotaGroupRequest{Group: "replay"},
 		&QuotaGroupRequest{},

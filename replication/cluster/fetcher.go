@@ -184,7 +184,7 @@ func (f *fetcher) run() {
 // the budget frees.
 func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata) (wait time.Duration, err error) {
 	m := f.m
-	req := &FetchRequest{ReplicaID: m.cfg.NodeID, MaxWait: m.cfg.FetchWait, BytesMax: fetchBytesMax}
+	req := &FetchRequest{ReplicaID: m.cfg.NodeID, MaxWait: m.cfg.FetchWait, BytesMax: fetchBytesMax, ProtocolVersion: m.wireProtocol(md)}
 	var fetching []*replica
 	var followers []*isr.Follower
 	var throttled []bool

@@ -45,7 +45,10 @@ var (
 type PeerConn interface {
 	ReplicaFetch(ctx context.Context, req *FetchRequest) ([]FetchAnswer, error)
 	OffsetsForLeaderEpoch(ctx context.Context, tp shard.TopicPartition, currentEpoch, epoch int32) (isr.EpochEndOffset, error)
-	Controller(ctx context.Context, op int8, body []byte) ([]byte, error)
+	// Controller sends a Controller operation; protocol is the inter-broker protocol version
+	// to carry (Manager.wireProtocol: 0 while the cluster is finalized below 2, so that a broker
+	// of the previous release understands the request).
+	Controller(ctx context.Context, op int8, protocol uint16, body []byte) ([]byte, error)
 	Close() error
 }
 
@@ -54,10 +57,13 @@ type Dialer func(ctx context.Context, addr string) (PeerConn, error)
 
 // FetchRequest is a follower's fetch of several partitions from one leader.
 type FetchRequest struct {
-	ReplicaID  int32
-	MaxWait    time.Duration
-	BytesMax   int32
-	Partitions []FetchPartition
+	// ProtocolVersion is the inter-broker protocol version the request carries
+	// (Manager.wireProtocol; 0: none, the request of the previous release).
+	ProtocolVersion uint16
+	ReplicaID       int32
+	MaxWait         time.Duration
+	BytesMax        int32
+	Partitions      []FetchPartition
 }
 
 // FetchPartition asks for one partition's batches from Offset (the follower's LEO).
@@ -120,6 +126,10 @@ type Config struct {
 	// at which this broker, as leader, serves followers that are not in their partition's
 	// ISR; 0: unthrottled. In-sync followers are never throttled.
 	LeaderThrottledBytesPerSecond int64
+	// ProtocolMin and ProtocolMax are the inter-broker protocol versions this broker
+	// speaks (default controller.ProtocolVersionMin/Max, this build's). Narrower only for
+	// tests: ringlogd's hidden --testing-protocol-versions simulates an older broker.
+	ProtocolMin, ProtocolMax uint16
 }
 
 // Named defaults and bounds.
@@ -164,6 +174,12 @@ type Manager struct {
 	ctlAddr string   // guarded by cmu
 
 	registeredEpoch atomic.Int64 // the session epoch seen after our registration; 0: none yet
+	// refusedVersion holds the controller's refusal of our registration for our protocol
+	// versions (an error), nil otherwise; Ready reports it.
+	refusedVersion atomic.Pointer[error]
+
+	refusedMu sync.Mutex
+	refused   map[int32]string // broker -> last refusal logged (logRefusedRegistration); guarded by refusedMu
 	// deleting counts local topic deletions in progress (deleteDropped): a topic leaves the
 	// broker's metadata before its directories are removed, and DeleteTopic answers only
 	// once they are.
@@ -210,6 +226,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.ProtocolMin == 0 && cfg.ProtocolMax == 0 {
+		cfg.ProtocolMin, cfg.ProtocolMax = controller.ProtocolVersionMin, controller.ProtocolVersionMax
+	}
+	if cfg.ProtocolMin < controller.ProtocolVersionMin || cfg.ProtocolMin > cfg.ProtocolMax || cfg.ProtocolMax > controller.ProtocolVersionMax {
+		return nil, fmt.Errorf("%w: protocol versions %d-%d, this build speaks %d-%d", ErrConfig, cfg.ProtocolMin, cfg.ProtocolMax, controller.ProtocolVersionMin, controller.ProtocolVersionMax)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -224,7 +246,7 @@ func New(cfg Config) (*Manager, error) {
 		m.leaderThrottle = newThrottle(cfg.LeaderThrottledBytesPerSecond, cfg.Now)
 	}
 	if !voter {
-		m.ctl = startRemoteQuorum(cfg.NodeID, cfg.Seeds, cfg.Dial, cfg.Logger)
+		m.ctl = startRemoteQuorum(cfg.NodeID, cfg.Seeds, cfg.Dial, cfg.Logger, m.wireProtocol)
 		return m, nil
 	}
 	ctl, err := controller.Start(controller.Config{
@@ -325,7 +347,8 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 	if id == 0 {
 		return nil, ErrNoController
 	}
-	b := m.ctl.Metadata().Brokers[id]
+	md := m.ctl.Metadata()
+	b := md.Brokers[id]
 	if b == nil || b.Address == "" {
 		return nil, fmt.Errorf("%w: controller leader %d has not registered its address", ErrNoController, id)
 	}
@@ -348,7 +371,7 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 		}
 		m.ctlConn, m.ctlAddr = c, b.Address
 	}
-	out, err := m.ctlConn.Controller(ctx, OpSubmit, body)
+	out, err := m.ctlConn.Controller(ctx, OpSubmit, m.wireProtocol(md), body)
 	if err != nil && !isRemote(err) {
 		m.ctlConn.Close()
 		m.ctlConn = nil
@@ -396,6 +419,64 @@ func (m *Manager) AllocateProducerIDs(ctx context.Context, minID int64) (first, 
 	return b.First, b.Count, nil
 }
 
+// InitProducerName gives a producer name its next identity through the controller
+// (engine.ProducerNameSource): kept cluster-wide, so that the name initialised at any broker
+// bumps one epoch and every partition leader fences the older one. A producer starting up
+// (current engine.NoProducer) is retried while the controller elects a leader (an attempt
+// applied twice only bumps the epoch twice); a running producer's own bump is not (a
+// second application would find its identity outdated and fence it).
+func (m *Manager) InitProducerName(ctx context.Context, name string, current engine.ProducerIdentity, keepEpoch bool) (engine.ProducerIdentity, bool, error) {
+	if m.ctl.Finalized() < controller.ProtocolVersionNamedProducers {
+		return engine.ProducerIdentity{}, false, nil // brokers of the previous release keep names in their files
+	}
+	cmd := &controller.Command{Type: controller.CmdInitProducerName, ProducerName: &controller.ProducerNameRequest{
+		Name: name, Current: controller.ProducerIdentity{ID: current.ID, Epoch: current.Epoch}, KeepEpoch: keepEpoch}}
+	submit := m.submitRetrying
+	if current.ID >= 0 {
+		submit = m.Submit
+	}
+	out, err := submit(ctx, cmd)
+	if err != nil {
+		return engine.ProducerIdentity{}, false, producerNameError(name, err)
+	}
+	var id controller.ProducerIdentity
+	if err := json.Unmarshal(out, &id); err != nil {
+		return engine.ProducerIdentity{}, false, fmt.Errorf("%w: decode the controller's answer for %q: %w", engine.ErrProducerIDsUnavailable, name, err)
+	}
+	return engine.ProducerIdentity{ID: id.ID, Epoch: id.Epoch}, true, nil
+}
+
+// producerNameError maps the controller's refusals of InitProducerName to the engine's
+// errors (which the listeners answer with their codes); anything else leaves the ids
+// unavailable for now (retriable).
+func producerNameError(name string, err error) error {
+	for _, pair := range [][2]error{
+		{controller.ErrProducerFenced, engine.ErrProducerFenced},
+		{controller.ErrInvalidProducerName, engine.ErrInvalidProducerName},
+		{controller.ErrTooManyProducers, engine.ErrTooManyProducers},
+	} {
+		if errors.Is(err, pair[0]) {
+			return fmt.Errorf("%w: init producer %q: %w", pair[1], name, err)
+		}
+	}
+	return fmt.Errorf("%w: init producer %q: %w", engine.ErrProducerIDsUnavailable, name, err)
+}
+
+// publishProducerNames hands md's producer names to the broker core, whose produce path
+// fences older epochs with them; skipped while they have not changed since the last call
+// (every heartbeat moves the metadata version).
+func (m *Manager) publishProducerNames(md *controller.Metadata, last *map[string]controller.ProducerIdentity) {
+	if m.b == nil || maps.Equal(*last, md.ProducerNames) {
+		return
+	}
+	names := make(map[string]engine.ProducerIdentity, len(md.ProducerNames))
+	for name, id := range md.ProducerNames {
+		names[name] = engine.ProducerIdentity{ID: id.ID, Epoch: id.Epoch}
+	}
+	m.b.SetClusterProducerNames(names)
+	*last = md.ProducerNames
+}
+
 // RemoteError is a refusal that came back from a peer over the wire; the transport wraps
 // the peer's error code in it.
 type RemoteError interface{ Remote() bool }
@@ -408,15 +489,75 @@ func isRemote(err error) bool {
 // SubmitLocal replicates cmd through this voter, which must lead (else
 // controller.ErrNotController). A peer's forwarded command lands here.
 func (m *Manager) SubmitLocal(cmd *controller.Command) ([]byte, error) {
+	if cmd.Type == controller.CmdRegisterBroker && cmd.Broker != nil && m.ctl.IsLeader() {
+		// A registration the state machine would refuse is refused here, out of the raft
+		// log: a refused broker asks again every heartbeat.
+		if err := m.ctl.Metadata().CheckRegistration(cmd.Broker); err != nil {
+			m.logRefusedRegistration(cmd.Broker, err)
+			return nil, err
+		}
+	}
 	res, err := m.ctl.Submit(cmd, submitTimeout)
 	if err != nil {
 		return nil, err
 	}
 	if res.Err != nil {
+		if cmd.Type == controller.CmdRegisterBroker && cmd.Broker != nil {
+			m.logRefusedRegistration(cmd.Broker, res.Err)
+		}
 		return nil, res.Err
 	}
 	return json.Marshal(res.Value)
 }
+
+// logRefusedRegistration logs, on the controller leader's broker, a registration refused
+// for its protocol versions (once per broker, range and reason in a row).
+func (m *Manager) logRefusedRegistration(r *controller.BrokerRegistration, err error) {
+	if !errors.Is(err, controller.ErrUnsupportedProtocolVersion) {
+		return
+	}
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	if m.refused == nil {
+		m.refused = map[int32]string{}
+	}
+	if m.refused[r.ID] == err.Error() {
+		return
+	}
+	if len(m.refused) >= refusedLoggedMax {
+		clear(m.refused)
+	}
+	m.refused[r.ID] = err.Error()
+	lo, hi := r.ProtocolRange()
+	m.log.Error("refused a broker's registration: its protocol versions exclude the cluster's finalized version; it leads nothing and joins no ISR until it runs a build that speaks it",
+		"broker", r.ID, "address", r.Address, "protocol_min", lo, "protocol_max", hi, "finalized", m.ctl.Metadata().Finalized(), "err", err)
+}
+
+// refusedLoggedMax bounds the refused registrations remembered for logging.
+const refusedLoggedMax = 1024
+
+// wireProtocol is the inter-broker protocol version requests to other brokers carry: the
+// finalized version (never above this broker's own newest) once it is 2 or more (frame
+// version 1), 0 before (version 0 frames, which a broker of the previous release reads).
+func (m *Manager) wireProtocol(md *controller.Metadata) uint16 {
+	if v := min(md.Finalized(), m.cfg.ProtocolMax); v >= controller.ProtocolVersionNamedProducers {
+		return v
+	}
+	return 0
+}
+
+// CheckPeerProtocol refuses a peer's request carrying an inter-broker protocol version
+// this broker does not speak (0: a request without one, from the CLI or a broker of the
+// previous release, is always served).
+func (m *Manager) CheckPeerProtocol(v uint16) error {
+	if v == 0 || v >= m.cfg.ProtocolMin && v <= m.cfg.ProtocolMax {
+		return nil
+	}
+	return fmt.Errorf("the request carries inter-broker protocol version %d, node %d speaks %d-%d: %w", v, m.cfg.NodeID, m.cfg.ProtocolMin, m.cfg.ProtocolMax, controller.ErrUnsupportedProtocolVersion)
+}
+
+// ProtocolRange is the inter-broker protocol versions this broker speaks.
+func (m *Manager) ProtocolRange() (lo, hi uint16) { return m.cfg.ProtocolMin, m.cfg.ProtocolMax }
 
 // HandleController answers a peer's or the CLI's Controller request. A client's command
 // (not marked Forwarded) is forwarded to the controller leader's broker when this broker's
@@ -617,11 +758,19 @@ func (m *Manager) heartbeatLoop() {
 				before = me.SessionEpoch
 			}
 			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
-				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, KafkaAddress: m.kafkaSelf, Rack: m.cfg.Rack}})
-			if err == nil {
+				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, KafkaAddress: m.kafkaSelf, Rack: m.cfg.Rack,
+					ProtocolMin: m.cfg.ProtocolMin, ProtocolMax: m.cfg.ProtocolMax}})
+			switch {
+			case err == nil:
 				registered = true
+				m.refusedVersion.Store(nil)
 				failures.reset()
-			} else {
+			case errors.Is(err, controller.ErrUnsupportedProtocolVersion):
+				if prev := m.refusedVersion.Swap(&err); prev == nil || (*prev).Error() != err.Error() {
+					m.log.Error("the controller refused this broker's registration: its protocol versions exclude the cluster's finalized version; it leads nothing and joins no ISR (run a build that speaks the finalized version)",
+						"protocol_min", m.cfg.ProtocolMin, "protocol_max", m.cfg.ProtocolMax, "err", err)
+				}
+			default:
 				failures.log(ctx, m.log, isRemote(err), "register with the controller", err)
 			}
 		case me == nil || me.SessionEpoch <= before:
@@ -654,9 +803,11 @@ func (m *Manager) quorumSynced() bool {
 
 func (m *Manager) metadataLoop() {
 	defer m.wg.Done()
+	var names map[string]controller.ProducerIdentity // as last published
 	for {
 		md := m.ctl.Metadata()
 		changed := m.ctl.Changed(md.Version)
+		m.publishProducerNames(md, &names)
 		if m.registeredEpoch.Load() != 0 {
 			m.reconcile(md)
 		}
@@ -857,6 +1008,9 @@ func (m *Manager) ISRChanges() (shrinks, expands uint64) {
 func (m *Manager) Ready() error {
 	if m.ControllerLeader() == 0 {
 		return errors.New("no controller leader known")
+	}
+	if p := m.refusedVersion.Load(); p != nil {
+		return fmt.Errorf("registration refused: %w", *p)
 	}
 	if m.registeredEpoch.Load() == 0 {
 		return errors.New("not registered with the controller yet")

@@ -18,6 +18,8 @@ import (
 // the network (remoteQuorum).
 type quorum interface {
 	Metadata() *controller.Metadata
+	// Finalized is the metadata's finalized protocol version, without a copy.
+	Finalized() uint16
 	Changed(since uint64) <-chan struct{}
 	Leader() (int32, string)
 	IsLeader() bool
@@ -58,13 +60,17 @@ type remoteQuorum struct {
 	synced  bool                 // an answer arrived; guarded by mu
 	changed chan struct{}        // closed and replaced when meta or leader changes; guarded by mu
 
+	// protocol is the inter-broker protocol version a watch carries for the metadata it
+	// has (Manager.wireProtocol).
+	protocol func(*controller.Metadata) uint16
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
 }
 
-func startRemoteQuorum(self int32, seeds []string, dial Dialer, log *slog.Logger) *remoteQuorum {
-	q := &remoteQuorum{self: self, seeds: seeds, dial: dial, log: log,
+func startRemoteQuorum(self int32, seeds []string, dial Dialer, log *slog.Logger, protocol func(*controller.Metadata) uint16) *remoteQuorum {
+	q := &remoteQuorum{self: self, seeds: seeds, dial: dial, log: log, protocol: protocol,
 		meta:    &controller.Metadata{Brokers: map[int32]*controller.Broker{}, Topics: map[string]*controller.Topic{}},
 		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	go q.run()
@@ -75,6 +81,12 @@ func (q *remoteQuorum) Metadata() *controller.Metadata {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.meta.Clone()
+}
+
+func (q *remoteQuorum) Finalized() uint16 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.meta.Finalized()
 }
 
 func (q *remoteQuorum) Changed(since uint64) <-chan struct{} {
@@ -224,7 +236,7 @@ func (q *remoteQuorum) pause() bool {
 // watch asks conn's broker for its view once its metadata is newer than ours.
 func (q *remoteQuorum) watch(ctx context.Context, conn PeerConn) (*View, error) {
 	q.mu.Lock()
-	since := q.meta.Version
+	since, protocol := q.meta.Version, q.protocol(q.meta)
 	q.mu.Unlock()
 	body, err := json.Marshal(&WatchRequest{Since: since, WaitMs: watchWait.Milliseconds()})
 	if err != nil {
@@ -232,7 +244,7 @@ func (q *remoteQuorum) watch(ctx context.Context, conn PeerConn) (*View, error) 
 	}
 	wctx, cancel := context.WithTimeout(ctx, watchWait+watchAnswerMore)
 	defer cancel()
-	out, err := conn.Controller(wctx, OpWatch, body)
+	out, err := conn.Controller(wctx, OpWatch, protocol, body)
 	if err != nil {
 		return nil, err
 	}

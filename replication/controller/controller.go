@@ -374,6 +374,9 @@ func (c *Controller) Submit(cmd *Command, timeout time.Duration) (Result, error)
 // Barrier on the leader for a linearizable read).
 func (c *Controller) Metadata() *Metadata { return c.fsm.Metadata() }
 
+// Finalized is this voter's applied finalized protocol version (Metadata.Finalized).
+func (c *Controller) Finalized() uint16 { return c.fsm.Finalized() }
+
 // Version is the raft index of the last command this voter applied.
 func (c *Controller) Version() uint64 { return c.fsm.Version() }
 

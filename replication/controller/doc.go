@@ -25,7 +25,10 @@
 //     every target replica is in the ISR; a preferred-leader election moves leadership to
 //     the first replica of the assignment when it is live and in sync;
 //   - producer ids are handed out in blocks (AllocateProducerIDs): a counter in the
-//     metadata, so no two blocks overlap across leader changes, restarts and snapshots.
+//     metadata, so no two blocks overlap across leader changes, restarts and snapshots;
+//   - a producer name's (id, epoch) is kept here (InitProducerName, producers.go): the
+//     name initialised at any broker gets the next epoch, so that partition leaders fence
+//     the older one cluster-wide; at most 4,096 names of at most 255 bytes.
 //
 // Controller runs one voter: raft over TCP (over mutual TLS with Config.TLS:
 // transport.go), the log and stable store in bolt, snapshots in files. It must not import netio, cmd or bench; replication/cluster runs it inside each

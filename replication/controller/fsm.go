@@ -27,6 +27,12 @@ const (
 	// CmdAllocateProducerIDs reserves the next block of producer ids for a broker (Kafka's
 	// AllocateProducerIds, KIP-730).
 	CmdAllocateProducerIDs CommandType = 11
+	// CmdInitProducerName gives a producer name its next (id, epoch) cluster-wide
+	// (producers.go; Kafka's InitProducerId at the transaction coordinator).
+	CmdInitProducerName CommandType = 12
+	// CmdFinalizeVersion raises the cluster's finalized inter-broker protocol version
+	// (features.go; Kafka's UpdateFeatures, KIP-584).
+	CmdFinalizeVersion CommandType = 13
 )
 
 // CommandVersion is the command format this controller writes (Command.Version). Version
@@ -48,12 +54,14 @@ type Command struct {
 	// GraceFromMs (ExpireSessions): no session counts as silent before this time, the
 	// moment the proposer became raft leader. Brokers cannot heartbeat while there is no
 	// controller leader, and must not be fenced for it.
-	GraceFromMs int64               `json:",omitempty"`
-	Broker      *BrokerRegistration `json:",omitempty"`
-	Topic       *TopicRequest       `json:",omitempty"`
-	AlterISR    *AlterISRRequest    `json:",omitempty"`
-	Reassign    *ReassignRequest    `json:",omitempty"`
-	ProducerIDs *ProducerIDsRequest `json:",omitempty"`
+	GraceFromMs  int64                `json:",omitempty"`
+	Broker       *BrokerRegistration  `json:",omitempty"`
+	Topic        *TopicRequest        `json:",omitempty"`
+	AlterISR     *AlterISRRequest     `json:",omitempty"`
+	Reassign     *ReassignRequest     `json:",omitempty"`
+	ProducerIDs  *ProducerIDsRequest  `json:",omitempty"`
+	ProducerName *ProducerNameRequest `json:",omitempty"`
+	Finalize     *FinalizeRequest     `json:",omitempty"`
 	// Forwarded marks a command one broker sent to the controller leader's broker on
 	// behalf of itself or a client: the receiver applies it or refuses it, never forwards
 	// it again (no forwarding loops while brokers disagree on the leader). Submit clears
@@ -68,6 +76,10 @@ type BrokerRegistration struct {
 	KafkaAddress string `json:",omitempty"` // the Kafka listener's advertised host:port, if any
 	Rack         string `json:",omitempty"`
 	SessionEpoch int64  `json:",omitempty"` // heartbeats: the epoch registration returned
+	// ProtocolMin and ProtocolMax (registrations) are the inter-broker protocol versions the
+	// broker speaks (features.go); both 0 for a broker from before versions existed.
+	ProtocolMin uint16 `json:",omitempty"`
+	ProtocolMax uint16 `json:",omitempty"`
 }
 
 // TopicRequest creates, deletes or reconfigures a topic.
@@ -121,7 +133,7 @@ type ProducerIDBlock struct {
 }
 
 // Result is what applying a command returns to its submitter: Value is the command's
-// answer (the created *Topic, the changed *Partition, the *ProducerIDBlock, the []int32 of expired brokers, the
+// answer (the created *Topic, the changed *Partition, the *ProducerIDBlock, the *ProducerIdentity, the []int32 of expired brokers, the
 // new session epoch), Err its refusal.
 type Result struct {
 	Value any
@@ -185,6 +197,14 @@ func (f *FSM) Metadata() *Metadata {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.meta.Clone()
+}
+
+// Finalized is the finalized protocol version of the current state (Metadata.Finalized),
+// without a copy.
+func (f *FSM) Finalized() uint16 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.meta.Finalized()
 }
 
 // Version is the raft index of the last applied command.

@@ -117,6 +117,10 @@ type Broker struct {
 	// Fenced is set when the session expired: the broker leads nothing and is in no ISR
 	// (unless it was a partition's last member) until it registers again.
 	Fenced bool
+	// ProtocolMin and ProtocolMax are the inter-broker protocol versions the broker
+	// registered with (features.go); 0 for a broker registered before versions existed.
+	ProtocolMin uint16 `json:",omitempty"`
+	ProtocolMax uint16 `json:",omitempty"`
 }
 
 // Partition is one partition's replication state.
@@ -187,18 +191,25 @@ type Metadata struct {
 	// NextProducerID is the first id of the next producer id block (0: none handed out
 	// yet; see ProducerIDFloor).
 	NextProducerID int64 `json:",omitempty"`
+	// ProducerNames maps every producer name initialised on the cluster to its current
+	// identity (producers.go). Replaced whole by each change, never written in place.
+	ProducerNames map[string]ProducerIdentity `json:",omitempty"`
+	// FinalizedVersion is the inter-broker protocol version every broker must speak
+	// (features.go; 0 in metadata from before versions existed, which means 1).
+	FinalizedVersion uint16 `json:",omitempty"`
 }
 
 func newMetadata(sessionTimeoutMs int64) *Metadata {
 	return &Metadata{SessionTimeoutMs: sessionTimeoutMs, Brokers: map[int32]*Broker{}, Topics: map[string]*Topic{}}
 }
 
-// Clone returns a deep copy.
+// Clone returns a deep copy, except ProducerNames, which is shared: it is never written in
+// place (apply replaces it whole), and a caller must not write it either.
 func (m *Metadata) Clone() *Metadata {
 	c := &Metadata{Version: m.Version, SessionTimeoutMs: m.SessionTimeoutMs,
 		Brokers: make(map[int32]*Broker, len(m.Brokers)), Topics: make(map[string]*Topic, len(m.Topics)),
 		DeletedTopics: slices.Clone(m.DeletedTopics), LeaderEpochFloor: m.LeaderEpochFloor,
-		NextProducerID: m.NextProducerID}
+		NextProducerID: m.NextProducerID, ProducerNames: m.ProducerNames, FinalizedVersion: m.FinalizedVersion}
 	for id, b := range m.Brokers {
 		bc := *b
 		c.Brokers[id] = &bc
@@ -243,6 +254,9 @@ func (m *Metadata) validate() error {
 	}
 	for _, d := range m.DeletedTopics {
 		ids[d.ID] = true
+	}
+	if err := m.validateProducerNames(); err != nil {
+		return err
 	}
 	for id, b := range m.Brokers {
 		if b == nil || b.ID != id {
@@ -332,6 +346,10 @@ func (m *Metadata) apply(index uint64, c *Command) (any, error) {
 		return m.electPreferred(c.Reassign.Topic, c.Reassign.Partition)
 	case CmdAllocateProducerIDs:
 		return m.allocateProducerIDs(c.ProducerIDs)
+	case CmdInitProducerName:
+		return m.initProducerName(c.ProducerName)
+	case CmdFinalizeVersion:
+		return m.finalizeVersion(c.Finalize)
 	}
 	return nil, fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 }
@@ -352,6 +370,10 @@ func (c *Command) check() error {
 		ok = c.Reassign != nil
 	case CmdAllocateProducerIDs:
 		ok = c.ProducerIDs != nil
+	case CmdInitProducerName:
+		ok = c.ProducerName != nil
+	case CmdFinalizeVersion:
+		ok = c.Finalize != nil
 	default:
 		return fmt.Errorf("type %d: %w", c.Type, ErrUnknownCommand)
 	}
@@ -376,6 +398,12 @@ func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {
 	if r == nil || r.ID < 0 || r.Address == "" {
 		return fmt.Errorf("register %+v: %w", r, ErrInvalidReplicas)
 	}
+	if err := m.checkRegistration(r); err != nil {
+		return err
+	}
+	if m.FinalizedVersion == 0 && len(m.Brokers) == 0 {
+		_, m.FinalizedVersion = r.ProtocolRange() // a new cluster speaks its first broker's newest
+	}
 	b, ok := m.Brokers[r.ID]
 	if !ok {
 		b = &Broker{ID: r.ID}
@@ -386,6 +414,7 @@ func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {
 		m.fence(b)
 	}
 	b.Address, b.KafkaAddress, b.Rack = r.Address, r.KafkaAddress, r.Rack
+	b.ProtocolMin, b.ProtocolMax = r.ProtocolMin, r.ProtocolMax
 	b.SessionEpoch++
 	b.LastHeartbeatMs = nowMs
 	b.Fenced = false

@@ -16,9 +16,11 @@ import (
 )
 
 // The ring I/O driver: a shard's listener and its connections run on the shard's
-// ring.Reactor loop. Accept (multishot), recv and send are ring ops; Handler.Serve runs on
-// the loop thread, so a handler owning the shard's partitions can serve them without a
-// hand-off; replies from other goroutines reach the loop through Reactor.Post. Fetch file
+// ring.Reactor loop. Accept (multishot) and recv are ring ops; replies leave by a
+// non-blocking send(2) on the loop, and by a ring send op for what a full socket did not
+// take (conn_ring_inline.go). Handler.Serve runs on the loop thread, so a handler owning
+// the shard's partitions can serve them without a hand-off; replies from other goroutines
+// reach the loop through Reactor.Post. Fetch file
 // ranges go out by two SPLICE ops linked with IOSQE_IO_LINK (file -> per-connection pipe ->
 // socket). Every field of ringConn without a lock note is owned by the loop thread.
 
@@ -586,29 +588,47 @@ func (c *ringConn) buildPlan() {
 	}
 }
 
-// sendNext issues the next op of the plan, or finishes the batch.
+// sendNext issues the next op of the plan, or finishes the batch. Memory segments go out
+// by send(2) first (sendInline) and by a ring op for what the socket did not take.
 func (c *ringConn) sendNext() {
-	if c.dead {
-		c.maybeFinish()
-		return
-	}
-	if c.planIndex == len(c.plan) {
-		c.sending = false
-		if c.writeTimer != nil {
-			c.writeTimer.Stop()
-			c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
+	for {
+		if c.dead {
+			c.maybeFinish()
+			return
 		}
-		c.finishBatch()
-		c.progress()
-		return
-	}
-	seg := &c.plan[c.planIndex]
-	if seg.file.File == nil {
+		if c.planIndex == len(c.plan) {
+			c.sending = false
+			if c.writeTimer != nil {
+				c.writeTimer.Stop()
+				c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
+			}
+			c.finishBatch()
+			c.progress()
+			return
+		}
+		seg := &c.plan[c.planIndex]
+		if seg.file.File != nil {
+			if err := c.spliceNext(seg); err != nil {
+				c.failLoop(err)
+			}
+			return
+		}
 		rest := seg.data[c.segmentOff:]
 		flags := unix.MSG_NOSIGNAL
 		if c.planIndex+1 < len(c.plan) {
 			flags |= unix.MSG_MORE
 		}
+		n, ok := c.sendInline(rest, flags)
+		if !ok {
+			return
+		}
+		if n == len(rest) {
+			c.planIndex++
+			c.segmentOff = 0
+			continue
+		}
+		c.segmentOff += int64(n)
+		rest = rest[n:]
 		op, err := c.r.Begin(c.onSentFn)
 		if err != nil {
 			c.failLoop(fmt.Errorf("send: %w", err))
@@ -621,10 +641,8 @@ func (c *ringConn) sendNext() {
 			return
 		}
 		c.ops++
+		c.srv.stats.ringSendOps.Add(1)
 		return
-	}
-	if err := c.spliceNext(seg); err != nil {
-		c.failLoop(err)
 	}
 }
 

@@ -135,6 +135,17 @@ func (h *BrokerHandler) serveGroup(req *Request) bool {
 }
 
 func (h *BrokerHandler) findCoordinator(body *wire.FindCoordinatorRequest) *wire.FindCoordinatorResponse {
+	if h.cluster != nil && body.Group != "" {
+		// On a cluster the coordinator is the leader of the group's __consumer_offsets
+		// partition, at its client address (its shard is that broker's business).
+		b, err := h.cluster.GroupCoordinator(body.Group)
+		if err != nil {
+			return &wire.FindCoordinatorResponse{ErrorCode: wire.ErrCoordinatorNotAvailable, ErrorMessage: err.Error(), Shard: -1}
+		}
+		if b.ID != h.brokerID {
+			return &wire.FindCoordinatorResponse{Shard: -1, Address: b.Address}
+		}
+	}
 	si, code := h.b.Groups().CoordinatorShard(body.Group)
 	if code != group.CodeNone {
 		return &wire.FindCoordinatorResponse{ErrorCode: groupCode(code), ErrorMessage: groupMessage(code), Shard: -1}

@@ -538,10 +538,16 @@ type Stats struct {
 	TLSHandshakes   int64 // TLS handshakes completed (Config.TLS)
 	AuthFailures    int64 // SASL exchanges that failed (the connection was closed)
 	Throttled       int64 // replies delayed by a quota
+	// InlineSendBytes counts response bytes from memory the ring driver wrote with a
+	// non-blocking send(2) on its loop; RingSendOps the ring SEND ops it submitted for what
+	// the socket did not take at once (a full socket buffer).
+	InlineSendBytes int64
+	RingSendOps     int64
 }
 
 type serverStats struct {
 	requests, responses, sendfileBytes, copiedFileBytes, refusedConns, refusedRequests, tlsHandshakes, authFailures, throttled atomic.Int64
+	inlineSendBytes, ringSendOps                                                                                               atomic.Int64
 }
 
 // Stats returns the current counters.
@@ -556,6 +562,8 @@ func (s *Server) Stats() Stats {
 		TLSHandshakes:   s.stats.tlsHandshakes.Load(),
 		AuthFailures:    s.stats.authFailures.Load(),
 		Throttled:       s.stats.throttled.Load(),
+		InlineSendBytes: s.stats.inlineSendBytes.Load(),
+		RingSendOps:     s.stats.ringSendOps.Load(),
 	}
 }
 

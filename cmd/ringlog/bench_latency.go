@@ -20,6 +20,8 @@ import (
 	"github.com/ringlog/ringlog/bench/ringlogdriver"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/wire"
+
+	"golang.org/x/sys/unix"
 )
 
 func init() {
@@ -159,6 +161,8 @@ func benchSingle(args []string) error {
 	queued := fs.Bool("queued", true, "also measure Send plus waiting for the callback (the batching path, through the sender goroutine)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the measured rounds to this file")
 	traceFile := fs.String("trace", "", "write a Go execution trace of the measured rounds to this file")
+	flushAlways := fs.Bool("flush-always", false, "produce to a flush.always topic (--topic gets a -flush-always suffix) and add a series of a write plus fdatasync of the same size in --sync-dir: goal p50 ≤ the ping-pong's + the fdatasync series'")
+	syncDir := fs.String("sync-dir", ".", "directory for the write+fdatasync series of --flush-always (use the broker's data disk)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -175,7 +179,12 @@ func benchSingle(args []string) error {
 		return err
 	}
 	defer c.Close()
-	if err := c.CreateTopic(ctx, *topic, 1, nil); err != nil && !errors.Is(err, wire.ErrTopicAlreadyExists) {
+	var topicConfigs map[string]string
+	if *flushAlways {
+		*topic += "-flush-always"
+		topicConfigs = map[string]string{"flush.always": "true"}
+	}
+	if err := c.CreateTopic(ctx, *topic, 1, topicConfigs); err != nil && !errors.Is(err, wire.ErrTopicAlreadyExists) {
 		return fmt.Errorf("create %s: %w", *topic, err)
 	}
 	pp, err := bench.NewPingPong(max(*size, 1))
@@ -212,6 +221,14 @@ func benchSingle(args []string) error {
 	if processPP != nil {
 		series = append(series[:1], append([]singleSeries{{name: fmt.Sprintf("pingpong %dB proc", max(*size, 1)), run: processPP.Run}}, series[1:]...)...)
 		floors = 2
+	}
+	if *flushAlways {
+		syncFloor, stop, err := newSyncFloor(*syncDir, max(*size, 1))
+		if err != nil {
+			return err
+		}
+		defer stop()
+		series = append(series[:floors], append([]singleSeries{{name: fmt.Sprintf("write+fdatasync %dB", max(*size, 1)), run: syncFloor}}, series[floors:]...)...)
 	}
 	if *queued {
 		queuedProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, Linger: -1})
@@ -261,9 +278,13 @@ func benchSingle(args []string) error {
 	fmt.Printf("one record at a time to %s (%s/0), %d B values, %d per series in %d rounds; load average %s\n",
 		*broker, *topic, *size, *count, *rounds, loadAverage())
 	printLatencyHeader()
+	firstProduce := floors
+	if *flushAlways {
+		firstProduce++
+	}
 	for i, s := range series {
 		var against []*bench.Latency
-		if i >= floors {
+		if i >= firstProduce {
 			for _, f := range series[:floors] {
 				against = append(against, f.lat)
 			}
@@ -271,8 +292,49 @@ func benchSingle(args []string) error {
 		printLatencyRow(s.name, s.lat, against...)
 	}
 	fmt.Println("ratios: p50 p99 p99.9 against the in-process ping-pong", map[bool]string{true: "| against the echo in another process", false: ""}[floors == 2])
+	if *flushAlways {
+		sync := series[floors].lat.Summarize()
+		for _, s := range series[firstProduce:] {
+			p50 := s.lat.Summarize().P50Us
+			for _, f := range series[:floors] {
+				floor := f.lat.Summarize().P50Us + sync.P50Us
+				fmt.Printf("%s p50 %.1f µs against %s p50 + write+fdatasync p50 = %.1f µs: ×%.2f\n", s.name, p50, f.name, floor, p50/floor)
+			}
+		}
+		fmt.Println("goal (flush.always): p50 ≤ the ping-pong's p50 + one fdatasync's")
+		return nil
+	}
 	fmt.Println("goal: p50 ≤ 1.5× and p99 ≤ 2× the ping-pong")
 	return nil
+}
+
+// newSyncFloor returns a series that appends size bytes to a scratch file in dir and
+// fdatasyncs it, one at a time: what one flush.always produce adds to a round trip at
+// least. The file is removed by stop; it grows by size per write, up to latencyCountMax
+// (plus warm-up) writes.
+func newSyncFloor(dir string, size int) (run func(ctx context.Context, n int, lat *bench.Latency) error, stop func(), err error) {
+	f, err := os.CreateTemp(dir, "ringlog-bench-sync-*")
+	if err != nil {
+		return nil, nil, fmt.Errorf("--sync-dir: %w", err)
+	}
+	block := make([]byte, size)
+	run = func(ctx context.Context, n int, lat *bench.Latency) error {
+		for range n {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := time.Now()
+			if _, err := f.Write(block); err != nil {
+				return err
+			}
+			if err := unix.Fdatasync(int(f.Fd())); err != nil {
+				return fmt.Errorf("fdatasync %s: %w", f.Name(), err)
+			}
+			lat.Record(time.Since(start))
+		}
+		return nil
+	}
+	return run, func() { f.Close(); os.Remove(f.Name()) }, nil
 }
 
 func printLatencyHeader() {

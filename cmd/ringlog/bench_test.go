@@ -132,6 +132,22 @@ func TestBenchSingleAgainstBroker(t *testing.T) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
 	}
+	// flush.always: a topic of its own and the write+fdatasync floor beside the ping-pongs.
+	syncDir := t.TempDir()
+	out = captureStdout(t, func() {
+		if err := runBench([]string{"single", "--broker", addr, "--count", "20", "--rounds", "2", "--size", "100", "--queued=false",
+			"--flush-always", "--sync-dir", syncDir}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, want := range []string{"pingpong 100B proc", "write+fdatasync 100B", "SendSync acks=1", "against pingpong 100B p50 + write+fdatasync p50", "goal (flush.always):"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("--flush-always output lacks %q:\n%s", want, out)
+		}
+	}
+	if left, _ := os.ReadDir(syncDir); len(left) != 0 {
+		t.Fatalf("the sync series left %d files in --sync-dir", len(left))
+	}
 	for _, process := range []string{"--process=false", "--process"} {
 		if err := runBench([]string{"pingpong", "--count", "10", "--size", "64", process}); err != nil {
 			t.Fatal(err)

@@ -115,8 +115,10 @@ type options struct {
 	groupSessionMax   time.Duration
 	groupMembersMax   int
 	offsetsPartitions int
-	logLevel          string
-	topicDefaults     topicDefaults
+	// offsetsRF is the replication factor of __consumer_offsets on a cluster.
+	offsetsRF     int
+	logLevel      string
+	topicDefaults topicDefaults
 	// Cluster membership (replication/cluster); nodeID 0 is a single broker.
 	nodeID           int
 	controllerVoters string
@@ -261,7 +263,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&o.groupSessionMin, "group-min-session-timeout", 6*time.Second, "shortest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT below it)")
 	fs.DurationVar(&o.groupSessionMax, "group-max-session-timeout", 30*time.Minute, "longest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT above it)")
 	fs.IntVar(&o.groupMembersMax, "group-max-size", 1000, "members one consumer group may have (GROUP_MAX_SIZE_REACHED beyond it)")
-	fs.IntVar(&o.offsetsPartitions, "offsets-partitions", 8, "partitions of __consumer_offsets when this broker creates it (first start); an existing topic keeps its count. They count against --max-partitions")
+	fs.IntVar(&o.offsetsPartitions, "offsets-partitions", 8, "partitions of __consumer_offsets (offsets.topic.num.partitions) when this broker creates it (first start; on a cluster, through the controller at the first group coordinator lookup); an existing topic keeps its count. They count against --max-partitions")
+	fs.IntVar(&o.offsetsRF, "offsets-replication-factor", 3, "offsets.topic.replication.factor: replicas of each __consumer_offsets partition on a cluster (--node-id), lowered to the live brokers when the topic is created; unused by a single broker")
 	fs.BoolVar(&o.pin, "pin", true, "pin shard i to the i-th CPU this process may run on when neither --cpus nor --tune-plan is given")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error (SIGHUP reloads it)")
 	fs.IntVar(&o.nodeID, "node-id", 0, "this broker's id in a replicated cluster (with --controller-voters); 0: a single broker with no replication")
@@ -622,6 +625,9 @@ func (s *settings) validate() error {
 	}
 	if o.offsetsPartitions < 1 || o.offsetsPartitions > 1024 {
 		return bad("offsets-partitions", strconv.Itoa(o.offsetsPartitions), "1..1024")
+	}
+	if o.offsetsRF < 1 || o.offsetsRF > 32 {
+		return bad("offsets-replication-factor", strconv.Itoa(o.offsetsRF), "1..32")
 	}
 	if o.connsMax < 1 {
 		return bad("max-connections", strconv.Itoa(o.connsMax), "at least 1")

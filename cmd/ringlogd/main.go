@@ -155,7 +155,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Seeds: splitList(o.clusterSeeds), Rack: o.rack,
 			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle,
 			LeaderThrottledBytesPerSecond: o.leaderThrottle, RaftLog: os.Stderr,
-			RaftTLS: raftTLS, ProtocolMin: protocolMin, ProtocolMax: protocolMax}
+			RaftTLS: raftTLS, ProtocolMin: protocolMin, ProtocolMax: protocolMax,
+			OffsetsPartitions: int32(o.offsetsPartitions), OffsetsReplicationFactor: int32(o.offsetsRF)}
 	}
 	n, err := node.Start(node.Config{
 		Cluster:    clusterCfg,

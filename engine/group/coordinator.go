@@ -273,6 +273,19 @@ func (c *Coordinator) Unload(now time.Time, partition int32) {
 // Serving reports whether the coordinator serves partition (loaded, not loading).
 func (c *Coordinator) Serving(partition int32) bool { return c.partitions[partition] }
 
+// Loaded reports whether partition is loading or served (loaded) and which (serving).
+func (c *Coordinator) Loaded(partition int32) (serving, loaded bool) {
+	serving, loaded = c.partitions[partition]
+	return serving, loaded
+}
+
+// UnloadAll unloads every partition (see Unload), in partition order.
+func (c *Coordinator) UnloadAll(now time.Time) {
+	for _, p := range slices.Sorted(maps.Keys(c.partitions)) {
+		c.Unload(now, p)
+	}
+}
+
 // lookupCode says whether this coordinator can answer for groupID now.
 func (c *Coordinator) lookupCode(groupID string) Code {
 	if groupID == "" {

@@ -273,7 +273,8 @@ func Open(cfg Config) (*Broker, error) {
 		dirLock.Close()
 		return nil, err
 	}
-	b.groups = &Groups{b: b, partitions: offsetsPartitions}
+	b.groups = &Groups{b: b}
+	b.groups.partitions.Store(offsetsPartitions)
 	for i := 0; i < cfg.Shards; i++ {
 		s, err := startShard(b, i)
 		if err != nil {
@@ -586,8 +587,16 @@ func (b *Broker) publish(old *metadata, name string, t *Topic) {
 // unknown topic), then the catalog forgets it (the commit point: if that write fails, the
 // topic is back in metadata, untouched), then each shard closes and deletes its
 // partitions. Directories a failure or crash leaves after the commit are swept by the next
-// Open, or by a create of the same name.
-func (b *Broker) DeleteTopic(name string) error {
+// Open, or by a create of the same name. Internal topics are refused.
+func (b *Broker) DeleteTopic(name string) error { return b.deleteTopic(name, false) }
+
+// DeleteReplicatedTopic is DeleteTopic for replication, which deletes the local copy of a
+// topic whose incarnation the controller deleted or replaced: internal topics included
+// (on a cluster __consumer_offsets is the controller's; a broker-local one left from a
+// single-broker start is replaced by it).
+func (b *Broker) DeleteReplicatedTopic(name string) error { return b.deleteTopic(name, true) }
+
+func (b *Broker) deleteTopic(name string, internalToo bool) error {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
 	old := b.meta.Load()
@@ -595,7 +604,7 @@ func (b *Broker) DeleteTopic(name string) error {
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownTopicOrPartition, name)
 	}
-	if internalTopic(name) {
+	if internalTopic(name) && !internalToo {
 		return fmt.Errorf("%w: %q holds committed offsets and group metadata; it cannot be deleted", ErrInternalTopic, name)
 	}
 	b.publish(old, name, nil)

@@ -61,5 +61,12 @@
 // are appended (acks=all) to __consumer_offsets. Byte fields of req (metadata,
 // assignments) are kept by the coordinator: the caller must not reuse them.
 //
+// On a replicated cluster (Config.Groups.Replicated) the topic is not created at Open and
+// a partition's groups are served only while replication says this broker leads it:
+//
+//	groups.SetOffsetsPartitions(n) // the controller topic's partition count
+//	groups.Lead(p)                 // load p's groups from its log (LOAD_IN_PROGRESS meanwhile)
+//	groups.Resign(p)               // drop them (NOT_COORDINATOR)
+//
 // It must not open sockets.
 package shard

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -30,6 +31,15 @@ import (
 // it closes they are unloaded (their waiting requests answered NOT_COORDINATOR). Session,
 // rebalance and offset-retention timers are one reactor timer per shard at the
 // coordinator's NextDeadline, on the reactor's clock (ring.Config.Now, injectable).
+//
+// On a replicated cluster (GroupsConfig.Replicated) __consumer_offsets is a replicated
+// topic the controller creates, every broker holds all its partitions (replica or not),
+// and a partition's groups are served only by the broker leading it: replication calls
+// Groups.Lead when this broker becomes a partition's leader (the shard answers
+// COORDINATOR_LOAD_IN_PROGRESS while it replays the log, then serves) and Groups.Resign
+// when it stops leading (the groups are dropped; NOT_COORDINATOR). Opening and closing a
+// partition then loads nothing. The coordinator's appends are the same acks=all produces,
+// answered once the partition's high watermark covers them.
 
 // Defaults of GroupsConfig.
 const (
@@ -55,6 +65,11 @@ type GroupsConfig struct {
 	GroupMembersMax int
 	// OffsetsRetention: offsets of an Empty group are kept this long (0: 7 days).
 	OffsetsRetention time.Duration
+	// Replicated: this broker is a member of a replicated cluster. __consumer_offsets is
+	// not created at Open (the cluster creates it through its controller), and a
+	// partition's groups are loaded by Groups.Lead and dropped by Groups.Resign instead of
+	// when the partition opens and closes.
+	Replicated bool
 }
 
 // ErrInternalTopic is returned for a client produce to, or a delete of, an internal topic.
@@ -66,7 +81,7 @@ func internalTopic(name string) bool { return name == group.OffsetsTopic }
 // Groups routes group requests to the coordinator shards. Safe for concurrent use.
 type Groups struct {
 	b          *Broker
-	partitions int32 // of __consumer_offsets; fixed at Open
+	partitions atomic.Int32 // of __consumer_offsets; fixed at Open, or by SetOffsetsPartitions
 }
 
 // shardGroups is one shard's coordinator and its driver state. Loop goroutine only.
@@ -78,13 +93,16 @@ type shardGroups struct {
 	busy    bool                            // drainGroups is running (no reentry)
 	timer   *ring.Timer                     // at the coordinator's NextDeadline
 	builder *batch.Builder                  // scratch for Append batches
+	// leads counts Lead and Resign calls per partition (GroupsConfig.Replicated): a replay
+	// that finishes after a later Resign or Lead of its partition is dropped.
+	leads map[int32]uint64
 }
 
 // Groups returns the broker's group router.
 func (b *Broker) Groups() *Groups { return b.groups }
 
 // OffsetsPartitions is the partition count of __consumer_offsets.
-func (g *Groups) OffsetsPartitions() int32 { return g.partitions }
+func (g *Groups) OffsetsPartitions() int32 { return g.partitions.Load() }
 
 // groupConfig is the coordinators' configuration.
 func (b *Broker) groupConfig(partitions int32) group.Config {
@@ -117,10 +135,10 @@ func (b *Broker) offsetsPartitionCount(m *metadata) (int32, error) {
 	return int32(n), nil
 }
 
-// offsetsTopicConfig is the configuration __consumer_offsets is created with, as Kafka's:
+// OffsetsTopicConfig is the configuration __consumer_offsets is created with, as Kafka's:
 // compacted (the cleaner keeps the newest commit per group, topic and partition and drops
 // tombstones after delete.retention.ms), never deleted by time or size.
-func offsetsTopicConfig() map[string]string {
+func OffsetsTopicConfig() map[string]string {
 	return map[string]string{
 		engine.ConfigCleanupPolicy:  string(engine.CleanupCompact),
 		engine.ConfigRetentionMs:    "-1",
@@ -130,10 +148,10 @@ func offsetsTopicConfig() map[string]string {
 
 // createOffsetsTopic creates __consumer_offsets at Open when the catalog has none.
 func (b *Broker) createOffsetsTopic() error {
-	if b.Topic(group.OffsetsTopic) != nil {
+	if b.cfg.Groups.Replicated || b.Topic(group.OffsetsTopic) != nil {
 		return nil
 	}
-	if err := b.CreateTopic(group.OffsetsTopic, int(b.groups.partitions), offsetsTopicConfig()); err != nil {
+	if err := b.CreateTopic(group.OffsetsTopic, int(b.groups.partitions.Load()), OffsetsTopicConfig()); err != nil {
 		return fmt.Errorf("create %s (ringlogd --offsets-partitions, --max-partitions): %w", group.OffsetsTopic, err)
 	}
 	return nil
@@ -141,19 +159,27 @@ func (b *Broker) createOffsetsTopic() error {
 
 func (s *Shard) startGroups() {
 	s.groups = &shardGroups{
-		coord:   group.New(s.b.groupConfig(s.b.groups.partitions)),
+		coord:   group.New(s.b.groupConfig(s.b.groups.partitions.Load())),
 		waiting: map[uint64]func(group.Response){},
 		builder: batch.NewBuilder(batch.BuilderOptions{}),
+		leads:   map[int32]uint64{},
 	}
 }
 
-// groupsOpened loads the groups of a __consumer_offsets partition that opened here.
+// groupsOpened loads the groups of a __consumer_offsets partition that opened here (a
+// single broker; on a cluster Groups.Lead loads them).
 func (s *Shard) groupsOpened(p *partition) {
-	if p.tp.Topic != group.OffsetsTopic {
+	if p.tp.Topic != group.OffsetsTopic || s.b.cfg.Groups.Replicated {
 		return
 	}
+	s.groups.coord.BeginLoad(p.tp.Partition)
+	s.loadGroups(p)
+}
+
+// loadGroups replays p's log into the coordinator, whose partition is loading, and starts
+// serving it.
+func (s *Shard) loadGroups(p *partition) {
 	sg := s.groups
-	sg.coord.BeginLoad(p.tp.Partition)
 	snap, err := group.ReplayLog(p.log)
 	if err == nil {
 		err = sg.coord.Load(s.r.Now(), p.tp.Partition, snap)
@@ -163,11 +189,118 @@ func (s *Shard) groupsOpened(p *partition) {
 		// coming back without their offsets.
 		s.b.log.Error("consumer groups not loaded", "partition", p.tp.Partition, "err", err)
 		sg.coord.Unload(s.r.Now(), p.tp.Partition)
-	} else if snap.Records > 0 || len(snap.Groups) > 0 {
+	} else if snap.Records > 0 || len(snap.Groups) > 0 || s.b.cfg.Groups.Replicated {
 		s.b.log.Info("consumer groups loaded", "partition", p.tp.Partition, "groups", len(snap.Groups),
-			"records", snap.Records, "skipped", snap.Skipped)
+			"records", snap.Records, "skipped", snap.Skipped, "log_end", p.log.EndOffset())
 	}
 	s.drainGroups()
+}
+
+// ErrNotReplicatedGroups is returned by Groups.Lead, Resign and SetOffsetsPartitions on a
+// broker whose groups are not replicated (GroupsConfig.Replicated unset).
+var ErrNotReplicatedGroups = errors.New("consumer groups are not replicated on this broker")
+
+// Lead starts serving the groups of __consumer_offsets partition p, which this broker
+// now leads (GroupsConfig.Replicated): its shard marks the partition loading (group
+// requests are answered COORDINATOR_LOAD_IN_PROGRESS), then, in a later turn of its loop,
+// replays the partition's log and serves. A Resign or another Lead of p before the replay
+// ends cancels it. It returns once the loading mark is posted.
+func (g *Groups) Lead(p int32) error {
+	return g.onOffsetsShard(p, func(s *Shard, tp TopicPartition) {
+		sg := s.groups
+		sg.leads[p]++
+		lead := sg.leads[p]
+		sg.coord.Unload(s.r.Now(), p) // a previous leadership's groups, if any
+		sg.coord.BeginLoad(p)
+		s.drainGroups()
+		s.b.log.Info("loading consumer groups", "partition", p)
+		if err := s.r.Post(func() {
+			part := s.parts[tp]
+			if sg.leads[p] != lead {
+				return // resigned or led again meanwhile
+			}
+			if part == nil {
+				sg.coord.Unload(s.r.Now(), p)
+				s.drainGroups()
+				return
+			}
+			s.loadGroups(part)
+		}); err != nil {
+			sg.coord.Unload(s.r.Now(), p)
+			s.drainGroups()
+		}
+	})
+}
+
+// Resign stops serving the groups of __consumer_offsets partition p, which this broker no
+// longer leads (GroupsConfig.Replicated): they are dropped, their waiting requests and
+// commits answered NOT_COORDINATOR, and a replay in progress is cancelled.
+func (g *Groups) Resign(p int32) error {
+	return g.onOffsetsShard(p, func(s *Shard, _ TopicPartition) {
+		sg := s.groups
+		sg.leads[p]++
+		if _, loaded := sg.coord.Loaded(p); loaded {
+			s.b.log.Info("dropped consumer groups: no longer leading their partition", "partition", p)
+		}
+		sg.coord.Unload(s.r.Now(), p)
+		s.drainGroups()
+	})
+}
+
+// onOffsetsShard posts fn to the loop of the shard owning __consumer_offsets partition p.
+func (g *Groups) onOffsetsShard(p int32, fn func(s *Shard, tp TopicPartition)) error {
+	if !g.b.cfg.Groups.Replicated {
+		return ErrNotReplicatedGroups
+	}
+	tp := TopicPartition{group.OffsetsTopic, p}
+	si, err := g.b.ShardOf(tp)
+	if err != nil {
+		return err
+	}
+	s := g.b.shards[si]
+	deadline := time.Now().Add(adminWaitMax)
+	for {
+		err := s.r.Post(func() { fn(s, tp) })
+		if err == nil || !errors.Is(err, ring.ErrMailboxFull) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond) // leadership changes only: wait for the mailbox to drain
+	}
+}
+
+// SetOffsetsPartitions makes n the partition count of __consumer_offsets, which decides
+// where every group lives (GroupsConfig.Replicated: the controller's topic may have been
+// created by a broker configured with another count). When it changes, every shard's
+// coordinator is replaced by an empty one of the new count (call it before leading any
+// partition: the groups it served are dropped). It waits for the shards.
+func (g *Groups) SetOffsetsPartitions(n int32) error {
+	if !g.b.cfg.Groups.Replicated {
+		return ErrNotReplicatedGroups
+	}
+	if n < 1 || n > offsetsPartitionsMax {
+		return fmt.Errorf("%w: offsets partitions %d (want 1..%d)", ErrInvalidPartitions, n, offsetsPartitionsMax)
+	}
+	if g.partitions.Swap(n) == n {
+		return nil
+	}
+	g.b.log.Info("__consumer_offsets partition count from the controller", "partitions", n)
+	var fns []func() error
+	for _, s := range g.b.shards {
+		fns = append(fns, func() error {
+			return onShard(s, func() error {
+				sg := s.groups
+				for p := range sg.leads {
+					sg.leads[p]++
+				}
+				sg.coord.UnloadAll(s.r.Now())
+				s.drainGroups()
+				sg.coord = group.New(s.b.groupConfig(n))
+				s.armGroupTimer()
+				return nil
+			})
+		})
+	}
+	return runAll(fns)
 }
 
 // groupsClosed unloads the groups of a __consumer_offsets partition that closed here.
@@ -365,7 +498,7 @@ func (g *Groups) CoordinatorShard(groupID string) (int, group.Code) {
 	if g.b.closing.Load() {
 		return -1, group.CodeCoordinatorNotAvailable
 	}
-	si, err := g.b.ShardOf(TopicPartition{group.OffsetsTopic, group.PartitionFor(groupID, g.partitions)})
+	si, err := g.b.ShardOf(TopicPartition{group.OffsetsTopic, group.PartitionFor(groupID, g.partitions.Load())})
 	if err != nil {
 		return -1, group.CodeCoordinatorNotAvailable
 	}

@@ -57,10 +57,15 @@ type conn struct {
 	frameBytesMax uint32
 	pending       chan *call // outstanding calls in send order; capacity = in-flight limit
 
-	wmu    sync.Mutex // serialises frame writes with their enqueue into pending
-	corr   uint32     // guarded by wmu
-	wbuf   []byte     // guarded by wmu
-	closed chan struct{}
+	wmu  sync.Mutex // serialises frame writes with their enqueue into pending
+	corr uint32     // guarded by wmu
+	wbuf []byte     // guarded by wmu
+	// peekIdle's state, guarded by wmu: its callback, bound once, and what it read.
+	peekFn  func(fd uintptr) bool
+	peekBuf [1]byte
+	peekN   int
+	peekErr error
+	closed  chan struct{}
 
 	rmu         sync.Mutex
 	outstanding int         // guarded by rmu: calls enqueued whose response is not dispatched yet
@@ -219,13 +224,12 @@ func (c *conn) peekIdle() error {
 	if c.raw == nil {
 		return nil
 	}
-	var one [1]byte
-	var n int
-	var peekErr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		n, _, peekErr = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true // never wait for readability
-	})
+	if c.peekFn == nil {
+		c.peekFn = c.peek // bound once: a request on an idle connection allocates nothing here
+	}
+	err := c.raw.Read(c.peekFn)
+	n, peekErr := c.peekN, c.peekErr
+	c.peekErr = nil
 	switch {
 	case err != nil:
 		return fmt.Errorf("read from %s: %w", c.addr, err)
@@ -238,6 +242,12 @@ func (c *conn) peekIdle() error {
 	default:
 		return fmt.Errorf("%s sent data while no request was outstanding", c.addr)
 	}
+}
+
+// peek is peekIdle's non-blocking recv(MSG_PEEK), run by c.raw.Read (wmu held).
+func (c *conn) peek(fd uintptr) bool {
+	c.peekN, _, c.peekErr = syscall.Recvfrom(int(fd), c.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return true // never wait for readability
 }
 
 // readHeld reads responses on the calling goroutine, which holds the reader role

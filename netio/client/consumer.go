@@ -369,10 +369,19 @@ func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
 	now := co.now()
 	byAddr := map[string]*wire.FetchRequest{}
 	var results []fetchResult
+	lastTopic := ""
 	for _, key := range co.order {
 		a := co.assigned[key]
 		if a.retryAt.After(now) {
 			continue // backing off after a retriable error
+		}
+		if key.topic != lastTopic {
+			// Route by fresh metadata: a topic a routing error marked stale (its leader
+			// died or moved) is refreshed here, once per round; a fresh one costs a
+			// cache lookup. A failed refresh leaves the old routes (the next round tries
+			// again).
+			lastTopic = key.topic
+			_, _ = co.c.Partitions(ctx, key.topic)
 		}
 		if err := co.resolve(ctx, key, a); err != nil {
 			return nil, fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -112,17 +114,57 @@ type GroupListing struct {
 	State        string
 }
 
-// ListGroups lists the broker's groups, sorted by id; states filters by state name
-// (Empty, PreparingRebalance, CompletingRebalance, Stable).
+// ListGroups lists the groups, sorted by id; states filters by state name (Empty,
+// PreparingRebalance, CompletingRebalance, Stable). A broker lists the groups it
+// coordinates, so on a cluster (metadata listed its brokers) every broker is asked and the
+// lists merged, as Kafka's admin client does; a broker that cannot be reached is skipped
+// (a dead coordinator's groups have no coordinator until a new one loads them). Otherwise
+// the home broker answers.
 func (c *Client) ListGroups(ctx context.Context, states ...string) ([]GroupListing, error) {
-	var resp wire.ListGroupsResponse
-	if err := c.callHome(ctx, &wire.ListGroupsRequest{States: states}, &resp); err != nil {
-		return nil, fmt.Errorf("list groups: %w", err)
+	brokers := c.Brokers()
+	if len(brokers) == 0 {
+		// Not known yet: metadata of no topic names a cluster's brokers (none: one broker).
+		if _, err := c.refreshMetadata(ctx, []string{}); err == nil {
+			brokers = c.Brokers()
+		}
 	}
+	if len(brokers) == 0 {
+		var resp wire.ListGroupsResponse
+		if err := c.callHome(ctx, &wire.ListGroupsRequest{States: states}, &resp); err != nil {
+			return nil, fmt.Errorf("list groups: %w", err)
+		}
+		return listed(nil, &resp)
+	}
+	var out []GroupListing
+	answered := 0
+	var lastErr error
+	for _, id := range slices.Sorted(maps.Keys(brokers)) {
+		var resp wire.ListGroupsResponse
+		if err := c.Call(ctx, brokers[id], &wire.ListGroupsRequest{States: states}, &resp); err != nil {
+			if errors.Is(err, ErrConnClosed) && ctx.Err() == nil {
+				lastErr = err
+				continue
+			}
+			return nil, fmt.Errorf("list groups at broker %d: %w", id, err)
+		}
+		answered++
+		var err error
+		if out, err = listed(out, &resp); err != nil {
+			return nil, fmt.Errorf("list groups at broker %d: %w", id, err)
+		}
+	}
+	if answered == 0 {
+		return nil, fmt.Errorf("list groups: no broker answered: %w", lastErr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return slices.CompactFunc(out, func(a, b GroupListing) bool { return a.Group == b.Group }), nil
+}
+
+// listed appends resp's groups to out, sorted by id.
+func listed(out []GroupListing, resp *wire.ListGroupsResponse) ([]GroupListing, error) {
 	if resp.ErrorCode != wire.ErrNone {
 		return nil, fmt.Errorf("list groups: %w", wire.CodeError(resp.ErrorCode, resp.ErrorMessage))
 	}
-	out := make([]GroupListing, 0, len(resp.Groups))
 	for _, g := range resp.Groups {
 		out = append(out, GroupListing(g))
 	}

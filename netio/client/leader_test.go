@@ -29,6 +29,7 @@ type scriptedBroker struct {
 	leaderOf   func() int32
 	listOffset func() (int64, wire.ErrorCode)
 	metadata   atomic.Int32 // Metadata requests served
+	fetched    atomic.Int32 // Fetch requests answered as the leader
 }
 
 func startScripted(t *testing.T, id int32) *scriptedBroker {
@@ -65,6 +66,14 @@ func (b *scriptedBroker) serve(req *netio.Request) {
 		off, code := b.listOffset()
 		req.ReplyMessage(&wire.ListOffsetsResponse{Topics: []wire.ListOffsetsResponseTopic{{Topic: "t",
 			Partitions: []wire.ListOffsetsResponsePartition{{Partition: 0, ErrorCode: code, Timestamp: -1, Offset: off}}}}})
+	case *wire.FetchRequest:
+		p := wire.FetchResponsePartition{Partition: 0, HighWatermark: 0}
+		if b.leaderOf() != b.id {
+			p.ErrorCode = wire.ErrNotLeaderOrWrongShard
+		} else {
+			b.fetched.Add(1)
+		}
+		req.ReplyMessage(&wire.FetchResponse{Topics: []wire.FetchResponseTopic{{Topic: "t", Partitions: []wire.FetchResponsePartition{p}}}})
 	default:
 		req.ReplyError(wire.ErrUnknownAPI, "not scripted")
 	}
@@ -131,6 +140,39 @@ func TestListOffsetFollowsLeader(t *testing.T) {
 	// One retry: BackoffDelay(40ms, 1s, 0, 0.5) = 20ms + 10ms.
 	if len(*sleeps) != 1 || (*sleeps)[0] != 30*time.Millisecond {
 		t.Fatalf("pauses %v, want one of 30ms", *sleeps)
+	}
+}
+
+// TestConsumerFollowsLeader: a consumer's fetch answered NOT_LEADER_OR_WRONG_SHARD marks
+// the topic's metadata stale; its next fetch round refreshes it (metadata version 1: the
+// new leader at its address) and fetches from the new leader.
+func TestConsumerFollowsLeader(t *testing.T) {
+	var leader atomic.Int32
+	leader.Store(1)
+	b1, b2 := pair(t, &leader)
+	c, err := client.New(ctxT(t), client.Config{Broker: b1.addr, RetryBackoff: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	co := c.NewConsumer(client.ConsumerConfig{MaxWait: 10 * time.Millisecond})
+	co.Assign("t", 0, client.AtOffset(0))
+	if _, err := co.Poll(ctx); err != nil || b1.fetched.Load() != 1 {
+		t.Fatalf("first poll: %v, broker 1 fetches %d; want 1", err, b1.fetched.Load())
+	}
+	leader.Store(2) // the client's cache still says 1
+	metadataBefore := b1.metadata.Load() + b2.metadata.Load()
+	for polls := 0; b2.fetched.Load() == 0; polls++ {
+		if polls == 20 {
+			t.Fatalf("no fetch reached the new leader after %d polls (metadata requests: %d)", polls, b1.metadata.Load()+b2.metadata.Load()-metadataBefore)
+		}
+		if _, err := co.Poll(ctx); err != nil {
+			t.Fatalf("poll after the leader moved: %v", err)
+		}
+	}
+	if n := b1.metadata.Load() + b2.metadata.Load() - metadataBefore; n != 1 {
+		t.Fatalf("%d metadata requests after the move, want 1 (one refresh of the stale topic)", n)
 	}
 }
 

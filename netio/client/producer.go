@@ -378,41 +378,61 @@ func (p *Producer) waitForBufferLocked(ctx context.Context, size int64) error {
 // calling goroutine, like a plain socket ping-pong. Batches, sequence numbers and retries
 // are the sender loop's, unchanged.
 func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
-	result := make(chan error, 1)
-	if _, err := p.enqueue(ctx, r, func(_ *Record, err error) { result <- err }); err != nil {
+	w := syncWaits.Get().(*syncWait)
+	if _, err := p.enqueue(ctx, r, w.done); err != nil {
+		syncWaits.Put(w) // never handed out: its callback cannot run
 		return -1, err
 	}
-	sent, held := p.sendNow(topicPartition{r.Topic, r.Partition})
+	sent, held := p.sendNow(topicPartition{r.Topic, r.Partition}, w.held[:0])
 	if !sent {
 		p.signal()
 	}
 	for _, h := range held {
-		h.conn.readHeld(ctx, h.call, func() bool { return len(result) > 0 })
+		h.conn.readHeld(ctx, h.call, w.ready)
 	}
+	clear(held)
+	w.held = held[:0]
 	select {
-	case err := <-result:
+	case err := <-w.result:
+		syncWaits.Put(w) // its callback ran, once: the channel is empty again
 		return r.Offset, err
 	case <-ctx.Done():
-		return -1, ctx.Err()
+		return -1, ctx.Err() // w stays with the record: its callback may still run
 	}
 }
+
+// syncWait is what a SendSync waits on: the record's callback delivers the outcome to
+// result. Pooled, with both functions bound once, so a SendSync allocates none of them.
+type syncWait struct {
+	result chan error
+	done   func(*Record, error)
+	ready  func() bool // the outcome is in
+	held   []heldRead  // sendNow's, reused
+}
+
+var syncWaits = sync.Pool{New: func() any {
+	w := &syncWait{result: make(chan error, 1)}
+	w.done = func(_ *Record, err error) { w.result <- err }
+	w.ready = func() bool { return len(w.result) > 0 }
+	return w
+}}
 
 // sendNow seals key's open batch and sends, from the calling goroutine, whatever the
 // sender loop would send now. It reports whether a request went out; if none did (the
 // partition waits for a retry or for its in-flight requests, or the sender loop or another
 // SendSync is writing right now), the sender loop must be woken to send the batch later.
-// held lists the connections whose reader role the caller took: it must read them
-// (readHeld) until its answer is in.
+// held, appended to the given slice, lists the connections whose reader role the caller
+// took: it must read them (readHeld) until its answer is in.
 // It never waits for sendMu, a dial or a free request slot on the connection (the sender
 // loop does that): a caller stuck there could not honour its context.
-func (p *Producer) sendNow(key topicPartition) (sent bool, held []heldRead) {
+func (p *Producer) sendNow(key topicPartition, held []heldRead) (sent bool, _ []heldRead) {
 	p.mu.Lock()
 	if ps := p.parts[key]; ps != nil && len(ps.open) > 0 {
 		p.sealLocked(ps) // do not wait for the linger: the caller is waiting
 	}
 	p.mu.Unlock()
 	if !p.c.connReady(p.c.leaderAddr(key.topic, key.partition)) || !p.sendMu.TryLock() {
-		return false, nil
+		return false, held
 	}
 	defer p.sendMu.Unlock()
 	p.mu.Lock()

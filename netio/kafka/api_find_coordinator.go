@@ -7,8 +7,8 @@ import (
 )
 
 // FindCoordinator (key 10), v0-v4: every group's coordinator is this broker (node 0, the
-// advertised Kafka address), or on a cluster the broker the group id hashes to
-// (groupCoordinator, cluster.go); the key is checked as the ringlog protocol checks it (an empty
+// advertised Kafka address), or on a cluster the leader of the group's __consumer_offsets
+// partition (groupCoordinator, cluster.go); the key is checked as the ringlog protocol checks it (an empty
 // group id is INVALID_GROUP_ID, a broker without its offsets topic COORDINATOR_NOT_AVAILABLE).
 // Transaction coordinators (key type 1) are refused with INVALID_REQUEST.
 var findCoordinatorAPI = api{
@@ -49,12 +49,12 @@ func (s *Server) coordinator(key string, keyType int8) kmsg.FindCoordinatorRespo
 		c.ErrorCode, c.ErrorMessage = kerr.InvalidRequest.Code, str("only group coordinators: transactions are not supported by this broker")
 		return c
 	}
-	if _, code := s.b.Groups().CoordinatorShard(key); code != group.CodeNone {
-		c.ErrorCode, c.ErrorMessage = int16(code), groupMessage(code)
+	if s.cfg.Cluster != nil && key != "" {
+		c, _ = s.groupCoordinator(key) // the leader of the group's partition of the replicated topic
 		return c
 	}
-	if s.cfg.Cluster != nil {
-		c, _ = s.groupCoordinator(s.clusterView(), key)
+	if _, code := s.b.Groups().CoordinatorShard(key); code != group.CodeNone {
+		c.ErrorCode, c.ErrorMessage = int16(code), groupMessage(code)
 		return c
 	}
 	c.NodeID, c.Host, c.Port = localNodeID, s.nodeHost, s.nodePort

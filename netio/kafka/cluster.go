@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"slices"
 	"strconv"
@@ -22,8 +21,9 @@ import (
 // broker's controller voter; Produce, Fetch, ListOffsets and OffsetForLeaderEpoch of a
 // partition this broker does not lead answer NOT_LEADER_OR_FOLLOWER, which makes Kafka
 // clients refresh their metadata and retry at the leader; CreateTopics and DeleteTopics
-// go through the controller as the ringlog listener's do. Topics that are not replicated
-// (the broker-local __consumer_offsets) are described as led by this broker alone.
+// go through the controller as the ringlog listener's do; FindCoordinator names the leader
+// of the group's partition of the replicated __consumer_offsets. A local topic the
+// controller does not know is described as led by this broker alone.
 //
 // Without a cluster this broker is node 0 and leads every partition at leader epoch 0.
 
@@ -145,31 +145,24 @@ func (s *Server) checkLeader(tp shard.TopicPartition, currentEpoch int32) error 
 	return nil
 }
 
-// groupCoordinator is the node that coordinates group on a cluster: a hash of the group id
-// over every broker that registered a Kafka address, live or not, so that every broker
-// names the same one and a group keeps its coordinator (and the committed offsets in that
-// broker's local __consumer_offsets) while brokers come and go. A fenced coordinator is
-// COORDINATOR_NOT_AVAILABLE until it returns.
-func (s *Server) groupCoordinator(v clusterView, group string) (kmsg.FindCoordinatorResponseCoordinator, bool) {
+// groupCoordinator is the node that coordinates group on a cluster: the leader of the
+// group's __consumer_offsets partition (cluster.Manager.GroupCoordinator), at the Kafka
+// address it registered. While the topic is being created, its partition is offline or its
+// leader is not live, the answer is COORDINATOR_NOT_AVAILABLE (clients retry the lookup).
+func (s *Server) groupCoordinator(group string) (kmsg.FindCoordinatorResponseCoordinator, bool) {
 	c := kmsg.NewFindCoordinatorResponseCoordinator()
 	c.Key, c.NodeID, c.Port = group, -1, -1
-	var ids []int32
-	for id, b := range v.md.Brokers {
-		if b.KafkaAddress != "" {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		c.ErrorCode, c.ErrorMessage = kerr.CoordinatorNotAvailable.Code, str("no broker has registered a Kafka listener with the controller yet")
+	b, err := s.cfg.Cluster.GroupCoordinator(group)
+	if err != nil {
+		c.ErrorCode, c.ErrorMessage = kerr.CoordinatorNotAvailable.Code, str(err.Error())
 		return c, false
 	}
-	slices.Sort(ids)
-	h := fnv.New32a()
-	h.Write([]byte(group))
-	id := ids[h.Sum32()%uint32(len(ids))]
-	b := v.md.Brokers[id]
-	if b.Fenced {
-		c.ErrorCode, c.ErrorMessage = kerr.CoordinatorNotAvailable.Code, str(fmt.Sprintf("group %q is coordinated by node %d, which is not live", group, id))
+	if b.ID == s.nodeID() {
+		c.NodeID, c.Host, c.Port = b.ID, s.nodeHost, s.nodePort
+		return c, true
+	}
+	if b.KafkaAddress == "" {
+		c.ErrorCode, c.ErrorMessage = kerr.CoordinatorNotAvailable.Code, str(fmt.Sprintf("group %q is coordinated by node %d, which registered no Kafka listener", group, b.ID))
 		return c, false
 	}
 	host, port, err := splitHostPort(b.KafkaAddress)
@@ -177,7 +170,7 @@ func (s *Server) groupCoordinator(v clusterView, group string) (kmsg.FindCoordin
 		c.ErrorCode, c.ErrorMessage = kerr.CoordinatorNotAvailable.Code, str(err.Error())
 		return c, false
 	}
-	c.NodeID, c.Host, c.Port = id, host, port
+	c.NodeID, c.Host, c.Port = b.ID, host, port
 	return c, true
 }
 

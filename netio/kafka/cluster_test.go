@@ -145,7 +145,14 @@ func TestKafkaClusterOfOne(t *testing.T) {
 		t.Fatalf("create with min.insync.replicas=2: code %d", code)
 	}
 	strict := newClient(t, b, kgo.DefaultProduceTopic("insync"), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordRetries(0))
-	if err := strict.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.NotEnoughReplicas) {
+	err := strict.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr()
+	for errors.Is(err, kerr.NotLeaderForPartition) && ctx.Err() == nil {
+		// The new topic's leadership reaches the broker's shard a moment after the create
+		// answers (and this client does not retry).
+		time.Sleep(20 * time.Millisecond)
+		err = strict.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr()
+	}
+	if !errors.Is(err, kerr.NotEnoughReplicas) {
 		t.Fatalf("acks=all under min.insync.replicas=2 with one replica: %v, want NOT_ENOUGH_REPLICAS", err)
 	}
 	loose := newClient(t, b, kgo.DefaultProduceTopic("insync"), kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())

@@ -167,6 +167,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Core.Replicator = mgr
 		cfg.Core.ProducerIDBlocks = mgr.AllocateProducerIDs
 		cfg.Core.ProducerNames = mgr.InitProducerName
+		cfg.Core.Groups.Replicated = true // __consumer_offsets through the controller; groups follow its leaders
 	}
 	closeCluster := func() {
 		if mgr != nil {

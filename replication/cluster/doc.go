@@ -25,6 +25,10 @@
 //     follower.replication.throttled.replicas lists share one byte budget, and with a
 //     leader throttle (Config.LeaderThrottledBytesPerSecond) the leader paces its replies
 //     to the catching-up followers that leader.replication.throttled.replicas lists;
+//   - replicates consumer groups (groups.go): creates __consumer_offsets through the
+//     controller at the first coordinator lookup, names a group's coordinator (the leader
+//     of its partition), and tells the broker's group coordinators when this broker starts
+//     or stops leading one of its partitions (shard.Groups.Lead and Resign);
 //
 // It reaches the network only through the Dialer it is given (netio implements it): this
 // package must not import netio, cmd or bench. The state of a partition's replica is

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/group"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/replication/isr"
@@ -130,6 +131,12 @@ type Config struct {
 	// speaks (default controller.ProtocolVersionMin/Max, this build's). Narrower only for
 	// tests: ringlogd's hidden --testing-protocol-versions simulates an older broker.
 	ProtocolMin, ProtocolMax uint16
+	// OffsetsPartitions is the partition count of __consumer_offsets when this broker
+	// creates it through the controller (Kafka's offsets.topic.num.partitions; default
+	// shard.OffsetsPartitionsDefault); OffsetsReplicationFactor its replication factor
+	// (offsets.topic.replication.factor, default 3), lowered to the live brokers at the
+	// creation. The topic's count, once created, decides where every group lives.
+	OffsetsPartitions, OffsetsReplicationFactor int32
 }
 
 // Named defaults and bounds.
@@ -185,6 +192,9 @@ type Manager struct {
 	// once they are.
 	deleting atomic.Int32
 
+	// creatingOffsets: an auto-creation of __consumer_offsets is under way (groups.go).
+	creatingOffsets atomic.Bool
+
 	// ISR changes of partitions this broker leads, committed by the controller (metrics).
 	isrShrinks, isrExpands atomic.Uint64
 
@@ -231,6 +241,12 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.ProtocolMin < controller.ProtocolVersionMin || cfg.ProtocolMin > cfg.ProtocolMax || cfg.ProtocolMax > controller.ProtocolVersionMax {
 		return nil, fmt.Errorf("%w: protocol versions %d-%d, this build speaks %d-%d", ErrConfig, cfg.ProtocolMin, cfg.ProtocolMax, controller.ProtocolVersionMin, controller.ProtocolVersionMax)
+	}
+	if cfg.OffsetsPartitions <= 0 {
+		cfg.OffsetsPartitions = shard.OffsetsPartitionsDefault
+	}
+	if cfg.OffsetsReplicationFactor <= 0 {
+		cfg.OffsetsReplicationFactor = offsetsReplicationFactorDefault
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -621,6 +637,9 @@ func (m *Manager) View() *View {
 // CreateTopic creates a replicated topic through the controller and waits until this
 // broker has opened its replicas of it.
 func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, replicationFactor int32, config map[string]string) error {
+	if name == group.OffsetsTopic {
+		return fmt.Errorf("%w: %s is created by the brokers at the first group coordinator lookup", ErrInternalTopic, name)
+	}
 	if err := m.b.ValidateTopic(name, int(partitions), config); err != nil {
 		return err
 	}
@@ -670,6 +689,9 @@ func (m *Manager) Replicated(name string) bool { return m.ctl.Metadata().Topics[
 // broker has deleted its copy; every other broker deletes its own when its view of the
 // metadata shows the deletion (reconcile), including a broker that was down meanwhile.
 func (m *Manager) DeleteTopic(ctx context.Context, name string) error {
+	if name == group.OffsetsTopic {
+		return fmt.Errorf("%w: %q holds committed offsets and group metadata; it cannot be deleted", ErrInternalTopic, name)
+	}
 	t := m.ctl.Metadata().Topics[name]
 	if t == nil {
 		return fmt.Errorf("delete %s: %w", name, controller.ErrUnknownTopic)
@@ -843,6 +865,9 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 		if !m.openTopic(t) {
 			continue
 		}
+		if name == group.OffsetsTopic && !m.adoptOffsetsTopic(t) {
+			continue
+		}
 		minInsync, _ := engine.MinInsyncReplicas(t.Config)
 		for _, p := range t.Partitions {
 			tp := shard.TopicPartition{Topic: name, Partition: p.Index}
@@ -909,7 +934,7 @@ func (m *Manager) deleteDropped(md *controller.Metadata) {
 			}
 		}
 		m.deleting.Add(1)
-		err := m.b.DeleteTopic(t.Name)
+		err := m.b.DeleteReplicatedTopic(t.Name)
 		m.deleting.Add(-1)
 		if err != nil {
 			m.log.Warn("delete a topic the controller deleted", "topic", t.Name, "id", localTopicID(t), "err", err)

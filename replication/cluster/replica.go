@@ -139,6 +139,13 @@ func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error
 	if err := m.b.SetLeaderEpoch(r.tp, stamp); err != nil {
 		return err
 	}
+	// Runs after r.mu is released (deferred before its unlock): the groups of an offsets
+	// partition this broker now leads are loaded on its shard's loop.
+	defer func() {
+		if r.leading.Load() {
+			m.groupsLead(r.tp)
+		}
+	}()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.loadEpochsLocked(leo); err != nil {
@@ -204,6 +211,7 @@ func (r *replica) resign(m *Manager) {
 	r.leaderEpoch = -1
 	r.mu.Unlock()
 	if wasLeader && m.b != nil {
+		m.groupsResign(r.tp)
 		_ = m.b.FailWaiting(r.tp, fmt.Errorf("%w: %s/%d", ErrNotLeader, r.tp.Topic, r.tp.Partition))
 	}
 }

@@ -62,6 +62,15 @@ func parseStatCPU(stat string) (float64, error) {
 	return float64(ticks) / userHZ, nil
 }
 
+// benchCPUSeconds reads this process's CPU time; when the broker is this process (the mem
+// driver) it is the broker's reading, so that two reads a clock tick apart never differ.
+func benchCPUSeconds(brokerPID int, brokerSeconds float64) (float64, error) {
+	if brokerPID == os.Getpid() {
+		return brokerSeconds, nil
+	}
+	return ReadCPUSeconds(os.Getpid())
+}
+
 // cpuWindow holds CPU readings at the window's start.
 type cpuWindow struct {
 	broker0, bench0 float64
@@ -73,7 +82,7 @@ func startCPU(pid int) cpuWindow {
 	if err != nil {
 		return cpuWindow{}
 	}
-	bench, err := ReadCPUSeconds(os.Getpid())
+	bench, err := benchCPUSeconds(pid, broker)
 	if err != nil {
 		return cpuWindow{}
 	}
@@ -88,7 +97,7 @@ func (c cpuWindow) finish(pid int, source string, ingested, served int64) CPUSta
 		return stats
 	}
 	broker, err1 := ReadCPUSeconds(pid)
-	bench, err2 := ReadCPUSeconds(os.Getpid())
+	bench, err2 := benchCPUSeconds(pid, broker)
 	if err1 != nil || err2 != nil {
 		stats.Source = "unavailable (" + source + ")"
 		return stats

@@ -14,15 +14,23 @@ var hotKey = []byte("hot-key-00000000")
 // keyChooser picks each message's key and partition. Keys map to partitions by FNV-1a
 // mod the partition count (the client's partitioner is the driver's business; the framework
 // only needs a stable mapping so that a hot key lands on one partition). Null keys go
-// round-robin. One chooser per producer goroutine.
+// round-robin, or stick to one partition for stickyBatchBytes (sticky). One chooser per
+// producer goroutine.
 type keyChooser struct {
 	distribution string
 	hotShare     float64
 	partitions   int
 	next         int
+	stickyRun    int // sticky: messages per partition before moving on
+	stickyLeft   int // sticky: messages left on partition next
 	rng          *rand.Rand
 	key          [16]byte
 }
+
+// stickyBatchBytes is how much the sticky distribution sends to one partition before it
+// moves on: Kafka's default batch.size (16 KiB), the amount after which its uniform sticky
+// partitioner (KIP-794) switches partitions.
+const stickyBatchBytes = 16 << 10
 
 func newKeyChooser(w Workload, seed uint64) *keyChooser {
 	return &keyChooser{
@@ -30,6 +38,7 @@ func newKeyChooser(w Workload, seed uint64) *keyChooser {
 		hotShare:     w.HotKeyShare,
 		partitions:   w.PartitionsPerTopic,
 		next:         int(seed % uint64(w.PartitionsPerTopic)),
+		stickyRun:    max(1, (stickyBatchBytes+int(w.MessageSize)-1)/max(int(w.MessageSize), 1)),
 		rng:          rand.New(rand.NewPCG(seed, 0x6b657973)),
 	}
 }
@@ -44,6 +53,15 @@ func (k *keyChooser) choose() (int, []byte) {
 			return k.forKey(hotKey)
 		}
 		return k.forKey(k.randomKey())
+	case KeysSticky:
+		if k.stickyLeft == 0 {
+			k.stickyLeft = k.stickyRun
+			if k.partitions > 1 { // a random partition other than the last one
+				k.next = (k.next + 1 + k.rng.IntN(k.partitions-1)) % k.partitions
+			}
+		}
+		k.stickyLeft--
+		return k.next, nil
 	default:
 		p := k.next
 		k.next = (k.next + 1) % k.partitions

@@ -20,9 +20,35 @@ func TestKeyChooserDistributions(t *testing.T) {
 		}
 	}
 
+	sticky := base
+	sticky.KeyDistribution, sticky.MessageSize = KeysSticky, 1024
+	k = newKeyChooser(sticky, 4)
+	counts := make([]int, partitions)
+	last, run := -1, 0
+	for i := range draws {
+		p, key := k.choose()
+		if key != nil {
+			t.Fatal("sticky distribution produced a key")
+		}
+		counts[p]++
+		if p == last {
+			run++
+			continue
+		}
+		if last >= 0 && run != stickyBatchBytes/1024 {
+			t.Fatalf("draw %d: %d messages of 1 KiB on partition %d, want %d before moving on", i, run, last, stickyBatchBytes/1024)
+		}
+		last, run = p, 1
+	}
+	for p, c := range counts {
+		if c < draws/partitions*7/10 || c > draws/partitions*13/10 {
+			t.Fatalf("sticky partitions uneven: partition %d got %d of %d", p, c, draws)
+		}
+	}
+
 	hot := base
 	hot.KeyDistribution, hot.HotKeyShare = KeysHot, 0.8
-	counts := make([]int, partitions)
+	counts = make([]int, partitions)
 	k = newKeyChooser(hot, 5)
 	hotPartition, _ := k.forKey(hotKey)
 	for range draws {

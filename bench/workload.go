@@ -32,10 +32,13 @@ const (
 	replicationFactorMax = 16 // the controller's limit on replicas per partition
 )
 
-// Key distributions: none sends null keys (partitions round-robin), random draws keys
-// uniformly from keySpaceSize, hot sends HotKeyShare of messages with one key.
+// Key distributions: none sends null keys (partitions round-robin, message by message),
+// sticky sends null keys the way Kafka's default producer places them (KIP-480/KIP-794:
+// one partition until a batch's worth of bytes went to it, then a random other one), random
+// draws keys uniformly from keySpaceSize, hot sends HotKeyShare of messages with one key.
 const (
 	KeysNone   = "none"
+	KeysSticky = "sticky"
 	KeysRandom = "random"
 	KeysHot    = "hot"
 )
@@ -230,7 +233,7 @@ func (w Workload) Validate() error {
 		bad("messageSize %d: want %d..%d bytes", w.MessageSize, messageBytesMin, messageBytesMax)
 	}
 	switch w.KeyDistribution {
-	case KeysNone, KeysRandom:
+	case KeysNone, KeysSticky, KeysRandom:
 		if w.HotKeyShare != 0 {
 			bad("hotKeyShare is only meaningful with keyDistribution: hot")
 		}

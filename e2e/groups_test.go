@@ -266,7 +266,9 @@ func TestGroupCrashedMemberPartitionsMoveAndUncommittedAreRedelivered(t *testing
 	victim.crash()
 	d := describeStable(t, c, "g", 2, a, bb)
 	moved := time.Since(crashedAt)
-	if moved > groupSession+2*time.Second {
+	// At the session timeout, not at the rebalance timeout (max.poll.interval, minutes):
+	// the slack covers a loaded machine (4.3 s was seen at load 20 with 1.5 s sessions).
+	if moved > groupSession+10*time.Second {
 		t.Errorf("partitions moved %v after the crash; the session timeout is %v", moved, groupSession)
 	}
 	// The survivors read the victim's uncommitted records again.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -145,7 +146,20 @@ func newBroker(t testing.TB, flags ...string) *broker {
 }
 
 // freeAddr returns a 127.0.0.1 port that was free a moment ago.
+//
+// The port is drawn below the kernel's ephemeral range (ip_local_port_range starts at 32768
+// by default): the kernel never hands such a port to an outgoing connection or to a ":0"
+// listener, which otherwise took a raft or listen port between this pick and the broker's
+// bind on a busy machine ("address already in use"). Only another process drawing the same
+// way can collide, and the draw is random.
 func freeAddr(t testing.TB) string {
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", fixedPortMin+rand.IntN(fixedPortMax-fixedPortMin))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("pick a free port: %v", err)
@@ -153,6 +167,9 @@ func freeAddr(t testing.TB) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// The range freeAddr draws from: below the default ephemeral range.
+const fixedPortMin, fixedPortMax = 20000, 32768
 
 // restart starts the broker again on the same data dir and, unless it was taken
 // meanwhile, the same address (after stop or kill).

@@ -94,7 +94,7 @@ func (l *Log) StagedEndOffset() int64 { return l.active().nextOffset }
 // WritesPending reports whether appended bytes are not yet on the device.
 func (l *Log) WritesPending() bool {
 	s := l.active()
-	return s.direct != nil && s.direct.pending()
+	return s.direct != nil && s.direct.pending() || l.staged.pending()
 }
 
 // writeAsync stages batches, just noted in s (which held prevNext before them), at pos and
@@ -220,6 +220,9 @@ func (l *Log) groupDone() {
 // awaitWrites waits until everything staged is on the device (or the log failed, which it
 // then returns). Without asynchronous writes it returns at once.
 func (l *Log) awaitWrites() error {
+	if l.staged.pending() {
+		return l.WriteStaged() // stagedwrite.go
+	}
 	if l.aw == nil {
 		return nil
 	}

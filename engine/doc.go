@@ -14,7 +14,9 @@
 // atomicfile.go and docs/storage.md, "Crash model"). Direct mode's segment writes are the
 // exception: given an AsyncWriter (Log.SetAsyncWriter; the shard's reactor), appends are
 // staged and written asynchronously, and EndOffset follows the completed writes
-// (asyncwrite.go).
+// (asyncwrite.go). Page-cache appends can be staged too (Log.SetStagedWrites,
+// AppendBatchesStaged): the owner writes each log's staged batches of a loop turn with one
+// pwritev (WriteStaged), and EndOffset follows those writes (stagedwrite.go).
 //
 // # Directory layout
 //

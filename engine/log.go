@@ -103,6 +103,11 @@ type Log struct {
 	awIdle      func() bool            // no write op in flight, bound once
 	wg          writeGroup             // the write group in flight
 	writtenNext int64                  // EndOffset while the active segment has staged bytes
+
+	// Staged page-cache appends (stagedwrite.go); staging false: appends write at once.
+	staging   bool
+	stageNext bool         // set by AppendBatchesStaged for the duration of its append
+	staged    stagedWrites // staged, not written; always in the active segment
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -177,7 +182,7 @@ func (l *Log) StartOffset() int64 { return l.startOffset }
 // written. It is the offset the next appended record gets, except while asynchronous
 // direct-mode writes are in flight (see StagedEndOffset and asyncwrite.go).
 func (l *Log) EndOffset() int64 {
-	if s := l.active(); s.direct != nil && s.direct.pending() {
+	if s := l.active(); s.direct != nil && s.direct.pending() || l.staged.pending() {
 		return l.writtenNext
 	}
 	return l.active().nextOffset
@@ -260,6 +265,9 @@ func (l *Log) AppendReplicated(batches [][]byte) (AppendResult, error) {
 }
 
 func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error) {
+	if !l.stageNext && l.staged.pending() {
+		l.WriteStaged() // staged bytes go first; a failure fails the log, seen just below
+	}
 	res := AppendResult{FirstOffset: l.StagedEndOffset(), LastOffset: l.StagedEndOffset() - 1}
 	if err := l.writable(); err != nil {
 		return res, err
@@ -316,7 +324,9 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 			}
 			continue
 		}
-		if err := l.writeBatches(s, batches[i:j], before.size, before.nextOffset); err != nil {
+		if l.stageNext && s.direct == nil {
+			l.stage(s, batches[i:j], before) // stagedwrite.go: written by WriteStaged
+		} else if err := l.writeBatches(s, batches[i:j], before.size, before.nextOffset); err != nil {
 			s.restore(before)
 			if s.direct != nil && l.aw != nil {
 				// Nothing was staged: the wait for earlier writes failed (the log failed).

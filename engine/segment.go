@@ -61,6 +61,7 @@ type segment struct {
 	indexReleased   bool          // sealed, index only in its files (see indexcache.go)
 	firstAppendAt   time.Time     // zero until the first append into this segment (segment.ms)
 	direct          *directWriter // non-nil while this is the active segment in direct mode
+	staged          *stagedWrites // non-nil while the log has staged bytes here (stagedwrite.go)
 }
 
 func (s *segment) logFd() int { return int(s.log.Fd()) }
@@ -242,6 +243,11 @@ func (s *segment) readAt(fio ring.FileIO, p []byte, pos int64) error {
 			s.direct.copyOut(p[fileBytes:], pos+fileBytes)
 			p = p[:fileBytes]
 		}
+	}
+	if w := s.staged; w != nil && pos+int64(len(p)) > w.pos {
+		fileBytes := max(0, w.pos-pos)
+		w.copyOut(p[fileBytes:], pos+fileBytes)
+		p = p[:fileBytes]
 	}
 	return preadFull(fio, s.logFd(), p, pos)
 }

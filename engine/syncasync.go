@@ -52,6 +52,9 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 		// Asynchronous writes in flight (asyncwrite.go): cover only what completed.
 		size, next = s.direct.writtenPos, l.writtenNext
 	}
+	if l.staged.pending() { // staged page-cache appends (stagedwrite.go): only what is written
+		size, next = l.staged.pos, l.writtenNext
+	}
 	if s.syncedSize != size || s.syncedNextOffset != next {
 		t.covers = append(t.covers, syncedPoint{s: s, size: size, nextOffset: next})
 	}

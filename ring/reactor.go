@@ -30,13 +30,16 @@ type Reactor struct {
 	cfg   Config
 
 	// Owned by the loop thread.
-	slots       []opSlot
-	freeSlots   []uint32
-	cqes        []CQE // reap batch for the loop
-	syncCQEs    []CQE // reap batch for blocking FileIO waits
-	backlog     []CQE // completions reaped during a blocking wait, dispatched by the loop
-	syncSeq     uint64
-	syncPin     runtime.Pinner
+	slots     []opSlot
+	freeSlots []uint32
+	cqes      []CQE // reap batch for the loop
+	syncCQEs  []CQE // reap batch for blocking FileIO waits
+	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
+	syncSeq   uint64
+	syncPin   runtime.Pinner
+	// syncPins pin Pwritev's buffers, pinnerRefsInline per Pinner: a Pinner holds that many
+	// without allocating and allocates a fresh array for more on every use.
+	syncPins    []runtime.Pinner
 	iovs        []Iovec
 	timers      timerHeap
 	now         func() time.Time
@@ -54,10 +57,18 @@ type Reactor struct {
 	mailbox     mailbox
 	wakeFd      int
 	wakePending atomic.Bool
-	stopping    atomic.Bool
-	closed      atomic.Bool
-	posters     atomic.Int32  // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
-	foreignIO   atomic.Uint64 // FileIO calls made off the owning thread (served by plain syscalls)
+	// awake is true while the loop runs (callbacks, timers, mailbox, blocking FileIO) and
+	// false from just before it checks the mailbox on its way to sleep until it wakes: a
+	// Post while it is true needs no eventfd write, the loop drains the mailbox before it
+	// sleeps. Both sides use sequentially consistent atomics (the poster publishes its
+	// message, then reads awake; the loop clears awake, then reads the mailbox), so a
+	// message is either seen by that check or followed by a wake-up.
+	awake      atomic.Bool
+	wakeWrites atomic.Uint64 // eventfd writes, for tests
+	stopping   atomic.Bool
+	closed     atomic.Bool
+	posters    atomic.Int32  // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
+	foreignIO  atomic.Uint64 // FileIO calls made off the owning thread (served by plain syscalls)
 }
 
 type opSlot struct {
@@ -405,7 +416,9 @@ func (r *Reactor) Post(fn func()) error {
 	if !r.mailbox.push(fn) {
 		return ErrMailboxFull
 	}
-	r.wake()
+	if !r.awake.Load() {
+		r.wake()
+	}
 	return nil
 }
 
@@ -438,6 +451,7 @@ func (r *Reactor) PostFrom(src *Reactor, fn func()) error {
 }
 
 func (r *Reactor) writeWakeFd() {
+	r.wakeWrites.Add(1)
 	var one [8]byte
 	one[0] = 1
 	unix.Write(r.wakeFd, one[:])
@@ -471,7 +485,7 @@ func (r *Reactor) Run() error {
 	if r.stats.started.IsZero() {
 		r.stats.started = time.Now()
 	}
-	defer func() { r.running = false }()
+	defer func() { r.running = false; r.awake.Store(false) }()
 	for !r.stopping.Load() {
 		if err := r.RunOnce(true); err != nil {
 			return err
@@ -494,7 +508,14 @@ func (r *Reactor) RunOnce(block bool) error {
 		}
 	}
 	var err error
-	if block && len(r.backlog) == 0 && r.mailbox.empty() && !r.stopping.Load() {
+	sleep := block && len(r.backlog) == 0 && !r.stopping.Load()
+	if sleep {
+		r.awake.Store(false) // from here a Post wakes the loop (see awake)
+		if sleep = r.mailbox.empty(); !sleep {
+			r.awake.Store(true)
+		}
+	}
+	if sleep {
 		spin := r.cfg.SpinBeforeWait > 0 && r.worked > 0
 		r.worked = 0
 		if spin {
@@ -507,6 +528,7 @@ func (r *Reactor) RunOnce(block bool) error {
 			_, err = r.ring.SubmitAndWait(1, r.untilNextTimer())
 			r.stats.waitNanos += uint64(time.Since(waitStart))
 		}
+		r.awake.Store(true)
 	} else {
 		_, err = r.ring.Submit()
 	}
@@ -797,25 +819,25 @@ func (r *Reactor) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
 		var v Iovec
 		v.Base = (*byte)(unsafe.Pointer(&b[0]))
 		v.SetLen(len(b))
+		r.pinSync(len(r.iovs), &b[0])
 		r.iovs = append(r.iovs, v)
-		r.syncPin.Pin(&b[0])
 	}
 	if len(r.iovs) == 0 {
 		return 0, nil
 	}
 	if len(r.iovs) > iovMax {
-		r.syncPin.Unpin()
+		r.unpinSync()
 		return 0, fmt.Errorf("pwritev fd %d off %d: %d buffers (max %d): %w", fd, off, len(r.iovs), iovMax, unix.EINVAL)
 	}
 	sqe, tok, err := r.syncSQE()
 	if err != nil {
-		r.syncPin.Unpin()
+		r.unpinSync()
 		return 0, fmt.Errorf("pwritev fd %d off %d: %w", fd, off, err)
 	}
 	sqe.PrepWritev(fd, r.iovs, uint64(off))
 	sqe.UserData = tok
 	res, err := r.syncWait(tok)
-	r.syncPin.Unpin()
+	r.unpinSync()
 	if err == nil {
 		err = resErr(res)
 	}
@@ -823,6 +845,26 @@ func (r *Reactor) Pwritev(fd int, bufs [][]byte, off int64) (int, error) {
 		return 0, fmt.Errorf("pwritev fd %d off %d: %w", fd, off, err)
 	}
 	return int(res), nil
+}
+
+// pinnerRefsInline is how many pointers a runtime.Pinner pins without allocating
+// (runtime's pinnerRefStoreSize on 64-bit platforms).
+const pinnerRefsInline = 5
+
+// pinSync pins p as Pwritev's i-th buffer.
+func (r *Reactor) pinSync(i int, p *byte) {
+	k := i / pinnerRefsInline
+	for len(r.syncPins) <= k {
+		r.syncPins = append(r.syncPins, runtime.Pinner{})
+	}
+	r.syncPins[k].Pin(p)
+}
+
+// unpinSync releases every buffer pinSync pinned.
+func (r *Reactor) unpinSync() {
+	for i := range r.syncPins {
+		r.syncPins[i].Unpin()
+	}
 }
 
 const iovMax = 1024 // IOV_MAX

@@ -124,6 +124,11 @@ type Config struct {
 	// ErrorCodeUnknown. It runs on the shard loops: no blocking, no allocation.
 	ErrorCode func(err error) int
 
+	// WriteEachAppend turns off staged page-cache appends (stagedwrite.go): every produce
+	// then writes its batches at once, one pwritev per produce and partition, instead of one
+	// per partition per loop turn. For A/B measurements; false in production.
+	WriteEachAppend bool
+
 	hooks *testHooks // seams for this package's tests; nil in production
 }
 

@@ -90,6 +90,15 @@ func (s *Shard) writesDone(p *partition, l *engine.Log) {
 		a := w.pop()
 		s.core.Appended(&p.c, a.acks, a.end, a.res, a.done)
 	}
+	if err := l.TakeStagedError(); err != nil && l.Err() == nil {
+		// A staged write failed and was rolled back (stagedwrite.go): its appends fail,
+		// the partition goes on.
+		for w.waiting() {
+			a := w.pop()
+			s.produceFailed(a.res.Received, fmt.Errorf("append to %s/%d: %w", p.tp.Topic, p.tp.Partition, err), l.StartOffset(), a.done)
+		}
+		return
+	}
 	if err := l.Err(); err != nil && w.waiting() {
 		err = fmt.Errorf("append to %s/%d: %w", p.tp.Topic, p.tp.Partition, err)
 		s.b.log.Error("partition write failed; it accepts no more writes", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)

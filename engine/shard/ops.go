@@ -100,7 +100,7 @@ func (s *Shard) produce(tp TopicPartition, batches [][]byte, acks int16, done fu
 		s.produceFailed(received, err, p.log.StartOffset(), done)
 		return
 	}
-	res, err := p.log.AppendBatches(batches)
+	res, err := p.log.AppendBatchesStaged(batches) // stagedwrite.go: written at the turn's end
 	if err != nil {
 		s.produceFailed(received, err, p.log.StartOffset(), done)
 		if res.Batches > 0 {
@@ -110,6 +110,7 @@ func (s *Shard) produce(tp TopicPartition, batches [][]byte, acks int16, done fu
 	}
 	r := ProduceResult{BaseOffset: res.FirstOffset, LogStartOffset: p.log.StartOffset(), Received: received}
 	s.appended(p, acks, r, done) // directwrite.go: waits for asynchronous direct writes
+	s.noteStaged(p)
 }
 
 // produceFailed answers a produce the shard refused, counting it. Loop goroutine.

@@ -26,6 +26,8 @@ type Shard struct {
 	parts       map[TopicPartition]*partition
 	core        *core.Core    // acks, sync schedule and fetch waiters of parts (see package core)
 	flushTimer  *ring.Timer   // runs core.EndTurn after a loop turn's mailbox drain
+	stagedTimer *ring.Timer   // runs writeStaged after a loop turn's mailbox drain (stagedwrite.go)
+	staged      []*partition  // partitions with staged appends this turn, in staging order
 	freeSyncOps []*syncOp     // StartSync's reusable ops
 	waitTimer   *ring.Timer   // runs core.Tick at the earliest long-poll deadline
 	tick        func()        // s.onTick, allocated once
@@ -41,7 +43,8 @@ type partition struct {
 	log         *engine.Log
 	c           core.Partition // c.Log is log
 	leaderEpoch int32          // SetLeaderEpoch's; -1: the producer's value is kept
-	writes      pendingAppends // produces whose direct-mode writes are in flight (directwrite.go)
+	writes      pendingAppends // produces whose direct-mode or staged writes are not written yet (directwrite.go)
+	stagedIn    bool           // p is in its shard's staged list (stagedwrite.go)
 }
 
 func startShard(b *Broker, index int) (*Shard, error) {
@@ -277,6 +280,7 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, MinInsync: minInsync}
 		s.parts[tp] = p
 		s.enableAsyncWrites(p)
+		s.enableStagedWrites(p)
 		s.b.partitionOpened(s.index, tp)
 		return nil
 	})
@@ -325,6 +329,7 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 		}
 		p.log = l
 		s.enableAsyncWrites(p)
+		s.enableStagedWrites(p)
 		l.SetLeaderEpoch(p.leaderEpoch)
 		p.c.Log, p.c.FlushAlways, p.c.MinInsync = l, lc.FlushAlways, minInsync
 		return nil

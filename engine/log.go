@@ -615,6 +615,12 @@ func (l *Log) Read(offset int64, maxBytes int) (ReadResult, error) {
 // ReadBounded is Read that returns only batches whose base offset is below maxOffset (the
 // high watermark).
 func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResult, error) {
+	return l.ReadBoundedInto(nil, offset, maxBytes, maxOffset)
+}
+
+// ReadBoundedInto is ReadBounded with the result's pieces in pieces' array when it is large
+// enough (pieces[:0] is appended to), so that a caller reusing it reads without allocating.
+func (l *Log) ReadBoundedInto(pieces []Piece, offset int64, maxBytes int, maxOffset int64) (ReadResult, error) {
 	res := ReadResult{FirstOffset: offset, NextOffset: offset, fio: l.fio}
 	if l.closed {
 		return res, ErrClosed
@@ -669,7 +675,7 @@ func (l *Log) ReadBounded(offset int64, maxBytes int, maxOffset int64) (ReadResu
 		res.NextOffset = h.BaseOffset
 	}
 	res.Size = endPos - pos
-	res.Pieces = l.pieces(s, pos, endPos)
+	res.Pieces = l.appendPieces(pieces[:0], s, pos, endPos)
 	return res, nil
 }
 
@@ -697,11 +703,10 @@ func (l *Log) readEnd(s *segment, pos int64, first batch.Header, limit, maxBytes
 	return p, nil
 }
 
-func (l *Log) pieces(s *segment, pos, end int64) []Piece {
+func (l *Log) appendPieces(out []Piece, s *segment, pos, end int64) []Piece {
 	if s.direct == nil {
-		return []Piece{{File: s.log, Position: pos, Size: end - pos}}
+		return append(out, Piece{File: s.log, Position: pos, Size: end - pos})
 	}
-	var out []Piece
 	memStart := s.direct.memoryStart()
 	if pos < memStart {
 		stop := min(end, memStart)

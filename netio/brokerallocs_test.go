@@ -2,6 +2,7 @@ package netio_test
 
 import (
 	"context"
+	"encoding/binary"
 	"io"
 	"net"
 	"testing"
@@ -19,11 +20,18 @@ import (
 // broker's.
 type allocsRig struct {
 	nc      net.Conn
+	other   net.Conn         // a second connection to the same shard (the long-poll's producer)
 	produce map[int16][]byte // acks -> one pre-encoded produce frame of one 1 KiB record
 	fetch   []byte           // a fetch frame of the last record produced before it
-	head    [wire.ResponseHeaderBytes]byte
-	buf     []byte
-	tb      testing.TB
+	// poll is a long-poll fetch frame (max wait 30 s, min bytes 1) whose fetch offset,
+	// at pollOffsetAt, is patched in place to the partition's end before each use; next
+	// counts the records produced so far. pollTimeout is the same with a 1 ms wait.
+	poll, pollTimeout []byte
+	pollOffsetAt      int
+	next              int64
+	head              [wire.ResponseHeaderBytes]byte
+	buf               []byte
+	tb                testing.TB
 }
 
 func startAllocsRig(tb testing.TB, driver string) *allocsRig {
@@ -40,22 +48,49 @@ func startAllocsRig(tb testing.TB, driver string) *allocsRig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { nc.Close() })
+	other, err := net.Dial("tcp", rb.ShardAddrs[si])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { nc.Close(); other.Close() })
 	bl := batch.NewBuilder(batch.BuilderOptions{})
 	bl.Append(time.Now().UnixMilli(), nil, make([]byte, benchRecordBytes), nil)
 	records, err := bl.Build(nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r := &allocsRig{nc: nc, produce: map[int16][]byte{}, tb: tb}
+	r := &allocsRig{nc: nc, other: other, produce: map[int16][]byte{}, tb: tb}
 	for _, acks := range []int16{wire.AcksNone, wire.AcksLeader, wire.AcksAll} {
 		r.produce[acks] = wire.AppendRequest(nil, 1, &wire.ProduceRequest{Acks: acks, TimeoutMs: 30_000,
 			Topics: []wire.ProduceTopic{{Topic: "allocs", Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}}}})
 	}
 	r.fetch = wire.AppendRequest(nil, 1, &wire.FetchRequest{MaxBytes: 1 << 20,
 		Topics: []wire.FetchTopic{{Topic: "allocs", Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 1 << 20}}}}})
+	r.poll, r.pollOffsetAt = longPollFrame(tb, 30_000)
+	r.pollTimeout, _ = longPollFrame(tb, 1)
 	r.roundTrip(r.produce[wire.AcksLeader]) // the partition exists and has a record to fetch
+	r.next = 1
 	return r
+}
+
+// longPollFrame encodes a fetch of allocs/0 that waits up to maxWaitMs for one byte, and
+// finds where its fetch offset sits (the bytes that differ between two offsets).
+func longPollFrame(tb testing.TB, maxWaitMs int32) ([]byte, int) {
+	encode := func(offset int64) []byte {
+		return wire.AppendRequest(nil, 1, &wire.FetchRequest{MaxWaitMs: maxWaitMs, MinBytes: 1, MaxBytes: 1 << 20,
+			Topics: []wire.FetchTopic{{Topic: "allocs", Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: offset, MaxBytes: 1 << 20}}}}})
+	}
+	a, b := encode(0x0102030405060708), encode(0)
+	for i := range a {
+		if a[i] != b[i] {
+			if i+8 > len(a) || binary.BigEndian.Uint64(a[i:]) != 0x0102030405060708 {
+				tb.Fatalf("fetch offset not found as a big-endian int64 in the fetch frame")
+			}
+			return b, i
+		}
+	}
+	tb.Fatal("fetch offset not found in the fetch frame")
+	return nil, 0
 }
 
 // roundTrip writes frame and reads its response, failing on an error code anywhere in it.
@@ -63,9 +98,14 @@ func (r *allocsRig) roundTrip(frame []byte) {
 	if _, err := r.nc.Write(frame); err != nil {
 		r.tb.Fatal(err)
 	}
+	r.readResponse(r.nc)
+}
+
+// readResponse reads one response from nc, failing on a frame-level error code.
+func (r *allocsRig) readResponse(nc net.Conn) {
 	// Not wire.ReadResponse: its header array escapes (one allocation per response that is
 	// the rig's, not the broker's).
-	if _, err := io.ReadFull(r.nc, r.head[:]); err != nil {
+	if _, err := io.ReadFull(nc, r.head[:]); err != nil {
 		r.tb.Fatal(err)
 	}
 	h, err := wire.ParseResponseHeader(r.head[:], 256<<20)
@@ -76,7 +116,7 @@ func (r *allocsRig) roundTrip(frame []byte) {
 	if cap(r.buf) < n {
 		r.buf = make([]byte, n)
 	}
-	if _, err := io.ReadFull(r.nc, r.buf[:n]); err != nil {
+	if _, err := io.ReadFull(nc, r.buf[:n]); err != nil {
 		r.tb.Fatal(err)
 	}
 	if h.ErrorCode != wire.ErrNone {
@@ -94,16 +134,37 @@ func (r *allocsRig) run(op string) {
 			}
 		}
 		r.roundTrip(r.produce[wire.AcksLeader])
+		r.next += 16
 	case "produce/acks=1":
 		r.roundTrip(r.produce[wire.AcksLeader])
+		r.next++
 	case "produce/acks=all":
 		r.roundTrip(r.produce[wire.AcksAll])
+		r.next++
 	case "fetch":
 		r.roundTrip(r.fetch)
+	case "fetch/long-poll":
+		// A fetch at the end parks (or, if the produce gets there first, finds the record
+		// when it parks); the other connection's produce wakes it. Either way its answer
+		// carries the new record, by splice.
+		binary.BigEndian.PutUint64(r.poll[r.pollOffsetAt:], uint64(r.next))
+		if _, err := r.nc.Write(r.poll); err != nil {
+			r.tb.Fatal(err)
+		}
+		if _, err := r.other.Write(r.produce[wire.AcksLeader]); err != nil {
+			r.tb.Fatal(err)
+		}
+		r.readResponse(r.other)
+		r.readResponse(r.nc)
+		r.next++
+	case "fetch/long-poll-timeout":
+		// A fetch at the end that nothing wakes: it parks until its 1 ms deadline.
+		binary.BigEndian.PutUint64(r.pollTimeout[r.pollOffsetAt:], uint64(r.next))
+		r.roundTrip(r.pollTimeout)
 	}
 }
 
-var allocsOps = []string{"produce/acks=0", "produce/acks=1", "produce/acks=all", "fetch"}
+var allocsOps = []string{"produce/acks=0", "produce/acks=1", "produce/acks=all", "fetch", "fetch/long-poll", "fetch/long-poll-timeout"}
 
 // BenchmarkBrokerRequestAllocs: one request at a time from a raw socket into the real
 // broker (the shard-port connection, so no mailbox hop), per driver. allocs/op are the
@@ -128,11 +189,22 @@ func BenchmarkBrokerRequestAllocs(b *testing.B) {
 // here is a new allocation per produced batch. The race detector allocates, so the check
 // runs without it.
 func TestBrokerProduceAllocatesNothing(t *testing.T) {
+	assertBrokerAllocatesNothing(t, "produce/acks=0", "produce/acks=1", "produce/acks=all")
+}
+
+// The same for fetches on the ring driver: one record by splice from the page cache, a
+// long-poll woken by another connection's produce, and a long-poll that ends at its
+// deadline (the core's waiter, its deadline timer and the pooled fetch op all reused).
+func TestBrokerFetchAllocatesNothing(t *testing.T) {
+	assertBrokerAllocatesNothing(t, "fetch", "fetch/long-poll", "fetch/long-poll-timeout")
+}
+
+func assertBrokerAllocatesNothing(t *testing.T, ops ...string) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
 	r := startAllocsRig(t, "ring")
-	for _, op := range []string{"produce/acks=0", "produce/acks=1", "produce/acks=all"} {
+	for _, op := range ops {
 		for range 100 { // warm the pools and the connection's buffers
 			r.run(op)
 		}

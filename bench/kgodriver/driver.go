@@ -19,6 +19,12 @@
 // (kgo.WithPools with a PoolRecords, every record recycled once handled). Fetches ask for
 // what the bundled consumer asks for, 1 MiB per partition and 16 MiB per response: with 8
 // and 64 MiB kgo read a backlog at 0.6 of the rate (2026-12-01, docs/benchmarks.md).
+//
+// Tried and dropped, kgo against kgo in alternating rounds on fetch-only-1kib
+// (`DRIVERS="kgo kgo-x" bench/kafka-vs-bundled.sh`, 2026-12-01, docs/benchmarks.md): one kgo
+// client shared by all producers of a topic (one connection, as the bundled producers share
+// the bundled client's; larger batches) filled the backlog at 0.89 of the rate (median of 4),
+// and fetches of 128 KiB per partition and 1 MiB per response read it at 0.30.
 package kgodriver
 
 import (

@@ -25,6 +25,7 @@ const loopbackProbeTime = 2 * time.Second
 
 type runFlags struct {
 	driver, broker, out, dataDir string
+	cpuProfile                   string // this process's CPU profile of the whole run (the client's)
 	brokerPID                    int
 	command                      string // the command line, recorded in the result
 	duration, warmup             time.Duration
@@ -42,6 +43,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.warmup, "warmup", -1, "override the workload's warm-up")
 	fs.IntVar(&f.rate, "rate", -1, "override the workload's producerRate (0 = max)")
 	fs.IntVar(&f.replicationFactor, "replication-factor", -1, "override the workload's replicationFactor (replicas of each partition, on a cluster of at least that many brokers)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's CPU profile (the client's, whole run) to this file")
 	fs.BoolVar(&f.loopback, "loopback", false, "also measure loopback TCP bandwidth in the same run (always on for backlog workloads)")
 }
 
@@ -82,7 +84,12 @@ func benchRun(args []string) error {
 	f.command = "ringlog bench run " + strings.Join(args, " ")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	stopProfile, err := startProfiles(f.cpuProfile, "")
+	if err != nil {
+		return err
+	}
 	result, err := runOne(ctx, f, w)
+	stopProfile()
 	if err != nil {
 		return err
 	}

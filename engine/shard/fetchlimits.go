@@ -2,7 +2,6 @@ package shard
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -103,10 +102,10 @@ type fetchLimits struct {
 	replica   bool // FetchRequest.Replica: read up to the log end offset
 }
 
-func newFetchLimits(b *Broker, req FetchRequest) *fetchLimits {
-	l := &fetchLimits{bytesMax: req.ResponseBytesMax, files: req.Files, broker: b.files, replica: req.Replica}
+// init sets l up for req (l is reused from fetch to fetch with its op).
+func (l *fetchLimits) init(b *Broker, req *FetchRequest) {
+	l.bytesMax, l.files, l.broker, l.replica = req.ResponseBytesMax, req.Files, b.files, req.Replica
 	l.reset()
-	return l
 }
 
 // reset starts a new read pass (a long-poll's final read follows a released first one).
@@ -158,14 +157,12 @@ func (l *fetchLimits) charge(limit, used int64) (keep, retry bool) {
 	}
 }
 
-// holdFiles duplicates the segment descriptors of rr's file pieces into out, charging the
-// quotas. On any failure it closes only the duplicates it made (never a segment's own
-// descriptor), leaves out without records and returns the error.
-func (l *fetchLimits) holdFiles(out *FetchResult, rr engine.ReadResult) error {
-	pieces := make([]engine.Piece, len(rr.Pieces))
-	copy(pieces, rr.Pieces)
+// holdFiles makes out answer rr, its file pieces pointing at the shard's shared duplicates
+// of the segment descriptors (fetchfiles.go), charging the quotas. On any failure it gives
+// back what it took, leaves out without records and returns the error.
+func (l *fetchLimits) holdFiles(out *FetchResult, rr engine.ReadResult, table sharedFiles) error {
 	files := int64(0)
-	for _, p := range pieces {
+	for _, p := range rr.Pieces {
 		if p.File != nil {
 			files++
 		}
@@ -181,22 +178,21 @@ func (l *fetchLimits) holdFiles(out *FetchResult, rr engine.ReadResult) error {
 			return fmt.Errorf("%w: the broker holds its limit of %d segment descriptors in unsent fetch responses", ErrThrottled, l.broker.Max())
 		}
 	}
-	out.held = heldFiles{n: files, conn: l.files, broker: l.broker}
-	rr.Pieces = pieces
+	out.held.n, out.held.conn, out.held.broker = files, l.files, l.broker
 	for i := range rr.Pieces {
 		f := rr.Pieces[i].File
 		if f == nil {
 			continue
 		}
-		fd, err := dupFile(f.Fd())
+		sf, err := table.take(f)
 		if err != nil {
-			// Pieces [0, i) hold duplicates; [i, n) still point at the segment's own file.
-			out.Records = engine.ReadResult{Pieces: rr.Pieces[:i]}
-			out.Release()
+			// Pieces [0, i) point at shared duplicates; [i, n) still at the segment's own file.
 			out.Records = engine.ReadResult{}
+			out.held.release()
 			return fmt.Errorf("%w: dup segment fd: %w", ErrThrottled, err)
 		}
-		rr.Pieces[i].File = os.NewFile(uintptr(fd), f.Name())
+		out.held.shared = append(out.held.shared, sf)
+		rr.Pieces[i].File = sf.file
 	}
 	out.Records = rr
 	return nil
@@ -206,13 +202,20 @@ func (l *fetchLimits) holdFiles(out *FetchResult, rr engine.ReadResult) error {
 // make it fail as EMFILE does.
 var dupFile = func(fd uintptr) (int, error) { return unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }
 
-// heldFiles is what a FetchResult gives back on Release.
+// heldFiles is what a FetchResult gives back on Release: quota units and references to
+// shared descriptors (its array is kept for the next use of the result).
 type heldFiles struct {
 	n            int64
 	conn, broker FileQuota
+	shared       []*sharedFile
 }
 
 func (h *heldFiles) release() {
+	for i, sf := range h.shared {
+		sf.unref()
+		h.shared[i] = nil
+	}
+	h.shared = h.shared[:0]
 	if h.n == 0 {
 		return
 	}
@@ -220,5 +223,5 @@ func (h *heldFiles) release() {
 		h.conn.Give(h.n)
 	}
 	h.broker.Give(h.n)
-	*h = heldFiles{}
+	h.n, h.conn, h.broker = 0, nil, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -141,14 +142,18 @@ type FetchRequest struct {
 	// Replica marks a follower's fetch: it reads up to the log end offset instead of the
 	// high watermark, and a long-poll waits for the log end offset to pass its offset.
 	Replica bool
+	// Results, if its capacity holds every partition, is where the answers are written
+	// (done gets Results[:len(Partitions)]): a caller reusing it from fetch to fetch, each
+	// result Released before, fetches without allocating. Nil: a new slice per fetch.
+	Results []FetchResult
 
 	limits *fetchLimits
 }
 
 // FetchResult is one partition's answer. Records holds whole batches below the high
-// watermark; its file pieces refer to duplicated descriptors owned by the result, so they
-// stay valid whatever the shard does to its segments meanwhile. Call Release once the bytes
-// are sent.
+// watermark; its file pieces refer to descriptors the result holds (shared duplicates of
+// the segments', fetchfiles.go), so they stay valid whatever the shard does to its
+// segments meanwhile. Call Release once the bytes are sent.
 type FetchResult struct {
 	TopicPartition
 	HighWatermark  int64
@@ -157,7 +162,8 @@ type FetchResult struct {
 	Records        engine.ReadResult
 	Err            error
 
-	held heldFiles // descriptors charged to the quotas, given back by Release
+	held   heldFiles      // descriptors charged to the quotas, given back by Release
+	pieces []engine.Piece // Records.Pieces' array, kept for the result's next use
 }
 
 // AppendTo appends the records' bytes to dst, reading file pieces with plain pread on the
@@ -185,31 +191,99 @@ func (r *FetchResult) AppendTo(dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// Release closes the result's duplicated file descriptors.
+// Release gives back the result's descriptors; its file pieces are invalid from then on.
 func (r *FetchResult) Release() {
 	for i := range r.Records.Pieces {
-		if f := r.Records.Pieces[i].File; f != nil {
-			f.Close()
-			r.Records.Pieces[i].File = nil
-		}
+		r.Records.Pieces[i].File = nil
 	}
 	r.held.release()
 }
 
+// fetchOp is one fetch in progress. Ops are pooled: an op goes back to the pool once its
+// answer returned and no function posted for it is still to run (refs). Core waiters may
+// outlive a use of the op; they carry the use's generation, and Fire/Fired of a past
+// generation do nothing (state packs the generation and the fired bit in one word).
 type fetchOp struct {
 	b       *Broker
 	req     FetchRequest
 	results []FetchResult
-	shards  map[int][]int // shard index -> indexes into req.Partitions
 	pending atomic.Int32
-	final   atomic.Bool // the next read completes the op whatever it finds
-	fired   atomic.Bool // a waiter or a deadline started the final read
+	final   atomic.Bool   // the next read completes the op whatever it finds
+	state   atomic.Uint64 // generation<<1 | fired (a waiter or a deadline started the final read)
+	refs    atomic.Int32  // the answer not yet returned + posted park functions not yet run
 	// deadline ends the long-poll; each shard the op parks on fires it then from its own
 	// reactor timer (core.Tick), and the first to fire wins.
 	deadline time.Time
 	done     func([]FetchResult)
 	caller   int           // shard whose loop started the op; read inline on the first pass only
 	started  time.Duration // when the op began (monotonic), for the fetch latency histogram
+	limits   fetchLimits
+
+	// Reused from one fetch to the next.
+	partitions []FetchPartition // req.Partitions, copied: the caller may reuse its array once answered
+	involved   []int            // shards with partitions of this fetch, in first-seen order
+	reads      []*fetchShardRef // by shard index: that shard's partitions and bound functions
+}
+
+// fetchShardRef is one shard's part of a fetch, with its functions bound once per op.
+type fetchShardRef struct {
+	op     *fetchOp
+	s      *Shard
+	idx    []int // indexes into req.Partitions
+	readFn func()
+	parkFn func()
+}
+
+func (r *fetchShardRef) readAll() {
+	for _, i := range r.idx {
+		r.s.readInto(&r.op.results[i], r.op.req.Partitions[i], r.op.req.limits)
+	}
+	r.op.shardDone(r.s)
+}
+
+func (r *fetchShardRef) park() {
+	op := r.op
+	r.s.park(op, r.idx)
+	op.unref()
+}
+
+var fetchOps sync.Pool
+
+// fetchOpPartitionsMax: ops that served more partitions than this are left to the GC
+// instead of being pooled, so one huge fetch does not pin its arrays.
+const fetchOpPartitionsMax = 1024
+
+func (b *Broker) getFetchOp() *fetchOp {
+	op, _ := fetchOps.Get().(*fetchOp)
+	if op == nil || op.b != b {
+		op = &fetchOp{b: b}
+	}
+	for len(op.reads) < len(b.shards) {
+		r := &fetchShardRef{op: op, s: b.shards[len(op.reads)]}
+		r.readFn, r.parkFn = r.readAll, r.park
+		op.reads = append(op.reads, r)
+	}
+	return op
+}
+
+// unref drops one reference; the last returns the op to the pool.
+func (op *fetchOp) unref() {
+	if n := op.refs.Add(-1); n > 0 {
+		return
+	} else if n < 0 {
+		panic("shard: fetch op released more often than referenced")
+	}
+	n := len(op.req.Partitions)
+	for _, si := range op.involved {
+		op.reads[si].idx = op.reads[si].idx[:0]
+	}
+	op.involved = op.involved[:0]
+	clear(op.partitions)
+	op.req, op.results, op.done = FetchRequest{}, nil, nil
+	op.limits.files, op.limits.broker = nil, nil
+	if n <= fetchOpPartitionsMax {
+		fetchOps.Put(op)
+	}
 }
 
 // Fetch reads every requested partition on its shard. When fewer than MinBytes come back
@@ -226,54 +300,81 @@ func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult
 	if req.MaxWait > fetchWaitMax {
 		req.MaxWait = fetchWaitMax
 	}
-	req.limits = newFetchLimits(b, req)
-	op := &fetchOp{b: b, req: req, results: make([]FetchResult, len(req.Partitions)), shards: map[int][]int{}, done: done, caller: caller, started: monotonic()}
+	op := b.getFetchOp()
+	gen := op.state.Load()>>1 + 1
+	op.state.Store(gen << 1)
+	op.refs.Store(1) // the answer
+	op.req, op.done, op.caller, op.started = req, done, caller, monotonic()
+	// A park posted before the answer may still read the partitions after it, when the
+	// caller already reuses its array for another fetch: the op reads its own copy.
+	op.partitions = append(op.partitions[:0], req.Partitions...)
+	op.req.Partitions, op.req.Results = op.partitions, nil
+	op.final.Store(false)
+	op.limits.init(b, &op.req)
+	op.req.limits = &op.limits
+	n := len(req.Partitions)
+	if cap(req.Results) >= n {
+		op.results = req.Results[:n]
+	} else {
+		op.results = make([]FetchResult, n)
+	}
 	for i, fp := range req.Partitions {
-		op.results[i].TopicPartition = fp.TopicPartition
-		op.results[i].HighWatermark, op.results[i].LogStartOffset = -1, -1
+		out := &op.results[i]
+		out.TopicPartition, out.HighWatermark, out.LogStartOffset, out.LogEndOffset = fp.TopicPartition, -1, -1, 0
+		out.Records, out.Err = engine.ReadResult{}, nil
 		si, err := b.ShardOf(fp.TopicPartition)
 		if err != nil {
-			op.results[i].Err = err
+			out.Err = err
 			continue
 		}
-		op.shards[si] = append(op.shards[si], i)
+		r := op.reads[si]
+		if len(r.idx) == 0 {
+			op.involved = append(op.involved, si)
+		}
+		r.idx = append(r.idx, i)
 	}
-	if req.MaxWait <= 0 || len(op.shards) == 0 || b.draining.Load() {
+	if req.MaxWait <= 0 || len(op.involved) == 0 || b.draining.Load() {
 		op.final.Store(true)
 	}
 	op.read()
 }
 
-// read posts one read to every shard involved; the last to finish calls readDone.
+// answer runs done and drops the answer's reference to the op.
+func (op *fetchOp) answer() {
+	op.done(op.results)
+	op.unref()
+}
+
+// read posts one read to every shard involved; the last to finish calls readDone. The
+// caller's own shard reads inline, after the posts: the op may be answered (and reused)
+// by the last read to finish, so nothing here touches it after that.
 func (op *fetchOp) read() {
-	if len(op.shards) == 0 {
+	n := len(op.involved)
+	if n == 0 {
 		op.b.fetchAnsweredOffLoop(op)
-		op.done(op.results)
+		op.answer()
 		return
 	}
-	op.pending.Store(int32(len(op.shards)))
-	op.req.limits.reset()
+	op.pending.Store(int32(n))
+	op.limits.reset()
 	inline := op.caller
 	op.caller = CallerNone // later passes run from timers or other loops
-	for si, idx := range op.shards {
-		s := op.b.shards[si]
-		readAll := func() {
-			for _, i := range idx {
-				s.readInto(&op.results[i], op.req.Partitions[i], op.req.limits)
-			}
-			op.shardDone(s)
-		}
-		if si == inline && s.r.OnOwnerThread() {
-			readAll()
+	var own *fetchShardRef
+	for i := range n {
+		r := op.reads[op.involved[i]]
+		if r.s.index == inline && r.s.r.OnOwnerThread() {
+			own = r
 			continue
 		}
-		err := s.r.Post(readAll)
-		if err != nil {
-			for _, i := range idx {
-				op.results[i].Err = postErr(s, err)
+		if err := r.s.r.Post(r.readFn); err != nil {
+			for _, k := range r.idx {
+				op.results[k].Err = postErr(r.s, err)
 			}
 			op.shardDone(nil)
 		}
+	}
+	if own != nil {
+		own.readAll()
 	}
 }
 
@@ -289,7 +390,7 @@ func (op *fetchOp) shardDone(on *Shard) {
 		} else {
 			op.b.fetchAnsweredOffLoop(op)
 		}
-		op.done(op.results)
+		op.answer()
 		return
 	}
 	// Not enough yet: drop what was read and wait for data or the deadline.
@@ -299,10 +400,14 @@ func (op *fetchOp) shardDone(on *Shard) {
 	}
 	op.final.Store(true)
 	op.deadline = op.b.now().Add(op.req.MaxWait)
-	for si, idx := range op.shards {
-		s := op.b.shards[si]
-		if err := s.r.Post(func() { s.park(op, idx) }); err != nil {
-			op.Fire()
+	n := len(op.involved)
+	op.refs.Add(int32(n)) // each park holds the op until it ran
+	gen := op.state.Load() >> 1
+	for i := range n {
+		r := op.reads[op.involved[i]]
+		if err := r.s.r.Post(r.parkFn); err != nil {
+			op.Fire(gen)
+			op.unref()
 		}
 	}
 }
@@ -318,33 +423,37 @@ func (op *fetchOp) satisfied() bool {
 	return size >= int64(op.req.MinBytes) && size > 0 || op.req.MinBytes <= 0
 }
 
-// Fire starts the op's final read, once (core.Waiter). Any goroutine.
-func (op *fetchOp) Fire() {
-	if !op.fired.CompareAndSwap(false, true) {
-		return
+// Fire starts the final read of the op's use gen, once (core.Waiter). Any goroutine.
+func (op *fetchOp) Fire(gen uint64) {
+	if !op.state.CompareAndSwap(gen<<1, gen<<1|1) {
+		return // fired already, or a waiter of a past use
 	}
 	op.read()
 }
 
-// Fired reports whether the op's final read started (core.Waiter).
-func (op *fetchOp) Fired() bool { return op.fired.Load() }
+// Fired reports whether use gen's final read started, or gen is past (core.Waiter).
+func (op *fetchOp) Fired(gen uint64) bool { return op.state.Load() != gen<<1 }
 
 // park registers op on the partitions in idx until its deadline, or fires it at once when
-// one already has data past its offset. Loop goroutine.
+// one already has data past its offset. Loop goroutine; the caller holds a reference.
 func (s *Shard) park(op *fetchOp, idx []int) {
+	gen := op.state.Load() >> 1
 	if s.b.draining.Load() { // Drain's wake-up may have run before this park
-		op.Fire()
+		op.Fire(gen)
 		return
 	}
 	for _, i := range idx {
 		fp := op.req.Partitions[i]
 		p := s.parts[fp.TopicPartition]
 		if p == nil || !op.req.Replica && s.core.Ready(&p.c, fp.Offset) || op.req.Replica && s.core.ReadyEnd(&p.c, fp.Offset) {
-			op.Fire()
+			op.Fire(gen)
 			return
 		}
 	}
-	h := s.core.Wait(op, op.deadline)
+	if op.Fired(gen) {
+		return // another shard fired it meanwhile: nothing to wait for
+	}
+	h := s.core.Wait(op, gen, op.deadline)
 	for _, i := range idx {
 		fp := op.req.Partitions[i]
 		if op.req.Replica {
@@ -381,7 +490,10 @@ func (s *Shard) readInto(out *FetchResult, fp FetchPartition, lim *fetchLimits) 
 		if !ok {
 			return // the fetch's byte budget is spent: answered without records
 		}
-		rr, err := p.log.ReadBounded(fp.Offset, int(limit), bound)
+		rr, err := p.log.ReadBoundedInto(out.pieces, fp.Offset, int(limit), bound)
+		if cap(rr.Pieces) > cap(out.pieces) {
+			out.pieces = rr.Pieces[:0]
+		}
 		if err != nil {
 			out.Err = err
 			return
@@ -391,7 +503,7 @@ func (s *Shard) readInto(out *FetchResult, fp FetchPartition, lim *fetchLimits) 
 			continue // others spent the bytes while this read ran: read again under what is left
 		}
 		if keep {
-			out.Err = lim.holdFiles(out, rr)
+			out.Err = lim.holdFiles(out, rr, s.sharedFiles)
 		}
 		return
 	}

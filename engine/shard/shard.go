@@ -35,6 +35,7 @@ type Shard struct {
 	cleaner     cleanerState  // background log compaction (compact.go)
 	groups      *shardGroups  // the group coordinator of this shard's __consumer_offsets partitions (groups.go)
 	counters    shardCounters // produce, fetch and fsync counters (stats.go)
+	sharedFiles sharedFiles   // segment descriptors shared by fetch results (fetchfiles.go)
 }
 
 // partition is a partition's shard-owned state. Loop goroutine only.
@@ -48,7 +49,7 @@ type partition struct {
 }
 
 func startShard(b *Broker, index int) (*Shard, error) {
-	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, exited: make(chan error, 1)}
+	s := &Shard{b: b, index: index, cpu: b.shardCPU(index), parts: map[TopicPartition]*partition{}, sharedFiles: sharedFiles{}, exited: make(chan error, 1)}
 	s.core = core.New((*coreDriver)(s), b.rep)
 	s.startGroups()
 	s.tick = s.onTick
@@ -60,6 +61,7 @@ func startShard(b *Broker, index int) (*Shard, error) {
 		s.armTimers()
 		err := r.Run()
 		s.closePartitions()
+		s.sharedFiles.sweep(true)
 		s.exited <- err
 		close(s.exited)
 	})
@@ -77,6 +79,7 @@ func (s *Shard) armTimers() {
 		// Only partitions a turn left with unsynced records: an idle partition costs the
 		// check nothing (10,000 of them took ~5 % of a core at a 50 ms interval).
 		s.core.RecheckUnflushed()
+		s.sharedFiles.sweep(false)
 		s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
 	}
 	retentionTick = func() {

@@ -142,10 +142,12 @@ type Driver interface {
 
 // Waiter is a parked long-poll fetch. Fire starts its final read; it may be called more
 // than once (by several shards) and must act only the first time. Fired reports whether it
-// has been fired anywhere, so that the core can drop it early.
+// has been fired anywhere, so that the core can drop it early. gen is the value given to
+// Wait: a pooled waiter reused for another fetch meanwhile treats an older gen as fired
+// (the core may call a waiter long after its fetch was answered, until its deadline).
 type Waiter interface {
-	Fire()
-	Fired() bool
+	Fire(gen uint64)
+	Fired(gen uint64) bool
 }
 
 // Partition is the core's state of one partition. The owner sets the exported fields
@@ -191,13 +193,19 @@ type watch struct {
 	end    bool  // a follower's fetch: fire once the log end offset passes offset instead
 }
 
-// waiter is one Waiter parked on one shard (on one or more of its partitions).
+// waiter is one Waiter parked on one shard (on one or more of its partitions). Waiters are
+// recycled through Core.freeWaiters once neither the deadline heap nor a watch refers to
+// them (refs), so a parked long-poll allocates nothing once the list is warm.
 type waiter struct {
 	w        Waiter
+	gen      uint64
 	deadline time.Time
 	index    int  // in Core.deadlines; -1 when not there
 	done     bool // fired or expired here
+	refs     int  // the deadline heap's entry + one per watch
 }
+
+func (w *waiter) fired() bool { return w.w.Fired(w.gen) }
 
 // Core is the state machine of one shard's partitions.
 type Core struct {
@@ -214,8 +222,27 @@ type Core struct {
 	flushScheduled bool
 	syncing        int // partitions with a sync in flight
 
-	deadlines waiterHeap
-	armed     time.Time // the timer requested from the driver; zero: none
+	deadlines   waiterHeap
+	armed       time.Time // the timer requested from the driver; zero: none
+	freeWaiters []*waiter // waiters no heap entry or watch refers to any more
+	fireSpare   []*waiter // Moved's list of waiters to fire, reused
+}
+
+// freeWaitersMax bounds the recycled waiters a core keeps (about 80 bytes each).
+const freeWaitersMax = 1024
+
+// unref drops one reference to w; the last puts it on the free list.
+func (c *Core) unref(w *waiter) {
+	if w.refs--; w.refs > 0 {
+		return
+	}
+	if w.refs < 0 {
+		panic("core: waiter released more often than referenced")
+	}
+	*w = waiter{index: -1}
+	if len(c.freeWaiters) < freeWaitersMax {
+		c.freeWaiters = append(c.freeWaiters, w)
+	}
 }
 
 // New returns a core with driver d; rep nil means Local.
@@ -495,9 +522,17 @@ type Handle struct{ w *waiter }
 
 // Wait parks w until deadline; Watch then names the partitions whose high watermark
 // moving past an offset fires it. At the deadline Tick fires it.
-func (c *Core) Wait(w Waiter, deadline time.Time) Handle {
+func (c *Core) Wait(w Waiter, gen uint64, deadline time.Time) Handle {
 	c.pruneDeadlines()
-	pw := &waiter{w: w, deadline: deadline, index: -1}
+	var pw *waiter
+	if n := len(c.freeWaiters); n > 0 {
+		pw = c.freeWaiters[n-1]
+		c.freeWaiters[n-1] = nil
+		c.freeWaiters = c.freeWaiters[:n-1]
+	} else {
+		pw = &waiter{}
+	}
+	*pw = waiter{w: w, gen: gen, deadline: deadline, index: -1, refs: 1}
 	heap.Push(&c.deadlines, pw)
 	if c.armed.IsZero() || deadline.Before(c.armed) {
 		c.armed = deadline
@@ -511,11 +546,14 @@ func (c *Core) Wait(w Waiter, deadline time.Time) Handle {
 func (c *Core) Watch(h Handle, p *Partition, offset int64) {
 	live := p.watches[:0]
 	for _, w := range p.watches {
-		if !w.w.done && !w.w.w.Fired() {
+		if !w.w.done && !w.w.fired() {
 			live = append(live, w)
+		} else {
+			c.unref(w.w)
 		}
 	}
 	clear(p.watches[len(live):])
+	h.w.refs++
 	p.watches = append(live, watch{w: h.w, offset: offset})
 }
 
@@ -544,10 +582,12 @@ func (c *Core) Moved(p *Partition) {
 	hw, end := c.rep.HighWatermark(p), p.Log.EndOffset()
 	ws := p.watches
 	live := ws[:0]
-	var fire []*waiter
+	fire := c.fireSpare[:0]
+	c.fireSpare = nil // a Fire that re-entered Moved would use a list of its own
 	for _, w := range ws {
 		switch {
-		case w.w.done || w.w.w.Fired():
+		case w.w.done || w.w.fired():
+			c.unref(w.w)
 		case hw > w.offset, w.end && end > w.offset:
 			fire = append(fire, w.w)
 		default:
@@ -558,7 +598,10 @@ func (c *Core) Moved(p *Partition) {
 	p.watches = live
 	for _, w := range fire {
 		c.fire(w)
+		c.unref(w) // its watch on p is gone
 	}
+	clear(fire)
+	c.fireSpare = fire[:0]
 }
 
 // Tick tells the core the clock reached now: waiters whose deadline passed fire, and the
@@ -590,25 +633,31 @@ func (c *Core) wakeAll(p *Partition) {
 	p.watches = nil
 	for _, w := range ws {
 		c.fire(w.w)
+		c.unref(w.w)
 	}
 }
 
+// fire fires w here (once) and takes it off the deadline heap; the caller holds a
+// reference to w (a watch or the heap entry itself), so w is not recycled under it.
 func (c *Core) fire(w *waiter) {
+	w.refs++
 	if w.index >= 0 {
 		heap.Remove(&c.deadlines, w.index)
+		c.unref(w)
 	}
-	if w.done {
-		return
+	if !w.done {
+		w.done = true
+		w.w.Fire(w.gen)
 	}
-	w.done = true
-	w.w.Fire()
+	c.unref(w)
 }
 
 // pruneDeadlines drops waiters fired elsewhere from the top of the deadline heap.
 func (c *Core) pruneDeadlines() {
-	for len(c.deadlines) > 0 && c.deadlines[0].w.Fired() {
+	for len(c.deadlines) > 0 && c.deadlines[0].fired() {
 		w := heap.Pop(&c.deadlines).(*waiter)
 		w.done = true
+		c.unref(w)
 	}
 }
 

@@ -59,8 +59,8 @@ func TestAckQueueStaysBoundedWhenNeverDrained(t *testing.T) {
 
 type onceWaiter struct{ fired int }
 
-func (w *onceWaiter) Fire()       { w.fired++ }
-func (w *onceWaiter) Fired() bool { return w.fired > 0 }
+func (w *onceWaiter) Fire(uint64)       { w.fired++ }
+func (w *onceWaiter) Fired(uint64) bool { return w.fired > 0 }
 
 // hwmReplicator holds the high watermark still: only the log end offset moves.
 type hwmReplicator struct{ hwm int64 }
@@ -81,8 +81,8 @@ func TestWatchEndFiresOnAppend(t *testing.T) {
 	}
 	follower, consumer := &onceWaiter{}, &onceWaiter{}
 	deadline := time.Unix(100, 0)
-	c.WatchEnd(c.Wait(follower, deadline), p, 5)
-	c.Watch(c.Wait(consumer, deadline), p, 5)
+	c.WatchEnd(c.Wait(follower, 0, deadline), p, 5)
+	c.Watch(c.Wait(consumer, 0, deadline), p, 5)
 	l.end = 6
 	c.Appended(p, 1, 6, ProduceResult{BaseOffset: 5}, func(ProduceResult) {})
 	if follower.fired != 1 || consumer.fired != 0 {
@@ -140,3 +140,66 @@ func TestAcksWaitingBounded(t *testing.T) {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// genWaiter is a pooled fetch's waiter: each use has a generation, and a waiter of a past
+// use counts as fired.
+type genWaiter struct {
+	gen   uint64
+	fired bool
+	fires []uint64
+}
+
+func (w *genWaiter) Fire(gen uint64) {
+	w.fires = append(w.fires, gen)
+	if gen == w.gen && !w.fired {
+		w.fired = true
+	}
+}
+func (w *genWaiter) Fired(gen uint64) bool { return gen != w.gen || w.fired }
+
+// A waiter reused for a new fetch (a new generation) while the core still holds its old
+// use is never fired for the old one, and the core recycles its waiter records: parking,
+// waking and expiring allocate nothing once warm.
+func TestWaitersRecycledByGeneration(t *testing.T) {
+	rep := &hwmReplicator{hwm: 5}
+	c := New(&syncDriver{}, rep)
+	p := &Partition{Topic: "t", Log: &memLog{end: 5, synced: 5}, MinInsync: 1}
+	w := &genWaiter{gen: 1}
+	now := time.Unix(100, 0)
+	c.Watch(c.Wait(w, 1, now.Add(time.Second)), p, 5)
+	w.gen = 2 // the fetch answered elsewhere; the op serves another fetch
+	c.Watch(c.Wait(w, 2, now.Add(2*time.Second)), p, 5)
+	rep.hwm = 6
+	c.Moved(p)
+	if len(w.fires) != 1 || w.fires[0] != 2 {
+		t.Fatalf("fires %v, want only generation 2", w.fires)
+	}
+	c.Tick(now.Add(3 * time.Second))
+	if len(w.fires) != 1 || c.Parked() != 0 {
+		t.Fatalf("after the deadlines: fires %v, parked %d; want [2], 0", w.fires, c.Parked())
+	}
+	w.fires = make([]uint64, 0, 4)
+	cycle := func() {
+		w.gen++
+		w.fired = false
+		w.fires = w.fires[:0]
+		offset := rep.hwm
+		c.Watch(c.Wait(w, w.gen, now.Add(time.Second)), p, offset) // woken by the high watermark
+		rep.hwm++
+		c.Moved(p)
+		w.gen++
+		w.fired = false
+		c.Watch(c.Wait(w, w.gen, now.Add(time.Second)), p, rep.hwm) // expires
+		now = now.Add(2 * time.Second)
+		c.Tick(now)
+		if len(w.fires) != 2 {
+			t.Fatalf("fires %v, want the two uses", w.fires)
+		}
+	}
+	for range 10 {
+		cycle()
+	}
+	if n := testing.AllocsPerRun(100, cycle); n != 0 {
+		t.Errorf("%v allocations per park/wake/expire cycle, want 0", n)
+	}
+}

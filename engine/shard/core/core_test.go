@@ -91,7 +91,7 @@ type fetchWaiter struct {
 	fired bool
 }
 
-func (w *fetchWaiter) Fire() {
+func (w *fetchWaiter) Fire(uint64) {
 	if w.fired {
 		return
 	}
@@ -99,7 +99,7 @@ func (w *fetchWaiter) Fire() {
 	w.h.out("fetch %s answered", w.id)
 }
 
-func (w *fetchWaiter) Fired() bool { return w.fired }
+func (w *fetchWaiter) Fired(uint64) bool { return w.fired }
 
 type harness struct {
 	c        *core.Core
@@ -313,11 +313,11 @@ func (h *harness) fetch(t *testing.T, d *datadriven.TestData) {
 	for _, tg := range targets {
 		if h.c.Ready(tg.p, tg.offset) {
 			h.out("fetch %s has data on %s", id, tg.p.Topic)
-			w.Fire()
+			w.Fire(0)
 			return
 		}
 	}
-	hd := h.c.Wait(w, h.now.Add(maxWait))
+	hd := h.c.Wait(w, 0, h.now.Add(maxWait))
 	for _, tg := range targets {
 		h.c.Watch(hd, tg.p, tg.offset)
 	}

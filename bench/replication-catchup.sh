@@ -4,17 +4,21 @@
 #
 # (a) max-rate 1 KiB produce with acks=all at --replication-factor 1 and then 3, same cluster,
 #     same run: publish MB/s and publish p99.
-# (b) follower catch-up under a fixed-rate producer, once unthrottled and once with node 3
-#     restarted with --replication-throttled-bytes-per-second THROTTLE: a fixed-rate
-#     (RATE msg/s, acks=all, RF=3) run with all brokers in sync ("before"); then node 3 is
-#     killed (-9), `ringlog produce --acks 1` writes BACKLOG_MIB MiB of 1 KiB records into the
-#     RF=3 topic "backlog" (on nodes 1 and 2 only), node 3 restarts and the same fixed-rate run is measured at once ("during") while node 3
-#     copies the backlog. Printed: backlog bytes, catch-up seconds (until node 3 is back in
-#     every ISR, polled with `ringlog cluster describe`), publish p99 and p99 from the
-#     intended send time (coordinated omission included) before/during, and the ratio.
+# (b) producer latency around a follower's catch-up, in one run: a fixed-rate (RATE msg/s,
+#     1 KiB, acks=all, RF=3) window with all brokers in sync; then twice (unthrottled, and
+#     with node 3 restarted with --replication-throttled-bytes-per-second THROTTLE): node 3
+#     is killed (-9), `ringlog produce --acks 1` writes BACKLOG_MIB MiB of 1 KiB records into
+#     the RF=3 topic "backlog" (on nodes 1 and 2 only), everything is synced to disk, node 3
+#     restarts and the same fixed-rate window is measured at once while node 3 copies the
+#     backlog. Printed per window: catch-up seconds (until node 3 is back in every ISR,
+#     polled with `ringlog cluster describe`), publish p50/p99 from the actual and from the
+#     intended send time (coordinated omission included), each broker's CPU seconds, and
+#     the machine's CPU and I/O pressure (PSI "some") over the window.
 #
 #   bench/replication-catchup.sh
 #   RATE=5000 BACKLOG_MIB=300 MEASURE=20s THROTTLE=20971520 bench/replication-catchup.sh
+#   MAXRATE_RFS= PROFILE=/tmp/prof bench/replication-catchup.sh   # (b) only; CPU profiles
+#       of nodes 1 and 3 over the first 5 s of each catch-up (--debug-addr PORT_BASE+21..23)
 #
 # docs/benchmarks.md records results. Node 3's data dir keeps its old log, so a restart
 # catches up only what it missed. Ports: PORT_BASE+1..3 (clients), PORT_BASE+11..13 (raft).
@@ -34,7 +38,7 @@ for n in 1 2 3; do voters+="${voters:+,}$n@127.0.0.1:$((base + 10 + n))"; done
 start() { # start NODE [extra ringlogd flags...]
   local n=$1; shift
   bin/ringlogd --data "$dir/data$n" --listen "127.0.0.1:$((base + n))" --shard-ports off --admin 127.0.0.1:0 \
-    --node-id "$n" --controller-voters "$voters" "$@" 2>>"$dir/broker$n.log" &
+    --node-id "$n" --controller-voters "$voters" ${PROFILE:+--debug-addr "127.0.0.1:$((base + 20 + n))"} "$@" 2>>"$dir/broker$n.log" &
   pids[$n]=$!
 }
 cleanup() {
@@ -75,36 +79,74 @@ wait_live
 bin/ringlog --broker "$b1" topic create backlog --partitions 4 --replication-factor 3 >/dev/null
 echo "3 brokers on $b1..$((base + 3)); $(nproc) cores; load $(load)"
 
-echo "== (a) max-rate 1 KiB acks=all, ${measure} each after 3s warm-up"
-printf '%-4s %10s %12s  %s\n' RF pub_MB/s pub_p99_us load
-for rf in 1 3; do
+[ -n "${MAXRATE_RFS-1 3}" ] && echo "== (a) max-rate 1 KiB acks=all, ${measure} each after 3s warm-up" &&
+  printf '%-4s %10s %12s  %s\n' RF pub_MB/s pub_p99_us load
+for rf in ${MAXRATE_RFS-1 3}; do
   l=$(load)
   run "$dir/a$rf.txt" "$dir/max-rate-acks-all.yaml" --replication-factor "$rf" --duration "$measure" --warmup 3s
   printf '%-4s %10s %12s  %s\n' "$rf" "$(mbps "$dir/a$rf.txt")" "$(p99 "$dir/a$rf.txt")" "$l"
 done
 
 echo "== (b) fixed rate $rate msg/s 1 KiB acks=all RF=3, ${measure}; ${backlog_mib} MiB backlog produced with node 3 down"
-printf '%-10s %8s %9s %10s %10s %11s %11s %7s  %s\n' throttle backlog catchup_s p99_before p99_during p99i_before p99i_during ratio load
+echo "   latencies in ms: p50/p99 from the actual send, p50i/p99i from the intended send time;"
+echo "   cpu_s: CPU seconds of brokers 1, 2, 3 in the window; psi: share of the window some task waited for CPU / for I/O (machine-wide)"
+printf '%-16s %9s %7s %7s %7s %8s %16s %9s  %s\n' case catchup_s p50 p99 p50i p99i cpu_s_n1/n2/n3 psi_cpu/io load
+# cpu_of PID: utime+stime in clock ticks; psi_total RESOURCE: the "some" stall total in µs
+cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+psi_total() { awk '/^some/ { sub(/total=/, "", $5); print $5 }' "/proc/pressure/$1" 2>/dev/null || echo 0; }
+tick=$(getconf CLK_TCK)
+row() { # row CASE CATCHUP OUT: one line of the table from a bench run's output and the window's counters
+  local out=$3
+  local cpus="" n
+  for n in 1 2 3; do cpus+="${cpus:+/}$(awk -v a="${c0[$n]}" -v b="$(cpu_of "${pids[$n]}")" -v t="$tick" 'BEGIN { printf "%.1f", (b - a) / t }')"; done
+  local secs; secs=$(awk -v a="$w0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+  local psi; psi="$(awk -v a="$pc0" -v b="$(psi_total cpu)" -v s="$secs" 'BEGIN { printf "%.0f%%", (b - a) / 1e4 / s }')/$(awk -v a="$pi0" -v b="$(psi_total io)" -v s="$secs" 'BEGIN { printf "%.0f%%", (b - a) / 1e4 / s }')"
+  printf '%-16s %9s %7s %7s %7s %8s %16s %9s  %s\n' "$1" "$2" "$(ms "$(p50 "$out")")" "$(ms "$(p99 "$out")")" \
+    "$(ms "$(p50i "$out")")" "$(ms "$(p99i "$out")")" "$cpus" "$psi" "$(load)"
+}
+declare -a curls
+# settle: write back every dirty page first, so that a window does not also measure the
+# writeback of what an earlier step wrote (the backlog fill, an earlier catch-up): the
+# kernel starts it 30 s after the write (vm.dirty_expire_centisecs), often inside the
+# next window. Prints how long it took.
+settle() { local a; a=$(date +%s.%N); sync; awk -v a="$a" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+window_start() { w0=$(date +%s.%N); pc0=$(psi_total cpu); pi0=$(psi_total io); for n in 1 2 3; do c0[$n]=$(cpu_of "${pids[$n]}"); done; }
+declare -a c0
+ms() { awk -v u="$1" 'BEGIN { printf "%.1f", u / 1000 }'; }
+p50() { awk '$1 == "publish" && $2 ~ /^[0-9]+$/ && $3 != "msg/s" { print $3 }' "$1"; }
+p50i() { awk '$1 == "publish" && $2 == "(from" { print $5 }' "$1"; }
+
+# In sync: no catch-up. No warm-up, like the catch-up windows (which must start as node 3
+# does): every window includes the producers' start (topic creation, first metadata),
+# which shows in the latency from the intended send time.
+echo "   (sync before the window: $(settle) s)"
+window_start
+run "$dir/insync.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 0s
+row "in sync" - "$dir/insync.txt"
 for t in 0 "$throttle"; do
-  run "$dir/before$t.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 3s
   kill -9 "${pids[3]}"; wait "${pids[3]}" 2>/dev/null || true
   # produce once node 3 is fenced and its leaderships have moved (--broker-session-timeout)
   for _ in $(seq 300); do [ "$(live)" = 2 ] && break; sleep 0.1; done
   # the backlog: 1 KiB lines into the RF=3 topic "backlog", acks=1, on nodes 1 and 2 only
   { yes "$(head -c 1023 /dev/zero | tr '\0' x)" || true; } | head -n $((backlog_mib * 1024)) |
     bin/ringlog --broker "$b1" produce backlog --acks 1 >"$dir/fill$t.txt" 2>&1 || { cat "$dir/fill$t.txt"; exit 1; }
+  echo "   (backlog written; sync: $(settle) s)"
   flags=(--broker-session-timeout 6s)
   [ "$t" != 0 ] && flags+=(--replication-throttled-bytes-per-second "$t")
-  l=$(load)
   start 3 "${flags[@]}"
   wait_live
   began=$(date +%s.%N)
   ( while [ "$(lagging)" != 0 ]; do sleep 0.2; done; date +%s.%N >"$dir/caught$t" ) &
   poller=$!
+  if [ -n "${PROFILE:-}" ]; then # CPU profiles of nodes 1 and 3 over the first 5 s of the copy
+    for n in 1 3; do curl -s -o "$PROFILE/catchup-t$t-node$n.pprof" "http://127.0.0.1:$((base + 20 + n))/debug/pprof/profile?seconds=5" & curls+=($!); done
+  fi
+  window_start
   run "$dir/during$t.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 0s
   wait "$poller"
   catchup=$(awk -v a="$began" -v b="$(cat "$dir/caught$t")" 'BEGIN { printf "%.1f", b - a }')
-  pb=$(p99 "$dir/before$t.txt") pd=$(p99 "$dir/during$t.txt")
-  printf '%-10s %8s %9s %10s %10s %11s %11s %7s  %s\n' "$t" "${backlog_mib}MiB" "$catchup" "$pb" "$pd" \
-    "$(p99i "$dir/before$t.txt")" "$(p99i "$dir/during$t.txt")" "$(awk -v a="$pd" -v b="$pb" 'BEGIN { printf "%.2f", a / b }')" "$l"
+  name="unthrottled"
+  [ "$t" != 0 ] && name="throttle $((t >> 20))MiB/s"
+  row "$name" "$catchup" "$dir/during$t.txt"
 done
+for c in "${curls[@]}"; do wait "$c" || true; done

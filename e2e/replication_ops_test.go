@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/replication/cluster"
@@ -184,7 +185,13 @@ func TestReplicationReassignAndElectLeader(t *testing.T) {
 // logBytes is the size of the segment files of partition 0 of topic in b's data directory.
 func logBytes(t *testing.T, b *broker, topic string) int64 {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(b.dataDir, topic+"-0", "*.log"))
+	return partitionBytes(t, b, topic, 0)
+}
+
+// partitionBytes is logBytes of partition p.
+func partitionBytes(t *testing.T, b *broker, topic string, p int) int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(b.dataDir, topic+"-"+strconv.Itoa(p), "*.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,4 +268,115 @@ func TestReplicationThrottle(t *testing.T) {
 		p := partitionOf(v, "copied")
 		return p != nil && p.TargetReplicas == nil && slices.Contains(p.ISR, fresh)
 	}, tc.brokers[0])
+}
+
+// TestReplicationThrottleLists: Kafka's per-replica throttle lists, on each side. Every
+// broker runs the side's throttle at 2 MiB/s; both partitions of an RF=2 topic hold 6 MiB
+// and are reassigned onto the broker that lacks them at once. The topic's
+// leader.replication.throttled.replicas (naming partition 0's leader) or
+// follower.replication.throttled.replicas (naming partition 0's new replica) lists only
+// partition 0: its new replica copies within 10 % of the rate (the test also fails below
+// half of it), while partition 1's, not listed, copies unthrottled (the test fails if it
+// is not at least twice the rate: it would then be throttled too).
+func TestReplicationThrottleLists(t *testing.T) {
+	const rate = 2 << 20
+	const total = 6 << 20
+	for _, side := range []struct{ name, flag, key string }{
+		{"leader", "--leader-replication-throttled-rate", engine.ConfigLeaderThrottledReplicas},
+		{"follower", "--replication-throttled-bytes-per-second", engine.ConfigFollowerThrottledReplicas},
+	} {
+		t.Run(side.name, func(t *testing.T) {
+			tc := startCluster(t, 3, side.flag, strconv.Itoa(rate))
+			ctx := testContext(t, 2*time.Minute)
+			const topic = "lists"
+			if err := tc.c.CreateReplicatedTopic(ctx, topic, 2, 2, nil); err != nil {
+				t.Fatal(err)
+			}
+			v := tc.waitFor("leaders with full ISRs", func(v *cluster.View) bool {
+				tt := v.Metadata.Topics[topic]
+				return tt != nil && len(tt.Partitions) == 2 && tt.Partitions[0].Leader > 0 && tt.Partitions[1].Leader > 0 &&
+					len(tt.Partitions[0].ISR) == 2 && len(tt.Partitions[1].ISR) == 2
+			}, tc.brokers[0])
+			parts := v.Metadata.Topics[topic].Partitions
+			value := make([]byte, 64<<10)
+			var fresh [2]int32
+			var leaderBytes [2]int64
+			for p := range 2 {
+				for id := int32(1); id <= 3; id++ {
+					if !slices.Contains(parts[p].Replicas, id) {
+						fresh[p] = id
+					}
+				}
+				leader := tc.node(parts[p].Leader)
+				for i := 0; i < total/len(value); i++ {
+					value[0] = byte(i)
+					// The leader may not have opened the new topic yet: retry what is retriable.
+					for retry := 0; ; retry++ {
+						res, err := producePartition(ctx, tc.c, leader.addr, topic, int32(p), wire.AcksAll, value)
+						if err == nil && res.ErrorCode == wire.ErrNone {
+							break
+						}
+						if err == nil {
+							err = fmt.Errorf("%s: %s", res.ErrorCode.Name(), res.ErrorMessage)
+						}
+						if retry == 300 || err != nil && res.ErrorCode == wire.ErrNone || !res.ErrorCode.Retriable() {
+							t.Fatalf("produce to partition %d: %v", p, err)
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
+				leaderBytes[p] = partitionBytes(t, leader, topic, p)
+			}
+			listed := parts[0].Leader // the leader's side lists the leader's replica
+			if side.name == "follower" {
+				listed = fresh[0] // the follower's side the replica that copies
+			}
+			ok(t, "", nil, "--broker", tc.brokers[0].addr, "topic", "config", topic, "--set", fmt.Sprintf("%s=0:%d", side.key, listed))
+			var asked [2]time.Time
+			for p := range 2 {
+				asked[p] = time.Now()
+				ok(t, "", nil, "--broker", tc.brokers[0].addr, "partition", "reassign", topic, "--partition", strconv.Itoa(p),
+					"--replicas", fmt.Sprintf("%d,%d", fresh[p], parts[p].Replicas[0]))
+			}
+			// Each new replica's segment bytes from its first chunk to its last (the
+			// unlisted one's from the reassignment's request: at full speed its first chunk
+			// may be all of it).
+			var t0, t1 [2]time.Time
+			var s0, s1 [2]int64
+			deadline := time.Now().Add(60 * time.Second)
+			for s1[0] < leaderBytes[0] || s1[1] < leaderBytes[1] {
+				if time.Now().After(deadline) {
+					t.Fatalf("the new replicas hold %v of %v bytes after a minute", s1, leaderBytes)
+				}
+				time.Sleep(10 * time.Millisecond)
+				for p := range 2 {
+					n := partitionBytes(t, tc.node(fresh[p]), topic, p)
+					if n > 0 && t0[p].IsZero() {
+						t0[p], s0[p] = time.Now(), n
+					}
+					if n > s1[p] {
+						t1[p], s1[p] = time.Now(), n
+					}
+				}
+			}
+			var got [2]float64
+			got[0] = float64(s1[0]-s0[0]) / max(t1[0].Sub(t0[0]).Seconds(), 0.001)
+			t.Logf("partition 0 (listed): new replica on broker %d copied %d bytes in %v after its first chunk of %d: %.2f MiB/s, throttle %.2f MiB/s (%.1f %%)",
+				fresh[0], s1[0]-s0[0], t1[0].Sub(t0[0]).Round(time.Millisecond), s0[0], got[0]/(1<<20), float64(rate)/(1<<20), 100*got[0]/rate)
+			got[1] = float64(s1[1]) / max(t1[1].Sub(asked[1]).Seconds(), 0.001)
+			t.Logf("partition 1 (not listed): new replica on broker %d copied %d bytes in %v from the reassign command: %.2f MiB/s, throttle %.2f MiB/s (%.1f %%)",
+				fresh[1], s1[1], t1[1].Sub(asked[1]).Round(time.Millisecond), got[1]/(1<<20), float64(rate)/(1<<20), 100*got[1]/rate)
+			if got[0] > 1.1*rate || got[0] < 0.5*rate {
+				t.Errorf("listed replica copied at %.0f B/s, want within 10 %% of the throttle %d B/s", got[0], rate)
+			}
+			if got[1] < 2*rate {
+				t.Errorf("unlisted replica copied at %.0f B/s, want it unthrottled (at least twice the throttle's %d B/s)", got[1], rate)
+			}
+			tc.waitFor("both reassignments complete", func(v *cluster.View) bool {
+				tt := v.Metadata.Topics[topic]
+				return tt != nil && tt.Partitions[0].TargetReplicas == nil && tt.Partitions[1].TargetReplicas == nil &&
+					slices.Contains(tt.Partitions[0].ISR, fresh[0]) && slices.Contains(tt.Partitions[1].ISR, fresh[1])
+			}, tc.brokers[0])
+		})
+	}
 }

@@ -232,6 +232,11 @@ func produceOnConn(addr string, acks int16, topic string, value []byte, limit ti
 
 // produceOne sends one single-record batch to addr and returns the answer.
 func produceOne(ctx context.Context, c *client.Client, addr, topic string, acks int16, value []byte) (wire.ProduceResponsePartition, error) {
+	return producePartition(ctx, c, addr, topic, 0, acks, value)
+}
+
+// producePartition is produceOne to partition p.
+func producePartition(ctx context.Context, c *client.Client, addr, topic string, p int32, acks int16, value []byte) (wire.ProduceResponsePartition, error) {
 	b := batch.NewBuilder(batch.BuilderOptions{})
 	b.Append(time.Now().UnixMilli(), nil, value, nil)
 	records, err := b.Build(nil)
@@ -239,7 +244,7 @@ func produceOne(ctx context.Context, c *client.Client, addr, topic string, acks 
 		return wire.ProduceResponsePartition{}, err
 	}
 	var resp wire.ProduceResponse
-	req := &wire.ProduceRequest{Acks: acks, TimeoutMs: 10000, Topics: []wire.ProduceTopic{{Topic: topic, Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}}}}
+	req := &wire.ProduceRequest{Acks: acks, TimeoutMs: 10000, Topics: []wire.ProduceTopic{{Topic: topic, Partitions: []wire.ProducePartition{{Partition: p, Records: records}}}}}
 	if err := c.Call(ctx, addr, req, &resp); err != nil {
 		return wire.ProduceResponsePartition{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -279,7 +280,52 @@ const (
 	// ConfigMinInsyncReplicas is a broker-level key (acks=all needs this many in-sync
 	// replicas); the log accepts and validates it, the broker core acts on it.
 	ConfigMinInsyncReplicas = "min.insync.replicas"
+	// ConfigLeaderThrottledReplicas and ConfigFollowerThrottledReplicas are Kafka's
+	// leader.replication.throttled.replicas / follower.replication.throttled.replicas:
+	// the replicas (PARTITION:BROKER,... or *) whose catch-up the replication throttles
+	// pace, on the leader's and on the follower's side. Broker-level keys like
+	// min.insync.replicas: the log accepts and validates them, the replication layer acts.
+	ConfigLeaderThrottledReplicas   = "leader.replication.throttled.replicas"
+	ConfigFollowerThrottledReplicas = "follower.replication.throttled.replicas"
 )
+
+// ThrottledReplicas is a parsed *.replication.throttled.replicas value: every replica
+// (All, Kafka's "*") or the listed PARTITION:BROKER pairs; an empty value lists none.
+type ThrottledReplicas struct {
+	All      bool
+	Replicas []ThrottledReplica
+}
+
+// ThrottledReplica is one PARTITION:BROKER entry of a throttled-replicas list.
+type ThrottledReplica struct{ Partition, Broker int32 }
+
+// Contains reports whether the list names broker's replica of partition.
+func (t ThrottledReplicas) Contains(partition, broker int32) bool {
+	return t.All || slices.Contains(t.Replicas, ThrottledReplica{Partition: partition, Broker: broker})
+}
+
+// ParseThrottledReplicas parses "*", "" or "P:B,P:B,..." (spaces around entries allowed;
+// partitions and brokers are non-negative integers).
+func ParseThrottledReplicas(v string) (ThrottledReplicas, error) {
+	v = strings.TrimSpace(v)
+	switch v {
+	case "*":
+		return ThrottledReplicas{All: true}, nil
+	case "":
+		return ThrottledReplicas{}, nil
+	}
+	var out ThrottledReplicas
+	for entry := range strings.SplitSeq(v, ",") {
+		ps, bs, ok := strings.Cut(strings.TrimSpace(entry), ":")
+		p, perr := strconv.ParseInt(ps, 10, 32)
+		b, berr := strconv.ParseInt(bs, 10, 32)
+		if !ok || perr != nil || berr != nil || p < 0 || b < 0 {
+			return ThrottledReplicas{}, fmt.Errorf("entry %q: want PARTITION:BROKER (or the whole value *)", strings.TrimSpace(entry))
+		}
+		out.Replicas = append(out.Replicas, ThrottledReplica{Partition: int32(p), Broker: int32(b)})
+	}
+	return out, nil
+}
 
 // MinInsyncReplicas returns the topic's min.insync.replicas (1 when unset).
 func MinInsyncReplicas(m map[string]string) (int, error) {
@@ -334,6 +380,8 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 			c.ProducerIDExpirationMs, err = strconv.ParseInt(v, 10, 64)
 		case ConfigMinInsyncReplicas:
 			_, err = MinInsyncReplicas(m)
+		case ConfigLeaderThrottledReplicas, ConfigFollowerThrottledReplicas:
+			_, err = ParseThrottledReplicas(v)
 		default:
 			return base, fmt.Errorf("unknown topic config %q", k)
 		}

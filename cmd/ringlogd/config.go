@@ -127,6 +127,7 @@ type options struct {
 	sessionTimeout   time.Duration
 	replicaLagMax    time.Duration
 	replThrottle     int64
+	leaderThrottle   int64
 	// testingProtocol is --testing-protocol-versions (MIN-MAX; empty: this build's range).
 	testingProtocol string
 	security        securityFlags
@@ -273,6 +274,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&o.sessionTimeout, "broker-session-timeout", 6*time.Second, "a broker that has not heartbeated to the controller for this long loses its leaderships and leaves every ISR")
 	fs.DurationVar(&o.replicaLagMax, "replica-lag-time-max", 10*time.Second, "replica.lag.time.max: a follower that has not caught up with its leader for this long leaves the ISR")
 	fs.Int64Var(&o.replThrottle, "replication-throttled-bytes-per-second", 0, "replication.throttled.bytes.per.second: the rate at which this broker copies partitions whose ISR it is not in (catching up after a failure, a reassignment's new replica); in-sync replicas are never throttled; 0: unthrottled")
+	fs.Int64Var(&o.leaderThrottle, "leader-replication-throttled-rate", 0, "leader.replication.throttled.rate in bytes per second: the rate at which this broker, as leader, serves followers that are not in their partition's ISR (those the topic's leader.replication.throttled.replicas lists, every one when unset); in-sync followers are never throttled; 0: unthrottled")
 	fs.StringVar(&o.testingProtocol, flagTestingProtocol, "", "TESTING ONLY: register with inter-broker protocol versions MIN-MAX instead of this build's, to simulate a broker of an older release (command line only)")
 	fs.Var(o.topicDefaults, keyTopicDefs, "broker-wide topic config k=v[,k=v...] (repeatable) for topics that do not set the key, e.g. retention.ms=86400000 (SIGHUP reloads it)")
 	return fs
@@ -593,6 +595,9 @@ func (s *settings) validate() error {
 	}
 	if o.replThrottle < 0 {
 		return bad("replication-throttled-bytes-per-second", strconv.FormatInt(o.replThrottle, 10), "0 (unthrottled) or more")
+	}
+	if o.leaderThrottle < 0 {
+		return bad("leader-replication-throttled-rate", strconv.FormatInt(o.leaderThrottle, 10), "0 (unthrottled) or more")
 	}
 	if o.scrubRate < 0 {
 		return bad("scrub-bytes-per-sec", strconv.FormatInt(o.scrubRate, 10), "0 (off) or more")

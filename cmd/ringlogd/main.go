@@ -153,7 +153,8 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		}
 		protocolMin, protocolMax, _ := parseProtocolRange(o.testingProtocol) // validated by loadSettings
 		clusterCfg = &cluster.Config{NodeID: int32(o.nodeID), Voters: o.controllerVoters, Seeds: splitList(o.clusterSeeds), Rack: o.rack,
-			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle, RaftLog: os.Stderr,
+			SessionTimeout: o.sessionTimeout, ReplicaLagMax: o.replicaLagMax, ThrottledBytesPerSecond: o.replThrottle,
+			LeaderThrottledBytesPerSecond: o.leaderThrottle, RaftLog: os.Stderr,
 			RaftTLS: raftTLS, ProtocolMin: protocolMin, ProtocolMax: protocolMax,
 			OffsetsPartitions: int32(o.offsetsPartitions), OffsetsReplicationFactor: int32(o.offsetsRF)}
 	}

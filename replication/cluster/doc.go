@@ -21,7 +21,10 @@
 //     from the leader's (isr.Follower, KIP-101/279) before fetching, appends the leader's
 //     batches as they are (offsets and epochs kept, engine.Log.AppendReplicated) and
 //     reports its log end offset with the next fetch; with a replication throttle
-//     (Config.ThrottledBytesPerSecond) the replicas outside their ISR share one byte budget;
+//     (Config.ThrottledBytesPerSecond) the replicas outside their ISR that their topic's
+//     follower.replication.throttled.replicas lists share one byte budget, and with a
+//     leader throttle (Config.LeaderThrottledBytesPerSecond) the leader paces its replies
+//     to the catching-up followers that leader.replication.throttled.replicas lists;
 //   - replicates consumer groups (groups.go): creates __consumer_offsets through the
 //     controller at the first coordinator lookup, names a group's coordinator (the leader
 //     of its partition), and tells the broker's group coordinators when this broker starts

@@ -15,26 +15,45 @@ import (
 	"github.com/ringlog/ringlog/replication/isr"
 )
 
-// fetcher copies the partitions this broker follows from one leader broker: one goroutine
-// and one connection of its own, so that replication never queues behind client requests
-// on a shared connection.
+// fetcher copies the partitions this broker follows from one leader broker, in one of two
+// lanes: one goroutine and one connection of its own per leader and lane, so that
+// replication never queues behind client requests on a shared connection, and the
+// replicas in their partition's ISR (whose fetches move the high watermark and answer
+// acks=all produces) never queue behind a catching-up replica's large responses and
+// appends. The catch-up lane fetches at most catchUpPartitionBytes per partition and round.
 type fetcher struct {
-	m      *Manager
-	leader int32
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	m       *Manager
+	leader  int32
+	catchUp bool // the lane of the replicas outside their partition's ISR
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
-// syncFetchers starts a fetcher for every leader some replica follows and stops the
-// others.
-func (m *Manager) syncFetchers() {
-	want := map[int32]bool{}
+// fetcherKey names a fetcher: its leader broker and lane.
+type fetcherKey struct {
+	leader  int32
+	catchUp bool
+}
+
+// catchUpPartitionBytes bounds one partition's records in a catch-up lane's fetch: the
+// follower appends each partition's answer in one write on the partition's shard loop,
+// which its produces wait behind, and the leader reads it from its segments.
+const catchUpPartitionBytes = 1 << 20
+
+// laneBusyWait is how long a lane waits before it looks again when the other lane holds
+// every replica it would fetch (for at most that lane's round, after an ISR change).
+const laneBusyWait = 10 * time.Millisecond
+
+// syncFetchers starts a fetcher for every leader and lane some replica follows in (md's
+// view of the ISR) and stops the others.
+func (m *Manager) syncFetchers(md *controller.Metadata) {
+	want := map[fetcherKey]bool{}
 	m.reps.Range(func(_, v any) bool {
 		r := v.(*replica)
 		r.mu.Lock()
 		if r.follower != nil {
-			want[r.leaderID] = true
+			want[fetcherKey{leader: r.leaderID, catchUp: !inISR(md, r.tp, m.cfg.NodeID)}] = true
 		}
 		r.mu.Unlock()
 		return true
@@ -44,17 +63,17 @@ func (m *Manager) syncFetchers() {
 	if m.stopped() {
 		return
 	}
-	for id, f := range m.fetchers {
-		if !want[id] {
+	for k, f := range m.fetchers {
+		if !want[k] {
 			f.close()
-			delete(m.fetchers, id)
+			delete(m.fetchers, k)
 		}
 	}
-	for id := range want {
-		if m.fetchers[id] == nil {
+	for k := range want {
+		if m.fetchers[k] == nil {
 			ctx, cancel := context.WithCancel(context.Background())
-			f := &fetcher{m: m, leader: id, ctx: ctx, cancel: cancel, done: make(chan struct{})}
-			m.fetchers[id] = f
+			f := &fetcher{m: m, leader: k.leader, catchUp: k.catchUp, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+			m.fetchers[k] = f
 			go f.run()
 		}
 	}
@@ -65,13 +84,13 @@ func (f *fetcher) close() {
 	<-f.done
 }
 
-// following lists the replicas that follow f's leader.
-func (f *fetcher) following() []*replica {
+// following lists the replicas that follow f's leader in f's lane (md's view of the ISR).
+func (f *fetcher) following(md *controller.Metadata) []*replica {
 	var out []*replica
 	f.m.reps.Range(func(_, v any) bool {
 		r := v.(*replica)
 		r.mu.Lock()
-		if r.follower != nil && r.leaderID == f.leader {
+		if r.follower != nil && r.leaderID == f.leader && inISR(md, r.tp, f.m.cfg.NodeID) != f.catchUp {
 			out = append(out, r)
 		}
 		r.mu.Unlock()
@@ -82,6 +101,9 @@ func (f *fetcher) following() []*replica {
 
 func (f *fetcher) run() {
 	defer close(f.done)
+	if f.catchUp {
+		lowerPriority() // for good: the thread ends with this goroutine
+	}
 	m := f.m
 	var conn PeerConn
 	var addr string
@@ -109,7 +131,7 @@ func (f *fetcher) run() {
 	for f.ctx.Err() == nil {
 		md := m.ctl.Metadata()
 		b := md.Brokers[f.leader]
-		parts := f.following()
+		parts := f.following(md)
 		if b == nil || len(parts) == 0 {
 			if !backoff() {
 				return
@@ -132,7 +154,7 @@ func (f *fetcher) run() {
 			conn, addr = c, b.Address
 		}
 		wait, err := f.round(conn, parts, md)
-		if err == nil && wait > 0 { // only throttled replicas, and the budget is spent
+		if err == nil && wait > 0 { // only throttled replicas and the budget is spent, or the other lane holds them
 			select {
 			case <-f.ctx.Done():
 				return
@@ -155,7 +177,8 @@ func (f *fetcher) run() {
 }
 
 // round truncates the replicas that must, then fetches once for the rest. With the
-// replication throttle on, a replica outside its partition's ISR (md's view) is left out
+// replication throttle on, a replica outside its partition's ISR (md's view) that its
+// topic's follower.replication.throttled.replicas lists (or every one, the key unset) is left out
 // while the throttle's budget is spent, and otherwise fetches at most a chunk whose bytes
 // are charged to the budget; wait > 0 reports that only such replicas were left and when
 // the budget frees.
@@ -165,6 +188,21 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	var fetching []*replica
 	var followers []*isr.Follower
 	var throttled []bool
+	defer func() { // the replicas this round claimed (their fetching flag) go back
+		for _, r := range parts {
+			r.fetching.Store(false)
+		}
+	}()
+	claimed := parts[:0:0]
+	for _, r := range parts {
+		if r.fetching.CompareAndSwap(false, true) {
+			claimed = append(claimed, r)
+		}
+	}
+	if len(claimed) == 0 { // the other lane holds them all (an ISR change): look again soon
+		return laneBusyWait, nil
+	}
+	parts = claimed
 	for _, r := range parts {
 		// A follower whose log holds an epoch the leader lacks asks again after each cut
 		// (isr.Follower.EpochAnswered); every round removes an epoch, so this ends.
@@ -179,14 +217,20 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 		r.mu.Lock()
 		if fl := r.follower; fl != nil && fl.Phase() == isr.Fetching {
 			fp := FetchPartition{TopicPartition: r.tp, LeaderEpoch: fl.LeaderEpoch(), Offset: fl.LogEndOffset()}
-			th := m.throttle != nil && !inISR(md, r.tp, m.cfg.NodeID)
+			if f.catchUp {
+				fp.BytesMax = catchUpPartitionBytes
+			}
+			th := m.throttle != nil && !inISR(md, r.tp, m.cfg.NodeID) && m.lists.Load().listed(false, r.tp, m.cfg.NodeID)
 			if th {
 				if w := m.throttle.wait(); w > 0 {
 					wait = w
 					r.mu.Unlock()
 					continue
 				}
-				fp.BytesMax = m.throttle.chunkBytes()
+				fp.BytesMax = min(fp.BytesMax, m.throttle.chunkBytes())
+				if fp.BytesMax <= 0 {
+					fp.BytesMax = m.throttle.chunkBytes()
+				}
 			}
 			fetching = append(fetching, r)
 			followers = append(followers, fl)

@@ -123,6 +123,10 @@ type Config struct {
 	// this broker copies partitions whose ISR it is not in (catching up after a failure, a
 	// reassignment's new replica); 0: unthrottled. In-sync replicas are never throttled.
 	ThrottledBytesPerSecond int64
+	// LeaderThrottledBytesPerSecond is Kafka's leader.replication.throttled.rate: the rate
+	// at which this broker, as leader, serves followers that are not in their partition's
+	// ISR; 0: unthrottled. In-sync followers are never throttled.
+	LeaderThrottledBytesPerSecond int64
 	// ProtocolMin and ProtocolMax are the inter-broker protocol versions this broker
 	// speaks (default controller.ProtocolVersionMin/Max, this build's). Narrower only for
 	// tests: ringlogd's hidden --testing-protocol-versions simulates an older broker.
@@ -165,8 +169,12 @@ type Manager struct {
 	reps sync.Map // shard.TopicPartition -> *replica
 
 	fmu      sync.Mutex
-	fetchers map[int32]*fetcher // by leader id; guarded by fmu
-	throttle *throttle          // nil: replication is not throttled
+	fetchers map[fetcherKey]*fetcher // by leader id and lane; guarded by fmu
+	throttle *throttle               // follower side; nil: replication is not throttled
+	// leaderThrottle paces this broker's replies to catching-up followers; nil: off.
+	leaderThrottle *throttle
+	// lists holds the topics' throttled-replicas lists of the last reconciled metadata.
+	lists atomic.Pointer[throttleLists]
 
 	cmu     sync.Mutex
 	ctlConn PeerConn // to the controller leader's broker; guarded by cmu
@@ -246,9 +254,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.RaftLog == nil {
 		cfg.RaftLog = io.Discard
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[int32]*fetcher{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[fetcherKey]*fetcher{}, stop: make(chan struct{})}
 	if cfg.ThrottledBytesPerSecond > 0 {
 		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
+	}
+	if cfg.LeaderThrottledBytesPerSecond > 0 {
+		m.leaderThrottle = newThrottle(cfg.LeaderThrottledBytesPerSecond, cfg.Now)
 	}
 	if !voter {
 		m.ctl = startRemoteQuorum(cfg.NodeID, cfg.Seeds, cfg.Dial, cfg.Logger, m.wireProtocol)
@@ -645,11 +656,26 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 	return m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
 }
 
-// topicReady: this broker's voter knows the topic and the metadata loop has opened it.
+// topicReady: this broker's voter knows the topic, the metadata loop has opened it and
+// has made this broker leader of the partitions the metadata says it leads (the topic is
+// opened before its replicas take their roles: a produce in between was answered
+// NOT_LEADER).
 func (m *Manager) topicReady(name string) bool {
 	t := m.ctl.Metadata().Topics[name]
 	local := m.b.Topic(name)
-	return t != nil && local != nil && localTopicID(local) == t.ID
+	if t == nil || local == nil || localTopicID(local) != t.ID {
+		return false
+	}
+	for _, p := range t.Partitions {
+		if p.Leader != m.cfg.NodeID {
+			continue
+		}
+		v, ok := m.reps.Load(shard.TopicPartition{Topic: name, Partition: p.Index})
+		if !ok || !v.(*replica).leading.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // configUnclean is the topic config the controller reads at create.
@@ -819,6 +845,9 @@ func (m *Manager) metadataLoop() {
 // reconcile brings local partitions in line with md: topics this broker replicates are
 // opened, and each replica leads, follows or idles as md says.
 func (m *Manager) reconcile(md *controller.Metadata) {
+	if l := m.lists.Load(); l == nil || l.version != md.Version {
+		m.lists.Store(newThrottleLists(md))
+	}
 	m.deleteDropped(md)
 	me := md.Brokers[m.cfg.NodeID]
 	if me == nil || me.Fenced {
@@ -854,7 +883,7 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 			}
 		}
 	}
-	m.syncFetchers()
+	m.syncFetchers(md)
 }
 
 // openTopic makes the local topic match md's topic t: created under t's ID and creation

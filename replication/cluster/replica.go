@@ -47,6 +47,10 @@ type replica struct {
 	isrSize  atomic.Int32 // the committed ISR less the members lagging now (isr.Leader.InSyncNow)
 	leo      atomic.Int64 // the log end offset last seen on the shard loop
 	minInsyn atomic.Int32
+
+	// fetching is held by the fetcher lane that truncates or fetches for the replica in
+	// its current round, so that the in-sync and catch-up lanes never both do.
+	fetching atomic.Bool
 }
 
 func newReplica(tp shard.TopicPartition, dir string) *replica {
@@ -365,64 +369,117 @@ func (m *Manager) CheckLeaderEpoch(tp shard.TopicPartition, epoch int32) error {
 
 // ReplicaFetch serves a follower's fetch: the records up to the log end offset are read
 // on the partition's shard, then the leader records the follower's log end offset (which
-// may move the high watermark and expand the ISR). done runs once, on a shard loop or the
-// caller's goroutine.
+// may move the high watermark and expand the ISR). done runs once, off the shard loops:
+// the records are copied out of the segment files on a goroutine of their own, so that a
+// catching-up follower's large reads never hold up the produces on the leader's shard,
+// and for a follower outside the ISR at a lowered CPU priority (lowerPriority).
+//
+// With the leader throttle on (leader.replication.throttled.rate), a follower outside the
+// partition's ISR that the topic's leader.replication.throttled.replicas lists (every
+// one, the key unset) shares the leader's byte budget: while it is spent such a partition
+// is answered without records, and a fetch holding only such partitions is answered when
+// the budget frees (at most the fetch's long-poll later); otherwise it reads at most a
+// chunk, charged to the budget.
 func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 	answers := make([]FetchAnswer, len(req.Partitions))
 	fr := shard.FetchRequest{Replica: true, MaxWait: req.MaxWait, MinBytes: 1, ResponseBytesMax: int64(max(req.BytesMax, 1))}
-	var idx []int // answers[idx[k]] is fr.Partitions[k]
+	var idx []int      // answers[idx[k]] is fr.Partitions[k]
+	var charged []bool // fr.Partitions[k] is charged to the leader throttle
+	var held []int     // answers of throttled partitions left out while the budget is spent
+	var wait time.Duration
+	catchUp := false // a follower outside the ISR of some partition: copy at low priority
+	lists := m.lists.Load()
 	for i, fp := range req.Partitions {
 		answers[i] = FetchAnswer{TopicPartition: fp.TopicPartition, HighWatermark: -1, LogEndOffset: -1}
-		if err := m.checkFollowerFetch(fp, req.ReplicaID); err != nil {
+		inSync, err := m.checkFollowerFetch(fp, req.ReplicaID)
+		if err != nil {
 			answers[i].Err = err
 			continue
 		}
+		catchUp = catchUp || !inSync
+		bytesMax := fp.BytesMax
+		th := m.leaderThrottle != nil && !inSync && lists.listed(true, fp.TopicPartition, m.cfg.NodeID)
+		if th {
+			if w := m.leaderThrottle.wait(); w > 0 {
+				held = append(held, i)
+				wait = max(wait, w)
+				continue
+			}
+			if c := m.leaderThrottle.chunkBytes(); bytesMax <= 0 || c < bytesMax {
+				bytesMax = c
+			}
+		}
 		idx = append(idx, i)
-		fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: fp.TopicPartition, Offset: fp.Offset, MaxBytes: fp.BytesMax})
+		charged = append(charged, th)
+		fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: fp.TopicPartition, Offset: fp.Offset, MaxBytes: bytesMax})
+	}
+	finish := func() {
+		now := m.cfg.Now()
+		for _, i := range held { // positions only: checkFollowerFetch recorded the offset
+			answers[i].HighWatermark, answers[i].LogEndOffset, answers[i].Err = m.followerFetched(req.Partitions[i], req.ReplicaID, -1, now)
+		}
+		done(answers)
 	}
 	if len(fr.Partitions) == 0 || m.b == nil {
-		done(answers)
+		if len(held) > 0 && len(fr.Partitions) == 0 {
+			afterFunc(min(wait, req.MaxWait), finish)
+			return
+		}
+		finish()
 		return
 	}
 	m.b.Fetch(fr, func(results []shard.FetchResult) {
-		now := m.cfg.Now()
-		for k := range results {
-			res := &results[k]
-			a := &answers[idx[k]]
-			fp := req.Partitions[idx[k]]
-			if res.Err != nil {
-				a.Err = res.Err
+		go func() {
+			if catchUp {
+				lowerPriority() // for good: the thread ends with this goroutine
+			}
+			now := m.cfg.Now()
+			for k := range results {
+				res := &results[k]
+				a := &answers[idx[k]]
+				fp := req.Partitions[idx[k]]
+				if res.Err != nil {
+					a.Err = res.Err
+					res.Release()
+					continue
+				}
+				data, err := res.AppendTo(make([]byte, 0, res.Records.Size))
 				res.Release()
-				continue
+				if err != nil {
+					a.Err = err
+					continue
+				}
+				if charged[k] {
+					m.leaderThrottle.charge(int64(len(data)))
+				}
+				a.Records = data
+				a.HighWatermark, a.LogEndOffset, a.Err = m.followerFetched(fp, req.ReplicaID, res.LogEndOffset, now)
 			}
-			data, err := res.AppendTo(make([]byte, 0, res.Records.Size))
-			res.Release()
-			if err != nil {
-				a.Err = err
-				continue
-			}
-			a.Records = data
-			a.HighWatermark, a.LogEndOffset, a.Err = m.followerFetched(fp, req.ReplicaID, res.LogEndOffset, now)
-		}
-		done(answers)
+			finish()
+		}()
 	})
 }
 
-func (m *Manager) checkFollowerFetch(fp FetchPartition, replicaID int32) error {
+// afterFunc is time.AfterFunc (the leader throttle's pacing of a held fetch).
+var afterFunc = time.AfterFunc
+
+// checkFollowerFetch fences the follower's leader epoch, records its fetch offset and
+// reports whether it is in the partition's committed ISR.
+func (m *Manager) checkFollowerFetch(fp FetchPartition, replicaID int32) (inSync bool, err error) {
 	v, ok := m.reps.Load(fp.TopicPartition)
 	if !ok {
-		return fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
+		return false, fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
 	}
 	r := v.(*replica)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case r.leader == nil:
-		return fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
+		return false, fmt.Errorf("%w: %s/%d", ErrNotLeader, fp.Topic, fp.Partition)
 	case fp.LeaderEpoch < r.leader.LeaderEpoch():
-		return fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrFencedLeaderEpoch)
+		return false, fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrFencedLeaderEpoch)
 	case fp.LeaderEpoch > r.leader.LeaderEpoch():
-		return fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrUnknownLeaderEpoch)
+		return false, fmt.Errorf("epoch %d, leader's %d: %w", fp.LeaderEpoch, r.leader.LeaderEpoch(), isr.ErrUnknownLeaderEpoch)
 	}
 	// Record the follower's position now: the fetch may park until new records come, and
 	// the high watermark (and acks=all) must not wait for that.
@@ -434,7 +491,7 @@ func (m *Manager) checkFollowerFetch(fp FetchPartition, replicaID int32) error {
 		r.leader.Fetch(now, isr.FetchRequest{Replica: isr.ReplicaID(replicaID), FetchOffset: fp.Offset, CurrentLeaderEpoch: fp.LeaderEpoch})
 		r.publishLeaderLocked(m)
 	}
-	return nil
+	return r.leader.InISR(isr.ReplicaID(replicaID)), nil
 }
 
 // followerFetched records the follower's fetch offset against the leader's log end offset

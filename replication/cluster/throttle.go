@@ -3,6 +3,10 @@ package cluster
 import (
 	"sync"
 	"time"
+
+	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/replication/controller"
 )
 
 // throttle is the broker's replication throttle (replication.throttled.bytes.per.second):
@@ -60,4 +64,60 @@ func (t *throttle) seconds(n int64) time.Duration {
 // overshoots the rate by little.
 func (t *throttle) chunkBytes() int32 {
 	return int32(min(max(t.rate/10, 64<<10), fetchBytesMax))
+}
+
+// throttleLists is every replicated topic's leader.replication.throttled.replicas and
+// follower.replication.throttled.replicas, parsed once per metadata version (reconcile)
+// so that neither the fetchers nor the leader's fetch path parse config per fetch.
+type throttleLists struct {
+	version uint64
+	topics  map[string]topicThrottleLists // topics that set at least one of the keys
+}
+
+// topicThrottleLists is one topic's lists; nil: the key is not set, which throttles every
+// catching-up replica of the topic (the throttle's rate alone decides, ringlog's default;
+// Kafka's is none). An empty value lists none.
+type topicThrottleLists struct {
+	leader, follower *engine.ThrottledReplicas
+}
+
+func newThrottleLists(md *controller.Metadata) *throttleLists {
+	l := &throttleLists{version: md.Version}
+	for name, t := range md.Topics {
+		var tl topicThrottleLists
+		if v, ok := t.Config[engine.ConfigLeaderThrottledReplicas]; ok {
+			if r, err := engine.ParseThrottledReplicas(v); err == nil { // validated at create/alter
+				tl.leader = &r
+			}
+		}
+		if v, ok := t.Config[engine.ConfigFollowerThrottledReplicas]; ok {
+			if r, err := engine.ParseThrottledReplicas(v); err == nil {
+				tl.follower = &r
+			}
+		}
+		if tl.leader != nil || tl.follower != nil {
+			if l.topics == nil {
+				l.topics = map[string]topicThrottleLists{}
+			}
+			l.topics[name] = tl
+		}
+	}
+	return l
+}
+
+// listed reports whether broker's replica of tp is throttled in the role (leader or
+// follower side); a nil receiver (no metadata seen yet) lists every replica.
+func (l *throttleLists) listed(leader bool, tp shard.TopicPartition, broker int32) bool {
+	if l == nil {
+		return true
+	}
+	tl, ok := l.topics[tp.Topic]
+	list := tl.follower
+	if leader {
+		list = tl.leader
+	}
+	if !ok || list == nil {
+		return true
+	}
+	return list.Contains(tp.Partition, broker)
 }

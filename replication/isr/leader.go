@@ -234,6 +234,9 @@ func (l *Leader) LogEndOffset() int64 { return l.leo }
 // ISR is the committed in-sync replica set, sorted.
 func (l *Leader) ISR() []ReplicaID { return slices.Clone(l.isr) }
 
+// InISR reports whether id is in the committed ISR.
+func (l *Leader) InISR(id ReplicaID) bool { return slices.Contains(l.isr, id) }
+
 // InSyncReplicas is the committed ISR's size (core.Replicator's InSyncReplicas).
 func (l *Leader) InSyncReplicas() int { return len(l.isr) }
 

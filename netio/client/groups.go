@@ -17,11 +17,15 @@ import (
 // coordinator error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a broken connection)
 // drops the cached address so the next call looks it up again.
 
-// coordinatorRetryMax bounds the retries of one group call after coordinator errors; the
-// pauses between them double from coordinatorRetryBackoff up to coordinatorRetryBackoffMax,
-// with jitter (BackoffDelay).
+// A group call retries after coordinator errors until its pauses add up to
+// coordinatorRetryTime (or its context ends), at most coordinatorRetryMax attempts; the
+// pauses double from coordinatorRetryBackoff up to coordinatorRetryBackoffMax, with jitter
+// (BackoffDelay). The time covers a coordinator failover on a cluster (the dead broker's
+// session timeout, 6 s by default, then the new leader loading the group's partition), as
+// Kafka's clients retry until their API timeout; 8 attempts (about 6 s) gave up first.
 const (
-	coordinatorRetryMax        = 8
+	coordinatorRetryMax        = 64
+	coordinatorRetryTime       = 30 * time.Second
 	coordinatorRetryBackoff    = 100 * time.Millisecond
 	coordinatorRetryBackoffMax = 1600 * time.Millisecond
 )
@@ -78,9 +82,12 @@ func coordinatorError(err error, code wire.ErrorCode) bool {
 // codeOf extracts the response's top-level code (ErrNone when it has none).
 func (c *Client) groupCall(ctx context.Context, groupID string, req, resp wire.Message, codeOf func() wire.ErrorCode) error {
 	var err error
-	for attempt := 0; attempt < coordinatorRetryMax; attempt++ {
+	var paused time.Duration
+	for attempt := 0; attempt < coordinatorRetryMax && paused < coordinatorRetryTime; attempt++ {
 		if attempt > 0 {
-			if c.sleep(ctx, BackoffDelay(coordinatorRetryBackoff, coordinatorRetryBackoffMax, attempt-1, c.jitter())) != nil {
+			d := BackoffDelay(coordinatorRetryBackoff, coordinatorRetryBackoffMax, attempt-1, c.jitter())
+			paused += d
+			if c.sleep(ctx, d) != nil {
 				return fmt.Errorf("%s for group %s: %w (after %v)", req.API(), groupID, ctx.Err(), err)
 			}
 		}

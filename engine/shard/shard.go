@@ -74,25 +74,24 @@ func startShard(b *Broker, index int) (*Shard, error) {
 
 func (s *Shard) armTimers() {
 	cfg := s.b.cfg
-	var flushTick, retentionTick func()
-	flushTick = func() {
+	// Both timers are re-armed (Reset) by their own callbacks: no allocation per tick.
+	var flushTimer, retentionTimer *ring.Timer
+	flushTimer = s.r.AfterFunc(cfg.FlushCheckInterval, func() {
 		// Only partitions a turn left with unsynced records: an idle partition costs the
 		// check nothing (10,000 of them took ~5 % of a core at a 50 ms interval).
 		s.core.RecheckUnflushed()
 		s.sharedFiles.sweep(false)
-		s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
-	}
-	retentionTick = func() {
+		flushTimer.Reset(cfg.FlushCheckInterval)
+	})
+	retentionTimer = s.r.AfterFunc(cfg.RetentionCheckInterval, func() {
 		now := time.Now()
 		for _, p := range s.parts {
 			if _, err := p.log.EnforceRetention(now); err != nil {
 				s.b.log.Warn("retention failed", "topic", p.tp.Topic, "partition", p.tp.Partition, "err", err)
 			}
 		}
-		s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
-	}
-	s.r.AfterFunc(cfg.FlushCheckInterval, flushTick)
-	s.r.AfterFunc(cfg.RetentionCheckInterval, retentionTick)
+		retentionTimer.Reset(cfg.RetentionCheckInterval)
+	})
 	s.armScrub()
 	s.armCleaner()
 }

@@ -26,6 +26,10 @@ const (
 	offsetsReplicationFactorDefault = 3
 	// offsetsCreateTimeout bounds one auto-creation of __consumer_offsets.
 	offsetsCreateTimeout = 10 * time.Second
+	// offsetsCreateWaitMax: how long after its start a broker waits for the brokers a
+	// cluster of its size should have (the voters, the registered brokers) before it
+	// creates __consumer_offsets with fewer replicas than offsets.topic.replication.factor.
+	offsetsCreateWaitMax = 30 * time.Second
 )
 
 // ErrNoCoordinator: a group has no coordinator now (the offsets topic is being created,
@@ -77,11 +81,21 @@ func (m *Manager) createOffsetsTopic() {
 			case <-ctx.Done():
 			}
 		}()
-		live := int32(0)
+		live, known := int32(0), int32(0)
 		for _, b := range m.ctl.Metadata().Brokers {
+			known++
 			if !b.Fenced {
 				live++
 			}
+		}
+		// The factor a cluster of this size should get: a lookup made while the cluster
+		// starts (its other brokers not registered yet) waits for them for up to
+		// offsetsCreateWaitMax rather than creating the topic with one replica for good
+		// (the lookup answers COORDINATOR_NOT_AVAILABLE meanwhile, and clients retry). After
+		// that it takes the live brokers, as before.
+		want := min(m.cfg.OffsetsReplicationFactor, max(m.voterCount, known, 1))
+		if live < want && m.cfg.Now().Sub(m.started) < offsetsCreateWaitMax {
+			return
 		}
 		rf := min(m.cfg.OffsetsReplicationFactor, max(live, 1))
 		n := m.cfg.OffsetsPartitions

@@ -160,8 +160,12 @@ const (
 type Manager struct {
 	cfg Config
 	log *slog.Logger
-	ctl quorum // this broker's voter, or a follower of the metadata (remoteQuorum)
-	b   *shard.Broker
+	// started is when New ran and voterCount the size of the controller quorum: the
+	// offsets topic's creation waits for the brokers a starting cluster will have.
+	started    time.Time
+	voterCount int32
+	ctl        quorum // this broker's voter, or a follower of the metadata (remoteQuorum)
+	b          *shard.Broker
 	// self is the advertised client address, known once Attach runs; kafkaSelf the Kafka
 	// listener's advertised address (SetKafkaAddress, before Attach), registered with it.
 	self, kafkaSelf string
@@ -254,7 +258,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.RaftLog == nil {
 		cfg.RaftLog = io.Discard
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[fetcherKey]*fetcher{}, stop: make(chan struct{})}
+	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[fetcherKey]*fetcher{}, stop: make(chan struct{}),
+		started: cfg.Now(), voterCount: int32(len(voters))}
 	if cfg.ThrottledBytesPerSecond > 0 {
 		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
 	}

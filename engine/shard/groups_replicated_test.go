@@ -93,12 +93,34 @@ func TestGroupsReplicatedLoadOnLead(t *testing.T) {
 		t.Fatalf("offset fetch on a follower holding records: %+v, want NOT_COORDINATOR", fr)
 	}
 
-	// Leadership arrives: the request queued right behind Lead sees the partition loading.
-	if err := b.Groups().Lead(p); err != nil {
+	// Leadership arrives: what runs on the shard right behind Lead sees the partition
+	// loading (the replay is posted behind it). The shard's loop is held while both are
+	// posted, so the order does not depend on timing (a request racing the loop saw the
+	// groups already loaded under -race). The coordinator's own tests show that a loading
+	// partition answers COORDINATOR_LOAD_IN_PROGRESS.
+	si, err := b.ShardOf(tp)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if fr := fetchOffsets(t, b, g); fr.Err != group.CodeCoordinatorLoadInProgress {
-		t.Fatalf("offset fetch while loading: %+v, want COORDINATOR_LOAD_IN_PROGRESS", fr)
+	s := b.shards[si]
+	release, loadingSeen := make(chan struct{}), make(chan [2]bool, 1)
+	if err := s.r.Post(func() { <-release }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Groups().Lead(p); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	if err := s.r.Post(func() {
+		serving, known := s.groups.coord.Loaded(p)
+		loadingSeen <- [2]bool{serving, known}
+	}); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	close(release)
+	if st := <-loadingSeen; st[0] || !st[1] {
+		t.Fatalf("right behind Lead: serving %v, known %v; want the partition loading", st[0], st[1])
 	}
 	fr := fetchOffsets(t, b, g)
 	if fr.Err != group.CodeNone || committedOffset(fr, "orders", 0) != 42 || committedOffset(fr, "orders", 1) != 7 {

@@ -408,8 +408,15 @@ func (s *Server) Config() Config { return s.cfg }
 // process binding the same address fails with "address already in use" instead of
 // silently taking half of the connections. Every shard accepts on this one socket (Serve
 // and ServeRing may be given the same listener).
+//
+// The listener is plain TCP: Go makes MPTCP listeners by default (Go 1.24+, where the kernel
+// has MPTCP), and every connection accepted on one is an MPTCP socket, even from a plain
+// TCP client: it refuses zero-copy sends (SEND_ZC: EOPNOTSUPP) and puts another protocol
+// layer under every send and splice (see ListenShard, and docs/benchmarks.md's direct-mode
+// section).
 func Listen(ctx context.Context, address string) (net.Listener, error) {
 	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
 	ln, err := lc.Listen(ctx, "tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", address, err)

@@ -426,7 +426,7 @@ func listenPerShard(shardPorts, mainAddr string, shards int) ([]net.Listener, er
 		if base > 0 {
 			port = base + i
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		ln, err := netio.Listen(context.Background(), net.JoinHostPort(host, strconv.Itoa(port)))
 		if err != nil {
 			for _, l := range out {
 				l.Close()

@@ -700,14 +700,18 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 // before that connection failed may reach the broker on a new connection before the retry,
 // so counting only the batches in flight let a partition run past the broker's memory of a
 // batch still to be resent (OUT_OF_ORDER_SEQUENCE on its retry).
+//
+// Batches go out in sequence order, so the sent ones are a prefix of ps.sealed and the count
+// stops at the first batch never sent: O(InflightBatchesMax) however many batches are
+// queued behind. (Only a move to a new epoch unmarks a batch after a gap, and batches of the
+// new epoch start the broker's memory afresh.)
 func sentUnresolved(ps *partState) int {
 	n := 0
 	for _, b := range ps.sealed {
-		if b.sent {
-			if n++; n == InflightBatchesMax {
-				break
-			}
+		if !b.sent || n == InflightBatchesMax {
+			break
 		}
+		n++
 	}
 	return n
 }

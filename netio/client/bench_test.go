@@ -63,7 +63,7 @@ func BenchmarkProduce1KiB(b *testing.B) {
 			for k := range keys {
 				keys[k] = []byte(fmt.Sprint(k))
 			}
-			b.SetBytes(int64(len(value)))
+			b.SetBytes(benchValueBytes)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -94,7 +94,7 @@ func BenchmarkConsume1KiB(b *testing.B) {
 	}
 	const records = 64 << 10 // 64 MiB of values
 	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20})
-	value := bytes.Repeat([]byte("x"), 1024)
+	value := bytes.Repeat([]byte("x"), benchValueBytes)
 	for range records {
 		if err := p.Send(ctx, &client.Record{Topic: "bench", Partition: 0, Value: value}, nil); err != nil {
 			b.Fatal(err)
@@ -105,7 +105,7 @@ func BenchmarkConsume1KiB(b *testing.B) {
 	}
 	co := c.NewConsumer(client.ConsumerConfig{MaxWait: time.Millisecond, PartitionMaxBytes: 4 << 20, MaxBytes: 4 << 20})
 	co.Assign("bench", 0, client.Earliest())
-	b.SetBytes(int64(len(value)))
+	b.SetBytes(benchValueBytes)
 	b.ReportAllocs()
 	got := 0
 	for b.Loop() {
@@ -197,7 +197,7 @@ func benchRealBrokerProduce(b *testing.B, driver string, noIdempotence bool) {
 			failed.Do(func() { b.Error(err) })
 		}
 	}
-	b.SetBytes(int64(len(value)))
+	b.SetBytes(benchValueBytes)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -223,16 +223,19 @@ func BenchmarkRealBrokerConsume1KiB(b *testing.B) {
 	}
 }
 
-func benchRealBrokerConsume(b *testing.B, driver string) {
-	c, stop := realBrokerBench(b, 1, driver)
-	defer stop()
+// benchValueBytes is the value size fillBenchTopic writes.
+const benchValueBytes = 1024
+
+// fillBenchTopic creates topic "bench" (one partition) and writes records values of
+// benchValueBytes to it, acks=1, in 1 MiB batches.
+func fillBenchTopic(b *testing.B, c *client.Client, records int) {
+	b.Helper()
 	ctx := context.Background()
 	if err := c.CreateTopic(ctx, "bench", 1, nil); err != nil {
 		b.Fatal(err)
 	}
-	const records = 64 << 10
 	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20})
-	value := bytes.Repeat([]byte("x"), 1024)
+	value := bytes.Repeat([]byte("x"), benchValueBytes)
 	for range records {
 		if err := p.Send(ctx, &client.Record{Topic: "bench", Partition: 0, Value: value}, nil); err != nil {
 			b.Fatal(err)
@@ -241,9 +244,17 @@ func benchRealBrokerConsume(b *testing.B, driver string) {
 	if err := p.Close(ctx); err != nil {
 		b.Fatal(err)
 	}
+}
+
+func benchRealBrokerConsume(b *testing.B, driver string) {
+	c, stop := realBrokerBench(b, 1, driver)
+	defer stop()
+	ctx := context.Background()
+	const records = 64 << 10
+	fillBenchTopic(b, c, records)
 	co := c.NewConsumer(client.ConsumerConfig{MaxWait: time.Millisecond, PartitionMaxBytes: 4 << 20, MaxBytes: 4 << 20})
 	co.Assign("bench", 0, client.Earliest())
-	b.SetBytes(int64(len(value)))
+	b.SetBytes(benchValueBytes)
 	b.ReportAllocs()
 	buffered := 0
 	for b.Loop() {

@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -170,20 +169,8 @@ func BenchmarkRealBrokerCatchUp1KiB(b *testing.B) {
 	c, stop := realBrokerBench(b, 1, "ring")
 	defer stop()
 	ctx := context.Background()
-	if err := c.CreateTopic(ctx, "bench", 1, nil); err != nil {
-		b.Fatal(err)
-	}
 	const records = 64 << 10
-	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 1 << 20})
-	value := bytes.Repeat([]byte("x"), 1024)
-	for range records {
-		if err := p.Send(ctx, &client.Record{Topic: "bench", Partition: 0, Value: value}, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := p.Close(ctx); err != nil {
-		b.Fatal(err)
-	}
+	fillBenchTopic(b, c, records)
 	newConsumer := func() *client.Consumer {
 		co := c.NewConsumer(client.ConsumerConfig{MaxWait: time.Millisecond})
 		co.Assign("bench", 0, client.Earliest())
@@ -192,7 +179,7 @@ func BenchmarkRealBrokerCatchUp1KiB(b *testing.B) {
 	sum := 0
 	b.Run("Poll", func(b *testing.B) {
 		co := newConsumer()
-		b.SetBytes(int64(len(value)))
+		b.SetBytes(benchValueBytes)
 		b.ReportAllocs()
 		for read := 0; read < b.N; {
 			recs, err := co.Poll(ctx)
@@ -216,7 +203,7 @@ func BenchmarkRealBrokerCatchUp1KiB(b *testing.B) {
 			return nil
 		}
 		onBatch := func(fb *client.FetchedBatch) error { return fb.Records(onRecord) }
-		b.SetBytes(int64(len(value)))
+		b.SetBytes(benchValueBytes)
 		b.ReportAllocs()
 		for read < b.N {
 			before := read

@@ -485,6 +485,10 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 	}
 	if m := scrapeMetrics(t, "http://"+fs[1].admin); m.Sum("ringlog_partition_leader", "topic", "frozen") != 0 || len(m["ringlog_partition_isr_size"]) != 0 && m.Sum("ringlog_partition_isr_size", "topic", "frozen") != 0 {
 		t.Errorf("follower reports leadership %v or an ISR", m.Sum("ringlog_partition_leader", "topic", "frozen"))
+	} else if rounds, appends := m.Sum("ringlog_replica_fetch_rounds_total"), m.Sum("ringlog_replica_appends_total"); rounds < 1 || appends < 1 || appends > rounds*float64(len(m["ringlog_partition_leader"])) {
+		// It copied the 20 records in at least one round; a round appends at most once per
+		// partition it holds.
+		t.Errorf("running follower counted %v fetch rounds and %v appends", rounds, appends)
 	}
 	for i := 0; i < 20; i++ {
 		if _, err := tc.produce(ctx, "frozen", wire.AcksAll, []byte(fmt.Sprintf("isr2-%d", i))); err != nil {

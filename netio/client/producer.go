@@ -168,6 +168,7 @@ type Producer struct {
 	cond       *sync.Cond                    // signalled when buffered bytes or unfinished drop
 	parts      map[topicPartition]*partState // guarded by mu
 	sticky     map[string]*stickyRun         // guarded by mu: topic -> the null-key run
+	intN       func(int) int                 // guarded by mu: rand.IntN; tests script the draws
 	buffered   int64                         // guarded by mu: record bytes accepted, not completed
 	unfinished int                           // guarded by mu: records accepted whose callback has not run
 	flushing   int                           // guarded by mu: Flush calls in progress (linger off)
@@ -258,6 +259,7 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 		identity:   producerIdentity{id: -1, epoch: -1},
 		parts:      map[topicPartition]*partState{},
 		sticky:     map[string]*stickyRun{},
+		intN:       rand.IntN,
 		wake:       make(chan struct{}, 1),
 		senderDone: make(chan struct{}),
 	}
@@ -494,9 +496,9 @@ func (p *Producer) stickyLocked(topic string, partitions int, size int64) (_ int
 func (p *Producer) nextStickyLocked(topic string, partitions int, last int32) int32 {
 	pick := func() int32 {
 		if last < 0 || int(last) >= partitions || partitions == 1 {
-			return int32(rand.IntN(partitions))
+			return int32(p.intN(partitions))
 		}
-		return int32((int(last) + 1 + rand.IntN(partitions-1)) % partitions) // any but last
+		return int32((int(last) + 1 + p.intN(partitions-1)) % partitions) // any but last
 	}
 	first, second := pick(), pick()
 	if p.queuedLocked(topic, second) < p.queuedLocked(topic, first) {

@@ -19,16 +19,23 @@ var stickyValue = bytes.Repeat([]byte("v"), 100)
 
 const stickyRunRecords = 8
 
-func TestStickyRunsMeasuredInBatchBytes(t *testing.T) {
+// stickyProducer starts a real broker with a 16-partition topic "nullkeys" and returns a
+// producer of 1 KiB batches that linger for an hour: a batch goes out only because it is
+// full, its run ended, or a Flush.
+func stickyProducer(t *testing.T) (*client.Producer, context.Context) {
 	c, stop := startBroker(t, 2, t.TempDir())
-	defer stop()
+	t.Cleanup(stop)
 	ctx := ctxT(t)
 	if err := c.CreateTopic(ctx, "nullkeys", 16, nil); err != nil {
 		t.Fatal(err)
 	}
-	// Linger of an hour: a batch goes out only because it is full or its run ended.
 	p := c.NewProducer(client.ProducerConfig{BatchBytes: 1 << 10, Linger: time.Hour, Acks: client.AckLeader})
-	defer p.Close(ctx)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p, ctx
+}
+
+func TestStickyRunsMeasuredInBatchBytes(t *testing.T) {
+	p, ctx := stickyProducer(t)
 	acked := make(chan *client.Record, 200)
 	var recs []*client.Record
 	send := func() {
@@ -95,14 +102,7 @@ func TestStickyRunsMeasuredInBatchBytes(t *testing.T) {
 // A Flush (or a linger expiry) seals the open batch but does not end the run: KIP-480
 // moved to a new partition with every new batch, KIP-794 does not.
 func TestStickyRunOutlastsFlush(t *testing.T) {
-	c, stop := startBroker(t, 2, t.TempDir())
-	defer stop()
-	ctx := ctxT(t)
-	if err := c.CreateTopic(ctx, "nullkeys", 16, nil); err != nil {
-		t.Fatal(err)
-	}
-	p := c.NewProducer(client.ProducerConfig{BatchBytes: 1 << 10, Linger: time.Hour, Acks: client.AckLeader})
-	defer p.Close(ctx)
+	p, ctx := stickyProducer(t)
 	var recs []*client.Record
 	for range 4 { // 4 flushes of 2 records: 8 records, one run
 		for range 2 {

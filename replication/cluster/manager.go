@@ -65,6 +65,11 @@ type FetchRequest struct {
 	MaxWait         time.Duration
 	BytesMax        int32
 	Partitions      []FetchPartition
+	// Caller is the shard whose loop the leader serves the request on
+	// (shard.FetchFrom: that shard's partitions are read inline on the first pass), or
+	// shard.CallerNone. Leader side only; a shard whose loop is not the caller's thread is
+	// posted to whatever it says.
+	Caller int
 }
 
 // FetchPartition asks for one partition's batches from Offset (the follower's LEO).

@@ -428,7 +428,7 @@ func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 		finish()
 		return
 	}
-	m.b.Fetch(fr, func(results []shard.FetchResult) {
+	m.b.FetchFrom(req.Caller, fr, func(results []shard.FetchResult) {
 		copyOut := func() {
 			now := m.cfg.Now()
 			for k := range results {

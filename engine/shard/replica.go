@@ -160,8 +160,8 @@ func (b *Broker) AppendReplicatedAll(in []ReplicatedAppend) {
 	}
 }
 
-// postRetrying posts fn to s's loop, retrying a full mailbox for up to adminWaitMax (as
-// onShard does).
+// postRetrying posts fn to s's loop, retrying a full mailbox every millisecond for up to
+// adminWaitMax (the admin and replication paths: they wait for the mailbox to drain).
 func postRetrying(s *Shard, fn func()) error {
 	deadline := time.Now().Add(adminWaitMax)
 	for {

@@ -202,7 +202,9 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	}()
 	claimed := parts[:0:0]
 	for _, r := range parts {
-		if r.fetching.CompareAndSwap(false, true) {
+		// The list is as of the last reconcile: a replica that follows another leader
+		// since (or none) is left to the lane of its new leader.
+		if r.follows(f.leader) && r.fetching.CompareAndSwap(false, true) {
 			claimed = append(claimed, r)
 		}
 	}
@@ -321,6 +323,13 @@ func inISR(md *controller.Metadata, tp shard.TopicPartition, id int32) bool {
 // truncateRoundsMax bounds one fetch round's OffsetsForLeaderEpoch exchanges per replica;
 // a replica still truncating after it goes on in the next round.
 const truncateRoundsMax = 64
+
+// follows reports whether the replica follows leader now.
+func (r *replica) follows(leader int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.follower != nil && r.leaderID == leader
+}
 
 // truncating reports whether the replica's follower must still ask where its log diverged.
 func (r *replica) truncating() bool {

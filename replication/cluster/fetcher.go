@@ -161,7 +161,7 @@ func (f *fetcher) run() {
 			conn, addr = c, b.Address
 		}
 		wait, err := f.round(conn, parts, md)
-		if err == nil && wait > 0 { // only throttled replicas and the budget is spent, or the other lane holds them
+		if err == nil && wait > 0 { // only throttled replicas and the budget is spent, the other lane holds them, or all were refused
 			select {
 			case <-f.ctx.Done():
 				return
@@ -297,7 +297,29 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 		fa.r.fetched(m, fa, end, err)
 	}
 	m.fetchRounds.Add(1)
+	if failed := countFailed(answers); failed > 0 && failed == len(answers) {
+		// Every partition was refused (not the leader, an epoch it has not applied yet):
+		// the leader answered at once without a read, and asking again at once spins
+		// until the metadata changes (Kafka's replica.fetch.backoff.ms).
+		m.failedRounds.Add(1)
+		return failedRoundWait, nil
+	}
 	return 0, nil
+}
+
+// failedRoundWait is how long a lane waits after a round whose every partition was
+// refused: short, since after a leader change the refusals end as soon as the new leader
+// applies its epoch, and the in-sync lane's next fetch is what acks=all waits for.
+const failedRoundWait = 20 * time.Millisecond
+
+func countFailed(answers []FetchAnswer) int {
+	n := 0
+	for _, a := range answers {
+		if a.Err != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // fetchedAnswer is the leader's answer for one replica of a round, cut into batches.

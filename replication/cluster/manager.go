@@ -212,6 +212,9 @@ type Manager struct {
 	// Follower fetch rounds answered by a leader, and the partitions' appends they carried
 	// (ReplicaFetches).
 	fetchRounds, replicatedAppends atomic.Uint64
+	// failedRounds counts the rounds whose every partition the leader refused (the lane
+	// then waits failedRoundWait).
+	failedRounds atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -1056,10 +1059,11 @@ func (m *Manager) ISRChanges() (shrinks, expands uint64) {
 }
 
 // ReplicaFetches returns, since the broker started, its follower fetch rounds that a
-// leader answered and the appends of partitions' batches those answers carried (a
-// partition with batches counts once per round).
-func (m *Manager) ReplicaFetches() (rounds, appends uint64) {
-	return m.fetchRounds.Load(), m.replicatedAppends.Load()
+// leader answered, the appends of partitions' batches those answers carried (a partition
+// with batches counts once per round), and the rounds whose every partition the leader
+// refused (after which the lane waits failedRoundWait).
+func (m *Manager) ReplicaFetches() (rounds, appends, refused uint64) {
+	return m.fetchRounds.Load(), m.replicatedAppends.Load(), m.failedRounds.Load()
 }
 
 // Ready is nil while this broker knows a controller leader and is registered with it.

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -413,6 +415,37 @@ func (b *broker) signal(t *testing.T, sig syscall.Signal) {
 	}
 	if sig == syscall.SIGSTOP {
 		t.Cleanup(func() { _ = b.cmd.Process.Signal(syscall.SIGCONT) })
+		waitStopped(t, b.cmd.Process.Pid)
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped (state T in
+// /proc/PID/task/*/stat): kill(2) returns before the group stop has reached each thread,
+// and a test that produces right after SIGSTOP must not race a follower's last round.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, f := range tasks {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread ended
+			}
+			// The state follows the command name in parentheses, which may hold spaces.
+			if i := bytes.LastIndexByte(data, ')'); i < 0 || i+2 >= len(data) || data[i+2] != 'T' && data[i+2] != 't' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d not stopped 10s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

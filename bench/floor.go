@@ -60,8 +60,12 @@ type FloorConfig struct {
 	Conns      int    // client connections
 	FrameBytes int    // ingest: payload bytes per frame; serve: bytes per chunk asked for
 	Window     int    // ingest: frames in flight per connection (serve asks one chunk at a time)
-	Warmup     time.Duration
-	Duration   time.Duration
+	// Rate paces the clients to about this many bytes per second in total (0: as fast as
+	// the server goes), so that the floor can be measured at the broker's own throughput:
+	// CPU per GB depends on the rate (fewer bytes per wake-up at lower rates).
+	Rate     int64
+	Warmup   time.Duration
+	Duration time.Duration
 }
 
 // Validate checks the bounds.
@@ -78,6 +82,9 @@ func (c FloorConfig) Validate() error {
 	if c.Mode == FloorIngest && (c.Window < 1 || c.Window > floorWindowMax) {
 		return fmt.Errorf("floor: window %d outside 1..%d", c.Window, floorWindowMax)
 	}
+	if c.Rate < 0 {
+		return fmt.Errorf("floor: negative rate %d", c.Rate)
+	}
 	if c.Warmup < 0 || c.Duration <= 0 {
 		return fmt.Errorf("floor: want warm-up ≥ 0 and a positive duration, got %v, %v", c.Warmup, c.Duration)
 	}
@@ -90,6 +97,7 @@ type FloorResult struct {
 	Mode             string  `json:"mode"`
 	Conns            int     `json:"conns"`
 	FrameBytes       int     `json:"frame_bytes"`
+	Rate             int64   `json:"rate,omitempty"`
 	Bytes            int64   `json:"bytes"`
 	Seconds          float64 `json:"seconds"`
 	MBPerSec         float64 `json:"mb_per_s"`
@@ -124,14 +132,15 @@ func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*cfg.Conns)
 	for _, c := range conns {
+		pace := newFloorPacer(cfg.Rate/int64(cfg.Conns), cfg.FrameBytes)
 		if cfg.Mode == FloorIngest {
 			wg.Add(2)
 			sent := make(chan struct{}, cfg.Window)
-			go func() { defer wg.Done(); errs <- floorSendFrames(runCtx, c, cfg.FrameBytes, sent) }()
+			go func() { defer wg.Done(); errs <- floorSendFrames(runCtx, c, cfg.FrameBytes, sent, pace) }()
 			go func() { defer wg.Done(); errs <- floorReadAcks(c, cfg.FrameBytes, sent, &moved) }()
 		} else {
 			wg.Add(1)
-			go func() { defer wg.Done(); errs <- floorFetch(runCtx, c, cfg.FrameBytes, &moved) }()
+			go func() { defer wg.Done(); errs <- floorFetch(runCtx, c, cfg.FrameBytes, &moved, pace) }()
 		}
 	}
 	stop := func() {
@@ -173,7 +182,7 @@ func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) 
 		return FloorResult{}, fmt.Errorf("floor: no bytes moved: %w", io.ErrUnexpectedEOF)
 	}
 	return FloorResult{
-		Mode: cfg.Mode, Conns: cfg.Conns, FrameBytes: cfg.FrameBytes,
+		Mode: cfg.Mode, Conns: cfg.Conns, FrameBytes: cfg.FrameBytes, Rate: cfg.Rate,
 		Bytes: bytes, Seconds: elapsed.Seconds(), MBPerSec: float64(bytes) / elapsed.Seconds() / 1e6,
 		ServerPID: serverPID, ServerCPUSeconds: cpu.BrokerSeconds, ClientCPUSeconds: cpu.BenchSeconds,
 		CPUPerGB: cpu.PerGBIngested,
@@ -182,7 +191,7 @@ func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) 
 
 // floorSendFrames writes frames back to back while the window has room. Errors after
 // runCtx ended are the measurement's end, not failures.
-func floorSendFrames(runCtx context.Context, c net.Conn, size int, sent chan<- struct{}) error {
+func floorSendFrames(runCtx context.Context, c net.Conn, size int, sent chan<- struct{}, pace *floorPacer) error {
 	frame := make([]byte, floorHeaderBytes+size)
 	binary.BigEndian.PutUint32(frame, uint32(size))
 	for i := floorHeaderBytes; i < len(frame); i++ {
@@ -194,6 +203,7 @@ func floorSendFrames(runCtx context.Context, c net.Conn, size int, sent chan<- s
 		case <-runCtx.Done():
 			return nil
 		}
+		pace.wait()
 		if _, err := c.Write(frame); err != nil {
 			return quietAfter(runCtx, err)
 		}
@@ -213,11 +223,12 @@ func floorReadAcks(c net.Conn, size int, sent <-chan struct{}, moved *atomic.Int
 }
 
 // floorFetch asks for size bytes at a time and reads them.
-func floorFetch(runCtx context.Context, c net.Conn, size int, moved *atomic.Int64) error {
+func floorFetch(runCtx context.Context, c net.Conn, size int, moved *atomic.Int64, pace *floorPacer) error {
 	buf := make([]byte, size)
 	var req [floorHeaderBytes]byte
 	binary.BigEndian.PutUint32(req[:], uint32(size))
 	for runCtx.Err() == nil {
+		pace.wait()
 		if _, err := c.Write(req[:]); err != nil {
 			return quietAfter(runCtx, err)
 		}
@@ -227,6 +238,34 @@ func floorFetch(runCtx context.Context, c net.Conn, size int, moved *atomic.Int6
 		moved.Add(int64(size))
 	}
 	return nil
+}
+
+// floorPacer spaces one connection's frames (or requests) to a byte rate; nil does not wait.
+type floorPacer struct {
+	every time.Duration
+	next  time.Time
+}
+
+func newFloorPacer(bytesPerSecond int64, frameBytes int) *floorPacer {
+	if bytesPerSecond <= 0 {
+		return nil
+	}
+	return &floorPacer{every: time.Duration(float64(frameBytes) / float64(bytesPerSecond) * float64(time.Second))}
+}
+
+// wait sleeps until the next frame is due. A pacer that fell behind (the server was
+// slower) does not burst to catch up.
+func (p *floorPacer) wait() {
+	if p == nil {
+		return
+	}
+	now := time.Now()
+	if p.next.After(now) {
+		time.Sleep(p.next.Sub(now))
+	} else {
+		p.next = now
+	}
+	p.next = p.next.Add(p.every)
 }
 
 func quietAfter(ctx context.Context, err error) error {

@@ -122,6 +122,7 @@ func TestFloorRejectsConfigs(t *testing.T) {
 		"no window":     func(c *FloorConfig) { c.Window = 0 },
 		"no duration":   func(c *FloorConfig) { c.Duration = 0 },
 		"negative warm": func(c *FloorConfig) { c.Warmup = -time.Second },
+		"negative rate": func(c *FloorConfig) { c.Rate = -1 },
 	} {
 		c := good
 		mutate(&c)
@@ -163,7 +164,7 @@ func BenchmarkFloorIngestFrame(b *testing.B) {
 	sent := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go floorSendFrames(ctx, c, size, sent)
+	go floorSendFrames(ctx, c, size, sent, nil)
 	var ack [floorAckBytes]byte
 	b.SetBytes(size)
 	b.ReportAllocs()
@@ -173,4 +174,15 @@ func BenchmarkFloorIngestFrame(b *testing.B) {
 		}
 		<-sent
 	}
+}
+
+func TestFloorPacerSpacing(t *testing.T) {
+	if p := newFloorPacer(0, 1<<10); p != nil {
+		t.Fatalf("rate 0 paces: %+v", p)
+	}
+	if p := newFloorPacer(1e6, 1000); p.every != time.Millisecond {
+		t.Fatalf("1000-byte frames at 1 MB/s every %v, want 1ms", p.every)
+	}
+	var p *floorPacer
+	p.wait() // a nil pacer does not wait
 }

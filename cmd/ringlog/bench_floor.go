@@ -148,6 +148,7 @@ func benchFloor(args []string) error {
 	serveConns := fs.Int("serve-conns", 4, "serve: client connections (consume-only-1kib's consumers)")
 	chunk := fs.String("chunk", "1MiB", "serve: bytes per request (the bundled consumer's fetch size per partition)")
 	serveFile := fs.String("serve-file", "256MiB", "serve: size of the page-cached file sent")
+	rate := fs.Float64("rate", 0, "pace the clients to about this many MB/s (10^6 bytes) in total, e.g. the broker's own figure (0: as fast as the server goes)")
 	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured time before each measurement")
 	duration := fs.Duration("duration", 10*time.Second, "measured time of each floor")
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
@@ -181,7 +182,7 @@ func benchFloor(args []string) error {
 	report := floorReport{Started: time.Now().UTC()}
 	for _, m := range modes {
 		cfg := bench.FloorConfig{Mode: m, Conns: *conns, FrameBytes: int(min(sizes["frame"], bench.FloorFrameBytesMax+1)),
-			Window: *window, Warmup: *warmup, Duration: *duration}
+			Window: *window, Rate: int64(*rate * 1e6), Warmup: *warmup, Duration: *duration}
 		spec := floorServerSpec{Mode: m, Dir: *dir, Files: *files, Segment: sizes["segment"], ServeFile: sizes["serve-file"]}
 		if m == bench.FloorServe {
 			cfg.Conns, cfg.FrameBytes = *serveConns, int(min(sizes["chunk"], bench.FloorFrameBytesMax+1))
@@ -230,6 +231,9 @@ func floorLine(r bench.FloorResult, spec floorServerSpec) string {
 	what := fmt.Sprintf("%d conns × %s frames, pwrite to %d files", r.Conns, bench.FormatBytes(int64(r.FrameBytes)), spec.Files)
 	if r.Mode == bench.FloorServe {
 		what = fmt.Sprintf("%d conns × %s requests, sendfile of a %s cached file", r.Conns, bench.FormatBytes(int64(r.FrameBytes)), bench.FormatBytes(spec.ServeFile))
+	}
+	if r.Rate > 0 {
+		what += fmt.Sprintf(", paced to %.0f MB/s", float64(r.Rate)/1e6)
 	}
 	return fmt.Sprintf("floor %s (%s): %.0f MB/s over %.1f s; server (pid %d) %.2f CPU-s = %.3f CPU-s per GB; client process %.2f CPU-s",
 		r.Mode, what, r.MBPerSec, r.Seconds, r.ServerPID, r.ServerCPUSeconds, r.CPUPerGB, r.ClientCPUSeconds)

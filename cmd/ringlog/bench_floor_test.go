@@ -29,13 +29,13 @@ func TestBenchFloor(t *testing.T) {
 	jsonOut := filepath.Join(dir, "floor.json")
 	out := captureStdout(t, func() {
 		err := runBench([]string{"floor", "--dir", scratch, "--warmup", "0s", "--duration", "300ms",
-			"--frame", "64KiB", "--serve-file", "16MiB", "--against", produce, "--against", backlog, "--json", jsonOut})
+			"--frame", "64KiB", "--serve-file", "16MiB", "--rate", "2000", "--against", produce, "--against", backlog, "--json", jsonOut})
 		if err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Logf("\n%s", out)
-	for _, want := range []string{"floor ingest (2 conns × 64KiB frames, pwrite to 16 files)", "floor serve (4 conns × 1MiB requests",
+	for _, want := range []string{"floor ingest (2 conns × 64KiB frames, pwrite to 16 files, paced to 2000 MB/s)", "floor serve (4 conns × 1MiB requests",
 		"produce.json: broker 1.500 CPU-s per GB ingested ÷ floor", "backlog.json: broker 0.600 CPU-s per GB of backlog served ÷ floor"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)

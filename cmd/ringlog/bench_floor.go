@@ -153,7 +153,7 @@ func benchFloor(args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "measured time of each floor")
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	var against listFlag
-	fs.Var(&against, "against", "a `ringlog bench run` result file (repeatable): print its broker CPU per GB ÷ the floor's (ingested ÷ ingest; a backlog's ÷ serve)")
+	fs.Var(&against, "against", "a result file of ringlog bench run (repeatable): print its broker CPU per GB ÷ the floor's (ingested ÷ ingest; a backlog's ÷ serve)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

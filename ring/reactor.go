@@ -577,6 +577,26 @@ func (r *Reactor) spin() bool {
 	}
 }
 
+// Quiet is for a loop callback about to block its thread on a system call that only it
+// waits for (engine/shard's inline fdatasync): it submits the operations queued so far, so
+// the kernel works on them meanwhile, and reports whether the loop has nothing else to
+// run — no completion waiting (in the completion queue or the backlog), no mailbox
+// message, no timer due and no stop asked. Work that arrives during the blocking call
+// waits for it; that is the caller's trade-off. Loop thread only.
+func (r *Reactor) Quiet() bool {
+	if len(r.backlog) > 0 || !r.mailbox.empty() || r.stopping.Load() {
+		return false
+	}
+	if len(r.timers) > 0 && !r.timers[0].when.After(r.now()) {
+		return false
+	}
+	if _, err := r.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+		return false // the loop's own submit reports it
+	}
+	ready, ok := r.ring.(interface{ completionWaiting() bool })
+	return ok && !ready.completionWaiting()
+}
+
 func (r *Reactor) dispatchBacklog() {
 	for i := 0; i < len(r.backlog); i++ {
 		c := r.backlog[i]

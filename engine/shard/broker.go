@@ -129,6 +129,13 @@ type Config struct {
 	// per partition per loop turn. For A/B measurements; false in production.
 	WriteEachAppend bool
 
+	// SyncInlineOff sends every pipelined fdatasync to the ring (an io-wq worker), even the
+	// one sync of a quiet loop turn that the shard otherwise runs inline on its own thread
+	// (shard.go, syncInlineNow): for A/B measurements and hosts whose fdatasync is slow
+	// enough that blocking the loop for it costs the other connections more than it saves
+	// the syncing producer. false (auto) in production.
+	SyncInlineOff bool
+
 	hooks *testHooks // seams for this package's tests; nil in production
 }
 

@@ -503,3 +503,51 @@ func startRunning(t *testing.T, cfg Config) (*Reactor, chan error) {
 	<-ready
 	return r, runErr
 }
+
+// Quiet is true only when the loop has nothing to run: no message, due timer or waiting
+// completion; it submits queued operations (so their completions can arrive meanwhile).
+func TestReactorQuiet(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		clk := &fakeClock{t: time.Unix(1000, 0)}
+		r := newReactor(t, backend, Config{Now: clk.now})
+		if err := r.RunOnce(false); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Quiet() {
+			t.Fatal("an idle reactor is not quiet")
+		}
+		if err := r.Post(func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if r.Quiet() {
+			t.Fatal("quiet with a message in the mailbox")
+		}
+		r.RunOnce(false)
+		r.AfterFunc(time.Second, func() {})
+		if !r.Quiet() {
+			t.Fatal("a timer not yet due makes the reactor busy")
+		}
+		clk.advance(2 * time.Second)
+		if r.Quiet() {
+			t.Fatal("quiet with a timer due")
+		}
+		r.RunOnce(false)
+
+		f, _ := tempFile(t)
+		written := false
+		if err := r.WriteAsync(int(f.Fd()), []byte("quiet"), 0, func(res int32, _ uint32) { written = res == 5 }); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for r.Quiet() { // the first call submits the write; its completion then waits
+			if time.Now().After(deadline) {
+				t.Fatal("quiet for 10s after a write was submitted: its completion was never seen")
+			}
+			runtime.Gosched()
+		}
+		r.RunOnce(false)
+		if !written || !r.Quiet() {
+			t.Fatalf("after dispatching the write's completion: written %v, quiet %v", written, r.Quiet())
+		}
+	})
+}

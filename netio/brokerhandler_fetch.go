@@ -107,7 +107,13 @@ func getFetchCall() *fetchCall {
 func (fc *fetchCall) answer(results []shard.FetchResult) {
 	fc.answered = results
 	if len(fc.refused) > 0 {
-		fc.merged = withRefused(fc.merged[:0], results, fc.refused, fc.body)
+		m := shard.RefusedMerge{Out: fc.merged[:0], Results: results, Refused: fc.refused}
+		for _, t := range fc.body.Topics {
+			for _, p := range t.Partitions {
+				m.Add(shard.TopicPartition{Topic: t.Topic, Partition: p.Partition})
+			}
+		}
+		fc.merged = m.Out
 		results = fc.merged
 	}
 	body := fc.body
@@ -182,23 +188,4 @@ func (fc *fetchCall) written() {
 		return
 	}
 	fetchCalls.Put(fc)
-}
-
-// withRefused appends to out the results with the partitions refused before the fetch
-// (refused[i] != nil) back at their request positions, as results carrying their error.
-func withRefused(out, results []shard.FetchResult, refused []error, body *wire.FetchRequest) []shard.FetchResult {
-	k, i := 0, 0
-	for _, t := range body.Topics {
-		for _, p := range t.Partitions {
-			if i < len(refused) && refused[i] != nil {
-				out = append(out, shard.FetchResult{TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: p.Partition},
-					HighWatermark: -1, LogStartOffset: -1, Err: refused[i]})
-			} else {
-				out = append(out, results[k])
-				k++
-			}
-			i++
-		}
-	}
-	return out
 }

@@ -166,6 +166,29 @@ type FetchResult struct {
 	pieces []engine.Piece // Records.Pieces' array, kept for the result's next use
 }
 
+// RefusedMerge rebuilds a fetch's answer in request order when some partitions were
+// refused before the fetch reached the shards (Refused[i] != nil: not led here, or a leader
+// epoch the leader does not hold). Add each requested partition in request order; Out
+// collects the fetched partitions' results and, for each refused one, a result carrying its
+// error. Both listeners (ringlog and Kafka) use it; it allocates only when Out grows.
+type RefusedMerge struct {
+	Out     []FetchResult
+	Results []FetchResult // the fetched partitions' results, in request order
+	Refused []error       // one entry per requested partition
+	i, k    int
+}
+
+// Add appends the answer for the next requested partition, tp.
+func (m *RefusedMerge) Add(tp TopicPartition) {
+	if m.i < len(m.Refused) && m.Refused[m.i] != nil {
+		m.Out = append(m.Out, FetchResult{TopicPartition: tp, HighWatermark: -1, LogStartOffset: -1, Err: m.Refused[m.i]})
+	} else {
+		m.Out = append(m.Out, m.Results[m.k])
+		m.k++
+	}
+	m.i++
+}
+
 // AppendTo appends the records' bytes to dst, reading file pieces with plain pread on the
 // result's own descriptors (any goroutine may call it; it never touches a shard's ring).
 // The zero-copy path sends the pieces with sendfile/splice instead.

@@ -82,7 +82,13 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 	}
 	s.b.FetchFrom(shard.CallerNone, fr, func(results []shard.FetchResult) {
 		if refused != nil {
-			results = withRefused(results, refused, req)
+			m := shard.RefusedMerge{Out: make([]shard.FetchResult, 0, len(refused)), Results: results, Refused: refused}
+			for _, t := range req.Topics {
+				for _, part := range t.Partitions {
+					m.Add(shard.TopicPartition{Topic: t.Topic, Partition: part.Partition})
+				}
+			}
+			results = m.Out
 		}
 		// On a shard loop: only hand the results over; the writer encodes and sends them.
 		p.replyFrame(func(dst []byte, finish func(kmsg.Response, int64)) ([]byte, []wire.Splice) {
@@ -93,27 +99,6 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 			}
 		})
 	})
-}
-
-// withRefused puts the partitions refused before the fetch (refused[i] != nil: not led
-// here, or a leader epoch the leader does not hold) back at their request positions, as
-// results carrying their error.
-func withRefused(results []shard.FetchResult, refused []error, req *kmsg.FetchRequest) []shard.FetchResult {
-	out := make([]shard.FetchResult, 0, len(refused))
-	k, i := 0, 0
-	for _, t := range req.Topics {
-		for _, part := range t.Partitions {
-			if refused[i] != nil {
-				out = append(out, shard.FetchResult{TopicPartition: shard.TopicPartition{Topic: t.Topic, Partition: part.Partition},
-					HighWatermark: -1, LogStartOffset: -1, Err: refused[i]})
-			} else {
-				out = append(out, results[k])
-				k++
-			}
-			i++
-		}
-	}
-	return out
 }
 
 // recordsMarkerBytes is the size of the stand-in a partition's records get while kmsg

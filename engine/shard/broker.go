@@ -152,6 +152,8 @@ type testHooks struct {
 	// fdatasyncAsync replaces the ring submission of a pipelined sync's fdatasync; done must
 	// run on s's loop.
 	fdatasyncAsync func(s *Shard, fd int, done func(error))
+	// fdatasyncInline replaces the fdatasync system call of an inline sync (on s's loop).
+	fdatasyncInline func(s *Shard, fd int) error
 	// syncDirectWrites keeps direct-mode appends synchronous; unregisteredDirectWrites hides
 	// the reactor's fixed-buffer table from the logs (the A/Bs of directwrite.go).
 	syncDirectWrites, unregisteredDirectWrites bool

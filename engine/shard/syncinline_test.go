@@ -3,8 +3,11 @@ package shard
 import (
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ringlog/ringlog/ring"
 )
@@ -140,5 +143,48 @@ func TestStagedWriteStartsSyncSameTurn(t *testing.T) {
 	}
 	if !<-fromWriteStaged {
 		t.Fatal("the produce's fdatasync was not started by the turn's writeStaged (runFlushNow)")
+	}
+}
+
+// Work that arrives while an inline sync blocks the loop (here a message posted during
+// the fdatasync) sends the next syncInlineBackoffSyncs syncs to the ring, so a shard that
+// serves other connections blocks for at most one sync in that many.
+func TestSyncInlineBacksOffWhenWorkArrives(t *testing.T) {
+	var posted atomic.Int64
+	hooks := &testHooks{fdatasyncInline: func(s *Shard, fd int) error {
+		posted.Add(1)
+		if err := s.r.Post(func() {}); err != nil {
+			return err
+		}
+		return unix.Fdatasync(fd)
+	}}
+	b, err := Open(Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "syscall"}, hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.CreateTopic("t", 1, map[string]string{"flush.always": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	tp := TopicPartition{"t", 0}
+	// Until one sync ran inline (a stray completion may send one to the ring).
+	for i := 0; posted.Load() == 0; i++ {
+		if i == 20 {
+			t.Fatal("no sync ran inline in 20 lone flush.always produces")
+		}
+		if r := produce(t, b, tp, AcksLeader, buildBatch(t, "a", 1)); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	_, inlineBefore, dupsBefore := syncCounts(t, b, tp)
+	const after = 5 // < syncInlineBackoffSyncs
+	for i := 0; i < after; i++ {
+		if r := produce(t, b, tp, AcksLeader, buildBatch(t, "b", 1)); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	_, inline, dups := syncCounts(t, b, tp)
+	if inline != inlineBefore || dups != dupsBefore+after {
+		t.Fatalf("after work arrived during an inline sync: %d more inline syncs, %d more ring syncs; want 0 and %d", inline-inlineBefore, dups-dupsBefore, after)
 	}
 }

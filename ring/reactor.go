@@ -584,17 +584,24 @@ func (r *Reactor) spin() bool {
 // message, no timer due and no stop asked. Work that arrives during the blocking call
 // waits for it; that is the caller's trade-off. Loop thread only.
 func (r *Reactor) Quiet() bool {
-	if len(r.backlog) > 0 || !r.mailbox.empty() || r.stopping.Load() {
-		return false
-	}
-	if len(r.timers) > 0 && !r.timers[0].when.After(r.now()) {
+	if r.stopping.Load() || len(r.timers) > 0 && !r.timers[0].when.After(r.now()) {
 		return false
 	}
 	if _, err := r.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
 		return false // the loop's own submit reports it
 	}
+	return !r.Waiting()
+}
+
+// Waiting reports whether work from outside the loop waits for it: a completion (in the
+// completion queue or the backlog) or a mailbox message. Its own timers do not count.
+// Loop thread only.
+func (r *Reactor) Waiting() bool {
+	if len(r.backlog) > 0 || !r.mailbox.empty() {
+		return true
+	}
 	ready, ok := r.ring.(interface{ completionWaiting() bool })
-	return ok && !ready.completionWaiting()
+	return !ok || ready.completionWaiting()
 }
 
 func (r *Reactor) dispatchBacklog() {

@@ -519,8 +519,8 @@ func TestReactorQuiet(t *testing.T) {
 		if err := r.Post(func() {}); err != nil {
 			t.Fatal(err)
 		}
-		if r.Quiet() {
-			t.Fatal("quiet with a message in the mailbox")
+		if r.Quiet() || !r.Waiting() {
+			t.Fatal("quiet, or nothing waiting, with a message in the mailbox")
 		}
 		r.RunOnce(false)
 		r.AfterFunc(time.Second, func() {})
@@ -528,8 +528,8 @@ func TestReactorQuiet(t *testing.T) {
 			t.Fatal("a timer not yet due makes the reactor busy")
 		}
 		clk.advance(2 * time.Second)
-		if r.Quiet() {
-			t.Fatal("quiet with a timer due")
+		if r.Quiet() || r.Waiting() {
+			t.Fatal("quiet with a timer due, or the timer counted as work waiting")
 		}
 		r.RunOnce(false)
 

@@ -156,7 +156,8 @@ func (s *Shard) runFlushNow() {
 // waiting; ring.Reactor.Quiet submits what is queued first). The price: a request that
 // arrives during the fdatasync waits for it (at most one device sync) instead of being
 // served meanwhile. So when work did arrive during an inline sync (another connection's
-// request, a message), the next syncInlineBackoffSyncs syncs go to the ring: a shard that
+// request, a message; not the shard's own timers falling due), the next
+// syncInlineBackoffSyncs syncs go to the ring: a shard that
 // also serves others blocks for at most one sync in that many, a lone producer keeps the
 // inline path. Config.SyncInlineOff turns it off; the test hooks of asynchronous syncs and
 // a test FileIO keep their own sync paths.
@@ -175,8 +176,8 @@ func (s *Shard) syncInlineNow(n int) bool {
 // syncInlineBackoffSyncs is how many syncs go to the ring after an inline one during which
 // work arrived. Back-of-the-envelope: a neighbour connection on the shard then meets a
 // blocked loop in at most 1 of 65 syncs, so well under 1 % of its requests wait for a
-// device sync, while a lone producer that gets a stray timer or message during one sync
-// loses the inline path for 64 records (≈ 15 ms at 200 µs each).
+// device sync, while a lone producer that gets a stray message during one sync loses the
+// inline path for 64 records (≈ 15 ms at 200 µs each).
 const syncInlineBackoffSyncs = 64
 
 // ArmTimer arms the shard's one long-poll timer on the reactor's clock.
@@ -261,7 +262,7 @@ func (s *Shard) syncInlineOn(p *core.Partition, l *engine.Log, t engine.SyncTick
 	}
 	s.counters.fsync.Observe(monotonic() - started)
 	s.counters.fsyncInline++
-	if !s.r.Quiet() { // work arrived while the loop was blocked: others are being served
+	if s.r.Waiting() { // work arrived while the loop was blocked: others are being served
 		s.syncInlineBackoff = syncInlineBackoffSyncs
 	}
 	s.syncInline = false

@@ -35,8 +35,11 @@ type Reactor struct {
 	cqes      []CQE // reap batch for the loop
 	syncCQEs  []CQE // reap batch for blocking FileIO waits
 	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
-	syncSeq   uint64
-	syncPin   runtime.Pinner
+	// undispatched is how many completions of the reap batch in cqes wait behind the one
+	// being dispatched (Waiting).
+	undispatched int
+	syncSeq      uint64
+	syncPin      runtime.Pinner
 	// syncPins pin Pwritev's buffers, pinnerRefsInline per Pinner: a Pinner holds that many
 	// without allocating and allocates a fresh array for more on every use.
 	syncPins    []runtime.Pinner
@@ -538,8 +541,10 @@ func (r *Reactor) RunOnce(block bool) error {
 	for round := 0; round < reapRoundsMax; round++ {
 		n := r.ring.PeekCQEs(r.cqes)
 		for i := 0; i < n; i++ {
+			r.undispatched = n - i - 1
 			r.dispatch(&r.cqes[i])
 		}
+		r.undispatched = 0
 		if n < len(r.cqes) {
 			break
 		}
@@ -564,8 +569,10 @@ func (r *Reactor) spin() bool {
 	for i := 0; ; i++ {
 		if n := r.ring.PeekCQEs(r.cqes); n > 0 {
 			for j := 0; j < n; j++ {
+				r.undispatched = n - j - 1
 				r.dispatch(&r.cqes[j])
 			}
+			r.undispatched = 0
 			return true
 		}
 		if !r.mailbox.empty() || r.stopping.Load() {
@@ -594,10 +601,10 @@ func (r *Reactor) Quiet() bool {
 }
 
 // Waiting reports whether work from outside the loop waits for it: a completion (in the
-// completion queue or the backlog) or a mailbox message. Its own timers do not count.
+// completion queue, the backlog, or the reap batch being dispatched) or a mailbox message. Its own timers do not count.
 // Loop thread only.
 func (r *Reactor) Waiting() bool {
-	if len(r.backlog) > 0 || !r.mailbox.empty() {
+	if r.undispatched > 0 || len(r.backlog) > 0 || !r.mailbox.empty() {
 		return true
 	}
 	ready, ok := r.ring.(interface{ completionWaiting() bool })

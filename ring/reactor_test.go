@@ -551,3 +551,51 @@ func TestReactorQuiet(t *testing.T) {
 		}
 	})
 }
+
+// A completion reaped in the same batch as the one being dispatched counts as waiting:
+// a callback that asks Quiet sees the rest of its batch.
+func TestReactorWaitingSeesRestOfBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		f, _ := tempFile(t)
+		quietInFirst := true
+		done := 0
+		for i := 0; i < 2; i++ {
+			err := r.WriteAsync(int(f.Fd()), []byte("ab"), int64(2*i), func(int32, uint32) {
+				q := r.Quiet()
+				if done++; done == 1 {
+					quietInFirst = q
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.Ring().Submit(); err != nil {
+			t.Fatal(err)
+		}
+		waitReady := time.Now().Add(10 * time.Second)
+		for cqCount(r) < 2 { // both completions in the queue, so the loop reaps them in one batch
+			if time.Now().After(waitReady) {
+				t.Fatal("two writes not completed within 10s")
+			}
+			runtime.Gosched()
+		}
+		r.RunOnce(false)
+		if done != 2 || quietInFirst {
+			t.Fatalf("dispatched %d; quiet in the first callback: %v (want false: the second waits)", done, quietInFirst)
+		}
+	})
+}
+
+// cqCount is the number of completions waiting in r's ring (not consumed).
+func cqCount(r *Reactor) int {
+	switch rg := r.ring.(type) {
+	case *uringRing:
+		return int(atomic.LoadUint32(rg.cqTail) - *rg.cqHead)
+	case *sysRing:
+		rg.drainInbox()
+		return rg.cqReady()
+	}
+	return 0
+}

@@ -39,11 +39,24 @@ type ProducerOptions struct {
 	Compression string // "none", "zstd"
 	Durability  string // "none", "fsync"
 	MaxInFlight int
+	BatchBytes  int // the producer's batch size; 0 = the client's default
+	// ClientPlacesNullKeys: every Send of this producer has partition -1 and a nil key,
+	// and the client places the record with its own partitioner (only for a driver that
+	// is a NullKeyPlacer).
+	ClientPlacesNullKeys bool
+}
+
+// NullKeyPlacer is a Driver whose clients place null-key records themselves, as a Kafka
+// producer's default partitioner does: with keyDistribution none the runner opens its
+// producers with ClientPlacesNullKeys and sends with partition -1.
+type NullKeyPlacer interface {
+	PlacesNullKeys() bool
 }
 
 // Producer sends asynchronously. Send may block for back-pressure but must not wait for the
 // acknowledgement; done is called exactly once per accepted message, from any goroutine.
-// value is only valid until Send returns unless the driver copies it.
+// value is only valid until Send returns unless the driver copies it. partition is -1 only
+// for a producer opened with ClientPlacesNullKeys.
 type Producer interface {
 	Send(partition int, key, value []byte, done func(error)) error
 	// Flush waits until every accepted message's done has been called.

@@ -13,11 +13,13 @@ var hotKey = []byte("hot-key-00000000")
 
 // keyChooser picks each message's key and partition. Keys map to partitions by FNV-1a
 // mod the partition count (the client's partitioner is the driver's business; the framework
-// only needs a stable mapping so that a hot key lands on one partition). Null keys go
-// round-robin, or stick to one partition for stickyBatchBytes (sticky). One chooser per
-// producer goroutine.
+// only needs a stable mapping so that a hot key lands on one partition). Null keys go to
+// partition -1 (none, when the client places them: clientPlaces), round-robin (roundrobin,
+// and none when the client cannot place them), or stick to one partition for
+// stickyBatchBytes (sticky). One chooser per producer goroutine.
 type keyChooser struct {
 	distribution string
+	clientPlaces bool
 	hotShare     float64
 	partitions   int
 	next         int
@@ -32,9 +34,12 @@ type keyChooser struct {
 // partitioner (KIP-794) switches partitions.
 const stickyBatchBytes = 16 << 10
 
-func newKeyChooser(w Workload, seed uint64) *keyChooser {
+// newKeyChooser returns a chooser for w; clientPlaces says the driver's client places null
+// keys (see NullKeyPlacer).
+func newKeyChooser(w Workload, seed uint64, clientPlaces bool) *keyChooser {
 	return &keyChooser{
 		distribution: w.KeyDistribution,
+		clientPlaces: clientPlaces && w.KeyDistribution == KeysNone,
 		hotShare:     w.HotKeyShare,
 		partitions:   w.PartitionsPerTopic,
 		next:         int(seed % uint64(w.PartitionsPerTopic)),
@@ -63,6 +68,9 @@ func (k *keyChooser) choose() (int, []byte) {
 		k.stickyLeft--
 		return k.next, nil
 	default:
+		if k.clientPlaces {
+			return -1, nil
+		}
 		p := k.next
 		k.next = (k.next + 1) % k.partitions
 		return p, nil

@@ -6,23 +6,35 @@ func TestKeyChooserDistributions(t *testing.T) {
 	const draws, partitions = 20000, 8
 	base := Workload{PartitionsPerTopic: partitions}
 
+	// none: partition -1 when the client places null keys, round-robin when it cannot;
+	// roundrobin: round-robin whatever the client can do.
 	none := base
 	none.KeyDistribution = KeysNone
-	k := newKeyChooser(none, 3)
-	first, key := k.choose()
-	if key != nil {
-		t.Fatal("none distribution produced a key")
+	if p, key := newKeyChooser(none, 3, true).choose(); p != -1 || key != nil {
+		t.Fatalf("none with a placing client: partition %d key %q, want -1 and no key", p, key)
 	}
-	for i := 1; i < 20; i++ {
-		p, _ := k.choose()
-		if p != (first+i)%partitions {
-			t.Fatalf("null keys not round-robin: %d after %d", p, first)
+	roundRobin := base
+	roundRobin.KeyDistribution = KeysRoundRobin
+	for _, c := range []struct {
+		w            Workload
+		clientPlaces bool
+	}{{none, false}, {roundRobin, true}, {roundRobin, false}} {
+		k := newKeyChooser(c.w, 3, c.clientPlaces)
+		first, key := k.choose()
+		if key != nil {
+			t.Fatalf("%s produced a key", c.w.KeyDistribution)
+		}
+		for i := 1; i < 20; i++ {
+			p, _ := k.choose()
+			if p != (first+i)%partitions {
+				t.Fatalf("%s (client places: %v): null keys not round-robin: %d after %d", c.w.KeyDistribution, c.clientPlaces, p, first)
+			}
 		}
 	}
 
 	sticky := base
 	sticky.KeyDistribution, sticky.MessageSize = KeysSticky, 1024
-	k = newKeyChooser(sticky, 4)
+	k := newKeyChooser(sticky, 4, true)
 	counts := make([]int, partitions)
 	last, run := -1, 0
 	for i := range draws {
@@ -49,7 +61,7 @@ func TestKeyChooserDistributions(t *testing.T) {
 	hot := base
 	hot.KeyDistribution, hot.HotKeyShare = KeysHot, 0.8
 	counts = make([]int, partitions)
-	k = newKeyChooser(hot, 5)
+	k = newKeyChooser(hot, 5, true)
 	hotPartition, _ := k.forKey(hotKey)
 	for range draws {
 		p, key := k.choose()
@@ -66,7 +78,7 @@ func TestKeyChooserDistributions(t *testing.T) {
 	random := base
 	random.KeyDistribution = KeysRandom
 	counts = make([]int, partitions)
-	k = newKeyChooser(random, 9)
+	k = newKeyChooser(random, 9, true)
 	for range draws {
 		p, _ := k.choose()
 		counts[p]++
@@ -79,7 +91,7 @@ func TestKeyChooserDistributions(t *testing.T) {
 }
 
 func BenchmarkKeyChooserHot(b *testing.B) {
-	k := newKeyChooser(Workload{PartitionsPerTopic: 16, KeyDistribution: KeysHot, HotKeyShare: 0.8}, 1)
+	k := newKeyChooser(Workload{PartitionsPerTopic: 16, KeyDistribution: KeysHot, HotKeyShare: 0.8}, 1, true)
 	b.ReportAllocs()
 	b.SetBytes(16)
 	for range b.N {

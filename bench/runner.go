@@ -59,7 +59,9 @@ type run struct {
 	// partitionSent counts sends per partition index (summed over topics): the skew a key
 	// distribution produced.
 	partitionSent []atomic.Int64
-	backlogAt     atomic.Int64 // ns after consumeAt; 0 = not yet
+	// clientPlaces: keyDistribution none on a NullKeyPlacer driver; sends carry partition -1.
+	clientPlaces bool
+	backlogAt    atomic.Int64 // ns after consumeAt; 0 = not yet
 	// backlogCPU is the broker's CPU when consumers started and (in backlogCPUEnd, as
 	// float64 bits) when they finished the backlog.
 	backlogCPU    cpuWindow
@@ -95,6 +97,9 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 	}
 	r := &run{opts: opts, w: opts.Workload, clock: opts.Clock}
 	r.partitionSent = make([]atomic.Int64, opts.Workload.PartitionsPerTopic)
+	if placer, ok := opts.Driver.(NullKeyPlacer); ok && placer.PlacesNullKeys() && r.w.KeyDistribution == KeysNone {
+		r.clientPlaces = true
+	}
 	return r.execute(ctx)
 }
 
@@ -202,7 +207,8 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 
 func (r *run) openProducers(ctx context.Context) ([]Producer, error) {
 	var producers []Producer
-	opts := ProducerOptions{Acks: r.w.Acks, Compression: r.w.Compression, Durability: r.w.Durability, MaxInFlight: r.w.MaxInFlight}
+	opts := ProducerOptions{Acks: r.w.Acks, Compression: r.w.Compression, Durability: r.w.Durability, MaxInFlight: r.w.MaxInFlight,
+		BatchBytes: int(r.w.BatchBytes), ClientPlacesNullKeys: r.clientPlaces}
 	for _, topic := range r.topics {
 		for range r.w.Producers {
 			p, err := r.opts.Driver.NewProducer(ctx, topic, opts)
@@ -249,7 +255,7 @@ func (r *run) newLoop(p Producer, index int, start time.Time, bytesMax int64) *p
 		payload[i] = byte(rng.Uint32())
 	}
 	binary.LittleEndian.PutUint32(payload, payloadMagic)
-	keys := newKeyChooser(r.w, uint64(index)+1)
+	keys := newKeyChooser(r.w, uint64(index)+1, r.clientPlaces)
 	loop := &producerLoop{
 		clock: r.clock, inFlight: make(chan struct{}, r.w.MaxInFlight), stats: r.producers[index],
 		totals: &r.totals, gate: &r.gate, messageSize: int64(r.w.MessageSize), bytesMax: bytesMax,
@@ -261,7 +267,9 @@ func (r *run) newLoop(p Producer, index int, start time.Time, bytesMax int64) *p
 	loop.send = func(sentAt time.Time, done func(error)) error {
 		binary.LittleEndian.PutUint64(payload[payloadStampOffset:], uint64(sentAt.UnixNano()))
 		partition, key := keys.choose()
-		r.partitionSent[partition].Add(1)
+		if partition >= 0 { // -1: the client places it, unseen here
+			r.partitionSent[partition].Add(1)
+		}
 		return p.Send(partition, key, payload, done)
 	}
 	return loop
@@ -564,6 +572,12 @@ func (r *run) summarize(result *Result, samples []Sample, win window, rss RSSSta
 		for i := range r.partitionSent {
 			result.PartitionShares = append(result.PartitionShares, float64(r.partitionSent[i].Load())/float64(sent))
 		}
+	}
+	switch {
+	case r.clientPlaces:
+		result.Notes = append(result.Notes, "null keys placed by the client's partitioner (partition -1): partition shares not seen by the bench")
+	case r.w.KeyDistribution == KeysNone && r.w.Producers > 0:
+		result.Notes = append(result.Notes, "null keys round-robin: the driver's client does not place them")
 	}
 	if r.w.ProducerRate == 0 {
 		result.Notes = append(result.Notes, "max-rate run: no schedule, so publish delay is not measured")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -125,5 +126,75 @@ func TestLoopbackBandwidth(t *testing.T) {
 	}
 	if _, err := LoopbackBandwidth(context.Background(), time.Second, 0); err == nil {
 		t.Fatal("accepted 0 streams")
+	}
+}
+
+// placingDriver is the mem driver behind a client that places null keys itself: it counts
+// the sends that arrive with partition -1 and puts them on partition 0.
+type placingDriver struct {
+	*MemDriver
+	placed, chosen atomic.Int64
+	opened         atomic.Bool // a producer was opened with ClientPlacesNullKeys
+}
+
+func (d *placingDriver) PlacesNullKeys() bool { return true }
+
+func (d *placingDriver) NewProducer(ctx context.Context, topic string, opts ProducerOptions) (Producer, error) {
+	p, err := d.MemDriver.NewProducer(ctx, topic, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ClientPlacesNullKeys {
+		d.opened.Store(true)
+	}
+	return &placingProducer{Producer: p, d: d}, nil
+}
+
+type placingProducer struct {
+	Producer
+	d *placingDriver
+}
+
+func (p *placingProducer) Send(partition int, key, value []byte, done func(error)) error {
+	if partition == -1 {
+		p.d.placed.Add(1)
+		partition = 0
+	} else {
+		p.d.chosen.Add(1)
+	}
+	return p.Producer.Send(partition, key, value, done)
+}
+
+// keyDistribution none hands null keys to a client that places them (partition -1), and
+// picks round-robin for one that does not; roundrobin always picks.
+func TestNullKeysPlacedByTheClient(t *testing.T) {
+	for _, c := range []struct {
+		distribution   string
+		placed, chosen bool
+	}{{KeysNone, true, false}, {KeysRoundRobin, false, true}} {
+		w := memWorkload()
+		w.KeyDistribution = c.distribution
+		d := &placingDriver{MemDriver: NewMemDriver()}
+		result, err := Run(context.Background(), RunOptions{Workload: w, Driver: d, SampleInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if placed, chosen := d.placed.Load() > 0, d.chosen.Load() > 0; placed != c.placed || chosen != c.chosen || d.opened.Load() != c.placed {
+			t.Fatalf("%s: %d sends with partition -1, %d chosen by the bench, producer opened to place: %v", c.distribution, d.placed.Load(), d.chosen.Load(), d.opened.Load())
+		}
+		if !result.AllDelivered() || (len(result.PartitionShares) > 0) == c.placed {
+			t.Fatalf("%s: totals %+v, shares %v", c.distribution, result.Totals, result.PartitionShares)
+		}
+	}
+	w := memWorkload()
+	w.KeyDistribution = KeysNone
+	result, err := Run(context.Background(), RunOptions{Workload: w, Driver: NewMemDriver(), SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, share := range result.PartitionShares {
+		if share < 0.2 || share > 0.3 {
+			t.Fatalf("none on a driver that cannot place: partition %d took %.2f of the messages, want round-robin's 0.25", i, share)
+		}
 	}
 }

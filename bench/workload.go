@@ -30,17 +30,24 @@ const (
 	durationMax          = 24 * time.Hour
 	retentionBytesMin    = 1 << 20
 	replicationFactorMax = 16 // the controller's limit on replicas per partition
+	batchBytesMax        = 16 << 20
 )
 
-// Key distributions: none sends null keys (partitions round-robin, message by message),
-// sticky sends null keys the way Kafka's default producer places them (KIP-480/KIP-794:
-// one partition until a batch's worth of bytes went to it, then a random other one), random
-// draws keys uniformly from keySpaceSize, hot sends HotKeyShare of messages with one key.
+// Key distributions: none sends null keys and lets the client place them, as a Kafka
+// application does (partition -1 to a driver whose client has a partitioner, see
+// NullKeyPlacer; the bundled client and kgo place them in sticky runs of their batch size,
+// KIP-794); a driver without one gets them round-robin. roundrobin sends null keys to
+// partitions round-robin, message by message, chosen by the bench (what every figure
+// before session 6 called none). sticky sends null keys in runs of 16 KiB chosen by the
+// bench (Kafka's default batch.size, KIP-480/KIP-794: one partition until 16 KiB went to it,
+// then a random other one). random draws keys uniformly from keySpaceSize, hot sends
+// HotKeyShare of messages with one key.
 const (
-	KeysNone   = "none"
-	KeysSticky = "sticky"
-	KeysRandom = "random"
-	KeysHot    = "hot"
+	KeysNone       = "none"
+	KeysRoundRobin = "roundrobin"
+	KeysSticky     = "sticky"
+	KeysRandom     = "random"
+	KeysHot        = "hot"
 )
 
 // Workload is an OpenMessaging-Benchmark-style description of a run. Counts of producers and
@@ -57,7 +64,10 @@ type Workload struct {
 	Consumers          int      `yaml:"consumers" json:"consumers"`
 	ProducerRate       int      `yaml:"producerRate" json:"producerRate"`
 	MaxInFlight        int      `yaml:"maxInFlight,omitempty" json:"maxInFlight,omitempty"`
-	BacklogSize        ByteSize `yaml:"backlogSize,omitempty" json:"backlogSize,omitempty"`
+	// BatchBytes is the producers' batch size (Kafka's batch.size; with keyDistribution
+	// none also the client's sticky run); 0 leaves the client's default.
+	BatchBytes  ByteSize `yaml:"batchBytes,omitempty" json:"batchBytes,omitempty"`
+	BacklogSize ByteSize `yaml:"backlogSize,omitempty" json:"backlogSize,omitempty"`
 	// RetentionBytes caps each partition's log (Kafka's retention.bytes) so long runs keep
 	// deleting old segments, as production does; 0 leaves the system's default.
 	RetentionBytes ByteSize `yaml:"retentionBytes,omitempty" json:"retentionBytes,omitempty"`
@@ -233,7 +243,7 @@ func (w Workload) Validate() error {
 		bad("messageSize %d: want %d..%d bytes", w.MessageSize, messageBytesMin, messageBytesMax)
 	}
 	switch w.KeyDistribution {
-	case KeysNone, KeysSticky, KeysRandom:
+	case KeysNone, KeysRoundRobin, KeysSticky, KeysRandom:
 		if w.HotKeyShare != 0 {
 			bad("hotKeyShare is only meaningful with keyDistribution: hot")
 		}
@@ -242,7 +252,7 @@ func (w Workload) Validate() error {
 			bad("hotKeyShare %v: want a share in (0, 1] with keyDistribution: hot", w.HotKeyShare)
 		}
 	default:
-		bad("keyDistribution %q: want none, random or hot", w.KeyDistribution)
+		bad("keyDistribution %q: want none, roundrobin, sticky, random or hot", w.KeyDistribution)
 	}
 	if w.Producers < 0 || w.Producers > clientsPerTopicMax || w.Consumers < 0 || w.Consumers > clientsPerTopicMax {
 		bad("producers %d, consumers %d: want 0..%d each", w.Producers, w.Consumers, clientsPerTopicMax)
@@ -261,6 +271,9 @@ func (w Workload) Validate() error {
 	}
 	if w.RetentionBytes != 0 && (w.RetentionBytes < retentionBytesMin || w.RetentionBytes < w.MessageSize) {
 		bad("retentionBytes %d: want 0 (default) or at least %d bytes", w.RetentionBytes, retentionBytesMin)
+	}
+	if w.BatchBytes < 0 || w.BatchBytes > batchBytesMax {
+		bad("batchBytes %d: want 0 (the client's default) ..%d", w.BatchBytes, batchBytesMax)
 	}
 	if w.BacklogSize < 0 {
 		bad("backlogSize %d: negative", w.BacklogSize)

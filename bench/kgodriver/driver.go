@@ -5,9 +5,10 @@
 //
 // Mapping, as in ringlogdriver so the two compare like for like: topics are created with
 // the same configs (ringlogdriver.TopicConfigs, sent in CreateTopics); producers batch with
-// linger 1 ms (none for one record in flight), the workload's acks and codec, partitions
-// chosen by the workload (kgo's manual partitioner), idempotent only with acks=all (kgo
-// requires it); consumers assign their partitions from the earliest offset and long-poll
+// linger 1 ms (none for one record in flight), the workload's acks, codec and batch size,
+// partitions chosen by the workload (kgo's manual partitioner) or, for null keys of
+// keyDistribution none, by kgo's default uniform-bytes partitioner (KIP-794), idempotent
+// only with acks=all (kgo requires it); consumers assign their partitions from the earliest offset and long-poll
 // for at most 100 ms.
 //
 // Each client gets the configuration a throughput-minded kgo application would use
@@ -55,7 +56,7 @@ const (
 	// (with it kgo allows 5 and ignores the option).
 	produceRequestsInflight = 5
 	fetchBytesMax           = 16 << 20
-	batchBytesMax           = 256 << 10 // the bundled producer's BatchBytes default
+	batchBytesMax           = 256 << 10 // the bundled producer's BatchBytes default; the workload's batchBytes overrides it
 	partitionFetchBytes     = 1 << 20
 )
 
@@ -116,15 +117,29 @@ func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) e
 	return nil
 }
 
+// PlacesNullKeys: with keyDistribution none the producers use kgo's uniform-bytes
+// partitioner (Kafka's default) instead of the manual one.
+func (d *Driver) PlacesNullKeys() bool { return true }
+
 // NewProducer returns a kgo producer client for topic.
 func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.ProducerOptions) (bench.Producer, error) {
 	inFlight := opts.MaxInFlight
 	if inFlight <= 0 {
 		inFlight = maxInFlightDefault
 	}
+	batchBytes := batchBytesMax
+	if opts.BatchBytes > 0 {
+		batchBytes = opts.BatchBytes
+	}
+	partitioner := kgo.ManualPartitioner()
+	if opts.ClientPlacesNullKeys {
+		// Kafka's default for null keys: sticky runs of batch.size bytes, the next partition
+		// chosen by queue length (KIP-794 with adaptive partitioning).
+		partitioner = kgo.UniformBytesPartitioner(batchBytes, true, true, nil)
+	}
 	kopts := []kgo.Opt{
-		kgo.SeedBrokers(d.address), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(lingerBatching), kgo.ProducerBatchMaxBytes(batchBytesMax), kgo.MaxBufferedBytes(bufferedBytesMax), kgo.MaxBufferedRecords(max(inFlight, 1)),
+		kgo.SeedBrokers(d.address), kgo.DefaultProduceTopic(topic), kgo.RecordPartitioner(partitioner),
+		kgo.ProducerLinger(lingerBatching), kgo.ProducerBatchMaxBytes(int32(batchBytes)), kgo.MaxBufferedBytes(bufferedBytesMax), kgo.MaxBufferedRecords(max(inFlight, 1)),
 	}
 	if inFlight == 1 {
 		kopts = append(kopts, kgo.ProducerLinger(0))

@@ -84,6 +84,26 @@ func TestRunOverKafka(t *testing.T) {
 	}
 }
 
+// TestNullKeysPlacedByKgo: with keyDistribution none the producers use kgo's default
+// uniform-bytes partitioner (partition -1 from the bench); every record comes back.
+func TestNullKeysPlacedByKgo(t *testing.T) {
+	address := startBroker(t)
+	w := workload(t)
+	w.KeyDistribution, w.BatchBytes = bench.KeysNone, 4<<10
+	driver, err := bench.OpenDriver("kgo", address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Totals.Published == 0 || result.Errors.Publish != 0 || !result.AllDelivered() || len(result.PartitionShares) != 0 {
+		t.Fatalf("totals %+v errors %+v shares %v", result.Totals, result.Errors, result.PartitionShares)
+	}
+}
+
 func TestRefusesBadSettings(t *testing.T) {
 	address := startBroker(t)
 	driver, err := Open(address, bench.Workload{})

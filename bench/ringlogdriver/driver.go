@@ -4,8 +4,9 @@
 //
 // Mapping: a workload topic is a ringlog topic; durability "fsync" sets the topic config
 // flush.always=true (fdatasync before the acknowledgement); retentionBytes sets retention.bytes. Producers use the client's
-// batching producer with the workload's acks and compression; a producer that may have only
-// one record in flight (sync produce) sends without linger. Consumers assign their
+// batching producer with the workload's acks, compression and batchBytes; a producer that may have only
+// one record in flight (sync produce) sends without linger. Null keys of keyDistribution
+// none go with partition -1: the client places them (sticky runs, docs/client.md). Consumers assign their
 // partitions from the earliest offset and long-poll, reading batch by batch
 // (client.Consumer.PollBatches).
 package ringlogdriver
@@ -111,6 +112,10 @@ func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) e
 	return nil
 }
 
+// PlacesNullKeys: the bundled producer places a record sent with partition -1 and a nil
+// key in sticky runs of its BatchBytes (KIP-794, docs/client.md).
+func (d *Driver) PlacesNullKeys() bool { return true }
+
 // NewProducer returns a batching producer for topic.
 func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.ProducerOptions) (bench.Producer, error) {
 	cfg := client.ProducerConfig{Linger: lingerBatching}
@@ -133,6 +138,7 @@ func (d *Driver) NewProducer(_ context.Context, topic string, opts bench.Produce
 		cfg.Linger = -1 // one record at a time: nothing to wait for
 	}
 	cfg.BufferBytesMax = bufferBytesFloor
+	cfg.BatchBytes = opts.BatchBytes // 0: the client's default
 	return &producer{p: d.client.NewProducer(cfg), topic: topic}, nil
 }
 

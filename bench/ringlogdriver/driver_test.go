@@ -3,6 +3,7 @@ package ringlogdriver
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +80,30 @@ func TestRunOverTheWire(t *testing.T) {
 	}
 	if result.Driver.Name != "ringlog" || result.Driver.StorageMode == "" || result.BrokerRSS.PID != os.Getpid() {
 		t.Fatalf("driver info %+v rss %+v", result.Driver, result.BrokerRSS)
+	}
+}
+
+// TestNullKeysPlacedByTheClient: with keyDistribution none the bench sends partition -1
+// and the bundled producer places every record (in sticky runs of the workload's
+// batchBytes); all of them come back.
+func TestNullKeysPlacedByTheClient(t *testing.T) {
+	address := startFake(t)
+	w := workload()
+	w.KeyDistribution, w.BatchBytes = bench.KeysNone, 4<<10
+	driver, err := bench.OpenDriver("ringlog", address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Totals.Published == 0 || result.Errors.Publish != 0 || !result.AllDelivered() || len(result.PartitionShares) != 0 {
+		t.Fatalf("totals %+v errors %+v shares %v", result.Totals, result.Errors, result.PartitionShares)
+	}
+	if !slices.ContainsFunc(result.Notes, func(n string) bool { return strings.Contains(n, "placed by the client") }) {
+		t.Fatalf("notes %q: want the client's placement said", result.Notes)
 	}
 }
 

@@ -393,7 +393,7 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 				"reason", report.Corruption)
 		}
 		p := &partition{tp: tp, log: l, leaderEpoch: -1}
-		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, MinInsync: minInsync}
+		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, FlushTimed: lc.FlushMs > 0, MinInsync: minInsync}
 		s.parts[tp] = p
 		s.enableAsyncWrites(p)
 		s.enableStagedWrites(p)
@@ -447,7 +447,7 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 		s.enableAsyncWrites(p)
 		s.enableStagedWrites(p)
 		l.SetLeaderEpoch(p.leaderEpoch)
-		p.c.Log, p.c.FlushAlways, p.c.MinInsync = l, lc.FlushAlways, minInsync
+		p.c.Log, p.c.FlushAlways, p.c.FlushTimed, p.c.MinInsync = l, lc.FlushAlways, lc.FlushMs > 0, minInsync
 		return nil
 	})
 }

@@ -114,8 +114,9 @@ func (cfg *ProducerConfig) setDefaults() {
 }
 
 // Record is one record to produce. Partition -1 lets the producer choose: murmur2 of the
-// key like Kafka's default partitioner, or sticky partitioning for a nil key. After a
-// successful send, Partition and Offset hold where it was written (Offset -1 with AckNone).
+// key like Kafka's default partitioner, or, for a nil key, a sticky run measured in bytes
+// like Kafka's uniform sticky partitioner (KIP-794; see Producer). After a successful send,
+// Partition and Offset hold where it was written (Offset -1 with AckNone).
 type Record struct {
 	Topic     string
 	Partition int32
@@ -135,6 +136,18 @@ var ErrProducerClosed = errors.New("ringlog producer: closed")
 // order, and the broker drops the copies it already has. Without idempotence, one request
 // per partition is in flight, so retries never reorder a partition (but may duplicate).
 // Send, Flush and Close are safe for concurrent use.
+//
+// Null keys (Partition -1, Key nil) are placed as Kafka's default producer places them
+// (KIP-480, KIP-794 uniform sticky with adaptive partitioning): every such record of a topic
+// goes to one partition until BatchBytes of record bytes went to it, then the run moves
+// on, so that a partition's batch fills up to BatchBytes instead of each record of a
+// request landing on a different partition. A linger expiry or a Flush does not end a run
+// (KIP-794; KIP-480 moved on at every new batch, which sent more to slow partitions). When a
+// run ends its partition's batch is sealed at once: it is as full as the run makes it.
+// The next partition is the less loaded of two picked at random among the others, by
+// batches queued and not yet acknowledged: Kafka's adaptive partitioning weighs every
+// partition by its queue length; two random choices give most of that at O(1) per run.
+// With Partition -1 and a key, murmur2 of the key picks the partition (Kafka's default).
 type Producer struct {
 	c          *Client
 	cfg        ProducerConfig
@@ -154,7 +167,8 @@ type Producer struct {
 	mu         sync.Mutex
 	cond       *sync.Cond                    // signalled when buffered bytes or unfinished drop
 	parts      map[topicPartition]*partState // guarded by mu
-	sticky     map[string]int32              // guarded by mu: topic -> sticky partition for nil keys
+	sticky     map[string]*stickyRun         // guarded by mu: topic -> the null-key run
+	intN       func(int) int                 // guarded by mu: rand.IntN; tests script the draws
 	buffered   int64                         // guarded by mu: record bytes accepted, not completed
 	unfinished int                           // guarded by mu: records accepted whose callback has not run
 	flushing   int                           // guarded by mu: Flush calls in progress (linger off)
@@ -244,7 +258,8 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 		idempotent: !cfg.DisableIdempotence && cfg.Acks != AckNone,
 		identity:   producerIdentity{id: -1, epoch: -1},
 		parts:      map[topicPartition]*partState{},
-		sticky:     map[string]int32{},
+		sticky:     map[string]*stickyRun{},
+		intN:       rand.IntN,
 		wake:       make(chan struct{}, 1),
 		senderDone: make(chan struct{}),
 	}
@@ -321,16 +336,16 @@ func (p *Producer) enqueue(ctx context.Context, r *Record, cb func(*Record, erro
 		return false, p.fatal
 	}
 	partition := r.Partition
+	sealed := false // a batch was sealed: the sender loop has something to send
 	switch {
 	case partition >= 0:
 	case r.Key != nil:
 		partition = KeyPartition(r.Key, partitions)
 	default:
-		partition = p.stickyLocked(r.Topic, partitions)
+		partition, sealed = p.stickyLocked(r.Topic, partitions, size)
 	}
 	r.Partition = partition
 	ps := p.partLocked(topicPartition{r.Topic, partition})
-	sealed := false
 	if len(ps.open) > 0 && ps.builder.Len()+int(size) > p.cfg.BatchBytes {
 		p.sealLocked(ps)
 		sealed = true
@@ -446,13 +461,64 @@ func (p *Producer) sendNow(key topicPartition, held []heldRead) (sent bool, _ []
 	return len(requests) > 0, held
 }
 
-func (p *Producer) stickyLocked(topic string, partitions int) int32 {
-	if sp, ok := p.sticky[topic]; ok && int(sp) < partitions {
-		return sp
+// stickyRun is a topic's current null-key partition and the record bytes placed on it.
+type stickyRun struct {
+	partition int32
+	bytes     int64
+}
+
+// stickyLocked places a null-key record of size bytes: on the topic's current run's
+// partition while the run, with it, stays within BatchBytes (a record larger than that
+// still gets a run of its own); otherwise on a new run's partition (see Producer). It
+// reports whether it sealed the finished run's batch.
+func (p *Producer) stickyLocked(topic string, partitions int, size int64) (_ int32, sealed bool) {
+	run := p.sticky[topic]
+	if run != nil && int(run.partition) < partitions && run.bytes+size <= int64(p.cfg.BatchBytes) {
+		run.bytes += size
+		return run.partition, false
 	}
-	sp := int32(rand.IntN(partitions))
-	p.sticky[topic] = sp
-	return sp
+	if run == nil {
+		run = &stickyRun{partition: -1}
+		p.sticky[topic] = run
+	} else if int(run.partition) < partitions {
+		// The run is over: its batch is as full as it gets, do not let it linger.
+		if ps := p.parts[topicPartition{topic, run.partition}]; ps != nil && len(ps.open) > 0 {
+			p.sealLocked(ps)
+			sealed = true
+		}
+	}
+	run.partition, run.bytes = p.nextStickyLocked(topic, partitions, run.partition), size
+	return run.partition, sealed
+}
+
+// nextStickyLocked picks a new run's partition other than last (-1: none): the one with
+// fewer batches queued of two picked at random.
+func (p *Producer) nextStickyLocked(topic string, partitions int, last int32) int32 {
+	pick := func() int32 {
+		if last < 0 || int(last) >= partitions || partitions == 1 {
+			return int32(p.intN(partitions))
+		}
+		return int32((int(last) + 1 + p.intN(partitions-1)) % partitions) // any but last
+	}
+	first, second := pick(), pick()
+	if p.queuedLocked(topic, second) < p.queuedLocked(topic, first) {
+		return second
+	}
+	return first
+}
+
+// queuedLocked is how many batches of a partition wait for their acknowledgement, the open
+// one included: Kafka's adaptive partitioning's measure of a partition's load.
+func (p *Producer) queuedLocked(topic string, partition int32) int {
+	ps := p.parts[topicPartition{topic, partition}]
+	if ps == nil {
+		return 0
+	}
+	n := len(ps.sealed)
+	if len(ps.open) > 0 {
+		n++
+	}
+	return n
 }
 
 func (p *Producer) partLocked(key topicPartition) *partState {
@@ -474,8 +540,8 @@ func (p *Producer) builderOptionsLocked(seq int32) batch.BuilderOptions {
 		BaseSequence: seq, Idempotent: true}
 }
 
-// sealLocked closes the open batch of ps and queues it for sending. A nil-key topic whose
-// sticky partition was ps moves on to another partition, as Kafka's sticky partitioner.
+// sealLocked closes the open batch of ps and queues it for sending. It does not end a
+// null-key run on ps (KIP-794: a run ends after BatchBytes, see stickyLocked).
 func (p *Producer) sealLocked(ps *partState) {
 	if len(ps.open) == 0 {
 		return
@@ -500,9 +566,6 @@ func (p *Producer) sealLocked(ps *partState) {
 		ps.built, ps.builtSeq = p.identity, ps.nextSeq
 	} else {
 		ps.builder.Reset()
-	}
-	if sp, ok := p.sticky[ps.topic]; ok && sp == ps.partition {
-		delete(p.sticky, ps.topic)
 	}
 	if err != nil {
 		p.finishLocked(records, fmt.Errorf("build batch for %s/%d: %w", ps.topic, ps.partition, err))

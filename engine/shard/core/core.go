@@ -157,7 +157,12 @@ type Partition struct {
 	Index       int32
 	Log         Log
 	FlushAlways bool
-	MinInsync   int
+	// FlushTimed: the partition's flush policy has a time limit (flush.ms). Only then does a
+	// turn that leaves unsynced records put it on RecheckUnflushed's list: without one no
+	// time passing makes its policy due (the message limit is checked at every EndTurn that
+	// follows an append), and every partition ever written would be visited per check.
+	FlushTimed bool
+	MinInsync  int
 
 	acks  []ack // waiting for CommittedOffset, in offset order; acks[head:] are live
 	head  int
@@ -215,9 +220,10 @@ type Core struct {
 
 	dirty []*Partition // partitions with inputs since the last EndTurn
 	spare []*Partition
-	// unflushed holds the partitions an EndTurn left with unsynced records; the owner's
-	// periodic RecheckUnflushed re-applies their flush policy (flush.ms) until they are
-	// synced, so the check costs nothing for partitions with nothing to flush.
+	// unflushed holds the partitions with a flush.ms policy (FlushTimed) an EndTurn left
+	// with unsynced records; the owner's periodic RecheckUnflushed re-applies their flush
+	// policy until they are synced, so the check costs nothing for partitions with nothing
+	// to flush or no time limit to flush by.
 	unflushed      []*Partition
 	flushScheduled bool
 	syncing        int // partitions with a sync in flight
@@ -339,7 +345,7 @@ func (c *Core) EndTurn() {
 		case p.failed == nil:
 			c.d.Flush(p)
 		}
-		if !p.unflushed && p.failed == nil && p.Log.SyncedOffset() < p.Log.EndOffset() {
+		if p.FlushTimed && !p.unflushed && p.failed == nil && p.Log.SyncedOffset() < p.Log.EndOffset() {
 			p.unflushed = true
 			c.unflushed = append(c.unflushed, p)
 		}
@@ -348,13 +354,13 @@ func (c *Core) EndTurn() {
 	c.spare = dirty[:0]
 }
 
-// RecheckUnflushed marks dirty again every partition an earlier turn left with unsynced
-// records (so its flush policy runs in the next EndTurn) and forgets the ones since synced,
-// removed or failed. The owner calls it on a timer (the flush.ms granularity).
+// RecheckUnflushed marks dirty again every FlushTimed partition an earlier turn left with
+// unsynced records (so its flush policy runs in the next EndTurn) and forgets the ones since
+// synced, removed, failed or no longer FlushTimed. The owner calls it on a timer (the flush.ms granularity).
 func (c *Core) RecheckUnflushed() {
 	keep := c.unflushed[:0]
 	for _, p := range c.unflushed {
-		if p.removed || p.failed != nil || p.Log.SyncedOffset() >= p.Log.EndOffset() {
+		if p.removed || p.failed != nil || !p.FlushTimed || p.Log.SyncedOffset() >= p.Log.EndOffset() {
 			p.unflushed = false
 			continue
 		}

@@ -21,7 +21,7 @@ import (
 //
 // Commands:
 //
-//	partition p=NAME [flush-always] [min-insync=N] [replicas=N]
+//	partition p=NAME [flush-always] [flush-ms] [min-insync=N] [replicas=N]
 //	    a partition; replicas>1 puts it under the script's replicator, whose followers
 //	    start at offset 0 and are all in sync
 //	produce p=NAME acks=0|1|all [n=RECORDS]   append n records (default 1) and report it
@@ -168,7 +168,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		var name string
 		d.ScanArgs(t, "p", &name)
 		l := &fakeLog{}
-		p := &core.Partition{Topic: name, Log: l, FlushAlways: d.HasArg("flush-always"), MinInsync: 1}
+		p := &core.Partition{Topic: name, Log: l, FlushAlways: d.HasArg("flush-always"), FlushTimed: d.HasArg("flush-ms"), MinInsync: 1}
 		d.MaybeScanArgs(t, "min-insync", &p.MinInsync)
 		replicas := 1
 		d.MaybeScanArgs(t, "replicas", &replicas)

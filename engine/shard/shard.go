@@ -128,12 +128,15 @@ func (s *Shard) endTurn() {
 	s.core.EndTurn()
 	s.inEndTurn = false
 	syncs := s.turnSyncs
+	s.turnSyncs = nil // an EndTurn nested in a sync's answers gets an array of its own
 	inline := s.syncInlineNow(len(syncs))
 	for i, p := range syncs {
 		syncs[i] = nil
 		s.startSync(p, inline)
 	}
-	s.turnSyncs = syncs[:0]
+	if s.turnSyncs == nil {
+		s.turnSyncs = syncs[:0]
+	}
 }
 
 // runFlushNow runs a pending flush timer's EndTurn at once (the turn's appends are all

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -469,5 +470,34 @@ func TestFileIOAuto(t *testing.T) {
 		if strings.HasPrefix(e.Name(), ".file-io-probe") {
 			t.Fatalf("probe scratch file %s left in the data dir", e.Name())
 		}
+	}
+}
+
+// TestGoMaxProcs: ringlogd runs spareProcs Ps beyond its shards (or the runtime's default,
+// if larger) unless the GOMAXPROCS environment variable says otherwise, and logs the value
+// in force.
+func TestGoMaxProcs(t *testing.T) {
+	for _, tc := range []struct {
+		env string
+		min int // the least gomaxprocs expected
+		max int
+	}{{"", 1 + spareProcs, 1 << 20}, {"1", 1, 1}} {
+		t.Run("env="+tc.env, func(t *testing.T) {
+			t.Setenv("GOMAXPROCS", tc.env)
+			if tc.env == "" {
+				os.Unsetenv("GOMAXPROCS") // t.Setenv restores the old value afterwards
+			}
+			dir := t.TempDir()
+			p := startProcess(t, "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+				"--shards", "1", "--shard-ports", "off", "--pin=false")
+			started, _ := p.waitFor(`msg="ringlogd started"`)
+			m := regexp.MustCompile(` gomaxprocs=(\d+) `).FindStringSubmatch(started)
+			if m == nil {
+				t.Fatalf("no gomaxprocs in the start-up line: %s", started)
+			}
+			if n, _ := strconv.Atoi(m[1]); n < tc.min || n > tc.max {
+				t.Fatalf("gomaxprocs=%d, want %d..%d", n, tc.min, tc.max)
+			}
+		})
 	}
 }

@@ -78,6 +78,15 @@ type consumerStats struct {
 // Run executes a workload: create topics, fill the backlog if any, start consumers and
 // producers, warm up, measure, stop, drain, and return the result.
 func Run(ctx context.Context, opts RunOptions) (*Result, error) {
+	r, err := newRun(opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.execute(ctx)
+}
+
+// newRun checks the options and fills their defaults.
+func newRun(opts RunOptions) (*run, error) {
 	if err := opts.Workload.Validate(); err != nil {
 		return nil, err
 	}
@@ -101,7 +110,7 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 	if placer, ok := opts.Driver.(NullKeyPlacer); ok && placer.PlacesNullKeys() && r.w.KeyDistribution == KeysNone {
 		r.clientPlaces = true
 	}
-	return r.execute(ctx)
+	return r, nil
 }
 
 func (r *run) execute(ctx context.Context) (*Result, error) {
@@ -109,13 +118,8 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 		Workload: r.w, Hardware: DetectHardware(r.opts.DataDir),
 		Started: time.Now().UTC(), Version: resultFormat,
 	}
-	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
-	for t := range r.w.Topics {
-		name := fmt.Sprintf("%s-%s-%s-%d", r.opts.TopicPrefix, r.w.Name, suffix, t)
-		if err := r.opts.Driver.CreateTopic(ctx, name, r.w.PartitionsPerTopic); err != nil {
-			return nil, fmt.Errorf("create topic %s: %w", name, err)
-		}
-		r.topics = append(r.topics, name)
+	if err := r.createTopics(ctx); err != nil {
+		return nil, err
 	}
 	// Drivers learn storage settings from the topics they create: describe again.
 	result.Driver = r.opts.Driver.Info()
@@ -204,6 +208,19 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	}
 	r.summarize(result, samples, window, rss)
 	return result, nil
+}
+
+// createTopics creates the workload's topics under a name unique to this run.
+func (r *run) createTopics(ctx context.Context) error {
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	for t := range r.w.Topics {
+		name := fmt.Sprintf("%s-%s-%s-%d", r.opts.TopicPrefix, r.w.Name, suffix, t)
+		if err := r.opts.Driver.CreateTopic(ctx, name, r.w.PartitionsPerTopic); err != nil {
+			return fmt.Errorf("create topic %s: %w", name, err)
+		}
+		r.topics = append(r.topics, name)
+	}
+	return nil
 }
 
 func (r *run) openProducers(ctx context.Context) ([]Producer, error) {

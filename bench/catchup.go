@@ -32,6 +32,9 @@ type CatchUpOptions struct {
 	// Loopback measures loopback TCP for a window and returns 10^6 B/s; nil measures one
 	// stream with LoopbackBandwidth (one consumer connection's ceiling).
 	Loopback func(ctx context.Context, window time.Duration) (float64, error)
+	// AfterFill runs once the backlog is written, before the first round (the CLI writes
+	// dirty pages back there, so no round shares the CPU with the backlog's writeback).
+	AfterFill func() error
 }
 
 // CatchUpRound is one round: a fresh set of consumers reads the whole backlog from the first
@@ -98,6 +101,11 @@ func CatchUpRounds(ctx context.Context, opts CatchUpOptions) (*CatchUpReport, er
 		return nil, err
 	}
 	report.Backlog = *r.backlog
+	if opts.AfterFill != nil {
+		if err := opts.AfterFill(); err != nil {
+			return nil, fmt.Errorf("after the backlog fill: %w", err)
+		}
+	}
 	var lastRead time.Duration
 	for i := range opts.Rounds {
 		round := CatchUpRound{ReadFirst: i%2 == 0}

@@ -34,9 +34,14 @@ func TestCatchUpRoundsAlternate(t *testing.T) {
 		seen, windows = append(seen, driver.consumers.Load()), append(windows, window)
 		return figures[len(seen)-1], nil
 	}
-	report, err := CatchUpRounds(context.Background(), CatchUpOptions{Workload: w, Driver: driver, Rounds: 3, Loopback: loopback})
+	var afterFill []int64 // consumers opened when AfterFill ran
+	report, err := CatchUpRounds(context.Background(), CatchUpOptions{Workload: w, Driver: driver, Rounds: 3, Loopback: loopback,
+		AfterFill: func() error { afterFill = append(afterFill, driver.consumers.Load()); return nil }})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(afterFill, []int64{0}) {
+		t.Fatalf("AfterFill ran with %v consumers opened, want once before any", afterFill)
 	}
 	if want := []int64{2, 2, 6}; !slices.Equal(seen, want) {
 		t.Fatalf("consumers opened at each loopback %v, want %v (read, loopback; loopback, read; read, loopback)", seen, want)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ringlog/ringlog/bench"
 	"github.com/ringlog/ringlog/bench/ringlogdriver"
+	"golang.org/x/sys/unix"
 )
 
 func init() {
@@ -29,6 +30,7 @@ func benchCatchUp(args []string) error {
 	rounds := fs.Int("rounds", 6, "reads of the backlog, each beside a loopback measurement; read first in odd rounds, loopback first in even ones")
 	backlog := fs.String("backlog", "", "override the workload's backlogSize (e.g. 4GiB)")
 	dropCaches := fs.Bool("drop-caches", false, "sync and drop the page cache before filling the backlog (needs root)")
+	syncAfterFill := fs.Bool("sync-after-fill", true, "sync(2) after filling the backlog, so no round shares the CPU with its writeback")
 	out := fs.String("out", "bench/results/tmp", "directory for the JSON report (the default is git-ignored)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -59,6 +61,12 @@ func benchCatchUp(args []string) error {
 	defer d.Close()
 	report, err := bench.CatchUpRounds(ctx, bench.CatchUpOptions{
 		Workload: w, Driver: d, Rounds: *rounds, BrokerPID: *brokerPID, Progress: bench.NewProgressLine(os.Stderr),
+		AfterFill: func() error {
+			if *syncAfterFill {
+				unix.Sync()
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", w.Name, *driver, err)

@@ -35,7 +35,7 @@ func benchCatchUp(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var f runFlags
+	f := runFlags{warmup: -1, rate: -1, replicationFactor: -1} // no overrides
 	w, err := loadWorkloadArg(fs, &f)
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ func benchCatchUp(args []string) error {
 	backlog := fs.String("backlog", "", "override the workload's backlogSize (e.g. 4GiB)")
 	dropCaches := fs.Bool("drop-caches", false, "sync and drop the page cache before filling the backlog (needs root)")
 	syncAfterFill := fs.Bool("sync-after-fill", true, "sync(2) after filling the backlog, so no round shares the CPU with its writeback")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the client's, whole run) to this file")
 	out := fs.String("out", "bench/results/tmp", "directory for the JSON report (the default is git-ignored)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,6 +55,11 @@ func benchCatchUp(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	stopProfile, err := startProfiles(*cpuProfile, "")
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	d, err := bench.OpenDriver(*driver, *broker, w)
 	if err != nil {
 		return err

@@ -36,17 +36,9 @@ func benchCatchUp(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	f := runFlags{warmup: -1, rate: -1, replicationFactor: -1} // no overrides
-	w, err := loadWorkloadArg(fs, &f)
+	w, err := catchUpWorkload(fs, *backlog)
 	if err != nil {
 		return err
-	}
-	if *backlog != "" {
-		size, err := bench.ParseBytes(*backlog)
-		if err != nil {
-			return fmt.Errorf("--backlog: %w", err)
-		}
-		w.BacklogSize = bench.ByteSize(size)
 	}
 	if *dropCaches {
 		if err := dropPageCache(); err != nil {
@@ -87,6 +79,22 @@ func benchCatchUp(args []string) error {
 	}
 	fmt.Printf("result: %s\n", path)
 	return nil
+}
+
+// catchUpWorkload loads the WORKLOAD argument with its own rates and durations, and the
+// backlog size from --backlog when given.
+func catchUpWorkload(fs *flag.FlagSet, backlog string) (bench.Workload, error) {
+	f := runFlags{warmup: -1, rate: -1, replicationFactor: -1} // no overrides
+	w, err := loadWorkloadArg(fs, &f)
+	if err != nil || backlog == "" {
+		return w, err
+	}
+	size, err := bench.ParseBytes(backlog)
+	if err != nil {
+		return w, fmt.Errorf("--backlog: %w", err)
+	}
+	w.BacklogSize = bench.ByteSize(size)
+	return w, w.Validate()
 }
 
 func writeCatchUp(out io.Writer, r *bench.CatchUpReport) {

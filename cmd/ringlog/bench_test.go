@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -227,5 +228,24 @@ func TestWriteCatchUp(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestCatchUpWorkload: the workload keeps its own producer rate (a backlog needs one) and
+// takes --backlog.
+func TestCatchUpWorkload(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	if err := fs.Parse([]string{"../../bench/workloads/catch-up-1kib.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := catchUpWorkload(fs, "4GiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.BacklogSize != 4<<30 || w.ProducerRate != 20000 || w.Consumers != 1 {
+		t.Fatalf("workload %+v", w)
+	}
+	if _, err := catchUpWorkload(fs, "lots"); err == nil {
+		t.Fatal("a bad --backlog was accepted")
 	}
 }

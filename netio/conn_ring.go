@@ -436,7 +436,9 @@ func (c *ringConn) parse() {
 		}
 		n := int(h.Length) - (wire.RequestHeaderBytes - wire.FrameLengthBytes)
 		chunk := nextFrameChunk(0, n, c.rend-c.rstart-wire.RequestHeaderBytes)
-		if !c.charge(int64(chunk)) {
+		if chunk < n && c.budgets.tryAcquireUpfront(int64(n)) {
+			chunk = n // one buffer, received into straight from the socket (limits.go)
+		} else if !c.charge(int64(chunk)) {
 			return
 		}
 		c.rstart += wire.RequestHeaderBytes

@@ -1,8 +1,10 @@
 package netio_test
 
 import (
+	"bytes"
 	"fmt"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -107,4 +109,63 @@ func TestServerConnectionsPerAddress(t *testing.T) {
 			t.Errorf("RefusedConns = %d, want 1", srv.Stats().RefusedConns)
 		}
 	})
+}
+
+// On the ring drivers a produce frame within frameUpfrontBytesMax is charged whole when its
+// header is parsed, and received into one buffer, if every budget then holds at most half
+// of its maximum; a frame that would take one past half is charged as its bytes arrive,
+// as on the net driver, so headers alone never hold more than half of a budget.
+func TestServerFrameChargedUpFront(t *testing.T) {
+	for _, driver := range []string{"ring", "ring-syscall"} {
+		t.Run(driver, func(t *testing.T) { testServerFrameChargedUpFront(t, driver) })
+	}
+}
+
+func testServerFrameChargedUpFront(t *testing.T, driver string) {
+	h := &holdHandler{served: make(chan *netio.Request, 1)}
+	const frameBytesMax = 1 << 20 // the connection's budget too: half of it is 512 KiB
+	srv, addr := testServer(t, driver, h, netio.Config{FrameBytesMax: frameBytesMax, ConnBufferBytesMax: frameBytesMax})
+	for i, tc := range []struct {
+		records int
+		upfront bool
+	}{{400 << 10, true}, {700 << 10, false}, {500 << 10, true}} {
+		c := dialRaw(t, addr)
+		records := bytes.Repeat([]byte{byte('a' + i)}, tc.records)
+		corr := uint32(20 + i)
+		frame := wire.AppendRequest(nil, corr, &wire.ProduceRequest{Acks: wire.AcksLeader, Topics: []wire.ProduceTopic{{Topic: "t", Partitions: []wire.ProducePartition{{Records: records}}}}})
+		if _, err := c.nc.Write(frame[:4<<10]); err != nil {
+			t.Fatal(err)
+		}
+		held := waitBuffered(t, srv, func(n int64) bool { return n != 0 })
+		if tc.upfront && held < int64(tc.records) || !tc.upfront && held > 64<<10 {
+			t.Fatalf("%d-byte records: server holds %d bytes after the first 4 KiB (charged whole: %v)", tc.records, held, tc.upfront)
+		}
+		if _, err := c.nc.Write(frame[4<<10:]); err != nil {
+			t.Fatal(err)
+		}
+		req := <-h.served
+		if got := req.Body.(*wire.ProduceRequest).Topics[0].Partitions[0].Records; !bytes.Equal(got, records) {
+			t.Fatalf("records differ (%d bytes, want %d)", len(got), len(records))
+		}
+		req.ReplyMessage(&wire.ProduceResponse{})
+		if hdr, _ := c.recv(); hdr.CorrelationID != corr {
+			t.Fatalf("corr %d, want %d", hdr.CorrelationID, corr)
+		}
+		c.nc.Close()
+		waitBuffered(t, srv, func(n int64) bool { return n == 0 })
+	}
+}
+
+// waitBuffered spins until the server's buffered bytes satisfy ok and returns them.
+func waitBuffered(t *testing.T, srv *netio.Server, ok func(int64) bool) int64 {
+	t.Helper()
+	for spins := 0; ; spins++ {
+		if n := srv.BufferedBytes(); ok(n) {
+			return n
+		}
+		if spins > 1e7 {
+			t.Fatalf("server holds %d bytes", srv.BufferedBytes())
+		}
+		runtime.Gosched()
+	}
 }

@@ -59,10 +59,14 @@ func TestBenchRunAndCompare(t *testing.T) {
 	}
 }
 
-// TestMain lets `ringlog bench single` start this test binary as its echo process.
+// TestMain lets `ringlog bench single` and `bench floor` start this test binary as their
+// echo or floor server process.
 func TestMain(m *testing.M) {
 	if size, ok := os.LookupEnv(echoChildEnv); ok {
 		os.Exit(echoChildMain(size))
+	}
+	if spec, ok := os.LookupEnv(floorChildEnv); ok {
+		os.Exit(floorChildMain(spec))
 	}
 	os.Exit(m.Run())
 }

@@ -117,5 +117,8 @@ func main() {
 	if size, ok := os.LookupEnv(echoChildEnv); ok {
 		os.Exit(echoChildMain(size))
 	}
+	if spec, ok := os.LookupEnv(floorChildEnv); ok {
+		os.Exit(floorChildMain(spec))
+	}
 	os.Exit(runCLI(os.Args[1:], os.Stderr))
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -262,14 +261,7 @@ func ReadDiskReadBytes(pid int) (int64, error) {
 
 // WriteJSON writes the report to path.
 func (c *CatchUpReport) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode catch-up report: %w", err)
-	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write catch-up report: %w", err)
-	}
-	return nil
+	return writeJSONFile(path, "catch-up report", c)
 }
 
 // Median is the middle value (the mean of the two middle ones for an even count); 0 for none.

@@ -92,6 +92,7 @@ type Log struct {
 	// reused by the next BeginSync (syncasync.go).
 	syncCoversSpare []syncedPoint
 	syncFdsSpare    []int
+	syncDups        uint64 // segment descriptors BeginSync duplicated (SyncDups)
 	iovecs          [][]byte
 	one             [1][]byte
 

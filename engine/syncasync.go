@@ -9,10 +9,14 @@ import (
 // SyncTicket is one asynchronous sync in progress: what it covers and the descriptors the
 // owner must fdatasync. See BeginSync.
 type SyncTicket struct {
-	// Fds are duplicated descriptors of the segment files to fdatasync, oldest first. They
-	// stay valid whatever the log does meanwhile (retention may close the originals); EndSync
-	// closes them.
+	// Fds are the descriptors to fdatasync, oldest segment first, then a roll's producer
+	// snapshot and the directory. From BeginSync they are duplicates that stay valid
+	// whatever the log does meanwhile (retention may close the originals); EndSync closes
+	// them. From BeginSyncInline the first Borrowed are the segments' own descriptors,
+	// which EndSync leaves open.
 	Fds []int
+	// Borrowed is how many of Fds, from the first, belong to the log (BeginSyncInline).
+	Borrowed int
 
 	covers []syncedPoint
 	dirGen uint64 // the roll count the directory fsync in Fds covers (0: none in Fds)
@@ -35,7 +39,16 @@ type syncedPoint struct {
 // appends to this log (the pipelined group commit). ok is false when nothing is unsynced.
 // The owner fdatasyncs every descriptor in t.Fds and then calls EndSync(t, firstErr) exactly
 // once. Appends made after BeginSync are not covered by t.
-func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
+func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) { return l.beginSync(false) }
+
+// BeginSyncInline is BeginSync for an owner that fdatasyncs t.Fds at once, on the log's
+// own goroutine, and calls EndSync before anything else touches the log (engine/shard's
+// inline sync of a quiet loop): the segments' descriptors are used as they are, without a
+// duplicate and its close per sync. Only what BeginSync opens for the ticket (a roll's
+// producer snapshot, the directory) is closed by EndSync.
+func (l *Log) BeginSyncInline() (t SyncTicket, ok bool, err error) { return l.beginSync(true) }
+
+func (l *Log) beginSync(borrow bool) (t SyncTicket, ok bool, err error) {
 	if err := l.writable(); err != nil {
 		return t, false, err
 	}
@@ -63,17 +76,23 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 		return SyncTicket{}, false, nil
 	}
 	for _, c := range t.covers {
+		if borrow {
+			t.Fds = append(t.Fds, c.s.logFd())
+			t.Borrowed++
+			continue
+		}
 		fd, err := unix.FcntlInt(uintptr(c.s.logFd()), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			closeFds(t.Fds)
 			return SyncTicket{}, false, fmt.Errorf("begin sync: dup segment %d: %w", c.s.baseOffset, err)
 		}
+		l.syncDups++
 		t.Fds = append(t.Fds, fd)
 	}
 	t.snapshot = -1
 	if fd, offset, err := l.openUnsyncedSnapshot(); err != nil || fd >= 0 {
 		if err != nil {
-			closeFds(t.Fds)
+			closeFds(t.Fds[t.Borrowed:])
 			return SyncTicket{}, false, fmt.Errorf("begin sync: %w", err)
 		}
 		t.Fds = append(t.Fds, fd) // a roll's producer snapshot (producersnapshot.go)
@@ -84,7 +103,7 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 		// before their bytes count as synced.
 		fd, err := unix.Open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			closeFds(t.Fds)
+			closeFds(t.Fds[t.Borrowed:])
 			return SyncTicket{}, false, fmt.Errorf("begin sync: open %s: %w", l.dir, err)
 		}
 		t.Fds = append(t.Fds, fd)
@@ -93,6 +112,11 @@ func (l *Log) BeginSync() (t SyncTicket, ok bool, err error) {
 	t.Offset = l.EndOffset()
 	return t, true, nil
 }
+
+// SyncDups is the number of segment descriptors BeginSync has duplicated for this log since
+// it was opened (one per segment per asynchronous sync; BeginSyncInline makes none). Owner
+// goroutine.
+func (l *Log) SyncDups() uint64 { return l.syncDups }
 
 func closeFds(fds []int) {
 	for _, fd := range fds {
@@ -104,7 +128,7 @@ func closeFds(fds []int) {
 // good, as a failed Sync does. Otherwise the covered bytes count as synced, sealed segments
 // covered leave the unsynced list, and their index entries are persisted.
 func (l *Log) EndSync(t SyncTicket, syncErr error) error {
-	closeFds(t.Fds)
+	closeFds(t.Fds[t.Borrowed:])
 	defer l.keepTicketArrays(t)
 	if syncErr != nil {
 		return l.fail(fmt.Errorf("fdatasync: %w", syncErr))

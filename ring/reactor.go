@@ -35,8 +35,11 @@ type Reactor struct {
 	cqes      []CQE // reap batch for the loop
 	syncCQEs  []CQE // reap batch for blocking FileIO waits
 	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
-	syncSeq   uint64
-	syncPin   runtime.Pinner
+	// undispatched is how many completions of the reap batch in cqes wait behind the one
+	// being dispatched (Waiting).
+	undispatched int
+	syncSeq      uint64
+	syncPin      runtime.Pinner
 	// syncPins pin Pwritev's buffers, pinnerRefsInline per Pinner: a Pinner holds that many
 	// without allocating and allocates a fresh array for more on every use.
 	syncPins    []runtime.Pinner
@@ -538,8 +541,10 @@ func (r *Reactor) RunOnce(block bool) error {
 	for round := 0; round < reapRoundsMax; round++ {
 		n := r.ring.PeekCQEs(r.cqes)
 		for i := 0; i < n; i++ {
+			r.undispatched = n - i - 1
 			r.dispatch(&r.cqes[i])
 		}
+		r.undispatched = 0
 		if n < len(r.cqes) {
 			break
 		}
@@ -564,8 +569,10 @@ func (r *Reactor) spin() bool {
 	for i := 0; ; i++ {
 		if n := r.ring.PeekCQEs(r.cqes); n > 0 {
 			for j := 0; j < n; j++ {
+				r.undispatched = n - j - 1
 				r.dispatch(&r.cqes[j])
 			}
+			r.undispatched = 0
 			return true
 		}
 		if !r.mailbox.empty() || r.stopping.Load() {
@@ -575,6 +582,33 @@ func (r *Reactor) spin() bool {
 			return false
 		}
 	}
+}
+
+// Quiet is for a loop callback about to block its thread on a system call that only it
+// waits for (engine/shard's inline fdatasync): it submits the operations queued so far, so
+// the kernel works on them meanwhile, and reports whether the loop has nothing else to
+// run — no completion waiting (in the completion queue or the backlog), no mailbox
+// message, no timer due and no stop asked. Work that arrives during the blocking call
+// waits for it; that is the caller's trade-off. Loop thread only.
+func (r *Reactor) Quiet() bool {
+	if r.stopping.Load() || len(r.timers) > 0 && !r.timers[0].when.After(r.now()) {
+		return false
+	}
+	if _, err := r.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+		return false // the loop's own submit reports it
+	}
+	return !r.Waiting()
+}
+
+// Waiting reports whether work from outside the loop waits for it: a completion (in the
+// completion queue, the backlog, or the reap batch being dispatched) or a mailbox message. Its own timers do not count.
+// Loop thread only.
+func (r *Reactor) Waiting() bool {
+	if r.undispatched > 0 || len(r.backlog) > 0 || !r.mailbox.empty() {
+		return true
+	}
+	ready, ok := r.ring.(interface{ completionWaiting() bool })
+	return !ok || ready.completionWaiting()
 }
 
 func (r *Reactor) dispatchBacklog() {

@@ -503,3 +503,99 @@ func startRunning(t *testing.T, cfg Config) (*Reactor, chan error) {
 	<-ready
 	return r, runErr
 }
+
+// Quiet is true only when the loop has nothing to run: no message, due timer or waiting
+// completion; it submits queued operations (so their completions can arrive meanwhile).
+func TestReactorQuiet(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		clk := &fakeClock{t: time.Unix(1000, 0)}
+		r := newReactor(t, backend, Config{Now: clk.now})
+		if err := r.RunOnce(false); err != nil {
+			t.Fatal(err)
+		}
+		if !r.Quiet() {
+			t.Fatal("an idle reactor is not quiet")
+		}
+		if err := r.Post(func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if r.Quiet() || !r.Waiting() {
+			t.Fatal("quiet, or nothing waiting, with a message in the mailbox")
+		}
+		r.RunOnce(false)
+		r.AfterFunc(time.Second, func() {})
+		if !r.Quiet() {
+			t.Fatal("a timer not yet due makes the reactor busy")
+		}
+		clk.advance(2 * time.Second)
+		if r.Quiet() || r.Waiting() {
+			t.Fatal("quiet with a timer due, or the timer counted as work waiting")
+		}
+		r.RunOnce(false)
+
+		f, _ := tempFile(t)
+		written := false
+		if err := r.WriteAsync(int(f.Fd()), []byte("quiet"), 0, func(res int32, _ uint32) { written = res == 5 }); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for r.Quiet() { // the first call submits the write; its completion then waits
+			if time.Now().After(deadline) {
+				t.Fatal("quiet for 10s after a write was submitted: its completion was never seen")
+			}
+			runtime.Gosched()
+		}
+		r.RunOnce(false)
+		if !written || !r.Quiet() {
+			t.Fatalf("after dispatching the write's completion: written %v, quiet %v", written, r.Quiet())
+		}
+	})
+}
+
+// A completion reaped in the same batch as the one being dispatched counts as waiting:
+// a callback that asks Quiet sees the rest of its batch.
+func TestReactorWaitingSeesRestOfBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		f, _ := tempFile(t)
+		quietInFirst := true
+		done := 0
+		for i := 0; i < 2; i++ {
+			err := r.WriteAsync(int(f.Fd()), []byte("ab"), int64(2*i), func(int32, uint32) {
+				q := r.Quiet()
+				if done++; done == 1 {
+					quietInFirst = q
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.Ring().Submit(); err != nil {
+			t.Fatal(err)
+		}
+		waitReady := time.Now().Add(10 * time.Second)
+		for cqCount(r) < 2 { // both completions in the queue, so the loop reaps them in one batch
+			if time.Now().After(waitReady) {
+				t.Fatal("two writes not completed within 10s")
+			}
+			runtime.Gosched()
+		}
+		r.RunOnce(false)
+		if done != 2 || quietInFirst {
+			t.Fatalf("dispatched %d; quiet in the first callback: %v (want false: the second waits)", done, quietInFirst)
+		}
+	})
+}
+
+// cqCount is the number of completions waiting in r's ring (not consumed).
+func cqCount(r *Reactor) int {
+	switch rg := r.ring.(type) {
+	case *uringRing:
+		return int(atomic.LoadUint32(rg.cqTail) - *rg.cqHead)
+	case *sysRing:
+		rg.drainInbox()
+		return rg.cqReady()
+	}
+	return 0
+}

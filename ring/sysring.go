@@ -1127,6 +1127,13 @@ func (r *sysRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, erro
 	return n, nil
 }
 
+// completionWaiting reports whether a completion waits to be reaped, without consuming it
+// (Reactor.Quiet). Operations whose descriptors became ready since the last progress
+// round are not seen: this backend completes them only inside Submit/SubmitAndWait.
+func (r *sysRing) completionWaiting() bool {
+	return r.closed || r.cqHead != r.cqTail || len(r.overflow) > 0 || r.inboxN.Load() > 0
+}
+
 func (r *sysRing) PeekCQEs(dst []CQE) int {
 	if r.closed {
 		return 0

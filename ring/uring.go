@@ -267,6 +267,12 @@ func (r *uringRing) PeekCQEs(dst []CQE) int {
 	return n
 }
 
+// completionWaiting reports whether a completion waits in the CQ (or parked in the kernel), without
+// consuming it (Reactor.Quiet).
+func (r *uringRing) completionWaiting() bool {
+	return r.closed || *r.cqHead != atomic.LoadUint32(r.cqTail) || r.cqNeedsFlush()
+}
+
 func (r *uringRing) copyCQEs(dst []CQE) int {
 	head := *r.cqHead
 	tail := atomic.LoadUint32(r.cqTail)

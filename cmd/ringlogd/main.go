@@ -176,6 +176,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			CleanerInterval:          o.cleanerEvery,
 			FetchFilesMax:            o.limits.fetchFilesMax,
 			PartitionsMax:            o.limits.partitionsMax,
+			SyncInlineOff:            o.syncInline == "off",
 			Groups: shard.GroupsConfig{OffsetsPartitions: o.offsetsPartitions, SessionTimeoutMin: o.groupSessionMin,
 				SessionTimeoutMax: o.groupSessionMax, GroupMembersMax: o.groupMembersMax},
 		},

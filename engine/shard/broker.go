@@ -129,6 +129,13 @@ type Config struct {
 	// per partition per loop turn. For A/B measurements; false in production.
 	WriteEachAppend bool
 
+	// SyncInlineOff sends every pipelined fdatasync to the ring (an io-wq worker), even the
+	// one sync of a quiet loop turn that the shard otherwise runs inline on its own thread
+	// (shard.go, syncInlineNow): for A/B measurements and hosts whose fdatasync is slow
+	// enough that blocking the loop for it costs the other connections more than it saves
+	// the syncing producer. false (auto) in production.
+	SyncInlineOff bool
+
 	hooks *testHooks // seams for this package's tests; nil in production
 }
 
@@ -145,6 +152,8 @@ type testHooks struct {
 	// fdatasyncAsync replaces the ring submission of a pipelined sync's fdatasync; done must
 	// run on s's loop.
 	fdatasyncAsync func(s *Shard, fd int, done func(error))
+	// fdatasyncInline replaces the fdatasync system call of an inline sync (on s's loop).
+	fdatasyncInline func(s *Shard, fd int) error
 	// syncDirectWrites keeps direct-mode appends synchronous; unregisteredDirectWrites hides
 	// the reactor's fixed-buffer table from the logs (the A/Bs of directwrite.go).
 	syncDirectWrites, unregisteredDirectWrites bool

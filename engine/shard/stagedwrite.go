@@ -39,7 +39,8 @@ func (s *Shard) noteStaged(p *partition) {
 
 // writeStaged writes every listed partition's staged batches, one pwritev each; each log's
 // written hook answers its produces (or fails them, and the partition, when the write
-// failed: writesDone says so). Loop goroutine.
+// failed: writesDone says so), then runs the turn's EndTurn if the appends asked for one
+// (runFlushNow). Loop goroutine.
 func (s *Shard) writeStaged() {
 	for i := 0; i < len(s.staged); i++ { // a hook's answer may stage more: they join the round
 		p := s.staged[i]
@@ -48,4 +49,5 @@ func (s *Shard) writeStaged() {
 		p.log.WriteStaged()
 	}
 	s.staged = s.staged[:0]
+	s.runFlushNow()
 }

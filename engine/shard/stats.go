@@ -104,14 +104,18 @@ type ShardStats struct {
 	Fetch        OpStats
 	// Fsync is the latency of the pipelined group-commit fdatasyncs (one per partition
 	// sync, all of a partition's unsynced segments).
-	Fsync      Histogram
-	Partitions []PartitionState
+	Fsync Histogram
+	// FsyncInline counts the syncs of Fsync that ran inline on the shard's thread (the one
+	// sync of a quiet loop turn; see Config.SyncInlineOff): the loop was blocked for them.
+	FsyncInline uint64
+	Partitions  []PartitionState
 }
 
 // shardCounters are a shard's counters. Loop goroutine only.
 type shardCounters struct {
 	produce, fetch OpStats
 	fsync          Histogram
+	fsyncInline    uint64
 }
 
 // offLoopCounters count outcomes decided before a request reached any shard loop. Any
@@ -212,6 +216,7 @@ func (b *Broker) Stats() ([]ShardStats, error) {
 func (s *Shard) snapshot(out *ShardStats) {
 	out.Ring = s.r.Stats()
 	out.Produce, out.Fetch, out.Fsync = s.counters.produce, s.counters.fetch, s.counters.fsync
+	out.FsyncInline = s.counters.fsyncInline
 	out.Partitions = make([]PartitionState, 0, len(s.parts))
 	for _, p := range s.parts {
 		out.Partitions = append(out.Partitions, s.partitionState(p))

@@ -47,6 +47,7 @@ var (
 	descProduceLat  = prometheus.NewDesc("ringlog_produce_latency_seconds", "Produce latency, from arrival on the owning shard to the answer (acks=all and flush.always include the fdatasync).", nil, nil)
 	descFetchLat    = prometheus.NewDesc("ringlog_fetch_latency_seconds", "Fetch latency, from the request reaching the broker core to the answer, long-poll wait included.", nil, nil)
 	descFsyncLat    = prometheus.NewDesc("ringlog_fsync_latency_seconds", "Latency of group-commit fdatasyncs (one per partition sync).", nil, nil)
+	descFsyncInline = prometheus.NewDesc("ringlog_fsync_inline_total", "Group-commit syncs the shard ran inline on its own thread (the one sync of a quiet loop turn; the loop was blocked for it).", shardLabels, nil)
 	descConns       = prometheus.NewDesc("ringlog_connections", "Open client connections on the main listener.", nil, nil)
 	descRefusedConn = prometheus.NewDesc("ringlog_connections_refused_total", "Connections closed at accept by --max-connections or --max-connections-per-address.", nil, nil)
 	descFrames      = prometheus.NewDesc("ringlog_requests_total", "Request frames read on the main listener, every API.", nil, nil)
@@ -79,7 +80,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR, descLeader,
 		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descSubmissions,
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
-		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat,
+		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr} {
 		ch <- d
 	}
@@ -158,6 +159,7 @@ func (c *collector) collectShard(ch chan<- prometheus.Metric, s *shard.ShardStat
 	ch <- counter(descProduceB, float64(s.Produce.Bytes), label)
 	ch <- counter(descFetchReqs, float64(s.Fetch.Requests), label)
 	ch <- counter(descFetchB, float64(s.Fetch.Bytes), label)
+	ch <- counter(descFsyncInline, float64(s.FsyncInline), label)
 }
 
 // busyRatio is the loop's busy share since the previous scrape (since it started, on the

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -413,6 +415,37 @@ func (b *broker) signal(t *testing.T, sig syscall.Signal) {
 	}
 	if sig == syscall.SIGSTOP {
 		t.Cleanup(func() { _ = b.cmd.Process.Signal(syscall.SIGCONT) })
+		waitStopped(t, b.cmd.Process.Pid)
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped (state T in
+// /proc/PID/task/*/stat): kill(2) returns before the group stop has reached each thread,
+// and a test that produces right after SIGSTOP must not race a follower's last round.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, f := range tasks {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread ended
+			}
+			// The state follows the command name in parentheses, which may hold spaces.
+			if i := bytes.LastIndexByte(data, ')'); i < 0 || i+2 >= len(data) || data[i+2] != 'T' && data[i+2] != 't' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d not stopped 10s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -485,6 +518,10 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 	}
 	if m := scrapeMetrics(t, "http://"+fs[1].admin); m.Sum("ringlog_partition_leader", "topic", "frozen") != 0 || len(m["ringlog_partition_isr_size"]) != 0 && m.Sum("ringlog_partition_isr_size", "topic", "frozen") != 0 {
 		t.Errorf("follower reports leadership %v or an ISR", m.Sum("ringlog_partition_leader", "topic", "frozen"))
+	} else if rounds, appends := m.Sum("ringlog_replica_fetch_rounds_total"), m.Sum("ringlog_replica_appends_total"); rounds < 1 || appends < 1 || appends > rounds*float64(len(m["ringlog_partition_leader"])) {
+		// It copied the 20 records in at least one round; a round appends at most once per
+		// partition it holds.
+		t.Errorf("running follower counted %v fetch rounds and %v appends", rounds, appends)
 	}
 	for i := 0; i < 20; i++ {
 		if _, err := tc.produce(ctx, "frozen", wire.AcksAll, []byte(fmt.Sprintf("isr2-%d", i))); err != nil {

@@ -149,7 +149,7 @@ func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchReques
 		req.ReplyError(wire.ErrUnsupportedProtocolVersion, err.Error())
 		return
 	}
-	fr := &cluster.FetchRequest{ReplicaID: body.ReplicaID, MaxWait: time.Duration(body.MaxWaitMs) * time.Millisecond,
+	fr := &cluster.FetchRequest{ReplicaID: body.ReplicaID, Caller: caller(req), MaxWait: time.Duration(body.MaxWaitMs) * time.Millisecond,
 		BytesMax: int32(min(int64(max(body.MaxBytes, 1)), h.fetchResponseBytesMax))}
 	for _, t := range body.Topics {
 		for _, p := range t.Partitions {

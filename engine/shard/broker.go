@@ -808,17 +808,8 @@ func lockDataDir(dir string) (*os.File, error) {
 // onShard runs fn on s's loop and waits for it (admin path only: blocks the caller).
 func onShard(s *Shard, fn func() error) error {
 	errc := make(chan error, 1)
-	post := func() { errc <- fn() }
-	deadline := time.Now().Add(adminWaitMax)
-	for {
-		err := s.r.Post(post)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ring.ErrMailboxFull) || time.Now().After(deadline) {
-			return fmt.Errorf("shard %d: %w", s.index, err)
-		}
-		time.Sleep(time.Millisecond) // admin path only: wait for the mailbox to drain
+	if err := postRetrying(s, func() { errc <- fn() }); err != nil {
+		return err
 	}
 	select {
 	case err := <-errc:

@@ -1,7 +1,11 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/ringlog/ringlog/ring"
 )
 
 // The replication seam's partition operations: what replication/ needs to do to a
@@ -48,6 +52,128 @@ func (b *Broker) AppendReplicated(tp TopicPartition, batches [][]byte) (end int6
 		return err
 	})
 	return end, err
+}
+
+// ReplicatedAppend is one partition's part of AppendReplicatedAll: its batches in, the log
+// end offset after them and the append's error out.
+type ReplicatedAppend struct {
+	TopicPartition
+	Batches [][]byte
+	End     int64
+	Err     error
+}
+
+// AppendReplicatedAll is AppendReplicated for the partitions of one follower fetch: each
+// shard's partitions are appended in one visit of its loop, the shards in parallel, and it
+// returns once all are done (a fetch answer with batches for k partitions costs one loop
+// wake-up per shard, not k sequential round trips). An entry without batches is left
+// alone.
+func (b *Broker) AppendReplicatedAll(in []ReplicatedAppend) {
+	type shardPart struct {
+		s   *Shard
+		idx []int
+	}
+	var parts []shardPart
+	for i := range in {
+		a := &in[i]
+		if len(a.Batches) == 0 {
+			continue
+		}
+		s, err := b.shardFor(a.TopicPartition)
+		if err != nil {
+			a.Err = err
+			continue
+		}
+		k := 0
+		for k < len(parts) && parts[k].s != s {
+			k++
+		}
+		if k == len(parts) {
+			parts = append(parts, shardPart{s: s})
+		}
+		parts[k].idx = append(parts[k].idx, i)
+	}
+	if len(parts) == 0 {
+		return
+	}
+	// Each shard writes its own copy of its entries and hands it back over done: a shard
+	// that answers after the wait gave up touches nothing of in.
+	type answer struct {
+		k   int
+		out []ReplicatedAppend
+	}
+	done := make(chan answer, len(parts))
+	posted := 0
+	for k, sp := range parts {
+		work := make([]ReplicatedAppend, len(sp.idx))
+		for j, i := range sp.idx {
+			work[j] = in[i]
+		}
+		s := sp.s
+		fn := func() {
+			for j := range work {
+				a := &work[j]
+				p := s.parts[a.TopicPartition]
+				if p == nil {
+					a.Err = fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, a.Topic, a.Partition)
+					continue
+				}
+				res, err := p.log.AppendReplicated(a.Batches)
+				if res.Batches > 0 || err == nil {
+					s.core.MarkDirty(&p.c)
+					s.core.Moved(&p.c)
+				}
+				a.End, a.Err = p.log.EndOffset(), err
+			}
+			done <- answer{k: k, out: work}
+		}
+		if err := postRetrying(s, fn); err != nil {
+			for _, i := range sp.idx {
+				in[i].Err = err
+			}
+			continue
+		}
+		posted++
+	}
+	timeout := time.NewTimer(adminWaitMax)
+	defer timeout.Stop()
+	for got := make([]bool, len(parts)); posted > 0; posted-- {
+		select {
+		case a := <-done:
+			got[a.k] = true
+			for j, i := range parts[a.k].idx {
+				in[i].End, in[i].Err = a.out[j].End, a.out[j].Err
+			}
+		case <-timeout.C:
+			for k, sp := range parts {
+				if got[k] {
+					continue
+				}
+				for _, i := range sp.idx {
+					if in[i].Err == nil {
+						in[i].Err = fmt.Errorf("shard %d did not answer within %s", sp.s.index, adminWaitMax)
+					}
+				}
+			}
+			return
+		}
+	}
+}
+
+// postRetrying posts fn to s's loop, retrying a full mailbox every millisecond for up to
+// adminWaitMax (the admin and replication paths: they wait for the mailbox to drain).
+func postRetrying(s *Shard, fn func()) error {
+	deadline := time.Now().Add(adminWaitMax)
+	for {
+		err := s.r.Post(fn)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ring.ErrMailboxFull) || time.Now().After(deadline) {
+			return fmt.Errorf("shard %d: %w", s.index, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TruncateTo cuts tp's log to end before offset (a follower whose log diverged from its

@@ -31,6 +31,9 @@ var (
 	descCorrupt     = prometheus.NewDesc("ringlog_partition_corrupt_batches", "Bad batches found in sealed segments (scrubber or --verify-segments).", partitionLabels, nil)
 	descISRShrinks  = prometheus.NewDesc("ringlog_isr_shrinks_total", "Times a follower left the ISR of a partition this broker leads.", nil, nil)
 	descISRExpands  = prometheus.NewDesc("ringlog_isr_expands_total", "Times a follower rejoined the ISR of a partition this broker leads.", nil, nil)
+	descFetchRounds = prometheus.NewDesc("ringlog_replica_fetch_rounds_total", "Follower fetch rounds of this broker that a leader answered.", nil, nil)
+	descReplAppends = prometheus.NewDesc("ringlog_replica_appends_total", "Partition appends of leaders' batches that this broker's follower fetch rounds carried.", nil, nil)
+	descRefusedRnds = prometheus.NewDesc("ringlog_replica_fetch_refused_rounds_total", "Follower fetch rounds whose every partition the leader refused (not leader, leader epoch); each is followed by a 20 ms pause.", nil, nil)
 	descSubmissions = prometheus.NewDesc("ringlog_shard_ring_submissions_total", "Operations the shard queued on its io_uring ring (or the syscall fallback).", shardLabels, nil)
 	descCompletions = prometheus.NewDesc("ringlog_shard_ring_completions_total", "Completions the shard's ring delivered.", shardLabels, nil)
 	descInFlight    = prometheus.NewDesc("ringlog_shard_ring_inflight", "Operations submitted on the shard's ring and not yet completed (queue depth).", shardLabels, nil)
@@ -57,6 +60,13 @@ var (
 	descScrapeErr   = prometheus.NewDesc("ringlog_scrape_error", "1 when the shards could not be read for this scrape (broker shutting down or a loop stuck).", nil, nil)
 )
 
+// replicaFetches is what a Replication that runs follower fetchers may report
+// (cluster.Manager does): its rounds, the partition appends they carried and the rounds
+// the leader refused whole.
+type replicaFetches interface {
+	ReplicaFetches() (rounds, appends, refused uint64)
+}
+
 // collector turns one Broker.Stats copy per scrape into metrics. It keeps the previous
 // scrape's loop times for the busy ratio.
 type collector struct {
@@ -78,7 +88,7 @@ func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR, descLeader,
-		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descSubmissions,
+		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descFetchRounds, descReplAppends, descRefusedRnds, descSubmissions,
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr} {
@@ -95,6 +105,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	shrinks, expands := c.rep.ISRChanges()
 	ch <- counter(descISRShrinks, float64(shrinks))
 	ch <- counter(descISRExpands, float64(expands))
+	if rf, ok := c.rep.(replicaFetches); ok {
+		rounds, appends, refused := rf.ReplicaFetches()
+		ch <- counter(descFetchRounds, float64(rounds))
+		ch <- counter(descReplAppends, float64(appends))
+		ch <- counter(descRefusedRnds, float64(refused))
+	}
 	stats, err := c.core.Stats()
 	if err != nil {
 		ch <- gauge(descScrapeErr, 1)

@@ -128,10 +128,17 @@ func (f *fetcher) run() {
 			return true
 		}
 	}
+	// The replicas of the lane, listed again only when a reconcile stored new metadata
+	// (at every change, and every reconcileEvery): a round neither copies the metadata
+	// nor walks every replica of the broker.
+	var listed *controller.Metadata
+	var parts []*replica
 	for f.ctx.Err() == nil {
-		md := m.ctl.Metadata()
+		md := m.reconciledMetadata()
+		if md != listed {
+			listed, parts = md, f.following(md)
+		}
 		b := md.Brokers[f.leader]
-		parts := f.following(md)
 		if b == nil || len(parts) == 0 {
 			if !backoff() {
 				return
@@ -154,7 +161,7 @@ func (f *fetcher) run() {
 			conn, addr = c, b.Address
 		}
 		wait, err := f.round(conn, parts, md)
-		if err == nil && wait > 0 { // only throttled replicas and the budget is spent, or the other lane holds them
+		if err == nil && wait > 0 { // only throttled replicas and the budget is spent, the other lane holds them, or all were refused
 			select {
 			case <-f.ctx.Done():
 				return
@@ -195,7 +202,9 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	}()
 	claimed := parts[:0:0]
 	for _, r := range parts {
-		if r.fetching.CompareAndSwap(false, true) {
+		// The list is as of the last reconcile: a replica that follows another leader
+		// since (or none) is left to the lane of its new leader.
+		if r.follows(f.leader) && r.fetching.CompareAndSwap(false, true) {
 			claimed = append(claimed, r)
 		}
 	}
@@ -248,15 +257,79 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	if err != nil {
 		return 0, err
 	}
+	// Append every partition's batches in one visit of each shard's loop, then let each
+	// follower learn its answer. writeMu of each appended replica is held across the
+	// append (its replicas are this lane's alone this round: fetching).
+	got := make([]fetchedAnswer, 0, len(answers))
+	var appends []shard.ReplicatedAppend
 	for i, a := range answers {
-		if i < len(fetching) && a.TopicPartition == fetching[i].tp {
-			if throttled[i] {
-				m.throttle.charge(int64(len(a.Records)))
-			}
-			fetching[i].fetched(m, followers[i], a)
+		if i >= len(fetching) || a.TopicPartition != fetching[i].tp {
+			continue
 		}
+		if throttled[i] {
+			m.throttle.charge(int64(len(a.Records)))
+		}
+		fa := fetchedAnswer{r: fetching[i], f: followers[i], a: a, append: -1}
+		if a.Err == nil {
+			fa.batches, fa.epochs = splitReplicated(a.Records)
+			if len(fa.batches) > 0 {
+				fa.r.writeMu.Lock()
+				if fa.r.retired {
+					fa.r.writeMu.Unlock()
+					continue
+				}
+				fa.append = len(appends)
+				appends = append(appends, shard.ReplicatedAppend{TopicPartition: fa.r.tp, Batches: fa.batches})
+			}
+		}
+		got = append(got, fa)
+	}
+	if len(appends) > 0 {
+		m.b.AppendReplicatedAll(appends)
+		m.replicatedAppends.Add(uint64(len(appends)))
+	}
+	for _, fa := range got {
+		end, err := int64(-1), error(nil)
+		if fa.append >= 0 {
+			end, err = appends[fa.append].End, appends[fa.append].Err
+			fa.r.writeMu.Unlock()
+		}
+		fa.r.fetched(m, fa, end, err)
+	}
+	m.fetchRounds.Add(1)
+	if failed := countFailed(answers); failed > 0 && failed == len(answers) {
+		// Every partition was refused (not the leader, an epoch it has not applied yet):
+		// the leader answered at once without a read, and asking again at once spins
+		// until the metadata changes (Kafka's replica.fetch.backoff.ms).
+		m.failedRounds.Add(1)
+		return failedRoundWait, nil
 	}
 	return 0, nil
+}
+
+// failedRoundWait is how long a lane waits after a round whose every partition was
+// refused: short, since after a leader change the refusals end as soon as the new leader
+// applies its epoch, and the in-sync lane's next fetch is what acks=all waits for.
+const failedRoundWait = 20 * time.Millisecond
+
+func countFailed(answers []FetchAnswer) int {
+	n := 0
+	for _, a := range answers {
+		if a.Err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// fetchedAnswer is the leader's answer for one replica of a round, cut into batches.
+type fetchedAnswer struct {
+	r       *replica
+	f       *isr.Follower
+	a       FetchAnswer
+	batches [][]byte
+	epochs  []isr.BatchEpoch
+	append  int // index of its batches in the round's appends; -1: none
 }
 
 // inISR reports whether broker id is in tp's ISR in md; a partition md does not know
@@ -272,6 +345,13 @@ func inISR(md *controller.Metadata, tp shard.TopicPartition, id int32) bool {
 // truncateRoundsMax bounds one fetch round's OffsetsForLeaderEpoch exchanges per replica;
 // a replica still truncating after it goes on in the next round.
 const truncateRoundsMax = 64
+
+// follows reports whether the replica follows leader now.
+func (r *replica) follows(leader int32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.follower != nil && r.leaderID == leader
+}
 
 // truncating reports whether the replica's follower must still ask where its log diverged.
 func (r *replica) truncating() bool {
@@ -334,9 +414,11 @@ func (r *replica) resetFollowerLocked() {
 	r.leaderEpoch = -1
 }
 
-// fetched applies the leader's answer for r: append its batches, then learn the high
-// watermark.
-func (r *replica) fetched(m *Manager, f *isr.Follower, a FetchAnswer) {
+// fetched applies the leader's answer for r once the round appended its batches (end,
+// err: the log end offset after them and the append's error; end -1: nothing appended):
+// the follower learns the batches' epochs and the high watermark.
+func (r *replica) fetched(m *Manager, fa fetchedAnswer, end int64, err error) {
+	f, a := fa.f, fa.a
 	if a.Err != nil {
 		if errors.Is(a.Err, engine.ErrOffsetOutOfRange) || errors.Is(a.Err, isr.ErrOffsetOutOfRange) {
 			r.mu.Lock()
@@ -347,33 +429,21 @@ func (r *replica) fetched(m *Manager, f *isr.Follower, a FetchAnswer) {
 		}
 		return
 	}
-	batches, epochs := splitReplicated(a.Records)
-	end := int64(-1)
-	if len(batches) > 0 {
-		r.writeMu.Lock()
-		if r.retired {
-			r.writeMu.Unlock()
-			return
+	if err != nil {
+		m.log.Warn("append replicated batches", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
+		r.mu.Lock()
+		if r.follower == f {
+			r.resetFollowerLocked()
 		}
-		var err error
-		end, err = m.b.AppendReplicated(r.tp, batches)
-		r.writeMu.Unlock()
-		if err != nil {
-			m.log.Warn("append replicated batches", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
-			r.mu.Lock()
-			if r.follower == f {
-				r.resetFollowerLocked()
-			}
-			r.mu.Unlock()
-			return
-		}
+		r.mu.Unlock()
+		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.follower != f {
 		return
 	}
-	if err := f.Appended(epochs); err != nil {
+	if err := f.Appended(fa.epochs); err != nil {
 		m.log.Warn("replicated batches out of order", "topic", r.tp.Topic, "partition", r.tp.Partition, "err", err)
 		r.resetFollowerLocked()
 		return

@@ -65,6 +65,11 @@ type FetchRequest struct {
 	MaxWait         time.Duration
 	BytesMax        int32
 	Partitions      []FetchPartition
+	// Caller is the shard whose loop the leader serves the request on
+	// (shard.FetchFrom: that shard's partitions are read inline on the first pass), or
+	// shard.CallerNone. Leader side only; a shard whose loop is not the caller's thread is
+	// posted to whatever it says.
+	Caller int
 }
 
 // FetchPartition asks for one partition's batches from Offset (the follower's LEO).
@@ -179,6 +184,9 @@ type Manager struct {
 	leaderThrottle *throttle
 	// lists holds the topics' throttled-replicas lists of the last reconciled metadata.
 	lists atomic.Pointer[throttleLists]
+	// reconciled is the metadata the last reconcile applied (read-only once stored): the
+	// fetchers read it every round instead of copying the controller's metadata.
+	reconciled atomic.Pointer[controller.Metadata]
 
 	cmu     sync.Mutex
 	ctlConn PeerConn // to the controller leader's broker; guarded by cmu
@@ -201,6 +209,12 @@ type Manager struct {
 
 	// ISR changes of partitions this broker leads, committed by the controller (metrics).
 	isrShrinks, isrExpands atomic.Uint64
+	// Follower fetch rounds answered by a leader, and the partitions' appends they carried
+	// (ReplicaFetches).
+	fetchRounds, replicatedAppends atomic.Uint64
+	// failedRounds counts the rounds whose every partition the leader refused (the lane
+	// then waits failedRoundWait).
+	failedRounds atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -888,7 +902,17 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 			}
 		}
 	}
+	m.reconciled.Store(md)
 	m.syncFetchers(md)
+}
+
+// reconciledMetadata is the metadata the last reconcile applied, or a copy of the
+// controller's before the first one. Callers must not change it.
+func (m *Manager) reconciledMetadata() *controller.Metadata {
+	if md := m.reconciled.Load(); md != nil {
+		return md
+	}
+	return m.ctl.Metadata()
 }
 
 // openTopic makes the local topic match md's topic t: created under t's ID and creation
@@ -1032,6 +1056,14 @@ func (m *Manager) Leads(tp shard.TopicPartition) bool {
 // controller committed since the broker started.
 func (m *Manager) ISRChanges() (shrinks, expands uint64) {
 	return m.isrShrinks.Load(), m.isrExpands.Load()
+}
+
+// ReplicaFetches returns, since the broker started, its follower fetch rounds that a
+// leader answered, the appends of partitions' batches those answers carried (a partition
+// with batches counts once per round), and the rounds whose every partition the leader
+// refused (after which the lane waits failedRoundWait).
+func (m *Manager) ReplicaFetches() (rounds, appends, refused uint64) {
+	return m.fetchRounds.Load(), m.replicatedAppends.Load(), m.failedRounds.Load()
 }
 
 // Ready is nil while this broker knows a controller leader and is registered with it.

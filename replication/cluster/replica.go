@@ -428,11 +428,8 @@ func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 		finish()
 		return
 	}
-	m.b.Fetch(fr, func(results []shard.FetchResult) {
-		go func() {
-			if catchUp {
-				lowerPriority() // for good: the thread ends with this goroutine
-			}
+	m.b.FetchFrom(req.Caller, fr, func(results []shard.FetchResult) {
+		copyOut := func() {
 			now := m.cfg.Now()
 			for k := range results {
 				res := &results[k]
@@ -456,8 +453,35 @@ func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 				a.HighWatermark, a.LogEndOffset, a.Err = m.followerFetched(fp, req.ReplicaID, res.LogEndOffset, now)
 			}
 			finish()
+		}
+		if !catchUp && resultsBytes(results) <= inlineCopyBytesMax {
+			// An in-sync follower's answer, a few recent batches: copied here, on the
+			// shard loop that answered (from the page cache), instead of waking another
+			// thread for a goroutine per answer.
+			copyOut()
+			return
+		}
+		go func() {
+			if catchUp {
+				lowerPriority() // for good: the thread ends with this goroutine
+			}
+			copyOut()
 		}()
 	})
+}
+
+// inlineCopyBytesMax bounds the records of a fetch answer copied on the shard loop that
+// answered it (ReplicaFetch): larger ones, and every answer to a follower outside an ISR,
+// are copied on a goroutine of their own so that produces on the shard never wait for
+// them.
+const inlineCopyBytesMax = 64 << 10
+
+func resultsBytes(results []shard.FetchResult) int64 {
+	var n int64
+	for i := range results {
+		n += results[i].Records.Size
+	}
+	return n
 }
 
 // afterFunc is time.AfterFunc (the leader throttle's pacing of a held fetch).

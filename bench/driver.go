@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 	"sync"
 )
@@ -69,6 +70,16 @@ type Producer interface {
 type Consumer interface {
 	Poll(ctx context.Context, handle func(partition int, value []byte)) error
 	Close() error
+}
+
+// BatchConsumer is a Consumer whose client hands records over a batch at a time. The runner
+// prefers PollBatches to Poll: it accounts per batch (one add to each counter, one
+// end-to-end latency sample: the batch's first record), so what the harness does per
+// message is only the payload check. PollBatches blocks like Poll and calls handle once per
+// batch; values yields the batch's record values in order and is valid only during handle.
+type BatchConsumer interface {
+	Consumer
+	PollBatches(ctx context.Context, handle func(partition int, values iter.Seq[[]byte])) error
 }
 
 // DriverFactory opens a driver for an address (may be empty for embedded peers).

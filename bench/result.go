@@ -139,13 +139,16 @@ func ReadRSS(pid int) (int64, error) {
 }
 
 // WriteJSON writes r to path.
-func (r *Result) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
+func (r *Result) WriteJSON(path string) error { return writeJSONFile(path, "result", r) }
+
+// writeJSONFile writes v to path, indented; what names it in errors.
+func writeJSONFile(path, what string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
+		return fmt.Errorf("encode %s: %w", what, err)
 	}
 	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write result: %w", err)
+		return fmt.Errorf("write %s: %w", what, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -77,6 +78,15 @@ type consumerStats struct {
 // Run executes a workload: create topics, fill the backlog if any, start consumers and
 // producers, warm up, measure, stop, drain, and return the result.
 func Run(ctx context.Context, opts RunOptions) (*Result, error) {
+	r, err := newRun(opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.execute(ctx)
+}
+
+// newRun checks the options and fills their defaults.
+func newRun(opts RunOptions) (*run, error) {
 	if err := opts.Workload.Validate(); err != nil {
 		return nil, err
 	}
@@ -100,7 +110,7 @@ func Run(ctx context.Context, opts RunOptions) (*Result, error) {
 	if placer, ok := opts.Driver.(NullKeyPlacer); ok && placer.PlacesNullKeys() && r.w.KeyDistribution == KeysNone {
 		r.clientPlaces = true
 	}
-	return r.execute(ctx)
+	return r, nil
 }
 
 func (r *run) execute(ctx context.Context) (*Result, error) {
@@ -108,13 +118,8 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 		Workload: r.w, Hardware: DetectHardware(r.opts.DataDir),
 		Started: time.Now().UTC(), Version: resultFormat,
 	}
-	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
-	for t := range r.w.Topics {
-		name := fmt.Sprintf("%s-%s-%s-%d", r.opts.TopicPrefix, r.w.Name, suffix, t)
-		if err := r.opts.Driver.CreateTopic(ctx, name, r.w.PartitionsPerTopic); err != nil {
-			return nil, fmt.Errorf("create topic %s: %w", name, err)
-		}
-		r.topics = append(r.topics, name)
+	if err := r.createTopics(ctx); err != nil {
+		return nil, err
 	}
 	// Drivers learn storage settings from the topics they create: describe again.
 	result.Driver = r.opts.Driver.Info()
@@ -203,6 +208,19 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	}
 	r.summarize(result, samples, window, rss)
 	return result, nil
+}
+
+// createTopics creates the workload's topics under a name unique to this run.
+func (r *run) createTopics(ctx context.Context) error {
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	for t := range r.w.Topics {
+		name := fmt.Sprintf("%s-%s-%s-%d", r.opts.TopicPrefix, r.w.Name, suffix, t)
+		if err := r.opts.Driver.CreateTopic(ctx, name, r.w.PartitionsPerTopic); err != nil {
+			return fmt.Errorf("create topic %s: %w", name, err)
+		}
+		r.topics = append(r.topics, name)
+	}
+	return nil
 }
 
 func (r *run) openProducers(ctx context.Context) ([]Producer, error) {
@@ -346,8 +364,57 @@ func (r *run) consume(ctx context.Context, c Consumer, stats *consumerStats) err
 			r.noteCatchUp(consumed, rateWindow)
 		}
 	}
+	if bc, ok := c.(BatchConsumer); ok {
+		return r.consumeBatches(ctx, bc, stats, rateWindow)
+	}
 	for {
 		if err := c.Poll(ctx, handle); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("poll: %w", err)
+		}
+	}
+}
+
+// consumeBatches is consume for a BatchConsumer: per batch, one clock read, one add to each
+// counter, one end-to-end latency sample (the batch's first good record: the oldest in it,
+// so the sample leans towards the batch's worst) and one catch-up check; per message only
+// the payload check and the sums.
+func (r *run) consumeBatches(ctx context.Context, c BatchConsumer, stats *consumerStats, rateWindow int64) error {
+	handle := func(_ int, values iter.Seq[[]byte]) {
+		now := r.clock.Now()
+		var messages, bytes, bad, sentNs int64
+		for value := range values {
+			if len(value) < payloadStampOffset+8 || binary.LittleEndian.Uint32(value) != payloadMagic {
+				bad++
+				continue
+			}
+			if messages == 0 {
+				sentNs = int64(binary.LittleEndian.Uint64(value[payloadStampOffset:]))
+			}
+			messages++
+			bytes += int64(len(value))
+		}
+		if bad > 0 {
+			r.totals.badPayloads.Add(bad)
+		}
+		if messages == 0 {
+			return
+		}
+		consumed := r.totals.consumed.Add(messages)
+		r.totals.consumedBytes.Add(bytes)
+		if r.gate.on.Load() {
+			stats.mu.Lock()
+			stats.endToEnd.Record(now.Sub(time.Unix(0, sentNs)))
+			stats.mu.Unlock()
+		}
+		if r.backlog != nil {
+			r.noteCatchUp(consumed, rateWindow)
+		}
+	}
+	for {
+		if err := c.PollBatches(ctx, handle); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}

@@ -8,12 +8,15 @@
 // one record in flight (sync produce) sends without linger. Null keys of keyDistribution
 // none go with partition -1: the client places them (sticky runs, docs/client.md). Consumers assign their
 // partitions from the earliest offset and long-poll, reading batch by batch
-// (client.Consumer.PollBatches).
+// (client.Consumer.PollBatches); the consumer is a bench.BatchConsumer, so the runner
+// accounts per batch rather than per record.
 package ringlogdriver
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"sync"
 	"time"
@@ -185,6 +188,36 @@ func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
 			handle(partition, value)
 			return nil
 		})
+	})
+	if err != nil {
+		return fmt.Errorf("ringlog driver: poll: %w", err)
+	}
+	return nil
+}
+
+// The runner's per-batch accounting applies to this driver.
+var _ bench.BatchConsumer = (*consumer)(nil)
+
+// errStopYield ends a batch's record loop when the bench's handler stops iterating early.
+var errStopYield = errors.New("ringlog driver: handler stopped iterating")
+
+// PollBatches hands each fetched batch to handle as one call (bench.BatchConsumer): the
+// values iterator decodes the batch's records in place as the handler ranges over it.
+func (c *consumer) PollBatches(ctx context.Context, handle func(int, iter.Seq[[]byte])) error {
+	err := c.co.PollBatches(ctx, func(b *client.FetchedBatch) error {
+		var decodeErr error
+		handle(int(b.Partition), func(yield func([]byte) bool) {
+			decodeErr = b.Records(func(_, _ int64, _, value []byte, _ []batch.RecordHeader) error {
+				if !yield(value) {
+					return errStopYield
+				}
+				return nil
+			})
+		})
+		if decodeErr != nil && !errors.Is(decodeErr, errStopYield) {
+			return decodeErr
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("ringlog driver: poll: %w", err)

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -308,7 +307,7 @@ func writeRoundsSummary(out io.Writer, pairs []peerPair) {
 		pub, con, p99 = append(pub, rp), append(con, rc), append(p99, rl)
 		fmt.Fprintf(out, "  round %d (%s first): publish MB/s %.2f×, consume MB/s %.2f×, publish p99 %.2f×\n", i+1, first, rp, rc, rl)
 	}
-	fmt.Fprintf(out, "  median: publish MB/s %.2f×, consume MB/s %.2f×, publish p99 %.2f×\n", median(pub), median(con), median(p99))
+	fmt.Fprintf(out, "  median: publish MB/s %.2f×, consume MB/s %.2f×, publish p99 %.2f×\n", bench.Median(pub), bench.Median(con), bench.Median(p99))
 }
 
 func ratioOf(a, b float64) float64 {
@@ -316,18 +315,6 @@ func ratioOf(a, b float64) float64 {
 		return 0
 	}
 	return a / b
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // dropPageCache writes dirty pages back (sync) and drops the clean page cache, dentries and

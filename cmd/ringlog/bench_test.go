@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -202,10 +203,53 @@ func TestPeersRoundsSummary(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}
 	}
-	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+	if m := bench.Median([]float64{4, 1, 3, 2}); m != 2.5 {
 		t.Errorf("median of an even count = %v, want 2.5", m)
 	}
 	if r := ratioOf(1, 0); r != 0 {
 		t.Errorf("ratio against 0 = %v", r)
+	}
+}
+
+func TestWriteCatchUp(t *testing.T) {
+	report := &bench.CatchUpReport{
+		Workload: bench.Workload{Name: "w", Consumers: 1}, Driver: bench.DriverInfo{Name: "ringlog"},
+		Backlog: bench.Backlog{WrittenBytes: 4 << 30, WrittenMessages: 4 << 20, FillSeconds: 9},
+		Rounds: []bench.CatchUpRound{
+			{ReadFirst: true, ReadSeconds: 5, ReadMBPerSec: 859, LoopbackSeconds: 5, LoopbackMBPerSec: 1718, Share: 0.5, BrokerCPUPerGB: 0.4},
+			{ReadSeconds: 4, ReadMBPerSec: 1074, LoopbackSeconds: 5, LoopbackMBPerSec: 1074, Share: 1, BrokerDiskReadBytes: -1},
+		},
+		MedianShare: 0.75, MedianReadMBPerSec: 966, MedianLoopbackMBPerSec: 1396,
+	}
+	var out strings.Builder
+	writeCatchUp(&out, report)
+	for _, want := range []string{
+		"backlog 4GiB in 4194304 messages",
+		"    1  read        5.00        859        5.00           1718    50%             0.40  0B",
+		"    2  loopback    4.00       1074        5.00           1074   100%             0.00  unknown",
+		"median over 2 rounds: read 966 MB/s, loopback 1396 MB/s, share 75%",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestCatchUpWorkload: the workload keeps its own producer rate (a backlog needs one) and
+// takes --backlog.
+func TestCatchUpWorkload(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	if err := fs.Parse([]string{"../../bench/workloads/catch-up-1kib.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := catchUpWorkload(fs, "4GiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.BacklogSize != 4<<30 || w.ProducerRate != 20000 || w.Consumers != 1 {
+		t.Fatalf("workload %+v", w)
+	}
+	if _, err := catchUpWorkload(fs, "lots"); err == nil {
+		t.Fatal("a bad --backlog was accepted")
 	}
 }

@@ -216,3 +216,38 @@ func BenchmarkRealBrokerCatchUp1KiB(b *testing.B) {
 		}
 	})
 }
+
+// TestPollBatchesDefaultFetchSize: a consumer with the default configuration reads up to
+// 4 MiB of one partition's backlog in one fetch round (catch-up pays a fixed cost per round).
+func TestPollBatchesDefaultFetchSize(t *testing.T) {
+	c, stop := startBroker(t, 1, t.TempDir())
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const topic, valueBytes, records = "fetch-size", 1 << 10, 5 << 10 // 5 MiB of values
+	if err := c.CreateTopic(ctx, topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, BatchBytes: 64 << 10})
+	value := make([]byte, valueBytes)
+	for range records {
+		if err := p.Send(ctx, &client.Record{Topic: topic, Partition: 0, Value: value}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	co := c.NewConsumer(client.ConsumerConfig{MaxWait: time.Millisecond})
+	co.Assign(topic, 0, client.Earliest())
+	var read int
+	if err := co.PollBatches(ctx, func(b *client.FetchedBatch) error {
+		read += len(b.Raw)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if read <= 3<<20 || read > 4<<20 {
+		t.Fatalf("first round read %d bytes of a 5 MiB backlog, want more than 3 MiB and at most 4 MiB", read)
+	}
+}

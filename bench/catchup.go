@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -243,20 +240,7 @@ func (r *run) readBacklog(ctx context.Context, round *CatchUpRound) (time.Durati
 // (its threads', io_uring's workers included) fetched from block devices, not from the page
 // cache. Reading another user's process needs privilege.
 func ReadDiskReadBytes(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read io of %d: %w", pid, err)
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "read_bytes:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse read_bytes of %d: %w", pid, err)
-			}
-			return n, nil
-		}
-	}
-	return 0, fmt.Errorf("no read_bytes for %d", pid)
+	return readProcInt(pid, "io", "read_bytes:", "")
 }
 
 // WriteJSON writes the report to path.

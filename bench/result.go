@@ -122,20 +122,27 @@ type RSSStats struct {
 
 // ReadRSS returns a process's resident set size from /proc/PID/status.
 func ReadRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kib, err := readProcInt(pid, "status", "VmRSS:", " kB")
+	return kib << 10, err
+}
+
+// readProcInt returns the integer on the line of /proc/PID/FILE that starts with key,
+// without unit (a suffix such as " kB").
+func readProcInt(pid int, file, key, unit string) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
-		return 0, fmt.Errorf("read rss of %d: %w", pid, err)
+		return 0, fmt.Errorf("read %s of %d: %w", file, pid, err)
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), unit), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parse VmRSS of %d: %w", pid, err)
+				return 0, fmt.Errorf("parse %s of %d: %w", strings.TrimSuffix(key, ":"), pid, err)
 			}
-			return kib << 10, nil
+			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for %d", pid)
+	return 0, fmt.Errorf("no %s for %d", strings.TrimSuffix(key, ":"), pid)
 }
 
 // WriteJSON writes r to path.

@@ -17,10 +17,7 @@ import (
 // moves), with end-to-end latencies recorded. It returns the result.
 func RunDelivered(t testing.TB, w bench.Workload, d bench.Driver, minPublished int64) *bench.Result {
 	t.Helper()
-	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: d, SampleInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	result := Run(t, w, d)
 	if result.Publish.Messages < max(minPublished, 1) || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
 		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
 	}
@@ -29,4 +26,26 @@ func RunDelivered(t testing.TB, w bench.Workload, d bench.Driver, minPublished i
 			result.Totals.Consumed, result.Totals.Published, result.Consume, result.Publish, result.EndToEnd.Count)
 	}
 	return result
+}
+
+// Run runs w on d with 50 ms samples and fails t on an error; the caller checks the result.
+func Run(t testing.TB, w bench.Workload, d bench.Driver) *bench.Result {
+	t.Helper()
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: d, SampleInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return result
+}
+
+// OpenAndRun opens the driver called name on address for w, runs w on it (Run) and closes
+// the driver.
+func OpenAndRun(t testing.TB, name, address string, w bench.Workload) *bench.Result {
+	t.Helper()
+	driver, err := bench.OpenDriver(name, address, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer driver.Close()
+	return Run(t, w, driver)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/benchtest"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/ring"
@@ -59,15 +60,7 @@ compression: lz4
 func TestRunOverKafka(t *testing.T) {
 	address := startBroker(t)
 	w := workload(t)
-	driver, err := bench.OpenDriver("kgo", address, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer driver.Close()
-	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	result := benchtest.OpenAndRun(t, "kgo", address, w)
 	// How many records the run's 450 ms hold depends on the CPU it got (none in the measured
 	// window once, under make test at load 25 with a benchmark ahead of it): check that
 	// records went through without errors, not a rate.
@@ -90,15 +83,7 @@ func TestNullKeysPlacedByKgo(t *testing.T) {
 	address := startBroker(t)
 	w := workload(t)
 	w.KeyDistribution, w.BatchBytes = bench.KeysNone, 4<<10
-	driver, err := bench.OpenDriver("kgo", address, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer driver.Close()
-	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	result := benchtest.OpenAndRun(t, "kgo", address, w)
 	if result.Totals.Published == 0 || result.Errors.Publish != 0 || !result.AllDelivered() || len(result.PartitionShares) != 0 {
 		t.Fatalf("totals %+v errors %+v shares %v", result.Totals, result.Errors, result.PartitionShares)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ringlog/ringlog/netio/wire"
 
 	"github.com/ringlog/ringlog/bench"
+	"github.com/ringlog/ringlog/bench/benchtest"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/fakebroker"
 )
@@ -63,15 +64,7 @@ acks: "1"
 func TestRunOverTheWire(t *testing.T) {
 	address := startFake(t)
 	w := workload()
-	driver, err := bench.OpenDriver("ringlog", address, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer driver.Close()
-	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	result := benchtest.OpenAndRun(t, "ringlog", address, w)
 	if result.Publish.Messages < 300 || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
 		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
 	}
@@ -90,15 +83,7 @@ func TestNullKeysPlacedByTheClient(t *testing.T) {
 	address := startFake(t)
 	w := workload()
 	w.KeyDistribution, w.BatchBytes = bench.KeysNone, 4<<10
-	driver, err := bench.OpenDriver("ringlog", address, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer driver.Close()
-	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: driver, SampleInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	result := benchtest.OpenAndRun(t, "ringlog", address, w)
 	if result.Totals.Published == 0 || result.Errors.Publish != 0 || !result.AllDelivered() || len(result.PartitionShares) != 0 {
 		t.Fatalf("totals %+v errors %+v shares %v", result.Totals, result.Errors, result.PartitionShares)
 	}

@@ -26,6 +26,21 @@ func syncCounts(t *testing.T, b *Broker, tp TopicPartition) (syncs, inline, dups
 	return syncs, inline, dups
 }
 
+// openFlushAlwaysHooked opens a one-shard broker (syscall backend) with hooks and a
+// flush.always topic "t" of one partition, closed when the test ends.
+func openFlushAlwaysHooked(t *testing.T, hooks *testHooks) (*Broker, TopicPartition) {
+	t.Helper()
+	b, err := Open(Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "syscall"}, hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.CreateTopic("t", 1, map[string]string{"flush.always": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	return b, TopicPartition{"t", 0}
+}
+
 // A lone flush.always producer: the sync of each record is the only work of its loop turn,
 // so the shard runs it inline (no io-wq worker, no duplicate of the segment descriptor);
 // with Config.SyncInlineOff every sync goes to the ring with its duplicate.
@@ -129,15 +144,7 @@ func TestStagedWriteStartsSyncSameTurn(t *testing.T) {
 		fromWriteStaged <- found
 		done(nil)
 	}}
-	b, err := Open(Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "syscall"}, hooks: hooks})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.CreateTopic("t", 1, map[string]string{"flush.always": "true"}); err != nil {
-		t.Fatal(err)
-	}
-	tp := TopicPartition{"t", 0}
+	b, tp := openFlushAlwaysHooked(t, hooks)
 	if r := produce(t, b, tp, AcksLeader, buildBatch(t, "a", 1)); r.Err != nil || r.BaseOffset != 0 {
 		t.Fatalf("produce: %+v", r)
 	}
@@ -158,15 +165,7 @@ func TestSyncInlineBacksOffWhenWorkArrives(t *testing.T) {
 		}
 		return unix.Fdatasync(fd)
 	}}
-	b, err := Open(Config{DataDir: t.TempDir(), Shards: 1, Ring: ring.Config{Backend: "syscall"}, hooks: hooks})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := b.CreateTopic("t", 1, map[string]string{"flush.always": "true"}); err != nil {
-		t.Fatal(err)
-	}
-	tp := TopicPartition{"t", 0}
+	b, tp := openFlushAlwaysHooked(t, hooks)
 	// Until one sync ran inline (a stray completion may send one to the ring).
 	for i := 0; posted.Load() == 0; i++ {
 		if i == 20 {

@@ -297,7 +297,7 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 		fa.r.fetched(m, fa, end, err)
 	}
 	m.fetchRounds.Add(1)
-	if failed := countFailed(answers); failed > 0 && failed == len(answers) {
+	if allRefused(answers) {
 		// Every partition was refused (not the leader, an epoch it has not applied yet):
 		// the leader answered at once without a read, and asking again at once spins
 		// until the metadata changes (Kafka's replica.fetch.backoff.ms).
@@ -312,14 +312,14 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 // applies its epoch, and the in-sync lane's next fetch is what acks=all waits for.
 const failedRoundWait = 20 * time.Millisecond
 
-func countFailed(answers []FetchAnswer) int {
-	n := 0
+// allRefused reports whether a round had answers and the leader refused every one.
+func allRefused(answers []FetchAnswer) bool {
 	for _, a := range answers {
-		if a.Err != nil {
-			n++
+		if a.Err == nil {
+			return false
 		}
 	}
-	return n
+	return len(answers) > 0
 }
 
 // fetchedAnswer is the leader's answer for one replica of a round, cut into batches.

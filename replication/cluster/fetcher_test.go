@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -68,4 +69,24 @@ func FuzzSplitReplicated(f *testing.F) {
 			at += len(bt)
 		}
 	})
+}
+
+// TestAllRefused: a lane pauses (failedRoundWait) only after a round whose every answer the
+// leader refused; one partition answered, or an empty round, keeps it asking at once.
+func TestAllRefused(t *testing.T) {
+	refused := FetchAnswer{Err: errors.New("not leader")}
+	for _, tc := range []struct {
+		answers []FetchAnswer
+		want    bool
+	}{
+		{nil, false},
+		{[]FetchAnswer{refused}, true},
+		{[]FetchAnswer{refused, refused}, true},
+		{[]FetchAnswer{refused, {}}, false},
+		{[]FetchAnswer{{}}, false},
+	} {
+		if got := allRefused(tc.answers); got != tc.want {
+			t.Errorf("allRefused(%+v) = %v, want %v", tc.answers, got, tc.want)
+		}
+	}
 }

@@ -71,6 +71,15 @@ type ConsumerConfig struct {
 	// 4 MiB on the same broker: each fetch round costs a few milliseconds whatever its size
 	// (docs/benchmarks.md, "Catch-up against loopback (issue 14, session 6)").
 	PartitionMaxBytes int32
+	// NoPrefetch turns fetching ahead off. By default, when an answer brings a partition's
+	// records and the broker holds more after them, the next fetch to that shard address
+	// is sent before the records are handed out, so that the broker sends it while the
+	// caller decodes (each address has at most one fetch in flight). A consumer then holds
+	// up to two answers per shard address, the one being handed out and the next, each at
+	// most MaxBytes: 2 x 16 MiB per address with the defaults. With NoPrefetch a fetch goes
+	// out only from Poll, one answer per address is held, and catch-up reads run at about
+	// half the speed (docs/benchmarks.md, "Fetch rounds (issue 14, session 7)").
+	NoPrefetch bool
 	// OnOutOfRange is where a partition restarts when its position falls outside the log
 	// (Earliest or Latest). Unset: Poll returns an error wrapping
 	// wire.ErrOffsetOutOfRange.
@@ -118,6 +127,14 @@ type Consumer struct {
 	assigned map[topicPartition]*assignment
 	order    []topicPartition // stable iteration order
 
+	// Fetches in flight, at most one per shard address, and the answers that arrived
+	// (filled by the connections' reader goroutines under arrivedMu; arrivedSignal, of
+	// capacity 1, says there is something). Everything else is the polling goroutine's.
+	inflight      map[string]*addrFetch
+	arrivedMu     sync.Mutex
+	arrived       []*addrFetch
+	arrivedSignal chan struct{}
+
 	// Injectable for tests: the clock, the wait between polls, and the jitter source
 	// (returns a value in [0, n)).
 	now    func() time.Time
@@ -129,7 +146,8 @@ type assignment struct {
 	start    Offset // pending start, resolved by the next Poll
 	position int64  // next offset to read, valid when start.kind == offsetNone
 	retryAt  time.Time
-	attempts int // consecutive retriable fetch errors
+	attempts int  // consecutive retriable fetch errors
+	fetching bool // in a fetch in flight (Consumer.inflight)
 }
 
 // NewConsumer returns a consumer reading through c.
@@ -267,8 +285,12 @@ func (co *Consumer) resolve(ctx context.Context, key topicPartition, a *assignme
 }
 
 // Poll fetches from every assigned partition (one request per owning shard address, in
-// parallel) and returns the records after each partition's position, advancing it. It
-// waits up to MaxWait for data (long-poll) and returns an empty slice if none arrived.
+// parallel, at most one in flight per address) and returns the records after each
+// partition's position from the answers that are in, advancing the positions. It waits for
+// an answer, which the broker holds up to MaxWait while it has no data (long-poll), and
+// returns an empty slice if none brought records. An answer bringing records while the
+// broker holds more sends that address's next fetch before Poll returns (see
+// ConsumerConfig.NoPrefetch); an answer overtaken by Seek, Assign or Unassign is dropped.
 // PollBatches is the same fetch handing out whole batches instead of a record object each.
 func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	var out []ConsumedRecord
@@ -281,20 +303,38 @@ func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	return out, err
 }
 
-// fetchResult is one shard address's answer in a fetch round.
-type fetchResult struct {
+// addrFetch is one fetch request in flight to one shard address (at most one per address:
+// Consumer.inflight). Its callback fills err and release and queues it on arrived.
+type addrFetch struct {
 	addr    string
 	req     *wire.FetchRequest
 	resp    *wire.FetchResponse
+	sent    []sentPartition // one per requested partition, in request order
 	err     error
 	release func()
 }
 
-// fetchRound is the part Poll and PollBatches share: it fetches from every assigned
-// partition that is not backing off (one request per owning shard address, in parallel),
-// applies each partition's error code (back-off, out-of-range reset, metadata refresh) and
-// calls deliver with the records of each partition answered without error. deliver
-// advances the partition's position and reports whether it handed anything to the caller.
+// sentPartition is what a fetch asked of one partition: the assignment it was sent for and
+// the offset, so that an answer overtaken by an Assign, Seek, Unassign or a failed
+// delivery is recognised and dropped.
+type sentPartition struct {
+	key    topicPartition
+	a      *assignment
+	offset int64
+}
+
+// fetchRound is the part Poll and PollBatches share. It sends a fetch to every shard
+// address owning assigned partitions that are not backing off and have no fetch in flight
+// (at most one fetch in flight per address), waits until at least one answer is in, and
+// for each answer: applies every partition's error code (back-off, out-of-range reset,
+// metadata refresh), sends that address's next fetch at once for the partitions the
+// broker holds more of (prefetch, unless ConsumerConfig.NoPrefetch), then calls deliver with
+// the records of each partition answered without error. deliver advances the partition's
+// position and reports whether it handed anything to the caller.
+//
+// Addresses do not wait for each other: an address whose partitions are caught up
+// long-polls while the others' answers are handed out, and the next fetch to an address
+// is on its way while the previous answer is decoded by the caller.
 //
 // keep says the caller retains what deliver handed out: a response that delivered
 // something then stays with the caller (its frame buffer is not pooled again); otherwise
@@ -302,86 +342,252 @@ type fetchResult struct {
 // was unreachable and nothing was delivered pauses before returning, so that callers
 // polling in a loop do not spin on refused dials.
 func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) error {
-	results, err := co.fetchAll(ctx)
-	if err != nil || len(results) == 0 {
-		return err
-	}
-	kept := make([]bool, len(results))
-	defer func() {
-		for i, r := range results {
-			if !kept[i] {
-				r.release() // back to the pool: nothing handed out points into it
-			}
+	for {
+		if err := co.sendFetches(ctx); err != nil {
+			return err
 		}
-	}()
-	delivered, connFailed := false, false
-	defer func() {
-		if connFailed && !delivered {
+		if len(co.inflight) == 0 {
+			return nil // every partition is backing off
+		}
+		arrived, err := co.waitArrived(ctx)
+		if err != nil {
+			return err
+		}
+		delivered, stale, connFailed, err := co.answerAll(arrived, keep, deliver)
+		if err != nil || delivered {
+			return err
+		}
+		if connFailed {
 			select {
 			case <-time.After(pollRetryBackoff):
 			case <-ctx.Done():
 			}
+			return nil
 		}
-	}()
-	for i, r := range results {
-		if LeadershipError(r.err) {
-			connFailed = true
-			// The connection (or a stale shard address) failed, or the broker is
-			// shutting down: route these partitions by fresh metadata on the next Poll
-			// instead of failing the caller, as a Kafka consumer does while a broker
-			// restarts or a new leader is elected.
-			for _, t := range r.req.Topics {
-				co.c.invalidate(t.Topic)
-			}
-			continue
+		if !stale {
+			return nil // the brokers had nothing: an empty round after their long-poll
 		}
-		if r.err != nil {
-			return fmt.Errorf("poll: fetch from %s: %w", r.addr, r.err)
-		}
-		for _, t := range r.resp.Topics {
-			for j := range t.Partitions {
-				p := &t.Partitions[j]
-				key := topicPartition{t.Topic, p.Partition}
-				a, err := co.partitionAnswer(key, p)
-				if err != nil {
-					return err
-				}
-				if a == nil {
-					continue
-				}
-				got, err := deliver(key, a, p.Records)
-				if got {
-					delivered = true
-					kept[i] = keep
-				}
-				if err != nil {
-					return err
-				}
-			}
-		}
+		// Nothing delivered because the answers were overtaken (Seek, Assign, a failed
+		// delivery): fetch again at the current positions.
 	}
-	return nil
 }
 
-// fetchAll sends one fetch request per shard address owning an assigned partition that is
-// not backing off, and waits for every answer (or ctx). It returns no results when every
-// partition is backing off.
-func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
-	if len(co.order) == 0 {
-		return nil, errors.New("poll: no partitions assigned")
+// answerAll handles the answers that arrived (see fetchRound), releasing each response
+// that handed nothing out (or every one when !keep) once all are delivered.
+func (co *Consumer) answerAll(arrived []*addrFetch, keep bool, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) (delivered, stale, connFailed bool, err error) {
+	kept := make([]bool, len(arrived))
+	defer func() {
+		for i, f := range arrived {
+			if !kept[i] {
+				f.release() // back to the pool: nothing handed out points into it
+			}
+		}
+	}()
+	for _, f := range arrived { // free every address and partition first: an error below stops the loop
+		delete(co.inflight, f.addr)
+		for _, s := range f.sent {
+			s.a.fetching = false
+		}
 	}
-	co.waitForRetries(ctx)
+	for i, f := range arrived {
+		got, overtaken, failed, err := co.answer(f, deliver)
+		stale = stale || overtaken
+		connFailed = connFailed || failed
+		if got {
+			delivered = true
+			kept[i] = keep
+		}
+		if err != nil {
+			return delivered, stale, connFailed, err
+		}
+	}
+	return delivered, stale, connFailed, nil
+}
+
+// answer handles one arrived fetch (its address and partitions already freed): it sends
+// the prefetch, and delivers. overtaken: some partition's answer no longer matched its
+// assignment or position and was dropped.
+func (co *Consumer) answer(f *addrFetch, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) (got, overtaken, connFailed bool, err error) {
+	if LeadershipError(f.err) {
+		// The connection (or a stale shard address) failed, or the broker is shutting
+		// down: route these partitions by fresh metadata on the next Poll instead of
+		// failing the caller, as a Kafka consumer does while a broker restarts or a new
+		// leader is elected.
+		for _, t := range f.req.Topics {
+			co.c.invalidate(t.Topic)
+		}
+		return false, false, true, nil
+	}
+	if f.err != nil {
+		return false, false, false, fmt.Errorf("poll: fetch from %s: %w", f.addr, f.err)
+	}
+	co.prefetch(f)
+	k := 0
+	for _, t := range f.resp.Topics {
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			key := topicPartition{t.Topic, p.Partition}
+			s, ok := f.sentFor(&k, key)
+			if !ok || co.assigned[key] != s.a || s.a.start.kind != offsetNone || s.a.position != s.offset {
+				overtaken = true
+				continue
+			}
+			a, err := co.partitionAnswer(key, p)
+			if err != nil {
+				return got, overtaken, false, err
+			}
+			if a == nil {
+				continue
+			}
+			delivered, err := deliver(key, a, p.Records)
+			got = got || delivered
+			if err != nil {
+				return got, overtaken, false, err
+			}
+		}
+	}
+	return got, overtaken, false, nil
+}
+
+// sentFor finds what f asked of key, starting at *k (answers come in request order).
+func (f *addrFetch) sentFor(k *int, key topicPartition) (sentPartition, bool) {
+	for i := range f.sent {
+		j := (*k + i) % len(f.sent)
+		if f.sent[j].key == key {
+			*k = j + 1
+			return f.sent[j], true
+		}
+	}
+	return sentPartition{}, false
+}
+
+// prefetch sends f's address its next fetch before f's records are handed out, for the
+// partitions answered with records whose broker holds more after them (their high
+// watermark is past the answer's last whole batch): that fetch answers at once, and the
+// broker and the socket move it while the caller decodes this one. Partitions caught up
+// are left to the next Poll (their fetch long-polls). A delivery that stops early (an
+// error from the caller) leaves its partition behind the prefetched offset: that answer
+// is then dropped as overtaken and the partition fetched again.
+func (co *Consumer) prefetch(f *addrFetch) {
+	if co.cfg.NoPrefetch {
+		return
+	}
+	var next *addrFetch
+	k := 0
+	for _, t := range f.resp.Topics {
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			key := topicPartition{t.Topic, p.Partition}
+			s, ok := f.sentFor(&k, key)
+			if !ok || p.ErrorCode != wire.ErrNone || co.assigned[key] != s.a || s.a.start.kind != offsetNone || s.a.position != s.offset || s.a.fetching {
+				continue
+			}
+			after := nextFetchOffset(p.Records, s.offset)
+			if after <= s.offset || p.HighWatermark <= after {
+				continue // nothing whole in the answer, or caught up
+			}
+			if next == nil {
+				next = co.newFetch(f.addr)
+			}
+			next.add(key, s.a, after, co.cfg.PartitionMaxBytes)
+		}
+	}
+	if next != nil {
+		co.send(next)
+	}
+}
+
+// nextFetchOffset is the offset after the last whole batch of a fetched partition's
+// records (from when nothing whole is there): where the position will be once they are
+// all handed out.
+func nextFetchOffset(records []byte, from int64) int64 {
+	next := from
+	for len(records) > 0 {
+		h, err := batch.ParseHeader(records)
+		if err != nil || h.Size() > len(records) {
+			break
+		}
+		records = records[h.Size():]
+		next = max(next, h.LastOffset()+1)
+	}
+	return next
+}
+
+func (co *Consumer) newFetch(addr string) *addrFetch {
+	return &addrFetch{addr: addr, req: &wire.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}}
+}
+
+// add asks for key at offset in f.
+func (f *addrFetch) add(key topicPartition, a *assignment, offset int64, maxBytes int32) {
+	if n := len(f.req.Topics); n == 0 || f.req.Topics[n-1].Topic != key.topic {
+		f.req.Topics = append(f.req.Topics, wire.FetchTopic{Topic: key.topic})
+	}
+	t := &f.req.Topics[len(f.req.Topics)-1]
+	t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: key.partition, FetchOffset: offset, MaxBytes: maxBytes})
+	f.sent = append(f.sent, sentPartition{key: key, a: a, offset: offset})
+	a.fetching = true
+}
+
+// send puts f in flight; its answer is queued on arrived.
+func (co *Consumer) send(f *addrFetch) {
+	if co.inflight == nil {
+		co.inflight = map[string]*addrFetch{}
+		co.arrivedSignal = make(chan struct{}, 1)
+	}
+	co.inflight[f.addr] = f
+	f.resp = new(wire.FetchResponse)
+	co.c.callAsyncOwned(f.addr, co.cfg.QuotaGroup, f.req, f.resp, func(_ wire.Message, err error, release func()) {
+		f.err, f.release = err, release
+		co.arrivedMu.Lock()
+		co.arrived = append(co.arrived, f)
+		co.arrivedMu.Unlock()
+		select {
+		case co.arrivedSignal <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// waitArrived returns the answers that arrived, waiting for one when none has (or ctx).
+func (co *Consumer) waitArrived(ctx context.Context) ([]*addrFetch, error) {
+	for {
+		co.arrivedMu.Lock()
+		arrived := co.arrived
+		co.arrived = nil
+		co.arrivedMu.Unlock()
+		if len(arrived) > 0 {
+			return arrived, nil
+		}
+		select {
+		case <-co.arrivedSignal:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// sendFetches sends one fetch per shard address owning an assigned partition that is not
+// backing off and not in a fetch already, except to addresses with a fetch in flight
+// (their partitions go in the next one). When nothing is in flight and every partition is
+// backing off, it first sleeps until the earliest may be fetched again (at most MaxWait).
+func (co *Consumer) sendFetches(ctx context.Context) error {
+	if len(co.order) == 0 {
+		return errors.New("poll: no partitions assigned")
+	}
+	if len(co.inflight) == 0 {
+		co.waitForRetries(ctx)
+	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	now := co.now()
-	byAddr := map[string]*wire.FetchRequest{}
-	var results []fetchResult
+	var byAddr map[string]*addrFetch
+	var order []*addrFetch
 	lastTopic := ""
 	for _, key := range co.order {
 		a := co.assigned[key]
-		if a.retryAt.After(now) {
-			continue // backing off after a retriable error
+		if a.fetching || a.retryAt.After(now) {
+			continue // in a fetch already, or backing off after a retriable error
 		}
 		if key.topic != lastTopic {
 			// Route by fresh metadata: a topic a routing error marked stale (its leader
@@ -392,48 +598,27 @@ func (co *Consumer) fetchAll(ctx context.Context) ([]fetchResult, error) {
 			_, _ = co.c.Partitions(ctx, key.topic)
 		}
 		if err := co.resolve(ctx, key, a); err != nil {
-			return nil, fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)
+			return fmt.Errorf("poll: position of %s/%d: %w", key.topic, key.partition, err)
 		}
 		addr := co.c.leaderAddr(key.topic, key.partition)
-		req := byAddr[addr]
-		if req == nil {
-			req = &wire.FetchRequest{MaxWaitMs: int32(co.cfg.MaxWait.Milliseconds()), MinBytes: co.cfg.MinBytes, MaxBytes: co.cfg.MaxBytes}
-			byAddr[addr] = req
-			results = append(results, fetchResult{addr: addr, req: req})
+		if co.inflight[addr] != nil {
+			continue // one fetch in flight per address: this partition goes in the next
 		}
-		if n := len(req.Topics); n == 0 || req.Topics[n-1].Topic != key.topic {
-			req.Topics = append(req.Topics, wire.FetchTopic{Topic: key.topic})
-		}
-		t := &req.Topics[len(req.Topics)-1]
-		t.Partitions = append(t.Partitions, wire.FetchPartition{Partition: key.partition, FetchOffset: a.position, MaxBytes: co.cfg.PartitionMaxBytes})
-	}
-	if len(results) == 0 {
-		return nil, nil
-	}
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Add(1)
-		r := &results[i]
-		r.resp = new(wire.FetchResponse)
-		co.c.callAsyncOwned(r.addr, co.cfg.QuotaGroup, r.req, r.resp, func(_ wire.Message, err error, release func()) {
-			r.err, r.release = err, release
-			wg.Done()
-		})
-	}
-	waited := make(chan struct{})
-	go func() { wg.Wait(); close(waited) }()
-	select {
-	case <-waited:
-		return results, nil
-	case <-ctx.Done():
-		go func() { // release the buffers of responses that arrive after we gave up
-			<-waited
-			for _, r := range results {
-				r.release()
+		f := byAddr[addr]
+		if f == nil {
+			if byAddr == nil {
+				byAddr = map[string]*addrFetch{}
 			}
-		}()
-		return nil, ctx.Err()
+			f = co.newFetch(addr)
+			byAddr[addr] = f
+			order = append(order, f)
+		}
+		f.add(key, a, a.position, co.cfg.PartitionMaxBytes)
 	}
+	for _, f := range order {
+		co.send(f)
+	}
+	return nil
 }
 
 // partitionAnswer applies one partition's error code from a fetch response. It returns

@@ -59,9 +59,11 @@ var errReassigned = errors.New("partition reassigned during PollBatches")
 // PollBatches is Poll handing out whole batches: it fetches from every assigned partition
 // the same way (one request per owning shard address, long-polling up to MaxWait, the same
 // back-off, retries and errors) and calls fn for each batch holding records at or after
-// its partition's position, in partition order. The position moves past a batch when fn
-// returns nil; an error from fn stops the round, is returned unchanged, and leaves the
-// position before that batch, so the next poll hands it out again. An Assign, Seek or
+// its partition's position, in partition order within each address's answer. The
+// position moves past a batch when fn returns nil; an error from fn stops the round, is
+// returned unchanged, and leaves the position before that batch, so the next poll hands it
+// out again (a fetch sent ahead for that partition is dropped and the partition fetched
+// again from there). An Assign, Seek or
 // Unassign from fn applies from the partition's next batch on. Control batches
 // (transaction markers) are skipped.
 //

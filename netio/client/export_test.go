@@ -18,3 +18,11 @@ func SetConsumerClock(co *Consumer, now func() time.Time, sleep func(context.Con
 func SetClientRetryClock(c *Client, sleep func(context.Context, time.Duration) error, jitter func() float64) {
 	c.sleep, c.jitter = sleep, jitter
 }
+
+// FetchesInFlight is the number of shard addresses a consumer has a fetch in flight to.
+func FetchesInFlight(co *Consumer) int { return len(co.inflight) }
+
+// LeaderAddrForTest is the shard address the client routes a partition to.
+func LeaderAddrForTest(c *Client, topic string, partition int32) string {
+	return c.leaderAddr(topic, partition)
+}

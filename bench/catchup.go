@@ -45,6 +45,10 @@ type CatchUpRound struct {
 	Share            float64 `json:"share"` // ReadMBPerSec / LoopbackMBPerSec
 	// BrokerCPUPerGB is the broker's CPU-seconds during the read per 10^9 bytes of backlog.
 	BrokerCPUPerGB float64 `json:"broker_cpu_per_gb,omitempty"`
+	// ClientCPUPerGB is this process's CPU-seconds during the read per 10^9 bytes of
+	// backlog: the consumers' (receive, CRC, decode) and the harness's per-batch accounting.
+	// With the mem driver the broker is this process and it equals BrokerCPUPerGB.
+	ClientCPUPerGB float64 `json:"client_cpu_per_gb,omitempty"`
 	// BrokerDiskReadBytes is the broker's read_bytes (/proc/PID/io) during the read: bytes it
 	// caused to be read from the block device; 0 means the backlog was served from the page
 	// cache. -1 when unreadable.
@@ -175,6 +179,7 @@ func (r *run) readBacklog(ctx context.Context, round *CatchUpRound) (time.Durati
 	r.backlogAt.Store(0)
 	r.caughtUp.Store(0)
 	r.backlogCPUEnd.Store(0)
+	r.backlogBenchCPUEnd.Store(0)
 	r.consumers = nil
 	r.backlogMsg = r.backlog.WrittenMessages
 	consumers, err := r.openConsumers(ctx)
@@ -228,6 +233,9 @@ func (r *run) readBacklog(ctx context.Context, round *CatchUpRound) (time.Durati
 	round.ReadMBPerSec = float64(r.backlog.WrittenBytes) / read.Seconds() / 1e6
 	if end := math.Float64frombits(r.backlogCPUEnd.Load()); end > 0 && r.backlogCPU.ok {
 		round.BrokerCPUPerGB = (end - r.backlogCPU.broker0) / (float64(r.backlog.WrittenBytes) / 1e9)
+	}
+	if end := math.Float64frombits(r.backlogBenchCPUEnd.Load()); end > 0 && r.backlogCPU.ok {
+		round.ClientCPUPerGB = (end - r.backlogCPU.bench0) / (float64(r.backlog.WrittenBytes) / 1e9)
 	}
 	round.BrokerDiskReadBytes = -1
 	if disk1, err := ReadDiskReadBytes(r.backlogCPUPID); err == nil && diskErr == nil {

@@ -63,11 +63,12 @@ type run struct {
 	// clientPlaces: keyDistribution none on a NullKeyPlacer driver; sends carry partition -1.
 	clientPlaces bool
 	backlogAt    atomic.Int64 // ns after consumeAt; 0 = not yet
-	// backlogCPU is the broker's CPU when consumers started and (in backlogCPUEnd, as
-	// float64 bits) when they finished the backlog.
-	backlogCPU    cpuWindow
-	backlogCPUPID int
-	backlogCPUEnd atomic.Uint64
+	// backlogCPU is the broker's (and this process's) CPU when consumers started and (in
+	// backlogCPUEnd and backlogBenchCPUEnd, as float64 bits) when they finished the backlog.
+	backlogCPU         cpuWindow
+	backlogCPUPID      int
+	backlogCPUEnd      atomic.Uint64
+	backlogBenchCPUEnd atomic.Uint64
 }
 
 type consumerStats struct {
@@ -434,6 +435,9 @@ func (r *run) noteCatchUp(consumed, rateWindow int64) {
 		if r.backlogAt.CompareAndSwap(0, elapsed) && r.backlogCPU.ok {
 			if now, err := ReadCPUSeconds(r.backlogCPUPID); err == nil {
 				r.backlogCPUEnd.Store(math.Float64bits(now))
+				if bench, err := benchCPUSeconds(r.backlogCPUPID, now); err == nil {
+					r.backlogBenchCPUEnd.Store(math.Float64bits(bench))
+				}
 			}
 		}
 	}

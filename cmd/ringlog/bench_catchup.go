@@ -32,6 +32,7 @@ func benchCatchUp(args []string) error {
 	dropCaches := fs.Bool("drop-caches", false, "sync and drop the page cache before filling the backlog (needs root)")
 	syncAfterFill := fs.Bool("sync-after-fill", true, "sync(2) after filling the backlog, so no round shares the CPU with its writeback")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the client's, whole run) to this file")
+	traceFile := fs.String("trace", "", "write this process's Go execution trace (the client's, whole run) to this file")
 	out := fs.String("out", "bench/results/tmp", "directory for the JSON report (the default is git-ignored)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,7 +48,7 @@ func benchCatchUp(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	stopProfile, err := startProfiles(*cpuProfile, "")
+	stopProfile, err := startProfiles(*cpuProfile, *traceFile)
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func writeCatchUp(out io.Writer, r *bench.CatchUpReport) {
 	b := r.Backlog
 	fmt.Fprintf(out, "%s on %s: backlog %s in %d messages (filled in %.1f s), %d consumer(s), loopback 1 stream\n",
 		r.Workload.Name, r.Driver.Name, bench.FormatBytes(b.WrittenBytes), b.WrittenMessages, b.FillSeconds, r.Workload.Consumers)
-	fmt.Fprintln(out, "round  first     read s  read MB/s  loopback s  loopback MB/s  share  broker CPU-s/GB  broker disk reads")
+	fmt.Fprintln(out, "round  first     read s  read MB/s  loopback s  loopback MB/s  share  broker CPU-s/GB  client CPU-s/GB  broker disk reads")
 	for i, round := range r.Rounds {
 		first := "loopback"
 		if round.ReadFirst {
@@ -111,8 +112,8 @@ func writeCatchUp(out io.Writer, r *bench.CatchUpReport) {
 		if round.BrokerDiskReadBytes >= 0 {
 			disk = bench.FormatBytes(round.BrokerDiskReadBytes)
 		}
-		fmt.Fprintf(out, "%5d  %-8s  %6.2f  %9.0f  %10.2f  %13.0f  %4.0f%%  %15.2f  %s\n", i+1, first,
-			round.ReadSeconds, round.ReadMBPerSec, round.LoopbackSeconds, round.LoopbackMBPerSec, round.Share*100, round.BrokerCPUPerGB, disk)
+		fmt.Fprintf(out, "%5d  %-8s  %6.2f  %9.0f  %10.2f  %13.0f  %4.0f%%  %15.2f  %15.2f  %s\n", i+1, first,
+			round.ReadSeconds, round.ReadMBPerSec, round.LoopbackSeconds, round.LoopbackMBPerSec, round.Share*100, round.BrokerCPUPerGB, round.ClientCPUPerGB, disk)
 	}
 	fmt.Fprintf(out, "median over %d rounds: read %.0f MB/s, loopback %.0f MB/s, share %.0f%% (of the rounds' own ratios)\n",
 		len(r.Rounds), r.MedianReadMBPerSec, r.MedianLoopbackMBPerSec, r.MedianShare*100)

@@ -216,7 +216,7 @@ func TestWriteCatchUp(t *testing.T) {
 		Workload: bench.Workload{Name: "w", Consumers: 1}, Driver: bench.DriverInfo{Name: "ringlog"},
 		Backlog: bench.Backlog{WrittenBytes: 4 << 30, WrittenMessages: 4 << 20, FillSeconds: 9},
 		Rounds: []bench.CatchUpRound{
-			{ReadFirst: true, ReadSeconds: 5, ReadMBPerSec: 859, LoopbackSeconds: 5, LoopbackMBPerSec: 1718, Share: 0.5, BrokerCPUPerGB: 0.4},
+			{ReadFirst: true, ReadSeconds: 5, ReadMBPerSec: 859, LoopbackSeconds: 5, LoopbackMBPerSec: 1718, Share: 0.5, BrokerCPUPerGB: 0.4, ClientCPUPerGB: 0.9},
 			{ReadSeconds: 4, ReadMBPerSec: 1074, LoopbackSeconds: 5, LoopbackMBPerSec: 1074, Share: 1, BrokerDiskReadBytes: -1},
 		},
 		MedianShare: 0.75, MedianReadMBPerSec: 966, MedianLoopbackMBPerSec: 1396,
@@ -225,8 +225,8 @@ func TestWriteCatchUp(t *testing.T) {
 	writeCatchUp(&out, report)
 	for _, want := range []string{
 		"backlog 4GiB in 4194304 messages",
-		"    1  read        5.00        859        5.00           1718    50%             0.40  0B",
-		"    2  loopback    4.00       1074        5.00           1074   100%             0.00  unknown",
+		"    1  read        5.00        859        5.00           1718    50%             0.40             0.90  0B",
+		"    2  loopback    4.00       1074        5.00           1074   100%             0.00             0.00  unknown",
 		"median over 2 rounds: read 966 MB/s, loopback 1396 MB/s, share 75%",
 	} {
 		if !strings.Contains(out.String(), want) {

@@ -422,31 +422,39 @@ func (co *Consumer) answer(f *addrFetch, deliver func(key topicPartition, a *ass
 		return false, false, false, fmt.Errorf("poll: fetch from %s: %w", f.addr, f.err)
 	}
 	co.prefetch(f)
+	err = co.eachAnswered(f, func(key topicPartition, p *wire.FetchResponsePartition, _ sentPartition, current bool) error {
+		if !current {
+			overtaken = true
+			return nil
+		}
+		a, err := co.partitionAnswer(key, p)
+		if err != nil || a == nil {
+			return err
+		}
+		delivered, err := deliver(key, a, p.Records)
+		got = got || delivered
+		return err
+	})
+	return got, overtaken, false, err
+}
+
+// eachAnswered calls fn for each partition of f's answer with what f asked of it; current
+// says the answer still applies: the partition's assignment and position are the ones the
+// fetch was sent for. An error from fn stops the walk.
+func (co *Consumer) eachAnswered(f *addrFetch, fn func(key topicPartition, p *wire.FetchResponsePartition, s sentPartition, current bool) error) error {
 	k := 0
 	for _, t := range f.resp.Topics {
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			key := topicPartition{t.Topic, p.Partition}
 			s, ok := f.sentFor(&k, key)
-			if !ok || co.assigned[key] != s.a || s.a.start.kind != offsetNone || s.a.position != s.offset {
-				overtaken = true
-				continue
-			}
-			a, err := co.partitionAnswer(key, p)
-			if err != nil {
-				return got, overtaken, false, err
-			}
-			if a == nil {
-				continue
-			}
-			delivered, err := deliver(key, a, p.Records)
-			got = got || delivered
-			if err != nil {
-				return got, overtaken, false, err
+			current := ok && co.assigned[key] == s.a && s.a.start.kind == offsetNone && s.a.position == s.offset
+			if err := fn(key, p, s, current); err != nil {
+				return err
 			}
 		}
 	}
-	return got, overtaken, false, nil
+	return nil
 }
 
 // sentFor finds what f asked of key, starting at *k (answers come in request order).
@@ -473,25 +481,20 @@ func (co *Consumer) prefetch(f *addrFetch) {
 		return
 	}
 	var next *addrFetch
-	k := 0
-	for _, t := range f.resp.Topics {
-		for j := range t.Partitions {
-			p := &t.Partitions[j]
-			key := topicPartition{t.Topic, p.Partition}
-			s, ok := f.sentFor(&k, key)
-			if !ok || p.ErrorCode != wire.ErrNone || co.assigned[key] != s.a || s.a.start.kind != offsetNone || s.a.position != s.offset || s.a.fetching {
-				continue
-			}
-			after := nextFetchOffset(p.Records, s.offset)
-			if after <= s.offset || p.HighWatermark <= after {
-				continue // nothing whole in the answer, or caught up
-			}
-			if next == nil {
-				next = co.newFetch(f.addr)
-			}
-			next.add(key, s.a, after, co.cfg.PartitionMaxBytes)
+	_ = co.eachAnswered(f, func(key topicPartition, p *wire.FetchResponsePartition, s sentPartition, current bool) error {
+		if !current || p.ErrorCode != wire.ErrNone {
+			return nil
 		}
-	}
+		after := nextFetchOffset(p.Records, s.offset)
+		if after <= s.offset || p.HighWatermark <= after {
+			return nil // nothing whole in the answer, or caught up
+		}
+		if next == nil {
+			next = co.newFetch(f.addr)
+		}
+		next.add(key, s.a, after, co.cfg.PartitionMaxBytes)
+		return nil
+	})
 	if next != nil {
 		co.send(next)
 	}

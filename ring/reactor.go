@@ -55,6 +55,10 @@ type Reactor struct {
 	stats       loopStats
 	worked      int          // completions and posts dispatched since the loop last decided to wait
 	writeBufs   writeBuffers // the sparse fixed-buffer table of StartWriteFixed (writeasync.go)
+	// beforeWait, when set (tests only), runs on a turn that is about to wait, after the
+	// loop cleared awake and found the mailbox empty: a Post made from there lands in the
+	// window where a lost wake-up would hide (wake_test.go).
+	beforeWait func()
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -519,6 +523,9 @@ func (r *Reactor) RunOnce(block bool) error {
 		}
 	}
 	if sleep {
+		if r.beforeWait != nil {
+			r.beforeWait()
+		}
 		spin := r.cfg.SpinBeforeWait > 0 && r.worked > 0
 		r.worked = 0
 		if spin {

@@ -160,6 +160,12 @@ func TestPostInWaitWindowWakesLoop(t *testing.T) {
 					// Runs on the loop, which woke for this message (awake is true); its next
 					// wait runs the hook once.
 					r.beforeWait = func() {
+						if r.wakePending.Load() {
+							// The eventfd write that brought this message has not been
+							// consumed yet (the loop had not slept before it came): this
+							// wait returns at once. Post in the window of a turn without one.
+							return
+						}
 						r.beforeWait = nil
 						before := r.wakeWrites.Load()
 						errc := make(chan error, 1)

@@ -74,6 +74,9 @@ func TestPostRefusedByFullMailboxNeverRuns(t *testing.T) {
 		var ran, refusedRan int // loop thread only; read after the marker ran
 		if err := postAccepted(r, func() {
 			r.beforeWait = func() { // from now on: each time the loop is about to wait
+				if r.wakePending.Load() {
+					return // a wake-up is in flight: this wait returns at once
+				}
 				select {
 				case waiting <- ran:
 				default:
@@ -84,7 +87,7 @@ func TestPostRefusedByFullMailboxNeverRuns(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		<-entered // the loop runs the message above: nothing drains the mailbox
+		<-entered // the loop runs the message above: nothing drains the mailbox meanwhile
 		for i := 0; i < entries; i++ {
 			if err := r.Post(func() { ran++ }); err != nil {
 				t.Fatalf("Post %d into a mailbox of %d: %v", i, entries, err)
@@ -157,8 +160,8 @@ func TestPostInWaitWindowWakesLoop(t *testing.T) {
 				}
 				writes := make(chan uint64, 1) // eventfd writes made by the Post in the window
 				err := postAccepted(r, func() {
-					// Runs on the loop, which woke for this message (awake is true); its next
-					// wait runs the hook once.
+					// Runs on the loop; the next turn that waits with no wake-up in flight
+					// (so after the loop has been awake) runs the hook, once.
 					r.beforeWait = func() {
 						if r.wakePending.Load() {
 							// The eventfd write that brought this message has not been

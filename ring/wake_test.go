@@ -146,7 +146,7 @@ func TestPostInWaitWindowWakesLoop(t *testing.T) {
 		}()
 		for _, from := range []string{"Post", "PostFrom"} {
 			t.Run(from, func(t *testing.T) {
-				r, runErr := startRunning(t, Config{Backend: backend})
+				var r *Reactor
 				ran := make(chan struct{})
 				post := func() error { return r.Post(func() { close(ran) }) }
 				if from == "PostFrom" {
@@ -159,29 +159,34 @@ func TestPostInWaitWindowWakesLoop(t *testing.T) {
 					}
 				}
 				writes := make(chan uint64, 1) // eventfd writes made by the Post in the window
-				err := postAccepted(r, func() {
-					// Runs on the loop; the next turn that waits with no wake-up in flight
-					// (so after the loop has been awake) runs the hook, once.
-					r.beforeWait = func() {
-						if r.wakePending.Load() {
-							// The eventfd write that brought this message has not been
-							// consumed yet (the loop had not slept before it came): this
-							// wait returns at once. Post in the window of a turn without one.
+				ready, runErr := make(chan struct{}), make(chan error, 1)
+				err := StartPinned(-1, Config{Backend: backend}, func(rr *Reactor) {
+					// Nothing but the hook posts to this loop, so no other Post's eventfd
+					// write can be in flight. A timer makes the loop wait and wake once
+					// (awake true) before the turn whose wait window the hook uses.
+					r = rr
+					timerRan := false
+					rr.AfterFunc(time.Millisecond, func() { timerRan = true })
+					rr.beforeWait = func() {
+						if !timerRan {
 							return
 						}
-						r.beforeWait = nil
-						before := r.wakeWrites.Load()
+						rr.beforeWait = nil
+						before := rr.wakeWrites.Load()
 						errc := make(chan error, 1)
 						go func() { errc <- post() }()
 						if err := <-errc; err != nil {
 							t.Error(err)
 						}
-						writes <- r.wakeWrites.Load() - before
+						writes <- rr.wakeWrites.Load() - before
 					}
+					close(ready)
+					runErr <- rr.Run()
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
+				<-ready
 				select {
 				case <-ran:
 				case <-time.After(wakeWaitMax):

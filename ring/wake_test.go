@@ -27,14 +27,20 @@ func TestPostFromRunningLoopNeedsNoWakeup(t *testing.T) {
 			<-ready
 			done := make(chan uint64, 1)
 			var before uint64
+			posted := make(chan struct{})
 			err = r.Post(func() { // from outside: wakes the loop
-				before = r.wakeWrites.Load()
 				r.AfterFunc(time.Millisecond, func() {
+					// The loop can run a message before its Post has written the eventfd
+					// (the poster preempted between push and wake-up): count from when
+					// the outside Post has returned.
+					<-posted
+					before = r.wakeWrites.Load()
 					if err := r.Post(func() { done <- r.wakeWrites.Load() }); err != nil {
 						t.Error(err)
 					}
 				})
 			})
+			close(posted)
 			if err != nil {
 				t.Fatal(err)
 			}

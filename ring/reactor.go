@@ -492,6 +492,9 @@ func (r *Reactor) Run() error {
 	if r.stats.started.IsZero() {
 		r.stats.started = time.Now()
 	}
+	// The loop checks the mailbox before its first wait too: a Post during the first turn
+	// needs no eventfd write either.
+	r.awake.Store(true)
 	defer func() { r.running = false; r.awake.Store(false) }()
 	for !r.stopping.Load() {
 		if err := r.RunOnce(true); err != nil {

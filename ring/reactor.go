@@ -55,10 +55,6 @@ type Reactor struct {
 	stats       loopStats
 	worked      int          // completions and posts dispatched since the loop last decided to wait
 	writeBufs   writeBuffers // the sparse fixed-buffer table of StartWriteFixed (writeasync.go)
-	// beforeWait, when set (tests only), runs on a turn that is about to wait, after the
-	// loop cleared awake and found the mailbox empty: a Post made from there lands in the
-	// window where a lost wake-up would hide (wake_test.go).
-	beforeWait func()
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -76,6 +72,13 @@ type Reactor struct {
 	closed     atomic.Bool
 	posters    atomic.Int32  // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
 	foreignIO  atomic.Uint64 // FileIO calls made off the owning thread (served by plain syscalls)
+
+	// Owned by the loop thread; last, so that the fields above keep their offsets (and Post
+	// its machine code) with or without it. beforeWait, when set (tests only), runs on a
+	// turn that is about to wait, after the loop cleared awake and found the mailbox empty:
+	// a Post made from there lands in the window where a lost wake-up would hide
+	// (wake_test.go).
+	beforeWait func()
 }
 
 type opSlot struct {

@@ -112,14 +112,13 @@ func dialConn(addr string, cfg *Config) (*conn, error) {
 	return c, nil
 }
 
-// sendHeld is send for a caller that waits for the response: when it returns a call the
-// caller holds the connection's reader role and must call readHeld with it.
-func (c *conn) sendHeld(req wire.Message, resp wire.Message, done func(wire.Message, error)) *call {
-	cl := &call{resp: resp, done: done}
-	if c.sendCall(req, cl, true) {
-		return cl
-	}
-	return nil
+// sendHeld is send for a caller that waits for the response: when it returns true the
+// caller holds the connection's reader role and must call readHeld with cl. cl is the
+// caller's (the producer embeds it in a pooled request): once cl.done has run the
+// connection does not touch it again, but for readHeld's pointer comparisons while the
+// caller reads.
+func (c *conn) sendHeld(req wire.Message, cl *call) bool {
+	return c.sendCall(req, cl, true)
 }
 
 // send writes req and arranges for done to be called with the decoded response. A nil

@@ -187,10 +187,9 @@ type Producer struct {
 	// Scratch of collectLocked and buildRequestLocked, reused from one collection to the
 	// next: guarded by sendMu (and mu), which both callers hold from collecting requests
 	// until they are written.
-	collected   []*produceRequest
-	byAddr      map[string]*produceRequest // once collected outgrew collectLinearMax
-	byAddrInUse bool
-	topicIndex  map[string]int // a request's topics, once they outgrew requestTopicsLinearMax
+	collected  []*produceRequest
+	byAddr     map[string]*produceRequest // in use (not empty) once collected outgrew collectLinearMax
+	topicIndex map[string]int             // in use once a request's topics outgrew requestTopicsLinearMax
 
 	wake       chan struct{} // cap 1: the sender loop has something to do
 	senderDone chan struct{}
@@ -807,9 +806,8 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 	next := time.Hour
 	clear(p.collected)
 	p.collected = p.collected[:0]
-	if p.byAddrInUse {
+	if len(p.byAddr) > 0 {
 		clear(p.byAddr)
-		p.byAddrInUse = false
 	}
 	for _, ps := range p.parts {
 		if len(ps.open) > 0 {
@@ -889,7 +887,7 @@ const collectLinearMax = 8
 // collectingLocked returns the request collectLocked adds addr's batches to: the last one
 // made for addr, or nil.
 func (p *Producer) collectingLocked(addr string) *produceRequest {
-	if p.byAddrInUse {
+	if len(p.byAddr) > 0 {
 		return p.byAddr[addr]
 	}
 	for i := len(p.collected) - 1; i >= 0; i-- {
@@ -903,7 +901,7 @@ func (p *Producer) collectingLocked(addr string) *produceRequest {
 func (p *Producer) addCollectedLocked(rq *produceRequest) {
 	p.collected = append(p.collected, rq)
 	switch {
-	case p.byAddrInUse:
+	case len(p.byAddr) > 0:
 		p.byAddr[rq.addr] = rq
 	case len(p.collected) > collectLinearMax:
 		if p.byAddr == nil {
@@ -912,7 +910,6 @@ func (p *Producer) addCollectedLocked(rq *produceRequest) {
 		for _, r := range p.collected { // in order: the last one per address wins
 			p.byAddr[r.addr] = r
 		}
-		p.byAddrInUse = true
 	}
 }
 
@@ -975,7 +972,9 @@ func (p *Producer) sendRequest(rq *produceRequest, held bool) *conn {
 func (p *Producer) buildRequestLocked(rq *produceRequest) {
 	req := &rq.req
 	req.Acks, req.TimeoutMs = p.cfg.Acks.wire(), int32(p.cfg.ProduceTimeout.Milliseconds())
-	clear(p.topicIndex)
+	if len(p.topicIndex) > 0 { // a large map is not cleared for every small request
+		clear(p.topicIndex)
+	}
 	for _, g := range rq.groups {
 		data := g.batches[0].data
 		if len(g.batches) > 1 {
@@ -1003,7 +1002,7 @@ const requestTopicsLinearMax = 8
 // requestTopic returns topic's entry in req, added (reusing an earlier use's arrays) if new.
 func (p *Producer) requestTopic(req *wire.ProduceRequest, topic string) *wire.ProduceTopic {
 	n := len(req.Topics)
-	if n > 0 && req.Topics[n-1].Topic == topic { // partitions of a topic tend to follow each other
+	if n > 0 && req.Topics[n-1].Topic == topic { // one topic: the common case
 		return &req.Topics[n-1]
 	}
 	if n <= requestTopicsLinearMax {
@@ -1023,14 +1022,14 @@ func (p *Producer) requestTopic(req *wire.ProduceRequest, topic string) *wire.Pr
 	t := &req.Topics[n]
 	t.Topic, t.Partitions = topic, t.Partitions[:0]
 	switch {
-	case n+1 == requestTopicsLinearMax+1: // the scan's limit passed: index them all
+	case n == requestTopicsLinearMax: // past the scan's limit from now on: index them all
 		if p.topicIndex == nil {
 			p.topicIndex = map[string]int{}
 		}
 		for i := range req.Topics {
 			p.topicIndex[req.Topics[i].Topic] = i
 		}
-	case n+1 > requestTopicsLinearMax+1:
+	case n > requestTopicsLinearMax:
 		p.topicIndex[topic] = n
 	}
 	return t

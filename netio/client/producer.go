@@ -430,7 +430,7 @@ func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 type syncWait struct {
 	result chan error
 	done   func(*Record, error)
-	ready  func() bool    // the outcome is in
+	ready  func() bool   // the outcome is in
 	held   []heldRequest // sendNow's, reused
 }
 

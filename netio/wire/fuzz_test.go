@@ -131,6 +131,7 @@ func FuzzApiVersionsResponse(f *testing.F) {
 func FuzzProduceRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(ProduceRequest) }, sampleRequests())
 }
+
 // FuzzProduceResponse also decodes every payload into a response decoded before (the
 // client's pooled requests reuse theirs): it must read exactly as a fresh one.
 func FuzzProduceResponse(f *testing.F) {

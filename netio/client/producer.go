@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -1341,26 +1342,66 @@ func (p *Producer) Close(ctx context.Context) error {
 }
 
 // Batch buffers are recycled once their produce request has completed: by then the
-// connection has written (copied) them and nothing else refers to them. The pool holds
-// them by *[]byte; the emptied holders go to a pool of their own, so that a Put allocates
-// no new holder.
-var batchBuffers, batchBufferHolders sync.Pool
+// connection has written (copied) them and nothing else refers to them. They are pooled by
+// size class — 4 per power of two from 4 KiB to 16 MiB, so a buffer is at most 25 % larger
+// than asked for — because batches and the concatenations of several (buildRequestLocked)
+// differ in size: one pool for all dropped every buffer found too small and allocated
+// anew. A pool holds *[]byte; the emptied holders go to a pool of their own, so that a Put
+// allocates no new holder.
+var (
+	batchBuffers       [batchBufferClasses]sync.Pool
+	batchBufferHolders sync.Pool
+)
+
+const (
+	batchBufferMinShift = 12 // 4 KiB: the smallest class
+	batchBufferMaxShift = 24 // 16 MiB: the largest class; larger buffers are not pooled
+	batchBufferClasses  = (batchBufferMaxShift-batchBufferMinShift)*4 + 1
+)
+
+// batchBufferClassUp is the smallest class whose size is at least n (may be past the last).
+func batchBufferClassUp(n int) int {
+	if n <= 1<<batchBufferMinShift {
+		return 0
+	}
+	k := bits.Len(uint(n)) - 1 // 2^k <= n < 2^(k+1)
+	step := 1 << (k - 2)
+	j := (n - 1<<k + step - 1) / step // 0..4; 4 is the next power's first class
+	return (k-batchBufferMinShift)*4 + j
+}
+
+// batchBufferClassDown is the largest class whose size is at most n, or -1.
+func batchBufferClassDown(n int) int {
+	if n < 1<<batchBufferMinShift {
+		return -1
+	}
+	k := bits.Len(uint(n)) - 1
+	return (k-batchBufferMinShift)*4 + (n-1<<k)/(1<<(k-2))
+}
+
+func batchBufferClassSize(c int) int {
+	k := c/4 + batchBufferMinShift
+	return 1<<k + c%4*(1<<(k-2))
+}
 
 func getBatchBuffer(sizeHint int) []byte {
-	if v := batchBuffers.Get(); v != nil {
+	c := batchBufferClassUp(sizeHint)
+	if c >= batchBufferClasses {
+		return make([]byte, 0, sizeHint)
+	}
+	if v := batchBuffers[c].Get(); v != nil {
 		h := v.(*[]byte)
 		b := *h
 		*h = nil
 		batchBufferHolders.Put(h)
-		if cap(b) >= sizeHint {
-			return b[:0]
-		}
+		return b[:0]
 	}
-	return make([]byte, 0, sizeHint)
+	return make([]byte, 0, batchBufferClassSize(c))
 }
 
 func putBatchBuffer(b []byte) {
-	if cap(b) == 0 || cap(b) > 16<<20 {
+	c := batchBufferClassDown(cap(b))
+	if c < 0 || c >= batchBufferClasses {
 		return
 	}
 	h, _ := batchBufferHolders.Get().(*[]byte)
@@ -1368,5 +1409,5 @@ func putBatchBuffer(b []byte) {
 		h = new([]byte)
 	}
 	*h = b[:0]
-	batchBuffers.Put(h)
+	batchBuffers[c].Put(h)
 }

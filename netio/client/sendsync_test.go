@@ -129,7 +129,7 @@ func BenchmarkRealBrokerSendSync1KiB(b *testing.B) {
 // check uses context.Background, as the benchmark does. The race detector allocates, so
 // the check runs without it.
 func TestSendSyncAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if client.RaceEnabled {
 		t.Skip("the race detector allocates")
 	}
 	for _, driver := range []string{"ring", "net"} {

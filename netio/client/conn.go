@@ -115,8 +115,10 @@ func dialConn(addr string, cfg *Config) (*conn, error) {
 // sendHeld is send for a caller that waits for the response: when it returns true the
 // caller holds the connection's reader role and must call readHeld with cl. cl is the
 // caller's (the producer embeds it in a pooled request): once cl.done has run the
-// connection does not touch it again, but for readHeld's pointer comparisons while the
-// caller reads.
+// connection does not touch it again, but for readHeld's pointer comparisons. (readHeld's
+// context callback may run late, after readHeld returned; should cl have been recycled
+// into a new held read on this connection by then, that read is interrupted and handed to
+// a reader goroutine: its answer still arrives, only the inline read is lost.)
 func (c *conn) sendHeld(req wire.Message, cl *call) bool {
 	return c.sendCall(req, cl, true)
 }

@@ -142,10 +142,10 @@ type LogConfig struct {
 	DirectCacheChunks int
 	// PreallocateBytes keeps the active segment's file written with zeros up to this many
 	// bytes past the log's end, so appends overwrite existing blocks instead of extending the
-	// file (prealloc.go: cheaper fdatasyncs, non-blocking O_DIRECT writes on ext4). The zeros
-	// are written and synced by a background goroutine, never read, and cut off when the
-	// segment is sealed or closed. 0 (the default) turns it off; at most 256 MiB; rounded up
-	// to 4 KiB.
+	// file (prealloc.go: cheaper fdatasyncs on ext4). The zeros are written and synced by a
+	// background goroutine, never read, and cut off when the segment is sealed or closed.
+	// At most 256 MiB, rounded up to 4 KiB; -1 turns it off. 0 means the default: 4 MiB for
+	// a page-cache log with FlushAlways (where it was measured to win), off (-1) otherwise.
 	PreallocateBytes int64
 	// ZeroFileIO is the FileIO the background zeroing writes through; it must be safe for use
 	// from another goroutine. nil means plain system calls (tests pass a faultio.CrashFS).
@@ -248,10 +248,16 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 	if c.DirectCacheChunks < 0 {
 		return c, fmt.Errorf("direct cache chunks %d is negative", c.DirectCacheChunks)
 	}
-	if c.PreallocateBytes < 0 || c.PreallocateBytes > preallocateBytesMax {
-		return c, fmt.Errorf("preallocate.bytes %d out of range [0, %d]", c.PreallocateBytes, preallocateBytesMax)
+	switch {
+	case c.PreallocateBytes == 0 && c.FlushAlways && c.Storage == StoragePageCache:
+		c.PreallocateBytes = preallocateBytesFlushAlways
+	case c.PreallocateBytes == 0 || c.PreallocateBytes == -1:
+		c.PreallocateBytes = -1
+	case c.PreallocateBytes < 0 || c.PreallocateBytes > preallocateBytesMax:
+		return c, fmt.Errorf("preallocate.bytes %d: want -1 (off), 0 (default) or up to %d", c.PreallocateBytes, preallocateBytesMax)
+	default:
+		c.PreallocateBytes = alignUp(c.PreallocateBytes)
 	}
-	c.PreallocateBytes = alignUp(c.PreallocateBytes)
 	if c.ProducerIDExpirationMs == 0 {
 		c.ProducerIDExpirationMs = producerIDExpirationMsDefault
 	}
@@ -279,8 +285,9 @@ const (
 	ConfigFlushAlways        = "flush.always"
 	ConfigStorageMode        = "storage.mode"
 	// ConfigPreallocateBytes: bytes of zero-filled space kept written past the active
-	// segment's end (LogConfig.PreallocateBytes; ringlog's own key, 0 = off). Kafka's
-	// preallocate (a boolean) only sizes the file, which on ext4 leaves unwritten extents.
+	// segment's end (LogConfig.PreallocateBytes; ringlog's own key: -1 off, unset 4 MiB for
+	// page-cache flush.always topics and off otherwise). Kafka's preallocate (a boolean) only
+	// sizes the file, which on ext4 leaves unwritten extents.
 	ConfigPreallocateBytes = "preallocate.bytes"
 	// ConfigMaxMessageBytes: the largest batch a producer may append (Kafka's
 	// max.message.bytes); unset, segment.bytes bounds it.

@@ -110,7 +110,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	for round := 0; round < crashRounds; round++ {
 		mode := storageModes[round%2]
 		io := []string{"syscalls", "reactor"}[(round/2)%2]
-		prealloc := []int64{0, 8 << 10}[(round/4)%2] // zero-filled space ahead of the end
+		prealloc := []int64{-1, 8 << 10}[(round/4)%2] // zero-filled space ahead of the end (-1: off)
 		killAfter := 1 + rng.IntN(crashAcksMax)
 		got, stderr := runCrashChild(t, dir, mode, io, prealloc, killAfter)
 		if got < acked {

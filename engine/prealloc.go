@@ -53,6 +53,11 @@ const zeroWriteBytes = 256 << 10
 // preallocateBytesMax bounds PreallocateBytes: 256 MiB of zeros per active segment.
 const preallocateBytesMax = 256 << 20
 
+// preallocateBytesFlushAlways is the default window of a page-cache flush.always log: 4 MiB,
+// one zeroing job (and one journal commit of a new size) per 2 MiB appended, ≈ 2,000 durable
+// 1 KiB records.
+const preallocateBytesFlushAlways = 4 << 20
+
 var zeroBuffer = sync.OnceValue(func() []byte { return alignedBuffer(zeroWriteBytes) })
 
 // ZeroAheadCounters are process-wide counts of the background zeroing.
@@ -216,10 +221,12 @@ func (j *zeroJob) fill() error {
 		wrote = true
 		zeroStats.bytes.Add(int64(w))
 		if !j.direct {
-			// From the old end to the end of file: the zeros wherever the kernel put them
-			// (and whatever the log appended past them, harmlessly early).
+			// Where the zeros went unless the log extended the file in between (then a piece
+			// stays dirty until the job's fdatasync). Never to the end of file: that would
+			// also write back, and wait for, what the log appended past the zeros (measured:
+			// half the throughput of unsynced 1 MiB appends).
 			flags := unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
-			if err := retryEINTR(func() error { return unix.SyncFileRange(fd, st.Size, 0, flags) }); err != nil {
+			if err := retryEINTR(func() error { return unix.SyncFileRange(fd, st.Size, n, flags) }); err != nil {
 				return fmt.Errorf("write back zeros at %d: %w", st.Size, err)
 			}
 		}

@@ -29,8 +29,8 @@ import (
 // The zeros are written by a goroutine, never on the log's goroutine: once the logical end
 // comes within half the window of what was asked for last, the log opens a new descriptor
 // of the segment with O_APPEND (plus O_DIRECT in direct mode) and the goroutine appends
-// zeros through it in zeroWriteBytes pieces and fdatasyncs them (so the journal commit of
-// the new size happens there, not in a producer's sync). O_APPEND is what makes this safe
+// zeros through it (see fill for the piece sizes) and fdatasyncs them (so the journal commit
+// of the new size happens there, not in a producer's sync). O_APPEND is what makes this safe
 // without any lock: the kernel places each zero write at the end of file under the inode
 // lock, so it can only land past whatever the log has written, never on it.
 //
@@ -43,11 +43,11 @@ import (
 //
 // Cost: every appended byte is written twice (once as a zero); the zeros' CPU is one copy
 // from a shared zero buffer into the page cache (none in direct mode). ZeroAheadStats
-// counts them.
+// counts them. Measured (docs/benchmarks.md, "Preallocated segment space"): a win for
+// page-cache flush.always logs (their default), a loss for unsynced and direct-mode appends.
 
-// zeroWriteBytes is the size of one zero write (and of the shared zero buffer): 256 KiB, a
-// few tens of microseconds of page-cache copy, so an append that meets the inode lock of a
-// zero write waits no longer than that.
+// zeroWriteBytes is the size of the shared zero buffer and of one direct-mode zero write
+// (256 KiB); page-cache mode writes zeroPageCacheWriteBytes at a time.
 const zeroWriteBytes = 256 << 10
 
 // preallocateBytesMax bounds PreallocateBytes: 256 MiB of zeros per active segment.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"math/rand/v2"
+	"runtime/debug"
 	"testing"
 )
 
@@ -35,6 +36,8 @@ func TestBatchBufferClasses(t *testing.T) {
 		return // the race detector drops pooled objects at random
 	}
 	// Recycled buffers of a steady size: no allocation once the class holds one.
+	gc := debug.SetGCPercent(-1) // a GC would empty the pools
+	defer debug.SetGCPercent(gc)
 	b := getBatchBuffer(256<<10 + 61)
 	putBatchBuffer(b)
 	if n := testing.AllocsPerRun(100, func() { putBatchBuffer(getBatchBuffer(256<<10 + 61)) }); n != 0 {

@@ -17,6 +17,9 @@
 #
 #   bench/replication-catchup.sh
 #   RATE=5000 BACKLOG_MIB=300 MEASURE=20s THROTTLE=20971520 bench/replication-catchup.sh
+#   MAXRATE_RFS= MEASURE=40s BROKER_FLAGS="--writeback-bytes 0" bench/replication-catchup.sh
+#       # (b) only, windows long enough for the kernel's write-back of the catch-up copy
+#       # (30 s after it), extra flags for every ringlogd
 #   MAXRATE_RFS= PROFILE=/tmp/prof bench/replication-catchup.sh   # (b) only; CPU profiles
 #       of nodes 1 and 3 over the first 5 s of each catch-up (--debug-addr PORT_BASE+21..23)
 #
@@ -48,7 +51,7 @@ for n in 1 2 3; do voters+="${voters:+,}$n@127.0.0.1:$((base + 10 + n))"; done
 start() { # start NODE [extra ringlogd flags...]
   local n=$1; shift
   bin/ringlogd --data "$dir/data$n" --listen "127.0.0.1:$((base + n))" --shard-ports off --admin "$(admin_of "$n")" \
-    --node-id "$n" --controller-voters "$voters" ${PROFILE:+--debug-addr "127.0.0.1:$((base + 20 + n))"} "$@" 2>>"$dir/broker$n.log" &
+    --node-id "$n" --controller-voters "$voters" ${PROFILE:+--debug-addr "127.0.0.1:$((base + 20 + n))"} ${BROKER_FLAGS:-} "$@" 2>>"$dir/broker$n.log" &
   pids[$n]=$!
 }
 cleanup() {

@@ -52,7 +52,8 @@ func TestCrashChild(t *testing.T) {
 		}
 	}
 	cfg := LogConfig{Storage: StorageMode(os.Getenv(crashChildModeEnv)), SegmentBytes: 32 << 10,
-		IndexIntervalBytes: 1024, FlushAlways: true, Logger: quietLogger, DirectChunkBytes: 16 << 10}
+		IndexIntervalBytes: 1024, FlushAlways: true, Logger: quietLogger, DirectChunkBytes: 16 << 10,
+		Writeback: NewWriteback(4 << 10)} // killed with write-back requests in flight
 	l, _, err := OpenLog(dir, cfg, fio)
 	if err != nil {
 		fmt.Println("error", err)

@@ -45,7 +45,7 @@ type RunOptions struct {
 	// suffix unique to the run, and a run reuses them when they exist (the driver's
 	// CreateTopic answers ErrTopicExists): runs on one cluster can then share warm topics.
 	TopicSuffix string
-	DataDir        string        // for the hardware line's disk; "" = current directory
+	DataDir     string // for the hardware line's disk; "" = current directory
 }
 
 type run struct {

@@ -54,6 +54,13 @@ func readProduceResponse(t *testing.T, conn net.Conn, corr uint32) wire.ProduceR
 // min.insync.replicas=1 can never commit. The leader answers it REQUEST_TIMED_OUT once the
 // request's timeout passes, and the acks=1 produce pipelined behind it on the same
 // connection is answered right after; after SIGCONT acks=all works again.
+//
+// The premise needs the full ISR at the moment the second follower stops. On a loaded
+// machine a follower can fall more than the lag limit (2 s) behind just before, and the ISR
+// then shrinks legitimately while a quorum still exists, so that acks=all is rightly
+// acknowledged by the smaller ISR. The test checks the leader's committed ISR around the
+// freeze and replays the scenario (at most three times) when it changed; an acks=all
+// success with the full ISR still committed fails at once.
 func TestReplicationProduceTimeout(t *testing.T) {
 	tc := startCluster(t, 3)
 	ctx := testContext(t, 2*time.Minute)
@@ -63,16 +70,69 @@ func TestReplicationProduceTimeout(t *testing.T) {
 	}
 	leader := tc.leader("slow")
 	fs := tc.followers(leader)
-	for _, f := range fs {
-		f.signal(t, syscall.SIGSTOP)
+	isrOf := func() int {
+		if v := tc.view(leader); v != nil {
+			if p := partitionOf(v, "slow"); p != nil {
+				return len(p.ISR)
+			}
+		}
+		return -1
 	}
-	conn, err := net.DialTimeout("tcp", leader.addr, 5*time.Second)
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		tc.waitFor("a full ISR", func(v *cluster.View) bool {
+			p := partitionOf(v, "slow")
+			return p != nil && len(p.ISR) == 3
+		}, leader)
+		for _, f := range fs {
+			f.signal(t, syscall.SIGSTOP)
+		}
+		thaw := func(why string) {
+			if attempt == attempts {
+				t.Fatalf("attempt %d: %s", attempt, why)
+			}
+			t.Logf("attempt %d: %s; thawing the followers and trying again", attempt, why)
+			for _, f := range fs {
+				f.signal(t, syscall.SIGCONT)
+			}
+		}
+		if n := isrOf(); n != 3 {
+			thaw(fmt.Sprintf("the ISR had %d members once both followers stopped (a follower lagged before the freeze)", n))
+			continue
+		}
+		res, took := produceTimingOut(t, leader.addr, time.Second)
+		if res.ErrorCode == wire.ErrNone {
+			if n := isrOf(); n != 3 {
+				thaw(fmt.Sprintf("acks=all was acknowledged by an ISR of %d", n))
+				continue
+			}
+		}
+		if res.ErrorCode != wire.ErrRequestTimedOut {
+			t.Fatalf("acks=all with both followers frozen: %s %s, want REQUEST_TIMED_OUT", res.ErrorCode.Name(), res.ErrorMessage)
+		}
+		t.Logf("acks=all answered REQUEST_TIMED_OUT after %v: %s", took.Round(time.Millisecond), res.ErrorMessage)
+		break
+	}
+	for _, f := range fs {
+		f.signal(t, syscall.SIGCONT)
+	}
+	if _, err := tc.produce(ctx, "slow", wire.AcksAll, []byte("after")); err != nil {
+		t.Fatalf("acks=all after SIGCONT: %v", err)
+	}
+}
+
+// produceTimingOut sends an acks=all produce with the given timeout to addr and, pipelined
+// behind it on the same connection, an acks=1 produce; it returns the acks=all answer and
+// how long it took, and fails unless the acks=1 produce is answered without error and the
+// acks=all answer (if it is REQUEST_TIMED_OUT) came about one timeout after sending.
+func produceTimingOut(t *testing.T, addr string, timeout time.Duration) (wire.ProduceResponsePartition, time.Duration) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(30 * time.Second))
-	const timeout = time.Second
 	var out []byte
 	out = wire.AppendRequest(out, 1, produceRequest(t, "slow", wire.AcksAll, timeout, []byte("never replicated")))
 	out = wire.AppendRequest(out, 2, produceRequest(t, "slow", wire.AcksLeader, timeout, []byte("behind it")))
@@ -82,22 +142,13 @@ func TestReplicationProduceTimeout(t *testing.T) {
 	}
 	res := readProduceResponse(t, conn, 1)
 	took := time.Since(sent)
-	if res.ErrorCode != wire.ErrRequestTimedOut {
-		t.Fatalf("acks=all with both followers frozen: %s %s, want REQUEST_TIMED_OUT", res.ErrorCode.Name(), res.ErrorMessage)
-	}
-	if took < timeout || took > timeout+5*time.Second {
+	if res.ErrorCode == wire.ErrRequestTimedOut && (took < timeout || took > timeout+5*time.Second) {
 		t.Fatalf("REQUEST_TIMED_OUT after %v, want about %v", took, timeout)
 	}
-	t.Logf("acks=all answered REQUEST_TIMED_OUT after %v (timeout %v): %s", took.Round(time.Millisecond), timeout, res.ErrorMessage)
 	if res := readProduceResponse(t, conn, 2); res.ErrorCode != wire.ErrNone {
-		t.Fatalf("acks=1 behind the timed-out produce: %s %s", res.ErrorCode.Name(), res.ErrorMessage)
+		t.Fatalf("acks=1 behind the acks=all produce: %s %s", res.ErrorCode.Name(), res.ErrorMessage)
 	}
-	for _, f := range fs {
-		f.signal(t, syscall.SIGCONT)
-	}
-	if _, err := tc.produce(ctx, "slow", wire.AcksAll, []byte("after")); err != nil {
-		t.Fatalf("acks=all after SIGCONT: %v", err)
-	}
+	return res, took
 }
 
 // TestReplicationReassignAndElectLeader moves an RF=2 partition with the CLI onto the broker

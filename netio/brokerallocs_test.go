@@ -184,15 +184,16 @@ func BenchmarkBrokerRequestAllocs(b *testing.B) {
 	}
 }
 
-// The produce paths that allocate nothing in the broker (ring driver, the one ringlogd
-// runs by default), checked over the real handler, shard core and server: a regression
+// The produce paths that allocate nothing in the broker, on both drivers (ring, the one
+// ringlogd runs by default, and net, its fallback), checked over the real handler, shard
+// core and server: a regression
 // here is a new allocation per produced batch. The race detector allocates, so the check
 // runs without it.
 func TestBrokerProduceAllocatesNothing(t *testing.T) {
 	assertBrokerAllocatesNothing(t, "produce/acks=0", "produce/acks=1", "produce/acks=all")
 }
 
-// The same for fetches on the ring driver: one record by splice from the page cache, a
+// The same for fetches: one record by splice from the page cache, a
 // long-poll woken by another connection's produce, and a long-poll that ends at its
 // deadline (the core's waiter, its deadline timer and the pooled fetch op all reused).
 func TestBrokerFetchAllocatesNothing(t *testing.T) {
@@ -203,13 +204,17 @@ func assertBrokerAllocatesNothing(t *testing.T, ops ...string) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	r := startAllocsRig(t, "ring")
-	for _, op := range ops {
-		for range 100 { // warm the pools and the connection's buffers
-			r.run(op)
-		}
-		if n := testing.AllocsPerRun(200, func() { r.run(op) }); n != 0 {
-			t.Errorf("%s: %v allocations per request in the broker, want 0 (go test ./netio -run XXX -bench BrokerRequestAllocs -memprofile to find them)", op, n)
-		}
+	for _, driver := range []string{"ring", "net"} {
+		t.Run(driver, func(t *testing.T) {
+			r := startAllocsRig(t, driver)
+			for _, op := range ops {
+				for range 100 { // warm the pools and the connection's buffers
+					r.run(op)
+				}
+				if n := testing.AllocsPerRun(200, func() { r.run(op) }); n != 0 {
+					t.Errorf("%s: %v allocations per request in the broker, want 0 (go test ./netio -run XXX -bench BrokerRequestAllocs -memprofile to find them)", op, n)
+				}
+			}
+		})
 	}
 }

@@ -34,9 +34,11 @@ type conn struct {
 	wake     chan struct{} // cap 1: the writer has something to look at
 	stopRead chan struct{} // closed by stopReading
 	stopOnce sync.Once
-	stopped  atomic.Bool   // stopRead closed or the connection failed
-	quit     chan struct{} // closed with stopped set: budget waits give up
-	quitOnce sync.Once
+	stopped  atomic.Bool // stopRead closed or the connection failed
+	// fatalSeen: a request was marked fatal (markFatal); the reader reads no further frame.
+	fatalSeen atomic.Bool
+	quit      chan struct{} // closed with stopped set: budget waits give up
+	quitOnce  sync.Once
 
 	mu         sync.Mutex
 	queue      []*Request // guarded by mu: requests in arrival order, released by the writer
@@ -183,8 +185,12 @@ func (c *conn) readLoop() {
 			return
 		}
 		c.srv.stats.requests.Add(1)
+		// Not req.fatal after dispatch: the writer may have released and recycled req by
+		// then. A frame error is fatal before dispatch, the security gate's refusals during
+		// it (markFatal).
+		fatal := req.fatal
 		c.dispatch(req)
-		if req.fatal {
+		if fatal || c.fatalSeen.Load() {
 			return
 		}
 	}
@@ -322,10 +328,11 @@ func (c *conn) uncharge(req *Request) {
 
 // dispatch queues req in arrival order and hands it on.
 func (c *conn) dispatch(req *Request) {
+	fatal := req.fatal // req is the writer's once queued
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
 	c.mu.Unlock()
-	if req.fatal {
+	if fatal {
 		c.signal()
 		return
 	}
@@ -447,9 +454,10 @@ func (c *conn) release(req *Request) {
 		req.response.Done = nil
 		done()
 	}
-	// Not recycled (recycleRequest): the reader goroutine may still read req.fatal after
-	// dispatching it, while this writer goroutine releases it.
+	recycleRequest(req)
 }
+
+func (c *conn) fatalRequest() { c.fatalSeen.Store(true) }
 
 // ---------------------------------------------------------------------------------------
 // Writing

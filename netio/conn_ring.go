@@ -1047,18 +1047,25 @@ func (c *ringConn) maybeFinish() {
 	if c.sending {
 		c.finishBatchQuiet()
 	}
+	// Which queued requests are answered is read under the lock: once gone is set, a
+	// reply on another goroutine releases (and recycles) its request itself (complete),
+	// so the loop must not look at an unanswered request after unlocking.
 	c.mu.Lock()
 	c.gone = true
 	replied := c.completed
 	c.completed = nil
-	c.mu.Unlock()
 	for _, req := range replied {
 		req.ready = true
 	}
+	answered := replied[:0]
 	for _, req := range c.queue {
 		if req.ready {
-			c.releaseGone(req)
+			answered = append(answered, req)
 		}
+	}
+	c.mu.Unlock()
+	for _, req := range answered {
+		c.releaseGone(req)
 	}
 	c.queue = nil
 	c.srv.connDone(c, c.info, c.addr)

@@ -22,7 +22,23 @@ type SpliceWriter struct {
 	egress  Egress
 	stats   *serverStats
 	iov     net.Buffers
+	pending net.Buffers // flush's WriteTo consumes it; a field so that it does not escape
 	copyBuf []byte
+
+	// The raw-fd callbacks, bound once on first use (a closure per call allocated four
+	// times per fetch), and the state they work on.
+	corkFn     func(fd uintptr)
+	sendfileFn func(fd uintptr) bool
+	corkValue  int
+	corkErr    error
+	sf         sendfileState
+}
+
+// sendfileState is one sendFile call's progress, kept in the writer for its bound callback.
+type sendfileState struct {
+	fileFD            int
+	offset, remaining int64
+	err               error
 }
 
 // NewSpliceWriter returns a writer to nc with s's egress setting and counters.
@@ -83,8 +99,9 @@ func (c *SpliceWriter) flush(iov net.Buffers) (net.Buffers, error) {
 	if len(iov) == 0 {
 		return iov, nil
 	}
-	pending := iov // WriteTo consumes its receiver
-	_, err := pending.WriteTo(c.nc)
+	c.pending = iov // WriteTo consumes its receiver
+	_, err := c.pending.WriteTo(c.nc)
+	c.pending = nil
 	clear(iov) // drop references to response memory
 	if err != nil {
 		return iov[:0], fmt.Errorf("writev: %w", err)
@@ -96,17 +113,21 @@ func (c *SpliceWriter) setCork(on bool) bool {
 	if c.raw == nil {
 		return false
 	}
-	v := 0
-	if on {
-		v = 1
+	if c.corkFn == nil {
+		c.corkFn = c.cork
 	}
-	var serr error
-	if err := c.raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, v)
-	}); err != nil || serr != nil {
+	c.corkValue, c.corkErr = 0, nil
+	if on {
+		c.corkValue = 1
+	}
+	if err := c.raw.Control(c.corkFn); err != nil || c.corkErr != nil {
 		return false
 	}
 	return true
+}
+
+func (c *SpliceWriter) cork(fd uintptr) {
+	c.corkErr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, c.corkValue)
 }
 
 // sendfileChunkBytesMax caps one sendfile call so that a huge range does not monopolise
@@ -121,46 +142,48 @@ func (c *SpliceWriter) sendFile(fr wire.FileRange) error {
 	if c.egress == EgressCopy || c.raw == nil {
 		return c.copyFile(fr)
 	}
-	frc, err := fr.File.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("sendfile %s: %w", fr.File.Name(), err)
+	if c.sendfileFn == nil {
+		c.sendfileFn = c.sendfileReady
 	}
-	var sendErr error
-	ctrlErr := frc.Control(func(fileFD uintptr) {
-		offset, remaining := fr.Offset, fr.Length
-		werr := c.raw.Write(func(sockFD uintptr) bool {
-			for remaining > 0 {
-				n, err := unix.Sendfile(int(sockFD), int(fileFD), &offset, int(min(remaining, sendfileChunkBytesMax)))
-				if n > 0 {
-					remaining -= int64(n)
-				}
-				switch {
-				case err == unix.EAGAIN:
-					return false // park until the socket is writable
-				case err == unix.EINTR:
-					continue
-				case err != nil:
-					sendErr = err
-					return true
-				case n == 0:
-					sendErr = ErrShortFile
-					return true
-				}
-			}
-			return true
-		})
-		if sendErr == nil {
-			sendErr = werr
-		}
-	})
-	if ctrlErr != nil {
-		return fmt.Errorf("sendfile %s: %w", fr.File.Name(), ctrlErr)
+	// The file's descriptor without File.SyscallConn (a new object per call): the fetch
+	// holds a reference on the segment file until its response is written (Response.Done),
+	// so the descriptor cannot be closed and reused under us.
+	c.sf = sendfileState{fileFD: int(fr.File.Fd()), offset: fr.Offset, remaining: fr.Length}
+	werr := c.raw.Write(c.sendfileFn)
+	sendErr := c.sf.err
+	if sendErr == nil {
+		sendErr = werr
 	}
 	if sendErr != nil {
 		return fmt.Errorf("sendfile %s [%d,+%d): %w", fr.File.Name(), fr.Offset, fr.Length, sendErr)
 	}
 	c.stats.sendfileBytes.Add(fr.Length)
 	return nil
+}
+
+// sendfileReady is the socket's raw Write callback: it sends c.sf's range until done,
+// failed, or the socket would block (false: park until it is writable).
+func (c *SpliceWriter) sendfileReady(sockFD uintptr) bool {
+	sf := &c.sf
+	for sf.remaining > 0 {
+		n, err := unix.Sendfile(int(sockFD), sf.fileFD, &sf.offset, int(min(sf.remaining, sendfileChunkBytesMax)))
+		if n > 0 {
+			sf.remaining -= int64(n)
+		}
+		switch {
+		case err == unix.EAGAIN:
+			return false
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			sf.err = err
+			return true
+		case n == 0:
+			sf.err = ErrShortFile
+			return true
+		}
+	}
+	return true
 }
 
 // copyBufferBytes is the EgressCopy staging buffer per connection.

@@ -106,7 +106,7 @@ func (s *Server) serveSecurity(req *Request) bool {
 		return true
 	}
 	if sec != nil && sec.AuthRequired && !sess.Authenticated() {
-		req.fatal = true
+		req.markFatal()
 		req.ReplyError(wire.ErrSaslAuthenticationFailed, "authenticate first: this broker requires SASL/SCRAM (SaslHandshake, SaslAuthenticate) or a client certificate")
 		return true
 	}
@@ -139,7 +139,7 @@ func (s *Server) saslHandshake(req *Request, body *wire.SaslHandshakeRequest) {
 		resp.ErrorCode, resp.ErrorMessage = wire.ErrUnsupportedSaslMechanism, fmt.Sprintf("mechanism %q is not offered", truncateForLog(body.Mechanism))
 	case sess.principal != "" || sess.conv != nil:
 		resp.ErrorCode, resp.ErrorMessage = wire.ErrIllegalSaslState, "already authenticated or authenticating on this connection"
-		req.fatal = true
+		req.markFatal()
 	default:
 		creds := s.cfg.Security.Credentials
 		sess.conv = m.NewServer(creds.Lookup, creds.Fake)
@@ -160,7 +160,7 @@ func (s *Server) saslAuthenticate(req *Request, body *wire.SaslAuthenticateReque
 	switch {
 	case conv == nil || stage > 1:
 		resp.ErrorCode, resp.ErrorMessage = wire.ErrIllegalSaslState, "SaslAuthenticate without a SaslHandshake, or after the exchange ended"
-		req.fatal = true
+		req.markFatal()
 		req.ReplyMessage(resp)
 		return
 	case stage == 0:
@@ -177,7 +177,7 @@ func (s *Server) saslAuthenticate(req *Request, body *wire.SaslAuthenticateReque
 		if errors.Is(err, scram.ErrMalformed) {
 			resp.ErrorMessage = err.Error()
 		}
-		req.fatal = true
+		req.markFatal()
 		req.ReplyMessage(resp)
 		return
 	}

@@ -81,10 +81,9 @@ type Request struct {
 	fetch   wire.FetchRequest
 }
 
-// Requests are pooled (getRequest, recycleRequest): on the ring driver a request goes back
-// once its connection has released it — replied, response written or dropped, Done called
-// (the net driver's requests are left to the GC). A handler must not touch a request after
-// its Reply (that includes its Body).
+// Requests are pooled (getRequest, recycleRequest): a request goes back once its connection
+// has released it — replied, response written or dropped, Done called. A handler must not
+// touch a request after its Reply (that includes its Body).
 var requests sync.Pool
 
 func getRequest(h wire.RequestHeader, info ConnInfo, owner requestOwner) *Request {
@@ -101,6 +100,20 @@ func recycleRequest(req *Request) {
 	produce, fetch := req.produce, req.fetch
 	*req = Request{produce: produce, fetch: fetch}
 	requests.Put(req)
+}
+
+// fatalOwner is a connection that must hear of a fatal request when it is marked, not by
+// reading the request later: the net driver's reader would race the writer that releases
+// (and recycles) the request.
+type fatalOwner interface{ fatalRequest() }
+
+// markFatal makes the connection close after writing this request's response. Call it
+// before Reply.
+func (r *Request) markFatal() {
+	r.fatal = true
+	if o, ok := r.owner.(fatalOwner); ok {
+		o.fatalRequest()
+	}
 }
 
 // bodyFor is the message a request of api decodes into: the request's own target for

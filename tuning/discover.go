@@ -166,6 +166,10 @@ const (
 	thpEnabledPath       = "/sys/kernel/mm/transparent_hugepage/enabled"
 	clocksourcePath      = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
 	clocksourceAvailPath = "/sys/devices/system/clocksource/clocksource0/available_clocksource"
+	// cpuidleDriverPath names the idle driver; "haltpoll" is a KVM guest's, whose
+	// guestHaltPollPath says how long an idle vCPU polls for work before it halts.
+	cpuidleDriverPath = "/sys/devices/system/cpu/cpuidle/current_driver"
+	guestHaltPollPath = "/sys/module/haltpoll/parameters/guest_halt_poll_ns"
 )
 
 // processesScannedMax bounds the /proc/PID scan for irqbalance.
@@ -785,7 +789,26 @@ func (d *discoverer) settings() error {
 		return err
 	}
 	d.topo.Settings = append(d.topo.Settings, Setting{Name: "clocksource", Path: clocksourcePath, Value: current, Choices: strings.Fields(available)})
+	if err := d.idlePolling(); err != nil {
+		return err
+	}
 	return d.governors()
+}
+
+// idlePolling records the cpuidle driver and, under the haltpoll driver (a KVM guest), the
+// guest halt-polling window.
+func (d *discoverer) idlePolling() error {
+	driver, ok, err := d.r.readOptional(cpuidleDriverPath)
+	if err != nil || !ok {
+		return err
+	}
+	d.topo.Settings = append(d.topo.Settings, Setting{Name: "cpuidle.current_driver", Path: cpuidleDriverPath, Value: strings.TrimSpace(driver)})
+	poll, ok, err := d.r.readOptional(guestHaltPollPath)
+	if err != nil || !ok {
+		return err
+	}
+	d.topo.Settings = append(d.topo.Settings, Setting{Name: "haltpoll.guest_halt_poll_ns", Path: guestHaltPollPath, Value: strings.TrimSpace(poll)})
+	return nil
 }
 
 func (d *discoverer) governors() error {

@@ -27,6 +27,7 @@ var writablePrefixes = []string{
 	"/sys/block/", "/sys/class/net/",
 	"/sys/kernel/mm/transparent_hugepage/",
 	"/sys/devices/system/clocksource/", "/sys/devices/system/cpu/",
+	"/sys/module/haltpoll/parameters/",
 }
 
 // WriteJSON writes the plan as indented JSON (the plan file format).

@@ -79,11 +79,48 @@ func (b *Broker) ProduceFrom(caller int, tp TopicPartition, batches [][]byte, ac
 		s.produce(tp, batches, acks, done)
 		return
 	}
-	if err := s.r.Post(func() { s.produce(tp, batches, acks, done) }); err != nil {
+	op := getProducePost(s, tp, batches, acks, done)
+	if err := s.r.Post(op.run); err != nil {
+		op.put()
 		err = postErr(s, err)
 		b.offLoop.produceErrors[b.errorCode(err)].Add(1)
 		done(ProduceResult{BaseOffset: -1, Err: err})
 	}
+}
+
+// producePost carries a produce from another goroutine to its shard's loop without a new
+// closure per produce: pooled, with its run method bound once.
+type producePost struct {
+	s       *Shard
+	tp      TopicPartition
+	batches [][]byte
+	acks    int16
+	done    func(ProduceResult)
+	run     func()
+}
+
+var producePosts sync.Pool
+
+func getProducePost(s *Shard, tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) *producePost {
+	op, _ := producePosts.Get().(*producePost)
+	if op == nil {
+		op = new(producePost)
+		op.run = op.exec
+	}
+	op.s, op.tp, op.batches, op.acks, op.done = s, tp, batches, acks, done
+	return op
+}
+
+// exec runs on the shard's loop: the op goes back to the pool before the produce runs.
+func (op *producePost) exec() {
+	s, tp, batches, acks, done := op.s, op.tp, op.batches, op.acks, op.done
+	op.put()
+	s.produce(tp, batches, acks, done)
+}
+
+func (op *producePost) put() {
+	*op = producePost{run: op.run}
+	producePosts.Put(op)
 }
 
 func (s *Shard) produce(tp TopicPartition, batches [][]byte, acks int16, done func(ProduceResult)) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -211,7 +212,13 @@ func assertBrokerAllocatesNothing(t *testing.T, ops ...string) {
 				for range 100 { // warm the pools and the connection's buffers
 					r.run(op)
 				}
-				if n := testing.AllocsPerRun(200, func() { r.run(op) }); n != 0 {
+				// The collector off while counting: a GC empties the sync.Pools, and refilling
+				// them counts as allocations per request that steady state does not make
+				// (seen once on the net driver under load: 1 per acks=0 op).
+				gc := debug.SetGCPercent(-1)
+				n := testing.AllocsPerRun(200, func() { r.run(op) })
+				debug.SetGCPercent(gc)
+				if n != 0 {
 					t.Errorf("%s: %v allocations per request in the broker, want 0 (go test ./netio -run XXX -bench BrokerRequestAllocs -memprofile to find them)", op, n)
 				}
 			}

@@ -333,3 +333,75 @@ func TestSocketPathZeroAlloc(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkPost is Reactor.Post from one goroutine, per message:
+//   - awake: the fast path, to a loop that is running (Post pushes and reads awake);
+//   - waiting: bursts to a loop past its last mailbox check (awake false): the first Post of
+//     each 4,096-message drain cycle writes the eventfd, the others fail the wakePending CAS;
+//   - loop: to a loop running on its own thread, which runs every message (retried while
+//     the mailbox is full; cross-thread wake-ups included).
+//
+// awake and waiting drain the mailbox with the timer stopped. None allocates.
+func BenchmarkPost(b *testing.B) {
+	benchBackends(b, func(b *testing.B, backend string) {
+		fn := func() {}
+		for _, awake := range []bool{true, false} {
+			name := "waiting"
+			if awake {
+				name = "awake"
+			}
+			b.Run(name, func(b *testing.B) {
+				r := newReactor(b, backend, Config{})
+				capacity := len(r.mailbox.slots)
+				r.awake.Store(awake)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if i > 0 && i%capacity == 0 {
+						b.StopTimer()
+						r.drainMailbox()
+						r.wakePending.Store(false) // as the wake-up's dispatch does
+						b.StartTimer()
+					}
+					if err := r.Post(fn); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		b.Run("loop", func(b *testing.B) {
+			var r *Reactor
+			ready, runErr := make(chan struct{}), make(chan error, 1)
+			err := StartPinned(-1, Config{Backend: backend}, func(rr *Reactor) {
+				r = rr
+				close(ready)
+				runErr <- rr.Run()
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			<-ready
+			ran := 0 // loop thread only
+			count := func() { ran++ }
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := postAccepted(r, count); err != nil {
+					b.Fatal(err)
+				}
+			}
+			done := make(chan int)
+			if err := postAccepted(r, func() { done <- ran }); err != nil {
+				b.Fatal(err)
+			}
+			if n := <-done; n != b.N {
+				b.Fatalf("ran %d of %d messages", n, b.N)
+			}
+			b.StopTimer()
+			r.Stop()
+			if err := <-runErr; err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+}

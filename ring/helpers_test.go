@@ -2,6 +2,7 @@ package ring
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -124,3 +125,24 @@ func mustSQE(t testing.TB, r Ring) *SQE {
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+
+// postAttemptsMax bounds postAccepted's retries of a full mailbox.
+const postAttemptsMax = 1_000_000
+
+// postAccepted posts fn to r, retrying (with runtime.Gosched, so the loop can drain) while
+// the mailbox is full. ErrMailboxFull means fn was not queued and will never run: a test
+// that drops that error waits forever for fn, with the loop asleep in its wait (the hang
+// TestReactorRunPostStop/syscall had under -race; TestPostRefusedByFullMailboxNeverRuns).
+// Any goroutine may call it.
+func postAccepted(r *Reactor, fn func()) error {
+	for attempt := 1; ; attempt++ {
+		err := r.Post(fn)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrMailboxFull) || attempt == postAttemptsMax {
+			return fmt.Errorf("Post (attempt %d): %w", attempt, err)
+		}
+		runtime.Gosched()
+	}
+}

@@ -72,6 +72,13 @@ type Reactor struct {
 	closed     atomic.Bool
 	posters    atomic.Int32  // Post/PostFrom/Stop calls in progress; Close waits for 0 before closing wakeFd
 	foreignIO  atomic.Uint64 // FileIO calls made off the owning thread (served by plain syscalls)
+
+	// Owned by the loop thread; last, so that the fields above keep their offsets (and Post
+	// its machine code) with or without it. beforeWait, when set (tests only), runs on a
+	// turn that is about to wait, after the loop cleared awake and found the mailbox empty:
+	// a Post made from there lands in the window where a lost wake-up would hide
+	// (wake_test.go).
+	beforeWait func()
 }
 
 type opSlot struct {
@@ -488,6 +495,9 @@ func (r *Reactor) Run() error {
 	if r.stats.started.IsZero() {
 		r.stats.started = time.Now()
 	}
+	// The loop checks the mailbox before its first wait too: a Post during the first turn
+	// needs no eventfd write either.
+	r.awake.Store(true)
 	defer func() { r.running = false; r.awake.Store(false) }()
 	for !r.stopping.Load() {
 		if err := r.RunOnce(true); err != nil {
@@ -519,6 +529,9 @@ func (r *Reactor) RunOnce(block bool) error {
 		}
 	}
 	if sleep {
+		if r.beforeWait != nil {
+			r.beforeWait()
+		}
 		spin := r.cfg.SpinBeforeWait > 0 && r.worked > 0
 		r.worked = 0
 		if spin {

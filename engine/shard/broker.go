@@ -714,11 +714,18 @@ func (b *Broker) Drain() {
 	}
 	for _, s := range b.shards {
 		// park checks draining too, so a waiter parked after this post runs still fires.
-		_ = s.r.Post(s.core.WakeAll)
 		// Group requests parked in a join or sync phase are answered NOT_COORDINATOR (the
 		// client finds the coordinator again after the restart) instead of holding the
-		// shutdown for their rebalance timeout.
-		_ = s.r.Post(s.unloadGroups)
+		// shutdown for their rebalance timeout. A full mailbox is retried (postRetrying):
+		// a dropped post left parked fetches to their MaxWait and parked group requests
+		// unanswered. An error now means the shard is stopped, with nothing parked.
+		for _, fn := range []func(){s.core.WakeAll, s.unloadGroups} {
+			if s.r.OnOwnerThread() {
+				fn()
+				continue
+			}
+			_ = postRetrying(s, fn)
+		}
 	}
 }
 

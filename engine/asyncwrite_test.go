@@ -350,19 +350,31 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 // log reported written (kill -9) or synced (power loss), intact, and serve no torn bytes.
 func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 	seed := asyncSeed(t)
-	for _, powerLoss := range []bool{false, true} {
-		t.Run(fmt.Sprintf("powerloss=%v", powerLoss), func(t *testing.T) {
+	for _, variant := range []struct{ powerLoss, prealloc bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		powerLoss := variant.powerLoss
+		name := fmt.Sprintf("powerloss=%v", powerLoss)
+		if variant.prealloc {
+			name += "+prealloc" // zero-filled space ahead (PreallocateBytes), written through fs too
+		}
+		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			dir := t.TempDir()
 			cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 32 << 10, IndexIntervalBytes: 512,
 				DirectChunkBytes: 8 << 10, Logger: quietLogger}
+			if variant.prealloc {
+				cfg.PreallocateBytes = 16 << 10
+			}
 			var lostTorn int
 			for round := 0; round < 10; round++ {
 				fs := faultio.NewCrashFS(ring.Syscalls{})
 				if err := fs.TrackDir(dir); err != nil {
 					t.Fatal(err)
 				}
-				l, _ := openLog(t, dir, cfg, fs)
+				live := cfg
+				if variant.prealloc {
+					live.ZeroFileIO = fs
+				}
+				l, _ := openLog(t, dir, live, fs)
 				if l.Mode() != StorageDirect {
 					t.Skip("no O_DIRECT here")
 				}

@@ -23,9 +23,11 @@ const (
 	crashChildDirEnv  = "RINGLOG_CRASH_CHILD_DIR"
 	crashChildModeEnv = "RINGLOG_CRASH_CHILD_MODE"
 	crashChildIOEnv   = "RINGLOG_CRASH_CHILD_IO"
-	crashRounds       = 24
-	crashAcksMax      = 25    // a child is killed after 1..crashAcksMax acknowledgements
-	crashChildBatches = 50000 // bound on a child's loop if nobody kills it
+	// crashChildPreallocEnv, when set, is the child's PreallocateBytes.
+	crashChildPreallocEnv = "RINGLOG_CRASH_CHILD_PREALLOC"
+	crashRounds           = 24
+	crashAcksMax          = 25    // a child is killed after 1..crashAcksMax acknowledgements
+	crashChildBatches     = 50000 // bound on a child's loop if nobody kills it
 )
 
 // crashValue is the value of the record at offset: a reader can check any record alone.
@@ -54,6 +56,7 @@ func TestCrashChild(t *testing.T) {
 	cfg := LogConfig{Storage: StorageMode(os.Getenv(crashChildModeEnv)), SegmentBytes: 32 << 10,
 		IndexIntervalBytes: 1024, FlushAlways: true, Logger: quietLogger, DirectChunkBytes: 16 << 10,
 		Writeback: NewWriteback(4 << 10)} // killed with write-back requests in flight
+	cfg.PreallocateBytes, _ = strconv.ParseInt(os.Getenv(crashChildPreallocEnv), 10, 64)
 	l, _, err := OpenLog(dir, cfg, fio)
 	if err != nil {
 		fmt.Println("error", err)
@@ -108,13 +111,14 @@ func TestCrashSIGKILL(t *testing.T) {
 	for round := 0; round < crashRounds; round++ {
 		mode := storageModes[round%2]
 		io := []string{"syscalls", "reactor"}[(round/2)%2]
+		prealloc := []int64{-1, 8 << 10}[(round/4)%2] // zero-filled space ahead of the end (-1: off)
 		killAfter := 1 + rng.IntN(crashAcksMax)
-		got, stderr := runCrashChild(t, dir, mode, io, killAfter)
+		got, stderr := runCrashChild(t, dir, mode, io, prealloc, killAfter)
 		if got < acked {
 			t.Fatalf("round %d: child acked %d after %d was acked before", round, got, acked)
 		}
 		acked = got
-		verifyCrashLog(t, dir, round, acked, stderr)
+		verifyCrashLog(t, dir, round, acked, prealloc, stderr)
 	}
 	if acked < crashRounds {
 		t.Fatalf("children acknowledged only %d records in %d rounds", acked, crashRounds)
@@ -123,10 +127,11 @@ func TestCrashSIGKILL(t *testing.T) {
 
 // runCrashChild starts the child, reads acknowledgements until killAfter of them arrived,
 // SIGKILLs it (it keeps appending in the meantime) and returns the last acknowledged offset.
-func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, killAfter int) (int64, *bytes.Buffer) {
+func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, prealloc int64, killAfter int) (int64, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashChildDirEnv+"="+dir, crashChildModeEnv+"="+string(mode), crashChildIOEnv+"="+io)
+	cmd.Env = append(os.Environ(), crashChildDirEnv+"="+dir, crashChildModeEnv+"="+string(mode), crashChildIOEnv+"="+io,
+		crashChildPreallocEnv+"="+strconv.FormatInt(prealloc, 10))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -165,15 +170,16 @@ func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, killAf
 	return last, &stderr
 }
 
-// verifyCrashLog reopens the log and checks every record from the start.
-func verifyCrashLog(t *testing.T, dir string, round int, acked int64, stderr *bytes.Buffer) {
+// verifyCrashLog reopens the log (keeping a zero tail when prealloc > 0) and checks every
+// record from the start.
+func verifyCrashLog(t *testing.T, dir string, round int, acked, prealloc int64, stderr *bytes.Buffer) {
 	t.Helper()
-	l, rep, err := OpenLog(dir, LogConfig{SegmentBytes: 32 << 10, IndexIntervalBytes: 1024, Logger: quietLogger}, ring.Syscalls{})
+	l, rep, err := OpenLog(dir, LogConfig{SegmentBytes: 32 << 10, IndexIntervalBytes: 1024, PreallocateBytes: prealloc, Logger: quietLogger}, ring.Syscalls{})
 	if err != nil {
 		t.Fatalf("round %d: reopen: %v", round, err)
 	}
 	defer l.Close()
-	t.Logf("round %d: acked %d, recovered end %d, dropped %d bytes", round, acked, l.EndOffset(), rep.DroppedBytes)
+	t.Logf("round %d: acked %d, recovered end %d, dropped %d bytes, kept %d zero bytes", round, acked, l.EndOffset(), rep.DroppedBytes, rep.ZeroTailBytes)
 	if l.EndOffset() < acked {
 		t.Fatalf("round %d: log ends at %d but %d was acknowledged (report %+v, child stderr %s)", round, l.EndOffset(), acked, rep, stderr)
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -110,6 +111,8 @@ type Log struct {
 	staging   bool
 	stageNext bool         // set by AppendBatchesStaged for the duration of its append
 	staged    stagedWrites // staged, not written; always in the active segment
+
+	zeroJobs sync.WaitGroup // background zeroing goroutines (prealloc.go)
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -354,6 +357,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 		res.LastOffset = s.nextOffset - 1
 		i = j
 	}
+	l.zeroAhead(l.active()) // prealloc.go
 	l.assertInvariants()
 	return res, nil
 }
@@ -540,13 +544,14 @@ func (l *Log) roll() error {
 	return nil
 }
 
-// seal ends appends to s: a direct-mode file is cut to its logical length (dropping the
-// zero padding of its last block) and its writer closed.
+// seal ends appends to s: its file is cut to its logical length (dropping direct mode's zero
+// padding of the last block and preallocated zeros, see prealloc.go) and a direct writer
+// closed.
 func (l *Log) seal(s *segment) error {
+	if err := s.trimZeros(false); err != nil {
+		return fmt.Errorf("seal: %w", err)
+	}
 	if s.direct != nil {
-		if err := s.log.Truncate(s.size); err != nil {
-			return fmt.Errorf("seal segment %d: truncate: %w", s.baseOffset, err)
-		}
 		err := s.direct.close()
 		s.direct = nil
 		if err != nil {
@@ -592,6 +597,7 @@ func (l *Log) forgetUnsynced(s *segment) {
 
 // activate prepares s to take appends.
 func (l *Log) activate(s *segment) error {
+	s.reclaimZeroJob()
 	if l.mode != StorageDirect || s.direct != nil {
 		return nil
 	}
@@ -818,14 +824,13 @@ func (l *Log) Close() error {
 	return err
 }
 
-// finishActive prepares the synced active segment for a clean close: a direct-mode file is
-// cut to its logical length and the final time-index entry is persisted.
+// finishActive prepares the synced active segment for a clean close: its file is cut to its
+// logical length (direct-mode padding, preallocated zeros) and the final time-index entry is
+// persisted.
 func (l *Log) finishActive() error {
 	s := l.active()
-	if s.direct != nil {
-		if err := s.log.Truncate(s.size); err != nil {
-			return fmt.Errorf("close segment %d: truncate: %w", s.baseOffset, err)
-		}
+	if err := s.trimZeros(true); err != nil {
+		return fmt.Errorf("close: %w", err)
 	}
 	s.addFinalTimeEntry()
 	var err error
@@ -834,8 +839,10 @@ func (l *Log) finishActive() error {
 }
 
 func (l *Log) closeFiles() error {
+	l.zeroJobs.Wait() // zeroing and handed-off cuts (prealloc.go) end before Close returns
 	var errs []error
 	for _, s := range l.segments {
+
 		errs = append(errs, s.closeFiles())
 	}
 	return errors.Join(errs...)

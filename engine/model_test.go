@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -37,9 +38,20 @@ func (m *logModel) visible() []byte {
 // TestLogAgainstModel runs random operations — appends, syncs, truncations, resets, record
 // deletion, retention, clean and crash reopens — against the log and the model, and checks
 // after each one that they agree on offsets and on every byte a reader can see.
+//
+// The "+prealloc" cases keep zero-filled space ahead of the log's end (PreallocateBytes) and
+// also check, after every step, that sealed files end at their logical size and that only
+// zeros lie past the active segment's end.
 func TestLogAgainstModel(t *testing.T) {
-	for _, mode := range storageModes {
-		t.Run(string(mode), func(t *testing.T) {
+	for _, variant := range []struct {
+		mode     StorageMode
+		prealloc bool
+	}{{StoragePageCache, false}, {StorageDirect, false}, {StoragePageCache, true}, {StorageDirect, true}} {
+		mode, name := variant.mode, string(variant.mode)
+		if variant.prealloc {
+			name += "+prealloc"
+		}
+		t.Run(name, func(t *testing.T) {
 			seed := uint64(rand.Int64())
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, 4))
@@ -50,6 +62,9 @@ func TestLogAgainstModel(t *testing.T) {
 			cfg.SegmentBytes = 4 << 10
 			cfg.IndexIntervalBytes = 256
 			cfg.RetentionMs = -1
+			if variant.prealloc {
+				cfg.PreallocateBytes = 4 << 10
+			}
 			l, _ := openLog(t, dir, cfg, fio)
 			defer func() { l.Close() }()
 			m := &logModel{}
@@ -108,6 +123,9 @@ func TestLogAgainstModel(t *testing.T) {
 				}
 				m.check(t, step, l, rng)
 				m.checkTimestamps(t, step, l, rng)
+				if variant.prealloc {
+					checkZeroSpace(t, step, dir, l)
+				}
 			}
 		})
 	}
@@ -194,5 +212,29 @@ func (m *logModel) checkTimestamps(t *testing.T, step int, l *Log, rng *rand.Ran
 	}
 	if err != nil || got != want {
 		t.Fatalf("step %d: OffsetForTimestamp(%d) = %d, %v; want %d", step, target, got, err, want)
+	}
+}
+
+// checkZeroSpace waits for the log's zeroing goroutines and checks the files against the
+// logical sizes: every sealed segment's file ends at its logical end, and past the active
+// segment's end there are only zeros.
+func checkZeroSpace(t *testing.T, step int, dir string, l *Log) {
+	t.Helper()
+	l.zeroJobs.Wait()
+	for i, s := range l.segments {
+		b, err := os.ReadFile(segmentFile(dir, s.baseOffset, logSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := i == len(l.segments)-1
+		if !last && int64(len(b)) != s.size {
+			t.Fatalf("step %d: sealed segment %d: file %d bytes, logical %d", step, s.baseOffset, len(b), s.size)
+		}
+		if int64(len(b)) < s.size {
+			t.Fatalf("step %d: segment %d: file %d bytes, shorter than logical %d", step, s.baseOffset, len(b), s.size)
+		}
+		if last && len(bytes.Trim(b[s.size:], "\x00")) != 0 {
+			t.Fatalf("step %d: active segment %d: non-zero bytes past its end %d", step, s.baseOffset, s.size)
+		}
 	}
 }

@@ -23,9 +23,22 @@ const powerLossRounds = 24
 // and reopens: recovery must succeed, everything from the start offset at the crash to the
 // last SyncedOffset must be there and intact, and the log must be one contiguous run of valid
 // batches.
+//
+// The "+prealloc" cases keep zero-filled space ahead of the log's end (PreallocateBytes,
+// zeros written through the CrashFS too, so a power loss can take them back or tear them).
 func TestPowerLossKeepsSyncedData(t *testing.T) {
+	type powerLossCase struct {
+		name     string
+		mode     StorageMode
+		prealloc bool
+	}
+	var cases []powerLossCase
 	for _, mode := range storageModes {
-		t.Run(string(mode), func(t *testing.T) {
+		cases = append(cases, powerLossCase{string(mode), mode, false}, powerLossCase{string(mode) + "+prealloc", mode, true})
+	}
+	for _, tc := range cases {
+		mode := tc.mode
+		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			seed := uint64(os.Getpid())
 			if v, err := strconv.ParseUint(os.Getenv("RINGLOG_POWERLOSS_SEED"), 10, 64); err == nil {
@@ -39,14 +52,22 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 			defer wb.Close()
 			cfg := LogConfig{Storage: mode, SegmentBytes: 4 << 10, IndexIntervalBytes: 512,
 				DirectChunkBytes: 8 << 10, RetentionBytes: 24 << 10, Logger: quietLogger, Writeback: wb}
+			if tc.prealloc {
+				cfg.SegmentBytes, cfg.PreallocateBytes = 16<<10, 8<<10
+			}
 			var lost, kept int64
 			var undone int
+			jobsBefore, zeroTails := ZeroAheadStats().Jobs, 0
 			for round := 0; round < powerLossRounds; round++ {
 				fs := faultio.NewCrashFS(ring.Syscalls{})
 				if err := fs.TrackDir(dir); err != nil {
 					t.Fatal(err)
 				}
-				l, _ := openLog(t, dir, cfg, fs)
+				live := cfg
+				if tc.prealloc {
+					live.ZeroFileIO = fs
+				}
+				l, _ := openLog(t, dir, live, fs)
 				start := l.EndOffset()
 				synced := powerLossWork(t, l, rng)
 				end, logStart := l.EndOffset(), l.StartOffset()
@@ -57,6 +78,9 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 				_, u := fs.NamespaceStats()
 				undone += u
 				got := verifyPowerLoss(t, dir, cfg, round, synced, logStart, synced > start)
+				if lastRecovery.ZeroTailBytes > 0 {
+					zeroTails++
+				}
 				if got < start {
 					t.Fatalf("round %d: log shrank below its start %d to %d", round, start, got)
 				}
@@ -69,6 +93,12 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 			}
 			if undone == 0 {
 				t.Fatal("no directory change was ever undone: the namespace model did nothing")
+			}
+			if jobs := ZeroAheadStats().Jobs - jobsBefore; tc.prealloc {
+				t.Logf("zeroing jobs %d, recoveries that kept a zero tail %d", jobs, zeroTails)
+				if jobs == 0 || zeroTails == 0 {
+					t.Fatal("the preallocated space was never exercised")
+				}
 			}
 		})
 	}
@@ -124,6 +154,9 @@ func crashBatch(t *testing.T, b *batch.Builder, next *int64, n int) []byte {
 	return bb
 }
 
+// lastRecovery is the report of verifyPowerLoss's last reopen (tests run it serially).
+var lastRecovery RecoveryReport
+
 func verifyPowerLoss(t *testing.T, dir string, cfg LogConfig, round int, synced, logStart int64, syncedSinceOpen bool) int64 {
 	t.Helper()
 	l, rep, err := OpenLog(dir, cfg, ring.Syscalls{})
@@ -131,6 +164,7 @@ func verifyPowerLoss(t *testing.T, dir string, cfg LogConfig, round int, synced,
 		t.Fatalf("round %d: reopen: %v", round, err)
 	}
 	defer l.Close()
+	lastRecovery = rep
 	if rep.CleanShutdown && syncedSinceOpen { // before the first sync the marker's removal may be undone
 		t.Fatalf("round %d: a crashed log reported a clean shutdown", round)
 	}

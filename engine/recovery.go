@@ -25,6 +25,10 @@ type RecoveryReport struct {
 	// they are not all zero. Zero padding alone (direct mode) counts bytes but no batches.
 	DroppedBatches int
 	DroppedBytes   int64
+	// ZeroTailBytes: with LogConfig.PreallocateBytes, the zeros found past the active
+	// segment's last valid batch, kept in place for appends (prealloc.go) and not counted as
+	// dropped. The log ends where they begin.
+	ZeroTailBytes int64
 	// RebuiltIndexes lists base offsets of segments whose index was missing or corrupt and
 	// was rebuilt from the log.
 	RebuiltIndexes []int64
@@ -464,7 +468,8 @@ func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProo
 	case end >= 0 && s.nextOffset < end && proof.synced(s.nextOffset):
 		l.fenceSealedTail(s, fileBytes, end, reason)
 	case s.size < fileBytes:
-		if err := l.dropTail(s, sc, fileBytes, reason, report); err != nil {
+		keepZeros := end < 0 && l.cfg.PreallocateBytes > 0
+		if err := l.dropTail(s, sc, fileBytes, keepZeros, reason, report); err != nil {
 			return err
 		}
 	}
@@ -511,8 +516,13 @@ func (l *Log) fenceSealedTail(s *segment, fileBytes, end int64, reason error) {
 	s.size, s.nextOffset = fileBytes, end
 }
 
-// dropTail cuts the log file of s at s.size and accounts for what was dropped.
-func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason error, report *RecoveryReport) error {
+// dropTail cuts the log file of s at s.size and accounts for what was dropped. With keepZeros
+// (the active segment of a log that preallocates) a tail of zeros only stays in the file as
+// preallocated space: the log ends where it begins. A tail with any other byte is cut
+// whatever keepZeros says, so that nothing past the end of the log can ever continue it
+// (a batch that survived a power loss behind a lost one would otherwise follow a new batch
+// of the same length written over the lost one).
+func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, keepZeros bool, reason error, report *RecoveryReport) error {
 	batches, zero := 0, true
 	for pos := s.size; pos < fileBytes; {
 		n := int(min(recoveryReadBytes, fileBytes-pos))
@@ -547,6 +557,11 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, reason err
 			}
 			pos += batchSize(h)
 		}
+	}
+	if zero && keepZeros {
+		report.ZeroTailBytes += fileBytes - s.size
+		s.zeroed, s.zeroAsked = true, fileBytes
+		return nil
 	}
 	report.DroppedBatches += batches
 	report.DroppedBytes += fileBytes - s.size

@@ -62,6 +62,13 @@ type segment struct {
 	firstAppendAt   time.Time     // zero until the first append into this segment (segment.ms)
 	direct          *directWriter // non-nil while this is the active segment in direct mode
 	staged          *stagedWrites // non-nil while the log has staged bytes here (stagedwrite.go)
+
+	// Zero-filled space past size (prealloc.go): zero is the last zeroing job (nil when none
+	// is pending), zeroAsked the file end it was asked to reach, zeroed whether the file may
+	// hold zeros past size.
+	zero      *zeroJob
+	zeroAsked int64
+	zeroed    bool
 }
 
 func (s *segment) logFd() int { return int(s.log.Fd()) }

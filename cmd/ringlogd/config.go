@@ -474,6 +474,7 @@ var topicConfigKeys = []string{
 	engine.ConfigRetentionMs, engine.ConfigRetentionBytes, engine.ConfigFlushMessages,
 	engine.ConfigFlushMs, engine.ConfigFlushAlways, engine.ConfigStorageMode,
 	engine.ConfigCleanupPolicy, engine.ConfigDeleteRetentionMs, engine.ConfigMinCleanableDirtyRatio,
+	engine.ConfigPreallocateBytes,
 }
 
 func isTopicConfigKey(k string) bool {

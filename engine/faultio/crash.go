@@ -107,7 +107,8 @@ func (c *CrashFS) key(fd int) (fileKey, unix.Stat_t, error) {
 	return statKey(&st), st, nil
 }
 
-// remember records what a write of n bytes at off is about to overwrite.
+// remember records what a write of n bytes at off is about to overwrite (at the end of file
+// for an O_APPEND descriptor: the caller holds c.mu, so no other write through c moves it).
 func (c *CrashFS) remember(fd int, off int64, n int) error {
 	if c.crashed {
 		return ErrCrashed
@@ -117,6 +118,9 @@ func (c *CrashFS) remember(fd int, off int64, n int) error {
 		return err
 	}
 	size := st.Size
+	if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil && flags&unix.O_APPEND != 0 {
+		off = size // Linux appends on an O_APPEND descriptor whatever the offset (pwrite(2))
+	}
 	f := c.files[k]
 	if f == nil {
 		proc := "/proc/self/fd/" + strconv.Itoa(fd)

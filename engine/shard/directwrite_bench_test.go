@@ -26,28 +26,42 @@ import (
 // waiting for the device) and mode=async-unregistered the asynchronous one with plain
 // WRITEs, for the A/Bs. The produce window is 64 MiB (at most 4,096 produces), the bytes
 // the reference keeps in flight; RINGLOG_BENCH_WINDOW caps the produces instead.
+// mode=async-prealloc is mode=async on a topic with preallocate.bytes (zero-filled space
+// ahead of each partition's end, engine/prealloc.go), RINGLOG_BENCH_PREALLOC bytes (4 MiB
+// unless set).
 func BenchmarkDirectAppend(b *testing.B) {
 	b.Run("raw-seq-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, true) })
 	b.Run("raw-append-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, false) })
-	for _, mode := range []string{"async", "sync", "async-unregistered"} {
+	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc"} {
 		for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("mode=%s/batch=%dKiB", mode, size>>10), func(b *testing.B) {
-				benchDirectAppend(b, size, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
+				topic := map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect)}
+				if mode == "async-prealloc" {
+					topic[engine.ConfigPreallocateBytes] = strconv.Itoa(benchPreallocBytes())
+				}
+				benchDirectAppend(b, size, topic, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
 			})
 		}
 	}
 }
 
+func benchPreallocBytes() int {
+	if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_PREALLOC")); err == nil && v >= 0 {
+		return v
+	}
+	return 4 << 20
+}
+
 const benchPartitions = 16
 
-func benchDirectAppend(b *testing.B, batchBytes int, hooks *testHooks) {
+func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]string, hooks *testHooks) {
 	cfg := Config{DataDir: b.TempDir(), Ring: ring.Config{Backend: "auto"}, hooks: hooks}
 	br, err := Open(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer br.Close()
-	if err := br.CreateTopic("bench", benchPartitions, map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect)}); err != nil {
+	if err := br.CreateTopic("bench", benchPartitions, topicConfig); err != nil {
 		b.Fatal(err)
 	}
 	if _, states, err := br.DescribeTopic("bench"); err != nil || states[0].Storage != string(engine.StorageDirect) {
@@ -55,9 +69,13 @@ func benchDirectAppend(b *testing.B, batchBytes int, hooks *testHooks) {
 	}
 	records := max(batchBytes/1100, 1) // ~1 KiB values plus record overhead fill the batch
 	window := min(benchWindowMax(), (64<<20)/batchBytes)
+	zeros := engine.ZeroAheadStats().Bytes
 	benchProduceWindow(b, br, window, records, func(i int) TopicPartition {
 		return TopicPartition{"bench", int32(i % benchPartitions)}
 	}, AcksLeader)
+	if z := engine.ZeroAheadStats().Bytes - zeros; z > 0 {
+		b.ReportMetric(float64(z)/float64(b.N), "zero-B/op") // preallocated zeros written per produce
+	}
 }
 
 // benchRawDirect writes sequential 1 MiB O_DIRECT blocks, 64 in flight on a shard's ring

@@ -341,24 +341,6 @@ func (c *Client) CallAsync(addr string, req, resp wire.Message, done func(wire.M
 	cn.send(req, resp, done)
 }
 
-// heldRead is a connection whose reader role a caller took (conn.sendHeld): the caller
-// must read it (conn.readHeld) until its answer is in.
-type heldRead struct {
-	conn *conn
-	call *call
-}
-
-// callHeld is CallAsync for a caller that waits for the response: when nobody reads the
-// connection, the caller takes the reader role, returned in held.
-func (c *Client) callHeld(addr string, req, resp wire.Message, done func(wire.Message, error)) (held heldRead) {
-	cn, err := c.connFor(addr)
-	if err != nil {
-		done(nil, err)
-		return heldRead{}
-	}
-	return heldRead{cn, cn.sendHeld(req, resp, done)}
-}
-
 // callAsyncOwned is CallAsync for a response whose frame buffer the callee takes over and
 // hands back with release.
 // A group other than "" sends it on that group's connections (connForGroup).

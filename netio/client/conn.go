@@ -112,14 +112,15 @@ func dialConn(addr string, cfg *Config) (*conn, error) {
 	return c, nil
 }
 
-// sendHeld is send for a caller that waits for the response: when it returns a call the
-// caller holds the connection's reader role and must call readHeld with it.
-func (c *conn) sendHeld(req wire.Message, resp wire.Message, done func(wire.Message, error)) *call {
-	cl := &call{resp: resp, done: done}
-	if c.sendCall(req, cl, true) {
-		return cl
-	}
-	return nil
+// sendHeld is send for a caller that waits for the response: when it returns true the
+// caller holds the connection's reader role and must call readHeld with cl. cl is the
+// caller's (the producer embeds it in a pooled request): once cl.done has run the
+// connection does not touch it again, but for readHeld's pointer comparisons. (readHeld's
+// context callback may run late, after readHeld returned; should cl have been recycled
+// into a new held read on this connection by then, that read is interrupted and handed to
+// a reader goroutine: its answer still arrives, only the inline read is lost.)
+func (c *conn) sendHeld(req wire.Message, cl *call) bool {
+	return c.sendCall(req, cl, true)
 }
 
 // send writes req and arranges for done to be called with the decoded response. A nil

@@ -79,8 +79,8 @@ func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	c := testConn(t, addr)
 	got := make(chan error, 2)
 	done := func(_ wire.Message, err error) { got <- err }
-	cl := c.sendHeld(&wire.MetadataRequest{}, &wire.MetadataResponse{}, done)
-	if cl == nil {
+	cl := &call{resp: &wire.MetadataResponse{}, done: done}
+	if !c.sendHeld(&wire.MetadataRequest{}, cl) {
 		t.Fatal("an idle connection's first caller did not take the reader role")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,8 +95,8 @@ func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	}
 	// The next caller may find the goroutine still holding the role (then it waits on
 	// done) or take it: either way its answer arrives and no deadline is left behind.
-	cl = c.sendHeld(&wire.MetadataRequest{}, &wire.MetadataResponse{}, done)
-	if cl != nil {
+	cl = &call{resp: &wire.MetadataResponse{}, done: done}
+	if c.sendHeld(&wire.MetadataRequest{}, cl) {
 		c.readHeld(context.Background(), cl, func() bool { return len(got) > 0 })
 	}
 	if err := <-got; err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -174,6 +176,7 @@ type Producer struct {
 	flushing   int                           // guarded by mu: Flush calls in progress (linger off)
 	closed     bool                          // guarded by mu
 	callbacks  []completion                  // guarded by mu: completed, callback not yet run
+	cbSpare    []completion                  // guarded by mu: runCallbacks' other buffer (empty)
 
 	cbMu sync.Mutex // held while running callbacks, so they run in completion order
 
@@ -182,6 +185,12 @@ type Producer struct {
 	// the wire in the order their batches were collected (an idempotent partition's
 	// sequence order). Taken before mu, never while holding it.
 	sendMu sync.Mutex
+	// Scratch of collectLocked and buildRequestLocked, reused from one collection to the
+	// next: guarded by sendMu (and mu), which both callers hold from collecting requests
+	// until they are written.
+	collected  []*produceRequest
+	byAddr     map[string]*produceRequest // in use (not empty) once collected outgrew collectLinearMax
+	topicIndex map[string]int             // in use once a request's topics outgrew requestTopicsLinearMax
 
 	wake       chan struct{} // cap 1: the sender loop has something to do
 	senderDone chan struct{}
@@ -403,7 +412,8 @@ func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 		p.signal()
 	}
 	for _, h := range held {
-		h.conn.readHeld(ctx, h.call, w.ready)
+		h.conn.readHeld(ctx, &h.rq.call, w.ready)
+		h.rq.unref() // the caller's reference: it no longer compares the call
 	}
 	clear(held)
 	w.held = held[:0]
@@ -421,8 +431,16 @@ func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 type syncWait struct {
 	result chan error
 	done   func(*Record, error)
-	ready  func() bool // the outcome is in
-	held   []heldRead  // sendNow's, reused
+	ready  func() bool   // the outcome is in
+	held   []heldRequest // sendNow's, reused
+}
+
+// heldRequest is a request whose connection's reader role the SendSync caller took
+// (conn.sendHeld): it reads the connection (readHeld) until its answer is in, then drops
+// its reference to the request.
+type heldRequest struct {
+	conn *conn
+	rq   *produceRequest
 }
 
 var syncWaits = sync.Pool{New: func() any {
@@ -440,7 +458,7 @@ var syncWaits = sync.Pool{New: func() any {
 // took: it must read them (readHeld) until its answer is in.
 // It never waits for sendMu, a dial or a free request slot on the connection (the sender
 // loop does that): a caller stuck there could not honour its context.
-func (p *Producer) sendNow(key topicPartition, held []heldRead) (sent bool, _ []heldRead) {
+func (p *Producer) sendNow(key topicPartition, held []heldRequest) (sent bool, _ []heldRequest) {
 	p.mu.Lock()
 	if ps := p.parts[key]; ps != nil && len(ps.open) > 0 {
 		p.sealLocked(ps) // do not wait for the linger: the caller is waiting
@@ -454,8 +472,8 @@ func (p *Producer) sendNow(key topicPartition, held []heldRead) (sent bool, _ []
 	requests, _ := p.collectLocked(time.Now())
 	p.mu.Unlock()
 	for _, rq := range requests {
-		if h := p.sendRequest(rq, true); h.call != nil {
-			held = append(held, h)
+		if cn := p.sendRequest(rq, true); cn != nil {
+			held = append(held, heldRequest{cn, rq})
 		}
 	}
 	return len(requests) > 0, held
@@ -547,7 +565,8 @@ func (p *Producer) sealLocked(ps *partState) {
 		return
 	}
 	records := ps.open
-	ps.open = nil
+	b := sealedBatches.Get().(*sealedBatch)
+	ps.open, b.records = b.records, nil // the open batch goes on in the recycled one's array
 	data, err := ps.builder.Build(getBatchBuffer(ps.builder.Len()))
 	if err == nil && len(data) > p.cfg.RequestBytesMax {
 		putBatchBuffer(data)
@@ -569,9 +588,32 @@ func (p *Producer) sealLocked(ps *partState) {
 	}
 	if err != nil {
 		p.finishLocked(records, fmt.Errorf("build batch for %s/%d: %w", ps.topic, ps.partition, err))
+		b.records = records
+		releaseSealedBatch(b)
 		return
 	}
-	ps.sealed = append(ps.sealed, &sealedBatch{data: data, records: records, offset: -1, sealedAt: time.Now()})
+	b.data, b.records, b.offset, b.sealedAt = data, records, -1, time.Now()
+	ps.sealed = append(ps.sealed, b)
+}
+
+// Sealed batches are recycled once completed (completeAckedLocked): by then no request
+// refers to them (a batch is in at most one request, and completes after its answer), and
+// its records' callbacks are queued by value. A recycled batch keeps its records array,
+// empty, for the partition's next open batch: a partition sending one record at a time
+// allocates neither.
+var sealedBatches = sync.Pool{New: func() any { return new(sealedBatch) }}
+
+// sealedRecordsMax bounds the records array a recycled batch keeps.
+const sealedRecordsMax = 4096
+
+func releaseSealedBatch(b *sealedBatch) {
+	records := b.records
+	clear(records)
+	if cap(records) > sealedRecordsMax {
+		records = nil
+	}
+	*b = sealedBatch{records: records[:0]}
+	sealedBatches.Put(b)
 }
 
 func batchSetProducer(data []byte, id producerIdentity, seq int32) {
@@ -606,16 +648,25 @@ func (p *Producer) runCallbacks() {
 	for range 1 << 20 {
 		p.mu.Lock()
 		batch := p.callbacks
-		p.callbacks = nil
-		p.mu.Unlock()
 		if len(batch) == 0 {
+			p.mu.Unlock()
 			return
 		}
+		// Two buffers: completions queue into one while the callbacks of the other run
+		// (cbMu keeps a single runner), so a steady stream of completions allocates nothing.
+		p.callbacks, p.cbSpare = p.cbSpare, nil
+		p.mu.Unlock()
 		for _, c := range batch {
 			c.pr.cb(c.pr.rec, c.err)
 		}
+		n := len(batch)
+		clear(batch)
+		if cap(batch) > sealedRecordsMax {
+			batch = nil
+		}
 		p.mu.Lock()
-		p.unfinished -= len(batch) // after the callbacks: Flush returns once they have run
+		p.unfinished -= n // after the callbacks: Flush returns once they have run
+		p.cbSpare = batch[:0]
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}
@@ -657,10 +708,84 @@ func (p *Producer) run() {
 // acks, timeout, topic names and partition entries for a request to one address.
 const requestOverheadBytes = 64 << 10
 
+// produceRequest is one produce request being collected, in flight, or answered. Pooled
+// with its wire request and response and its done callback bound once: a request of one
+// batch (SendSync's) allocates nothing. It goes back to the pool once complete has run and
+// the SendSync caller that read its answer inline (a second reference) is done with it;
+// the connection does not touch the request, the response or the call after calling done.
 type produceRequest struct {
+	p      *Producer
 	addr   string
 	groups []sendGroup
 	bytes  int
+
+	req    wire.ProduceRequest
+	resp   wire.ProduceResponse
+	call   call     // the connection's record of the request
+	copies [][]byte // pooled buffers of groups of several batches, concatenated
+	done   func(wire.Message, error)
+	refs   atomic.Int32 // complete's, and a held reader's until it stops reading
+}
+
+var produceRequests sync.Pool
+
+func (p *Producer) newRequest(addr string) *produceRequest {
+	rq, _ := produceRequests.Get().(*produceRequest)
+	if rq == nil {
+		rq = new(produceRequest)
+		rq.done = func(_ wire.Message, err error) {
+			var resp *wire.ProduceResponse
+			if rq.p.cfg.Acks != AckNone {
+				resp = &rq.resp
+			}
+			rq.p.complete(rq, resp, err)
+		}
+	}
+	rq.p, rq.addr = p, addr
+	rq.refs.Store(1)
+	return rq
+}
+
+// addGroup appends ps's batches to rq, reusing the arrays of an earlier use.
+func (rq *produceRequest) addGroup(ps *partState, batches []*sealedBatch) {
+	if len(rq.groups) < cap(rq.groups) {
+		rq.groups = rq.groups[:len(rq.groups)+1]
+	} else {
+		rq.groups = append(rq.groups, sendGroup{})
+	}
+	g := &rq.groups[len(rq.groups)-1]
+	g.ps, g.batches = ps, append(g.batches[:0], batches...)
+}
+
+// pooledRequestArraysMax: a request of more partitions than this leaves its arrays to the
+// GC rather than keeping them pooled.
+const pooledRequestArraysMax = 1024
+
+func (rq *produceRequest) unref() {
+	if rq.refs.Add(-1) != 0 {
+		return
+	}
+	for i := range rq.groups {
+		g := &rq.groups[i]
+		clear(g.batches)
+		g.ps, g.batches = nil, g.batches[:0]
+	}
+	for i := range rq.req.Topics {
+		t := &rq.req.Topics[i]
+		clear(t.Partitions)
+		t.Topic, t.Partitions = "", t.Partitions[:0]
+	}
+	for _, b := range rq.copies {
+		putBatchBuffer(b)
+	}
+	clear(rq.copies)
+	rq.groups, rq.req.Topics, rq.copies = rq.groups[:0], rq.req.Topics[:0], rq.copies[:0]
+	if cap(rq.groups) > pooledRequestArraysMax || cap(rq.req.Topics) > pooledRequestArraysMax ||
+		len(rq.resp.Topics) > pooledRequestArraysMax {
+		rq.groups, rq.req.Topics, rq.resp.Topics = nil, nil, nil
+	}
+	rq.p, rq.addr, rq.bytes, rq.call = nil, "", 0, call{}
+	produceRequests.Put(rq)
 }
 
 // sendGroup is one partition's batches in one request, concatenated on the wire.
@@ -680,8 +805,11 @@ type sendGroup struct {
 // returns how long to sleep.
 func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duration) {
 	next := time.Hour
-	byAddr := map[string]*produceRequest{}
-	var out []*produceRequest
+	clear(p.collected)
+	p.collected = p.collected[:0]
+	if len(p.byAddr) > 0 {
+		clear(p.byAddr)
+	}
 	for _, ps := range p.parts {
 		if len(ps.open) > 0 {
 			due := ps.openedAt.Add(p.cfg.Linger)
@@ -724,11 +852,10 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 			continue
 		}
 		addr := p.c.leaderAddr(ps.topic, ps.partition)
-		rq := byAddr[addr]
+		rq := p.collectingLocked(addr)
 		if rq == nil || rq.bytes+len(ps.sealed[first].data) > p.cfg.RequestBytesMax {
-			rq = &produceRequest{addr: addr}
-			byAddr[addr] = rq
-			out = append(out, rq)
+			rq = p.newRequest(addr)
+			p.addCollectedLocked(rq)
 		}
 		n, size := 1, len(ps.sealed[first].data)
 		resend := p.idempotent && ps.sealed[first].sent || ps.sealed[first].alone
@@ -740,11 +867,10 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 			size += len(b.data)
 			n++
 		}
-		group := sendGroup{ps: ps, batches: append([]*sealedBatch(nil), ps.sealed[first:first+n]...)}
-		for _, b := range group.batches {
+		for _, b := range ps.sealed[first : first+n] {
 			b.state, b.sent = batchInflight, true
 		}
-		rq.groups = append(rq.groups, group)
+		rq.addGroup(ps, ps.sealed[first:first+n])
 		rq.bytes += size
 		ps.inflight += n
 		p.inflightTotal += n
@@ -752,7 +878,40 @@ func (p *Producer) collectLocked(now time.Time) ([]*produceRequest, time.Duratio
 	if p.bumping && p.inflightTotal == 0 && !p.probesPendingLocked() {
 		next = min(next, max(p.bumpRetryAt.Sub(now), 0))
 	}
-	return out, max(next, 0)
+	return p.collected, max(next, 0)
+}
+
+// collectLinearMax: up to this many requests in one collection, the one for an address is
+// found by a scan; beyond, through a map (a collection stays O(partitions)).
+const collectLinearMax = 8
+
+// collectingLocked returns the request collectLocked adds addr's batches to: the last one
+// made for addr, or nil.
+func (p *Producer) collectingLocked(addr string) *produceRequest {
+	if len(p.byAddr) > 0 {
+		return p.byAddr[addr]
+	}
+	for i := len(p.collected) - 1; i >= 0; i-- {
+		if p.collected[i].addr == addr {
+			return p.collected[i]
+		}
+	}
+	return nil
+}
+
+func (p *Producer) addCollectedLocked(rq *produceRequest) {
+	p.collected = append(p.collected, rq)
+	switch {
+	case len(p.byAddr) > 0:
+		p.byAddr[rq.addr] = rq
+	case len(p.collected) > collectLinearMax:
+		if p.byAddr == nil {
+			p.byAddr = map[string]*produceRequest{}
+		}
+		for _, r := range p.collected { // in order: the last one per address wins
+			p.byAddr[r.addr] = r
+		}
+	}
 }
 
 // sentUnresolved counts the batches of ps sent since its oldest unacknowledged one: those
@@ -780,11 +939,43 @@ func sentUnresolved(ps *partState) int {
 }
 
 // sendRequest writes rq. With held (SendSync's caller, who waits anyway) the caller may
-// take the connection's reader role: the returned heldRead says so.
-func (p *Producer) sendRequest(rq *produceRequest, held bool) heldRead {
-	req := &wire.ProduceRequest{Acks: p.cfg.Acks.wire(), TimeoutMs: int32(p.cfg.ProduceTimeout.Milliseconds())}
-	topicIndex := map[string]int{}
+// take the connection's reader role: it gets the connection back, must read it (readHeld)
+// and then drop its reference to rq (unref).
+func (p *Producer) sendRequest(rq *produceRequest, held bool) *conn {
 	p.mu.Lock()
+	p.buildRequestLocked(rq)
+	p.mu.Unlock()
+	cn, err := p.c.connFor(rq.addr)
+	if err != nil {
+		rq.done(nil, err)
+		return nil
+	}
+	if p.cfg.Acks == AckNone {
+		rq.call = call{done: rq.done} // no response: done runs once the frame is written
+		cn.sendCall(&rq.req, &rq.call, false)
+		return nil
+	}
+	rq.call = call{resp: &rq.resp, done: rq.done}
+	if !held {
+		cn.sendCall(&rq.req, &rq.call, false)
+		return nil
+	}
+	rq.refs.Add(1) // the caller's, should it read: readHeld compares the call
+	if cn.sendHeld(&rq.req, &rq.call) {
+		return cn
+	}
+	rq.unref()
+	return nil
+}
+
+// buildRequestLocked fills rq's wire request from its groups (sendMu held: it uses the
+// producer's topic index).
+func (p *Producer) buildRequestLocked(rq *produceRequest) {
+	req := &rq.req
+	req.Acks, req.TimeoutMs = p.cfg.Acks.wire(), int32(p.cfg.ProduceTimeout.Milliseconds())
+	if len(p.topicIndex) > 0 { // a large map is not cleared for every small request
+		clear(p.topicIndex)
+	}
 	for _, g := range rq.groups {
 		data := g.batches[0].data
 		if len(g.batches) > 1 {
@@ -794,43 +985,61 @@ func (p *Producer) sendRequest(rq *produceRequest, held bool) heldRead {
 			for _, b := range g.batches {
 				size += len(b.data)
 			}
-			data = make([]byte, 0, size)
+			data = getBatchBuffer(size)
 			for _, b := range g.batches {
 				data = append(data, b.data...)
 			}
+			rq.copies = append(rq.copies, data)
 		}
-		ti, ok := topicIndex[g.ps.topic]
-		if !ok {
-			ti = len(req.Topics)
-			topicIndex[g.ps.topic] = ti
-			req.Topics = append(req.Topics, wire.ProduceTopic{Topic: g.ps.topic})
+		t := p.requestTopic(req, g.ps.topic)
+		t.Partitions = append(t.Partitions, wire.ProducePartition{Partition: g.ps.partition, Records: data})
+	}
+}
+
+// requestTopicsLinearMax: up to this many topics in a request, a topic's entry is found
+// by a scan; beyond, through the producer's index (a request stays O(partitions)).
+const requestTopicsLinearMax = 8
+
+// requestTopic returns topic's entry in req, added (reusing an earlier use's arrays) if new.
+func (p *Producer) requestTopic(req *wire.ProduceRequest, topic string) *wire.ProduceTopic {
+	n := len(req.Topics)
+	if n > 0 && req.Topics[n-1].Topic == topic { // one topic: the common case
+		return &req.Topics[n-1]
+	}
+	if n <= requestTopicsLinearMax {
+		for i := range req.Topics {
+			if req.Topics[i].Topic == topic {
+				return &req.Topics[i]
+			}
 		}
-		req.Topics[ti].Partitions = append(req.Topics[ti].Partitions, wire.ProducePartition{Partition: g.ps.partition, Records: data})
+	} else if i, ok := p.topicIndex[topic]; ok {
+		return &req.Topics[i]
 	}
-	p.mu.Unlock()
-	if p.cfg.Acks == AckNone {
-		p.c.CallAsync(rq.addr, req, nil, func(_ wire.Message, err error) { p.complete(rq, nil, err) })
-		return heldRead{}
+	if n < cap(req.Topics) {
+		req.Topics = req.Topics[:n+1]
+	} else {
+		req.Topics = append(req.Topics, wire.ProduceTopic{})
 	}
-	resp := new(wire.ProduceResponse)
-	done := func(_ wire.Message, err error) { p.complete(rq, resp, err) }
-	if held {
-		return p.c.callHeld(rq.addr, req, resp, done)
+	t := &req.Topics[n]
+	t.Topic, t.Partitions = topic, t.Partitions[:0]
+	switch {
+	case n == requestTopicsLinearMax: // past the scan's limit from now on: index them all
+		if p.topicIndex == nil {
+			p.topicIndex = map[string]int{}
+		}
+		for i := range req.Topics {
+			p.topicIndex[req.Topics[i].Topic] = i
+		}
+	case n > requestTopicsLinearMax:
+		p.topicIndex[topic] = n
 	}
-	p.c.CallAsync(rq.addr, req, resp, done)
-	return heldRead{}
+	return t
 }
 
 // complete applies a produce response (or a transport error) to the batches sent.
 func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err error) {
-	results := map[topicPartition]wire.ProduceResponsePartition{}
-	if err == nil && resp != nil {
-		for _, t := range resp.Topics {
-			for _, rp := range t.Partitions {
-				results[topicPartition{t.Topic, rp.Partition}] = rp
-			}
-		}
-	}
+	defer rq.unref() // complete's reference: nothing below keeps rq, its request or response
+	results := produceResults{resp: resp}
 	var refresh []string
 	p.mu.Lock()
 	now := time.Now()
@@ -843,7 +1052,7 @@ func (p *Producer) complete(rq *produceRequest, resp *wire.ProduceResponse, err 
 		}
 		ps.inflight -= len(g.batches)
 		p.inflightTotal -= len(g.batches)
-		code, baseOffset, batchErr := p.outcome(ps.topicPartition, results, resp, err)
+		code, baseOffset, batchErr := p.outcome(ps.topicPartition, &results, err)
 		switch {
 		case batchErr == nil:
 			// The broker appended the batches in order, contiguously, from baseOffset (or
@@ -981,9 +1190,22 @@ func (p *Producer) completeAckedLocked(ps *partState) {
 		}
 		p.finishLocked(b.records, b.err)
 		putBatchBuffer(b.data)
-		ps.sealed[n] = nil
+		releaseSealedBatch(b)
 		n++
 	}
+	if n == 0 {
+		return
+	}
+	// Keep the array: move the rest to its front when that costs no more than the batches
+	// just completed (amortised O(1) per batch), else drop the front.
+	rest := len(ps.sealed) - n
+	if rest <= n {
+		copy(ps.sealed, ps.sealed[n:])
+		clear(ps.sealed[rest:])
+		ps.sealed = ps.sealed[:rest]
+		return
+	}
+	clear(ps.sealed[:n])
 	ps.sealed = ps.sealed[n:]
 }
 
@@ -1014,21 +1236,67 @@ func (p *Producer) fenceLocked(err error) {
 }
 
 // outcome extracts one partition's result.
-func (p *Producer) outcome(key topicPartition, results map[topicPartition]wire.ProduceResponsePartition, resp *wire.ProduceResponse, err error) (wire.ErrorCode, int64, error) {
+func (p *Producer) outcome(key topicPartition, results *produceResults, err error) (wire.ErrorCode, int64, error) {
 	if err != nil {
 		return wire.CodeOf(err), -1, err
 	}
-	if resp == nil { // acks=0: written to the socket
+	if results.resp == nil { // acks=0: written to the socket
 		return wire.ErrNone, -1, nil
 	}
-	rp, ok := results[key]
-	if !ok {
+	rp := results.find(key)
+	if rp == nil {
 		return wire.ErrUnknown, -1, fmt.Errorf("response lacks %s/%d", key.topic, key.partition)
 	}
 	if rp.ErrorCode != wire.ErrNone {
 		return rp.ErrorCode, -1, wire.CodeError(rp.ErrorCode, rp.ErrorMessage)
 	}
 	return wire.ErrNone, rp.BaseOffset, nil
+}
+
+// produceResults finds each partition's result in a produce response. The broker answers
+// in request order, so a cursor finds each in turn at O(1); a response in another order is
+// scanned while small, and indexed by a map built once when large (O(partitions) either way).
+type produceResults struct {
+	resp       *wire.ProduceResponse
+	topic, pos int // the cursor: the result expected next
+	byKey      map[topicPartition]*wire.ProduceResponsePartition
+}
+
+// produceResultsLinearMax: up to this many results, a result out of order is scanned for.
+const produceResultsLinearMax = 16
+
+func (r *produceResults) find(key topicPartition) *wire.ProduceResponsePartition {
+	topics := r.resp.Topics
+	for r.topic < len(topics) && r.pos >= len(topics[r.topic].Partitions) {
+		r.topic, r.pos = r.topic+1, 0
+	}
+	if r.topic < len(topics) && topics[r.topic].Topic == key.topic && topics[r.topic].Partitions[r.pos].Partition == key.partition {
+		r.pos++
+		return &topics[r.topic].Partitions[r.pos-1]
+	}
+	if r.byKey == nil {
+		n := 0
+		for i := range topics {
+			n += len(topics[i].Partitions)
+		}
+		if n <= produceResultsLinearMax {
+			for i := range topics {
+				for j := range topics[i].Partitions {
+					if topics[i].Topic == key.topic && topics[i].Partitions[j].Partition == key.partition {
+						return &topics[i].Partitions[j]
+					}
+				}
+			}
+			return nil
+		}
+		r.byKey = make(map[topicPartition]*wire.ProduceResponsePartition, n)
+		for i := range topics {
+			for j := range topics[i].Partitions {
+				r.byKey[topicPartition{topics[i].Topic, topics[i].Partitions[j].Partition}] = &topics[i].Partitions[j]
+			}
+		}
+	}
+	return r.byKey[key]
 }
 
 // Flush sends every queued record at once (ignoring linger) and waits until all records
@@ -1074,22 +1342,72 @@ func (p *Producer) Close(ctx context.Context) error {
 }
 
 // Batch buffers are recycled once their produce request has completed: by then the
-// connection has written (copied) them and nothing else refers to them.
-var batchBuffers sync.Pool
+// connection has written (copied) them and nothing else refers to them. They are pooled by
+// size class — 4 per power of two from 4 KiB to 16 MiB, so a buffer is at most 25 % larger
+// than asked for — because batches and the concatenations of several (buildRequestLocked)
+// differ in size: one pool for all dropped every buffer found too small and allocated
+// anew. A pool holds *[]byte; the emptied holders go to a pool of their own, so that a Put
+// allocates no new holder.
+var (
+	batchBuffers       [batchBufferClasses]sync.Pool
+	batchBufferHolders sync.Pool
+)
+
+const (
+	batchBufferMinShift = 12 // 4 KiB: the smallest class
+	batchBufferMaxShift = 24 // 16 MiB: the largest class; larger buffers are not pooled
+	batchBufferClasses  = (batchBufferMaxShift-batchBufferMinShift)*4 + 1
+)
+
+// batchBufferClassUp is the smallest class whose size is at least n (may be past the last).
+func batchBufferClassUp(n int) int {
+	if n <= 1<<batchBufferMinShift {
+		return 0
+	}
+	k := bits.Len(uint(n)) - 1 // 2^k <= n < 2^(k+1)
+	step := 1 << (k - 2)
+	j := (n - 1<<k + step - 1) / step // 0..4; 4 is the next power's first class
+	return (k-batchBufferMinShift)*4 + j
+}
+
+// batchBufferClassDown is the largest class whose size is at most n, or -1.
+func batchBufferClassDown(n int) int {
+	if n < 1<<batchBufferMinShift {
+		return -1
+	}
+	k := bits.Len(uint(n)) - 1
+	return (k-batchBufferMinShift)*4 + (n-1<<k)/(1<<(k-2))
+}
+
+func batchBufferClassSize(c int) int {
+	k := c/4 + batchBufferMinShift
+	return 1<<k + c%4*(1<<(k-2))
+}
 
 func getBatchBuffer(sizeHint int) []byte {
-	if v := batchBuffers.Get(); v != nil {
-		if b := *(v.(*[]byte)); cap(b) >= sizeHint {
-			return b[:0]
-		}
+	c := batchBufferClassUp(sizeHint)
+	if c >= batchBufferClasses {
+		return make([]byte, 0, sizeHint)
 	}
-	return make([]byte, 0, sizeHint)
+	if v := batchBuffers[c].Get(); v != nil {
+		h := v.(*[]byte)
+		b := *h
+		*h = nil
+		batchBufferHolders.Put(h)
+		return b[:0]
+	}
+	return make([]byte, 0, batchBufferClassSize(c))
 }
 
 func putBatchBuffer(b []byte) {
-	if cap(b) == 0 || cap(b) > 16<<20 {
+	c := batchBufferClassDown(cap(b))
+	if c < 0 || c >= batchBufferClasses {
 		return
 	}
-	b = b[:0]
-	batchBuffers.Put(&b)
+	h, _ := batchBufferHolders.Get().(*[]byte)
+	if h == nil {
+		h = new([]byte)
+	}
+	*h = b[:0]
+	batchBuffers[c].Put(h)
 }

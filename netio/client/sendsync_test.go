@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"testing"
 
@@ -117,5 +118,58 @@ func BenchmarkRealBrokerSendSync1KiB(b *testing.B) {
 		if _, err := p.SendSync(ctx, &record); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A SendSync of one record allocates nothing in the client, nor in the broker it talks to
+// (both run in this process: testing.AllocsPerRun counts every goroutine): the produce
+// request, its wire request and response, the sealed batch, its records array and its
+// buffer are all recycled, and the caller reads its answer inline. Idempotent at acks=1
+// and acks=all, and without idempotence; on both broker drivers. A context with a
+// deadline or a cancel would add readHeld's context.AfterFunc (3 allocations): the
+// check uses context.Background, as the benchmark does. The race detector allocates, so
+// the check runs without it.
+func TestSendSyncAllocatesNothing(t *testing.T) {
+	if client.RaceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, driver := range []string{"ring", "net"} {
+		t.Run(driver, func(t *testing.T) {
+			br := brokertest.Start(t, brokertest.Options{Shards: 2, Driver: driver, ShardListeners: true})
+			ctx := context.Background()
+			if err := br.Client.CreateTopic(ctx, "single", 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, tc := range []struct {
+				name string
+				cfg  client.ProducerConfig
+			}{
+				{"acks=1", client.ProducerConfig{Acks: client.AckLeader}},
+				{"acks=all", client.ProducerConfig{Acks: client.AckAll}},
+				{"acks=1/no-idempotence", client.ProducerConfig{Acks: client.AckLeader, DisableIdempotence: true}},
+			} {
+				p := br.Client.NewProducer(tc.cfg)
+				record := client.Record{Topic: "single", Partition: 0, Value: bytes.Repeat([]byte("v"), 1024)}
+				send := func() {
+					if _, err := p.SendSync(ctx, &record); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 100 { // warm the pools, the connection and the broker's buffers
+					send()
+				}
+				// The collector off while counting: a GC empties the sync.Pools, and refilling
+				// them counts as allocations steady state does not make (netio's checks saw it).
+				gc := debug.SetGCPercent(-1)
+				n := testing.AllocsPerRun(200, send)
+				debug.SetGCPercent(gc)
+				if n != 0 {
+					t.Errorf("%s: %v allocations per SendSync, want 0 (go test ./netio/client -run XXX -bench RealBrokerSendSync1KiB -memprofile m.out -memprofilerate 1 finds them)", tc.name, n)
+				}
+				if err := p.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

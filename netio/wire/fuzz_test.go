@@ -99,8 +99,8 @@ func checkStable(t *testing.T, m Message, payload []byte) {
 }
 
 // fuzzMessage is the body of one per-API fuzz target: payload bytes straight into the
-// decoder of one schema.
-func fuzzMessage(f *testing.F, newMsg func() Message, samples []Message) {
+// decoder of one schema; also, when given, runs on every payload too.
+func fuzzMessage(f *testing.F, newMsg func() Message, samples []Message, also ...func(*testing.T, []byte)) {
 	key, version := newMsg().API(), WireVersionOf(newMsg())
 	for _, m := range samples {
 		if m.API() == key && WireVersionOf(m) == version {
@@ -116,6 +116,9 @@ func fuzzMessage(f *testing.F, newMsg func() Message, samples []Message) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		checkStable(t, newMsg(), payload)
+		for _, fn := range also {
+			fn(t, payload)
+		}
 	})
 }
 
@@ -128,8 +131,28 @@ func FuzzApiVersionsResponse(f *testing.F) {
 func FuzzProduceRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(ProduceRequest) }, sampleRequests())
 }
+
+// FuzzProduceResponse also decodes every payload into a response decoded before (the
+// client's pooled requests reuse theirs): it must read exactly as a fresh one.
 func FuzzProduceResponse(f *testing.F) {
-	fuzzMessage(f, func() Message { return new(ProduceResponse) }, sampleResponses())
+	used := new(ProduceResponse)
+	for _, m := range sampleResponses() {
+		if pr, ok := m.(*ProduceResponse); ok {
+			if err := used.ReadFrom(pr.AppendTo(nil)); err != nil {
+				f.Fatal(err)
+			}
+		}
+	}
+	fuzzMessage(f, func() Message { return new(ProduceResponse) }, sampleResponses(), func(t *testing.T, payload []byte) {
+		fresh := new(ProduceResponse)
+		errFresh, errUsed := fresh.ReadFrom(payload), used.ReadFrom(payload)
+		if (errFresh == nil) != (errUsed == nil) {
+			t.Fatalf("fresh decode: %v, reused: %v", errFresh, errUsed)
+		}
+		if errFresh == nil && !bytes.Equal(fresh.AppendTo(nil), used.AppendTo(nil)) {
+			t.Fatalf("a reused response decodes differently:\n%+v\n%+v", fresh, used)
+		}
+	})
 }
 func FuzzFetchRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(FetchRequest) }, sampleRequests())

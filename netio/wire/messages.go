@@ -343,14 +343,17 @@ func (m *ProduceResponse) AppendTo(dst []byte) []byte {
 	return dst
 }
 
+// ReadFrom decodes a produce response. Like ProduceRequest's, decoding into a message
+// decoded before reuses its arrays and its equal topic strings (the client's pooled produce
+// requests decode their answers without allocating).
 func (m *ProduceResponse) ReadFrom(b []byte) error {
 	r := reader{buf: b}
 	m.ThrottleMs = r.int32()
-	m.Topics = makeSlice[ProduceResponseTopic](r.arrayLen(2 + 4))
+	m.Topics = reuseSlice(m.Topics, r.arrayLen(2+4))
 	for i := range m.Topics {
 		t := &m.Topics[i]
-		t.Topic = r.string()
-		t.Partitions = makeSlice[ProduceResponsePartition](r.arrayLen(4 + 2 + 2 + 8 + 8 + 8))
+		t.Topic = r.stringReusing(t.Topic)
+		t.Partitions = reuseSlice(t.Partitions, r.arrayLen(4+2+2+8+8+8))
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
 			p.Partition = r.int32()

@@ -40,7 +40,7 @@ func (d *MemDriver) CreateTopic(_ context.Context, name string, partitions int) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.topics[name]; ok {
-		return fmt.Errorf("mem driver: topic %q exists", name)
+		return fmt.Errorf("mem driver: topic %q: %w", name, ErrTopicExists)
 	}
 	parts := make([]*memPartition, partitions)
 	for i := range parts {

@@ -17,6 +17,9 @@
 #
 #   bench/replication-catchup.sh
 #   RATE=5000 BACKLOG_MIB=300 MEASURE=20s THROTTLE=20971520 bench/replication-catchup.sh
+#   MAXRATE_RFS= MEASURE=40s BROKER_FLAGS="--writeback-bytes 0" bench/replication-catchup.sh
+#       # (b) only, windows long enough for the kernel's write-back of the catch-up copy
+#       # (30 s after it), extra flags for every ringlogd
 #   MAXRATE_RFS= PROFILE=/tmp/prof bench/replication-catchup.sh   # (b) only; CPU profiles
 #       of nodes 1 and 3 over the first 5 s of each catch-up (--debug-addr PORT_BASE+21..23)
 #
@@ -31,19 +34,30 @@ throttle=${THROTTLE:-$((20 << 20))}
 base=${PORT_BASE:-19100}
 
 go build -o bin/ ./cmd/...
+# TRACE=dir: keep each window's bench result (TRACE/NAME.json), each broker's fsync-latency
+# histogram before and after it (TRACE/NAME-fsync-nN-{0,1}.txt, from its /metrics on
+# 127.0.0.1:PORT_BASE+31..33) and the wall-clock events (TRACE/events: "epoch event").
+[ -n "${TRACE:-}" ] && mkdir -p "$TRACE" && : >"$TRACE/events"
+admin_of() { if [ -n "${TRACE:-}" ]; then echo "127.0.0.1:$((base + 30 + $1))"; else echo 127.0.0.1:0; fi; }
+event() { [ -n "${TRACE:-}" ] && echo "$(date +%s.%N) $*" >>"$TRACE/events"; return 0; }
+fsyncs() { # fsyncs NAME PHASE: each broker's fsync histogram
+  [ -z "${TRACE:-}" ] && return 0
+  local n; for n in 1 2 3; do curl -s "http://$(admin_of "$n")/metrics" | grep '^ringlog_fsync_latency_seconds' >"$TRACE/$1-fsync-n$n-$2.txt" || true; done
+}
 dir=$(mktemp -d)
 declare -a pids
 voters=""
 for n in 1 2 3; do voters+="${voters:+,}$n@127.0.0.1:$((base + 10 + n))"; done
 start() { # start NODE [extra ringlogd flags...]
   local n=$1; shift
-  bin/ringlogd --data "$dir/data$n" --listen "127.0.0.1:$((base + n))" --shard-ports off --admin 127.0.0.1:0 \
-    --node-id "$n" --controller-voters "$voters" ${PROFILE:+--debug-addr "127.0.0.1:$((base + 20 + n))"} "$@" 2>>"$dir/broker$n.log" &
+  bin/ringlogd --data "$dir/data$n" --listen "127.0.0.1:$((base + n))" --shard-ports off --admin "$(admin_of "$n")" \
+    --node-id "$n" --controller-voters "$voters" ${PROFILE:+--debug-addr "127.0.0.1:$((base + 20 + n))"} ${BROKER_FLAGS:-} "$@" 2>>"$dir/broker$n.log" &
   pids[$n]=$!
 }
 cleanup() {
   for n in 1 2 3; do [ -n "${pids[$n]:-}" ] && kill "${pids[$n]}" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  [ -n "${TRACE:-}" ] && cp "$dir"/broker*.log "$TRACE/" 2>/dev/null
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -105,6 +119,7 @@ row() { # row CASE CATCHUP OUT: one line of the table from a bench run's output 
     "$(ms "$(p50i "$out")")" "$(ms "$(p99i "$out")")" "$cpus" "$psi" "$(load)"
 }
 declare -a curls
+keep() { [ -n "${TRACE:-}" ] && cp "$(ls -t "$dir"/out/*.json | head -1)" "$TRACE/$1.json"; return 0; }
 # settle: write back every dirty page first, so that a window does not also measure the
 # writeback of what an earlier step wrote (the backlog fill, an earlier catch-up): the
 # kernel starts it 30 s after the write (vm.dirty_expire_centisecs), often inside the
@@ -120,34 +135,43 @@ p50i() { awk '$1 == "publish" && $2 == "(from" { print $5 }' "$1"; }
 # does): every window includes the producers' start (topic creation, first metadata),
 # which shows in the latency from the intended send time.
 # The topic's creation (16 partitions, RF=3: leader elections, first metadata) happens in a
-# short unreported run first, so that the in-sync window does not carry it and the catch-up
-# windows (which reuse the topic) do not: every window then starts on an existing topic.
-run "$dir/create.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration 5s --warmup 0s
+# short unreported run first, and every window reuses that topic (--topic-suffix; before
+# it, each `bench run` created a topic of its own, and a catch-up window's creation right
+# after node 3's restart stalled its producers ~1 s): every window starts on a warm topic.
+run "$dir/create.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --topic-suffix catchup --rate "$rate" --duration 5s --warmup 0s
 echo "   (topic created by a 5 s unreported run; sync before the window: $(settle) s)"
+fsyncs insync 0; event "insync start"
 window_start
-run "$dir/insync.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 0s
+run "$dir/insync.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --topic-suffix catchup --rate "$rate" --duration "$measure" --warmup 0s
+event "insync end"; fsyncs insync 1; keep insync
 row "in sync" - "$dir/insync.txt"
 for t in 0 "$throttle"; do
-  kill -9 "${pids[3]}"; wait "${pids[3]}" 2>/dev/null || true
+  event "t$t kill"; kill -9 "${pids[3]}"; wait "${pids[3]}" 2>/dev/null || true
   # produce once node 3 is fenced and its leaderships have moved (--broker-session-timeout)
   for _ in $(seq 300); do [ "$(live)" = 2 ] && break; sleep 0.1; done
   # the backlog: 1 KiB lines into the RF=3 topic "backlog", acks=1, on nodes 1 and 2 only
   { yes "$(head -c 1023 /dev/zero | tr '\0' x)" || true; } | head -n $((backlog_mib * 1024)) |
     bin/ringlog --broker "$b1" produce backlog --acks 1 >"$dir/fill$t.txt" 2>&1 || { cat "$dir/fill$t.txt"; exit 1; }
+  event "t$t backlog written"
   echo "   (backlog written; sync: $(settle) s)"
   flags=(--broker-session-timeout 6s)
   [ "$t" != 0 ] && flags+=(--replication-throttled-bytes-per-second "$t")
-  start 3 "${flags[@]}"
-  wait_live
+  event "t$t start 3"; start 3 "${flags[@]}"
+  wait_live; event "t$t live"
   began=$(date +%s.%N)
   ( while [ "$(lagging)" != 0 ]; do sleep 0.2; done; date +%s.%N >"$dir/caught$t" ) &
   poller=$!
   if [ -n "${PROFILE:-}" ]; then # CPU profiles of nodes 1 and 3 over the first 5 s of the copy
     for n in 1 3; do curl -s -o "$PROFILE/catchup-t$t-node$n.pprof" "http://127.0.0.1:$((base + 20 + n))/debug/pprof/profile?seconds=5" & curls+=($!); done
   fi
+  fsyncs "t$t" 0; event "t$t window start"
+  if [ -n "${TRACE:-}" ]; then # the cluster's view over the window's first 3 s
+    ( for i in $(seq 12); do { date +%s.%N; describe; } >>"$TRACE/t$t-describe.txt"; sleep 0.25; done ) &
+  fi
   window_start
-  run "$dir/during$t.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --rate "$rate" --duration "$measure" --warmup 0s
-  wait "$poller"
+  run "$dir/during$t.txt" "$dir/fixed-rate-acks-all.yaml" --replication-factor 3 --topic-suffix catchup --rate "$rate" --duration "$measure" --warmup 0s
+  event "t$t window end"; fsyncs "t$t" 1; keep "t$t"
+  wait "$poller"; event "t$t caught up at $(cat "$dir/caught$t")"
   catchup=$(awk -v a="$began" -v b="$(cat "$dir/caught$t")" 'BEGIN { printf "%.1f", b - a }')
   name="unthrottled"
   [ "$t" != 0 ] && name="throttle $((t >> 20))MiB/s"

@@ -41,7 +41,11 @@ type RunOptions struct {
 	Progress       *ProgressLine // nil = none
 	BrokerPID      int           // overrides the driver's PID for RSS sampling
 	TopicPrefix    string        // default "bench"
-	DataDir        string        // for the hardware line's disk; "" = current directory
+	// TopicSuffix, when set, names the topics PREFIX-WORKLOAD-SUFFIX-N instead of with a
+	// suffix unique to the run, and a run reuses them when they exist (the driver's
+	// CreateTopic answers ErrTopicExists): runs on one cluster can then share warm topics.
+	TopicSuffix string
+	DataDir     string // for the hardware line's disk; "" = current directory
 }
 
 type run struct {
@@ -211,12 +215,20 @@ func (r *run) execute(ctx context.Context) (*Result, error) {
 	return result, nil
 }
 
-// createTopics creates the workload's topics under a name unique to this run.
+// ErrTopicExists is what a Driver's CreateTopic wraps when the topic exists already.
+var ErrTopicExists = errors.New("topic exists")
+
+// createTopics creates the workload's topics under a name unique to this run, or under
+// RunOptions.TopicSuffix, reusing topics that exist.
 func (r *run) createTopics(ctx context.Context) error {
-	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	suffix := r.opts.TopicSuffix
+	if suffix == "" {
+		suffix = fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000)
+	}
 	for t := range r.w.Topics {
 		name := fmt.Sprintf("%s-%s-%s-%d", r.opts.TopicPrefix, r.w.Name, suffix, t)
-		if err := r.opts.Driver.CreateTopic(ctx, name, r.w.PartitionsPerTopic); err != nil {
+		err := r.opts.Driver.CreateTopic(ctx, name, r.w.PartitionsPerTopic)
+		if err != nil && !(r.opts.TopicSuffix != "" && errors.Is(err, ErrTopicExists)) {
 			return fmt.Errorf("create topic %s: %w", name, err)
 		}
 		r.topics = append(r.topics, name)

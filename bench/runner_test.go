@@ -198,3 +198,28 @@ func TestNullKeysPlacedByTheClient(t *testing.T) {
 		}
 	}
 }
+
+// TestRunTopicSuffixReusesTopics: with a TopicSuffix, a second run on the same driver
+// reuses the first run's topic; without one, each run creates its own.
+func TestRunTopicSuffixReusesTopics(t *testing.T) {
+	w := memWorkload()
+	w.Consumers = 0
+	d := NewMemDriver()
+	for range 2 {
+		if _, err := Run(context.Background(), RunOptions{Workload: w, Driver: d, SampleInterval: 50 * time.Millisecond, TopicSuffix: "warm"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(d.topics) != w.Topics {
+		t.Fatalf("%d topics after two runs with a suffix, want %d", len(d.topics), w.Topics)
+	}
+	if _, ok := d.topics["bench-"+w.Name+"-warm-0"]; !ok {
+		t.Fatalf("topics %v: want bench-%s-warm-0", d.topics, w.Name)
+	}
+	if _, err := Run(context.Background(), RunOptions{Workload: w, Driver: d, SampleInterval: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.topics) != 2*w.Topics {
+		t.Fatalf("%d topics after a run without a suffix, want %d", len(d.topics), 2*w.Topics)
+	}
+}

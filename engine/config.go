@@ -163,6 +163,10 @@ type LogConfig struct {
 	// Log.VerifySealed) before returning, instead of trusting them until the background
 	// scrubber or a read gets to them. Costs one read of the whole log.
 	VerifySegments bool
+	// Writeback, when set, starts the write-back of page-cache appends every
+	// Writeback.Every() bytes per segment (writeback.go); shared by every log of a process.
+	// nil leaves dirty pages to the kernel's flushers.
+	Writeback *Writeback
 	// Clock is injectable for tests; nil means time.Now.
 	Clock func() time.Time
 	// Logger receives recovery and fallback notices; nil means slog.Default().

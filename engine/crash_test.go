@@ -54,7 +54,8 @@ func TestCrashChild(t *testing.T) {
 		}
 	}
 	cfg := LogConfig{Storage: StorageMode(os.Getenv(crashChildModeEnv)), SegmentBytes: 32 << 10,
-		IndexIntervalBytes: 1024, FlushAlways: true, Logger: quietLogger, DirectChunkBytes: 16 << 10}
+		IndexIntervalBytes: 1024, FlushAlways: true, Logger: quietLogger, DirectChunkBytes: 16 << 10,
+		Writeback: NewWriteback(4 << 10)} // killed with write-back requests in flight
 	cfg.PreallocateBytes, _ = strconv.ParseInt(os.Getenv(crashChildPreallocEnv), 10, 64)
 	l, _, err := OpenLog(dir, cfg, fio)
 	if err != nil {

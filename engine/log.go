@@ -96,6 +96,7 @@ type Log struct {
 	syncDups        uint64 // segment descriptors BeginSync duplicated (SyncDups)
 	iovecs          [][]byte
 	one             [1][]byte
+	writeback       writebackCursor // LogConfig.Writeback's position (writeback.go)
 
 	// Asynchronous direct-mode writes (asyncwrite.go); aw nil: appends write synchronously.
 	aw          AsyncWriter
@@ -340,6 +341,9 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 				l.cfg.Logger.Warn("truncate after failed write", "dir", l.dir, "err", terr)
 			}
 			return res, fmt.Errorf("append to segment %d at %d: %w", s.baseOffset, before.size, storageWriteError(l.dir, err))
+		}
+		if !l.stageNext {
+			l.noteWritten(s, before.size)
 		}
 		l.noteProducers(batches[i:j])
 		if s.firstAppendAt.IsZero() {

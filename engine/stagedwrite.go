@@ -99,6 +99,8 @@ func (l *Log) writeStaged() error {
 		if l.failed == nil {
 			l.reloadProducers() // fails the log if it cannot
 		}
+	} else {
+		l.noteWritten(w.seg, w.pos) // writeback.go
 	}
 	clear(w.iov)
 	w.seg.staged = nil

@@ -25,6 +25,7 @@ import (
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // DefaultAddress is where ringlogd listens unless told otherwise.
@@ -95,7 +96,11 @@ func (d *Driver) Info() bench.DriverInfo {
 // CreateTopic creates the topic with the workload's durability and replication factor.
 func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) error {
 	configs := d.topic
-	if err := d.client.CreateReplicatedTopic(ctx, name, int32(partitions), d.rf, configs); err != nil {
+	err := d.client.CreateReplicatedTopic(ctx, name, int32(partitions), d.rf, configs)
+	if errors.Is(err, wire.ErrTopicAlreadyExists) {
+		err = fmt.Errorf("%w: %w", bench.ErrTopicExists, err)
+	}
+	if err != nil && !errors.Is(err, bench.ErrTopicExists) {
 		return fmt.Errorf("ringlog driver: create topic %s: %w", name, err)
 	}
 	described := map[string]string{}
@@ -112,6 +117,9 @@ func (d *Driver) CreateTopic(ctx context.Context, name string, partitions int) e
 	d.mu.Lock()
 	d.configs = described
 	d.mu.Unlock()
+	if err != nil { // the topic exists: its configs are described above all the same
+		return fmt.Errorf("ringlog driver: create topic %s: %w", name, err)
+	}
 	return nil
 }
 

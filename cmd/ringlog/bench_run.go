@@ -24,6 +24,7 @@ const loopbackProbeTime = 2 * time.Second
 
 type runFlags struct {
 	driver, broker, out, dataDir string
+	topicSuffix                  string // fixed topic names, reused when they exist
 	cpuProfile                   string // this process's CPU profile of the whole run (the client's)
 	brokerPID                    int
 	command                      string // the command line, recorded in the result
@@ -43,6 +44,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.rate, "rate", -1, "override the workload's producerRate (0 = max)")
 	fs.IntVar(&f.replicationFactor, "replication-factor", -1, "override the workload's replicationFactor (replicas of each partition, on a cluster of at least that many brokers)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's CPU profile (the client's, whole run) to this file")
+	fs.StringVar(&f.topicSuffix, "topic-suffix", "", "name the topics bench-WORKLOAD-SUFFIX-N and reuse them when they exist (default: a suffix unique to the run, new topics)")
 	fs.BoolVar(&f.loopback, "loopback", false, "also measure loopback TCP bandwidth in the same run (always on for backlog workloads)")
 }
 
@@ -103,7 +105,7 @@ func runOne(ctx context.Context, f runFlags, w bench.Workload) (*bench.Result, e
 	}
 	defer driver.Close()
 	result, err := bench.Run(ctx, bench.RunOptions{
-		Workload: w, Driver: driver, BrokerPID: f.brokerPID, DataDir: f.dataDir,
+		Workload: w, Driver: driver, BrokerPID: f.brokerPID, DataDir: f.dataDir, TopicSuffix: f.topicSuffix,
 		Progress: bench.NewProgressLine(os.Stderr),
 	})
 	if err != nil {

@@ -102,6 +102,7 @@ type options struct {
 	kafkaAdvertise  string
 	kafkaAutoCreate bool
 	diskFreeMin     int64
+	writebackBytes  int64
 	verify          bool
 	scrubRate       int64
 	cleanerEnable   bool
@@ -255,6 +256,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&o.kafkaAdvertise, "kafka-advertise", "", "HOST:PORT Kafka clients are told to connect to (Kafka's advertised.listeners); default: the --kafka-listen address, with the --advertise host when set")
 	fs.BoolVar(&o.kafkaAutoCreate, "kafka-auto-create-topics", false, "create a topic a Kafka Metadata request names and the broker lacks (Kafka's auto.create.topics.enable), with 1 partition and the topic defaults")
 	fs.Int64Var(&o.diskFreeMin, "disk-free-min-bytes", engine.DiskFreeMinBytesDefault, "refuse produces (STORAGE_ERROR naming the disk) while the data directory's file system has fewer free bytes than this; 0 refuses only when it is full")
+	fs.Int64Var(&o.writebackBytes, "writeback-bytes", engine.WritebackBytesDefault, "start the kernel's write-back of page-cache appends (sync_file_range, off the shard threads) every this many bytes per partition, so that no burst of dirty data (a follower's catch-up copy) meets the group-commit fdatasyncs 30 s later; 0 leaves it to the kernel")
 	fs.BoolVar(&o.verify, "verify-segments", false, "verify the CRC of every batch in every sealed segment at start-up (reads the whole log); bad batches are logged and shown by topic describe")
 	fs.Int64Var(&o.scrubRate, "scrub-bytes-per-sec", 8<<20, "bytes of sealed segments each shard re-verifies per second in the background; 0 turns the scrubber off")
 	fs.BoolVar(&o.cleanerEnable, "cleaner-enable", true, "run the log cleaner: each shard compacts its partitions whose cleanup.policy includes compact")
@@ -617,6 +619,9 @@ func (s *settings) validate() error {
 	}
 	if o.diskFreeMin < 0 {
 		return bad("disk-free-min-bytes", strconv.FormatInt(o.diskFreeMin, 10), "0 or more")
+	}
+	if o.writebackBytes < 0 {
+		return bad("writeback-bytes", strconv.FormatInt(o.writebackBytes, 10), "0 or more")
 	}
 	if o.producerIDExpiration < 0 {
 		return bad("producer-id-expiration", o.producerIDExpiration.String(), "0 (24h) or a positive duration")

@@ -130,7 +130,9 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	}
 	// Partition defaults: the process-wide parts (disk guard, start-up verification) under
 	// the reloadable ones (storage, flush-always, topic-defaults).
-	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds()}
+	writeback := engine.NewWriteback(o.writebackBytes) // nil when 0
+	defer writeback.Close()                            // appends after it are harmless
+	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds(), Writeback: writeback}
 	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
 	serverCfg := o.limits.serverConfig(netio.Config{
 		FrameBytesMax:  uint32(o.frameBytesMax),

@@ -193,6 +193,12 @@ type Manager struct {
 	ctlAddr string   // guarded by cmu
 
 	registeredEpoch atomic.Int64 // the session epoch seen after our registration; 0: none yet
+	// registeredNow wakes the metadata loop when registeredEpoch changes: its reconcile
+	// waits for a registration, and a broker the controller already counts as live (it may
+	// be given leaderships and ISR places at once) must open its partitions and start its
+	// fetchers then, not at the loop's next reconcileEvery (a restarted broker idled up to
+	// 2 s, acks=all waiting on it). Buffered 1.
+	registeredNow chan struct{}
 	// refusedVersion holds the controller's refusal of our registration for our protocol
 	// versions (an error), nil otherwise; Ready reports it.
 	refusedVersion atomic.Pointer[error]
@@ -273,7 +279,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.RaftLog = io.Discard
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[fetcherKey]*fetcher{}, stop: make(chan struct{}),
-		started: cfg.Now(), voterCount: int32(len(voters))}
+		started: cfg.Now(), voterCount: int32(len(voters)), registeredNow: make(chan struct{}, 1)}
 	if cfg.ThrottledBytesPerSecond > 0 {
 		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
 	}
@@ -350,13 +356,18 @@ func (m *Manager) stopped() bool {
 }
 
 // sleep waits d or until Close; false when closing.
-func (m *Manager) sleep(d time.Duration) bool {
+func (m *Manager) sleep(d time.Duration) bool { return m.sleepOr(d, nil) }
+
+// sleepOr is sleep that also ends early when wake is closed (nil: never).
+func (m *Manager) sleepOr(d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-m.stop:
 		return false
 	case <-t.C:
+		return true
+	case <-wake:
 		return true
 	}
 }
@@ -790,6 +801,7 @@ func (m *Manager) heartbeatLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 		md := m.ctl.Metadata()
 		me := md.Brokers[m.cfg.NodeID]
+		var applied <-chan struct{} // set after a registration: wake when it may be applied
 		switch {
 		case !m.quorumSynced():
 			// a broker outside the quorum has not heard the metadata yet: registering now
@@ -804,6 +816,7 @@ func (m *Manager) heartbeatLoop() {
 			switch {
 			case err == nil:
 				registered = true
+				applied = m.ctl.Changed(md.Version)
 				m.refusedVersion.Store(nil)
 				failures.reset()
 			case errors.Is(err, controller.ErrUnsupportedProtocolVersion):
@@ -815,11 +828,17 @@ func (m *Manager) heartbeatLoop() {
 				failures.log(ctx, m.log, isRemote(err), "register with the controller", err)
 			}
 		case me == nil || me.SessionEpoch <= before:
-			// our voter has not applied the registration yet
+			// our voter has not applied the registration yet: look again when it changes
+			applied = m.ctl.Changed(md.Version)
 		case me.Fenced && m.registeredEpoch.Load() == me.SessionEpoch:
 			registered = false // the session expired (a stall longer than the timeout): start a new one
 		default:
-			m.registeredEpoch.Store(me.SessionEpoch)
+			if m.registeredEpoch.Swap(me.SessionEpoch) != me.SessionEpoch {
+				select {
+				case m.registeredNow <- struct{}{}:
+				default:
+				}
+			}
 			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdHeartbeat,
 				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, SessionEpoch: me.SessionEpoch}})
 			if err != nil && errors.Is(err, controller.ErrStaleSession) {
@@ -827,7 +846,7 @@ func (m *Manager) heartbeatLoop() {
 			}
 		}
 		cancel()
-		if !m.sleep(m.cfg.Heartbeat) {
+		if !m.sleepOr(m.cfg.Heartbeat, applied) {
 			return
 		}
 	}
@@ -856,6 +875,7 @@ func (m *Manager) metadataLoop() {
 		case <-m.stop:
 			return
 		case <-changed:
+		case <-m.registeredNow:
 		case <-time.After(reconcileEvery):
 		}
 	}

@@ -135,6 +135,9 @@ func (b *broker) start() {
 func newBroker(t testing.TB, flags ...string) *broker {
 	b := &broker{t: t, dataDir: t.TempDir(), flags: flags}
 	t.Cleanup(func() {
+		if b.running() && t.Failed() {
+			b.dumpGoroutines()
+		}
 		if b.running() {
 			b.kill()
 		}
@@ -143,6 +146,17 @@ func newBroker(t testing.TB, flags ...string) *broker {
 		}
 	})
 	return b
+}
+
+// dumpGoroutines asks a running broker of a failed test for its goroutines' stacks
+// (SIGQUIT: the Go runtime writes them to stderr, which the log captures, and exits), so
+// that a broker that stopped answering shows where it waits.
+func (b *broker) dumpGoroutines() {
+	_ = b.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-b.exited:
+	case <-time.After(10 * time.Second):
+	}
 }
 
 // freeAddr returns a 127.0.0.1 port that was free a moment ago.

@@ -160,6 +160,54 @@ func waitMetric(t *testing.T, b *broker, name string, want float64, labels ...st
 	}
 }
 
+// TestMetricsOfStorageHelpers: the write-back starter and the background zeroing run off
+// the shard loops, so their counters come from their own seams. A flush.always topic
+// (page-cache mode: 4 MiB of zeros kept ahead of its end by default) and 64 KiB write-back
+// steps must both show up in /metrics after 512 KiB of produces.
+func TestMetricsOfStorageHelpers(t *testing.T) {
+	b := startBroker(t, "--writeback-bytes", "65536")
+	base := "http://" + b.admin
+	ctx := testContext(t, time.Minute)
+	c := b.client(t)
+	if err := c.CreateTopic(ctx, "durable", 1, map[string]string{"flush.always": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	p := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
+	defer p.Close(ctx)
+	value := make([]byte, 32<<10)
+	for i := range 16 {
+		if _, err := p.SendSync(ctx, &client.Record{Topic: "durable", Partition: 0, Value: value}); err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
+	// Both helpers run on goroutines of their own: wait (bounded) for their counters.
+	var m scrape.Metrics
+	for range 100 {
+		m = scrapeMetrics(t, base)
+		if started, _ := m.Value("ringlog_writeback_started_total"); started >= 1 {
+			if zeros, _ := m.Value("ringlog_preallocate_bytes_total"); zeros > 0 {
+				break
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if started, ok := m.Value("ringlog_writeback_started_total"); !ok || started < 1 {
+		t.Errorf("write-back starts %v (present %v) after 512 KiB in 64 KiB steps", started, ok)
+	}
+	if _, ok := m.Value("ringlog_writeback_dropped_total"); !ok {
+		t.Error("no ringlog_writeback_dropped_total series")
+	}
+	if jobs, _ := m.Value("ringlog_preallocate_jobs_total"); jobs < 1 {
+		t.Errorf("preallocate jobs %v on a flush.always topic", jobs)
+	}
+	if zeros, _ := m.Value("ringlog_preallocate_bytes_total"); zeros <= 0 {
+		t.Errorf("preallocate bytes %v on a flush.always topic", zeros)
+	}
+	if failed, ok := m.Value("ringlog_preallocate_failed_total"); !ok || failed != 0 {
+		t.Errorf("preallocate failures %v (present %v)", failed, ok)
+	}
+}
+
 func scrapeMetrics(t *testing.T, base string) scrape.Metrics {
 	t.Helper()
 	m, err := scrape.Fetch(testContext(t, 30*time.Second), http.DefaultClient, base+"/metrics")

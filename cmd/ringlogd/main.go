@@ -131,7 +131,11 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 	// Partition defaults: the process-wide parts (disk guard, start-up verification) under
 	// the reloadable ones (storage, flush-always, topic-defaults).
 	writeback := engine.NewWriteback(o.writebackBytes) // nil when 0
-	defer writeback.Close()                            // appends after it are harmless
+	adminCfg := o.admin.config(serverTLS, log)
+	if writeback != nil {
+		adminCfg.Writeback = writeback
+	}
+	defer writeback.Close() // appends after it are harmless
 	logBase := engine.LogConfig{Disk: disk, VerifySegments: o.verify, ProducerIDExpirationMs: o.producerIDExpiration.Milliseconds(), Writeback: writeback}
 	logDefaults, _ := cfg.logDefaultsOver(logBase) // validated
 	serverCfg := o.limits.serverConfig(netio.Config{
@@ -192,7 +196,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		KafkaAutoCreateTopics: o.kafkaAutoCreate,
 		Net:                   o.net,
 		Server:                serverCfg,
-		Admin:                 o.admin.config(serverTLS, log),
+		Admin:                 adminCfg,
 		Logger:                log,
 	})
 	if err != nil {

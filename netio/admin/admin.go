@@ -76,6 +76,9 @@ type Config struct {
 	// Groups gives the committed offsets of the consumer groups this broker coordinates
 	// (group lag metrics, the /v1/groups API); nil leaves both out.
 	Groups Groups
+	// Writeback is the broker's page-cache write-back starter (engine.Writeback); nil
+	// leaves its counters out.
+	Writeback WritebackStats
 	// APIRefused, when not empty, turns the JSON API (/v1/...) off with this reason: the
 	// admin listener has no authentication, so a broker whose main listener requires it
 	// (or enforces ACLs) must not offer an unauthenticated way around them. Metrics and
@@ -152,7 +155,7 @@ func Start(cfg Config, core *shard.Broker, srv *netio.Server) (*Server, error) {
 	s.ln = newLimitListener(ln, cfg.ConnectionsMax, cfg.ConnectionsPerAddressMax)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector(),
-		newCollector(core, srv, cfg.Replication, cfg.Groups))
+		newCollector(core, srv, cfg.Replication, cfg.Groups, cfg.Writeback))
 	s.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ringlog_http_requests_total",
 		Help: "Requests to the admin listener's JSON API by endpoint and HTTP status."}, []string{"endpoint", "code"})
 	reg.MustRegister(s.httpRequests)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/wire"
@@ -57,6 +58,11 @@ var (
 	descRefusedReq  = prometheus.NewDesc("ringlog_requests_refused_total", "Requests refused by --max-request-entries or for a repeated entry.", nil, nil)
 	descSendfile    = prometheus.NewDesc("ringlog_fetch_sendfile_bytes_total", "File bytes sent to consumers with sendfile/splice (zero copy).", nil, nil)
 	descBuffered    = prometheus.NewDesc("ringlog_buffered_bytes", "Request and response bytes held by all connections (bounded by --max-buffer-bytes).", nil, nil)
+	descWBStarted   = prometheus.NewDesc("ringlog_writeback_started_total", "Write-back starts (sync_file_range of an appended range) the broker asked the kernel for (--writeback-bytes).", nil, nil)
+	descWBDropped   = prometheus.NewDesc("ringlog_writeback_dropped_total", "Write-back starts dropped because the write-back goroutine's queue was full (a hint only: nothing acknowledged depends on it).", nil, nil)
+	descZeroJobs    = prometheus.NewDesc("ringlog_preallocate_jobs_total", "Background zeroing jobs started ahead of active segments' ends (preallocate.bytes).", nil, nil)
+	descZeroBytes   = prometheus.NewDesc("ringlog_preallocate_bytes_total", "Zero bytes written ahead of active segments' ends (preallocate.bytes).", nil, nil)
+	descZeroFailed  = prometheus.NewDesc("ringlog_preallocate_failed_total", "Zeroing jobs that stopped on an error (disk space, I/O); appends then extend the file as without preallocation.", nil, nil)
 	descScrapeErr   = prometheus.NewDesc("ringlog_scrape_error", "1 when the shards could not be read for this scrape (broker shutting down or a loop stuck).", nil, nil)
 )
 
@@ -67,6 +73,11 @@ type replicaFetches interface {
 	ReplicaFetches() (rounds, appends, refused uint64)
 }
 
+// WritebackStats is what the admin metrics read of engine.Writeback.
+type WritebackStats interface {
+	Stats() (started, dropped uint64)
+}
+
 // collector turns one Broker.Stats copy per scrape into metrics. It keeps the previous
 // scrape's loop times for the busy ratio.
 type collector struct {
@@ -74,6 +85,7 @@ type collector struct {
 	net    *netio.Server
 	rep    Replication
 	groups Groups // nil: no group lag series
+	wb     WritebackStats
 
 	mu   sync.Mutex // guards prev: scrapes may overlap
 	prev map[int]loopTimes
@@ -81,8 +93,8 @@ type collector struct {
 
 type loopTimes struct{ busy, running time.Duration }
 
-func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups Groups) *collector {
-	return &collector{core: core, net: srv, rep: rep, groups: groups, prev: map[int]loopTimes{}}
+func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups Groups, wb WritebackStats) *collector {
+	return &collector{core: core, net: srv, rep: rep, groups: groups, wb: wb, prev: map[int]loopTimes{}}
 }
 
 // Describe implements prometheus.Collector.
@@ -91,7 +103,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descFetchRounds, descReplAppends, descRefusedRnds, descSubmissions,
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
-		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr} {
+		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr,
+		descWBStarted, descWBDropped, descZeroJobs, descZeroBytes, descZeroFailed} {
 		ch <- d
 	}
 	for _, d := range groupDescs {
@@ -102,6 +115,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.collectServer(ch)
+	c.collectStorage(ch)
 	shrinks, expands := c.rep.ISRChanges()
 	ch <- counter(descISRShrinks, float64(shrinks))
 	ch <- counter(descISRExpands, float64(expands))
@@ -253,4 +267,18 @@ func histogram(d *prometheus.Desc, h *shard.Histogram) prometheus.Metric {
 		buckets[bound.Seconds()] = cumulative
 	}
 	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets)
+}
+
+// collectStorage reports the page-cache write-back starter's and the background zeroing's
+// counters (both off the shard loops, so not in Broker.Stats).
+func (c *collector) collectStorage(ch chan<- prometheus.Metric) {
+	if c.wb != nil {
+		started, dropped := c.wb.Stats()
+		ch <- counter(descWBStarted, float64(started))
+		ch <- counter(descWBDropped, float64(dropped))
+	}
+	z := engine.ZeroAheadStats()
+	ch <- counter(descZeroJobs, float64(z.Jobs))
+	ch <- counter(descZeroBytes, float64(z.Bytes))
+	ch <- counter(descZeroFailed, float64(z.Failed))
 }

@@ -100,7 +100,7 @@ func TestReplicationProduceTimeout(t *testing.T) {
 			thaw(fmt.Sprintf("the ISR had %d members once both followers stopped (a follower lagged before the freeze)", n))
 			continue
 		}
-		res, took := produceTimingOut(t, leader.addr, time.Second)
+		res, took := produceTimingOut(t, leader.addr, "slow", time.Second)
 		if res.ErrorCode == wire.ErrNone {
 			if n := isrOf(); n != 3 {
 				thaw(fmt.Sprintf("acks=all was acknowledged by an ISR of %d", n))
@@ -121,11 +121,11 @@ func TestReplicationProduceTimeout(t *testing.T) {
 	}
 }
 
-// produceTimingOut sends an acks=all produce with the given timeout to addr and, pipelined
+// produceTimingOut sends an acks=all produce to topic with the given timeout to addr and, pipelined
 // behind it on the same connection, an acks=1 produce; it returns the acks=all answer and
 // how long it took, and fails unless the acks=1 produce is answered without error and the
 // acks=all answer (if it is REQUEST_TIMED_OUT) came about one timeout after sending.
-func produceTimingOut(t *testing.T, addr string, timeout time.Duration) (wire.ProduceResponsePartition, time.Duration) {
+func produceTimingOut(t *testing.T, addr, topic string, timeout time.Duration) (wire.ProduceResponsePartition, time.Duration) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -134,8 +134,8 @@ func produceTimingOut(t *testing.T, addr string, timeout time.Duration) (wire.Pr
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(30 * time.Second))
 	var out []byte
-	out = wire.AppendRequest(out, 1, produceRequest(t, "slow", wire.AcksAll, timeout, []byte("never replicated")))
-	out = wire.AppendRequest(out, 2, produceRequest(t, "slow", wire.AcksLeader, timeout, []byte("behind it")))
+	out = wire.AppendRequest(out, 1, produceRequest(t, topic, wire.AcksAll, timeout, []byte("never replicated")))
+	out = wire.AppendRequest(out, 2, produceRequest(t, topic, wire.AcksLeader, timeout, []byte("behind it")))
 	sent := time.Now()
 	if _, err := conn.Write(out); err != nil {
 		t.Fatal(err)

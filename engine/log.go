@@ -842,7 +842,6 @@ func (l *Log) closeFiles() error {
 	l.zeroJobs.Wait() // zeroing and handed-off cuts (prealloc.go) end before Close returns
 	var errs []error
 	for _, s := range l.segments {
-
 		errs = append(errs, s.closeFiles())
 	}
 	return errors.Join(errs...)

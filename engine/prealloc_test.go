@@ -49,14 +49,7 @@ func TestPreallocateZeroesAheadAndTrims(t *testing.T) {
 		dir := t.TempDir()
 		cfg := preallocConfig(mode)
 		l, _ := openLog(t, dir, cfg, fio)
-		var want []byte
-		for seq := 0; seq < 4; seq++ {
-			b := makeBatch(t, seq, 3, 200, int64(seq))
-			if _, err := l.Append(b); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, b...)
-		}
+		want := appendUntil(t, l, nil, 0, 3, 200, func(seq int) bool { return seq < 4 })
 		waitZeroing(l)
 		s := l.active()
 		if got := logFileSize(t, dir, s.baseOffset); got < s.size+cfg.PreallocateBytes/2 {
@@ -70,13 +63,7 @@ func TestPreallocateZeroesAheadAndTrims(t *testing.T) {
 		}
 		mustEqualBytes(t, "read", readAll(t, l, 1<<20), want)
 		// Fill past a roll: the sealed file is cut to its logical size.
-		for seq := 4; l.SegmentCount() < 3; seq++ {
-			b := makeBatch(t, seq, 4, 500, int64(seq))
-			if _, err := l.Append(b); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, b...)
-		}
+		want = appendUntil(t, l, want, 4, 4, 500, func(int) bool { return l.SegmentCount() < 3 })
 		if err := l.Sync(); err != nil {
 			t.Fatal(err)
 		}
@@ -112,14 +99,7 @@ func TestPreallocateRecoveryKeepsZeroTail(t *testing.T) {
 			dir := t.TempDir()
 			cfg := preallocConfig(mode)
 			l, _ := openLog(t, dir, cfg, ring.Syscalls{})
-			var want []byte
-			for seq := 0; seq < 3; seq++ {
-				b := makeBatch(t, seq, 2, 300, int64(seq))
-				if _, err := l.Append(b); err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, b...)
-			}
+			want := appendUntil(t, l, nil, 0, 2, 300, func(seq int) bool { return seq < 3 })
 			if err := l.Sync(); err != nil {
 				t.Fatal(err)
 			}
@@ -254,4 +234,18 @@ func withBase(t *testing.T, b []byte, base int64) []byte {
 	c := append([]byte(nil), b...)
 	batch.SetBaseOffset(c, base)
 	return c
+}
+
+// appendUntil appends batches of records values of valueSize bytes, sequence numbers from
+// seq on, while more(seq) holds, and returns want with their bytes added.
+func appendUntil(t *testing.T, l *Log, want []byte, seq, records, valueSize int, more func(seq int) bool) []byte {
+	t.Helper()
+	for ; more(seq); seq++ {
+		b := makeBatch(t, seq, records, valueSize, int64(seq))
+		if _, err := l.Append(b); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b...)
+	}
+	return want
 }

@@ -125,10 +125,7 @@ func TestReactorRunPostStop(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-timerCh
-		r.Stop()
-		if err := <-runErr; err != nil {
-			t.Fatalf("Run: %v", err)
-		}
+		stopRunning(t, r, runErr)
 		if ran.Load() != posters*perPoster {
 			t.Fatalf("ran %d posted closures, want %d", ran.Load(), posters*perPoster)
 		}
@@ -440,10 +437,7 @@ func testFileIOOffThread(t *testing.T, cfg Config) {
 		if n := r.ForeignFileIO(); n != 3 {
 			t.Fatalf("ForeignFileIO = %d, want 3", n)
 		}
-		r.Stop()
-		if err := <-runErr; err != nil {
-			t.Fatal(err)
-		}
+		stopRunning(t, r, runErr)
 	}
 }
 
@@ -482,10 +476,7 @@ func TestReactorSpinBeforeWait(t *testing.T) {
 		if st := <-stats; st.Spin <= 0 {
 			t.Fatalf("Stats().Spin = %v after 200 turns with work", st.Spin)
 		}
-		r.Stop()
-		if err := <-runErr; err != nil {
-			t.Fatalf("Run: %v", err)
-		}
+		stopRunning(t, r, runErr)
 	})
 }
 
@@ -505,6 +496,15 @@ func startRunning(t *testing.T, cfg Config) (*Reactor, chan error) {
 	}
 	<-ready
 	return r, runErr
+}
+
+// stopRunning stops a reactor startRunning started and fails t if Run returned an error.
+func stopRunning(t *testing.T, r *Reactor, runErr chan error) {
+	t.Helper()
+	r.Stop()
+	if err := <-runErr; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }
 
 // Quiet is true only when the loop has nothing to run: no message, due timer or waiting

@@ -52,10 +52,7 @@ func TestPostFromRunningLoopNeedsNoWakeup(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the message posted from the loop never ran")
 			}
-			r.Stop()
-			if err := <-runErr; err != nil {
-				t.Fatal(err)
-			}
+			stopRunning(t, r, runErr)
 		})
 	}
 }
@@ -127,10 +124,7 @@ func TestPostRefusedByFullMailboxNeverRuns(t *testing.T) {
 		if n := r.wakeWrites.Load() - before; n != 1 {
 			t.Errorf("the Post to a waiting loop wrote the eventfd %d times, want 1", n)
 		}
-		r.Stop()
-		if err := <-runErr; err != nil {
-			t.Fatal(err)
-		}
+		stopRunning(t, r, runErr)
 	})
 }
 
@@ -198,10 +192,7 @@ func TestPostInWaitWindowWakesLoop(t *testing.T) {
 				case <-time.After(wakeWaitMax):
 					t.Errorf("lost wake-up: the loop slept through a %s made after its last mailbox check", from)
 				}
-				r.Stop()
-				if err := <-runErr; err != nil {
-					t.Fatal(err)
-				}
+				stopRunning(t, r, runErr)
 				wantWrites := uint64(1)
 				if from == "PostFrom" && src.Probe().Supported(OpMsgRing) {
 					wantWrites = 0 // the wake-up rode the MSG_RING

@@ -667,7 +667,7 @@ func finishSwap(l *Log, base int64) error {
 
 // replaceSegment makes the log serve the swapped-in rewrite of old (already renamed in place).
 func (l *Log) replaceSegment(old, fresh *segment) error {
-	s, err := openSegmentFiles(l.dir, old.baseOffset, false)
+	s, err := openSegmentFiles(l.dir, old.baseOffset, false, false)
 	if err != nil {
 		l.cleaner.failed = fmt.Errorf("segment %d: reopen after swap: %w", old.baseOffset, err)
 		l.fail(l.cleaner.failed)

@@ -147,6 +147,11 @@ type LogConfig struct {
 	// At most 256 MiB, rounded up to 4 KiB; -1 turns it off. 0 means the default: 4 MiB for
 	// a page-cache log with FlushAlways (where it was measured to win), off (-1) otherwise.
 	PreallocateBytes int64
+	// RecycleSegments is how many retired segment .log files the log keeps to become its
+	// next segments (recycle.go): appends then overwrite written blocks instead of extending
+	// a new file. At most 64; -1 turns it off. 0 means the default: 4 in direct mode, off (-1)
+	// in page-cache mode.
+	RecycleSegments int
 	// ZeroFileIO is the FileIO the background zeroing writes through; it must be safe for use
 	// from another goroutine. nil means plain system calls (tests pass a faultio.CrashFS).
 	ZeroFileIO ring.FileIO
@@ -262,6 +267,10 @@ func (c LogConfig) withDefaults() (LogConfig, error) {
 	default:
 		c.PreallocateBytes = alignUp(c.PreallocateBytes)
 	}
+	var err error
+	if c.RecycleSegments, err = checkRecycleSegments(c.RecycleSegments, c.Storage); err != nil {
+		return c, err
+	}
 	if c.ProducerIDExpirationMs == 0 {
 		c.ProducerIDExpirationMs = producerIDExpirationMsDefault
 	}
@@ -293,6 +302,10 @@ const (
 	// page-cache flush.always topics and off otherwise). Kafka's preallocate (a boolean) only
 	// sizes the file, which on ext4 leaves unwritten extents.
 	ConfigPreallocateBytes = "preallocate.bytes"
+	// ConfigRecycleSegments: retired segment files kept per partition to become its next
+	// segments (LogConfig.RecycleSegments; ringlog's own key: -1 off, unset 4 for direct-mode
+	// topics and off for page-cache ones).
+	ConfigRecycleSegments = "recycle.segments"
 	// ConfigMaxMessageBytes: the largest batch a producer may append (Kafka's
 	// max.message.bytes); unset, segment.bytes bounds it.
 	ConfigMaxMessageBytes = "max.message.bytes"
@@ -400,6 +413,8 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 			c.Storage = StorageMode(v)
 		case ConfigPreallocateBytes:
 			c.PreallocateBytes, err = strconv.ParseInt(v, 10, 64)
+		case ConfigRecycleSegments:
+			c.RecycleSegments, err = strconv.Atoi(v)
 		case ConfigCleanupPolicy:
 			c.CleanupPolicy, err = parseCleanupPolicy(v)
 		case ConfigDeleteRetentionMs:

@@ -113,6 +113,10 @@ type Log struct {
 	staged    stagedWrites // staged, not written; always in the active segment
 
 	zeroJobs sync.WaitGroup // background zeroing goroutines (prealloc.go)
+
+	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
+	// at most cfg.RecycleSegments.
+	recyclePool []string
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -522,7 +526,7 @@ func (l *Log) roll() error {
 		return err
 	}
 	old := l.active()
-	s, err := openSegmentFiles(l.dir, old.nextOffset, true)
+	s, err := l.newSegment(old.nextOffset)
 	if err != nil {
 		return err
 	}

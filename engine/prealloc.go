@@ -277,8 +277,8 @@ func (j *zeroJob) cancelTrim() {
 	}
 }
 
-// trimZeros cuts s's file back to its logical size when zeros (or direct-mode padding) may
-// lie past it: at a roll, and at Close. A zeroing job still running is handed the cut
+// trimZeros cuts s's file back to its logical size when zeros, direct-mode padding or a
+// recycled file's stale bytes (recycle.go) may lie past it: at a roll, and at Close. A zeroing job still running is handed the cut
 // instead, so the log's goroutine never waits for it.
 func (s *segment) trimZeros(wait bool) error {
 	if j := s.zero; j != nil {
@@ -294,13 +294,13 @@ func (s *segment) trimZeros(wait bool) error {
 		}
 		s.zero = nil
 	}
-	if !s.zeroed && s.direct == nil {
+	if !s.zeroed && !s.stale && s.direct == nil {
 		return nil
 	}
 	if err := s.log.Truncate(s.size); err != nil {
 		return fmt.Errorf("segment %d: cut to %d: %w", s.baseOffset, s.size, err)
 	}
-	s.zeroed = false
+	s.zeroed, s.stale = false, false
 	return nil
 }
 

@@ -179,7 +179,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 	}
 	laterIndexed := l.laterIndexed(bases)
 	for i, base := range bases {
-		s, err := openSegmentFiles(l.dir, base, false)
+		s, err := openSegmentFiles(l.dir, base, false, false)
 		if err != nil {
 			return err
 		}
@@ -225,7 +225,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 		}
 	}
 	if len(l.segments) == 0 {
-		s, err := openSegmentFiles(l.dir, 0, true)
+		s, err := openSegmentFiles(l.dir, 0, true, false)
 		if err != nil {
 			return err
 		}
@@ -563,6 +563,9 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, keepZeros 
 		s.zeroed, s.zeroAsked = true, fileBytes
 		return nil
 	}
+	// A recycled file's bytes from its earlier life (recycle.go) are cut and counted here
+	// too: after the zero padding of a direct-mode block they cannot be told from a torn
+	// write, and either way none of them is part of the log.
 	report.DroppedBatches += batches
 	report.DroppedBytes += fileBytes - s.size
 	if report.Corruption == "" && reason != nil && !zero {

@@ -69,6 +69,9 @@ type segment struct {
 	zero      *zeroJob
 	zeroAsked int64
 	zeroed    bool
+	// stale: the file is a recycled one (recycle.go) and may hold an old segment's bytes
+	// past size, until a seal, Close, truncation or recovery cuts it to size.
+	stale bool
 }
 
 func (s *segment) logFd() int { return int(s.log.Fd()) }
@@ -87,10 +90,11 @@ const maxRelativeOffset = 1<<31 - 1
 
 // openSegmentFiles opens (creating if asked) a segment's .log. Its two index files are
 // created with a new segment but otherwise opened only while they are read or written (see
-// lazyFile), so an idle partition holds one descriptor per segment, not three.
-func openSegmentFiles(dir string, base int64, create bool) (*segment, error) {
+// lazyFile), so an idle partition holds one descriptor per segment, not three. recycled: a
+// new segment whose .log is a pool file already renamed into place (recycle.go).
+func openSegmentFiles(dir string, base int64, create, recycled bool) (*segment, error) {
 	flags := os.O_RDWR
-	if create {
+	if create && !recycled {
 		flags |= os.O_CREATE | os.O_EXCL
 	}
 	s := &segment{baseOffset: base, nextOffset: base, maxTimestamp: noTimestamp,
@@ -194,11 +198,15 @@ func (s *segment) removeFiles(dir string) error {
 const retiredSuffix = ".deleted"
 
 // retireFiles renames the segment's files to *.deleted (indexes first, the log last, as
-// removeFiles) and unlinks them in the background.
-func (s *segment) retireFiles(dir string) error {
+// removeFiles) and unlinks them in the background; pool, when it takes the .log (renames it
+// into the log's pool of recycled files, recycle.go), keeps it instead.
+func (s *segment) retireFiles(dir string, pool func(*segment) bool) error {
 	var errs []error
 	var retired []string
 	for _, suffix := range []string{indexSuffix, timeIndexSuffix, logSuffix} {
+		if suffix == logSuffix && pool(s) {
+			continue
+		}
 		path := segmentPath(dir, s.baseOffset, suffix)
 		if err := os.Rename(path, path+retiredSuffix); err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
@@ -220,15 +228,15 @@ func removeRetired(paths []string) {
 	}
 }
 
-// removeRetiredIn deletes *.deleted files and the temporary files of interrupted atomic
-// replaces (*.tmp) that a crash left in dir.
+// removeRetiredIn deletes *.deleted files, pool files of recycled segments (*.recycle,
+// recycle.go) and the temporary files of interrupted atomic replaces (*.tmp) left in dir.
 func removeRetiredIn(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), retiredSuffix) || strings.HasSuffix(e.Name(), tmpSuffix) {
+		if isLeftover(e.Name()) {
 			if err := os.Remove(dir + "/" + e.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove retired %s: %w", e.Name(), err)
 			}

@@ -88,6 +88,7 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 	if err := s.log.Truncate(pos); err != nil {
 		return fmt.Errorf("segment %d: cut at %d: %w", s.baseOffset, pos, err)
 	}
+	s.stale = false
 	s.index.truncateAtPosition(pos)
 	s.timeIndex.truncateAtOffset(newNext - s.baseOffset)
 	if err := s.truncateIndexFiles(); err != nil {
@@ -147,12 +148,13 @@ func (l *Log) ResetTo(offset int64) error {
 
 // truncateFullyAndStartAt deletes every segment and starts an empty log at offset.
 func (l *Log) truncateFullyAndStartAt(offset int64) error {
+	l.emptyPool() // the pool's stale batches may hold offsets from here on (recycle.go)
 	for len(l.segments) > 0 {
 		if err := l.deleteSegment(len(l.segments) - 1); err != nil {
 			return err
 		}
 	}
-	s, err := openSegmentFiles(l.dir, offset, true)
+	s, err := openSegmentFiles(l.dir, offset, true, false)
 	if err != nil {
 		return l.fail(err) // no segment left: the log cannot take writes
 	}
@@ -189,7 +191,7 @@ func (l *Log) dropSegment(i int, retire bool) error {
 	}
 	remove := s.removeFiles
 	if retire {
-		remove = s.retireFiles
+		remove = func(dir string) error { return s.retireFiles(dir, l.poolRetired) }
 	}
 	if err := remove(l.dir); err != nil {
 		return fmt.Errorf("delete segment %d: %w", s.baseOffset, err)

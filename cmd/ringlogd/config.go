@@ -474,7 +474,7 @@ var topicConfigKeys = []string{
 	engine.ConfigRetentionMs, engine.ConfigRetentionBytes, engine.ConfigFlushMessages,
 	engine.ConfigFlushMs, engine.ConfigFlushAlways, engine.ConfigStorageMode,
 	engine.ConfigCleanupPolicy, engine.ConfigDeleteRetentionMs, engine.ConfigMinCleanableDirtyRatio,
-	engine.ConfigPreallocateBytes,
+	engine.ConfigPreallocateBytes, engine.ConfigRecycleSegments,
 }
 
 func isTopicConfigKey(k string) bool {

@@ -52,6 +52,12 @@ func BenchmarkBrokerCoreProduce(b *testing.B) {
 // partition tp(i) picks, keeping up to window produces waiting for their answer (a slot's
 // batch is reused only once its produce was answered: the log rewrites it in place).
 func benchProduceWindow(b *testing.B, br *Broker, window, records int, tp func(i int) TopicPartition, acks int16) {
+	benchProduceWindowWarm(b, br, window, records, tp, acks, 0)
+}
+
+// benchProduceWindowWarm is benchProduceWindow after warmup untimed produces (the same
+// partitions in turn), e.g. to bring logs to a steady state of rolls and retention.
+func benchProduceWindowWarm(b *testing.B, br *Broker, window, records int, tp func(i int) TopicPartition, acks int16, warmup int) {
 	bufs := make([][]byte, window)
 	free := make(chan int, window)
 	for i := range bufs {
@@ -59,24 +65,31 @@ func benchProduceWindow(b *testing.B, br *Broker, window, records int, tp func(i
 		free <- i
 	}
 	fail := make(chan error, 1)
+	produce := func(n int) {
+		for i := 0; i < n; i++ {
+			slot := <-free
+			br.Produce(tp(i), bufs[slot:slot+1], acks, func(r ProduceResult) {
+				if r.Err != nil {
+					select {
+					case fail <- r.Err:
+					default:
+					}
+				}
+				free <- slot
+			})
+		}
+		for i := 0; i < window; i++ {
+			<-free
+		}
+		for i := 0; i < window; i++ {
+			free <- i
+		}
+	}
+	produce(warmup)
 	b.SetBytes(int64(len(bufs[0])))
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		slot := <-free
-		br.Produce(tp(i), bufs[slot:slot+1], acks, func(r ProduceResult) {
-			if r.Err != nil {
-				select {
-				case fail <- r.Err:
-				default:
-				}
-			}
-			free <- slot
-		})
-	}
-	for i := 0; i < window; i++ {
-		<-free
-	}
+	produce(b.N)
 	b.StopTimer()
 	select {
 	case err := <-fail:

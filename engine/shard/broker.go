@@ -894,6 +894,7 @@ func (b *Broker) EffectiveConfig(t *Topic) map[string]string {
 	m[engine.ConfigMaxMessageBytes] = strconv.FormatInt(maxMessage, 10)
 	m[engine.ConfigMinCleanableDirtyRatio] = strconv.FormatFloat(c.MinCleanableDirtyRatio, 'g', -1, 64)
 	m[engine.ConfigPreallocateBytes] = strconv.FormatInt(c.PreallocateBytes, 10)
+	m[engine.ConfigRecycleSegments] = strconv.Itoa(c.RecycleSegments)
 	return m
 }
 

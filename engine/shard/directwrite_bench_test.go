@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,21 +30,44 @@ import (
 // mode=async-prealloc is mode=async on a topic with preallocate.bytes (zero-filled space
 // ahead of each partition's end, engine/prealloc.go), RINGLOG_BENCH_PREALLOC bytes (4 MiB
 // unless set).
+//
+// mode=churn-fresh and mode=churn-recycle are mode=async in the steady state of a log at
+// its retention limit: 32 MiB segments, retention.bytes 1 MiB (a sealed segment is retired
+// at the first retention check after the roll: the I/O pattern of a log at any retention
+// limit, on 1/16 of the disk), retention checked every 50 ms, and 68 MiB per partition
+// produced before the timer starts (1.1 GiB; skipped in the b.N = 1 probe run, whose figure
+// is not reported), so the active segment at the start and every roll in the timed part
+// follow a retirement. churn-fresh creates each new segment as an empty file
+// (recycle.segments -1), churn-recycle renames a retired one into place (the default,
+// engine/recycle.go) so appends overwrite written blocks, as raw-seq does.
 func BenchmarkDirectAppend(b *testing.B) {
 	b.Run("raw-seq-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, true) })
 	b.Run("raw-append-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, false) })
-	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc"} {
+	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc", "churn-fresh", "churn-recycle"} {
 		for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("mode=%s/batch=%dKiB", mode, size>>10), func(b *testing.B) {
-				topic := map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect)}
-				if mode == "async-prealloc" {
+				topic := map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect),
+					engine.ConfigRecycleSegments: "-1"}
+				warmupBytes := 0
+				switch mode {
+				case "async-prealloc":
 					topic[engine.ConfigPreallocateBytes] = strconv.Itoa(benchPreallocBytes())
+				case "churn-fresh", "churn-recycle":
+					topic[engine.ConfigSegmentBytes] = strconv.Itoa(benchChurnSegmentBytes)
+					topic[engine.ConfigRetentionBytes] = strconv.Itoa(1 << 20)
+					warmupBytes = (2*benchChurnSegmentBytes + 4<<20) * benchPartitions
+					if mode == "churn-recycle" {
+						delete(topic, engine.ConfigRecycleSegments) // the default
+					}
 				}
-				benchDirectAppend(b, size, topic, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
+				benchDirectAppend(b, size, topic, warmupBytes, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
 			})
 		}
 	}
 }
+
+// benchChurnSegmentBytes is the segment size of the churn modes: 32 MiB.
+const benchChurnSegmentBytes = 32 << 20
 
 func benchPreallocBytes() int {
 	if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_PREALLOC")); err == nil && v >= 0 {
@@ -54,8 +78,11 @@ func benchPreallocBytes() int {
 
 const benchPartitions = 16
 
-func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]string, hooks *testHooks) {
+func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]string, warmupBytes int, hooks *testHooks) {
 	cfg := Config{DataDir: b.TempDir(), Ring: ring.Config{Backend: "auto"}, hooks: hooks}
+	if warmupBytes > 0 {
+		cfg.RetentionCheckInterval = 50 * time.Millisecond
+	}
 	br, err := Open(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -69,12 +96,18 @@ func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]stri
 	}
 	records := max(batchBytes/1100, 1) // ~1 KiB values plus record overhead fill the batch
 	window := min(benchWindowMax(), (64<<20)/batchBytes)
-	zeros := engine.ZeroAheadStats().Bytes
-	benchProduceWindow(b, br, window, records, func(i int) TopicPartition {
+	if b.N == 1 {
+		warmupBytes = 0 // the probe run: its figure is not reported
+	}
+	zeros, recycled := engine.ZeroAheadStats().Bytes, engine.RecycleStats().Reused
+	benchProduceWindowWarm(b, br, window, records, func(i int) TopicPartition {
 		return TopicPartition{"bench", int32(i % benchPartitions)}
-	}, AcksLeader)
+	}, AcksLeader, warmupBytes/batchBytes)
 	if z := engine.ZeroAheadStats().Bytes - zeros; z > 0 {
 		b.ReportMetric(float64(z)/float64(b.N), "zero-B/op") // preallocated zeros written per produce
+	}
+	if warmupBytes > 0 { // segments that took a retired file, warm-up included
+		b.ReportMetric(float64(engine.RecycleStats().Reused-recycled), "recycled")
 	}
 }
 

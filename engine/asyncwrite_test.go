@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -348,13 +349,20 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 // reached it) or the machine loses power (faultio.CrashFS also takes back unsynced writes)
 // while write groups are in flight, some of them torn. Recovery must keep every record the
 // log reported written (kill -9) or synced (power loss), intact, and serve no torn bytes.
+// The "+recycle" variants run retention and reuse retired segment files (RecycleSegments),
+// so writes in flight land over an old segment's valid batches, which a lost or torn write
+// leaves in place.
 func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 	seed := asyncSeed(t)
-	for _, variant := range []struct{ powerLoss, prealloc bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+	for _, variant := range []struct{ powerLoss, prealloc, recycle bool }{{false, false, false}, {true, false, false},
+		{false, true, false}, {true, true, false}, {false, false, true}, {true, false, true}} {
 		powerLoss := variant.powerLoss
 		name := fmt.Sprintf("powerloss=%v", powerLoss)
 		if variant.prealloc {
 			name += "+prealloc" // zero-filled space ahead (PreallocateBytes), written through fs too
+		}
+		if variant.recycle {
+			name += "+recycle"
 		}
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -364,7 +372,11 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			if variant.prealloc {
 				cfg.PreallocateBytes = 16 << 10
 			}
-			var lostTorn int
+			cfg.RecycleSegments = -1
+			if variant.recycle {
+				cfg.RecycleSegments, cfg.RetentionBytes = 2, 1<<10
+			}
+			var lostTorn, staleTorn int
 			for round := 0; round < 10; round++ {
 				fs := faultio.NewCrashFS(ring.Syscalls{})
 				if err := fs.TrackDir(dir); err != nil {
@@ -402,11 +414,21 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 						}
 					case 2, 3:
 						qw.completeSome(1 + rng.IntN(3))
+					case 4:
+						if variant.recycle {
+							if _, err := l.EnforceRetention(time.Now()); err != nil {
+								t.Fatal(err)
+							}
+						}
 					}
 				}
 				written, synced, staged := l.EndOffset(), l.SyncedOffset(), l.StagedEndOffset()
+				logStart := l.StartOffset()
 				if len(qw.q) > 0 {
 					lostTorn++
+					if l.active().stale {
+						staleTorn++
+					}
 				}
 				qw.dieMidway()
 				l.closeFiles()
@@ -417,13 +439,16 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 					}
 					want = synced
 				}
-				got := verifyPowerLoss(t, dir, cfg, round, want, 0, synced > start)
+				got := verifyPowerLoss(t, dir, cfg, round, want, logStart, synced > start)
 				if got > staged {
 					t.Fatalf("round %d: recovered up to %d, only %d were ever appended", round, got, staged)
 				}
 			}
 			if lostTorn == 0 {
 				t.Fatal("no crash ever hit a write in flight: the test tested nothing")
+			}
+			if variant.recycle && staleTorn == 0 {
+				t.Fatal("no crash hit a write in flight over a recycled file: the variant tested nothing")
 			}
 		})
 	}

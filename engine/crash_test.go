@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
@@ -25,6 +26,10 @@ const (
 	crashChildIOEnv   = "RINGLOG_CRASH_CHILD_IO"
 	// crashChildPreallocEnv, when set, is the child's PreallocateBytes.
 	crashChildPreallocEnv = "RINGLOG_CRASH_CHILD_PREALLOC"
+	// crashChildRecycleEnv, when "1", makes the child recycle retired segment files
+	// (RecycleSegments 2) under retention.bytes 1 KiB, enforced every 4 appends: the log
+	// is often killed with an old segment's batches past the end of its active file.
+	crashChildRecycleEnv = "RINGLOG_CRASH_CHILD_RECYCLE"
 	crashRounds           = 24
 	crashAcksMax          = 25    // a child is killed after 1..crashAcksMax acknowledgements
 	crashChildBatches     = 50000 // bound on a child's loop if nobody kills it
@@ -57,6 +62,11 @@ func TestCrashChild(t *testing.T) {
 		IndexIntervalBytes: 1024, FlushAlways: true, Logger: quietLogger, DirectChunkBytes: 16 << 10,
 		Writeback: NewWriteback(4 << 10)} // killed with write-back requests in flight
 	cfg.PreallocateBytes, _ = strconv.ParseInt(os.Getenv(crashChildPreallocEnv), 10, 64)
+	recycle := os.Getenv(crashChildRecycleEnv) == "1"
+	cfg.RecycleSegments = -1
+	if recycle {
+		cfg.RecycleSegments, cfg.RetentionBytes = 2, 1<<10
+	}
 	l, _, err := OpenLog(dir, cfg, fio)
 	if err != nil {
 		fmt.Println("error", err)
@@ -90,7 +100,17 @@ func TestCrashChild(t *testing.T) {
 			fmt.Println("error", err)
 			os.Exit(3)
 		}
-		fmt.Fprintf(out, "ack %d\n", l.SyncedOffset())
+		if recycle && i%4 == 3 {
+			if _, err := l.EnforceRetention(time.Now()); err != nil {
+				fmt.Println("error", err)
+				os.Exit(3)
+			}
+		}
+		stale := "" // the active segment is a recycled file with old batches past its end
+		if l.active().stale {
+			stale = " stale"
+		}
+		fmt.Fprintf(out, "ack %d%s\n", l.SyncedOffset(), stale)
 		out.Flush()
 	}
 	os.Exit(0)
@@ -98,7 +118,9 @@ func TestCrashChild(t *testing.T) {
 
 // TestCrashSIGKILL kills a real child process with SIGKILL at random moments while it appends
 // with flush=always, then reopens the log and checks that every acknowledged record is
-// present and intact and that the log is a contiguous run of valid batches.
+// present and intact and that the log is a contiguous run of valid batches. The second half
+// of the rounds runs retention and recycles retired segment files, so the child often dies
+// with an old segment's valid batches past the end of its active file.
 func TestCrashSIGKILL(t *testing.T) {
 	if os.Getenv(crashChildDirEnv) != "" {
 		t.Skip("in the child")
@@ -108,12 +130,20 @@ func TestCrashSIGKILL(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	t.Logf("seed %d", seed)
 	acked := int64(0)
+	staleKills := 0
 	for round := 0; round < crashRounds; round++ {
 		mode := storageModes[round%2]
 		io := []string{"syscalls", "reactor"}[(round/2)%2]
 		prealloc := []int64{-1, 8 << 10}[(round/4)%2] // zero-filled space ahead of the end (-1: off)
+		recycle := round >= crashRounds/2             // retired segment files reused (recycle.go)
 		killAfter := 1 + rng.IntN(crashAcksMax)
-		got, stderr := runCrashChild(t, dir, mode, io, prealloc, killAfter)
+		if recycle {
+			killAfter += 60 + rng.IntN(120) // enough appends for rolls, retirements and reuse
+		}
+		got, stale, stderr := runCrashChild(t, dir, mode, io, prealloc, recycle, killAfter)
+		if stale {
+			staleKills++
+		}
 		if got < acked {
 			t.Fatalf("round %d: child acked %d after %d was acked before", round, got, acked)
 		}
@@ -123,15 +153,20 @@ func TestCrashSIGKILL(t *testing.T) {
 	if acked < crashRounds {
 		t.Fatalf("children acknowledged only %d records in %d rounds", acked, crashRounds)
 	}
+	t.Logf("children killed with a recycled active segment: %d", staleKills)
+	if staleKills == 0 {
+		t.Fatal("no child was killed with a recycled active segment: the recycling rounds tested nothing")
+	}
 }
 
 // runCrashChild starts the child, reads acknowledgements until killAfter of them arrived,
-// SIGKILLs it (it keeps appending in the meantime) and returns the last acknowledged offset.
-func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, prealloc int64, killAfter int) (int64, *bytes.Buffer) {
+// SIGKILLs it (it keeps appending in the meantime) and returns the last acknowledged offset
+// and whether the child's active segment was a recycled file at that acknowledgement.
+func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, prealloc int64, recycle bool, killAfter int) (int64, bool, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashChildDirEnv+"="+dir, crashChildModeEnv+"="+string(mode), crashChildIOEnv+"="+io,
-		crashChildPreallocEnv+"="+strconv.FormatInt(prealloc, 10))
+		crashChildPreallocEnv+"="+strconv.FormatInt(prealloc, 10), crashChildRecycleEnv+"="+map[bool]string{true: "1"}[recycle])
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -143,9 +178,11 @@ func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, preall
 	}
 	sc := bufio.NewScanner(stdout)
 	var last int64
+	var stale bool
 	for acks := 0; acks < killAfter && sc.Scan(); {
 		line := sc.Text()
 		if rest, ok := strings.CutPrefix(line, "ack "); ok {
+			rest, stale = strings.CutSuffix(rest, " stale")
 			n, err := strconv.ParseInt(rest, 10, 64)
 			if err != nil {
 				t.Fatalf("bad ack line %q", line)
@@ -167,7 +204,7 @@ func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, preall
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child did not die by SIGKILL: %v (stderr %s)", err, stderr.String())
 	}
-	return last, &stderr
+	return last, stale, &stderr
 }
 
 // verifyCrashLog reopens the log (keeping a zero tail when prealloc > 0) and checks every
@@ -179,11 +216,11 @@ func verifyCrashLog(t *testing.T, dir string, round int, acked, prealloc int64, 
 		t.Fatalf("round %d: reopen: %v", round, err)
 	}
 	defer l.Close()
-	t.Logf("round %d: acked %d, recovered end %d, dropped %d bytes, kept %d zero bytes", round, acked, l.EndOffset(), rep.DroppedBytes, rep.ZeroTailBytes)
+	t.Logf("round %d: acked %d, recovered [%d, %d), dropped %d bytes, kept %d zero bytes", round, acked, l.StartOffset(), l.EndOffset(), rep.DroppedBytes, rep.ZeroTailBytes)
 	if l.EndOffset() < acked {
 		t.Fatalf("round %d: log ends at %d but %d was acknowledged (report %+v, child stderr %s)", round, l.EndOffset(), acked, rep, stderr)
 	}
-	next := int64(0)
+	next := l.StartOffset() // retention (the recycling rounds) moves it
 	data := readAll(t, l, 1<<20)
 	for len(data) > 0 {
 		h, err := validateFirst(data)

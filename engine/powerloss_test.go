@@ -26,15 +26,20 @@ const powerLossRounds = 24
 //
 // The "+prealloc" cases keep zero-filled space ahead of the log's end (PreallocateBytes,
 // zeros written through the CrashFS too, so a power loss can take them back or tear them).
+// The "+recycle" cases keep retired segment files for new segments (RecycleSegments, the
+// direct-mode default), so the active segment often holds an old segment's valid batches
+// past its end, and a power loss can bring old bytes back where new writes were lost.
 func TestPowerLossKeepsSyncedData(t *testing.T) {
 	type powerLossCase struct {
-		name     string
-		mode     StorageMode
-		prealloc bool
+		name              string
+		mode              StorageMode
+		prealloc, recycle bool
 	}
 	var cases []powerLossCase
 	for _, mode := range storageModes {
-		cases = append(cases, powerLossCase{string(mode), mode, false}, powerLossCase{string(mode) + "+prealloc", mode, true})
+		cases = append(cases, powerLossCase{string(mode), mode, false, false},
+			powerLossCase{string(mode) + "+prealloc", mode, true, false},
+			powerLossCase{string(mode) + "+recycle", mode, false, true})
 	}
 	for _, tc := range cases {
 		mode := tc.mode
@@ -55,9 +60,14 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 			if tc.prealloc {
 				cfg.SegmentBytes, cfg.PreallocateBytes = 16<<10, 8<<10
 			}
+			cfg.RecycleSegments = -1
+			if tc.recycle {
+				cfg.RecycleSegments = 2
+			}
 			var lost, kept int64
 			var undone int
 			jobsBefore, zeroTails := ZeroAheadStats().Jobs, 0
+			reusedBefore, staleAtCrash := RecycleStats().Reused, 0
 			for round := 0; round < powerLossRounds; round++ {
 				fs := faultio.NewCrashFS(ring.Syscalls{})
 				if err := fs.TrackDir(dir); err != nil {
@@ -71,6 +81,9 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 				start := l.EndOffset()
 				synced := powerLossWork(t, l, rng)
 				end, logStart := l.EndOffset(), l.StartOffset()
+				if l.active().stale {
+					staleAtCrash++
+				}
 				l.closeFiles() // the process dies: nothing more is written or synced
 				if err := fs.Crash(rng); err != nil {
 					t.Fatal(err)
@@ -93,6 +106,12 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 			}
 			if undone == 0 {
 				t.Fatal("no directory change was ever undone: the namespace model did nothing")
+			}
+			if reused := RecycleStats().Reused - reusedBefore; tc.recycle {
+				t.Logf("segments that took a retired file %d, crashes with old bytes past the end %d", reused, staleAtCrash)
+				if reused == 0 || staleAtCrash == 0 {
+					t.Fatal("recycling was never exercised at a crash")
+				}
 			}
 			if jobs := ZeroAheadStats().Jobs - jobsBefore; tc.prealloc {
 				t.Logf("zeroing jobs %d, recoveries that kept a zero tail %d", jobs, zeroTails)

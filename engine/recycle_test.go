@@ -1,0 +1,281 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/ring"
+)
+
+// recycleConfig is testConfig (64 KiB segments) with a pool of 2 recycled files and
+// retention that retires every sealed segment once the active one holds 1 KiB.
+func recycleConfig(mode StorageMode) LogConfig {
+	cfg := testConfig(mode)
+	cfg.RecycleSegments, cfg.RetentionBytes = 2, 1<<10
+	return cfg
+}
+
+// appendCrashBatches appends n batches of records records each whose values encode their
+// offsets (crashValue); every batch has the same size, so a recycled file's old batch
+// boundaries line up with the new ones.
+func appendCrashBatches(t *testing.T, l *Log, n, records int) {
+	t.Helper()
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	for ; n > 0; n-- {
+		next := l.EndOffset()
+		b.Reset()
+		for r := 0; r < records; r++ {
+			b.Append(next, nil, []byte(fmt.Sprintf("offset=%012d;", next)), nil)
+			next++
+		}
+		bb, err := b.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(bb); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkOffsetRecords reads the whole log and checks that it is one contiguous run of the
+// records appendCrashBatches wrote, from StartOffset to EndOffset.
+func checkOffsetRecords(t *testing.T, l *Log) {
+	t.Helper()
+	next := l.StartOffset()
+	data := readAll(t, l, 1<<20)
+	for len(data) > 0 {
+		h, err := validateFirst(data)
+		if err != nil {
+			t.Fatalf("batch at offset %d: %v", next, err)
+		}
+		err = batch.Decode(data[:h.Size()], func(offset, ts int64, r *batch.Record) error {
+			if offset != next || string(r.Value) != fmt.Sprintf("offset=%012d;", offset) {
+				return fmt.Errorf("record at %d (want %d): %q", offset, next, r.Value)
+			}
+			next++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = data[h.Size():]
+	}
+	if next != l.EndOffset() {
+		t.Fatalf("records end at %d, log end %d", next, l.EndOffset())
+	}
+}
+
+func inodeOf(t *testing.T, path string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// recycledLog returns a log whose active segment took a retired segment's file and holds a
+// few batches, with that file's old bytes past its logical end.
+func recycledLog(t *testing.T, dir string, cfg LogConfig) *Log {
+	t.Helper()
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	for l.SegmentCount() < 3 {
+		appendCrashBatches(t, l, 1, 8)
+	}
+	retired := []int64{l.segments[0].baseOffset, l.segments[1].baseOffset}
+	inodes := []uint64{inodeOf(t, segmentFile(dir, retired[0], logSuffix)), inodeOf(t, segmentFile(dir, retired[1], logSuffix))}
+	reused0 := RecycleStats().Reused
+	if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
+		t.Fatalf("retention: %d segments, %v", n, err)
+	}
+	if len(l.recyclePool) != 2 {
+		t.Fatalf("pool %v, want both retired files", l.recyclePool)
+	}
+	for i, base := range retired {
+		if ino := inodeOf(t, segmentFile(dir, base, logSuffix)+recycleSuffix); ino != inodes[i] {
+			t.Fatalf("pool file of segment %d is inode %d, the segment's was %d", base, ino, inodes[i])
+		}
+		if _, err := os.Stat(segmentFile(dir, base, indexSuffix)); !os.IsNotExist(err) {
+			t.Fatalf("retired index file still there: %v", err)
+		}
+	}
+	for segments := l.SegmentCount(); l.SegmentCount() == segments; {
+		appendCrashBatches(t, l, 1, 8)
+	}
+	appendCrashBatches(t, l, 3, 8)
+	s := l.active()
+	if RecycleStats().Reused != reused0+1 || !s.stale || len(l.recyclePool) != 1 {
+		t.Fatalf("the roll took no pool file: reused %d -> %d, stale %v, pool %v", reused0, RecycleStats().Reused, s.stale, l.recyclePool)
+	}
+	// The pool is a stack: the roll took the newest retired file, the older one waits.
+	if ino := inodeOf(t, segmentFile(dir, s.baseOffset, logSuffix)); ino != inodes[1] || l.recyclePool[0] != segmentFile(dir, retired[0], logSuffix)+recycleSuffix {
+		t.Fatalf("active segment is inode %d, want %d; pool %v", ino, inodes[1], l.recyclePool)
+	}
+	if fileBytes := logFileSize(t, dir, s.baseOffset); fileBytes <= s.size+blockBytes {
+		t.Fatalf("recycled file is %d bytes, log %d: no old bytes past the end", fileBytes, s.size)
+	}
+	checkOffsetRecords(t, l)
+	return l
+}
+
+// TestRecycleOverwritesRetiredFile: retention keeps retired .log files in the pool (their
+// index files go), a roll renames one into place, reads stop at the logical end although old
+// batches follow it in the file, and Close cuts the file to its logical size.
+func TestRecycleOverwritesRetiredFile(t *testing.T) {
+	for _, mode := range storageModes {
+		t.Run(string(mode), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := recycleConfig(mode)
+			l := recycledLog(t, dir, cfg)
+			s := l.active()
+			tail := tailOf(t, dir, s.baseOffset, alignUp(s.size))
+			if bytes.Count(tail, []byte{0}) == len(tail) {
+				t.Fatal("the recycled file's tail is all zeros: nothing old to hide")
+			}
+			end, base, size := l.EndOffset(), s.baseOffset, s.size
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got := logFileSize(t, dir, base); got != size {
+				t.Fatalf("Close left the file at %d bytes, the log holds %d", got, size)
+			}
+			l, rep := openLog(t, dir, cfg, ring.Syscalls{})
+			defer l.Close()
+			if l.EndOffset() != end || rep.DroppedBytes != 0 {
+				t.Fatalf("reopen: end %d (want %d), report %+v", l.EndOffset(), end, rep)
+			}
+			checkOffsetRecords(t, l)
+		})
+	}
+}
+
+// TestRecycleRecoveryCutsStaleTail: the process dies with a recycled active segment whose
+// file holds the old segment's batches past the log's end; in page-cache mode the first of
+// them is a whole batch with a valid CRC right at the end (same batch sizes in both lives).
+// Recovery must end the log at the last new batch, never serve an old one, and cut the file.
+func TestRecycleRecoveryCutsStaleTail(t *testing.T) {
+	for _, mode := range storageModes {
+		t.Run(string(mode), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := recycleConfig(mode)
+			l := recycledLog(t, dir, cfg)
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			s := l.active()
+			end, base, size := l.EndOffset(), s.baseOffset, s.size
+			if mode == StoragePageCache {
+				h, err := batch.ParseHeader(tailOf(t, dir, base, size))
+				if err != nil || h.LastOffset() >= base {
+					t.Fatalf("no whole old batch right after the end: %+v %v", h, err)
+				}
+				if _, err := batch.ValidateStored(tailOf(t, dir, base, size)[:h.Size()]); err != nil {
+					t.Fatalf("the old batch after the end fails its CRC, the test proves less: %v", err)
+				}
+			}
+			fileBytes := logFileSize(t, dir, base)
+			l.closeFiles() // the process dies
+			l, rep := openLog(t, dir, cfg, ring.Syscalls{})
+			if l.EndOffset() != end || rep.DroppedBytes != fileBytes-size {
+				t.Fatalf("recovery: end %d (want %d), report %+v (file %d, log %d bytes)", l.EndOffset(), end, rep, fileBytes, size)
+			}
+			if got := logFileSize(t, dir, base); got != size {
+				t.Fatalf("recovery left the file at %d bytes, the log holds %d", got, size)
+			}
+			checkOffsetRecords(t, l)
+			appendCrashBatches(t, l, 4, 8)
+			checkOffsetRecords(t, l)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRecyclePoolEmptiedBelowStart: a truncation below the log's start (ResetTo, TruncateTo
+// past the start) lets offsets go below those the pool files hold, so it empties the pool:
+// a later roll creates a fresh file. OpenLog removes pool files a previous run left.
+func TestRecyclePoolEmptiedBelowStart(t *testing.T) {
+	for _, reset := range []string{"ResetTo", "TruncateTo"} {
+		t.Run(reset, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := recycleConfig(StorageDirect)
+			l := recycledLog(t, dir, cfg)
+			pool := append([]string(nil), l.recyclePool...)
+			released := RecycleStats().Released
+			var err error
+			if reset == "ResetTo" {
+				err = l.ResetTo(0)
+			} else {
+				err = l.TruncateTo(l.StartOffset())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.recyclePool) != 0 || RecycleStats().Released != released+int64(len(pool)) {
+				t.Fatalf("pool %v after %s, released %d -> %d", l.recyclePool, reset, released, RecycleStats().Released)
+			}
+			reused := RecycleStats().Reused
+			for l.SegmentCount() < 2 {
+				appendCrashBatches(t, l, 1, 8)
+			}
+			if RecycleStats().Reused != reused || l.active().stale {
+				t.Fatal("a roll after the truncation took a pool file")
+			}
+			checkOffsetRecords(t, l)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Run("OpenLog", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := recycleConfig(StorageDirect)
+		l := recycledLog(t, dir, cfg)
+		left := l.recyclePool[0]
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(left); err != nil {
+			t.Fatalf("Close removed the pool file: %v", err)
+		}
+		l, _ = openLog(t, dir, cfg, ring.Syscalls{})
+		defer l.Close()
+		if _, err := os.Stat(left); !os.IsNotExist(err) || len(l.recyclePool) != 0 {
+			t.Fatalf("OpenLog kept the pool file %s: %v, pool %v", left, err, l.recyclePool)
+		}
+	})
+}
+
+// TestRecycleConfig: the default is on (4) in direct mode and off in page-cache mode; -1 is
+// off; the bound is enforced.
+func TestRecycleConfig(t *testing.T) {
+	for _, tc := range []struct {
+		mode StorageMode
+		in   int
+		want int
+		bad  bool
+	}{
+		{StorageDirect, 0, recycleSegmentsDirect, false},
+		{StoragePageCache, 0, -1, false},
+		{StorageDirect, -1, -1, false},
+		{StoragePageCache, 3, 3, false},
+		{StorageDirect, recycleSegmentsMax + 1, 0, true},
+		{StorageDirect, -2, 0, true},
+	} {
+		c, err := LogConfig{Storage: tc.mode, RecycleSegments: tc.in}.Resolved()
+		if (err != nil) != tc.bad || !tc.bad && c.RecycleSegments != tc.want {
+			t.Errorf("%s %d: got %d, %v", tc.mode, tc.in, c.RecycleSegments, err)
+		}
+	}
+	c, err := LogConfigFromMap(LogConfig{}, map[string]string{ConfigRecycleSegments: "7"})
+	if err != nil || c.RecycleSegments != 7 {
+		t.Fatalf("LogConfigFromMap: %+v %v", c.RecycleSegments, err)
+	}
+}

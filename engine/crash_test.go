@@ -30,9 +30,9 @@ const (
 	// (RecycleSegments 2) under retention.bytes 1 KiB, enforced every 4 appends: the log
 	// is often killed with an old segment's batches past the end of its active file.
 	crashChildRecycleEnv = "RINGLOG_CRASH_CHILD_RECYCLE"
-	crashRounds           = 24
-	crashAcksMax          = 25    // a child is killed after 1..crashAcksMax acknowledgements
-	crashChildBatches     = 50000 // bound on a child's loop if nobody kills it
+	crashRounds          = 24
+	crashAcksMax         = 25    // a child is killed after 1..crashAcksMax acknowledgements
+	crashChildBatches    = 50000 // bound on a child's loop if nobody kills it
 )
 
 // crashValue is the value of the record at offset: a reader can check any record alone.

@@ -15,9 +15,10 @@ import (
 // On ext4 an O_DIRECT write that extends a file (or lands in fallocate'd, unwritten blocks)
 // cannot be issued without blocking: io_uring hands it to a worker thread, which allocates
 // blocks, converts extents and serializes on the inode; an overwrite of written blocks goes
-// straight to the device. Measured through the same ring (docs/benchmarks.md, session 8): 1 MiB
-// writes at queue depth 64 reach 1.8–1.9 GB/s overwriting a written file and 0.76 GB/s
-// extending a new one. A log writes every segment into a fresh file, so it always extends.
+// straight to the device. Measured through the same ring (docs/benchmarks.md, "Recycled
+// segment files"): 1 MiB writes at queue depth 64 reach 1.8–2.2 GB/s overwriting a written
+// file and 0.76 GB/s extending a new one. A log writes every segment into a fresh file, so
+// without recycling it always extends.
 //
 // With recycling, the .log file of a segment that retention (or DeleteRecordsBefore) retires
 // is not unlinked but renamed into a per-log pool (at most RecycleSegments files), and a roll

@@ -373,6 +373,7 @@ func (l *Log) reserveDisk(batches [][]byte) (bool, error) {
 		return false, nil
 	}
 	if err := l.cfg.Disk.Reserve(totalBytes(batches)); err != nil {
+		l.emptyPool() // retired files kept for reuse (recycle.go) give their space back
 		return false, fmt.Errorf("append %d batches: %w", len(batches), err)
 	}
 	return true, nil

@@ -52,7 +52,9 @@ import (
 // counts as synced, as for a created file).
 //
 // Cost: the pool holds up to RecycleSegments × segment.bytes of disk per partition beyond
-// retention (space the log would use again at its next rolls). Page-cache logs gain nothing
+// retention (space the log would use again at its next rolls). Retired files are not kept
+// while the free-space estimate is below twice the guard (LogConfig.Disk), and an append the
+// guard refuses empties the pool. Page-cache logs gain nothing
 // from it (a buffered write of part of a page that is not cached first reads the page from the
 // file, where an extending write does not), so the default is on only for direct mode.
 
@@ -85,7 +87,7 @@ func RecycleStats() RecycleCounters {
 // pool has room; it reports whether it did. s's index files are retired as usual by the
 // caller.
 func (l *Log) poolRetired(s *segment) bool {
-	if l.cfg.RecycleSegments <= 0 || len(l.recyclePool) >= l.cfg.RecycleSegments || s.size == 0 {
+	if l.cfg.RecycleSegments <= 0 || len(l.recyclePool) >= l.cfg.RecycleSegments || s.size == 0 || l.diskTight() {
 		return false
 	}
 	path := segmentPath(l.dir, s.baseOffset, logSuffix)
@@ -96,6 +98,13 @@ func (l *Log) poolRetired(s *segment) bool {
 	l.recyclePool = append(l.recyclePool, path+recycleSuffix)
 	recycleStats.pooled.Add(1)
 	return true
+}
+
+// diskTight reports whether the data directory's free space (LogConfig.Disk's estimate) is
+// below twice its guard: retired files are then freed, not kept.
+func (l *Log) diskTight() bool {
+	d := l.cfg.Disk
+	return d != nil && d.FreeBytes() < 2*d.FreeMinBytes()
 }
 
 // newSegment creates the files of a new segment at base: from a pool file when there is one

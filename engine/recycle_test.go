@@ -279,3 +279,33 @@ func TestRecycleConfig(t *testing.T) {
 		t.Fatalf("LogConfigFromMap: %+v %v", c.RecycleSegments, err)
 	}
 }
+
+// TestRecycleKeepsNothingWhenDiskTight: with the free-space estimate below twice the guard,
+// retired files are freed, not kept for reuse.
+func TestRecycleKeepsNothingWhenDiskTight(t *testing.T) {
+	dir := t.TempDir()
+	probe, err := NewDiskSpace(dir, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Appends fit, pooling does not; the frozen clock keeps the estimate from being re-read
+	// (other processes' writes cannot move it).
+	frozen := time.Now()
+	disk, err := NewDiskSpace(dir, probe.FreeBytes()/2+1<<20, func() time.Time { return frozen })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := recycleConfig(StorageDirect)
+	cfg.Disk = disk
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	defer l.Close()
+	for l.SegmentCount() < 3 {
+		appendCrashBatches(t, l, 1, 8)
+	}
+	if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
+		t.Fatalf("retention: %d segments, %v", n, err)
+	}
+	if len(l.recyclePool) != 0 {
+		t.Fatalf("pool %v with the disk below twice its guard", l.recyclePool)
+	}
+}

@@ -59,8 +59,8 @@ func TestAckQueueStaysBoundedWhenNeverDrained(t *testing.T) {
 
 type onceWaiter struct{ fired int }
 
-func (w *onceWaiter) Fire(uint64)       { w.fired++ }
-func (w *onceWaiter) Fired(uint64) bool { return w.fired > 0 }
+func (w *onceWaiter) Fire(uint64, WakeCause) { w.fired++ }
+func (w *onceWaiter) Fired(uint64) bool      { return w.fired > 0 }
 
 // hwmReplicator holds the high watermark still: only the log end offset moves.
 type hwmReplicator struct{ hwm int64 }
@@ -149,7 +149,7 @@ type genWaiter struct {
 	fires []uint64
 }
 
-func (w *genWaiter) Fire(gen uint64) {
+func (w *genWaiter) Fire(gen uint64, _ WakeCause) {
 	w.fires = append(w.fires, gen)
 	if gen == w.gen && !w.fired {
 		w.fired = true

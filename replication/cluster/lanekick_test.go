@@ -118,8 +118,12 @@ func TestLaneKickedWhenReplicaJoinsISR(t *testing.T) {
 	md := metadata(1, []int32{1, 2, 3}, []int32{1, 2})
 	m.reconciled.Store(md)
 	m.syncFetchers(md)
-	next(tp(0)) // the in-sync lane parks on p0
-	next(tp(1)) // the catch-up lane parks on p1
+	// The in-sync lane parks on p0, the catch-up lane on p1, in either order.
+	first := [][]shard.TopicPartition{<-sent, <-sent}
+	slices.SortFunc(first, func(a, b []shard.TopicPartition) int { return int(a[0].Partition - b[0].Partition) })
+	if !slices.Equal(first[0], []shard.TopicPartition{tp(0)}) || !slices.Equal(first[1], []shard.TopicPartition{tp(1)}) {
+		t.Fatalf("first fetches %v, want [t/0] (in-sync lane) and [t/1] (catch-up lane)", first)
+	}
 	if n := m.laneKicks.Load(); n != 0 {
 		t.Fatalf("%d lane kicks when the lanes started, want 0", n)
 	}

@@ -255,10 +255,11 @@ func TestCatalogSweep(t *testing.T) {
 	mk("a-0", seg)
 	mk("a-1", seg, "00000000000000000000.index", cleanShutdownFileName)
 	mk("a-2", seg)                                                          // past the partition count
-	mk("b-0", seg, startOffsetFileName, "00000000000000000007.log.deleted") // topic not in catalog
-	mk("b-1")                                                               // empty
-	mk("c-0", seg, "notes.txt")                                             // not only log files: kept
-	mk("d-0.deleting", seg)                                                 // committed removal
+	mk("b-0", seg, startOffsetFileName, "00000000000000000007.log.deleted", // topic not in catalog
+		"00000000000000000003.log.recycle") // a retired file kept for reuse (recycle.go)
+	mk("b-1")                   // empty
+	mk("c-0", seg, "notes.txt") // not only log files: kept
+	mk("d-0.deleting", seg)     // committed removal
 	mk("lost+found")
 	mk("backup-x", seg) // not a partition name
 	os.WriteFile(filepath.Join(dir, catalogFileName+tmpSuffix), []byte("{"), 0o644)

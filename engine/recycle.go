@@ -54,9 +54,9 @@ import (
 // Cost: the pool holds up to RecycleSegments × segment.bytes of disk per partition beyond
 // retention (space the log would use again at its next rolls). Retired files are not kept
 // while the free-space estimate is below twice the guard (LogConfig.Disk), and an append the
-// guard refuses empties the pool. Page-cache logs gain nothing
-// from it (a buffered write of part of a page that is not cached first reads the page from the
-// file, where an extending write does not), so the default is on only for direct mode.
+// guard refuses empties the pool. Page-cache logs gain nothing from it (a buffered write of
+// part of a page that is not cached first reads the page from the file, where an extending
+// write does not), so the default is on only for direct mode.
 
 // recycleSuffix names a pool file: the retired segment's .log name plus this suffix.
 const recycleSuffix = ".recycle"
@@ -73,7 +73,7 @@ const recycleSegmentsMax = 64
 type RecycleCounters struct {
 	Pooled   int64 // retired .log files kept for reuse
 	Reused   int64 // new segments that took a pool file
-	Released int64 // pool files removed unused (truncation to below the log start, pool full)
+	Released int64 // pool files removed unused (truncation below the log start, a refused append, a failed rename)
 }
 
 var recycleStats struct{ pooled, reused, released atomic.Int64 }

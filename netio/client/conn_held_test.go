@@ -85,7 +85,7 @@ func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	c.readHeld(ctx, cl, func() bool { return len(got) > 0 })
+	c.readHeld(ctx, cl, func() bool { return len(got) > 0 }, 0, nil)
 	if len(got) != 0 {
 		t.Fatal("answered before the server answered")
 	}
@@ -97,7 +97,7 @@ func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	// done) or take it: either way its answer arrives and no deadline is left behind.
 	cl = &call{resp: &wire.MetadataResponse{}, done: done}
 	if c.sendHeld(&wire.MetadataRequest{}, cl) {
-		c.readHeld(context.Background(), cl, func() bool { return len(got) > 0 })
+		c.readHeld(context.Background(), cl, func() bool { return len(got) > 0 }, 0, nil)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("second call: %v", err)

@@ -224,30 +224,12 @@ func benchSingle(args []string) error {
 	defer syncProducer.Close(context.Background())
 	series := []singleSeries{
 		{name: fmt.Sprintf("pingpong %dB", max(*size, 1)), run: pp.Run},
-		{name: "SendSync acks=1", run: func(ctx context.Context, n int, lat *bench.Latency) error {
-			for range n {
-				start := time.Now()
-				if _, err := syncProducer.SendSync(ctx, &client.Record{Topic: *topic, Partition: 0, Value: value}); err != nil {
-					return err
-				}
-				lat.Record(time.Since(start))
-			}
-			return nil
-		}},
+		{name: "SendSync acks=1", run: sendSyncSeries(syncProducer, *topic, value)},
 	}
 	for _, d := range polls {
 		pp := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, ReadPoll: d})
 		defer pp.Close(context.Background())
-		series = append(series, singleSeries{name: fmt.Sprintf("SendSync poll %v", d), polls: pp.ReadPollStats, run: func(ctx context.Context, n int, lat *bench.Latency) error {
-			for range n {
-				start := time.Now()
-				if _, err := pp.SendSync(ctx, &client.Record{Topic: *topic, Partition: 0, Value: value}); err != nil {
-					return err
-				}
-				lat.Record(time.Since(start))
-			}
-			return nil
-		}})
+		series = append(series, singleSeries{name: fmt.Sprintf("SendSync poll %v", d), polls: pp.ReadPollStats, run: sendSyncSeries(pp, *topic, value)})
 	}
 	floors := 1
 	if processPP != nil {
@@ -391,6 +373,20 @@ func printLatencyRow(name string, lat *bench.Latency, floors ...*bench.Latency) 
 		fmt.Printf("%s ×%.2f ×%.2f ×%.2f", sep, s.P50Us/f.P50Us, s.P99Us/f.P99Us, s.P999Us/f.P999Us)
 	}
 	fmt.Println()
+}
+
+// sendSyncSeries is a series of one-record SendSyncs of value to topic's partition 0.
+func sendSyncSeries(p *client.Producer, topic string, value []byte) func(ctx context.Context, n int, lat *bench.Latency) error {
+	return func(ctx context.Context, n int, lat *bench.Latency) error {
+		for range n {
+			start := time.Now()
+			if _, err := p.SendSync(ctx, &client.Record{Topic: topic, Partition: 0, Value: value}); err != nil {
+				return err
+			}
+			lat.Record(time.Since(start))
+		}
+		return nil
+	}
 }
 
 // printSeriesCPU prints each series' CPU per record: this process's (for the in-process

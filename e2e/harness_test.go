@@ -104,7 +104,11 @@ type broker struct {
 	err    error         // cmd.Wait's result, valid after exited
 
 	logMu sync.Mutex
-	log   bytes.Buffer // guarded by logMu: the broker's stderr (bounded)
+	log   bytes.Buffer // guarded by logMu: the broker's stderr, its first brokerLogBytesMax
+	// logTail keeps the last lines past that bound (the goroutine dump of a broker that
+	// stopped answering comes last), logDropped counts the bytes between the two.
+	logTail    []byte // guarded by logMu
+	logDropped int    // guarded by logMu
 }
 
 // startBroker starts ringlogd on a fresh temp data dir and a free port. flags are extra
@@ -274,6 +278,13 @@ func (b *broker) readLog(r io.Reader, ready chan<- string) {
 		if b.log.Len() < brokerLogBytesMax {
 			b.log.WriteString(line)
 			b.log.WriteByte('\n')
+		} else {
+			b.logTail = append(append(b.logTail, line...), '\n')
+			if over := len(b.logTail) - brokerLogBytesMax; over > 0 {
+				cut := over + bytes.IndexByte(b.logTail[over:], '\n') + 1 // whole lines
+				b.logDropped += cut
+				b.logTail = append(b.logTail[:0], b.logTail[cut:]...)
+			}
 		}
 		b.logMu.Unlock()
 		if strings.Contains(line, "ringlogd started") {
@@ -288,7 +299,10 @@ func (b *broker) readLog(r io.Reader, ready chan<- string) {
 func (b *broker) logText() string {
 	b.logMu.Lock()
 	defer b.logMu.Unlock()
-	return b.log.String()
+	if len(b.logTail) == 0 {
+		return b.log.String()
+	}
+	return fmt.Sprintf("%s[... %d bytes of log dropped ...]\n%s", b.log.String(), b.logDropped, b.logTail)
 }
 
 // stop sends SIGTERM and requires a clean exit (status 0).

@@ -37,7 +37,9 @@ type Reactor struct {
 	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
 	// cqes[batchNext:batchLen] are the completions of the loop's reap batch still waiting
 	// behind the one being dispatched (Waiting; AwaitWrites takes its writes from there).
-	batchNext, batchLen int
+	// int32s (a batch is at most reapBatch): the pair takes the 8 bytes of the one int it
+	// replaced, so the fields below keep their offsets.
+	batchNext, batchLen int32
 	syncSeq             uint64
 	syncPin             runtime.Pinner
 	// syncPins pin Pwritev's buffers, pinnerRefsInline per Pinner: a Pinner holds that many
@@ -567,7 +569,7 @@ func (r *Reactor) RunOnce(block bool) error {
 // waits for its writes (AwaitWrites) takes the write completions still behind it in the
 // batch: they are out of the kernel's queue already.
 func (r *Reactor) dispatchBatch(n int) {
-	r.batchNext, r.batchLen = 0, n
+	r.batchNext, r.batchLen = 0, int32(n)
 	for r.batchNext < r.batchLen {
 		c := r.cqes[r.batchNext]
 		r.batchNext++

@@ -32,6 +32,10 @@ const (
 	startAttemptsMax   = 5 // fresh ports to try when one was taken between pick and bind
 	brokerLogBytesMax  = 256 << 10
 	soakEnv            = "RINGLOG_E2E_SOAK"
+	// brokerFlagsEnv holds ringlogd flags added to every broker's command line, after the
+	// test's own (the last of a repeated flag wins): "--io syscall" reruns a test on the
+	// reactor's syscall backend.
+	brokerFlagsEnv = "RINGLOG_E2E_BROKER_FLAGS"
 )
 
 func soak() bool { return os.Getenv(soakEnv) != "" }
@@ -222,6 +226,7 @@ func (b *broker) running() bool {
 // tryStart execs ringlogd and waits for its start-up line.
 func (b *broker) tryStart() error {
 	args := append([]string{"--data", b.dataDir, "--listen", b.addr, "--shards", "2"}, b.flags...)
+	args = append(args, strings.Fields(os.Getenv(brokerFlagsEnv))...)
 	if !slices.Contains(b.flags, "--admin") { // the default port would collide between test brokers
 		args = append(args, "--admin", "127.0.0.1:0")
 	}

@@ -35,14 +35,19 @@ base=${PORT_BASE:-19100}
 
 go build -o bin/ ./cmd/...
 # TRACE=dir: keep each window's bench result (TRACE/NAME.json), each broker's fsync-latency
-# histogram before and after it (TRACE/NAME-fsync-nN-{0,1}.txt, from its /metrics on
+# histogram and replica fetch counters (slow in-sync rounds, lane kicks, parks by cause)
+# before and after it (TRACE/NAME-{fsync,replica}-nN-{0,1}.txt, from its /metrics on
 # 127.0.0.1:PORT_BASE+31..33) and the wall-clock events (TRACE/events: "epoch event").
 [ -n "${TRACE:-}" ] && mkdir -p "$TRACE" && : >"$TRACE/events"
 admin_of() { if [ -n "${TRACE:-}" ]; then echo "127.0.0.1:$((base + 30 + $1))"; else echo 127.0.0.1:0; fi; }
 event() { [ -n "${TRACE:-}" ] && echo "$(date +%s.%N) $*" >>"$TRACE/events"; return 0; }
-fsyncs() { # fsyncs NAME PHASE: each broker's fsync histogram
+fsyncs() { # fsyncs NAME PHASE: each broker's fsync histogram, and its replica fetch counters (TRACE/NAME-replica-nN-PHASE.txt)
   [ -z "${TRACE:-}" ] && return 0
-  local n; for n in 1 2 3; do curl -s "http://$(admin_of "$n")/metrics" | grep '^ringlog_fsync_latency_seconds' >"$TRACE/$1-fsync-n$n-$2.txt" || true; done
+  local n m; for n in 1 2 3; do
+    m=$(curl -s "http://$(admin_of "$n")/metrics" || true)
+    grep '^ringlog_fsync_latency_seconds' <<<"$m" >"$TRACE/$1-fsync-n$n-$2.txt" || true
+    grep '^ringlog_replica_\|^ringlog_isr_' <<<"$m" >"$TRACE/$1-replica-n$n-$2.txt" || true
+  done
 }
 dir=$(mktemp -d)
 declare -a pids

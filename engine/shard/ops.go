@@ -277,7 +277,11 @@ type fetchOp struct {
 	done     func([]FetchResult)
 	caller   int           // shard whose loop started the op; read inline on the first pass only
 	started  time.Duration // when the op began (monotonic), for the fetch latency histogram
-	limits   fetchLimits
+	// parked is when the op decided to park (monotonic; 0: it never parked), woke when it
+	// fired and cause what fired it: a follower's fetch counts its wake-ups by cause.
+	parked, woke time.Duration
+	cause        core.WakeCause
+	limits       fetchLimits
 
 	// Reused from one fetch to the next.
 	partitions []FetchPartition // req.Partitions, copied: the caller may reuse its array once answered
@@ -365,6 +369,7 @@ func (b *Broker) FetchFrom(caller int, req FetchRequest, done func([]FetchResult
 	op.state.Store(gen << 1)
 	op.refs.Store(1) // the answer
 	op.req, op.done, op.caller, op.started = req, done, caller, monotonic()
+	op.parked, op.woke = 0, 0
 	// A park posted before the answer may still read the partitions after it, when the
 	// caller already reuses its array for another fetch: the op reads its own copy.
 	op.partitions = append(op.partitions[:0], req.Partitions...)
@@ -460,13 +465,14 @@ func (op *fetchOp) shardDone(on *Shard) {
 	}
 	op.final.Store(true)
 	op.deadline = op.b.now().Add(op.req.MaxWait)
+	op.parked = monotonic()
 	n := len(op.involved)
 	op.refs.Add(int32(n)) // each park holds the op until it ran
 	gen := op.state.Load() >> 1
 	for i := range n {
 		r := op.reads[op.involved[i]]
 		if err := r.s.r.Post(r.parkFn); err != nil {
-			op.Fire(gen)
+			op.Fire(gen, core.WakeRemoved)
 			op.unref()
 		}
 	}
@@ -484,10 +490,11 @@ func (op *fetchOp) satisfied() bool {
 }
 
 // Fire starts the final read of the op's use gen, once (core.Waiter). Any goroutine.
-func (op *fetchOp) Fire(gen uint64) {
+func (op *fetchOp) Fire(gen uint64, cause core.WakeCause) {
 	if !op.state.CompareAndSwap(gen<<1, gen<<1|1) {
 		return // fired already, or a waiter of a past use
 	}
+	op.woke, op.cause = monotonic(), cause
 	op.read()
 }
 
@@ -499,14 +506,14 @@ func (op *fetchOp) Fired(gen uint64) bool { return op.state.Load() != gen<<1 }
 func (s *Shard) park(op *fetchOp, idx []int) {
 	gen := op.state.Load() >> 1
 	if s.b.draining.Load() { // Drain's wake-up may have run before this park
-		op.Fire(gen)
+		op.Fire(gen, core.WakeRemoved)
 		return
 	}
 	for _, i := range idx {
 		fp := op.req.Partitions[i]
 		p := s.parts[fp.TopicPartition]
 		if p == nil || !op.req.Replica && s.core.Ready(&p.c, fp.Offset) || op.req.Replica && s.core.ReadyEnd(&p.c, fp.Offset) {
-			op.Fire(gen)
+			op.Fire(gen, core.WakeReady)
 			return
 		}
 	}

@@ -108,14 +108,23 @@ type ShardStats struct {
 	// FsyncInline counts the syncs of Fsync that ran inline on the shard's thread (the one
 	// sync of a quiet loop turn; see Config.SyncInlineOff): the loop was blocked for them.
 	FsyncInline uint64
-	Partitions  []PartitionState
+	// ReplicaWakes counts the followers' fetches that parked here by what ended the park
+	// (the data arrived: an append, a sync, the replicator; or the deadline); ReplicaWakesLate
+	// those of them parked ReplicaWakeLate or longer.
+	ReplicaWakes, ReplicaWakesLate [core.WakeCauses]uint64
+	Partitions                     []PartitionState
 }
+
+// ReplicaWakeLate is the park of a follower's fetch that ReplicaWakesLate counts: far
+// beyond the gap between two appends of a partition written continuously.
+const ReplicaWakeLate = 100 * time.Millisecond
 
 // shardCounters are a shard's counters. Loop goroutine only.
 type shardCounters struct {
-	produce, fetch OpStats
-	fsync          Histogram
-	fsyncInline    uint64
+	produce, fetch                 OpStats
+	fsync                          Histogram
+	fsyncInline                    uint64
+	replicaWakes, replicaWakesLate [core.WakeCauses]uint64
 }
 
 // offLoopCounters count outcomes decided before a request reached any shard loop. Any
@@ -176,6 +185,12 @@ func (s *Shard) fetchAnswered(op *fetchOp) {
 		}
 	}
 	st.Latency.Observe(monotonic() - op.started)
+	if op.req.Replica && op.parked > 0 && op.woke > 0 && op.cause < core.WakeCauses {
+		s.counters.replicaWakes[op.cause]++
+		if op.woke-op.parked >= ReplicaWakeLate {
+			s.counters.replicaWakesLate[op.cause]++
+		}
+	}
 }
 
 // fetchAnsweredOffLoop counts the errors of a fetch answered off every shard loop.
@@ -217,6 +232,7 @@ func (s *Shard) snapshot(out *ShardStats) {
 	out.Ring = s.r.Stats()
 	out.Produce, out.Fetch, out.Fsync = s.counters.produce, s.counters.fetch, s.counters.fsync
 	out.FsyncInline = s.counters.fsyncInline
+	out.ReplicaWakes, out.ReplicaWakesLate = s.counters.replicaWakes, s.counters.replicaWakesLate
 	out.Partitions = make([]PartitionState, 0, len(s.parts))
 	for _, p := range s.parts {
 		out.Partitions = append(out.Partitions, s.partitionState(p))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/engine/shard/core"
 	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/wire"
 )
@@ -35,6 +36,10 @@ var (
 	descFetchRounds = prometheus.NewDesc("ringlog_replica_fetch_rounds_total", "Follower fetch rounds of this broker that a leader answered.", nil, nil)
 	descReplAppends = prometheus.NewDesc("ringlog_replica_appends_total", "Partition appends of leaders' batches that this broker's follower fetch rounds carried.", nil, nil)
 	descRefusedRnds = prometheus.NewDesc("ringlog_replica_fetch_refused_rounds_total", "Follower fetch rounds whose every partition the leader refused (not leader, leader epoch); each is followed by a 20 ms pause.", nil, nil)
+	descSlowRounds  = prometheus.NewDesc("ringlog_replica_fetch_slow_rounds_total", "In-sync follower fetch rounds of this broker that took 100 ms or longer (long-polls on partitions nobody wrote to meanwhile, or a slow leader).", nil, nil)
+	descLaneKicks   = prometheus.NewDesc("ringlog_replica_lane_kicks_total", "Follower fetch lanes whose round was cut short because a replica entered the in-sync lane (joined its ISR).", nil, nil)
+	descParks       = prometheus.NewDesc("ringlog_replica_fetch_parks_total", "Followers' fetches that parked on this leader's shards, by what ended the park (ready: data came between the read and the park; append, sync, moved: the replicator; deadline; removed).", []string{"cause"}, nil)
+	descLateParks   = prometheus.NewDesc("ringlog_replica_fetch_late_parks_total", "The parks of ringlog_replica_fetch_parks_total that lasted 100 ms or longer, by what ended them.", []string{"cause"}, nil)
 	descSubmissions = prometheus.NewDesc("ringlog_shard_ring_submissions_total", "Operations the shard queued on its io_uring ring (or the syscall fallback).", shardLabels, nil)
 	descCompletions = prometheus.NewDesc("ringlog_shard_ring_completions_total", "Completions the shard's ring delivered.", shardLabels, nil)
 	descInFlight    = prometheus.NewDesc("ringlog_shard_ring_inflight", "Operations submitted on the shard's ring and not yet completed (queue depth).", shardLabels, nil)
@@ -73,6 +78,11 @@ type replicaFetches interface {
 	ReplicaFetches() (rounds, appends, refused uint64)
 }
 
+// replicaLanes is the follower lanes' view of *cluster.Manager.
+type replicaLanes interface {
+	ReplicaLanes() (slowRounds, kicks uint64)
+}
+
 // WritebackStats is what the admin metrics read of engine.Writeback.
 type WritebackStats interface {
 	Stats() (started, dropped uint64)
@@ -100,7 +110,7 @@ func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR, descLeader,
-		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descFetchRounds, descReplAppends, descRefusedRnds, descSubmissions,
+		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descFetchRounds, descReplAppends, descRefusedRnds, descSlowRounds, descLaneKicks, descParks, descLateParks, descSubmissions,
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr,
@@ -125,6 +135,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- counter(descReplAppends, float64(appends))
 		ch <- counter(descRefusedRnds, float64(refused))
 	}
+	if rl, ok := c.rep.(replicaLanes); ok {
+		slow, kicks := rl.ReplicaLanes()
+		ch <- counter(descSlowRounds, float64(slow))
+		ch <- counter(descLaneKicks, float64(kicks))
+	}
 	stats, err := c.core.Stats()
 	if err != nil {
 		ch <- gauge(descScrapeErr, 1)
@@ -133,6 +148,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- gauge(descScrapeErr, 0)
 	var produce, fetch shard.OpStats
 	var fsync shard.Histogram
+	var parks, lateParks [core.WakeCauses]uint64
 	var under, offline int
 	replicas := c.rep.ReplicaCounts()
 	for i := range stats {
@@ -141,6 +157,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		produce.Add(&s.Produce)
 		fetch.Add(&s.Fetch)
 		fsync.Add(&s.Fsync)
+		for cause := range parks {
+			parks[cause] += s.ReplicaWakes[cause]
+			lateParks[cause] += s.ReplicaWakesLate[cause]
+		}
 		for _, p := range s.Partitions {
 			tp := shard.TopicPartition{Topic: p.Topic, Partition: p.Partition}
 			n, ok := replicas[tp]
@@ -159,6 +179,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- histogram(descProduceLat, &produce.Latency)
 	ch <- histogram(descFetchLat, &fetch.Latency)
 	ch <- histogram(descFsyncLat, &fsync)
+	for cause := range core.WakeCauses {
+		ch <- counter(descParks, float64(parks[cause]), cause.String())
+		ch <- counter(descLateParks, float64(lateParks[cause]), cause.String())
+	}
 	c.collectGroups(ch, stats)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ringlog/ringlog/engine"
@@ -28,6 +29,12 @@ type fetcher struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	// kickMu guards the round in flight's cancel (nil between rounds) and kicked, a kick
+	// that came between rounds (see kick).
+	kickMu      sync.Mutex
+	roundCancel context.CancelFunc
+	kicked      bool
 }
 
 // fetcherKey names a fetcher: its leader broker and lane.
@@ -42,18 +49,79 @@ type fetcherKey struct {
 const catchUpPartitionBytes = 1 << 20
 
 // laneBusyWait is how long a lane waits before it looks again when the other lane holds
-// every replica it would fetch (for at most that lane's round, after an ISR change).
+// every replica it would fetch (for at most that lane's round, after an ISR change), and
+// the longest its round parks on the leader while the other lane holds some of them.
 const laneBusyWait = 10 * time.Millisecond
+
+// errKicked ends a round whose long-poll kick cut short: its answer is lost with the
+// connection, and the lane lists its replicas again at once.
+var errKicked = errors.New("replica fetch round cut short: the lane's replicas changed")
+
+// kick makes the lane list its replicas again now: a replica joined the in-sync lane (its
+// partition's ISR now holds this broker, so acks=all waits for this lane's next fetch of
+// it) or must leave the catch-up lane's round for it. A round parked on the leader is cut
+// short (its context is cancelled, which drops the connection: the answer on the wire
+// cannot be told apart from the next one's); between rounds, the next round lists first.
+// Without it the replica waited for the lane's long-poll on its other partitions, up to
+// the fetch wait (500 ms), and every acks=all produce to it with it.
+func (f *fetcher) kick() {
+	f.kickMu.Lock()
+	defer f.kickMu.Unlock()
+	if f.roundCancel != nil {
+		f.roundCancel()
+		f.roundCancel = nil
+		return
+	}
+	f.kicked = true
+}
+
+// startRound records the cancel of the round about to send its fetch; false: a kick came
+// since the lane listed its replicas, list them again first.
+func (f *fetcher) startRound(cancel context.CancelFunc) bool {
+	f.kickMu.Lock()
+	defer f.kickMu.Unlock()
+	if f.kicked {
+		f.kicked = false
+		return false
+	}
+	f.roundCancel = cancel
+	return true
+}
+
+// endRound reports whether a kick cut the round short.
+func (f *fetcher) endRound() (kicked bool) {
+	f.kickMu.Lock()
+	defer f.kickMu.Unlock()
+	kicked = f.roundCancel == nil
+	f.roundCancel = nil
+	return kicked
+}
 
 // syncFetchers starts a fetcher for every leader and lane some replica follows in (md's
 // view of the ISR) and stops the others.
+//
+// A replica that enters an in-sync lane (it joined its partition's ISR, or was placed in it
+// from the start) kicks that lane, and the lane it leaves when that lane's round holds it:
+// acks=all on its partition waits for this broker's next fetch of it from now on, and the
+// lanes' rounds in flight were listed without it (see fetcher.kick).
 func (m *Manager) syncFetchers(md *controller.Metadata) {
 	want := map[fetcherKey]bool{}
+	var kick []fetcherKey
 	m.reps.Range(func(_, v any) bool {
 		r := v.(*replica)
 		r.mu.Lock()
 		if r.follower != nil {
-			want[fetcherKey{leader: r.leaderID, catchUp: !inISR(md, r.tp, m.cfg.NodeID)}] = true
+			k := fetcherKey{leader: r.leaderID, catchUp: !inISR(md, r.tp, m.cfg.NodeID)}
+			want[k] = true
+			if !k.catchUp && (!r.laneKnown || r.lane != k) {
+				kick = append(kick, k)
+				if r.laneKnown && r.fetching.Load() {
+					kick = append(kick, r.lane)
+				}
+			}
+			r.lane, r.laneKnown = k, true
+		} else {
+			r.laneKnown = false
 		}
 		r.mu.Unlock()
 		return true
@@ -62,6 +130,12 @@ func (m *Manager) syncFetchers(md *controller.Metadata) {
 	defer m.fmu.Unlock()
 	if m.stopped() {
 		return
+	}
+	for _, k := range kick { // lanes started below list their replicas fresh
+		if f := m.fetchers[k]; f != nil && want[k] {
+			f.kick()
+			m.laneKicks.Add(1)
+		}
 	}
 	for k, f := range m.fetchers {
 		if !want[k] {
@@ -161,6 +235,11 @@ func (f *fetcher) run() {
 			conn, addr = c, b.Address
 		}
 		wait, err := f.round(conn, parts, md)
+		if errors.Is(err, errKicked) {
+			conn.Close() // the parked fetch's answer is still to come on it
+			conn = nil
+			continue
+		}
 		if err == nil && wait > 0 { // only throttled replicas and the budget is spent, the other lane holds them, or all were refused
 			select {
 			case <-f.ctx.Done():
@@ -201,15 +280,26 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 		}
 	}()
 	claimed := parts[:0:0]
+	busy := false // the other lane's round holds a replica of this lane (an ISR change)
 	for _, r := range parts {
 		// The list is as of the last reconcile: a replica that follows another leader
 		// since (or none) is left to the lane of its new leader.
-		if r.follows(f.leader) && r.fetching.CompareAndSwap(false, true) {
+		if !r.follows(f.leader) {
+			continue
+		}
+		if r.fetching.CompareAndSwap(false, true) {
 			claimed = append(claimed, r)
+		} else {
+			busy = true
 		}
 	}
 	if len(claimed) == 0 { // the other lane holds them all (an ISR change): look again soon
 		return laneBusyWait, nil
+	}
+	if busy {
+		// Park at most laneBusyWait: the next round claims the held replica once the other
+		// lane's round lets it go, instead of after this round's full fetch wait.
+		req.MaxWait = min(req.MaxWait, laneBusyWait)
 	}
 	parts = claimed
 	for _, r := range parts {
@@ -253,9 +343,19 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, m.cfg.FetchWait+submitTimeout)
 	defer cancel()
+	if !f.startRound(cancel) {
+		return 0, nil // kicked since the lane listed its replicas: list them again
+	}
+	sent := time.Now()
 	answers, err := conn.ReplicaFetch(ctx, req)
-	if err != nil {
+	if kicked := f.endRound(); err != nil {
+		if kicked && f.ctx.Err() == nil {
+			return 0, errKicked
+		}
 		return 0, err
+	}
+	if !f.catchUp && time.Since(sent) >= slowRound {
+		m.slowRounds.Add(1)
 	}
 	// Append every partition's batches in one visit of each shard's loop, then let each
 	// follower learn its answer. writeMu of each appended replica is held across the
@@ -306,6 +406,11 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	}
 	return 0, nil
 }
+
+// slowRound is the in-sync lane's fetch that Manager.slowRounds counts: a leader written
+// continuously answers within a few milliseconds, so such a round is a long-poll that woke
+// late (or a slow network or loop).
+const slowRound = 100 * time.Millisecond
 
 // failedRoundWait is how long a lane waits after a round whose every partition was
 // refused: short, since after a leader change the refusals end as soon as the new leader

@@ -221,6 +221,9 @@ type Manager struct {
 	// failedRounds counts the rounds whose every partition the leader refused (the lane
 	// then waits failedRoundWait).
 	failedRounds atomic.Uint64
+	// slowRounds counts the in-sync lane's rounds whose fetch took slowRound or longer;
+	// laneKicks the lanes kicked because a replica entered the in-sync lane (fetcher.kick).
+	slowRounds, laneKicks atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -1084,6 +1087,12 @@ func (m *Manager) ISRChanges() (shrinks, expands uint64) {
 // refused (after which the lane waits failedRoundWait).
 func (m *Manager) ReplicaFetches() (rounds, appends, refused uint64) {
 	return m.fetchRounds.Load(), m.replicatedAppends.Load(), m.failedRounds.Load()
+}
+
+// ReplicaLanes returns, since the broker started, its in-sync lanes' fetch rounds that took
+// slowRound or longer and the lanes kicked because a replica entered the in-sync lane.
+func (m *Manager) ReplicaLanes() (slowRounds, kicks uint64) {
+	return m.slowRounds.Load(), m.laneKicks.Load()
 }
 
 // Ready is nil while this broker knows a controller leader and is registered with it.

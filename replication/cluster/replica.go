@@ -51,6 +51,11 @@ type replica struct {
 	// fetching is held by the fetcher lane that truncates or fetches for the replica in
 	// its current round, so that the in-sync and catch-up lanes never both do.
 	fetching atomic.Bool
+
+	// lane is the fetcher lane syncFetchers last placed the follower in (laneKnown: it
+	// did, and the replica has followed since). Guarded by mu.
+	lane      fetcherKey
+	laneKnown bool
 }
 
 func newReplica(tp shard.TopicPartition, dir string) *replica {

@@ -146,8 +146,41 @@ type Driver interface {
 // Wait: a pooled waiter reused for another fetch meanwhile treats an older gen as fired
 // (the core may call a waiter long after its fetch was answered, until its deadline).
 type Waiter interface {
-	Fire(gen uint64)
+	Fire(gen uint64, cause WakeCause)
 	Fired(gen uint64) bool
+}
+
+// WakeCause says what fired a waiter (counted by the owner: which event ends the
+// long-polls, and which ones end late).
+type WakeCause uint8
+
+const (
+	WakeReady    WakeCause = iota // the data was there when the fetch parked (the owner's own check)
+	WakeAppend                    // an append to the partition (Appended)
+	WakeMoved                     // Moved from outside the core: the replicator (a follower's fetch, an ISR change, the leader's tick), a replicated append
+	WakeSync                      // a sync ended (SyncDone, Synced)
+	WakeDeadline                  // the long-poll's deadline (Tick)
+	WakeRemoved                   // the partition failed or left service, or WakeAll
+	WakeCauses                    // the number of causes
+)
+
+// String names the cause (a metric label).
+func (c WakeCause) String() string {
+	switch c {
+	case WakeReady:
+		return "ready"
+	case WakeAppend:
+		return "append"
+	case WakeMoved:
+		return "moved"
+	case WakeSync:
+		return "sync"
+	case WakeDeadline:
+		return "deadline"
+	case WakeRemoved:
+		return "removed"
+	}
+	return "unknown"
 }
 
 // Partition is the core's state of one partition. The owner sets the exported fields
@@ -308,7 +341,7 @@ func (c *Core) Appended(p *Partition, acks int16, end int64, res ProduceResult, 
 	} else {
 		c.answer(p, res, done)
 	}
-	c.Moved(p) // the high watermark may be the log end (core.Local without flush.always)
+	c.moved(p, WakeAppend) // the high watermark may be the log end (core.Local without flush.always)
 }
 
 // MarkDirty queues p for EndTurn: a sync when acknowledgements wait for one, otherwise its
@@ -409,7 +442,7 @@ func (c *Core) SyncDone(p *Partition, err error) {
 		return
 	}
 	c.release(p)
-	c.Moved(p)
+	c.moved(p, WakeSync)
 	if c.needsSync(p) {
 		c.startSync(p)
 	}
@@ -440,7 +473,7 @@ func (c *Core) Synced(p *Partition) {
 		return
 	}
 	c.release(p)
-	c.Moved(p)
+	c.moved(p, WakeSync)
 }
 
 // Fail fails p for good with err (a sync failed): every waiting produce gets err, Admit
@@ -580,7 +613,9 @@ func (c *Core) FailWaiting(p *Partition, err error) {
 // Moved reports that p's high watermark may have moved (an append, a sync, a follower's
 // fetch): the produces now committed are answered and every waiter whose offset it passed
 // fires.
-func (c *Core) Moved(p *Partition) {
+func (c *Core) Moved(p *Partition) { c.moved(p, WakeMoved) }
+
+func (c *Core) moved(p *Partition, cause WakeCause) {
 	c.release(p)
 	if len(p.watches) == 0 {
 		return
@@ -603,7 +638,7 @@ func (c *Core) Moved(p *Partition) {
 	clear(ws[len(live):])
 	p.watches = live
 	for _, w := range fire {
-		c.fire(w)
+		c.fire(w, cause)
 		c.unref(w) // its watch on p is gone
 	}
 	clear(fire)
@@ -615,7 +650,7 @@ func (c *Core) Moved(p *Partition) {
 func (c *Core) Tick(now time.Time) {
 	c.armed = time.Time{}
 	for len(c.deadlines) > 0 && !c.deadlines[0].deadline.After(now) {
-		c.fire(c.deadlines[0])
+		c.fire(c.deadlines[0], WakeDeadline)
 	}
 	c.pruneDeadlines()
 	if len(c.deadlines) > 0 {
@@ -627,7 +662,7 @@ func (c *Core) Tick(now time.Time) {
 // WakeAll fires every parked waiter (a broker draining for shutdown).
 func (c *Core) WakeAll() {
 	for len(c.deadlines) > 0 {
-		c.fire(c.deadlines[0])
+		c.fire(c.deadlines[0], WakeRemoved)
 	}
 }
 
@@ -638,14 +673,14 @@ func (c *Core) wakeAll(p *Partition) {
 	ws := p.watches
 	p.watches = nil
 	for _, w := range ws {
-		c.fire(w.w)
+		c.fire(w.w, WakeRemoved)
 		c.unref(w.w)
 	}
 }
 
 // fire fires w here (once) and takes it off the deadline heap; the caller holds a
 // reference to w (a watch or the heap entry itself), so w is not recycled under it.
-func (c *Core) fire(w *waiter) {
+func (c *Core) fire(w *waiter, cause WakeCause) {
 	w.refs++
 	if w.index >= 0 {
 		heap.Remove(&c.deadlines, w.index)
@@ -653,7 +688,7 @@ func (c *Core) fire(w *waiter) {
 	}
 	if !w.done {
 		w.done = true
-		w.w.Fire(w.gen)
+		w.w.Fire(w.gen, cause)
 	}
 	c.unref(w)
 }

@@ -57,10 +57,13 @@ func TestAckQueueStaysBoundedWhenNeverDrained(t *testing.T) {
 	}
 }
 
-type onceWaiter struct{ fired int }
+type onceWaiter struct {
+	fired int
+	cause WakeCause // the last Fire's
+}
 
-func (w *onceWaiter) Fire(uint64)       { w.fired++ }
-func (w *onceWaiter) Fired(uint64) bool { return w.fired > 0 }
+func (w *onceWaiter) Fire(_ uint64, cause WakeCause) { w.fired++; w.cause = cause }
+func (w *onceWaiter) Fired(uint64) bool              { return w.fired > 0 }
 
 // hwmReplicator holds the high watermark still: only the log end offset moves.
 type hwmReplicator struct{ hwm int64 }
@@ -71,6 +74,8 @@ func (r *hwmReplicator) InSyncReplicas(*Partition) int    { return 2 }
 
 // A follower's fetch parks on the log end offset (WatchEnd): an append fires it although
 // the high watermark has not moved, and a consumer's fetch at the same offset stays parked.
+// Each is told what fired it (the owner counts the follower's parks by cause), and one
+// parked past its deadline is fired by Tick.
 func TestWatchEndFiresOnAppend(t *testing.T) {
 	rep := &hwmReplicator{hwm: 5}
 	c := New(&syncDriver{}, rep)
@@ -85,13 +90,19 @@ func TestWatchEndFiresOnAppend(t *testing.T) {
 	c.Watch(c.Wait(consumer, 0, deadline), p, 5)
 	l.end = 6
 	c.Appended(p, 1, 6, ProduceResult{BaseOffset: 5}, func(ProduceResult) {})
-	if follower.fired != 1 || consumer.fired != 0 {
-		t.Fatalf("after an append below the HWM's move: follower fired %d, consumer %d; want 1, 0", follower.fired, consumer.fired)
+	if follower.fired != 1 || consumer.fired != 0 || follower.cause != WakeAppend {
+		t.Fatalf("after an append below the HWM's move: follower fired %d (%v), consumer %d; want 1 (append), 0", follower.fired, follower.cause, consumer.fired)
 	}
 	rep.hwm = 6
 	c.Moved(p)
-	if consumer.fired != 1 {
-		t.Fatalf("consumer fired %d after the HWM moved, want 1", consumer.fired)
+	if consumer.fired != 1 || consumer.cause != WakeMoved {
+		t.Fatalf("consumer fired %d (%v) after the HWM moved, want 1 (moved)", consumer.fired, consumer.cause)
+	}
+	late := &onceWaiter{}
+	c.WatchEnd(c.Wait(late, 0, deadline), p, 6)
+	c.Tick(deadline)
+	if late.fired != 1 || late.cause != WakeDeadline {
+		t.Fatalf("a fetch parked at the log end fired %d (%v) at its deadline, want 1 (deadline)", late.fired, late.cause)
 	}
 }
 
@@ -149,7 +160,7 @@ type genWaiter struct {
 	fires []uint64
 }
 
-func (w *genWaiter) Fire(gen uint64) {
+func (w *genWaiter) Fire(gen uint64, _ WakeCause) {
 	w.fires = append(w.fires, gen)
 	if gen == w.gen && !w.fired {
 		w.fired = true

@@ -91,7 +91,7 @@ type fetchWaiter struct {
 	fired bool
 }
 
-func (w *fetchWaiter) Fire(uint64) {
+func (w *fetchWaiter) Fire(uint64, core.WakeCause) {
 	if w.fired {
 		return
 	}
@@ -313,7 +313,7 @@ func (h *harness) fetch(t *testing.T, d *datadriven.TestData) {
 	for _, tg := range targets {
 		if h.c.Ready(tg.p, tg.offset) {
 			h.out("fetch %s has data on %s", id, tg.p.Topic)
-			w.Fire(0)
+			w.Fire(0, core.WakeReady)
 			return
 		}
 	}

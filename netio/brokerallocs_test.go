@@ -215,8 +215,19 @@ func assertBrokerAllocatesNothing(t *testing.T, ops ...string) {
 				// The collector off while counting: a GC empties the sync.Pools, and refilling
 				// them counts as allocations per request that steady state does not make
 				// (seen once on the net driver under load: 1 per acks=0 op).
+				//
+				// acks=0 keeps up to 16 produces in flight, and under CPU pressure the shard
+				// loop falls behind the reader so that all 16 are: the pools then grow once to
+				// that high-water mark (about 15 objects per request, seen as "1 per request"
+				// over 200 runs with two busy loops beside the test). Over 2,000 runs that
+				// bounded growth truncates to 0, while one allocation per request, or per
+				// tenth request, still counts.
+				runs := 200
+				if op == "produce/acks=0" {
+					runs = 2000
+				}
 				gc := debug.SetGCPercent(-1)
-				n := testing.AllocsPerRun(200, func() { r.run(op) })
+				n := testing.AllocsPerRun(runs, func() { r.run(op) })
 				debug.SetGCPercent(gc)
 				if n != 0 {
 					t.Errorf("%s: %v allocations per request in the broker, want 0 (go test ./netio -run XXX -bench BrokerRequestAllocs -memprofile to find them)", op, n)

@@ -68,6 +68,11 @@ func TestDecodeRecordErrors(t *testing.T) {
 				t.Fatalf("test batch does not pass Validate: %v", err)
 			}
 			err := Decode(b, func(int64, int64, *Record) error { return nil })
+			// DecodeCRCChecked makes every check but the CRC's: the same verdict here.
+			checkedErr := DecodeCRCChecked(b, func(int64, int64, *Record) error { return nil })
+			if fmt.Sprint(err) != fmt.Sprint(checkedErr) {
+				t.Fatalf("Decode: %v; DecodeCRCChecked: %v", err, checkedErr)
+			}
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("Decode: %v", err)
@@ -78,6 +83,27 @@ func TestDecodeRecordErrors(t *testing.T) {
 				t.Fatalf("Decode error %q, want %v containing %q", err, tc.want, tc.detail)
 			}
 		})
+	}
+}
+
+// TestDecodeCRCCheckedSkipsOnlyTheCRC: a batch whose stored CRC is wrong fails Decode and
+// passes DecodeCRCChecked (whose caller vouches for the CRC), with the same records.
+func TestDecodeCRCCheckedSkipsOnlyTheCRC(t *testing.T) {
+	b := wrapRecords(0, 2, cat(record(okBody(0)), record(okBody(1))))
+	var want, got []int64
+	if err := Decode(b, func(offset, _ int64, _ *Record) error { want = append(want, offset); return nil }); err != nil || len(want) != 2 {
+		t.Fatalf("Decode of the good batch: %d records, %v", len(want), err)
+	}
+	b[offsetCRC] ^= 0xff
+	if err := Decode(b, nil); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Decode of a batch with a wrong CRC: %v, want ErrCorrupt", err)
+	}
+	err := DecodeCRCChecked(b, func(offset, _ int64, _ *Record) error {
+		got = append(got, offset)
+		return nil
+	})
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("DecodeCRCChecked: offsets %v, err %v; want %v, nil", got, err, want)
 	}
 }
 

@@ -14,6 +14,9 @@ const (
 	HeaderSize = 61
 	// MagicV2 is the only batch format version ringlog reads or writes.
 	MagicV2 = 2
+	// CRCStart is where the bytes a batch's CRC-32C covers begin (its attributes field);
+	// they run to the end of the batch.
+	CRCStart = offsetAttributes
 
 	offsetBaseOffset      = 0
 	offsetLength          = 8

@@ -362,6 +362,9 @@ func (c *conn) dispatch(h wire.ResponseHeader, payload []byte) bool {
 		cl.finish(nil, fmt.Errorf("%s response from %s: %w", cl.api, c.addr, err))
 		return true
 	}
+	if fetch, ok := cl.resp.(*wire.FetchResponse); ok {
+		c.fr.check.apply(fetch, payload)
+	}
 	switch {
 	case cl.owned != nil:
 		// The response aliases the frame buffer: hand it over and read on into a pooled one.
@@ -388,6 +391,7 @@ type frameReader struct {
 	h             wire.ResponseHeader
 	buf           []byte // the payload being read (grown as needed, reused)
 	have          int    // bytes of buf read; meaningful once head is complete
+	check         fetchChecker
 }
 
 func (f *frameReader) next() (wire.ResponseHeader, []byte, error) {
@@ -410,11 +414,15 @@ func (f *frameReader) next() (wire.ResponseHeader, []byte, error) {
 				f.buf = make([]byte, n)
 			}
 			f.h, f.buf, f.have = h, f.buf[:n], 0
+			f.check.reset(h.API == wire.APIFetch && h.ErrorCode == wire.ErrNone)
 		}
 	}
 	for f.have < len(f.buf) {
 		n, err := f.r.Read(f.buf[f.have:])
 		f.have += n
+		if f.check.on && n > 0 {
+			f.check.advance(f.buf[:f.have]) // CRC-32C of the batches while in cache
+		}
 		if err != nil && f.have < len(f.buf) {
 			return f.h, nil, fmt.Errorf("read %d-byte %s response payload: %w", len(f.buf), f.h.API, wire.NoEOF(err))
 		}

@@ -294,10 +294,10 @@ func (co *Consumer) resolve(ctx context.Context, key topicPartition, a *assignme
 // PollBatches is the same fetch handing out whole batches instead of a record object each.
 func (co *Consumer) Poll(ctx context.Context) ([]ConsumedRecord, error) {
 	var out []ConsumedRecord
-	err := co.fetchRound(ctx, true, func(key topicPartition, a *assignment, records []byte) (bool, error) {
+	err := co.fetchRound(ctx, true, func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error) {
 		n := len(out)
 		var err error
-		out, err = decodeRecords(key, records, a, out)
+		out, err = decodeRecords(key, records, crcChecked, a, out)
 		return len(out) > n, err
 	})
 	return out, err
@@ -341,7 +341,7 @@ type sentPartition struct {
 // every response goes back to the pool when fetchRound returns. A round in which a broker
 // was unreachable and nothing was delivered pauses before returning, so that callers
 // polling in a loop do not spin on refused dials.
-func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) error {
+func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error)) error {
 	for {
 		if err := co.sendFetches(ctx); err != nil {
 			return err
@@ -374,7 +374,7 @@ func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key 
 
 // answerAll handles the answers that arrived (see fetchRound), releasing each response
 // that handed nothing out (or every one when !keep) once all are delivered.
-func (co *Consumer) answerAll(arrived []*addrFetch, keep bool, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) (delivered, stale, connFailed bool, err error) {
+func (co *Consumer) answerAll(arrived []*addrFetch, keep bool, deliver func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error)) (delivered, stale, connFailed bool, err error) {
 	kept := make([]bool, len(arrived))
 	defer func() {
 		for i, f := range arrived {
@@ -407,7 +407,7 @@ func (co *Consumer) answerAll(arrived []*addrFetch, keep bool, deliver func(key 
 // answer handles one arrived fetch (its address and partitions already freed): it sends
 // the prefetch, and delivers. overtaken: some partition's answer no longer matched its
 // assignment or position and was dropped.
-func (co *Consumer) answer(f *addrFetch, deliver func(key topicPartition, a *assignment, records []byte) (bool, error)) (got, overtaken, connFailed bool, err error) {
+func (co *Consumer) answer(f *addrFetch, deliver func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error)) (got, overtaken, connFailed bool, err error) {
 	if LeadershipError(f.err) {
 		// The connection (or a stale shard address) failed, or the broker is shutting
 		// down: route these partitions by fresh metadata on the next Poll instead of
@@ -431,7 +431,7 @@ func (co *Consumer) answer(f *addrFetch, deliver func(key topicPartition, a *ass
 		if err != nil || a == nil {
 			return err
 		}
-		delivered, err := deliver(key, a, p.Records)
+		delivered, err := deliver(key, a, p.Records, p.RecordsCRCChecked)
 		got = got || delivered
 		return err
 	})
@@ -664,8 +664,10 @@ func (co *Consumer) partitionAnswer(key topicPartition, p *wire.FetchResponsePar
 
 // decodeRecords appends the records at or after a.position from whole batches in records
 // (a trailing partial batch is ignored, as the protocol allows) and advances a.position.
-func decodeRecords(key topicPartition, records []byte, a *assignment, out []ConsumedRecord) ([]ConsumedRecord, error) {
-	err := walkBatches(key, records, a, func(h batch.Header, whole []byte) error {
+// The first crcChecked bytes of records are whole batches whose CRC-32C was checked as
+// they arrived (wire.FetchResponsePartition.RecordsCRCChecked).
+func decodeRecords(key topicPartition, records []byte, crcChecked int, a *assignment, out []ConsumedRecord) ([]ConsumedRecord, error) {
+	err := walkBatches(key, records, crcChecked, a, func(h batch.Header, whole []byte, wholeChecked bool) error {
 		// Uncompressed records point into the fetch response, which is theirs from now
 		// on (Poll does not reuse it); decompressed ones live in the decoder's reused
 		// buffer and are copied.
@@ -674,7 +676,7 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 			keep = clone
 		}
 		from := a.position
-		err := batch.Decode(whole, func(offset, ts int64, r *batch.Record) error {
+		err := decodeBatch(whole, wholeChecked, func(offset, ts int64, r *batch.Record) error {
 			if offset < from {
 				return nil
 			}
@@ -700,8 +702,10 @@ func decodeRecords(key topicPartition, records []byte, a *assignment, out []Cons
 // holds an offset at or after a.position, skipping control batches (transaction markers
 // are not records for the application), and moves a.position past each batch fn accepted.
 // A trailing partial batch is ignored, as the protocol allows. An error from fn stops the
-// walk with a.position before that batch.
-func walkBatches(key topicPartition, records []byte, a *assignment, fn func(h batch.Header, whole []byte) error) error {
+// walk with a.position before that batch. fn learns whether the batch lies within the
+// first crcChecked bytes, whose batches' CRC-32C the reader checked as they arrived.
+func walkBatches(key topicPartition, records []byte, crcChecked int, a *assignment, fn func(h batch.Header, whole []byte, wholeChecked bool) error) error {
+	unchecked := len(records) - crcChecked // once len(records) is at most this, nothing is checked
 	for len(records) > 0 {
 		h, err := batch.ParseHeader(records)
 		if err != nil {
@@ -719,7 +723,7 @@ func walkBatches(key topicPartition, records []byte, a *assignment, fn func(h ba
 			continue
 		}
 		if !h.Control() {
-			if err := fn(h, whole); err != nil {
+			if err := fn(h, whole, len(records) >= unchecked); err != nil {
 				return err
 			}
 		}
@@ -733,6 +737,15 @@ func walkBatches(key topicPartition, records []byte, a *assignment, fn func(h ba
 // test (errors.Is), batch's sentinel in the chain too.
 func corruptBatch(key topicPartition, baseOffset int64, err error) error {
 	return fmt.Errorf("poll %s/%d: batch at %d: %w: %w", key.topic, key.partition, baseOffset, wire.ErrCorruptMessage, err)
+}
+
+// decodeBatch is batch.Decode, without its CRC-32C pass when the reader checked the CRC
+// of these bytes as they arrived (fetchChecker).
+func decodeBatch(whole []byte, crcChecked bool, fn func(offset, ts int64, r *batch.Record) error) error {
+	if crcChecked {
+		return batch.DecodeCRCChecked(whole, fn)
+	}
+	return batch.Decode(whole, fn)
 }
 
 func identity(b []byte) []byte { return b }

@@ -18,11 +18,18 @@ type FetchedBatch struct {
 	LastOffset int64
 	// Raw is the whole batch as stored, header included. PollBatches parses only its
 	// header: Records checks the CRC and every record, a caller that forwards Raw without
-	// calling Records should check it itself (batch.ValidateStored).
+	// calling Records should check it itself (batch.ValidateStored, or only the records
+	// when CRCChecked).
 	Raw []byte
 
-	from int64 // the consumer's position when the batch was handed out
+	from       int64 // the consumer's position when the batch was handed out
+	crcChecked bool  // the connection's reader checked Raw's CRC-32C as it arrived
 }
+
+// CRCChecked reports whether the client already checked Raw's CRC-32C against the bytes
+// it received (it does so per batch as a fetch answer arrives, while the bytes are in
+// the CPU cache); Records then skips that pass. False means nobody has yet.
+func (b *FetchedBatch) CRCChecked() bool { return b.crcChecked }
 
 // From is the first offset Records hands out: the consumer's position when the batch was
 // fetched, BaseOffset or later.
@@ -40,7 +47,7 @@ func (b *FetchedBatch) From() int64 { return max(b.from, b.BaseOffset) }
 func (b *FetchedBatch) Records(fn func(offset, timestamp int64, key, value []byte, headers []batch.RecordHeader) error) error {
 	from := b.from
 	var fnErr error
-	err := batch.Decode(b.Raw, func(offset, ts int64, r *batch.Record) error {
+	err := decodeBatch(b.Raw, b.crcChecked, func(offset, ts int64, r *batch.Record) error {
 		if offset < from {
 			return nil
 		}
@@ -72,21 +79,21 @@ var errReassigned = errors.New("partition reassigned during PollBatches")
 // nothing returns nil without calling fn.
 func (co *Consumer) PollBatches(ctx context.Context, fn func(*FetchedBatch) error) error {
 	fb := new(FetchedBatch)
-	return co.fetchRound(ctx, false, func(key topicPartition, a *assignment, records []byte) (bool, error) {
-		return co.deliverBatches(key, a, records, fb, fn)
+	return co.fetchRound(ctx, false, func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error) {
+		return co.deliverBatches(key, a, records, crcChecked, fb, fn)
 	})
 }
 
 // deliverBatches hands the batches of one fetched partition to fn through fb (reused) and
 // reports whether fn saw any.
-func (co *Consumer) deliverBatches(key topicPartition, a *assignment, records []byte, fb *FetchedBatch, fn func(*FetchedBatch) error) (bool, error) {
+func (co *Consumer) deliverBatches(key topicPartition, a *assignment, records []byte, crcChecked int, fb *FetchedBatch, fn func(*FetchedBatch) error) (bool, error) {
 	delivered := false
-	err := walkBatches(key, records, a, func(h batch.Header, whole []byte) error {
+	err := walkBatches(key, records, crcChecked, a, func(h batch.Header, whole []byte, wholeChecked bool) error {
 		if co.assigned[key] != a {
 			return errReassigned // Assign, Seek or Unassign from fn: drop the rest
 		}
 		*fb = FetchedBatch{Topic: key.topic, Partition: key.partition, BaseOffset: h.BaseOffset,
-			LastOffset: h.LastOffset(), Raw: whole, from: a.position}
+			LastOffset: h.LastOffset(), Raw: whole, from: a.position, crcChecked: wholeChecked}
 		delivered = true
 		return fn(fb)
 	})

@@ -44,7 +44,7 @@ func BenchmarkDecodeFetch(b *testing.B) {
 			sum := 0
 			allocsPerRecord(b, count, func() {
 				for b.Loop() {
-					out, err := decodeRecords(key, records, &assignment{}, nil)
+					out, err := decodeRecords(key, records, 0, &assignment{}, nil)
 					if err != nil || len(out) != count {
 						b.Fatal(err, len(out))
 					}
@@ -70,7 +70,7 @@ func BenchmarkDecodeFetch(b *testing.B) {
 			allocsPerRecord(b, count, func() {
 				for b.Loop() {
 					a.position = 0
-					if _, err := co.deliverBatches(key, a, records, fb, onBatch); err != nil || a.position != int64(count) {
+					if _, err := co.deliverBatches(key, a, records, 0, fb, onBatch); err != nil || a.position != int64(count) {
 						b.Fatal(err, a.position)
 					}
 				}

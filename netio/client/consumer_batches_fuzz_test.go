@@ -38,7 +38,7 @@ func FuzzFetchedRecords(f *testing.F) {
 	key := topicPartition{"t", 3}
 	f.Fuzz(func(t *testing.T, records []byte, position int64) {
 		polled := &assignment{position: position}
-		out, pollErr := decodeRecords(key, records, polled, nil)
+		out, pollErr := decodeRecords(key, records, 0, polled, nil)
 
 		var got []string
 		for _, r := range out {
@@ -47,7 +47,7 @@ func FuzzFetchedRecords(f *testing.F) {
 		var walked []string
 		a := &assignment{position: position}
 		co := &Consumer{assigned: map[topicPartition]*assignment{key: a}}
-		_, batchErr := co.deliverBatches(key, a, records, new(FetchedBatch), func(fb *FetchedBatch) error {
+		_, batchErr := co.deliverBatches(key, a, records, 0, new(FetchedBatch), func(fb *FetchedBatch) error {
 			if fb.Topic != key.topic || fb.Partition != key.partition || fb.From() < fb.BaseOffset {
 				t.Fatalf("batch %+v from %d", fb, fb.From())
 			}

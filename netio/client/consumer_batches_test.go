@@ -87,6 +87,9 @@ func TestPollBatchesMatchesPoll(t *testing.T) {
 				if err != nil || h.BaseOffset != b.BaseOffset || h.LastOffset() != b.LastOffset || h.Size() != len(b.Raw) {
 					t.Fatalf("batch %s/%d [%d, %d]: raw bytes hold header %+v (%v)", b.Topic, b.Partition, b.BaseOffset, b.LastOffset, h, err)
 				}
+				if !b.CRCChecked() { // the reader checks every whole batch's CRC as it arrives
+					t.Fatalf("batch %s/%d [%d, %d]: CRC not checked on arrival", b.Topic, b.Partition, b.BaseOffset, b.LastOffset)
+				}
 				return b.Records(func(offset, ts int64, key, value []byte, headers []batch.RecordHeader) error {
 					walked = append(walked, describe(b.Topic, b.Partition, offset, ts, key, value, headers))
 					return nil

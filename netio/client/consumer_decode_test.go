@@ -19,7 +19,7 @@ func TestDecodeRecordsCorruptBatch(t *testing.T) {
 	}
 	records[len(records)-1] ^= 1
 	a := &assignment{position: 0}
-	_, err = decodeRecords(topicPartition{"t", 0}, records, a, nil)
+	_, err = decodeRecords(topicPartition{"t", 0}, records, 0, a, nil)
 	if !errors.Is(err, wire.ErrCorruptMessage) || !errors.Is(err, batch.ErrCorrupt) || a.position != 0 {
 		t.Fatalf("decode of a corrupt batch: %v, position %d", err, a.position)
 	}

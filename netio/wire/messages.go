@@ -413,6 +413,10 @@ type FetchResponsePartition struct {
 	LogStartOffset int64
 	Records        []byte
 	RecordsFile    []FileRange // server side only: file (or memory) ranges sent in place of Records
+	// RecordsCRCChecked is client side only, never on the wire: the length of the prefix of
+	// Records made of whole batches whose CRC-32C the bundled client checked as the bytes
+	// arrived (netio/client's fetchChecker); 0 when it checked none.
+	RecordsCRCChecked int
 }
 
 // FileRange is a byte range of an open segment file that the server sends without copying

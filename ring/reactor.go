@@ -509,14 +509,19 @@ func (r *Reactor) Run() error {
 	return nil
 }
 
-// RunOnce runs one loop turn: dispatch queued completions, mailbox messages and due timers,
-// submit, wait (when block is set and nothing is runnable) until a completion, wake-up or
+// RunOnce runs one loop turn: dispatch queued completions, mailbox messages, due timers and
+// what they posted, submit, wait (when block is set and nothing is runnable) until a completion, wake-up or
 // the next timer, then dispatch what arrived. Tests with an injected clock call it with
 // block=false.
 func (r *Reactor) RunOnce(block bool) error {
 	r.dispatchBacklog()
 	r.drainMailbox()
 	r.runTimers()
+	// What the timers posted runs now, before the submit below: a reply a timer completed
+	// (engine/shard's staged write answering a produce) leaves by send(2) before this
+	// turn's io_uring_enter, and does not turn a sleeping enter into a second one
+	// (docs/benchmarks.md, "session 8").
+	r.drainMailbox()
 	if !r.wakeArmed {
 		if err := r.armWake(); err != nil {
 			return err

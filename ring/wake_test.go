@@ -209,3 +209,26 @@ func TestPostInWaitWindowWakesLoop(t *testing.T) {
 		}
 	})
 }
+
+// What a timer posts to the loop's own mailbox runs in the same turn, before the turn
+// submits and waits: a produce answer given by engine/shard's staged-write timer leaves
+// before the io_uring_enter, not after it (docs/benchmarks.md, session 8).
+func TestTimerPostRunsBeforeWait(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		var order []string
+		r.AfterFunc(0, func() {
+			if err := r.Post(func() { order = append(order, "message") }); err != nil {
+				t.Error(err)
+			}
+		})
+		r.AfterFunc(time.Millisecond, func() {}) // bounds the wait
+		r.beforeWait = func() { order = append(order, "wait") }
+		if err := r.RunOnce(true); err != nil {
+			t.Fatal(err)
+		}
+		if len(order) < 2 || order[0] != "message" || order[1] != "wait" {
+			t.Fatalf("one turn ran %v, want the timer's message before the wait", order)
+		}
+	})
+}

@@ -148,6 +148,11 @@ type singleSeries struct {
 	name string
 	lat  *bench.Latency
 	run  func(ctx context.Context, n int, lat *bench.Latency) error
+	// CPU spent while the series ran its measured rounds: this process's (getrusage) and,
+	// with --broker-pid, the broker's (its threads' schedstat run time), both in ns.
+	selfNs, brokerNs int64
+	records          int
+	polls            func() client.ReadPollStats // the SendSync series with --read-poll
 }
 
 func benchSingle(args []string) error {
@@ -163,8 +168,21 @@ func benchSingle(args []string) error {
 	traceFile := fs.String("trace", "", "write a Go execution trace of the measured rounds to this file")
 	flushAlways := fs.Bool("flush-always", false, "produce to a flush.always topic (--topic gets a -flush-always suffix) and add a series of a write plus fdatasync of the same size in --sync-dir: goal p50 ≤ the ping-pong's + the fdatasync series'")
 	syncDir := fs.String("sync-dir", ".", "directory for the write+fdatasync series of --flush-always (use the broker's data disk)")
+	readPolls := fs.String("read-poll", "", "comma-separated durations: add a SendSync series per duration, each with its own producer whose ProducerConfig.ReadPoll is that duration (polls the socket before parking), taking turns with the others")
+	brokerPID := fs.Int("broker-pid", 0, "broker process id: also print the broker's CPU per record of each series (from its threads' /proc schedstat)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var polls []time.Duration
+	for f := range strings.SplitSeq(*readPolls, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 || d > client.ReadPollMax {
+			return fmt.Errorf("--read-poll %q: want durations in (0, %v]", f, client.ReadPollMax)
+		}
+		polls = append(polls, d)
 	}
 	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax || *rounds < 1 || *rounds > latencyRoundsMax || *rounds > *count {
 		return fmt.Errorf("want --count in 1..%d, --rounds in 1..min(%d, count) and no arguments", latencyCountMax, latencyRoundsMax)
@@ -206,16 +224,12 @@ func benchSingle(args []string) error {
 	defer syncProducer.Close(context.Background())
 	series := []singleSeries{
 		{name: fmt.Sprintf("pingpong %dB", max(*size, 1)), run: pp.Run},
-		{name: "SendSync acks=1", run: func(ctx context.Context, n int, lat *bench.Latency) error {
-			for range n {
-				start := time.Now()
-				if _, err := syncProducer.SendSync(ctx, &client.Record{Topic: *topic, Partition: 0, Value: value}); err != nil {
-					return err
-				}
-				lat.Record(time.Since(start))
-			}
-			return nil
-		}},
+		{name: "SendSync acks=1", run: sendSyncSeries(syncProducer, *topic, value)},
+	}
+	for _, d := range polls {
+		pp := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, ReadPoll: d})
+		defer pp.Close(context.Background())
+		series = append(series, singleSeries{name: fmt.Sprintf("SendSync poll %v", d), polls: pp.ReadPollStats, run: sendSyncSeries(pp, *topic, value)})
 	}
 	floors := 1
 	if processPP != nil {
@@ -269,9 +283,13 @@ func benchSingle(args []string) error {
 		}
 		for k := range series {
 			s := &series[(round+k)%len(series)]
+			self0, broker0 := selfCPUNs(), threadsCPUNs(*brokerPID)
 			if err := s.run(ctx, n, s.lat); err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
+			s.selfNs += selfCPUNs() - self0
+			s.brokerNs += threadsCPUNs(*brokerPID) - broker0
+			s.records += n
 		}
 	}
 	stopProfiles()
@@ -292,6 +310,7 @@ func benchSingle(args []string) error {
 		printLatencyRow(s.name, s.lat, against...)
 	}
 	fmt.Println("ratios: p50 p99 p99.9 against the in-process ping-pong", map[bool]string{true: "| against the echo in another process", false: ""}[floors == 2])
+	printSeriesCPU(series, *brokerPID)
 	if *flushAlways {
 		sync := series[floors].lat.Summarize()
 		for _, s := range series[firstProduce:] {
@@ -354,6 +373,81 @@ func printLatencyRow(name string, lat *bench.Latency, floors ...*bench.Latency) 
 		fmt.Printf("%s ×%.2f ×%.2f ×%.2f", sep, s.P50Us/f.P50Us, s.P99Us/f.P99Us, s.P999Us/f.P999Us)
 	}
 	fmt.Println()
+}
+
+// sendSyncSeries is a series of one-record SendSyncs of value to topic's partition 0.
+func sendSyncSeries(p *client.Producer, topic string, value []byte) func(ctx context.Context, n int, lat *bench.Latency) error {
+	return func(ctx context.Context, n int, lat *bench.Latency) error {
+		for range n {
+			start := time.Now()
+			if _, err := p.SendSync(ctx, &client.Record{Topic: topic, Partition: 0, Value: value}); err != nil {
+				return err
+			}
+			lat.Record(time.Since(start))
+		}
+		return nil
+	}
+}
+
+// printSeriesCPU prints each series' CPU per record: this process's (for the in-process
+// ping-pong both of its ends), the broker's with brokerPID, and what a read poll did.
+func printSeriesCPU(series []singleSeries, brokerPID int) {
+	fmt.Printf("CPU µs per round trip, this process%s:", map[bool]string{true: " / broker", false: ""}[brokerPID > 0])
+	for _, s := range series {
+		if s.records == 0 {
+			continue
+		}
+		fmt.Printf(" %s %.1f", s.name, float64(s.selfNs)/1e3/float64(s.records))
+		if brokerPID > 0 {
+			fmt.Printf(" / %.1f", float64(s.brokerNs)/1e3/float64(s.records))
+		}
+		fmt.Print(";")
+	}
+	fmt.Println()
+	for _, s := range series {
+		if s.polls == nil {
+			continue
+		}
+		st := s.polls()
+		fmt.Printf("%s: %d polls found the answer, %d ran out; %.1f non-blocking reads per poll\n",
+			s.name, st.Hits, st.Misses, float64(st.Spins)/float64(max(st.Hits+st.Misses, 1)))
+	}
+}
+
+// selfCPUNs is this process's user + system CPU time in ns (getrusage, which Linux
+// accounts per scheduler run, not per tick).
+func selfCPUNs() int64 {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// threadsCPUNs sums the run time in ns of every thread of pid from
+// /proc/PID/task/*/schedstat (first field; precise, unlike /proc/PID/stat's ticks).
+// Threads that ended in between are missed. 0 for pid ≤ 0 or when unreadable.
+func threadsCPUNs(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		f, _, _ := strings.Cut(string(data), " ")
+		if n, err := strconv.ParseInt(f, 10, 64); err == nil {
+			total += n
+		}
+	}
+	return total
 }
 
 // loadAverage is /proc/loadavg's first three fields, or "unknown".

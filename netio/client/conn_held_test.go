@@ -85,7 +85,7 @@ func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	c.readHeld(ctx, cl, func() bool { return len(got) > 0 })
+	c.readHeld(ctx, cl, func() bool { return len(got) > 0 }, 0, nil)
 	if len(got) != 0 {
 		t.Fatal("answered before the server answered")
 	}
@@ -97,7 +97,7 @@ func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	// done) or take it: either way its answer arrives and no deadline is left behind.
 	cl = &call{resp: &wire.MetadataResponse{}, done: done}
 	if c.sendHeld(&wire.MetadataRequest{}, cl) {
-		c.readHeld(context.Background(), cl, func() bool { return len(got) > 0 })
+		c.readHeld(context.Background(), cl, func() bool { return len(got) > 0 }, 0, nil)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("second call: %v", err)
@@ -140,5 +140,29 @@ func TestIdleConnUsable(t *testing.T) {
 	c := testConn(t, addr)
 	if !c.usable() {
 		t.Fatalf("a live idle connection is not usable: %v", c.failure())
+	}
+}
+
+// A polled held read (ProducerConfig.ReadPoll) on a connection the broker closes instead
+// of answering: the poll sees the end of the stream, stops, and the read after it fails
+// the call with the connection's error, as without a poll. Counted as a poll that found
+// something to read.
+func TestHeldReadPollSeesClose(t *testing.T) {
+	addr := oneConnServer(t, func(nc net.Conn) {
+		readRequest(nc) // then close without an answer
+	})
+	c := testConn(t, addr)
+	got := make(chan error, 1)
+	cl := &call{resp: &wire.MetadataResponse{}, done: func(_ wire.Message, err error) { got <- err }}
+	if !c.sendHeld(&wire.MetadataRequest{}, cl) {
+		t.Fatal("an idle connection's first caller did not take the reader role")
+	}
+	var stats pollCounts
+	c.readHeld(context.Background(), cl, func() bool { return len(got) > 0 }, ReadPollMax, &stats)
+	if err := <-got; !errors.Is(err, ErrConnClosed) {
+		t.Fatalf("call ended with %v, want ErrConnClosed", err)
+	}
+	if h, m := stats.hits.Load(), stats.misses.Load(); h+m != 1 || stats.spins.Load() < 1 {
+		t.Fatalf("%d hits, %d misses, %d reads: want one poll", h, m, stats.spins.Load())
 	}
 }

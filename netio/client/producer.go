@@ -70,6 +70,33 @@ type ProducerConfig struct {
 	// broker refuses every write of the older instance from then on (ErrFenced). Empty: a
 	// fresh producer id, no fencing.
 	Name string
+	// ReadPoll, when positive, makes a SendSync that reads its own answer poll the socket
+	// with non-blocking reads for up to this long before it parks in the netpoller, so that
+	// an answer arriving within it is read without the thread sleeping and being woken.
+	// It trades CPU for latency: the calling thread spins for up to ReadPoll per SendSync
+	// (capped at ReadPollMax); ReadPollStats counts the polls that found the answer and those
+	// that ran out. Default 0 (no poll); docs/client.md, "Polling for the answer".
+	ReadPoll time.Duration
+}
+
+// ReadPollMax caps ProducerConfig.ReadPoll: the CPU one SendSync may burn polling.
+const ReadPollMax = time.Millisecond
+
+// ReadPollStats counts what ProducerConfig.ReadPoll did: polls whose answer arrived within
+// the poll (Hits), polls that ran out and parked (Misses), and the non-blocking reads they
+// made (Spins).
+type ReadPollStats struct {
+	Hits, Misses, Spins uint64
+}
+
+// ReadPollStats returns the producer's ReadPoll counts so far.
+func (p *Producer) ReadPollStats() ReadPollStats {
+	return ReadPollStats{Hits: p.pollStats.hits.Load(), Misses: p.pollStats.misses.Load(), Spins: p.pollStats.spins.Load()}
+}
+
+// pollCounts is where a connection's pollReadable adds up ReadPollStats.
+type pollCounts struct {
+	hits, misses, spins atomic.Uint64
 }
 
 // InflightBatchesMax is how many batches per partition an idempotent producer has in
@@ -154,6 +181,7 @@ type Producer struct {
 	c          *Client
 	cfg        ProducerConfig
 	idempotent bool
+	pollStats  pollCounts // ReadPoll's counts
 
 	idMu     sync.Mutex       // serialises InitProducerId calls
 	identity producerIdentity // guarded by mu; id -1 until the first Send got one
@@ -412,7 +440,7 @@ func (p *Producer) SendSync(ctx context.Context, r *Record) (int64, error) {
 		p.signal()
 	}
 	for _, h := range held {
-		h.conn.readHeld(ctx, &h.rq.call, w.ready)
+		h.conn.readHeld(ctx, &h.rq.call, w.ready, p.cfg.ReadPoll, &p.pollStats)
 		h.rq.unref() // the caller's reference: it no longer compares the call
 	}
 	clear(held)

@@ -144,12 +144,28 @@ func produceUntilStopped(t *testing.T, ctx context.Context, c *client.Client, to
 		}
 		done <- fmt.Errorf("sent a million records before %d were acknowledged", killAfter)
 	}()
-	select {
-	case <-reached:
-	case err := <-done:
-		t.Fatalf("producer stopped before the kill: %v (%d acknowledged)", err, log.count())
-	case <-ctx.Done():
-		t.Fatalf("waiting for %d acknowledgements: %v (have %d)", killAfter, ctx.Err(), log.count())
+	// A broker that stops acknowledging is named after stallMax without one, with what the
+	// producer saw and the partitions' state, rather than when the test's budget runs out.
+	stallMax := soakScaled(60 * time.Second)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	seen, progressAt := 0, time.Now()
+wait:
+	for {
+		select {
+		case <-reached:
+			break wait
+		case err := <-done:
+			t.Fatalf("producer stopped before the kill: %v (%s)", err, log.summary())
+		case <-ctx.Done():
+			t.Fatalf("waiting for %d acknowledgements: %v (%s)\n%s", killAfter, ctx.Err(), log.summary(), describeStalled(c, topic))
+		case <-tick.C:
+			if n := log.count(); n != seen {
+				seen, progressAt = n, time.Now()
+			} else if time.Since(progressAt) > stallMax {
+				t.Fatalf("no acknowledgement for %v while waiting for %d (%s)\n%s", stallMax, killAfter, log.summary(), describeStalled(c, topic))
+			}
+		}
 	}
 	stopBroker()
 	close(stop)
@@ -247,4 +263,25 @@ func TestSigtermWithParkedFetch(t *testing.T) {
 	if err := resp.ReadFrom(payload); err != nil {
 		t.Fatalf("decode fetch response: %v", err)
 	}
+}
+
+// describeStalled describes topic's partitions for a test that stopped seeing
+// acknowledgements: the shard of each, its log end offset and high watermark (a
+// flush.always partition whose high watermark stays below its end waits for a sync), or
+// that the broker did not answer (its shard's loop is stuck; the goroutine dump in the
+// broker's log shows where).
+func describeStalled(c *client.Client, topic string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	topics, err := c.DescribeTopics(ctx, topic)
+	if err != nil {
+		return fmt.Sprintf("describe %s: %v (a shard that does not answer is stuck)", topic, err)
+	}
+	var b strings.Builder
+	for _, tp := range topics {
+		for _, p := range tp.Partitions {
+			fmt.Fprintf(&b, "%s/%d: shard %d, log end %d, high watermark %d, error %s %s\n", tp.Topic, p.Partition, p.Shard, p.LogEndOffset, p.HighWatermark, p.ErrorCode.Name(), p.ErrorMessage)
+		}
+	}
+	return b.String()
 }

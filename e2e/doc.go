@@ -8,5 +8,6 @@
 // It has no non-test code and must not reach into the broker's packages (engine, shards,
 // the server): only the wire, the client and the binaries. Slow variants (more kill -9
 // rounds, more records) run with RINGLOG_E2E_SOAK=1; the adversarial suite's larger
-// attacks with RINGLOG_E2E_LONG=1 as well; see docs/operations.md.
+// attacks with RINGLOG_E2E_LONG=1 as well; RINGLOG_E2E_BROKER_FLAGS adds ringlogd flags
+// to every broker (e.g. "--io syscall"); see docs/operations.md.
 package e2e

@@ -32,6 +32,10 @@ const (
 	startAttemptsMax   = 5 // fresh ports to try when one was taken between pick and bind
 	brokerLogBytesMax  = 256 << 10
 	soakEnv            = "RINGLOG_E2E_SOAK"
+	// brokerFlagsEnv holds ringlogd flags added to every broker's command line, after the
+	// test's own (the last of a repeated flag wins): "--io syscall" reruns a test on the
+	// reactor's syscall backend.
+	brokerFlagsEnv = "RINGLOG_E2E_BROKER_FLAGS"
 )
 
 func soak() bool { return os.Getenv(soakEnv) != "" }
@@ -104,7 +108,11 @@ type broker struct {
 	err    error         // cmd.Wait's result, valid after exited
 
 	logMu sync.Mutex
-	log   bytes.Buffer // guarded by logMu: the broker's stderr (bounded)
+	log   bytes.Buffer // guarded by logMu: the broker's stderr, its first brokerLogBytesMax
+	// logTail keeps the last lines past that bound (the goroutine dump of a broker that
+	// stopped answering comes last), logDropped counts the bytes between the two.
+	logTail    []byte // guarded by logMu
+	logDropped int    // guarded by logMu
 }
 
 // startBroker starts ringlogd on a fresh temp data dir and a free port. flags are extra
@@ -218,6 +226,7 @@ func (b *broker) running() bool {
 // tryStart execs ringlogd and waits for its start-up line.
 func (b *broker) tryStart() error {
 	args := append([]string{"--data", b.dataDir, "--listen", b.addr, "--shards", "2"}, b.flags...)
+	args = append(args, strings.Fields(os.Getenv(brokerFlagsEnv))...)
 	if !slices.Contains(b.flags, "--admin") { // the default port would collide between test brokers
 		args = append(args, "--admin", "127.0.0.1:0")
 	}
@@ -274,6 +283,13 @@ func (b *broker) readLog(r io.Reader, ready chan<- string) {
 		if b.log.Len() < brokerLogBytesMax {
 			b.log.WriteString(line)
 			b.log.WriteByte('\n')
+		} else {
+			b.logTail = append(append(b.logTail, line...), '\n')
+			if over := len(b.logTail) - brokerLogBytesMax; over > 0 {
+				cut := over + bytes.IndexByte(b.logTail[over:], '\n') + 1 // whole lines
+				b.logDropped += cut
+				b.logTail = append(b.logTail[:0], b.logTail[cut:]...)
+			}
 		}
 		b.logMu.Unlock()
 		if strings.Contains(line, "ringlogd started") {
@@ -288,7 +304,10 @@ func (b *broker) readLog(r io.Reader, ready chan<- string) {
 func (b *broker) logText() string {
 	b.logMu.Lock()
 	defer b.logMu.Unlock()
-	return b.log.String()
+	if len(b.logTail) == 0 {
+		return b.log.String()
+	}
+	return fmt.Sprintf("%s[... %d bytes of log dropped ...]\n%s", b.log.String(), b.logDropped, b.logTail)
 }
 
 // stop sends SIGTERM and requires a clean exit (status 0).

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +97,27 @@ func (l *ackLog) snapshot() ([]acked, int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.acks), l.failed, l.err
+}
+
+// summary says how many records were acknowledged and failed (with the first error) and,
+// per partition, the last acknowledged offset, for a failure message.
+func (l *ackLog) summary() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last := map[int32]int64{}
+	for _, a := range l.acks {
+		last[a.partition] = max(last[a.partition], a.offset)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "have %d acknowledged, %d failed", len(l.acks), l.failed)
+	if l.err != nil {
+		fmt.Fprintf(&b, " (first: %v)", l.err)
+	}
+	b.WriteString("; last acknowledged offset per partition:")
+	for _, p := range slices.Sorted(maps.Keys(last)) {
+		fmt.Fprintf(&b, " %d@%d", p, last[p])
+	}
+	return b.String()
 }
 
 func (l *ackLog) count() int {

@@ -35,11 +35,13 @@ type Reactor struct {
 	cqes      []CQE // reap batch for the loop
 	syncCQEs  []CQE // reap batch for blocking FileIO waits
 	backlog   []CQE // completions reaped during a blocking wait, dispatched by the loop
-	// undispatched is how many completions of the reap batch in cqes wait behind the one
-	// being dispatched (Waiting).
-	undispatched int
-	syncSeq      uint64
-	syncPin      runtime.Pinner
+	// cqes[batchNext:batchLen] are the completions of the loop's reap batch still waiting
+	// behind the one being dispatched (Waiting; AwaitWrites takes its writes from there).
+	// int32s (a batch is at most reapBatch): the pair takes the 8 bytes of the one int it
+	// replaced, so the fields below keep their offsets.
+	batchNext, batchLen int32
+	syncSeq             uint64
+	syncPin             runtime.Pinner
 	// syncPins pin Pwritev's buffers, pinnerRefsInline per Pinner: a Pinner holds that many
 	// without allocating and allocates a fresh array for more on every use.
 	syncPins    []runtime.Pinner
@@ -558,11 +560,7 @@ func (r *Reactor) RunOnce(block bool) error {
 	}
 	for round := 0; round < reapRoundsMax; round++ {
 		n := r.ring.PeekCQEs(r.cqes)
-		for i := 0; i < n; i++ {
-			r.undispatched = n - i - 1
-			r.dispatch(&r.cqes[i])
-		}
-		r.undispatched = 0
+		r.dispatchBatch(n)
 		if n < len(r.cqes) {
 			break
 		}
@@ -570,6 +568,19 @@ func (r *Reactor) RunOnce(block bool) error {
 	r.dispatchBacklog()
 	r.drainMailbox()
 	return nil
+}
+
+// dispatchBatch dispatches the first n completions of cqes, in order. A callback that
+// waits for its writes (AwaitWrites) takes the write completions still behind it in the
+// batch: they are out of the kernel's queue already.
+func (r *Reactor) dispatchBatch(n int) {
+	r.batchNext, r.batchLen = 0, int32(n)
+	for r.batchNext < r.batchLen {
+		c := r.cqes[r.batchNext]
+		r.batchNext++
+		r.dispatch(&c)
+	}
+	r.batchNext, r.batchLen = 0, 0
 }
 
 // spin polls the completion queue, the mailbox and the stop flag for up to
@@ -586,11 +597,7 @@ func (r *Reactor) spin() bool {
 	defer func() { r.stats.spinNanos += uint64(time.Since(start)) }()
 	for i := 0; ; i++ {
 		if n := r.ring.PeekCQEs(r.cqes); n > 0 {
-			for j := 0; j < n; j++ {
-				r.undispatched = n - j - 1
-				r.dispatch(&r.cqes[j])
-			}
-			r.undispatched = 0
+			r.dispatchBatch(n)
 			return true
 		}
 		if !r.mailbox.empty() || r.stopping.Load() {
@@ -622,7 +629,7 @@ func (r *Reactor) Quiet() bool {
 // completion queue, the backlog, or the reap batch being dispatched) or a mailbox message. Its own timers do not count.
 // Loop thread only.
 func (r *Reactor) Waiting() bool {
-	if r.undispatched > 0 || len(r.backlog) > 0 || !r.mailbox.empty() {
+	if r.batchNext < r.batchLen || len(r.backlog) > 0 || !r.mailbox.empty() {
 		return true
 	}
 	ready, ok := r.ring.(interface{ completionWaiting() bool })

@@ -122,20 +122,20 @@ func (r *Reactor) UnregisterWriteBuffer(index int) {
 // AwaitWrites waits on the owning thread until cond() is true, dispatching the completions
 // of StartWrite ops as they arrive (cond must become true through them). Every other
 // completion is kept for the loop. It returns an error only when the ring fails.
+//
+// A completion may already be out of the kernel's queue when AwaitWrites is called: in the
+// backlog, or in the loop's reap batch behind the callback that called it (a produce that
+// rolls a segment, served inline on its connection's loop). Those are taken first; a wait
+// in the kernel for them would never end.
 func (r *Reactor) AwaitWrites(cond func() bool) error {
 	if invariantsEnabled && unix.Gettid() != r.ownerTid {
 		return fmt.Errorf("%w: AwaitWrites on thread %d, reactor owned by %d", ErrWrongThread, unix.Gettid(), r.ownerTid)
 	}
-	// Completions reaped earlier may already sit in the backlog.
-	for i := 0; i < len(r.backlog) && !cond(); i++ {
-		if r.isWrite(r.backlog[i].UserData) {
-			c := r.backlog[i]
-			r.backlog = append(r.backlog[:i], r.backlog[i+1:]...)
-			i--
-			r.dispatch(&c)
+	for {
+		r.takeReapedWrites(cond)
+		if cond() {
+			return nil
 		}
-	}
-	for !cond() {
 		r.stats.awaits++
 		if _, err := r.ring.SubmitAndWait(1, 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
 			return fmt.Errorf("ring: await writes: %w", err)
@@ -155,7 +155,26 @@ func (r *Reactor) AwaitWrites(cond func() bool) error {
 			}
 		}
 	}
-	return nil
+}
+
+// takeReapedWrites dispatches, until cond holds, the StartWrite completions that were
+// reaped but not dispatched yet: behind the running callback in the loop's reap batch, and
+// in the backlog (a callback's blocking FileIO call may put one there at any time). A taken
+// entry becomes an ignored completion in place, so that the loop going through the batch
+// or the backlog meanwhile neither skips nor repeats one.
+func (r *Reactor) takeReapedWrites(cond func() bool) {
+	for i := r.batchNext; i < r.batchLen && !cond(); i++ {
+		if c := r.cqes[i]; r.isWrite(c.UserData) {
+			r.cqes[i].UserData = tokenIgnore
+			r.dispatch(&c)
+		}
+	}
+	for i := 0; i < len(r.backlog) && !cond(); i++ {
+		if c := r.backlog[i]; r.isWrite(c.UserData) {
+			r.backlog[i].UserData = tokenIgnore
+			r.dispatch(&c)
+		}
+	}
 }
 
 // isWrite reports whether tok names a live StartWrite op.

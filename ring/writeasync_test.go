@@ -106,3 +106,78 @@ func TestStartWriteAwaitWrites(t *testing.T) {
 		}
 	})
 }
+
+// TestAwaitWritesBehindCallerInBatch: a callback that calls AwaitWrites (engine's direct
+// mode rolling a segment inside a produce handled on the connection's own loop) may run
+// from a reap batch that already holds, behind it, the completion of the very write it
+// waits for. That completion is out of the kernel's queue; AwaitWrites must take it from
+// the batch instead of waiting in the kernel for a completion that never comes again (the
+// shard hung: TestKill9FlushAlways/direct-small-segments).
+func TestAwaitWritesBehindCallerInBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		f, _ := tempFile(t)
+		buf := bytes.Repeat([]byte("W"), 4096)
+		writes, gaveUp, ran := 0, false, false
+		callerRan := func(int32, uint32) {
+			ran = true
+			if writes != 0 {
+				t.Fatal("set-up: the write completed before the waiting callback ran")
+			}
+			evals := 0
+			err := r.AwaitWrites(func() bool {
+				if writes > 0 {
+					return true
+				}
+				if evals++; evals == 1 {
+					// Before the fix AwaitWrites waited in the kernel here for ever: this
+					// no-op's completion ends that wait, and the next call gives up.
+					if err := r.Submit(func(s *SQE) { s.PrepNop() }, nil); err != nil {
+						t.Error(err)
+					}
+					return false
+				}
+				gaveUp = true
+				return true
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		if err := r.Submit(func(s *SQE) { s.PrepNop() }, callerRan); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.StartWrite(int(f.Fd()), buf, 0, func(n int, err error) {
+			if n != len(buf) || err != nil {
+				t.Errorf("write: %d, %v", n, err)
+			}
+			writes++
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// Both completions wait in the queue: the loop's next turn reaps them as one batch,
+		// the no-op first (submitted first, it completes at submission).
+		if _, err := r.Ring().SubmitAndWait(2, 0); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; !ran && i < 100; i++ {
+			if err := r.RunOnce(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !ran {
+			t.Fatal("the no-op's callback never ran")
+		}
+		if gaveUp || writes != 1 {
+			t.Fatalf("AwaitWrites in a callback did not see the write completion behind it in the reap batch (writes dispatched: %d, gave up: %v)", writes, gaveUp)
+		}
+		for range 10 { // the loop must not dispatch that completion a second time
+			if err := r.RunOnce(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if writes != 1 {
+			t.Fatalf("write completion dispatched %d times", writes)
+		}
+	})
+}

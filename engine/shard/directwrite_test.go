@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/ring"
@@ -132,5 +133,96 @@ func testDirectAppendsInFlight(t *testing.T, backend string, registered bool) {
 		if len(got) != want {
 			t.Fatalf("p%d after restart: %d records, want %d", p, len(got), want)
 		}
+	}
+}
+
+// TestDirectRollBehindItsWriteCompletion: a produce served inline on its connection's loop
+// (ProduceFrom on the owning shard, as netio's ring connections do) whose append rolls the
+// segment must wait for the write in flight before sealing it. When that write's completion
+// was reaped in the same batch as the completion that started the produce, and sat behind
+// it, the loop once waited in the kernel for it for ever: the shard stopped answering
+// (TestKill9FlushAlways/direct-small-segments, 16 KiB segments). Here a no-op's completion
+// plays the connection's receive: its callback produces a batch that does not fit the
+// segment, and the loop reaps it together with the completion of the write before.
+func TestDirectRollBehindItsWriteCompletion(t *testing.T) {
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) { testDirectRollBehindItsWriteCompletion(t, backend) })
+	}
+}
+
+func testDirectRollBehindItsWriteCompletion(t *testing.T, backend string) {
+	dir := t.TempDir()
+	b := openBroker(t, dir, backend, 1)
+	configs := map[string]string{
+		engine.ConfigStorageMode: string(engine.StorageDirect), engine.ConfigFlushAlways: "true",
+		engine.ConfigSegmentBytes: "16384",
+	}
+	if err := b.CreateTopic("roll", 1, configs); err != nil {
+		t.Fatal(err)
+	}
+	_, states, err := b.DescribeTopic("roll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states[0].Storage != string(engine.StorageDirect) {
+		t.Skipf("direct mode unavailable here (%s)", states[0].Storage)
+	}
+	tp := TopicPartition{"roll", 0}
+	// Two batches of ~10 KiB: the second does not fit the 16 KiB segment after the first.
+	first, second := buildBatch(t, "first", 400), buildBatch(t, "second", 400)
+	if len(first)+len(second) <= 16384 || len(second) > 16384 {
+		t.Fatalf("set-up: batches of %d and %d bytes", len(first), len(second))
+	}
+	answers := make(chan ProduceResult, 2)
+	answer := func(r ProduceResult) { answers <- r }
+	var awaitsBefore uint64
+	if err := b.Exec(0, func(r *ring.Reactor) error {
+		awaitsBefore = r.Stats().Awaits
+		if err := r.Submit(func(sqe *ring.SQE) { sqe.PrepNop() }, func(int32, uint32) {
+			b.ProduceFrom(0, tp, [][]byte{second}, AcksAll, answer)
+		}); err != nil {
+			return err
+		}
+		b.ProduceFrom(0, tp, [][]byte{first}, AcksAll, answer) // its write goes in flight
+		// Both completions wait in the queue: the loop reaps them as one batch, the no-op's
+		// first (submitted first, it completes at submission).
+		_, err := r.Ring().SubmitAndWait(2, 0)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		select {
+		case r := <-answers:
+			if r.Err != nil {
+				t.Fatalf("produce %d: %v", i, r.Err)
+			}
+		case <-time.After(30 * time.Second):
+			// The loop is stuck: closing the broker would wait for it too.
+			t.Fatalf("produce %d not answered in 30 s: the shard's loop waits for a write completion it already reaped", i)
+		}
+	}
+	var st ring.Stats
+	if err := b.Exec(0, func(r *ring.Reactor) error { st = r.Stats(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	_, states, err = b.DescribeTopic("roll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states[0].Segments != 2 || states[0].LogEndOffset != 800 || states[0].HighWatermark != 800 {
+		t.Fatalf("after the rolling produce: %d segments, end %d, high watermark %d; want 2, 800, 800", states[0].Segments, states[0].LogEndOffset, states[0].HighWatermark)
+	}
+	if st.Awaits != awaitsBefore {
+		t.Logf("the roll waited in the kernel %d times: the write completion was not in the no-op's batch (the case this test builds did not arise)", st.Awaits-awaitsBefore)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openBroker(t, dir, backend, 1)
+	defer b.Close()
+	res := fetch(t, b, FetchRequest{Partitions: []FetchPartition{{tp, 0, 1 << 20}}})
+	if res[0].Err != nil || res[0].HighWatermark != 800 {
+		t.Fatalf("after a restart: %v, high watermark %d, want 800", res[0].Err, res[0].HighWatermark)
 	}
 }

@@ -55,3 +55,20 @@ duration: 1500ms
 		t.Fatal("fsync durability accepted")
 	}
 }
+
+// TestFreePortsBelowEphemeralRange: the node's four ports are distinct, bindable, and
+// outside the range the kernel hands out for outgoing connections, where another process
+// could take one before the node binds it.
+func TestFreePortsBelowEphemeralRange(t *testing.T) {
+	ports, err := freePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] || p < portsDrawnMin || p >= portsDrawnMax || !portFree(p) {
+			t.Fatalf("ports %v: %d repeated, outside [%d, %d) or not bindable", ports, p, portsDrawnMin, portsDrawnMax)
+		}
+		seen[p] = true
+	}
+}

@@ -188,6 +188,11 @@ type cleanerState struct {
 	pass      int64
 	dirtyEnd  int64 // the pass's map covers [cleanedTo, dirtyEnd)
 	failed    error // a swap failed half way: no more cleaning until the log is reopened
+	// tombstonesDue is when the earliest tombstone the last finished pass had to keep (its
+	// segment was modified less than delete.retention.ms before) may go; zero: none.
+	// startPass starts a pass for it then even without dirty data (Kafka's KIP-534), so
+	// that tombstones go once no more records come. passDue gathers it during a pass.
+	tombstonesDue, passDue time.Time
 
 	// The segment being read (mapping) or rewritten (writing).
 	seg     *segment
@@ -261,7 +266,7 @@ func (l *Log) Clean(m *OffsetMap, budgetBytes int64, now time.Time) (CleanProgre
 		l.abandonPass() // another log used the map meanwhile
 	}
 	if c.phase == cleanerIdle {
-		if !l.startPass(m) {
+		if !l.startPass(m, now) {
 			p.PassComplete, p.Idle = true, true
 			return p, nil
 		}
@@ -298,8 +303,10 @@ func (l *Log) Clean(m *OffsetMap, budgetBytes int64, now time.Time) (CleanProgre
 }
 
 // startPass begins a pass when the dirty share of the cleanable segments reaches
-// min.cleanable.dirty.ratio; false when there is nothing to do.
-func (l *Log) startPass(m *OffsetMap) bool {
+// min.cleanable.dirty.ratio, or, with no dirty data, when tombstones kept by the last pass
+// are due (a pass with an empty map over the cleaned segments, which only drops them);
+// false when there is nothing to do.
+func (l *Log) startPass(m *OffsetMap, now time.Time) bool {
 	c := &l.cleaner
 	if len(l.corruptions) > 0 {
 		l.pruneCorruptions()
@@ -310,7 +317,7 @@ func (l *Log) startPass(m *OffsetMap) bool {
 	upper := l.cleanableEnd()
 	c.cleanedTo = min(max(c.cleanedTo, l.segments[0].baseOffset), l.active().baseOffset)
 	if upper <= c.cleanedTo {
-		return false
+		return l.startTombstonePass(m, now)
 	}
 	var dirty, total int64
 	for _, s := range l.segments {
@@ -323,13 +330,31 @@ func (l *Log) startPass(m *OffsetMap) bool {
 		}
 	}
 	if dirty == 0 || float64(dirty) < l.cfg.MinCleanableDirtyRatio*float64(total) {
+		return l.startTombstonePass(m, now)
+	}
+	c.pass++
+	m.reset(l, c.pass)
+	c.phase, c.dirtyEnd, c.passDue = cleanerMapping, upper, time.Time{}
+	i := l.segmentFor(c.cleanedTo)
+	l.beginSegment(l.segments[i], 0)
+	return true
+}
+
+// startTombstonePass begins a pass over the cleaned segments (below cleanedTo) with an
+// empty map when the tombstones the last pass kept are due: every record there was
+// deduplicated by an earlier pass, so the rewrite only drops tombstones past
+// delete.retention.ms. The cursor stands at the end of the mapped range, so the first
+// step goes straight to writing.
+func (l *Log) startTombstonePass(m *OffsetMap, now time.Time) bool {
+	c := &l.cleaner
+	if c.tombstonesDue.IsZero() || now.Before(c.tombstonesDue) || c.cleanedTo <= l.segments[0].baseOffset {
 		return false
 	}
 	c.pass++
 	m.reset(l, c.pass)
-	c.phase, c.dirtyEnd = cleanerMapping, upper
-	i := l.segmentFor(c.cleanedTo)
-	l.beginSegment(l.segments[i], 0)
+	c.phase, c.dirtyEnd, c.passDue = cleanerMapping, c.cleanedTo, time.Time{}
+	s := l.segments[l.segmentFor(c.cleanedTo-1)]
+	l.beginSegment(s, s.size)
 	return true
 }
 
@@ -485,7 +510,19 @@ func (l *Log) writeStep(m *OffsetMap, p *CleanProgress, now time.Time) (bool, er
 			if newest := m.get(r.Key); newest > offset {
 				return false
 			}
-			return r.Value != nil || !c.horizon
+			if r.Value != nil || offset >= c.dirtyEnd {
+				// A tombstone at or past dirtyEnd (in the segment the map filled in) is in
+				// no pass's map yet: the older records of its key below may still be there,
+				// and dropping it would bring them back. The next pass maps it.
+				return true
+			}
+			if !c.horizon {
+				if due := c.mtime.Add(time.Duration(l.cfg.DeleteRetentionMs) * time.Millisecond); c.passDue.IsZero() || due.Before(c.passDue) {
+					c.passDue = due
+				}
+				return true
+			}
+			return false
 		})
 		if err != nil {
 			return false, fmt.Errorf("rewrite segment %d at %d: %w", c.seg.baseOffset, c.pos, err)
@@ -698,6 +735,7 @@ func (l *Log) finishPass() error {
 		return err
 	}
 	c.cleanedTo, c.gapsBelow = c.dirtyEnd, max(c.gapsBelow, c.dirtyEnd)
+	c.tombstonesDue = c.passDue
 	return nil
 }
 

@@ -282,6 +282,40 @@ func TestCompactKeepsNewestPerKey(t *testing.T) {
 	}
 }
 
+// TestCompactTombstonesGoWithoutNewData: tombstones a pass had to keep (their segment newer
+// than delete.retention.ms) go in a pass of their own once they are due, although no record
+// came since (Kafka's KIP-534); before they are due no pass runs, and after it none again.
+func TestCompactTombstonesGoWithoutNewData(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	l, _ := openLog(t, t.TempDir(), compactConfig(), ring.Syscalls{})
+	defer l.Close()
+	model := compactModel{}
+	appendKeyed(t, l, rng, model, 400, 30, 6, batch.CodecNone, 1_700_000_000_000)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	m := NewOffsetMap(OffsetMapBytesMin)
+	now := time.Now()
+	if p := cleanFully(t, l, m, now); p.Idle {
+		t.Fatalf("first pass did nothing: %+v", p)
+	}
+	checkCompacted(t, l, model, false, nil)
+	if p := cleanFully(t, l, m, now.Add(30*time.Second)); !p.Idle {
+		t.Fatalf("a pass ran before the kept tombstones were due: %+v", p)
+	}
+	p := cleanFully(t, l, m, now.Add(2*time.Minute))
+	if p.Idle || p.RecordsRemoved == 0 {
+		t.Fatalf("no pass dropped the tombstones once due: %+v", p)
+	}
+	mustInvariants(t, l)
+	checkCompacted(t, l, model, true, nil)
+	if p := cleanFully(t, l, m, now.Add(4*time.Minute)); !p.Idle {
+		t.Fatalf("another pass without new data or due tombstones: %+v", p)
+	}
+}
+
 // decodeBatches walks back-to-back batches.
 func decodeBatches(b []byte, fn func(offset int64)) error {
 	for len(b) > 0 {

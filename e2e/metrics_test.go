@@ -163,7 +163,7 @@ func waitMetric(t *testing.T, b *broker, name string, want float64, labels ...st
 // TestMetricsOfStorageHelpers: the write-back starter and the background zeroing run off
 // the shard loops, so their counters come from their own seams. A flush.always topic
 // (page-cache mode: 4 MiB of zeros kept ahead of its end by default) and 64 KiB write-back
-// steps must both show up in /metrics after 512 KiB of produces.
+// steps must both show up in /metrics after 512 KiB of produces; the recycling counters too.
 func TestMetricsOfStorageHelpers(t *testing.T) {
 	b := startBroker(t, "--writeback-bytes", "65536")
 	base := "http://" + b.admin
@@ -205,6 +205,13 @@ func TestMetricsOfStorageHelpers(t *testing.T) {
 	}
 	if failed, ok := m.Value("ringlog_preallocate_failed_total"); !ok || failed != 0 {
 		t.Errorf("preallocate failures %v (present %v)", failed, ok)
+	}
+	// Segment recycling is off for page-cache topics and nothing was retired: the series
+	// are there, at 0 (engine's TestRecycle* count them).
+	for _, name := range []string{"ringlog_recycle_pooled_total", "ringlog_recycle_reused_total", "ringlog_recycle_released_total"} {
+		if v, ok := m.Value(name); !ok || v != 0 {
+			t.Errorf("%s = %v (present %v), want 0 on a page-cache broker", name, v, ok)
+		}
 	}
 }
 

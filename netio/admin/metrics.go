@@ -68,6 +68,9 @@ var (
 	descZeroJobs    = prometheus.NewDesc("ringlog_preallocate_jobs_total", "Background zeroing jobs started ahead of active segments' ends (preallocate.bytes).", nil, nil)
 	descZeroBytes   = prometheus.NewDesc("ringlog_preallocate_bytes_total", "Zero bytes written ahead of active segments' ends (preallocate.bytes).", nil, nil)
 	descZeroFailed  = prometheus.NewDesc("ringlog_preallocate_failed_total", "Zeroing jobs that stopped on an error (disk space, I/O); appends then extend the file as without preallocation.", nil, nil)
+	descRecPooled   = prometheus.NewDesc("ringlog_recycle_pooled_total", "Retired segment files kept for reuse (recycle.segments).", nil, nil)
+	descRecReused   = prometheus.NewDesc("ringlog_recycle_reused_total", "New segments that took a kept retired file (recycle.segments).", nil, nil)
+	descRecReleased = prometheus.NewDesc("ringlog_recycle_released_total", "Kept retired files removed unused (a truncation below the log start, an append the disk guard refused, a failed rename).", nil, nil)
 	descScrapeErr   = prometheus.NewDesc("ringlog_scrape_error", "1 when the shards could not be read for this scrape (broker shutting down or a loop stuck).", nil, nil)
 )
 
@@ -114,7 +117,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr,
-		descWBStarted, descWBDropped, descZeroJobs, descZeroBytes, descZeroFailed} {
+		descWBStarted, descWBDropped, descZeroJobs, descZeroBytes, descZeroFailed,
+		descRecPooled, descRecReused, descRecReleased} {
 		ch <- d
 	}
 	for _, d := range groupDescs {
@@ -305,4 +309,8 @@ func (c *collector) collectStorage(ch chan<- prometheus.Metric) {
 	ch <- counter(descZeroJobs, float64(z.Jobs))
 	ch <- counter(descZeroBytes, float64(z.Bytes))
 	ch <- counter(descZeroFailed, float64(z.Failed))
+	rc := engine.RecycleStats()
+	ch <- counter(descRecPooled, float64(rc.Pooled))
+	ch <- counter(descRecReused, float64(rc.Reused))
+	ch <- counter(descRecReleased, float64(rc.Released))
 }

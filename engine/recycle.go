@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -149,12 +148,6 @@ func (l *Log) emptyPool() {
 func (l *Log) releasePool(paths []string) {
 	recycleStats.released.Add(int64(len(paths)))
 	go removeRetired(append([]string(nil), paths...))
-}
-
-// isLeftover reports whether a file name in a partition directory is a leftover OpenLog
-// removes: a retired segment file, a pool file or an interrupted atomic write.
-func isLeftover(name string) bool {
-	return strings.HasSuffix(name, retiredSuffix) || strings.HasSuffix(name, recycleSuffix) || strings.HasSuffix(name, tmpSuffix)
 }
 
 // checkRecycleSegments resolves LogConfig.RecycleSegments: 0 is the default for the mode,

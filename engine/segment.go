@@ -228,6 +228,21 @@ func removeRetired(paths []string) {
 	}
 }
 
+// leftoverSuffixes name the files OpenLog removes from a partition directory: retired
+// segment files, pool files of recycled segments (recycle.go) and the temporary files of
+// interrupted atomic writes. The catalog's sweep (onlyLogFiles) counts them as the log's own.
+var leftoverSuffixes = [...]string{retiredSuffix, recycleSuffix, tmpSuffix}
+
+// leftoverStem returns name without its leftover suffix, and whether it had one.
+func leftoverStem(name string) (string, bool) {
+	for _, suffix := range leftoverSuffixes {
+		if stem, ok := strings.CutSuffix(name, suffix); ok {
+			return stem, true
+		}
+	}
+	return name, false
+}
+
 // removeRetiredIn deletes *.deleted files, pool files of recycled segments (*.recycle,
 // recycle.go) and the temporary files of interrupted atomic replaces (*.tmp) left in dir.
 func removeRetiredIn(dir string) error {
@@ -236,7 +251,7 @@ func removeRetiredIn(dir string) error {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if isLeftover(e.Name()) {
+		if _, leftover := leftoverStem(e.Name()); leftover {
 			if err := os.Remove(dir + "/" + e.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove retired %s: %w", e.Name(), err)
 			}

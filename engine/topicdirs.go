@@ -111,7 +111,7 @@ func onlyLogFiles(dir string) bool {
 		if e.IsDir() {
 			return false
 		}
-		stem := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, retiredSuffix), recycleSuffix), tmpSuffix)
+		stem, _ := leftoverStem(name)
 		if _, _, ok := parseSegmentName(stem); ok {
 			continue
 		}

@@ -354,3 +354,40 @@ func TestLongPollWakesOnAcksAllProduce(t *testing.T) {
 		t.Fatal("long-poll not woken by an acks=all produce")
 	}
 }
+
+// A follower's fetch that parked and was woken by an append is counted by that cause (the
+// counters the leader exports as ringlog_replica_fetch_parks_total); a consumer's fetch
+// woken the same way is not a follower's and is not counted.
+func TestReplicaFetchWakeCounted(t *testing.T) {
+	b := openBroker(t, t.TempDir(), "syscall", 1)
+	defer b.Close()
+	if err := b.CreateTopic("t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	tp := TopicPartition{"t", 0}
+	for i, replica := range []bool{true, false} {
+		ch := make(chan []FetchResult, 1)
+		b.Fetch(FetchRequest{Partitions: []FetchPartition{{tp, int64(i), 1 << 20}}, MinBytes: 1, MaxWait: time.Minute, Replica: replica},
+			func(r []FetchResult) { ch <- r })
+		loopTurns(t, b, 3) // parked before the produce below
+		produce(t, b, tp, AcksLeader, buildBatch(t, "w", 1))
+		select {
+		case r := <-ch:
+			if r[0].Err != nil || r[0].Records.Size == 0 {
+				t.Fatalf("fetch %d (replica %v) woken with %+v", i, replica, r[0])
+			}
+			r[0].Release()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("fetch %d (replica %v) not woken by the produce", i, replica)
+		}
+	}
+	st, err := b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [core.WakeCauses]uint64{}
+	want[core.WakeAppend] = 1
+	if st[0].ReplicaWakes != want {
+		t.Fatalf("replica wakes by cause %v, want one append (%v)", st[0].ReplicaWakes, want)
+	}
+}

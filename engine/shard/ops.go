@@ -278,7 +278,8 @@ type fetchOp struct {
 	caller   int           // shard whose loop started the op; read inline on the first pass only
 	started  time.Duration // when the op began (monotonic), for the fetch latency histogram
 	// parked is when the op decided to park (monotonic; 0: it never parked), woke when it
-	// fired and cause what fired it: a follower's fetch counts its wake-ups by cause.
+	// fired and cause what fired it: a follower's fetch counts its wake-ups by cause
+	// (fetchAnswered). Read from the clock for followers' fetches only.
 	parked, woke time.Duration
 	cause        core.WakeCause
 	limits       fetchLimits
@@ -465,7 +466,9 @@ func (op *fetchOp) shardDone(on *Shard) {
 	}
 	op.final.Store(true)
 	op.deadline = op.b.now().Add(op.req.MaxWait)
-	op.parked = monotonic()
+	if op.req.Replica {
+		op.parked = monotonic()
+	}
 	n := len(op.involved)
 	op.refs.Add(int32(n)) // each park holds the op until it ran
 	gen := op.state.Load() >> 1
@@ -494,7 +497,9 @@ func (op *fetchOp) Fire(gen uint64, cause core.WakeCause) {
 	if !op.state.CompareAndSwap(gen<<1, gen<<1|1) {
 		return // fired already, or a waiter of a past use
 	}
-	op.woke, op.cause = monotonic(), cause
+	if op.req.Replica {
+		op.woke, op.cause = monotonic(), cause
+	}
 	op.read()
 }
 

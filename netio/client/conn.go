@@ -299,24 +299,21 @@ func (c *conn) pollReadable(d time.Duration, stats *pollCounts) {
 // pollOnce is pollReadable's loop, run by c.raw.Read; it never asks to wait for
 // readability (it returns true), leaving the wait, if any, to the read that follows.
 func (c *conn) pollOnce(fd uintptr) bool {
-	spins := uint64(0)
-	for {
+	for spins := uint64(1); ; spins++ {
 		n, _, err := syscall.Recvfrom(int(fd), c.pollBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		spins++
-		if n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR) {
-			if c.pollStats != nil {
-				c.pollStats.hits.Add(1)
-				c.pollStats.spins.Add(spins)
-			}
-			return true
+		hit := n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
+		if !hit && time.Now().Before(c.pollUntil) {
+			continue
 		}
-		if !time.Now().Before(c.pollUntil) {
-			if c.pollStats != nil {
-				c.pollStats.misses.Add(1)
-				c.pollStats.spins.Add(spins)
+		if st := c.pollStats; st != nil {
+			if hit {
+				st.hits.Add(1)
+			} else {
+				st.misses.Add(1)
 			}
-			return true
+			st.spins.Add(spins)
 		}
+		return true
 	}
 }
 

@@ -323,6 +323,11 @@ type sentPartition struct {
 	offset int64
 }
 
+// deliverFunc takes one partition's records of a fetch answer (crcChecked: how many bytes of
+// whole batches at their start the reader already checked the CRC-32C of, fetchChecker) and
+// reports whether it handed anything out.
+type deliverFunc func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error)
+
 // fetchRound is the part Poll and PollBatches share. It sends a fetch to every shard
 // address owning assigned partitions that are not backing off and have no fetch in flight
 // (at most one fetch in flight per address), waits until at least one answer is in, and
@@ -341,7 +346,7 @@ type sentPartition struct {
 // every response goes back to the pool when fetchRound returns. A round in which a broker
 // was unreachable and nothing was delivered pauses before returning, so that callers
 // polling in a loop do not spin on refused dials.
-func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error)) error {
+func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver deliverFunc) error {
 	for {
 		if err := co.sendFetches(ctx); err != nil {
 			return err
@@ -374,7 +379,7 @@ func (co *Consumer) fetchRound(ctx context.Context, keep bool, deliver func(key 
 
 // answerAll handles the answers that arrived (see fetchRound), releasing each response
 // that handed nothing out (or every one when !keep) once all are delivered.
-func (co *Consumer) answerAll(arrived []*addrFetch, keep bool, deliver func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error)) (delivered, stale, connFailed bool, err error) {
+func (co *Consumer) answerAll(arrived []*addrFetch, keep bool, deliver deliverFunc) (delivered, stale, connFailed bool, err error) {
 	kept := make([]bool, len(arrived))
 	defer func() {
 		for i, f := range arrived {
@@ -407,7 +412,7 @@ func (co *Consumer) answerAll(arrived []*addrFetch, keep bool, deliver func(key 
 // answer handles one arrived fetch (its address and partitions already freed): it sends
 // the prefetch, and delivers. overtaken: some partition's answer no longer matched its
 // assignment or position and was dropped.
-func (co *Consumer) answer(f *addrFetch, deliver func(key topicPartition, a *assignment, records []byte, crcChecked int) (bool, error)) (got, overtaken, connFailed bool, err error) {
+func (co *Consumer) answer(f *addrFetch, deliver deliverFunc) (got, overtaken, connFailed bool, err error) {
 	if LeadershipError(f.err) {
 		// The connection (or a stale shard address) failed, or the broker is shutting
 		// down: route these partitions by fresh metadata on the next Poll instead of

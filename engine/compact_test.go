@@ -282,20 +282,37 @@ func TestCompactKeepsNewestPerKey(t *testing.T) {
 	}
 }
 
+// compactRand returns a generator on stream from a fresh seed, printed (RINGLOG_COMPACT_SEED
+// replays a failed run's).
+func compactRand(t testing.TB, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("RINGLOG_COMPACT_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, stream))
+}
+
+// syncedCompactLog opens a compacted log (compactConfig) in a new directory and appends
+// batches of keyed records (appendKeyed, uncompressed), synced, so that a pass may clean them.
+func syncedCompactLog(t testing.TB, rng *rand.Rand, batches, keys, tombstoneEvery int) (*Log, compactModel) {
+	t.Helper()
+	l, _ := openLog(t, t.TempDir(), compactConfig(), ring.Syscalls{})
+	model := compactModel{}
+	appendKeyed(t, l, rng, model, batches, keys, tombstoneEvery, batch.CodecNone, 1_700_000_000_000)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	return l, model
+}
+
 // TestCompactTombstonesGoWithoutNewData: tombstones a pass had to keep (their segment newer
 // than delete.retention.ms) go in a pass of their own once they are due, although no record
 // came since (Kafka's KIP-534); before they are due no pass runs, and after it none again.
 func TestCompactTombstonesGoWithoutNewData(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	l, _ := openLog(t, t.TempDir(), compactConfig(), ring.Syscalls{})
+	l, model := syncedCompactLog(t, compactRand(t, 1), 400, 30, 6)
 	defer l.Close()
-	model := compactModel{}
-	appendKeyed(t, l, rng, model, 400, 30, 6, batch.CodecNone, 1_700_000_000_000)
-	if err := l.Sync(); err != nil {
-		t.Fatal(err)
-	}
 	m := NewOffsetMap(OffsetMapBytesMin)
 	now := time.Now()
 	if p := cleanFully(t, l, m, now); p.Idle {
@@ -334,19 +351,8 @@ func decodeBatches(b []byte, fn func(offset int64)) error {
 // TestCompactSmallMap: a map that holds fewer keys than the dirty part still converges, pass
 // after pass, to one record per key (plus the pinned ones).
 func TestCompactSmallMap(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if v, err := strconv.ParseUint(os.Getenv("RINGLOG_COMPACT_SEED"), 10, 64); err == nil {
-		seed = v // replay a failed run
-	}
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
-	l, _ := openLog(t, t.TempDir(), compactConfig(), ring.Syscalls{})
+	l, model := syncedCompactLog(t, compactRand(t, 2), 1500, 3000, 0)
 	defer l.Close()
-	model := compactModel{}
-	appendKeyed(t, l, rng, model, 1500, 3000, 0, batch.CodecNone, 1_700_000_000_000)
-	if err := l.Sync(); err != nil {
-		t.Fatal(err)
-	}
 	m := NewOffsetMap(OffsetMapBytesMin) // 921 keys
 	passes := 0
 	for ; passes < 50; passes++ {

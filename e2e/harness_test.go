@@ -173,12 +173,22 @@ func (b *broker) dumpGoroutines() {
 // by default): the kernel never hands such a port to an outgoing connection or to a ":0"
 // listener, which otherwise took a raft or listen port between this pick and the broker's
 // bind on a busy machine ("address already in use"). Only another process drawing the same
-// way can collide, and the draw is random.
+// way can collide, and the draw is random. A port is never handed out twice in this
+// process: a cluster draws a dozen ports before any broker binds one, and two draws of the
+// same free port (about 0.5 % per cluster) gave two brokers one raft port, a start that
+// failed on every retry with "address already in use".
 func freeAddr(t testing.TB) string {
+	drawnMu.Lock()
+	defer drawnMu.Unlock()
 	for range 1000 {
-		addr := fmt.Sprintf("127.0.0.1:%d", fixedPortMin+rand.IntN(fixedPortMax-fixedPortMin))
+		port := fixedPortMin + rand.IntN(fixedPortMax-fixedPortMin)
+		if drawn[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		if ln, err := net.Listen("tcp", addr); err == nil {
 			ln.Close()
+			drawn[port] = true
 			return addr
 		}
 	}
@@ -192,6 +202,13 @@ func freeAddr(t testing.TB) string {
 
 // The range freeAddr draws from: below the default ephemeral range.
 const fixedPortMin, fixedPortMax = 20000, 32768
+
+// drawn holds the ports freeAddr handed out in this process (at most a few hundred over
+// the package's tests, of the 12,768 in the range).
+var (
+	drawnMu sync.Mutex
+	drawn   = map[int]bool{}
+)
 
 // restart starts the broker again on the same data dir and, unless it was taken
 // meanwhile, the same address (after stop or kill).

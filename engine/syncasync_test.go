@@ -174,3 +174,67 @@ func TestRetentionRetiresSegmentsAndOpenSweepsLeftovers(t *testing.T) {
 		t.Fatal("log start offset did not move past the retired segments")
 	}
 }
+
+// TestEndSyncWritesActiveIndexPerMiB: EndSync leaves the active segment's index entries in
+// memory until indexPersistBytes of synced log lack them on disk (each index write dirtied
+// the inode table block that ext4 without a journal then wrote in the segment's next
+// fdatasync), then writes them all; Close writes the rest, and a crash before that only
+// lengthens recovery's re-scan.
+func TestEndSyncWritesActiveIndexPerMiB(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(StoragePageCache)
+	cfg.SegmentBytes, cfg.IndexIntervalBytes = 4<<20, 4096 // no roll
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	indexBytes := func() int64 {
+		fi, err := os.Stat(segmentFile(dir, 0, indexSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	syncOne := func(seq int) {
+		t.Helper()
+		if _, err := l.Append(makeBatch(t, seq, 1, 8000, int64(1000+seq))); err != nil {
+			t.Fatal(err)
+		}
+		tk, ok, err := l.BeginSyncInline()
+		if !ok || err != nil {
+			t.Fatalf("BeginSyncInline: ok=%v err=%v", ok, err)
+		}
+		if err := l.EndSync(tk, fdatasyncAll(tk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := 0
+	for ; l.active().syncedSize < indexPersistBytes-10_000; seq++ {
+		syncOne(seq)
+	}
+	if n := indexBytes(); n != 0 {
+		t.Fatalf("after %d synced bytes the .index holds %d bytes, want none before %d", l.active().syncedSize, n, indexPersistBytes)
+	}
+	if len(l.active().index.entries) < 100 {
+		t.Fatalf("%d index entries in memory, want one per %d bytes", len(l.active().index.entries), cfg.IndexIntervalBytes)
+	}
+	for ; l.active().syncedSize < indexPersistBytes+10_000; seq++ {
+		syncOne(seq)
+	}
+	if n, want := indexBytes(), int64(l.active().index.onDisk)*indexEntryBytes; n == 0 || n != want {
+		t.Fatalf("past %d synced bytes the .index holds %d bytes, want every entry of synced bytes (%d)", indexPersistBytes, n, want)
+	}
+	mustInvariants(t, l)
+	// A crash (no Close) with entries only in memory: recovery re-scans from the last entry on
+	// disk and keeps every synced record.
+	for range 10 {
+		syncOne(seq)
+		seq++
+	}
+	end := l.EndOffset()
+	l2, report := openLog(t, dir, cfg, ring.Syscalls{})
+	defer l2.Close()
+	if l2.EndOffset() != end || report.DroppedBytes != 0 {
+		t.Fatalf("reopened without Close: end %d (want %d), dropped %d bytes", l2.EndOffset(), end, report.DroppedBytes)
+	}
+	if len(l2.active().index.entries) != len(l.active().index.entries) {
+		t.Fatalf("recovery rebuilt %d index entries, the log had %d", len(l2.active().index.entries), len(l.active().index.entries))
+	}
+}

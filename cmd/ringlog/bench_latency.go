@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -151,6 +152,7 @@ type singleSeries struct {
 	// CPU spent while the series ran its measured rounds: this process's (getrusage) and,
 	// with --broker-pid, the broker's (its threads' schedstat run time), both in ns.
 	selfNs, brokerNs int64
+	brokerThreads    map[int]int64 // brokerNs per broker thread id (the split --broker-pid prints)
 	records          int
 	polls            func() client.ReadPollStats // the SendSync series with --read-poll
 }
@@ -288,7 +290,16 @@ func benchSingle(args []string) error {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
 			s.selfNs += selfCPUNs() - self0
-			s.brokerNs += threadsCPUNs(*brokerPID) - broker0
+			broker1 := threadsCPUNs(*brokerPID)
+			for tid, ns := range broker1 {
+				if d := ns - broker0[tid]; d > 0 {
+					if s.brokerThreads == nil {
+						s.brokerThreads = map[int]int64{}
+					}
+					s.brokerThreads[tid] += d
+					s.brokerNs += d
+				}
+			}
 			s.records += n
 		}
 	}
@@ -404,6 +415,9 @@ func printSeriesCPU(series []singleSeries, brokerPID int) {
 		fmt.Print(";")
 	}
 	fmt.Println()
+	if brokerPID > 0 {
+		printBrokerThreads(series)
+	}
 	for _, s := range series {
 		if s.polls == nil {
 			continue
@@ -412,6 +426,34 @@ func printSeriesCPU(series []singleSeries, brokerPID int) {
 		fmt.Printf("%s: %d polls found the answer, %d ran out; %.1f non-blocking reads per poll\n",
 			s.name, st.Hits, st.Misses, float64(st.Spins)/float64(max(st.Hits+st.Misses, 1)))
 	}
+}
+
+// printBrokerThreads prints, per series, the broker's CPU per record split by thread: the
+// two busiest threads (a shard loop, the Go runtime's sysmon, ...) and the rest, so a cost
+// that lands off the shard thread shows (docs/benchmarks.md, "session 9").
+func printBrokerThreads(series []singleSeries) {
+	fmt.Print("broker CPU µs per round trip by thread (tid µs, busiest first):")
+	for _, s := range series {
+		if s.records == 0 || s.brokerNs < int64(s.records)*1000 { // under 1 µs a record: not the broker's series
+			continue
+		}
+		tids := make([]int, 0, len(s.brokerThreads))
+		for tid := range s.brokerThreads {
+			tids = append(tids, tid)
+		}
+		sort.Slice(tids, func(i, j int) bool { return s.brokerThreads[tids[i]] > s.brokerThreads[tids[j]] })
+		fmt.Printf(" %s", s.name)
+		var rest int64
+		for i, tid := range tids {
+			if i < 2 {
+				fmt.Printf(" %d %.1f,", tid, float64(s.brokerThreads[tid])/1e3/float64(s.records))
+				continue
+			}
+			rest += s.brokerThreads[tid]
+		}
+		fmt.Printf(" rest %.1f;", float64(rest)/1e3/float64(s.records))
+	}
+	fmt.Println()
 }
 
 // selfCPUNs is this process's user + system CPU time in ns (getrusage, which Linux
@@ -424,30 +466,34 @@ func selfCPUNs() int64 {
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
-// threadsCPUNs sums the run time in ns of every thread of pid from
+// threadsCPUNs is the run time in ns of every thread of pid, by thread id, from
 // /proc/PID/task/*/schedstat (first field; precise, unlike /proc/PID/stat's ticks).
-// Threads that ended in between are missed. 0 for pid ≤ 0 or when unreadable.
-func threadsCPUNs(pid int) int64 {
+// Threads that ended in between are missed. Empty for pid ≤ 0 or when unreadable.
+func threadsCPUNs(pid int) map[int]int64 {
 	if pid <= 0 {
-		return 0
+		return nil
 	}
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0
+		return nil
 	}
-	var total int64
+	out := make(map[int]int64, len(tasks))
 	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
 		data, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
 		if err != nil {
 			continue
 		}
 		f, _, _ := strings.Cut(string(data), " ")
 		if n, err := strconv.ParseInt(f, 10, 64); err == nil {
-			total += n
+			out[tid] = n
 		}
 	}
-	return total
+	return out
 }
 
 // loadAverage is /proc/loadavg's first three fields, or "unknown".

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -138,14 +139,16 @@ func TestBenchSingleAgainstBroker(t *testing.T) {
 		}
 	}
 	// flush.always: a topic of its own and the write+fdatasync floor beside the ping-pongs.
+	// The broker runs in this process, so --broker-pid is ours: its threads' split is printed.
 	syncDir := t.TempDir()
 	out = captureStdout(t, func() {
 		if err := runBench([]string{"single", "--broker", addr, "--count", "20", "--rounds", "2", "--size", "100", "--queued=false",
-			"--flush-always", "--sync-dir", syncDir}); err != nil {
+			"--flush-always", "--sync-dir", syncDir, "--broker-pid", strconv.Itoa(os.Getpid())}); err != nil {
 			t.Fatal(err)
 		}
 	})
-	for _, want := range []string{"pingpong 100B proc", "write+fdatasync 100B", "SendSync acks=1", "against pingpong 100B p50 + write+fdatasync p50", "goal (flush.always):"} {
+	for _, want := range []string{"pingpong 100B proc", "write+fdatasync 100B", "SendSync acks=1", "against pingpong 100B p50 + write+fdatasync p50", "goal (flush.always):",
+		"broker CPU µs per round trip by thread (tid µs, busiest first): ", "rest "} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("--flush-always output lacks %q:\n%s", want, out)
 		}

@@ -34,6 +34,9 @@ type BrokerHandler struct {
 	afterFunc func(d time.Duration, f func()) (stop func() bool)
 	// defaultClock: afterFunc is time.AfterFunc's, so a produce may reuse its own timer.
 	defaultClock bool
+	// fetchWakes holds the wake handle of the ReplicaFetch outstanding on a connection (by
+	// its *Session) until the fetch is answered (replicaFetchWake).
+	fetchWakes sync.Map
 }
 
 // FetchResponseBytesMaxDefault is the default cap on a fetch response's records (Kafka's
@@ -110,6 +113,8 @@ func (h *BrokerHandler) Serve(req *Request) {
 		go func() { req.ReplyMessage(h.initProducerID(body)) }()
 	case *wire.ReplicaFetchRequest:
 		h.replicaFetch(req, body)
+	case *wire.ReplicaFetchWakeRequest:
+		h.replicaFetchWake(req)
 	case *wire.OffsetsForLeaderEpochRequest: // reads the leader's state under its lock
 		go func() { req.ReplyMessage(h.offsetsForLeaderEpoch(body)) }()
 	case *wire.ControllerRequest: // a raft round trip

@@ -387,7 +387,7 @@ func (m *Manager) CheckLeaderEpoch(tp shard.TopicPartition, epoch int32) error {
 // chunk, charged to the budget.
 func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 	answers := make([]FetchAnswer, len(req.Partitions))
-	fr := shard.FetchRequest{Replica: true, MaxWait: req.MaxWait, MinBytes: 1, ResponseBytesMax: int64(max(req.BytesMax, 1))}
+	fr := shard.FetchRequest{Replica: true, MaxWait: req.MaxWait, MinBytes: 1, ResponseBytesMax: int64(max(req.BytesMax, 1)), Wake: req.Wake}
 	var idx []int      // answers[idx[k]] is fr.Partitions[k]
 	var charged []bool // fr.Partitions[k] is charged to the leader throttle
 	var held []int     // answers of throttled partitions left out while the budget is spent

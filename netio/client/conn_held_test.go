@@ -46,6 +46,23 @@ func readRequest(nc net.Conn) (wire.RequestHeader, error) {
 	return h, err
 }
 
+// answeringServer answers every request on its one connection with an empty Metadata
+// response, after hold(i) returns for the i-th request (from 0).
+func answeringServer(t *testing.T, hold func(i int)) string {
+	return oneConnServer(t, func(nc net.Conn) {
+		for i := 0; ; i++ {
+			h, err := readRequest(nc)
+			if err != nil {
+				return
+			}
+			hold(i)
+			if _, err := nc.Write(wire.AppendResponse(nil, h, &wire.MetadataResponse{})); err != nil {
+				return
+			}
+		}
+	})
+}
+
 func testConn(t *testing.T, addr string) *conn {
 	t.Helper()
 	cfg := Config{DialTimeout: 5 * time.Second, InflightPerConnMax: 4, FrameBytesMax: 1 << 20}
@@ -62,18 +79,9 @@ func testConn(t *testing.T, addr string) *conn {
 // read deadline is back to none for the next caller.
 func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	answer := make(chan struct{})
-	addr := oneConnServer(t, func(nc net.Conn) {
-		for i := 0; ; i++ {
-			h, err := readRequest(nc)
-			if err != nil {
-				return
-			}
-			if i == 0 {
-				<-answer // the first request is answered only after its caller left
-			}
-			if _, err := nc.Write(wire.AppendResponse(nil, h, &wire.MetadataResponse{})); err != nil {
-				return
-			}
+	addr := answeringServer(t, func(i int) {
+		if i == 0 {
+			<-answer // the first request is answered only after its caller left
 		}
 	})
 	c := testConn(t, addr)
@@ -174,19 +182,10 @@ func TestHeldReadPollSeesClose(t *testing.T) {
 func TestHeldReadWatchOutlivesTheRead(t *testing.T) {
 	received := make(chan int, 4)
 	answer := make(chan struct{})
-	addr := oneConnServer(t, func(nc net.Conn) {
-		for i := 0; ; i++ {
-			h, err := readRequest(nc)
-			if err != nil {
-				return
-			}
-			received <- i
-			if i == 1 {
-				<-answer
-			}
-			if _, err := nc.Write(wire.AppendResponse(nil, h, &wire.MetadataResponse{})); err != nil {
-				return
-			}
+	addr := answeringServer(t, func(i int) {
+		received <- i
+		if i == 1 {
+			<-answer
 		}
 	})
 	c := testConn(t, addr)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -563,18 +564,34 @@ func (h *BrokerHandler) metadata(body *wire.MetadataRequest) *wire.MetadataRespo
 		}
 		resp.Shards = append(resp.Shards, wire.MetadataShard{Shard: int32(i), Address: addr})
 	}
+	var view *cluster.View
+	if h.cluster != nil {
+		view = h.cluster.View()
+	}
 	var topics []*shard.Topic
+	var unopened []string // replicated topics this broker has not opened yet (a reconcile under way)
 	if body.Topics == nil {
 		topics = h.b.Topics()
+		if view != nil {
+			for name := range view.Metadata.Topics {
+				if h.b.Topic(name) == nil {
+					unopened = append(unopened, name)
+				}
+			}
+			slices.Sort(unopened)
+		}
 	} else {
 		for _, name := range body.Topics {
 			t := h.b.Topic(name)
-			if t == nil {
+			switch {
+			case t != nil:
+				topics = append(topics, t)
+			case view != nil && view.Metadata.Topics[name] != nil:
+				unopened = append(unopened, name)
+			default:
 				resp.Topics = append(resp.Topics, wire.MetadataTopic{Topic: name, ErrorCode: wire.ErrUnknownTopicOrPartition,
 					ErrorMessage: fmt.Sprintf("topic %q does not exist", name)})
-				continue
 			}
-			topics = append(topics, t)
 		}
 	}
 	for _, t := range topics {
@@ -584,8 +601,11 @@ func (h *BrokerHandler) metadata(body *wire.MetadataRequest) *wire.MetadataRespo
 		}
 		resp.Topics = append(resp.Topics, mt)
 	}
+	for _, name := range unopened {
+		resp.Topics = append(resp.Topics, unopenedTopic(name, view.Metadata.Topics[name]))
+	}
 	if h.cluster != nil {
-		h.clusterMetadata(resp) // replication.go: leaders, replicas, ISR, brokers
+		h.clusterMetadata(resp, view) // replication.go: leaders, replicas, ISR, brokers
 	} else if body.Version >= 1 {
 		// A single broker leads every partition alone.
 		resp.Brokers, resp.ControllerID = []wire.MetadataBroker{{NodeID: h.brokerID, Address: h.address}}, -1

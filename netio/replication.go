@@ -37,8 +37,7 @@ func (h *BrokerHandler) WithCluster(m *cluster.Manager) *BrokerHandler {
 // controller metadata: each partition's leader, leader epoch, replicas and ISR, the high
 // watermark of the partitions this broker leads, the brokers and the controller leader.
 // Version 0 carries only the leader epoch of these; the encoder leaves the rest out.
-func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse) {
-	v := h.cluster.View()
+func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse, v *cluster.View) {
 	resp.ControllerID = v.ControllerLeader
 	if resp.ControllerID <= 0 {
 		resp.ControllerID = -1
@@ -68,6 +67,20 @@ func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse) {
 			}
 		}
 	}
+}
+
+// unopenedTopic describes a replicated topic the controller's metadata holds but this
+// broker has not opened yet (its reconcile is under way, or failed): every partition,
+// on no shard of this broker (-1); clusterMetadata adds the leaders. As Kafka describes a
+// topic from its metadata cache: clients route to the leaders, and one that asks this
+// broker is answered NOT_LEADER_OR_WRONG_SHARD (retriable) rather than told the topic
+// does not exist.
+func unopenedTopic(name string, ct *controller.Topic) wire.MetadataTopic {
+	mt := wire.MetadataTopic{Topic: name, Partitions: make([]wire.MetadataPartition, len(ct.Partitions))}
+	for i := range mt.Partitions {
+		mt.Partitions[i] = wire.MetadataPartition{Partition: int32(i), Shard: -1, Leader: controller.NoLeader, HighWatermark: -1}
+	}
+	return mt
 }
 
 // checkLeader is nil when this broker may serve clients for tp.

@@ -144,12 +144,18 @@ func TestKafkaClusterFailover(t *testing.T) {
 	)
 	for ; sent < total; sent++ {
 		if sent == killAt {
-			// Wait for the first records to be acknowledged, then kill the leader.
+			// Wait for the first records to be acknowledged, some of them on partition 0
+			// (whose batches must show the leader change), then kill its leader.
 			for {
 				mu.Lock()
-				n := len(acked)
+				n, p0 := len(acked), 0
+				for k := range acked {
+					if k.partition == 0 {
+						p0++
+					}
+				}
 				mu.Unlock()
-				if n >= killAt/2 || ctx.Err() != nil {
+				if n >= killAt/2 && p0 > 0 || ctx.Err() != nil {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)

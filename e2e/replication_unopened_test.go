@@ -15,11 +15,12 @@ import (
 	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sys/unix"
 )
 
 // TestTopicKnownButNotOpened: a broker whose controller metadata holds a replicated topic
-// it has not opened (its reconcile is under way; here it can never open it: a file sits
-// where the partition's directory goes, so the window stays open) answers as Kafka does
+// it has not opened (its reconcile is under way; here it can never open it: an immutable
+// file sits where the partition's directory goes, so the window stays open) answers as Kafka does
 // for a partition its metadata cache knows: both listeners describe the topic from the
 // controller's metadata with its leader, Produce is refused NOT_LEADER_OR_FOLLOWER (Kafka)
 // / NOT_LEADER_OR_WRONG_SHARD (ringlog), on which clients refresh and retry at the leader,
@@ -34,9 +35,7 @@ func TestTopicKnownButNotOpened(t *testing.T) {
 	// the first whose replicas leave node 3 out (a replica there could never catch up).
 	const candidates = 10
 	for i := range candidates {
-		if err := os.WriteFile(filepath.Join(blocked.dataDir, fmt.Sprintf("unopened-%d-0", i)), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		blockPath(t, filepath.Join(blocked.dataDir, fmt.Sprintf("unopened-%d-0", i)))
 	}
 	var topic string
 	var leader int32
@@ -114,4 +113,41 @@ func TestTopicKnownButNotOpened(t *testing.T) {
 	if code := produceTo(ctx, t, admin, 3, "nobody-knows", 0); code != kerr.UnknownTopicOrPartition.Code {
 		t.Errorf("Kafka produce to a topic nobody knows: code %d, want UNKNOWN_TOPIC_OR_PARTITION", code)
 	}
+}
+
+// blockPath puts an immutable empty file at path (FS_IMMUTABLE_FL, chattr +i): a broker
+// can neither create the partition directory there nor remove the file when its failed
+// open cleans up. The flag comes off when the test ends. Skips where the file system or
+// the process cannot set it.
+func blockPath(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const immutable = 0x10 // FS_IMMUTABLE_FL
+	setFlags := func(on bool) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+		if err != nil {
+			return err
+		}
+		if on {
+			flags |= immutable
+		} else {
+			flags &^= immutable
+		}
+		return unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, int(flags))
+	}
+	if err := setFlags(true); err != nil {
+		t.Skipf("cannot make %s immutable: %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := setFlags(false); err != nil {
+			t.Errorf("%s stays immutable: %v", path, err)
+		}
+	})
 }

@@ -59,17 +59,17 @@ func benchPingPong(args []string) error {
 	defer stop()
 	var series []singleSeries
 	for spec := range strings.SplitSeq(specs, ",") {
-		pp, name, stop, err := newEcho(strings.TrimSpace(spec), *size)
+		s, stop, err := newEcho(strings.TrimSpace(spec), *size)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		series = append(series, singleSeries{name: name, run: pp.Run})
+		series = append(series, s)
 	}
 	if err := warmUp(ctx, series); err != nil {
 		return err
 	}
-	if err := takeTurns(ctx, series, *count, *rounds, 0); err != nil {
+	if err := takeTurns(ctx, series, *count, *rounds); err != nil {
 		return err
 	}
 	fmt.Printf("ping-pong of %d B, %d round trips per echo in %d rounds; load average %s\n", *size, *count, *rounds, loadAverage())
@@ -84,7 +84,7 @@ func benchPingPong(args []string) error {
 	if len(series) > 1 {
 		fmt.Printf("ratios: p50 p99 p99.9 against %s\n", series[0].name)
 	}
-	printSeriesCPU(series, 0)
+	printSeriesCPU(series)
 	return nil
 }
 
@@ -137,34 +137,34 @@ func runEchoChild(sizeText, ringSpec string) error {
 // startEchoProcess runs this binary again as an echo (runEchoChild; on a ring.Reactor loop
 // when ringSpec is set) and connects a ping-pong to it: the floor with the same process
 // boundary a broker has.
-func startEchoProcess(size int, ringSpec string) (*bench.PingPong, func(), error) {
+func startEchoProcess(size int, ringSpec string) (*bench.PingPong, int, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", echoChildEnv, size), echoRingChildEnv+"="+ringSpec)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("echo process: %w", err)
+		return nil, 0, nil, fmt.Errorf("echo process: %w", err)
 	}
 	addr, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, nil, fmt.Errorf("echo process: no address: %w", err)
+		return nil, 0, nil, fmt.Errorf("echo process: no address: %w", err)
 	}
 	pp, err := bench.DialPingPong(strings.TrimSpace(addr), size)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
-	return pp, func() { pp.Close(); _ = cmd.Wait() }, nil
+	return pp, cmd.Process.Pid, func() { pp.Close(); _ = cmd.Wait() }, nil
 }
 
 // uringUsable reports why this process cannot set up an io_uring ring, or nil.
@@ -177,27 +177,33 @@ func uringUsable() error {
 }
 
 // newEcho starts a ping-pong of size bytes against the echo spec names (see bench
-// pingpong's --echo) and returns it with its series name and its stop.
-func newEcho(spec string, size int) (*bench.PingPong, string, func(), error) {
+// pingpong's --echo) and returns its series (with the echo process as its server) and its
+// stop.
+func newEcho(spec string, size int) (singleSeries, func(), error) {
 	name := fmt.Sprintf("pingpong %dB", size)
+	var ringSpec string
 	switch {
 	case spec == "go":
 		pp, err := bench.NewPingPong(size)
 		if err != nil {
-			return nil, "", nil, err
+			return singleSeries{}, nil, err
 		}
-		return pp, name, func() { pp.Close() }, nil
+		return singleSeries{name: name, run: pp.Run}, func() { pp.Close() }, nil
 	case spec == "proc":
-		pp, stop, err := startEchoProcess(size, "")
-		return pp, name + " proc", stop, err
+		name += " proc"
 	case strings.HasPrefix(spec, "uring"):
 		if _, err := bench.ParseUringEcho(spec); err != nil {
-			return nil, "", nil, err
+			return singleSeries{}, nil, err
 		}
-		pp, stop, err := startEchoProcess(size, spec)
-		return pp, "echo " + spec, stop, err
+		name, ringSpec = "echo "+spec, spec
+	default:
+		return singleSeries{}, nil, fmt.Errorf("echo %q: want go, proc or uring[:opt+opt...]", spec)
 	}
-	return nil, "", nil, fmt.Errorf("echo %q: want go, proc or uring[:opt+opt...]", spec)
+	pp, pid, stop, err := startEchoProcess(size, ringSpec)
+	if err != nil {
+		return singleSeries{}, nil, err
+	}
+	return singleSeries{name: name, run: pp.Run, serverPID: pid}, stop, nil
 }
 
 // singleSeries is one way of sending a record in `ringlog bench single`.
@@ -205,9 +211,11 @@ type singleSeries struct {
 	name string
 	lat  *bench.Latency
 	run  func(ctx context.Context, n int, lat *bench.Latency) error
-	// CPU spent while the series ran its measured rounds: this process's (getrusage) and,
-	// with --broker-pid, the broker's (its threads' schedstat run time), both in ns.
-	selfNs, brokerNs int64
+	// CPU spent while the series ran its measured rounds: this process's (getrusage) and
+	// its server's (the threads' schedstat run time of the echo's process, or with
+	// --broker-pid of the broker), both in ns.
+	selfNs, serverNs int64
+	serverPID        int // 0: no server process to account
 	records          int
 	polls            func() client.ReadPollStats // the SendSync series with --read-poll
 }
@@ -280,22 +288,22 @@ func benchSingle(args []string) error {
 	}
 	var series []singleSeries
 	for _, spec := range echoSpecs {
-		pp, name, stop, err := newEcho(spec, max(*size, 1))
+		s, stop, err := newEcho(spec, max(*size, 1))
 		if err != nil {
 			return err
 		}
 		defer stop()
-		series = append(series, singleSeries{name: name, run: pp.Run})
+		series = append(series, s)
 	}
 	floors := len(series)
 	value := make([]byte, *size)
 	syncProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
 	defer syncProducer.Close(context.Background())
-	series = append(series, singleSeries{name: "SendSync acks=1", run: sendSyncSeries(syncProducer, *topic, value)})
+	series = append(series, singleSeries{name: "SendSync acks=1", run: sendSyncSeries(syncProducer, *topic, value), serverPID: *brokerPID})
 	for _, d := range polls {
 		pp := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, ReadPoll: d})
 		defer pp.Close(context.Background())
-		series = append(series, singleSeries{name: fmt.Sprintf("SendSync poll %v", d), polls: pp.ReadPollStats, run: sendSyncSeries(pp, *topic, value)})
+		series = append(series, singleSeries{name: fmt.Sprintf("SendSync poll %v", d), polls: pp.ReadPollStats, run: sendSyncSeries(pp, *topic, value), serverPID: *brokerPID})
 	}
 	if *flushAlways {
 		syncFloor, stop, err := newSyncFloor(*syncDir, max(*size, 1))
@@ -322,7 +330,7 @@ func benchSingle(args []string) error {
 				lat.Record(time.Since(start))
 			}
 			return nil
-		}})
+		}, serverPID: *brokerPID})
 	}
 	if err := warmUp(ctx, series); err != nil {
 		return err
@@ -332,7 +340,7 @@ func benchSingle(args []string) error {
 		return err
 	}
 	defer stopProfiles()
-	if err := takeTurns(ctx, series, *count, *rounds, *brokerPID); err != nil {
+	if err := takeTurns(ctx, series, *count, *rounds); err != nil {
 		return err
 	}
 	stopProfiles()
@@ -357,7 +365,7 @@ func benchSingle(args []string) error {
 		names[i] = f.name
 	}
 	fmt.Printf("ratios: p50 p99 p99.9 against %s\n", strings.Join(names, " | "))
-	printSeriesCPU(series, *brokerPID)
+	printSeriesCPU(series)
 	if *flushAlways {
 		sync := series[floors].lat.Summarize()
 		for _, s := range series[firstProduce:] {
@@ -388,8 +396,8 @@ func warmUp(ctx context.Context, series []singleSeries) error {
 
 // takeTurns runs count round trips of every series in rounds turns, each series starting a
 // round in turn, so a burst of load or writeback lands on all of them alike, and counts the
-// CPU each one used (this process's, and brokerPID's threads' when > 0).
-func takeTurns(ctx context.Context, series []singleSeries, count, rounds, brokerPID int) error {
+// CPU each one used (this process's, and its server's threads').
+func takeTurns(ctx context.Context, series []singleSeries, count, rounds int) error {
 	for round := range rounds {
 		n := count / rounds
 		if round == rounds-1 {
@@ -397,12 +405,12 @@ func takeTurns(ctx context.Context, series []singleSeries, count, rounds, broker
 		}
 		for k := range series {
 			s := &series[(round+k)%len(series)]
-			self0, broker0 := selfCPUNs(), threadsCPUNs(brokerPID)
+			self0, server0 := selfCPUNs(), threadsCPUNs(s.serverPID)
 			if err := s.run(ctx, n, s.lat); err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
 			s.selfNs += selfCPUNs() - self0
-			s.brokerNs += threadsCPUNs(brokerPID) - broker0
+			s.serverNs += threadsCPUNs(s.serverPID) - server0
 			s.records += n
 		}
 	}
@@ -472,16 +480,19 @@ func sendSyncSeries(p *client.Producer, topic string, value []byte) func(ctx con
 }
 
 // printSeriesCPU prints each series' CPU per record: this process's (for the in-process
-// ping-pong both of its ends), the broker's with brokerPID, and what a read poll did.
-func printSeriesCPU(series []singleSeries, brokerPID int) {
-	fmt.Printf("CPU µs per round trip, this process%s:", map[bool]string{true: " / broker", false: ""}[brokerPID > 0])
+// ping-pong both of its ends) and its server's (the echo's process, the broker's with
+// --broker-pid; "-" where there is none), and what a read poll did.
+func printSeriesCPU(series []singleSeries) {
+	fmt.Print("CPU µs per round trip, this process / server:")
 	for _, s := range series {
 		if s.records == 0 {
 			continue
 		}
 		fmt.Printf(" %s %.1f", s.name, float64(s.selfNs)/1e3/float64(s.records))
-		if brokerPID > 0 {
-			fmt.Printf(" / %.1f", float64(s.brokerNs)/1e3/float64(s.records))
+		if s.serverPID > 0 {
+			fmt.Printf(" / %.1f", float64(s.serverNs)/1e3/float64(s.records))
+		} else {
+			fmt.Print(" / -")
 		}
 		fmt.Print(";")
 	}

@@ -61,7 +61,7 @@ func TestUringEchoServesEveryVariant(t *testing.T) {
 		t.Skipf("io_uring unavailable: %v", err)
 	}
 	probe.Close()
-	for _, spec := range []string{"uring", "uring:defer+timer", "uring:coop+pollfirst", "uring:single+multishot+sendop", "uring:cpu0"} {
+	for _, spec := range []string{"uring", "uring:defer+timer", "uring:coop+pollfirst+append", "uring:single+multishot+sendop", "uring:cpu0"} {
 		t.Run(spec, func(t *testing.T) {
 			cfg, err := ParseUringEcho(spec)
 			if err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -32,11 +33,19 @@ import (
 //	timer      a 100 ms timer stays armed, so every wait carries a timeout (a shard has its
 //	           flush- and retention-check timers)
 //	cpuN       pin the loop thread to CPU N (a broker pins each shard)
+//	append     before it answers, append the message to a file in the temporary directory
+//	           by the reactor's Pwritev (InlineFileIO, as a page-cache broker appends a
+//	           produce): the least an acks=1 broker does per record
 type UringEcho struct {
 	DeferTaskrun, CoopTaskrun, SingleIssuer bool
 	PollFirst, Multishot, SendOp, Timer     bool
+	Append                                  bool
 	CPU                                     int // -1: not pinned
 }
+
+// uringEchoAppendBytesMax bounds the append option's file: it is emptied (ftruncate) and
+// appended to from 0 again when it would grow past this.
+const uringEchoAppendBytesMax = 64 << 20
 
 // uringEchoTimerInterval is the period of UringEcho.Timer's timer (the order of a shard's
 // flush-check interval).
@@ -72,6 +81,8 @@ func ParseUringEcho(spec string) (UringEcho, error) {
 			e.SendOp = true
 		case opt == "timer":
 			e.Timer = true
+		case opt == "append":
+			e.Append = true
 		case strings.HasPrefix(opt, "cpu"):
 			cpu, err := strconv.Atoi(opt[len("cpu"):])
 			if err != nil || cpu < 0 {
@@ -79,7 +90,7 @@ func ParseUringEcho(spec string) (UringEcho, error) {
 			}
 			e.CPU = cpu
 		default:
-			return e, fmt.Errorf("echo %q: unknown option %q (defer, coop, single, pollfirst, multishot, sendop, timer, cpuN)", spec, opt)
+			return e, fmt.Errorf("echo %q: unknown option %q (defer, coop, single, pollfirst, multishot, sendop, timer, append, cpuN)", spec, opt)
 		}
 	}
 	if e.DeferTaskrun && e.CoopTaskrun {
@@ -97,6 +108,7 @@ func (e UringEcho) ringConfig() ring.Config {
 		SingleIssuer: e.SingleIssuer || e.DeferTaskrun,
 		DeferTaskrun: e.DeferTaskrun,
 		CoopTaskrun:  e.CoopTaskrun,
+		InlineFileIO: e.Append,
 	}
 }
 
@@ -177,10 +189,28 @@ type uringEcho struct {
 	onSendFn   func(res int32, flags uint32)
 	timer      *ring.Timer
 	timerTicks int
+	file       int      // the append option's file (unlinked), else -1
+	fileBytes  int64    // its length
+	iov        [][]byte // {buf}, for Pwritev
 }
 
 func (e *uringEcho) run() error {
 	e.onRecvFn, e.onSendFn = e.onRecv, e.onSend
+	e.file = -1
+	if e.cfg.Append {
+		f, err := os.CreateTemp("", "ringlog-uring-echo-*")
+		if err != nil {
+			return fmt.Errorf("uring echo: %w", err)
+		}
+		os.Remove(f.Name()) // nothing is left behind, however the process ends
+		fd, err := unix.Dup(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("uring echo: %w", err)
+		}
+		defer unix.Close(fd)
+		e.file, e.iov = fd, [][]byte{e.buf}
+	}
 	if e.cfg.Multishot {
 		bufs, err := ring.NewBufRing(e.r.Ring(), 1, uringEchoBufRingEntries, len(e.buf))
 		if err != nil {
@@ -269,7 +299,29 @@ func (e *uringEcho) onRecv(res int32, flags uint32) {
 		return
 	}
 	e.filled, e.sent = 0, 0
+	if e.file >= 0 && !e.append() {
+		return
+	}
 	e.send()
+}
+
+// append writes the message at the end of the append option's file, as a broker's
+// page-cache append does (one pwritev on the loop thread).
+func (e *uringEcho) append() bool {
+	if e.fileBytes+int64(len(e.buf)) > uringEchoAppendBytesMax {
+		if err := unix.Ftruncate(e.file, 0); err != nil {
+			e.fail(fmt.Errorf("truncate: %w", err))
+			return false
+		}
+		e.fileBytes = 0
+	}
+	n, err := e.r.Pwritev(e.file, e.iov, e.fileBytes)
+	if err != nil {
+		e.fail(fmt.Errorf("append: %w", err))
+		return false
+	}
+	e.fileBytes += int64(n)
+	return true
 }
 
 // send sends what is left of the answer: inline first (as netio's ring driver does) unless

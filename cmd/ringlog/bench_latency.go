@@ -89,7 +89,7 @@ func benchPingPong(args []string) error {
 }
 
 // uringEchoOptions lists the io_uring echo's options for flag help (bench.UringEcho).
-const uringEchoOptions = "defer, coop, single, pollfirst, multishot, sendop, timer, cpuN"
+const uringEchoOptions = "defer, coop, single, pollfirst, multishot, sendop, timer, append, cpuN"
 
 // echoChildEnv, set to a message size, makes this binary serve one ping-pong echo
 // connection on 127.0.0.1 instead of running its command line: it prints the address on

@@ -135,7 +135,7 @@ func TestBenchSingleAgainstBroker(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	wants := []string{"pingpong 100B", "pingpong 100B proc", "SendSync acks=1", "Send+wait acks=1", "goal:"}
+	wants := []string{"pingpong 100B", "pingpong 100B proc", "raw produce acks=1", "SendSync acks=1", "Send+wait acks=1", "goal:"}
 	if uringUsable() == nil {
 		wants = append(wants, "echo uring ")
 	}

@@ -26,7 +26,6 @@
 //	loopback.go   loopback TCP bandwidth
 //	pingpong.go   the ping-pong client and the Go echo
 //	uringecho.go  the io_uring echo (one ring.Reactor loop; setup, recv, send and append options)
-//	rawproduce.go a ping-pong of one pre-encoded produce request, without the client library
 //	procnet.go    the PID listening on an address (for broker RSS)
 //	memdriver.go  an in-process log, for the harness's own ceiling and for tests
 //	disk/         Kafka's linear-vs-random disk experiment through ring/

@@ -229,7 +229,7 @@ func benchSingle(args []string) error {
 	rounds := fs.Int("rounds", 10, "the series take turns this many times, so load hits all alike")
 	processFloor := fs.Bool("process-floor", true, "also run the ping-pong against an echo in another process (the broker's process boundary); ratios are printed against every floor")
 	uringFloors := fs.String("uring-floor", "uring", "comma-separated io_uring echoes (uring[:opt+opt...], options "+uringEchoOptions+") to run the ping-pong against too, each in another process on one ring.Reactor loop; empty: none")
-	rawProduce := fs.Bool("raw-produce", true, "also measure a produce request of one record encoded once and sent as is on a connection of its own to the partition's shard, without the client library (bench.RawProduce): SendSync minus it is the client's cost")
+	rawProduce := fs.Bool("raw-produce", true, "also measure a produce request of one record encoded once and sent as is on a connection of its own to the partition's shard, without the client library (ringlogdriver.RawProduce): SendSync minus it is the client's cost")
 	queued := fs.Bool("queued", true, "also measure Send plus waiting for the callback (the batching path, through the sender goroutine)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the measured rounds to this file")
 	traceFile := fs.String("trace", "", "write a Go execution trace of the measured rounds to this file")
@@ -299,7 +299,7 @@ func benchSingle(args []string) error {
 	floors := len(series)
 	value := make([]byte, *size)
 	if *rawProduce {
-		raw, err := bench.DialRawProduce(ctx, c, *broker, *topic, 0, value)
+		raw, err := ringlogdriver.DialRawProduce(ctx, c, *broker, *topic, 0, value)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package bench
+package ringlogdriver
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/ringlog/ringlog/bench"
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/wire"
@@ -16,7 +17,7 @@ import (
 // address a shard-aware client uses), with the answer read and its error code checked.
 // Against a broker it is the round trip with the client library taken out: SendSync minus
 // RawProduce is the client's own cost, RawProduce minus an echo that appends
-// (UringEcho.Append) the broker's. Every round trip appends the same batch again.
+// (bench.UringEcho.Append) the broker's. Every round trip appends the same batch again.
 type RawProduce struct {
 	conn    net.Conn
 	request []byte // the whole frame
@@ -83,7 +84,7 @@ func shardAddress(meta *wire.MetadataResponse, brokerAddr, topic string, partiti
 
 // Run does count produce round trips and records each into lat. It stops early when ctx
 // is done.
-func (p *RawProduce) Run(ctx context.Context, count int, lat *Latency) error {
+func (p *RawProduce) Run(ctx context.Context, count int, lat *bench.Latency) error {
 	for i := range count {
 		if i%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()

@@ -48,10 +48,7 @@ type segment struct {
 	syncedSize int64 // bytes known to be on stable storage
 	// syncedNextOffset is nextOffset as of the last sync: index entries up to it may be persisted.
 	syncedNextOffset int64
-	// indexedSyncedSize is syncedSize as of the last persistIndexes: EndSync writes the active
-	// segment's entries only once the synced bytes past it reach indexPersistBytes.
-	indexedSyncedSize int64
-	maxTimestamp      int64 // largest batch MaxTimestamp, noTimestamp when none
+	maxTimestamp     int64 // largest batch MaxTimestamp, noTimestamp when none
 
 	log           *os.File // O_RDWR, buffered: reads, page-cache writes, sendfile source
 	index         offsetIndex
@@ -475,34 +472,10 @@ func (s *segment) restore(st segmentState) {
 	s.timeIndex.entries = s.timeIndex.entries[:st.timeIndexEntries]
 }
 
-// indexPersistBytes is how many synced bytes of the active segment EndSync lets pass before it
-// writes their index entries (sealed segments, Sync, Close and recovery write them at once).
-//
-// Measured on ext4 without a journal (docs/benchmarks.md, "session 9"): its fsync writes the
-// inode table block whenever that block is dirty, whatever fdatasync's rules for the inode
-// itself, and the block holds the inodes of the segment's neighbours too: every index write
-// (a new size or a new mtime of the .index and .timeindex files) made the segment's next
-// fdatasync write one more 4 KiB metadata block and wait for it. Per sync (one entry every
-// index.interval.bytes) that was every fourth durable 1 KiB record; per MiB it is one in
-// about a thousand. The cost is at recovery only: after a crash the active segment is
-// re-scanned from its last entry on disk, now up to this many bytes more (a few ms).
-const indexPersistBytes = 1 << 20
-
-// persistIndexesDue is persistIndexes for the active segment after a sync (EndSync): only
-// once indexPersistBytes of synced log have no entries on disk.
-func (s *segment) persistIndexesDue(fio ring.FileIO, scratch []byte) ([]byte, error) {
-	s.indexedSyncedSize = min(s.indexedSyncedSize, s.syncedSize) // a truncation cut below it
-	if s.syncedSize-s.indexedSyncedSize < indexPersistBytes {
-		return scratch, nil
-	}
-	return s.persistIndexes(fio, scratch)
-}
-
 // persistIndexes writes index entries that describe synced log bytes: the time index first,
 // then the offset index, so a crash between them can only leave the offset index behind
 // (recovery then scans a little more). scratch is returned for reuse.
 func (s *segment) persistIndexes(fio ring.FileIO, scratch []byte) ([]byte, error) {
-	s.indexedSyncedSize = s.syncedSize
 	syncedRel := s.syncedNextOffset - s.baseOffset
 	t := s.timeIndex.onDisk
 	for t < len(s.timeIndex.entries) && int64(s.timeIndex.entries[t].relativeOffset) <= syncedRel {

@@ -126,8 +126,7 @@ func closeFds(fds []int) {
 
 // EndSync completes t. A non-nil syncErr (the first fdatasync failure) fails the log for
 // good, as a failed Sync does. Otherwise the covered bytes count as synced, sealed segments
-// covered leave the unsynced list, and their index entries are persisted; the active
-// segment's once indexPersistBytes of synced log lack them.
+// covered leave the unsynced list, and their index entries are persisted.
 func (l *Log) EndSync(t SyncTicket, syncErr error) error {
 	closeFds(t.Fds[t.Borrowed:])
 	defer l.keepTicketArrays(t)
@@ -151,14 +150,7 @@ func (l *Log) EndSync(t SyncTicket, syncErr error) error {
 			s.addFinalTimeEntry()
 		}
 		var err error
-		if c.sealed {
-			l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch)
-		} else {
-			// The active segment's entries wait for indexPersistBytes of synced log (see there):
-			// written per sync, they cost every fourth durable record one more device write.
-			l.indexScratch, err = s.persistIndexesDue(l.fio, l.indexScratch)
-		}
-		if err != nil {
+		if l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch); err != nil {
 			l.cfg.Logger.Warn("index write failed", "dir", l.dir, "err", err)
 		}
 		if c.sealed {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,11 +41,15 @@ import (
 // follow a retirement. churn-fresh creates each new segment as an empty file
 // (recycle.segments -1), churn-recycle renames a retired one into place (the default,
 // engine/recycle.go) so appends overwrite written blocks, as raw-seq does.
+//
+// The -1group modes (async-1group, churn-recycle-1group) keep one write group in flight
+// per partition (engine.DirectWriteGroupsMax = 1), as before session 9, for the A/B
+// against the default of several.
 func BenchmarkDirectAppend(b *testing.B) {
 	for _, spec := range rawDirectRefs {
 		b.Run(spec.name, func(b *testing.B) { benchRawDirect(b, spec) })
 	}
-	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc", "churn-fresh", "churn-recycle"} {
+	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc", "churn-fresh", "churn-recycle", "async-1group", "churn-recycle-1group"} {
 		for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("mode=%s/batch=%dKiB", mode, size>>10), func(b *testing.B) {
 				topic := map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect),
@@ -53,13 +58,23 @@ func BenchmarkDirectAppend(b *testing.B) {
 				switch mode {
 				case "async-prealloc":
 					topic[engine.ConfigPreallocateBytes] = strconv.Itoa(benchPreallocBytes())
-				case "churn-fresh", "churn-recycle":
+				case "churn-fresh", "churn-recycle", "churn-recycle-1group":
 					topic[engine.ConfigSegmentBytes] = strconv.Itoa(benchChurnSegmentBytes)
 					topic[engine.ConfigRetentionBytes] = strconv.Itoa(1 << 20)
 					warmupBytes = (2*benchChurnSegmentBytes + 4<<20) * benchPartitions
-					if mode == "churn-recycle" {
+					if mode != "churn-fresh" {
 						delete(topic, engine.ConfigRecycleSegments) // the default
 					}
+				}
+				defer func(n int, m int64) { engine.DirectWriteGroupsMax, engine.DirectGroupMinBytes = n, m }(engine.DirectWriteGroupsMax, engine.DirectGroupMinBytes)
+				if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_GROUPS")); err == nil {
+					engine.DirectWriteGroupsMax = v
+				}
+				if v, err := strconv.ParseInt(os.Getenv("RINGLOG_BENCH_GROUP_MIN"), 10, 64); err == nil {
+					engine.DirectGroupMinBytes = v
+				}
+				if strings.HasSuffix(mode, "-1group") { // one write group in flight per partition
+					engine.DirectWriteGroupsMax = 1
 				}
 				benchDirectAppend(b, size, topic, warmupBytes, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
 			})

@@ -197,8 +197,10 @@ func (l *Log) submitWrites(s *segment) {
 	g := &gs.g[idx]
 	*g = writeGroup{pos: end, next: s.nextOffset, shared: -1}
 	issueFrom := alignDown(from)
-	if gs.count > 1 && from != issueFrom {
-		// The group before ends in this block and may be writing it: its write waits.
+	if gs.count > 1 && from != issueFrom && !gs.g[gs.slot(gs.count-2)].finished {
+		// The group before ends in this block and is writing it: this write waits for it.
+		// (A group before that already finished, waiting for an earlier one to advance the
+		// written end, wrote the block: no wait, or nothing would ever start it.)
 		g.shared = issueFrom
 		issueFrom += blockBytes
 	}
@@ -357,7 +359,12 @@ func (l *Log) awaitWrites() error {
 			if !l.WritesPending() || l.failed != nil {
 				return l.failed
 			}
+			w := l.active().direct
+			before := w.writtenPos
 			l.submitWrites(l.active())
+			if l.groups.ops == 0 && w.writtenPos == before && l.failed == nil {
+				panic(fmt.Sprintf("engine: direct writes pending (written %d, staged %d, %d groups) and none in flight or startable", w.writtenPos, w.active.end(), l.groups.count))
+			}
 			continue
 		}
 		if err := l.aw.AwaitWrites(l.awIdle); err != nil {

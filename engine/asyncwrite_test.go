@@ -558,3 +558,67 @@ func TestDirectRollReusesChunks(t *testing.T) {
 		}
 	}
 }
+
+// alignedBatch builds a batch of exactly blockBytes (one record, its value sized to fit),
+// so that the log's end lands on a block boundary.
+func alignedBatch(t *testing.T, next *int64) []byte {
+	t.Helper()
+	for v := blockBytes - 200; v < blockBytes; v++ {
+		b := batch.NewBuilder(batch.BuilderOptions{})
+		b.Append(1, nil, make([]byte, v), nil)
+		out, err := b.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) == blockBytes {
+			*next++
+			return out
+		}
+	}
+	t.Fatal("no value size makes a batch of one block")
+	return nil
+}
+
+// TestAsyncDirectGroupAfterFinishedGroup: a group that finished before the one ahead of it
+// (it shares no block with that one) has written its last block; the group started after
+// it shares that block and must write it at once, not wait for a finish that already
+// happened (that wait never ended: the loop spun in awaitWrites).
+func TestAsyncDirectGroupAfterFinishedGroup(t *testing.T) {
+	dir := t.TempDir()
+	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 1 << 20, DirectChunkBytes: 64 << 10, Logger: quietLogger}
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	if l.Mode() != StorageDirect {
+		t.Skip("no O_DIRECT here")
+	}
+	defer func(v int64) { DirectGroupMinBytes = v }(DirectGroupMinBytes)
+	DirectGroupMinBytes = 0
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rand.New(rand.NewPCG(1, 1))}
+	l.SetAsyncWriter(qw, func() {})
+	next := int64(0)
+	bb := batch.NewBuilder(batch.BuilderOptions{})
+	appendOne := func(b []byte) {
+		t.Helper()
+		if _, err := l.AppendBatches([][]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOne(alignedBatch(t, &next))      // group 1: [0, 4096), ends on a block boundary
+	appendOne(crashBatch(t, bb, &next, 3)) // group 2: [4096, 8192), shares no block
+	if len(qw.q) != 2 || qw.q[1].off != blockBytes {
+		t.Fatalf("%d writes in flight, want group 1's and group 2's (at %d)", len(qw.q), blockBytes)
+	}
+	qw.q[1].done(pwriteAll(qw.fio, qw.q[1].fd, qw.q[1].data, qw.q[1].off)) // group 2 finishes first
+	qw.q = qw.q[:1]
+	appendOne(crashBatch(t, bb, &next, 3)) // group 3 starts in group 2's last block
+	if len(qw.q) != 2 || qw.q[1].off != blockBytes {
+		t.Fatalf("%d writes in flight: group 3 must write the block group 2 wrote (at %d), at once", len(qw.q), blockBytes)
+	}
+	qw.completeSome(len(qw.q))
+	if l.EndOffset() != next || l.WritesPending() {
+		t.Fatalf("written end %d, appended %d, writes pending %v", l.EndOffset(), next, l.WritesPending())
+	}
+	checkOnDisk(t, l, next)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

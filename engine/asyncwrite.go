@@ -13,9 +13,10 @@ import (
 // append copies its batches into the staging chunks, assigns their offsets and returns
 // without waiting for the device. The staged bytes go out as write groups: one write op per
 // chunk touched (chunk boundaries are block-aligned, so the ops never overlap and run in
-// parallel). Up to DirectWriteGroupsMax groups are in flight per log, in file order, each
-// covering [alignDown(the end before it), alignUp(its staged end)): a new group starts at
-// once when none is in flight, else once DirectGroupMinBytes are staged past the last one.
+// parallel). Up to DirectWriteGroupsMax groups (default 1) are in flight per log, in file
+// order, each covering [alignDown(the end before it), alignUp(its staged end)): a new group
+// starts at once when none is in flight, else once DirectGroupMinBytes are staged past the
+// last one (with one group: the moment it finishes).
 // Two groups share a block when the first ends inside it; two O_DIRECT writes of one block
 // in flight may reach the device in either order, so the second group's write of that
 // block waits until the first group finished (its other blocks go out at once):
@@ -71,12 +72,14 @@ type FixedBufferWriter interface {
 var directStagedMax int64 = 16 << 20
 
 // DirectWriteGroupsMax is how many write groups a direct-mode log keeps in flight (1 to
-// directWriteGroupsLimit). One group per partition left the device idle between a group's
-// completion and the next submit, and kept at most a partition's group in flight while
-// the rest of the produce window waited in the chunks (docs/benchmarks.md, "session 9").
-// Read by SetAsyncWriter; a variable for A/B measurements (BenchmarkDirectAppend,
-// mode=async-1group).
-var DirectWriteGroupsMax = 4
+// directWriteGroupsLimit). Default 1: several groups per partition lost the session-9 A/B
+// on this machine's virtio disk (16 partitions at a retention limit: 0.58–0.93× one
+// group; on one fresh segment a wash), because the log already keeps 40–47 write ops in
+// flight (one per chunk a group touches) and more groups only cut them smaller and make a
+// roll wait for more (docs/benchmarks.md, "session 9"). The mechanism stays, tested, for
+// devices where depth per file matters. Read by SetAsyncWriter; a variable for A/B
+// measurements (BenchmarkDirectAppend, the -4groups modes).
+var DirectWriteGroupsMax = 1
 
 // directWriteGroupsLimit is the size of a log's group array: DirectWriteGroupsMax's bound.
 const directWriteGroupsLimit = 8

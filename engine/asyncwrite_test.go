@@ -161,14 +161,19 @@ func (w *queuedWrites) dieMidway() {
 	w.q = nil
 }
 
-// manyGroups lets a log start another write group beside the ones in flight from as few
-// as 0–16 KiB staged (rng picks; the default waits for 256 KiB), so that small test appends
-// keep several groups in flight, sharing their tail blocks; undo restores the default.
-func manyGroups(rng *rand.Rand) (undo func()) {
-	v := DirectGroupMinBytes
-	DirectGroupMinBytes = int64(rng.IntN(4)) * 4 << 10
-	return func() { DirectGroupMinBytes = v }
+// manyGroups lets the logs set up after it keep up to n write groups in flight and start
+// another beside the ones in flight from as few as 0–12 KiB staged (rng picks; the default
+// waits for 1 MiB), so that small test appends keep several groups in flight, sharing
+// their tail blocks; undo restores the defaults. Call it before SetAsyncWriter.
+func manyGroups(rng *rand.Rand, n int) (undo func()) {
+	v, m := DirectGroupMinBytes, DirectWriteGroupsMax
+	DirectGroupMinBytes, DirectWriteGroupsMax = int64(rng.IntN(4))*4<<10, n
+	return func() { DirectGroupMinBytes, DirectWriteGroupsMax = v, m }
 }
+
+// groupCounts are the write groups in flight per log the async tests run with: the
+// default (1) and several.
+var groupCounts = []int{1, 4}
 
 // groupsSeen tracks the most write groups a log had in flight.
 type groupsSeen int
@@ -251,7 +256,15 @@ func checkOnDisk(t *testing.T, l *Log, end int64) {
 // written end (what the owner acknowledges) only moves forward, never past a byte that is
 // not on disk, and catches up with every append; reads never see staged bytes.
 func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(asyncSeed(t), 1))
+	seed := asyncSeed(t)
+	for _, n := range groupCounts {
+		t.Run(fmt.Sprintf("groups=%d", n), func(t *testing.T) { testAsyncAcknowledgeInOrder(t, seed, n) })
+	}
+}
+
+func testAsyncAcknowledgeInOrder(t *testing.T, seed uint64, groupsMax int) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	defer manyGroups(rng, groupsMax)()
 	dir := t.TempDir()
 	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 64 << 10, IndexIntervalBytes: 512,
 		DirectChunkBytes: 8 << 10, DirectCacheChunks: 2, Logger: quietLogger}
@@ -276,7 +289,6 @@ func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
 	inFlightSeen := false
 	defer func(v int64) { directStagedMax = v }(directStagedMax)
 	directStagedMax = 16 << 10 // appends that complete nothing soon wait for the device
-	defer manyGroups(rng)()
 	var groups groupsSeen
 	for i := 0; i < 300; i++ {
 		res, err := appendCounted(t, l, rng)
@@ -320,7 +332,7 @@ func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
 			qw.completeSome(rng.IntN(4))
 		}
 	}
-	if !inFlightSeen || groups < 2 {
+	if !inFlightSeen || groupsMax > 1 && groups < 2 {
 		t.Fatalf("appends left in flight: %v, most write groups in flight: %d; the test tested nothing", inFlightSeen, groups)
 	}
 	if err := l.Close(); err != nil {
@@ -351,7 +363,7 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 		fio := faultio.New(ring.Syscalls{})
 		fio.Inject(faultio.Rule{Op: faultio.OpPwrite, Errno: unix.EIO, After: 5 + rng.IntN(20), Times: 1})
 		qw := &queuedWrites{fio: fio, rng: rng}
-		undo := manyGroups(rng)
+		undo := manyGroups(rng, groupCounts[round%len(groupCounts)])
 		var failedAt int64 = -1
 		l.SetAsyncWriter(qw, func() {
 			if l.Err() != nil && failedAt < 0 {
@@ -401,8 +413,13 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 // leaves in place.
 func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 	seed := asyncSeed(t)
-	for _, variant := range []struct{ powerLoss, prealloc, recycle bool }{{false, false, false}, {true, false, false},
-		{false, true, false}, {true, true, false}, {false, false, true}, {true, false, true}} {
+	for i, variant := range []struct{ powerLoss, prealloc, recycle bool }{{false, false, false}, {true, false, false},
+		{false, true, false}, {true, true, false}, {false, false, true}, {true, false, true},
+		{false, false, false}, {true, false, false}, {false, false, true}, {true, false, true}} {
+		groupsMax := 1
+		if i >= 6 { // the last four: several write groups in flight
+			groupsMax = 4
+		}
 		powerLoss := variant.powerLoss
 		name := fmt.Sprintf("powerloss=%v", powerLoss)
 		if variant.prealloc {
@@ -411,6 +428,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 		if variant.recycle {
 			name += "+recycle"
 		}
+		name += fmt.Sprintf("+groups=%d", groupsMax)
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			dir := t.TempDir()
@@ -425,7 +443,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			}
 			var lostTorn, staleTorn int
 			var groups groupsSeen
-			defer manyGroups(rng)()
+			defer manyGroups(rng, groupsMax)()
 			for round := 0; round < 10; round++ {
 				fs := faultio.NewCrashFS(ring.Syscalls{})
 				if err := fs.TrackDir(dir); err != nil {
@@ -494,7 +512,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 					t.Fatalf("round %d: recovered up to %d, only %d were ever appended", round, got, staged)
 				}
 			}
-			if lostTorn == 0 || groups < 2 {
+			if lostTorn == 0 || groupsMax > 1 && groups < 2 {
 				t.Fatalf("crashes that hit a write in flight: %d, most write groups in flight: %d; the test tested nothing", lostTorn, groups)
 			}
 			if variant.recycle && staleTorn == 0 {
@@ -590,9 +608,10 @@ func TestAsyncDirectGroupAfterFinishedGroup(t *testing.T) {
 	if l.Mode() != StorageDirect {
 		t.Skip("no O_DIRECT here")
 	}
-	defer func(v int64) { DirectGroupMinBytes = v }(DirectGroupMinBytes)
+	rng := rand.New(rand.NewPCG(1, 1))
+	defer manyGroups(rng, 4)()
 	DirectGroupMinBytes = 0
-	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rand.New(rand.NewPCG(1, 1))}
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
 	l.SetAsyncWriter(qw, func() {})
 	next := int64(0)
 	bb := batch.NewBuilder(batch.BuilderOptions{})

@@ -42,14 +42,15 @@ import (
 // (recycle.segments -1), churn-recycle renames a retired one into place (the default,
 // engine/recycle.go) so appends overwrite written blocks, as raw-seq does.
 //
-// The -1group modes (async-1group, churn-recycle-1group) keep one write group in flight
-// per partition (engine.DirectWriteGroupsMax = 1), as before session 9, for the A/B
-// against the default of several.
+// The -4groups modes (async-4groups, churn-recycle-4groups) keep up to 4 write groups in
+// flight per partition (engine.DirectWriteGroupsMax = 4) against the default of one, for
+// the A/B of session 9 (RINGLOG_BENCH_GROUPS and RINGLOG_BENCH_GROUP_MIN set the count and
+// engine.DirectGroupMinBytes in every mode).
 func BenchmarkDirectAppend(b *testing.B) {
 	for _, spec := range rawDirectRefs {
 		b.Run(spec.name, func(b *testing.B) { benchRawDirect(b, spec) })
 	}
-	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc", "churn-fresh", "churn-recycle", "async-1group", "churn-recycle-1group"} {
+	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc", "churn-fresh", "churn-recycle", "async-4groups", "churn-recycle-4groups"} {
 		for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("mode=%s/batch=%dKiB", mode, size>>10), func(b *testing.B) {
 				topic := map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect),
@@ -58,7 +59,7 @@ func BenchmarkDirectAppend(b *testing.B) {
 				switch mode {
 				case "async-prealloc":
 					topic[engine.ConfigPreallocateBytes] = strconv.Itoa(benchPreallocBytes())
-				case "churn-fresh", "churn-recycle", "churn-recycle-1group":
+				case "churn-fresh", "churn-recycle", "churn-recycle-4groups":
 					topic[engine.ConfigSegmentBytes] = strconv.Itoa(benchChurnSegmentBytes)
 					topic[engine.ConfigRetentionBytes] = strconv.Itoa(1 << 20)
 					warmupBytes = (2*benchChurnSegmentBytes + 4<<20) * benchPartitions
@@ -73,8 +74,8 @@ func BenchmarkDirectAppend(b *testing.B) {
 				if v, err := strconv.ParseInt(os.Getenv("RINGLOG_BENCH_GROUP_MIN"), 10, 64); err == nil {
 					engine.DirectGroupMinBytes = v
 				}
-				if strings.HasSuffix(mode, "-1group") { // one write group in flight per partition
-					engine.DirectWriteGroupsMax = 1
+				if strings.HasSuffix(mode, "-4groups") { // up to 4 write groups in flight per partition
+					engine.DirectWriteGroupsMax = 4
 				}
 				benchDirectAppend(b, size, topic, warmupBytes, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
 			})

@@ -73,8 +73,8 @@ var directStagedMax int64 = 16 << 20
 
 // DirectWriteGroupsMax is how many write groups a direct-mode log keeps in flight (1 to
 // directWriteGroupsLimit). Default 1: several groups per partition lost the session-9 A/B
-// on this machine's virtio disk (16 partitions at a retention limit: 0.58–0.93× one
-// group; on one fresh segment a wash), because the log already keeps 40–47 write ops in
+// on this machine's virtio disk (16 partitions at a retention limit: 4 groups won 3 of 12
+// comparisons with one, ×0.58–1.19; on one fresh segment a wash), because the log already keeps 40–47 write ops in
 // flight (one per chunk a group touches) and more groups only cut them smaller and make a
 // roll wait for more (docs/benchmarks.md, "session 9"). The mechanism stays, tested, for
 // devices where depth per file matters. Read by SetAsyncWriter; a variable for A/B

@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ringlog/ringlog/internal/testport"
 )
 
 // Raft timing for the in-process clusters: ~5x faster than hashicorp/raft's defaults but
@@ -61,20 +62,14 @@ type testCluster struct {
 	logs   *syncBuffer
 }
 
-// freeAddrs returns n loopback addresses whose ports were free a moment ago.
+// freeAddrs returns n distinct loopback addresses whose ports were free a moment ago,
+// drawn below the kernel's ephemeral range (testport.Loopback): a ":0" port, closed until
+// the voter binds it, was taken meanwhile by another test binary's connection once
+// ("start voter 4: ... bind: address already in use").
 func freeAddrs(t *testing.T, n int) []string {
 	var addrs []string
-	var ls []net.Listener
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
+		addrs = append(addrs, testport.Loopback(t))
 	}
 	return addrs
 }

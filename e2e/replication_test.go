@@ -567,6 +567,43 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 	}
 }
 
+// TestReplicationLeaderStall: SIGSTOP the partition leader for twice
+// replica.lag.time.max (its broker session outlives it): on SIGCONT its followers, whose
+// fetches waited in its sockets, are not taken for lagging — the ISR keeps all three at the
+// same partition epoch and the first acks=all produce is taken. Before isr's StallMin, the
+// leader's first tick on waking shrank the ISR to itself and refused acks=all
+// (NOT_ENOUGH_REPLICAS) until the followers rejoined, in 1 of 4 runs (the tick and the
+// followers' next fetches race on waking): on a loaded machine, where a starved broker
+// stalls for seconds, that failed replication tests' acks=all produces.
+func TestReplicationLeaderStall(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	tc.createReplicated(ctx, "stall", map[string]string{"min.insync.replicas": "2"})
+	for i := 0; i < 10; i++ {
+		if _, err := tc.produce(ctx, "stall", wire.AcksAll, []byte(fmt.Sprintf("before-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := tc.leader("stall")
+	before := partitionOf(tc.view(leader), "stall")
+	lagMax, err := time.ParseDuration(clusterLagMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.signal(t, syscall.SIGSTOP)
+	time.Sleep(2 * lagMax) // the stall under test, not a wait for an outcome
+	leader.signal(t, syscall.SIGCONT)
+	res, err := produceOnConn(leader.addr, wire.AcksAll, "stall", []byte("after the stall"), 10*time.Second)
+	if err != nil || res.ErrorCode != wire.ErrNone {
+		t.Fatalf("acks=all right after the leader's stall: %v %s %s", err, res.ErrorCode.Name(), res.ErrorMessage)
+	}
+	after := partitionOf(tc.view(leader), "stall")
+	t.Logf("partition before the stall %+v, after %+v", before, after)
+	if after.Leader != before.Leader || after.PartitionEpoch != before.PartitionEpoch || len(after.ISR) != 3 {
+		t.Fatalf("the leader's stall changed the partition from %+v to %+v", before, after)
+	}
+}
+
 // TestReplicationAcksOneLoss reproduces seed 002's acks=1 loss: records acknowledged with
 // acks=1 while the followers lag sit above the high watermark, so no consumer sees them;
 // the leader dies, a follower from the ISR takes over without them, and the old leader,

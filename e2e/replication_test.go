@@ -171,9 +171,14 @@ func (tc *testCluster) leader(topic string) *broker {
 
 // produce sends one record to partition 0's leader, following leadership changes (as a
 // client refreshing metadata on NOT_LEADER would), until it is answered without a
-// retriable error; NOT_ENOUGH_REPLICAS and other errors come back as errors.
+// retriable error or a minute has passed; other errors come back as errors.
+// NOT_ENOUGH_REPLICAS is retried too, as Kafka's producer retries it (the record was refused
+// before the append, so a retry cannot duplicate it): on a loaded machine a starved
+// follower can lag past replica.lag.time.max and leave the ISR until it catches up. A test
+// that wants the refusal itself produces with produceOnConn.
 func (tc *testCluster) produce(ctx context.Context, topic string, acks int16, value []byte) (wire.ProduceResponsePartition, error) {
 	deadline := time.Now().Add(60 * time.Second)
+	refused := 0
 	for {
 		var res wire.ProduceResponsePartition
 		var err error
@@ -185,10 +190,15 @@ func (tc *testCluster) produce(ctx context.Context, topic string, acks int16, va
 			res, err = produceOne(ctx, tc.c, b.addr, topic, acks, value)
 			if err == nil && res.ErrorCode == wire.ErrNone {
 				tc.lastLeader = b
+				if refused > 0 {
+					tc.t.Logf("produce to %s: taken after %d NOT_ENOUGH_REPLICAS refusals", topic, refused)
+				}
 				return res, nil
 			}
 			tc.lastLeader = nil
-			if err == nil && (!res.ErrorCode.Retriable() || res.ErrorCode == wire.ErrNotEnoughReplicas) {
+			if err == nil && res.ErrorCode == wire.ErrNotEnoughReplicas {
+				refused++
+			} else if err == nil && !res.ErrorCode.Retriable() {
 				return res, fmt.Errorf("%s: %s", res.ErrorCode.Name(), res.ErrorMessage)
 			}
 		}

@@ -44,10 +44,21 @@ func TestKill9FlushAlways(t *testing.T) {
 		// active one.
 		{"page-cache-small-segments", "page-cache", smallSegments, client.AckAll},
 		{"direct-small-segments", "direct", smallSegments, client.AckAll},
+		// Retention retires a segment every few rolls and recycling (the direct-mode
+		// default) renames it into place as a later segment, so the kill lands on
+		// appends overwriting an old segment's bytes: recovery must stop where the new
+		// data ends and never serve the old records behind it (the offsets would jump).
+		{"direct-recycled-segments", "direct", recycledSegments, client.AckAll},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testKill9(t, tc.storage, tc.configs, tc.acks) })
 	}
 }
+
+// recycledSegments: small segments, retention keeping about four of them per partition,
+// and a pool of retired files for rolls to take (recycle.segments, default 4 in direct
+// mode, set here so the case does not depend on the default).
+var recycledSegments = map[string]string{"flush.always": "true", "segment.bytes": "16384", "index.interval.bytes": "1024",
+	"retention.bytes": "65536", "recycle.segments": "4"}
 
 func testKill9(t *testing.T, storage string, configs map[string]string, ackMode client.Acks) {
 	rounds, acksPerRound := 5, 300
@@ -56,7 +67,12 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 	}
 	const topic = "durable"
 	const partitions = 4
-	b := startBroker(t, "--storage", storage)
+	_, retained := configs["retention.bytes"]
+	flags := []string{"--storage", storage}
+	if retained {
+		flags = append(flags, "--retention-check-interval", "20ms")
+	}
+	b := startBroker(t, flags...)
 	ctx := testContext(t, soakScaled(180*time.Second))
 	c := b.client(t)
 	if err := c.CreateTopic(ctx, topic, partitions, configs); err != nil {
@@ -66,12 +82,22 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 
 	var all []acked // acknowledged over every round
 	next := 0
+	reused := 0.0 // segments that took a retired file, summed over the rounds (each kill resets the counter)
+	stop := b.kill
+	if retained {
+		stop = func() {
+			if v, ok := scrapeMetrics(t, "http://"+b.admin).Value("ringlog_recycle_reused_total"); ok {
+				reused += v
+			}
+			b.kill()
+		}
+	}
 	for round := range rounds {
 		if round > 0 {
 			b.restart()
 		}
 		c := b.client(t)
-		acks := produceUntilStopped(t, ctx, c, topic, "k", next, acksPerRound, ackMode, b.kill)
+		acks := produceUntilStopped(t, ctx, c, topic, "k", next, acksPerRound, ackMode, stop)
 		c.Close()
 		if len(acks) < acksPerRound {
 			t.Fatalf("round %d: only %d acknowledgements before the kill", round, len(acks))
@@ -94,7 +120,24 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 			byOffset[p][r.Offset] = r
 		}
 	}
+	// Retention may have deleted the oldest acknowledged records: only those at or above
+	// each partition's log start must be there.
+	logStart := map[int32]int64{}
+	if retained {
+		for p := range int32(partitions) {
+			start, err := c.ListOffset(ctx, topic, p, wire.TimestampEarliest)
+			if err != nil {
+				t.Fatalf("log start of %s/%d: %v", topic, p, err)
+			}
+			logStart[p] = start
+		}
+	}
+	checked := 0
 	for _, a := range all {
+		if a.offset < logStart[a.partition] {
+			continue
+		}
+		checked++
 		r, ok := byOffset[a.partition][a.offset]
 		if !ok {
 			t.Fatalf("acknowledged record %d (%s/%d@%d) is missing after kill -9", a.index, topic, a.partition, a.offset)
@@ -103,7 +146,16 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 			t.Fatalf("acknowledged record %d: %v", a.index, err)
 		}
 	}
-	t.Logf("%d acknowledged records over %d kill -9 rounds all present", len(all), rounds)
+	t.Logf("%d acknowledged records over %d kill -9 rounds, the %d above the log start all present", len(all), rounds, checked)
+	if retained {
+		if checked < acksPerRound/2 {
+			t.Errorf("only %d acknowledged records above the log starts %v: retention left too little to check", checked, logStart)
+		}
+		if reused == 0 && !strings.Contains(b.logText(), "falling back to page-cache") {
+			t.Errorf("no segment took a retired file in %d rounds: the recycling this case is about did not happen", rounds)
+		}
+		t.Logf("%v segments took a retired file", reused)
+	}
 	if _, small := configs["segment.bytes"]; small {
 		segments, err := filepath.Glob(filepath.Join(b.dataDir, topic+"-*", "*.log"))
 		if err != nil || len(segments) < 2*partitions {

@@ -44,13 +44,16 @@ import (
 //
 //	<base>.log.cleaned, .index.cleaned, .timeindex.cleaned   a rewrite in progress
 //	<base>.log.swap                                          a committed rewrite (swap point)
-//	cleaner-offset-checkpoint                                "v1 <cleanedTo> <gapsBelow>\n"
+//	cleaner-offset-checkpoint                                "v2 <cleanedTo> <gapsBelow> <tombstonesDueMs>\n"
 //
 // cleanedTo is the first offset not yet deduplicated (the next pass builds its map from
 // there, so a restart does not rescan everything). gapsBelow is the highest offset below
 // which a rewritten segment may lie: it is written before the first swap of a pass, and
 // recovery accepts batches whose base offset skips forward (the gaps compaction leaves) only
 // below it, so torn or stale bytes elsewhere are still caught by the contiguity check.
+// tombstonesDueMs (Unix ms, 0: none) is when the earliest tombstone the last finished pass
+// kept may go, so that a restart keeps the KIP-534 tombstone pass. A "v1" checkpoint (no
+// due time, written before it existed) still decodes, with no tombstones due.
 
 // Cleaner file names.
 const (
@@ -191,7 +194,8 @@ type cleanerState struct {
 	// tombstonesDue is when the earliest tombstone the last finished pass had to keep (its
 	// segment was modified less than delete.retention.ms before) may go; zero: none.
 	// startPass starts a pass for it then even without dirty data (Kafka's KIP-534), so
-	// that tombstones go once no more records come. passDue gathers it during a pass.
+	// that tombstones go once no more records come. passDue gathers it during a pass. The
+	// checkpoint keeps it across restarts.
 	tombstonesDue, passDue time.Time
 
 	// The segment being read (mapping) or rewritten (writing).
@@ -442,7 +446,7 @@ func (l *Log) startWriting() error {
 		rewriteEnd = max(rewriteEnd, l.segments[i].nextOffset) // the map filled inside it
 	}
 	if rewriteEnd > c.gapsBelow {
-		if err := writeCleanerCheckpoint(l, c.cleanedTo, rewriteEnd); err != nil {
+		if err := writeCleanerCheckpoint(l, cleanerCheckpoint{c.cleanedTo, rewriteEnd, c.tombstonesDue}); err != nil {
 			return err
 		}
 		c.gapsBelow = rewriteEnd
@@ -731,7 +735,7 @@ func (l *Log) replaceSegment(old, fresh *segment) error {
 func (l *Log) finishPass() error {
 	c := &l.cleaner
 	c.phase, c.seg, c.protected, c.scanner, c.out = cleanerIdle, nil, nil, nil, nil
-	if err := writeCleanerCheckpoint(l, c.dirtyEnd, max(c.gapsBelow, c.dirtyEnd)); err != nil {
+	if err := writeCleanerCheckpoint(l, cleanerCheckpoint{c.dirtyEnd, max(c.gapsBelow, c.dirtyEnd), c.passDue}); err != nil {
 		return err
 	}
 	c.cleanedTo, c.gapsBelow = c.dirtyEnd, max(c.gapsBelow, c.dirtyEnd)
@@ -739,9 +743,19 @@ func (l *Log) finishPass() error {
 	return nil
 }
 
+// cleanerCheckpoint is what cleaner-offset-checkpoint holds.
+type cleanerCheckpoint struct {
+	cleanedTo, gapsBelow int64
+	tombstonesDue        time.Time // zero: no kept tombstone
+}
+
 // writeCleanerCheckpoint replaces the checkpoint atomically (writeFileAtomic).
-func writeCleanerCheckpoint(l *Log, cleanedTo, gapsBelow int64) error {
-	b := fmt.Appendf(nil, "v1 %d %d\n", cleanedTo, gapsBelow)
+func writeCleanerCheckpoint(l *Log, cp cleanerCheckpoint) error {
+	var due int64
+	if !cp.tombstonesDue.IsZero() {
+		due = max(cp.tombstonesDue.UnixMilli(), 1)
+	}
+	b := fmt.Appendf(nil, "v2 %d %d %d\n", cp.cleanedTo, cp.gapsBelow, due)
 	if err := writeFileAtomic(l.fio, l.dir, cleanerCheckpointFileName, b); err != nil {
 		return fmt.Errorf("write cleaner checkpoint: %w", err)
 	}
@@ -750,26 +764,38 @@ func writeCleanerCheckpoint(l *Log, cleanedTo, gapsBelow int64) error {
 
 var errCleanerCheckpointCorrupt = errors.New("cleaner checkpoint corrupt")
 
-func decodeCleanerCheckpoint(b []byte) (cleanedTo, gapsBelow int64, err error) {
+// decodeCleanerCheckpoint reads "v2 <cleanedTo> <gapsBelow> <tombstonesDueMs>\n" or the
+// older "v1 <cleanedTo> <gapsBelow>\n": non-negative decimals without leading zeros.
+func decodeCleanerCheckpoint(b []byte) (cleanerCheckpoint, error) {
 	if len(b) > cleanerCheckpointFileMax {
-		return 0, 0, fmt.Errorf("%w: %d bytes", errCleanerCheckpointCorrupt, len(b))
+		return cleanerCheckpoint{}, fmt.Errorf("%w: %d bytes", errCleanerCheckpointCorrupt, len(b))
 	}
-	rest, ok := strings.CutPrefix(string(b), "v1 ")
+	want := 3
+	rest, ok := strings.CutPrefix(string(b), "v2 ")
+	if !ok {
+		rest, ok = strings.CutPrefix(string(b), "v1 ")
+		want = 2
+	}
 	if ok {
 		rest, ok = strings.CutSuffix(rest, "\n")
 	}
 	fields := strings.Split(rest, " ")
-	if !ok || len(fields) != 2 {
-		return 0, 0, fmt.Errorf("%w: %q", errCleanerCheckpointCorrupt, b)
+	if !ok || len(fields) != want {
+		return cleanerCheckpoint{}, fmt.Errorf("%w: %q", errCleanerCheckpointCorrupt, b)
 	}
-	var n [2]int64
+	var n [3]int64
 	for i, f := range fields {
-		n[i], err = strconv.ParseInt(f, 10, 64)
-		if err != nil || n[i] < 0 || strconv.FormatInt(n[i], 10) != f {
-			return 0, 0, fmt.Errorf("%w: %q", errCleanerCheckpointCorrupt, b)
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || v < 0 || strconv.FormatInt(v, 10) != f {
+			return cleanerCheckpoint{}, fmt.Errorf("%w: %q", errCleanerCheckpointCorrupt, b)
 		}
+		n[i] = v
 	}
-	return n[0], n[1], nil
+	cp := cleanerCheckpoint{cleanedTo: n[0], gapsBelow: n[1]}
+	if n[2] > 0 {
+		cp.tombstonesDue = time.UnixMilli(n[2])
+	}
+	return cp, nil
 }
 
 // loadCleanerState finishes or discards interrupted swaps and reads the checkpoint. It runs
@@ -780,7 +806,7 @@ func decodeCleanerCheckpoint(b []byte) (cleanedTo, gapsBelow int64, err error) {
 // segments for torn ones.
 func (l *Log) loadCleanerState() error {
 	c := &l.cleaner
-	c.cleanedTo, c.gapsBelow = 0, 0
+	c.cleanedTo, c.gapsBelow, c.tombstonesDue = 0, 0, time.Time{}
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", l.dir, err)
@@ -818,7 +844,10 @@ func (l *Log) loadCleanerState() error {
 		return nil
 	}
 	if err == nil {
-		c.cleanedTo, c.gapsBelow, err = decodeCleanerCheckpoint(b)
+		var cp cleanerCheckpoint
+		if cp, err = decodeCleanerCheckpoint(b); err == nil {
+			c.cleanedTo, c.gapsBelow, c.tombstonesDue = cp.cleanedTo, cp.gapsBelow, cp.tombstonesDue
+		}
 	}
 	if err != nil {
 		// The file exists, so the log was cleaned: recovery tolerates gaps anywhere rather

@@ -322,6 +322,17 @@ func TestCompactTombstonesGoWithoutNewData(t *testing.T) {
 	if p := cleanFully(t, l, m, now.Add(30*time.Second)); !p.Idle {
 		t.Fatalf("a pass ran before the kept tombstones were due: %+v", p)
 	}
+	// The due time outlives a restart (the checkpoint keeps it): without it, the reopened
+	// log would keep its tombstones until new data came.
+	dir := l.dir
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = openLog(t, dir, compactConfig(), ring.Syscalls{})
+	defer l.Close()
+	if p := cleanFully(t, l, m, now.Add(30*time.Second)); !p.Idle {
+		t.Fatalf("a pass ran after the restart before the kept tombstones were due: %+v", p)
+	}
 	p := cleanFully(t, l, m, now.Add(2*time.Minute))
 	if p.Idle || p.RecordsRemoved == 0 {
 		t.Fatalf("no pass dropped the tombstones once due: %+v", p)
@@ -545,30 +556,70 @@ func checkCompactedLoose(t testing.TB, l *Log, model compactModel) int {
 	return len(got)
 }
 
-// TestCleanerCheckpointDecode covers the checkpoint's format and its refusals.
+// TestCleanerCheckpointDecode covers the checkpoint's formats (v2, and v1 from before the
+// tombstone due time) and their refusals.
 func TestCleanerCheckpointDecode(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		a, b int64
+		due  int64 // Unix ms, 0: none
 		ok   bool
 	}{
-		{"v1 10 20\n", 10, 20, true},
-		{"v1 0 0\n", 0, 0, true},
-		{"v1 10 20", 0, 0, false},
-		{"v2 10 20\n", 0, 0, false},
-		{"v1 10\n", 0, 0, false},
-		{"v1 -1 2\n", 0, 0, false},
-		{"v1 01 2\n", 0, 0, false},
-		{"", 0, 0, false},
+		{"v2 10 20 1700000000123\n", 10, 20, 1_700_000_000_123, true},
+		{"v2 10 20 0\n", 10, 20, 0, true},
+		{"v1 10 20\n", 10, 20, 0, true},
+		{"v1 0 0\n", 0, 0, 0, true},
+		{"v1 10 20", 0, 0, 0, false},
+		{"v2 10 20\n", 0, 0, 0, false},
+		{"v1 10 20 5\n", 0, 0, 0, false},
+		{"v2 10 20 -5\n", 0, 0, 0, false},
+		{"v3 10 20 5\n", 0, 0, 0, false},
+		{"v1 10\n", 0, 0, 0, false},
+		{"v1 -1 2\n", 0, 0, 0, false},
+		{"v1 01 2\n", 0, 0, 0, false},
+		{"", 0, 0, 0, false},
 	} {
-		a, b, err := decodeCleanerCheckpoint([]byte(tc.in))
-		if (err == nil) != tc.ok || a != tc.a || b != tc.b {
-			t.Errorf("%q: %d %d %v", tc.in, a, b, err)
+		cp, err := decodeCleanerCheckpoint([]byte(tc.in))
+		var due int64
+		if !cp.tombstonesDue.IsZero() {
+			due = cp.tombstonesDue.UnixMilli()
+		}
+		if (err == nil) != tc.ok || cp.cleanedTo != tc.a || cp.gapsBelow != tc.b || due != tc.due {
+			t.Errorf("%q: %+v %v", tc.in, cp, err)
 		}
 		if err != nil && !errors.Is(err, errCleanerCheckpointCorrupt) {
 			t.Errorf("%q: error without sentinel: %v", tc.in, err)
 		}
 	}
+}
+
+// FuzzCleanerCheckpoint: any bytes either decode to non-negative fields that re-encode to
+// the same text (v2), or fail with the sentinel; nothing panics.
+func FuzzCleanerCheckpoint(f *testing.F) {
+	for _, s := range []string{"v2 10 20 1700000000123\n", "v1 10 20\n", "v2 0 0 0\n", "v2 1 2\n", "v9 1 2 3\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cp, err := decodeCleanerCheckpoint(b)
+		if err != nil {
+			if !errors.Is(err, errCleanerCheckpointCorrupt) {
+				t.Fatalf("%q: error without sentinel: %v", b, err)
+			}
+			return
+		}
+		if cp.cleanedTo < 0 || cp.gapsBelow < 0 || (!cp.tombstonesDue.IsZero() && cp.tombstonesDue.UnixMilli() <= 0) {
+			t.Fatalf("%q: decoded %+v", b, cp)
+		}
+		if bytes.HasPrefix(b, []byte("v2 ")) {
+			var due int64
+			if !cp.tombstonesDue.IsZero() {
+				due = cp.tombstonesDue.UnixMilli()
+			}
+			if again := fmt.Sprintf("v2 %d %d %d\n", cp.cleanedTo, cp.gapsBelow, due); again != string(b) {
+				t.Fatalf("%q decoded to %+v, which encodes as %q", b, cp, again)
+			}
+		}
+	})
 }
 
 // BenchmarkClean measures one whole cleaning pass (map, rewrite, the fsyncs and renames of

@@ -109,6 +109,8 @@ type options struct {
 	cleanerRate     int64
 	cleanerMap      int64
 	cleanerEvery    time.Duration
+	// retentionEvery is how often each shard enforces retention (log.retention.check.interval.ms).
+	retentionEvery time.Duration
 	// producerIDExpiration is the broker default of producer.id.expiration.ms (0: one day).
 	producerIDExpiration time.Duration
 	// Consumer groups: bounds of a member's session timeout, members per group, and the
@@ -263,6 +265,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.Int64Var(&o.cleanerRate, "cleaner-io-max-bytes-per-second", engine.CleanerIOBytesPerSecondDefault, "bytes each shard's log cleaner reads plus writes per second")
 	fs.Int64Var(&o.cleanerMap, "cleaner-dedupe-buffer-bytes", engine.CleanerDedupeBufferBytesDefault, "memory of each shard's compaction offset map (24 bytes a key); a pass deduplicates as many records as fit")
 	fs.DurationVar(&o.cleanerEvery, "cleaner-interval", 15*time.Second, "how often each shard looks for compacted partitions to clean when no pass is under way")
+	fs.DurationVar(&o.retentionEvery, "retention-check-interval", 30*time.Second, "how often each shard deletes segments past retention.ms / retention.bytes (Kafka's log.retention.check.interval.ms)")
 	fs.DurationVar(&o.producerIDExpiration, "producer-id-expiration", 0, "broker default of producer.id.expiration.ms: how long an idempotent producer's dedup state outlives its last write (0: 24h; topics may override)")
 	fs.DurationVar(&o.groupSessionMin, "group-min-session-timeout", 6*time.Second, "shortest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT below it)")
 	fs.DurationVar(&o.groupSessionMax, "group-max-session-timeout", 30*time.Minute, "longest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT above it)")
@@ -616,6 +619,9 @@ func (s *settings) validate() error {
 	}
 	if o.cleanerEvery <= 0 {
 		return bad("cleaner-interval", o.cleanerEvery.String(), "a positive duration")
+	}
+	if o.retentionEvery < 10*time.Millisecond {
+		return bad("retention-check-interval", o.retentionEvery.String(), "at least 10ms")
 	}
 	if o.diskFreeMin < 0 {
 		return bad("disk-free-min-bytes", strconv.FormatInt(o.diskFreeMin, 10), "0 or more")

@@ -122,11 +122,12 @@ func TestConfigRefusals(t *testing.T) {
 			kind: ErrConflict, want: "give --inter-broker-tls-ca"},
 		"cluster auth without login": {args: []string{"--node-id", "1", "--controller-voters", "1@127.0.0.1:9500", "--auth", "required"},
 			kind: ErrConflict, want: "give --inter-broker-credentials-file"},
-		"peer ca without tls":     {args: []string{"--inter-broker-tls-ca", "ca.pem"}, kind: ErrConflict, want: "--inter-broker-tls-ca needs --tls-cert"},
-		"bad peer mechanism":      {args: []string{"--inter-broker-sasl-mechanism", "PLAIN"}, kind: ErrConflict, want: "--inter-broker-sasl-mechanism"},
-		"unexpected argument":     {args: []string{"serve"}, want: `unexpected argument "serve"`},
-		"unknown flag":            {args: []string{"--listne", "a:1"}, want: "flag provided but not defined: -listne"},
-		"bad topic-defaults flag": {args: []string{"--topic-defaults", "retention.ms"}, want: "want key=value"},
+		"peer ca without tls":       {args: []string{"--inter-broker-tls-ca", "ca.pem"}, kind: ErrConflict, want: "--inter-broker-tls-ca needs --tls-cert"},
+		"bad peer mechanism":        {args: []string{"--inter-broker-sasl-mechanism", "PLAIN"}, kind: ErrConflict, want: "--inter-broker-sasl-mechanism"},
+		"unexpected argument":       {args: []string{"serve"}, want: `unexpected argument "serve"`},
+		"unknown flag":              {args: []string{"--listne", "a:1"}, want: "flag provided but not defined: -listne"},
+		"bad topic-defaults flag":   {args: []string{"--topic-defaults", "retention.ms"}, want: "want key=value"},
+		"retention check too often": {args: []string{"--retention-check-interval", "1ms"}, want: "retention-check-interval"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			args := tc.args

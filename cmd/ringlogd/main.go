@@ -181,6 +181,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			CleanerIOBytesPerSecond:  o.cleanerRate,
 			CleanerDedupeBufferBytes: o.cleanerMap,
 			CleanerInterval:          o.cleanerEvery,
+			RetentionCheckInterval:   o.retentionEvery,
 			FetchFilesMax:            o.limits.fetchFilesMax,
 			PartitionsMax:            o.limits.partitionsMax,
 			SyncInlineOff:            o.syncInline == "off",

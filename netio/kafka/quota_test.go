@@ -157,9 +157,9 @@ func (h *throttleHook) measured(from time.Time) time.Duration {
 // held to it after its burst — the bytes the broker charged it, dated by the throttles it
 // was told (heldRate), are within 10 % of the quota, and its debt never runs past its
 // requests in flight — and another principal's produce latency stays flat (asserted
-// loosely: 4x the baseline median + one greedy request's throttle, 31 ms). Produce v9 is throttled as Kafka does since
-// KIP-219 (the reply goes at once with ThrottleMillis; kgo waits, the broker mutes the
-// connection); Produce v5 (pinned) has its replies held back.
+// loosely: 4x the baseline median + one greedy request's throttle, 31 ms). Produce v9 is
+// throttled as Kafka does since KIP-219 (the reply goes at once with ThrottleMillis; kgo
+// waits, the broker mutes the connection); Produce v5 (pinned) has its replies held back.
 func TestKgoProduceQuota(t *testing.T) {
 	for _, tc := range []struct {
 		name        string

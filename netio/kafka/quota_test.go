@@ -181,7 +181,7 @@ func produceQuota(t *testing.T, produceMax int16, clientWaits bool) {
 		requestBytesMax = recordSize + 1024
 		// measure is how much of the broker's account (heldRate's span) the verdict
 		// covers; measureMax bounds the wall time spent collecting it on a loaded machine.
-		measure    = 2 * time.Second
+		measure    = 3 * time.Second
 		measureMax = time.Minute
 		settle     = 500 * time.Millisecond
 		// kgoInflight is kgo's limit of produce requests in flight per broker for an

@@ -3,7 +3,8 @@
 // that record publish latency and publish delay (the coordinated-omission correction),
 // end-to-end latency from the payload's send timestamp, HdrHistogram summaries, JSON results
 // with the hardware they ran on, SVG plots, side-by-side comparison with ratios, the issue's
-// target verdicts, and a loopback TCP probe.
+// target verdicts, a loopback TCP probe, and the ping-pong floors under a one-record round
+// trip (a Go echo, and an echo on one ring.Reactor loop as a broker shard serves a connection).
 //
 // It must not be imported by the broker, and it must not know any system's internals: drivers
 // (bench/ringlogdriver over the bundled client, bench/peers in its own module) talk to their
@@ -23,6 +24,8 @@
 //	svg.go        line charts as standalone SVG
 //	hardware.go   the hardware line (CPU, memory, kernel, disk, load)
 //	loopback.go   loopback TCP bandwidth
+//	pingpong.go   the ping-pong client and the Go echo
+//	uringecho.go  the io_uring echo (one ring.Reactor loop; setup, recv, send and append options)
 //	procnet.go    the PID listening on an address (for broker RSS)
 //	memdriver.go  an in-process log, for the harness's own ceiling and for tests
 //	disk/         Kafka's linear-vs-random disk experiment through ring/

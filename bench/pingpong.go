@@ -17,7 +17,8 @@ const PingPongSizeMax = 1 << 20
 // protocol work): a one-record-at-a-time produce cannot be faster. The echo runs either in
 // this process (NewPingPong: a goroutine of the same Go runtime, whose spinning threads often
 // spare a wake-up) or in another process (DialPingPong, against ServeEcho there: the same
-// process boundary a broker has). A PingPong keeps its connection open between Run calls, so
+// process boundary a broker has; ServeUringEcho serves the same protocol from a ring.Reactor
+// loop, as a broker shard does). A PingPong keeps its connection open between Run calls, so
 // runs can be interleaved with another measurement in the same minute.
 type PingPong struct {
 	size     int

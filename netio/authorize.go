@@ -141,7 +141,7 @@ func (s *Server) authorize(req *Request) bool {
 		return s.denyGroups(req, p, security.OpDelete, body.Groups...)
 	case *wire.ListGroupsRequest:
 		return s.denyCluster(req, p, security.OpDescribe)
-	case *wire.ReplicaFetchRequest, *wire.OffsetsForLeaderEpochRequest:
+	case *wire.ReplicaFetchRequest, *wire.ReplicaFetchWakeRequest, *wire.OffsetsForLeaderEpochRequest:
 		// Between brokers: a replica reads every partition it follows, so it needs the
 		// cluster's All (Kafka's ClusterAction).
 		return s.denyCluster(req, p, security.OpAll)

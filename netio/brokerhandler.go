@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -34,6 +35,9 @@ type BrokerHandler struct {
 	afterFunc func(d time.Duration, f func()) (stop func() bool)
 	// defaultClock: afterFunc is time.AfterFunc's, so a produce may reuse its own timer.
 	defaultClock bool
+	// fetchWakes holds the wake handle of the ReplicaFetch outstanding on a connection (by
+	// its *Session) until the fetch is answered (replicaFetchWake).
+	fetchWakes sync.Map
 }
 
 // FetchResponseBytesMaxDefault is the default cap on a fetch response's records (Kafka's
@@ -110,6 +114,8 @@ func (h *BrokerHandler) Serve(req *Request) {
 		go func() { req.ReplyMessage(h.initProducerID(body)) }()
 	case *wire.ReplicaFetchRequest:
 		h.replicaFetch(req, body)
+	case *wire.ReplicaFetchWakeRequest:
+		h.replicaFetchWake(req)
 	case *wire.OffsetsForLeaderEpochRequest: // reads the leader's state under its lock
 		go func() { req.ReplyMessage(h.offsetsForLeaderEpoch(body)) }()
 	case *wire.ControllerRequest: // a raft round trip
@@ -558,18 +564,34 @@ func (h *BrokerHandler) metadata(body *wire.MetadataRequest) *wire.MetadataRespo
 		}
 		resp.Shards = append(resp.Shards, wire.MetadataShard{Shard: int32(i), Address: addr})
 	}
+	var view *cluster.View
+	if h.cluster != nil {
+		view = h.cluster.View()
+	}
 	var topics []*shard.Topic
+	var unopened []string // replicated topics this broker has not opened yet (a reconcile under way)
 	if body.Topics == nil {
 		topics = h.b.Topics()
+		if view != nil {
+			for name := range view.Metadata.Topics {
+				if h.b.Topic(name) == nil {
+					unopened = append(unopened, name)
+				}
+			}
+			slices.Sort(unopened)
+		}
 	} else {
 		for _, name := range body.Topics {
 			t := h.b.Topic(name)
-			if t == nil {
+			switch {
+			case t != nil:
+				topics = append(topics, t)
+			case view != nil && view.Metadata.Topics[name] != nil:
+				unopened = append(unopened, name)
+			default:
 				resp.Topics = append(resp.Topics, wire.MetadataTopic{Topic: name, ErrorCode: wire.ErrUnknownTopicOrPartition,
 					ErrorMessage: fmt.Sprintf("topic %q does not exist", name)})
-				continue
 			}
-			topics = append(topics, t)
 		}
 	}
 	for _, t := range topics {
@@ -579,8 +601,11 @@ func (h *BrokerHandler) metadata(body *wire.MetadataRequest) *wire.MetadataRespo
 		}
 		resp.Topics = append(resp.Topics, mt)
 	}
+	for _, name := range unopened {
+		resp.Topics = append(resp.Topics, unopenedTopic(name, view.Metadata.Topics[name]))
+	}
 	if h.cluster != nil {
-		h.clusterMetadata(resp) // replication.go: leaders, replicas, ISR, brokers
+		h.clusterMetadata(resp, view) // replication.go: leaders, replicas, ISR, brokers
 	} else if body.Version >= 1 {
 		// A single broker leads every partition alone.
 		resp.Brokers, resp.ControllerID = []wire.MetadataBroker{{NodeID: h.brokerID, Address: h.address}}, -1

@@ -37,8 +37,7 @@ func (h *BrokerHandler) WithCluster(m *cluster.Manager) *BrokerHandler {
 // controller metadata: each partition's leader, leader epoch, replicas and ISR, the high
 // watermark of the partitions this broker leads, the brokers and the controller leader.
 // Version 0 carries only the leader epoch of these; the encoder leaves the rest out.
-func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse) {
-	v := h.cluster.View()
+func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse, v *cluster.View) {
 	resp.ControllerID = v.ControllerLeader
 	if resp.ControllerID <= 0 {
 		resp.ControllerID = -1
@@ -68,6 +67,20 @@ func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse) {
 			}
 		}
 	}
+}
+
+// unopenedTopic describes a replicated topic the controller's metadata holds but this
+// broker has not opened yet (its reconcile is under way, or failed): every partition,
+// on no shard of this broker (-1); clusterMetadata adds the leaders. As Kafka describes a
+// topic from its metadata cache: clients route to the leaders, and one that asks this
+// broker is answered NOT_LEADER_OR_WRONG_SHARD (retriable) rather than told the topic
+// does not exist.
+func unopenedTopic(name string, ct *controller.Topic) wire.MetadataTopic {
+	mt := wire.MetadataTopic{Topic: name, Partitions: make([]wire.MetadataPartition, len(ct.Partitions))}
+	for i := range mt.Partitions {
+		mt.Partitions[i] = wire.MetadataPartition{Partition: int32(i), Shard: -1, Leader: controller.NoLeader, HighWatermark: -1}
+	}
+	return mt
 }
 
 // checkLeader is nil when this broker may serve clients for tp.
@@ -149,8 +162,10 @@ func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchReques
 		req.ReplyError(wire.ErrUnsupportedProtocolVersion, err.Error())
 		return
 	}
+	wake := &shard.FetchWake{} // ReplicaFetchWake on this connection ends the long-poll
+	h.fetchWakes.Store(req.Conn.Session, wake)
 	fr := &cluster.FetchRequest{ReplicaID: body.ReplicaID, Caller: caller(req), MaxWait: time.Duration(body.MaxWaitMs) * time.Millisecond,
-		BytesMax: int32(min(int64(max(body.MaxBytes, 1)), h.fetchResponseBytesMax))}
+		BytesMax: int32(min(int64(max(body.MaxBytes, 1)), h.fetchResponseBytesMax)), Wake: wake}
 	for _, t := range body.Topics {
 		for _, p := range t.Partitions {
 			fr.Partitions = append(fr.Partitions, cluster.FetchPartition{
@@ -160,6 +175,7 @@ func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchReques
 		}
 	}
 	h.cluster.ReplicaFetch(fr, func(answers []cluster.FetchAnswer) {
+		h.fetchWakes.CompareAndDelete(req.Conn.Session, wake)
 		resp := &wire.ReplicaFetchResponse{Topics: make([]wire.ReplicaFetchResponseTopic, len(body.Topics))}
 		k := 0
 		for i, t := range body.Topics {
@@ -177,6 +193,22 @@ func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchReques
 		}
 		req.ReplyMessage(resp)
 	})
+}
+
+// replicaFetchWake answers the ReplicaFetch parked on this connection now (a follower's
+// lane kick, cluster.FetchWaker), then this request. The fetch was dispatched before this
+// request (requests are handled in arrival order), so its wake handle is registered
+// unless it was answered already.
+func (h *BrokerHandler) replicaFetchWake(req *Request) {
+	if h.cluster == nil {
+		req.ReplyError(wire.ErrUnknownAPI, "this broker is not part of a cluster")
+		return
+	}
+	woken := false
+	if v, ok := h.fetchWakes.Load(req.Conn.Session); ok {
+		woken = v.(*shard.FetchWake).Wake()
+	}
+	req.ReplyMessage(&wire.ReplicaFetchWakeResponse{Woken: woken})
 }
 
 func replicationCode(err error) wire.ErrorCode {
@@ -338,12 +370,70 @@ func (d *PeerDialer) login(ctx context.Context, p *peerConn, addr string) error 
 	return nil
 }
 
-// peerConn is a synchronous request/response connection (one request in flight).
+// peerConn is a synchronous request/response connection (one request in flight), but
+// for WakeFetch: the lane's kicker may send a ReplicaFetchWake behind the outstanding
+// ReplicaFetch, whose answer the round trip reads after the fetch's.
 type peerConn struct {
-	c    net.Conn
-	corr uint32
-	out  []byte
-	in   []byte
+	c net.Conn
+	// wmu serialises frame writes (the round trip's and WakeFetch's) and guards the state
+	// below it up to in.
+	wmu       sync.Mutex
+	corr      uint32
+	out       []byte
+	wakeOut   []byte
+	replicaID int32 // the last ReplicaFetch's: a wake names it
+	fetching  bool  // a ReplicaFetch is outstanding
+	wakes     int   // wakes sent behind the outstanding fetch: their answers follow its answer
+	wakeNext  bool  // a wake came before the fetch was sent: the fetch goes without a long-poll
+	noWake    bool  // the peer refused a wake (a release without ReplicaFetchWake)
+	in        []byte
+	wakeIn    []byte // the wakes' answers, read after the fetch's (whose records alias in)
+}
+
+// WakeFetch asks the leader to answer the outstanding ReplicaFetch now (cluster.FetchWaker).
+func (p *peerConn) WakeFetch() bool {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.noWake {
+		return false
+	}
+	if !p.fetching {
+		p.wakeNext = true
+		return true
+	}
+	p.corr++
+	p.wakeOut = wire.AppendRequest(p.wakeOut[:0], p.corr, &wire.ReplicaFetchWakeRequest{ReplicaID: p.replicaID})
+	if _, err := p.c.Write(p.wakeOut); err != nil {
+		return false // the round's read fails too, or gets its answer: either way it ends
+	}
+	p.wakes++
+	return true
+}
+
+// readWakes reads the answers of the wakes sent behind the round trip's request (corr),
+// which the peer sends after that request's answer. A refusal (a peer without the API)
+// makes later kicks cancel the round instead.
+func (p *peerConn) readWakes(api wire.APIKey, corr uint32) error {
+	p.wmu.Lock()
+	n := p.wakes
+	p.wakes, p.fetching = 0, false
+	p.wmu.Unlock()
+	for i := range n {
+		h, _, buf, err := wire.ReadResponse(p.c, p.wakeIn, peerFrameBytesMax)
+		p.wakeIn = buf
+		if err != nil {
+			return fmt.Errorf("read ReplicaFetchWake response: %w", err)
+		}
+		if want := corr + uint32(i) + 1; h.CorrelationID != want {
+			return fmt.Errorf("ReplicaFetchWake response with correlation id %d, want %d (after %s)", h.CorrelationID, want, api)
+		}
+		if h.ErrorCode != wire.ErrNone {
+			p.wmu.Lock()
+			p.noWake = true
+			p.wmu.Unlock()
+		}
+	}
+	return nil
 }
 
 // peerError is a refusal a peer answered with: its code and message.
@@ -388,9 +478,19 @@ func (p *peerConn) roundTrip(ctx context.Context, req, resp wire.Message) error 
 	}
 	stop := context.AfterFunc(ctx, func() { p.c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	p.wmu.Lock()
+	if fr, ok := req.(*wire.ReplicaFetchRequest); ok {
+		if p.wakeNext { // kicked before it went out: do not park
+			fr.MaxWaitMs, p.wakeNext = 0, false
+		}
+		p.fetching, p.replicaID = true, fr.ReplicaID
+	}
 	p.corr++
-	p.out = wire.AppendRequest(p.out[:0], p.corr, req)
-	if _, err := p.c.Write(p.out); err != nil {
+	corr := p.corr
+	p.out = wire.AppendRequest(p.out[:0], corr, req)
+	_, err := p.c.Write(p.out)
+	p.wmu.Unlock()
+	if err != nil {
 		return fmt.Errorf("send %s: %w", req.API(), err)
 	}
 	h, payload, buf, err := wire.ReadResponse(p.c, p.in, peerFrameBytesMax)
@@ -398,8 +498,11 @@ func (p *peerConn) roundTrip(ctx context.Context, req, resp wire.Message) error 
 	if err != nil {
 		return fmt.Errorf("read %s response: %w", req.API(), err)
 	}
-	if h.CorrelationID != p.corr {
-		return fmt.Errorf("%s response with correlation id %d, want %d", req.API(), h.CorrelationID, p.corr)
+	if h.CorrelationID != corr {
+		return fmt.Errorf("%s response with correlation id %d, want %d", req.API(), h.CorrelationID, corr)
+	}
+	if err := p.readWakes(req.API(), corr); err != nil {
+		return err
 	}
 	if h.ErrorCode != wire.ErrNone {
 		msg, _ := wire.DecodeErrorPayload(payload)

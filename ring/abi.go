@@ -258,6 +258,9 @@ const (
 
 	AcceptMultishot uint16 = 1 << 0 // IORING_ACCEPT_MULTISHOT, in ioprio
 	RecvMultishot   uint16 = 1 << 1 // IORING_RECV_MULTISHOT, in ioprio
+	// RecvSendPollFirst (IORING_RECVSEND_POLL_FIRST, 5.19, in ioprio): arm the poll at once
+	// instead of trying the socket first (for a recv that is known to find nothing yet).
+	RecvSendPollFirst uint16 = 1 << 0
 
 	CancelAll uint32 = 1 << 0 // IORING_ASYNC_CANCEL_ALL
 	CancelFd  uint32 = 1 << 1 // IORING_ASYNC_CANCEL_FD

@@ -10,6 +10,9 @@
 // partitions from the earliest offset and long-poll, reading batch by batch
 // (client.Consumer.PollBatches); the consumer is a bench.BatchConsumer, so the runner
 // accounts per batch rather than per record.
+//
+// RawProduce (rawproduce.go) is `ringlog bench single`'s produce round trip without the
+// client library: one request encoded once, sent as is to the partition's shard.
 package ringlogdriver
 
 import (

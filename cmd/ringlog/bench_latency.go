@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/ringlog/ringlog/bench/ringlogdriver"
 	"github.com/ringlog/ringlog/netio/client"
 	"github.com/ringlog/ringlog/netio/wire"
+	"github.com/ringlog/ringlog/ring"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,45 +41,69 @@ const (
 func benchPingPong(args []string) error {
 	fs := flag.NewFlagSet("bench pingpong", flag.ContinueOnError)
 	size := fs.Int("size", 1024, "bytes each way per round trip")
-	count := fs.Int("count", 100_000, "round trips measured (after a warm-up of 1000)")
-	process := fs.Bool("process", false, "echo from another process (the broker's process boundary) instead of a goroutine of this one")
+	count := fs.Int("count", 100_000, "round trips measured per echo (after a warm-up of 1000)")
+	process := fs.Bool("process", false, "echo from another process (the broker's process boundary) instead of a goroutine of this one (same as --echo proc)")
+	echoes := fs.String("echo", "", "comma-separated echoes, measured in turns: go (a goroutine of this process), proc (a Go echo in another process), uring[:opt+opt...] (an echo on one ring.Reactor loop in another process; options "+uringEchoOptions+"); default go, or proc with --process")
+	rounds := fs.Int("rounds", 1, "the echoes take turns this many times, so load hits all alike")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax {
-		return fmt.Errorf("want --count in 1..%d and no arguments", latencyCountMax)
+	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax || *rounds < 1 || *rounds > latencyRoundsMax || *rounds > *count {
+		return fmt.Errorf("want --count in 1..%d, --rounds in 1..min(%d, count) and no arguments", latencyCountMax, latencyRoundsMax)
+	}
+	specs := *echoes
+	if specs == "" {
+		specs = map[bool]string{false: "go", true: "proc"}[*process]
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	pp, stop, err := newPingPong(*size, *process)
-	if err != nil {
+	var series []singleSeries
+	for spec := range strings.SplitSeq(specs, ",") {
+		s, stop, err := newEcho(strings.TrimSpace(spec), *size)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		series = append(series, s)
+	}
+	if err := warmUp(ctx, series); err != nil {
 		return err
 	}
-	defer stop()
-	if err := pp.Run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
+	if err := takeTurns(ctx, series, *count, *rounds); err != nil {
 		return err
 	}
-	lat := bench.NewLatency()
-	if err := pp.Run(ctx, *count, lat); err != nil {
-		return err
-	}
+	fmt.Printf("ping-pong of %d B, %d round trips per echo in %d rounds; load average %s\n", *size, *count, *rounds, loadAverage())
 	printLatencyHeader()
-	name := fmt.Sprintf("pingpong %dB", *size)
-	if *process {
-		name += " proc"
+	for i, s := range series {
+		var against []*bench.Latency
+		if i > 0 {
+			against = []*bench.Latency{series[0].lat}
+		}
+		printLatencyRow(s.name, s.lat, against...)
 	}
-	printLatencyRow(name, lat)
+	if len(series) > 1 {
+		fmt.Printf("ratios: p50 p99 p99.9 against %s\n", series[0].name)
+	}
+	printSeriesCPU(series)
 	return nil
 }
 
+// uringEchoOptions lists the io_uring echo's options for flag help (bench.UringEcho).
+const uringEchoOptions = "defer, coop, single, pollfirst, multishot, sendop, timer, append, cpuN"
+
 // echoChildEnv, set to a message size, makes this binary serve one ping-pong echo
-// connection (bench.ServeEcho) on 127.0.0.1 instead of running its command line: it prints
-// the address on stdout and exits when the connection closes. startEchoProcess sets it.
-const echoChildEnv = "RINGLOG_BENCH_ECHO_SIZE"
+// connection on 127.0.0.1 instead of running its command line: it prints the address on
+// stdout and exits when the connection closes. startEchoProcess sets it. With
+// echoRingChildEnv set too (a bench.ParseUringEcho spec), the echo runs on a ring.Reactor
+// loop (bench.ServeUringEcho), else in Go's netpoller (bench.ServeEcho).
+const (
+	echoChildEnv     = "RINGLOG_BENCH_ECHO_SIZE"
+	echoRingChildEnv = "RINGLOG_BENCH_ECHO_RING"
+)
 
 // echoChildMain runs the echo child and returns its exit status.
 func echoChildMain(size string) int {
-	if err := runEchoChild(size); err != nil {
+	if err := runEchoChild(size, os.Getenv(echoRingChildEnv)); err != nil {
 		fmt.Fprintf(os.Stderr, "ringlog echo: %v\n", err)
 		return 1
 	}
@@ -85,10 +111,19 @@ func echoChildMain(size string) int {
 }
 
 // runEchoChild is the echo process's whole life.
-func runEchoChild(sizeText string) error {
+func runEchoChild(sizeText, ringSpec string) error {
 	size, err := strconv.Atoi(sizeText)
 	if err != nil {
 		return fmt.Errorf("%s=%q: %w", echoChildEnv, sizeText, err)
+	}
+	if ringSpec != "" {
+		cfg, err := bench.ParseUringEcho(ringSpec)
+		if err != nil {
+			return err
+		}
+		// The ring's one-line backend notice would land in the middle of the bench's table.
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		return bench.ServeUringEcho(size, cfg, func(addr string) { fmt.Println(addr) })
 	}
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -99,48 +134,76 @@ func runEchoChild(sizeText string) error {
 	return bench.ServeEcho(listener, size)
 }
 
-// startEchoProcess runs this binary again as an echo (runEchoChild) and connects a
-// ping-pong to it: the floor with the same process boundary a broker has.
-func startEchoProcess(size int) (*bench.PingPong, func(), error) {
+// startEchoProcess runs this binary again as an echo (runEchoChild; on a ring.Reactor loop
+// when ringSpec is set) and connects a ping-pong to it: the floor with the same process
+// boundary a broker has.
+func startEchoProcess(size int, ringSpec string) (*bench.PingPong, int, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", echoChildEnv, size))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", echoChildEnv, size), echoRingChildEnv+"="+ringSpec)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("echo process: %w", err)
+		return nil, 0, nil, fmt.Errorf("echo process: %w", err)
 	}
 	addr, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, nil, fmt.Errorf("echo process: no address: %w", err)
+		return nil, 0, nil, fmt.Errorf("echo process: no address: %w", err)
 	}
 	pp, err := bench.DialPingPong(strings.TrimSpace(addr), size)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
-	return pp, func() { pp.Close(); _ = cmd.Wait() }, nil
+	return pp, cmd.Process.Pid, func() { pp.Close(); _ = cmd.Wait() }, nil
 }
 
-// newPingPong starts a ping-pong with its echo in this process or in another one.
-func newPingPong(size int, process bool) (*bench.PingPong, func(), error) {
-	if process {
-		return startEchoProcess(size)
-	}
-	pp, err := bench.NewPingPong(size)
+// uringUsable reports why this process cannot set up an io_uring ring, or nil.
+func uringUsable() error {
+	rg, err := ring.Open(ring.Config{Backend: "uring"})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	return pp, func() { pp.Close() }, nil
+	return rg.Close()
+}
+
+// newEcho starts a ping-pong of size bytes against the echo spec names (see bench
+// pingpong's --echo) and returns its series (with the echo process as its server) and its
+// stop.
+func newEcho(spec string, size int) (singleSeries, func(), error) {
+	name := fmt.Sprintf("pingpong %dB", size)
+	var ringSpec string
+	switch {
+	case spec == "go":
+		pp, err := bench.NewPingPong(size)
+		if err != nil {
+			return singleSeries{}, nil, err
+		}
+		return singleSeries{name: name, run: pp.Run}, func() { pp.Close() }, nil
+	case spec == "proc":
+		name += " proc"
+	case strings.HasPrefix(spec, "uring"):
+		if _, err := bench.ParseUringEcho(spec); err != nil {
+			return singleSeries{}, nil, err
+		}
+		name, ringSpec = "echo "+spec, spec
+	default:
+		return singleSeries{}, nil, fmt.Errorf("echo %q: want go, proc or uring[:opt+opt...]", spec)
+	}
+	pp, pid, stop, err := startEchoProcess(size, ringSpec)
+	if err != nil {
+		return singleSeries{}, nil, err
+	}
+	return singleSeries{name: name, run: pp.Run, serverPID: pid}, stop, nil
 }
 
 // singleSeries is one way of sending a record in `ringlog bench single`.
@@ -148,9 +211,11 @@ type singleSeries struct {
 	name string
 	lat  *bench.Latency
 	run  func(ctx context.Context, n int, lat *bench.Latency) error
-	// CPU spent while the series ran its measured rounds: this process's (getrusage) and,
-	// with --broker-pid, the broker's (its threads' schedstat run time), both in ns.
-	selfNs, brokerNs int64
+	// CPU spent while the series ran its measured rounds: this process's (getrusage) and
+	// its server's (the threads' schedstat run time of the echo's process, or with
+	// --broker-pid of the broker), both in ns.
+	selfNs, serverNs int64
+	serverPID        int // 0: no server process to account
 	records          int
 	polls            func() client.ReadPollStats // the SendSync series with --read-poll
 }
@@ -162,7 +227,9 @@ func benchSingle(args []string) error {
 	size := fs.Int("size", 1024, "record value bytes (and ping-pong bytes each way)")
 	count := fs.Int("count", 20_000, "records per series (after a warm-up of 1000)")
 	rounds := fs.Int("rounds", 10, "the series take turns this many times, so load hits all alike")
-	processFloor := fs.Bool("process-floor", true, "also run the ping-pong against an echo in another process (the broker's process boundary); ratios are printed against both floors")
+	processFloor := fs.Bool("process-floor", true, "also run the ping-pong against an echo in another process (the broker's process boundary); ratios are printed against every floor")
+	uringFloors := fs.String("uring-floor", "uring", "comma-separated io_uring echoes (uring[:opt+opt...], options "+uringEchoOptions+") to run the ping-pong against too, each in another process on one ring.Reactor loop; empty: none")
+	rawProduce := fs.Bool("raw-produce", true, "also measure a produce request of one record encoded once and sent as is on a connection of its own to the partition's shard, without the client library (ringlogdriver.RawProduce): SendSync minus it is the client's cost")
 	queued := fs.Bool("queued", true, "also measure Send plus waiting for the callback (the batching path, through the sender goroutine)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the measured rounds to this file")
 	traceFile := fs.String("trace", "", "write a Go execution trace of the measured rounds to this file")
@@ -205,36 +272,47 @@ func benchSingle(args []string) error {
 	if err := c.CreateTopic(ctx, *topic, 1, topicConfigs); err != nil && !errors.Is(err, wire.ErrTopicAlreadyExists) {
 		return fmt.Errorf("create %s: %w", *topic, err)
 	}
-	pp, err := bench.NewPingPong(max(*size, 1))
-	if err != nil {
-		return err
-	}
-	defer pp.Close()
-	value := make([]byte, *size)
-	var processPP *bench.PingPong
+	echoSpecs := []string{"go"}
 	if *processFloor {
-		pp, stop, err := newPingPong(max(*size, 1), true)
+		echoSpecs = append(echoSpecs, "proc")
+	}
+	uringDefault := true
+	fs.Visit(func(f *flag.Flag) { uringDefault = uringDefault && f.Name != "uring-floor" })
+	if err := uringUsable(); err != nil && uringDefault {
+		fmt.Printf("no io_uring echo floor: %v\n", err)
+		*uringFloors = ""
+	}
+	for spec := range strings.SplitSeq(*uringFloors, ",") {
+		if spec = strings.TrimSpace(spec); spec != "" {
+			echoSpecs = append(echoSpecs, spec)
+		}
+	}
+	var series []singleSeries
+	for _, spec := range echoSpecs {
+		s, stop, err := newEcho(spec, max(*size, 1))
 		if err != nil {
 			return err
 		}
 		defer stop()
-		processPP = pp
+		series = append(series, s)
+	}
+	floors := len(series)
+	value := make([]byte, *size)
+	if *rawProduce {
+		raw, err := ringlogdriver.DialRawProduce(ctx, c, *broker, *topic, 0, value)
+		if err != nil {
+			return err
+		}
+		defer raw.Close()
+		series = append(series, singleSeries{name: "raw produce acks=1", run: raw.Run, serverPID: *brokerPID})
 	}
 	syncProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
 	defer syncProducer.Close(context.Background())
-	series := []singleSeries{
-		{name: fmt.Sprintf("pingpong %dB", max(*size, 1)), run: pp.Run},
-		{name: "SendSync acks=1", run: sendSyncSeries(syncProducer, *topic, value)},
-	}
+	series = append(series, singleSeries{name: "SendSync acks=1", run: sendSyncSeries(syncProducer, *topic, value), serverPID: *brokerPID})
 	for _, d := range polls {
 		pp := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, ReadPoll: d})
 		defer pp.Close(context.Background())
-		series = append(series, singleSeries{name: fmt.Sprintf("SendSync poll %v", d), polls: pp.ReadPollStats, run: sendSyncSeries(pp, *topic, value)})
-	}
-	floors := 1
-	if processPP != nil {
-		series = append(series[:1], append([]singleSeries{{name: fmt.Sprintf("pingpong %dB proc", max(*size, 1)), run: processPP.Run}}, series[1:]...)...)
-		floors = 2
+		series = append(series, singleSeries{name: fmt.Sprintf("SendSync poll %v", d), polls: pp.ReadPollStats, run: sendSyncSeries(pp, *topic, value), serverPID: *brokerPID})
 	}
 	if *flushAlways {
 		syncFloor, stop, err := newSyncFloor(*syncDir, max(*size, 1))
@@ -261,36 +339,18 @@ func benchSingle(args []string) error {
 				lat.Record(time.Since(start))
 			}
 			return nil
-		}})
+		}, serverPID: *brokerPID})
 	}
-	for i := range series {
-		if err := series[i].run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
-			return fmt.Errorf("%s: %w", series[i].name, err)
-		}
-		series[i].lat = bench.NewLatency()
+	if err := warmUp(ctx, series); err != nil {
+		return err
 	}
 	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
 	if err != nil {
 		return err
 	}
 	defer stopProfiles()
-	// Take turns, each series starting a round in turn, so a burst of load or writeback
-	// lands on all of them alike.
-	for round := range *rounds {
-		n := *count / *rounds
-		if round == *rounds-1 {
-			n = *count - n*(*rounds-1)
-		}
-		for k := range series {
-			s := &series[(round+k)%len(series)]
-			self0, broker0 := selfCPUNs(), threadsCPUNs(*brokerPID)
-			if err := s.run(ctx, n, s.lat); err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
-			}
-			s.selfNs += selfCPUNs() - self0
-			s.brokerNs += threadsCPUNs(*brokerPID) - broker0
-			s.records += n
-		}
+	if err := takeTurns(ctx, series, *count, *rounds); err != nil {
+		return err
 	}
 	stopProfiles()
 	fmt.Printf("one record at a time to %s (%s/0), %d B values, %d per series in %d rounds; load average %s\n",
@@ -309,8 +369,12 @@ func benchSingle(args []string) error {
 		}
 		printLatencyRow(s.name, s.lat, against...)
 	}
-	fmt.Println("ratios: p50 p99 p99.9 against the in-process ping-pong", map[bool]string{true: "| against the echo in another process", false: ""}[floors == 2])
-	printSeriesCPU(series, *brokerPID)
+	names := make([]string, floors)
+	for i, f := range series[:floors] {
+		names[i] = f.name
+	}
+	fmt.Printf("ratios: p50 p99 p99.9 against %s\n", strings.Join(names, " | "))
+	printSeriesCPU(series)
 	if *flushAlways {
 		sync := series[floors].lat.Summarize()
 		for _, s := range series[firstProduce:] {
@@ -324,6 +388,41 @@ func benchSingle(args []string) error {
 		return nil
 	}
 	fmt.Println("goal: p50 ≤ 1.5× and p99 ≤ 2× the ping-pong")
+	return nil
+}
+
+// warmUp runs latencyWarmupCount round trips of every series, unrecorded, and gives each
+// an empty histogram.
+func warmUp(ctx context.Context, series []singleSeries) error {
+	for i := range series {
+		if err := series[i].run(ctx, latencyWarmupCount, bench.NewLatency()); err != nil {
+			return fmt.Errorf("%s: %w", series[i].name, err)
+		}
+		series[i].lat = bench.NewLatency()
+	}
+	return nil
+}
+
+// takeTurns runs count round trips of every series in rounds turns, each series starting a
+// round in turn, so a burst of load or writeback lands on all of them alike, and counts the
+// CPU each one used (this process's, and its server's threads').
+func takeTurns(ctx context.Context, series []singleSeries, count, rounds int) error {
+	for round := range rounds {
+		n := count / rounds
+		if round == rounds-1 {
+			n = count - n*(rounds-1)
+		}
+		for k := range series {
+			s := &series[(round+k)%len(series)]
+			self0, server0 := selfCPUNs(), threadsCPUNs(s.serverPID)
+			if err := s.run(ctx, n, s.lat); err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			s.selfNs += selfCPUNs() - self0
+			s.serverNs += threadsCPUNs(s.serverPID) - server0
+			s.records += n
+		}
+	}
 	return nil
 }
 
@@ -357,13 +456,13 @@ func newSyncFloor(dir string, size int) (run func(ctx context.Context, n int, la
 }
 
 func printLatencyHeader() {
-	fmt.Printf("%-20s %10s %10s %10s %10s %10s\n", "series", "count", "p50 µs", "p99 µs", "p99.9 µs", "max µs")
+	fmt.Printf("%-28s %10s %10s %10s %10s %10s\n", "series", "count", "p50 µs", "p99 µs", "p99.9 µs", "max µs")
 }
 
 // printLatencyRow prints one series and its p50/p99/p99.9 as multiples of each floor.
 func printLatencyRow(name string, lat *bench.Latency, floors ...*bench.Latency) {
 	s := lat.Summarize()
-	fmt.Printf("%-20s %10d %10.1f %10.1f %10.1f %10.1f", name, s.Count, s.P50Us, s.P99Us, s.P999Us, s.MaxUs)
+	fmt.Printf("%-28s %10d %10.1f %10.1f %10.1f %10.1f", name, s.Count, s.P50Us, s.P99Us, s.P999Us, s.MaxUs)
 	for i, floor := range floors {
 		f := floor.Summarize()
 		sep := "  "
@@ -390,16 +489,19 @@ func sendSyncSeries(p *client.Producer, topic string, value []byte) func(ctx con
 }
 
 // printSeriesCPU prints each series' CPU per record: this process's (for the in-process
-// ping-pong both of its ends), the broker's with brokerPID, and what a read poll did.
-func printSeriesCPU(series []singleSeries, brokerPID int) {
-	fmt.Printf("CPU µs per round trip, this process%s:", map[bool]string{true: " / broker", false: ""}[brokerPID > 0])
+// ping-pong both of its ends) and its server's (the echo's process, the broker's with
+// --broker-pid; "-" where there is none), and what a read poll did.
+func printSeriesCPU(series []singleSeries) {
+	fmt.Print("CPU µs per round trip, this process / server:")
 	for _, s := range series {
 		if s.records == 0 {
 			continue
 		}
 		fmt.Printf(" %s %.1f", s.name, float64(s.selfNs)/1e3/float64(s.records))
-		if brokerPID > 0 {
-			fmt.Printf(" / %.1f", float64(s.brokerNs)/1e3/float64(s.records))
+		if s.serverPID > 0 {
+			fmt.Printf(" / %.1f", float64(s.serverNs)/1e3/float64(s.records))
+		} else {
+			fmt.Print(" / -")
 		}
 		fmt.Print(";")
 	}

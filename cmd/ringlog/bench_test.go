@@ -86,6 +86,9 @@ func TestBenchRejectsBadArguments(t *testing.T) {
 		"loopback no streams": {"loopback", "--streams", "0"},
 		"pingpong size 0":     {"pingpong", "--size", "0", "--count", "1"},
 		"pingpong count 0":    {"pingpong", "--count", "0"},
+		"pingpong bad echo":   {"pingpong", "--count", "1", "--echo", "go,epoll"},
+		"pingpong bad uring":  {"pingpong", "--count", "1", "--echo", "uring:fast"},
+		"single bad uring":    {"single", "--count", "1", "--rounds", "1", "--uring-floor", "uring:defer+coop"},
 		"single count 0":      {"single", "--count", "0"},
 		"single rounds>count": {"single", "--count", "5", "--rounds", "6"},
 		"single no broker":    {"single", "--broker", "127.0.0.1:1", "--count", "1", "--rounds", "1"},
@@ -132,7 +135,11 @@ func TestBenchSingleAgainstBroker(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	for _, want := range []string{"pingpong 100B", "pingpong 100B proc", "SendSync acks=1", "Send+wait acks=1", "goal:"} {
+	wants := []string{"pingpong 100B", "pingpong 100B proc", "raw produce acks=1", "SendSync acks=1", "Send+wait acks=1", "goal:"}
+	if uringUsable() == nil {
+		wants = append(wants, "echo uring ")
+	}
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
@@ -156,6 +163,20 @@ func TestBenchSingleAgainstBroker(t *testing.T) {
 	for _, process := range []string{"--process=false", "--process"} {
 		if err := runBench([]string{"pingpong", "--count", "10", "--size", "64", process}); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if err := uringUsable(); err != nil {
+		t.Logf("io_uring echoes not run: %v", err)
+		return
+	}
+	out = captureStdout(t, func() {
+		if err := runBench([]string{"pingpong", "--count", "20", "--rounds", "2", "--size", "64", "--echo", "go,proc,uring,uring:defer+multishot+timer"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, want := range []string{"pingpong 64B ", "pingpong 64B proc", "echo uring ", "echo uring:defer+multishot+timer", "against pingpong 64B"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("pingpong --echo output lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -183,8 +183,45 @@ type FetchRequest struct {
 	// (done gets Results[:len(Partitions)]): a caller reusing it from fetch to fetch, each
 	// result Released before, fetches without allocating. Nil: a new slice per fetch.
 	Results []FetchResult
+	// Wake, if set, lets the caller end the fetch's long-poll early (FetchWake.Wake): a
+	// follower whose fetch lane's replicas changed asks its leader to answer the round
+	// parked there. One fetch per FetchWake.
+	Wake *FetchWake
 
 	limits *fetchLimits
+}
+
+// FetchWake answers a parked fetch before its deadline (FetchRequest.Wake): Wake fires
+// the fetch's final read as a wake-up from outside the core would (core.WakeMoved). A Wake
+// before the fetch parked makes it answer as soon as its first pass ends; one after it was
+// answered does nothing (the op's use generation guards a recycled op).
+type FetchWake struct {
+	mu    sync.Mutex
+	op    *fetchOp // guarded by mu: the parked fetch; nil before it parks
+	gen   uint64   // guarded by mu: op's use
+	woken bool     // guarded by mu: Wake was called
+}
+
+// Wake ends the fetch's long-poll, now or when it parks; it reports whether the fetch
+// was parked (false: it had not parked yet, or was answered). Any goroutine.
+func (w *FetchWake) Wake() (parked bool) {
+	w.mu.Lock()
+	w.woken = true
+	op, gen := w.op, w.gen
+	w.mu.Unlock()
+	if op == nil || op.Fired(gen) {
+		return false
+	}
+	op.Fire(gen, core.WakeMoved)
+	return true
+}
+
+// arm records the parked op's use gen; false: Wake came first.
+func (w *FetchWake) arm(op *fetchOp, gen uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.op, w.gen = op, gen
+	return !w.woken
 }
 
 // FetchResult is one partition's answer. Records holds whole batches below the high
@@ -472,6 +509,9 @@ func (op *fetchOp) shardDone(on *Shard) {
 	n := len(op.involved)
 	op.refs.Add(int32(n)) // each park holds the op until it ran
 	gen := op.state.Load() >> 1
+	if w := op.req.Wake; w != nil && !w.arm(op, gen) {
+		op.Fire(gen, core.WakeMoved) // woken before it parked: the parks below find it fired
+	}
 	for i := range n {
 		r := op.reads[op.involved[i]]
 		if err := r.s.r.Post(r.parkFn); err != nil {

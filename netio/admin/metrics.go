@@ -38,6 +38,8 @@ var (
 	descRefusedRnds = prometheus.NewDesc("ringlog_replica_fetch_refused_rounds_total", "Follower fetch rounds whose every partition the leader refused (not leader, leader epoch); each is followed by a 20 ms pause.", nil, nil)
 	descSlowRounds  = prometheus.NewDesc("ringlog_replica_fetch_slow_rounds_total", "In-sync follower fetch rounds of this broker that took 100 ms or longer (long-polls on partitions nobody wrote to meanwhile, or a slow leader).", nil, nil)
 	descLaneKicks   = prometheus.NewDesc("ringlog_replica_lane_kicks_total", "Follower fetch lanes whose round was cut short because a replica entered the in-sync lane (joined its ISR).", nil, nil)
+	descLaneWakes   = prometheus.NewDesc("ringlog_replica_lane_wakes_total", "Lane kicks that asked the leader to answer the parked round on the lane's connection (ReplicaFetchWake) instead of dropping the connection.", nil, nil)
+	descLaneDials   = prometheus.NewDesc("ringlog_replica_lane_dials_total", "Connections this broker's follower fetch lanes opened to leaders (one per lane, another after a failure or a kick that had to drop it).", nil, nil)
 	descParks       = prometheus.NewDesc("ringlog_replica_fetch_parks_total", "Followers' fetches that parked on this leader's shards, by what ended the park (ready: data came between the read and the park; append, sync, moved: the replicator; deadline; removed).", []string{"cause"}, nil)
 	descLateParks   = prometheus.NewDesc("ringlog_replica_fetch_late_parks_total", "The parks of ringlog_replica_fetch_parks_total that lasted 100 ms or longer, by what ended them.", []string{"cause"}, nil)
 	descSubmissions = prometheus.NewDesc("ringlog_shard_ring_submissions_total", "Operations the shard queued on its io_uring ring (or the syscall fallback).", shardLabels, nil)
@@ -86,6 +88,11 @@ type replicaLanes interface {
 	ReplicaLanes() (slowRounds, kicks uint64)
 }
 
+// replicaLaneConns is the follower lanes' connections, as *cluster.Manager counts them.
+type replicaLaneConns interface {
+	ReplicaLaneConns() (dials, wakes uint64)
+}
+
 // WritebackStats is what the admin metrics read of engine.Writeback.
 type WritebackStats interface {
 	Stats() (started, dropped uint64)
@@ -113,7 +120,7 @@ func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR, descLeader,
-		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descFetchRounds, descReplAppends, descRefusedRnds, descSlowRounds, descLaneKicks, descParks, descLateParks, descSubmissions,
+		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descFetchRounds, descReplAppends, descRefusedRnds, descSlowRounds, descLaneKicks, descLaneWakes, descLaneDials, descParks, descLateParks, descSubmissions,
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr,
@@ -143,6 +150,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		slow, kicks := rl.ReplicaLanes()
 		ch <- counter(descSlowRounds, float64(slow))
 		ch <- counter(descLaneKicks, float64(kicks))
+	}
+	if rc, ok := c.rep.(replicaLaneConns); ok {
+		dials, wakes := rc.ReplicaLaneConns()
+		ch <- counter(descLaneDials, float64(dials))
+		ch <- counter(descLaneWakes, float64(wakes))
 	}
 	stats, err := c.core.Stats()
 	if err != nil {

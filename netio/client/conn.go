@@ -68,11 +68,16 @@ type conn struct {
 	closed  chan struct{}
 
 	rmu         sync.Mutex
-	outstanding int         // guarded by rmu: calls enqueued whose response is not dispatched yet
-	reading     bool        // guarded by rmu: a goroutine holds the reader role
-	heldBy      *call       // guarded by rmu: the call whose caller reads inline (readHeld), or nil
-	interrupted bool        // guarded by rmu: the inline reader's context set a past read deadline
-	fr          frameReader // owned by the reader role
+	outstanding int   // guarded by rmu: calls enqueued whose response is not dispatched yet
+	reading     bool  // guarded by rmu: a goroutine holds the reader role
+	heldBy      *call // guarded by rmu: the call whose caller reads inline (readHeld), or nil
+	interrupted bool  // guarded by rmu: the inline reader's context set a past read deadline
+	// heldDone is the inline reader's context's Done channel (nil: none, or not cancellable);
+	// watch is the one context registration the connection keeps (watchLocked). Both guarded
+	// by rmu.
+	heldDone <-chan struct{}
+	watch    ctxWatch
+	fr       frameReader // owned by the reader role
 	// pollReadable's state, owned by the reader role: its callback, bound once, the end of
 	// the current poll and the counts it adds to (the producer's, or nil).
 	pollFn    func(fd uintptr) bool
@@ -121,10 +126,11 @@ func dialConn(addr string, cfg *Config) (*conn, error) {
 // sendHeld is send for a caller that waits for the response: when it returns true the
 // caller holds the connection's reader role and must call readHeld with cl. cl is the
 // caller's (the producer embeds it in a pooled request): once cl.done has run the
-// connection does not touch it again, but for readHeld's pointer comparisons. (readHeld's
-// context callback may run late, after readHeld returned; should cl have been recycled
-// into a new held read on this connection by then, that read is interrupted and handed to
-// a reader goroutine: its answer still arrives, only the inline read is lost.)
+// connection does not touch it again, but for readHeld's pointer comparison. (The
+// connection's context registration may run late, after readHeld returned; should a new
+// held read with the same, now ended, context be under way by then, that read is
+// interrupted and handed to a reader goroutine: its answer still arrives, only the inline
+// read is lost.)
 func (c *conn) sendHeld(req wire.Message, cl *call) bool {
 	return c.sendCall(req, cl, true)
 }
@@ -263,16 +269,16 @@ func (c *conn) peek(fd uintptr) bool {
 // With poll > 0 it first polls the socket for up to poll before its first read may park
 // in the netpoller (pollReadable); stats, when not nil, counts what the poll did.
 func (c *conn) readHeld(ctx context.Context, cl *call, until func() bool, poll time.Duration, stats *pollCounts) {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() {
-			c.rmu.Lock()
-			if c.heldBy == cl { // still this caller's turn (the function may run late)
-				c.interrupted = true
-				c.nc.SetReadDeadline(aLongTimeAgo)
+	if done := ctx.Done(); done != nil {
+		c.rmu.Lock()
+		if c.heldBy == cl { // still this caller's turn
+			c.watchLocked(ctx, done)
+			c.heldDone = done
+			if ctx.Err() != nil { // ended before the watch could see this reader
+				c.interruptLocked()
 			}
-			c.rmu.Unlock()
-		})
-		defer stop()
+		}
+		c.rmu.Unlock()
 	}
 	if poll > 0 && c.raw != nil && c.fr.r.Buffered() == 0 {
 		c.pollReadable(poll, stats)
@@ -318,6 +324,48 @@ func (c *conn) pollOnce(fd uintptr) bool {
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
+// ctxWatch is a connection's registration with an inline reader's context: its function
+// (context.AfterFunc) interrupts the inline read of whichever caller reads with that
+// context (same Done channel) when it ends. It outlives the readHeld that made it, so a
+// caller who sends again and again with one context pays the registration once (three
+// allocations) rather than per call; a reader with another context replaces it, and the
+// connection's failure or close removes it.
+type ctxWatch struct {
+	done <-chan struct{}
+	stop func() bool // nil: no registration
+}
+
+// watchLocked makes sure the connection watches ctx, whose Done channel is done (rmu held).
+func (c *conn) watchLocked(ctx context.Context, done <-chan struct{}) {
+	if c.watch.stop != nil && c.watch.done == done {
+		return
+	}
+	c.unwatchLocked()
+	c.watch = ctxWatch{done: done, stop: context.AfterFunc(ctx, func() {
+		c.rmu.Lock()
+		if c.heldBy != nil && c.heldDone == done { // the function may run late, or for a past reader
+			c.interruptLocked()
+		}
+		c.rmu.Unlock()
+	})}
+}
+
+// unwatchLocked removes the connection's context registration, if any (rmu held). Its
+// function, should it be running, finds the reader's Done channel changed or gone.
+func (c *conn) unwatchLocked() {
+	if c.watch.stop != nil {
+		c.watch.stop()
+	}
+	c.watch = ctxWatch{}
+}
+
+// interruptLocked ends the inline reader's current and next reads (rmu held): the reader
+// hands the role over (readResponses).
+func (c *conn) interruptLocked() {
+	c.interrupted = true
+	c.nc.SetReadDeadline(aLongTimeAgo)
+}
 
 func (c *conn) readLoop() { c.readResponses(nil) }
 
@@ -382,7 +430,7 @@ func (c *conn) clearInlineLocked() {
 		c.interrupted = false
 		c.nc.SetReadDeadline(time.Time{})
 	}
-	c.heldBy = nil
+	c.heldBy, c.heldDone = nil, nil
 }
 
 // dispatch hands one response to the call waiting for it; false: the connection failed.
@@ -496,6 +544,9 @@ func (c *conn) fail(err error) {
 	close(c.closed)
 	c.emu.Unlock()
 	c.nc.Close()
+	c.rmu.Lock()
+	c.unwatchLocked() // the user's context no longer holds the connection
+	c.rmu.Unlock()
 	// A sender holding wmu either saw the error or is about to leave through c.closed;
 	// once we hold wmu no new call can be enqueued.
 	c.wmu.Lock()

@@ -46,6 +46,23 @@ func readRequest(nc net.Conn) (wire.RequestHeader, error) {
 	return h, err
 }
 
+// answeringServer answers every request on its one connection with an empty Metadata
+// response, after hold(i) returns for the i-th request (from 0).
+func answeringServer(t *testing.T, hold func(i int)) string {
+	return oneConnServer(t, func(nc net.Conn) {
+		for i := 0; ; i++ {
+			h, err := readRequest(nc)
+			if err != nil {
+				return
+			}
+			hold(i)
+			if _, err := nc.Write(wire.AppendResponse(nil, h, &wire.MetadataResponse{})); err != nil {
+				return
+			}
+		}
+	})
+}
+
 func testConn(t *testing.T, addr string) *conn {
 	t.Helper()
 	cfg := Config{DialTimeout: 5 * time.Second, InflightPerConnMax: 4, FrameBytesMax: 1 << 20}
@@ -62,18 +79,9 @@ func testConn(t *testing.T, addr string) *conn {
 // read deadline is back to none for the next caller.
 func TestHeldReadLeavesOnContextAndHandsOver(t *testing.T) {
 	answer := make(chan struct{})
-	addr := oneConnServer(t, func(nc net.Conn) {
-		for i := 0; ; i++ {
-			h, err := readRequest(nc)
-			if err != nil {
-				return
-			}
-			if i == 0 {
-				<-answer // the first request is answered only after its caller left
-			}
-			if _, err := nc.Write(wire.AppendResponse(nil, h, &wire.MetadataResponse{})); err != nil {
-				return
-			}
+	addr := answeringServer(t, func(i int) {
+		if i == 0 {
+			<-answer // the first request is answered only after its caller left
 		}
 	})
 	c := testConn(t, addr)
@@ -164,5 +172,78 @@ func TestHeldReadPollSeesClose(t *testing.T) {
 	}
 	if h, m := stats.hits.Load(), stats.misses.Load(); h+m != 1 || stats.spins.Load() < 1 {
 		t.Fatalf("%d hits, %d misses, %d reads: want one poll", h, m, stats.spins.Load())
+	}
+}
+
+// The connection keeps its context registration between inline reads (so a caller that
+// reuses one context pays it once): a later read with the same context is still
+// interrupted when that context ends while it waits, and a read with another context
+// replaces the registration. The broker withholds the second answer until the caller left.
+func TestHeldReadWatchOutlivesTheRead(t *testing.T) {
+	received := make(chan int, 4)
+	answer := make(chan struct{})
+	addr := answeringServer(t, func(i int) {
+		received <- i
+		if i == 1 {
+			<-answer
+		}
+	})
+	c := testConn(t, addr)
+	got := make(chan error, 3)
+	done := func(_ wire.Message, err error) { got <- err }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	read := func(ctx context.Context) (answered bool) {
+		cl := &call{resp: &wire.MetadataResponse{}, done: done}
+		if !c.sendHeld(&wire.MetadataRequest{}, cl) {
+			t.Fatal("an idle connection's caller did not take the reader role")
+		}
+		c.readHeld(ctx, cl, func() bool { return len(got) > 0 }, 0, nil)
+		return len(got) > 0
+	}
+	if !read(ctx) {
+		t.Fatal("first read left without its answer")
+	}
+	<-got
+	first := c.watch.done
+	if first == nil {
+		t.Fatal("no registration kept after the first read")
+	}
+	go func() { // cancel once the broker holds the second request
+		<-received
+		<-received
+		cancel()
+	}()
+	if read(ctx) {
+		t.Fatal("answered although the broker withholds the answer")
+	}
+	if c.watch.done != first {
+		t.Fatal("the registration changed for the same context")
+	}
+	close(answer)
+	if err := <-got; err != nil {
+		t.Fatalf("the handed-over response: %v", err)
+	}
+	// A reader with another context replaces the registration.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	cl := &call{resp: &wire.MetadataResponse{}, done: done}
+	if c.sendHeld(&wire.MetadataRequest{}, cl) {
+		c.readHeld(ctx2, cl, func() bool { return len(got) > 0 }, 0, nil)
+		c.rmu.Lock()
+		replaced := c.watch.done == ctx2.Done()
+		c.rmu.Unlock()
+		if !replaced {
+			t.Fatal("a reader with another context kept the old registration")
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("third call: %v", err)
+	}
+	c.close()
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.watch.stop != nil {
+		t.Fatal("a closed connection keeps its context registration")
 	}
 }

@@ -103,8 +103,20 @@ func TestSendSyncBesideSendKeepsOrderAndWritesOnce(t *testing.T) {
 // real broker (page-cache mode) over loopback, served on the shards' reactors as ringlogd
 // does. ns/op is the round trip; `ringlog bench single` compares it with a ping-pong.
 func BenchmarkRealBrokerSendSync1KiB(b *testing.B) {
+	benchmarkRealBrokerSendSync(b, context.Background())
+}
+
+// BenchmarkRealBrokerSendSync1KiBCancellable is the same with a context that has a
+// cancel, as a service's request context has: the connection's context registration is
+// made once, not per call.
+func BenchmarkRealBrokerSendSync1KiBCancellable(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	benchmarkRealBrokerSendSync(b, ctx)
+}
+
+func benchmarkRealBrokerSendSync(b *testing.B, ctx context.Context) {
 	br := brokertest.Start(b, brokertest.Options{Shards: 2, Driver: "ring", ShardListeners: true})
-	ctx := context.Background()
 	if err := br.Client.CreateTopic(ctx, "single", 1, nil); err != nil {
 		b.Fatal(err)
 	}
@@ -126,10 +138,10 @@ func BenchmarkRealBrokerSendSync1KiB(b *testing.B) {
 // (both run in this process: testing.AllocsPerRun counts every goroutine): the produce
 // request, its wire request and response, the sealed batch, its records array and its
 // buffer are all recycled, and the caller reads its answer inline. Idempotent at acks=1
-// and acks=all, and without idempotence; on both broker drivers. A context with a
-// deadline or a cancel would add readHeld's context.AfterFunc (3 allocations): the
-// check uses context.Background, as the benchmark does. The race detector allocates, so
-// the check runs without it.
+// and acks=all, and without idempotence; on both broker drivers; with a context that
+// cannot end and with one that has a cancel or a deadline (the connection registers with
+// a context once and keeps the registration while its readers use that context: conn.watch).
+// The race detector allocates, so the check runs without it.
 func TestSendSyncAllocatesNothing(t *testing.T) {
 	if client.RaceEnabled {
 		t.Skip("the race detector allocates")
@@ -141,19 +153,26 @@ func TestSendSyncAllocatesNothing(t *testing.T) {
 			if err := br.Client.CreateTopic(ctx, "single", 1, nil); err != nil {
 				t.Fatal(err)
 			}
+			cancellable, cancel := context.WithCancel(ctx)
+			defer cancel()
+			deadline, cancelDeadline := context.WithTimeout(ctx, time.Hour)
+			defer cancelDeadline()
 			for _, tc := range []struct {
 				name string
 				cfg  client.ProducerConfig
+				ctx  context.Context
 			}{
-				{"acks=1", client.ProducerConfig{Acks: client.AckLeader}},
-				{"acks=all", client.ProducerConfig{Acks: client.AckAll}},
-				{"acks=1/no-idempotence", client.ProducerConfig{Acks: client.AckLeader, DisableIdempotence: true}},
-				{"acks=1/read-poll", client.ProducerConfig{Acks: client.AckLeader, ReadPoll: 50 * time.Microsecond}},
+				{"acks=1", client.ProducerConfig{Acks: client.AckLeader}, ctx},
+				{"acks=all", client.ProducerConfig{Acks: client.AckAll}, ctx},
+				{"acks=1/no-idempotence", client.ProducerConfig{Acks: client.AckLeader, DisableIdempotence: true}, ctx},
+				{"acks=1/read-poll", client.ProducerConfig{Acks: client.AckLeader, ReadPoll: 50 * time.Microsecond}, ctx},
+				{"acks=1/cancellable-context", client.ProducerConfig{Acks: client.AckLeader}, cancellable},
+				{"acks=all/deadline-context", client.ProducerConfig{Acks: client.AckAll}, deadline},
 			} {
 				p := br.Client.NewProducer(tc.cfg)
 				record := client.Record{Topic: "single", Partition: 0, Value: bytes.Repeat([]byte("v"), 1024)}
 				send := func() {
-					if _, err := p.SendSync(ctx, &record); err != nil {
+					if _, err := p.SendSync(tc.ctx, &record); err != nil {
 						t.Fatal(err)
 					}
 				}

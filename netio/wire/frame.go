@@ -78,6 +78,8 @@ const (
 	APIDescribeAcls     APIKey = 28
 	APICreateAcls       APIKey = 29
 	APIDeleteAcls       APIKey = 30
+	// Between brokers: a follower ends its parked ReplicaFetch (fetchwake.go).
+	APIReplicaFetchWake APIKey = 31
 	// Quotas (quota.go): the consumer group a connection's fetches are charged to.
 	APIQuotaGroup APIKey = 39
 
@@ -93,7 +95,8 @@ var apiNames = [APIKeyCount]string{
 	"LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups", "DeleteGroups", "ReplicaFetch", "OffsetsForLeaderEpoch", "Controller",
 	"SaslHandshake", "SaslAuthenticate", "DescribeUsers", "AlterUsers",
 	"DescribeAcls", "CreateAcls", "DeleteAcls",
-	APIQuotaGroup: "QuotaGroup",
+	APIReplicaFetchWake: "ReplicaFetchWake",
+	APIQuotaGroup:       "QuotaGroup",
 }
 
 func (k APIKey) String() string {

@@ -205,6 +205,12 @@ func FuzzAlterConfigsRequest(f *testing.F) {
 func FuzzAlterConfigsResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(AlterConfigsResponse) }, sampleResponses())
 }
+func FuzzReplicaFetchWakeRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ReplicaFetchWakeRequest) }, sampleRequests())
+}
+func FuzzReplicaFetchWakeResponse(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ReplicaFetchWakeResponse) }, sampleResponses())
+}
 func FuzzQuotaGroupRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(QuotaGroupRequest) }, sampleRequests())
 }

@@ -80,6 +80,8 @@ func NewRequest(key APIKey) Message {
 		return new(ControllerRequest)
 	case APIQuotaGroup:
 		return new(QuotaGroupRequest)
+	case APIReplicaFetchWake:
+		return new(ReplicaFetchWakeRequest)
 	case APISaslHandshake:
 		return new(SaslHandshakeRequest)
 	case APISaslAuthenticate:
@@ -151,6 +153,8 @@ func NewResponse(key APIKey) Message {
 		return new(ControllerResponse)
 	case APIQuotaGroup:
 		return new(QuotaGroupResponse)
+	case APIReplicaFetchWake:
+		return new(ReplicaFetchWakeResponse)
 	case APISaslHandshake:
 		return new(SaslHandshakeResponse)
 	case APISaslAuthenticate:

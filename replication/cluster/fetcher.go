@@ -30,10 +30,11 @@ type fetcher struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
-	// kickMu guards the round in flight's cancel (nil between rounds) and kicked, a kick
-	// that came between rounds (see kick).
+	// kickMu guards the round in flight's cancel (nil between rounds) and connection, and
+	// kicked, a kick that came between rounds (see kick).
 	kickMu      sync.Mutex
 	roundCancel context.CancelFunc
+	roundConn   PeerConn
 	kicked      bool
 }
 
@@ -53,47 +54,64 @@ const catchUpPartitionBytes = 1 << 20
 // the longest its round parks on the leader while the other lane holds some of them.
 const laneBusyWait = 10 * time.Millisecond
 
-// errKicked ends a round whose long-poll kick cut short: its answer is lost with the
-// connection, and the lane lists its replicas again at once.
+// errKicked ends a round whose long-poll kick cut short by cancelling it (a PeerConn
+// without FetchWaker): its answer is lost with the connection, and the lane lists its
+// replicas again at once.
 var errKicked = errors.New("replica fetch round cut short: the lane's replicas changed")
+
+// FetchWaker is a PeerConn that can end its own outstanding ReplicaFetch's long-poll
+// without dropping the connection (the ringlog protocol's ReplicaFetchWake): the leader
+// answers the parked fetch at once with what it has. WakeFetch may be called from another
+// goroutine while ReplicaFetch waits; a wake that comes before the fetch is sent makes it
+// not park. It reports false when it could not ask (the connection failed, or the leader
+// is of a release without the API): the caller then cancels the round instead.
+type FetchWaker interface {
+	WakeFetch() bool
+}
 
 // kick makes the lane list its replicas again now: a replica joined the in-sync lane (its
 // partition's ISR now holds this broker, so acks=all waits for this lane's next fetch of
 // it) or must leave the catch-up lane's round for it. A round parked on the leader is cut
-// short (its context is cancelled, which drops the connection: the answer on the wire
-// cannot be told apart from the next one's); between rounds, the next round lists first.
-// Without it the replica waited for the lane's long-poll on its other partitions, up to
-// the fetch wait (500 ms), and every acks=all produce to it with it.
+// short: the connection asks the leader to answer it now (FetchWaker), and the round ends
+// as any other, its answer used; only where the connection cannot ask is the round's
+// context cancelled, which drops the connection (the answer on the wire cannot be told
+// apart from the next one's). Between rounds, the next round lists first. Without it the
+// replica waited for the lane's long-poll on its other partitions, up to the fetch wait
+// (500 ms), and every acks=all produce to it with it.
 func (f *fetcher) kick() {
 	f.kickMu.Lock()
 	defer f.kickMu.Unlock()
 	if f.roundCancel != nil {
+		if w, ok := f.roundConn.(FetchWaker); ok && w.WakeFetch() {
+			f.m.laneWakes.Add(1)
+			return
+		}
 		f.roundCancel()
-		f.roundCancel = nil
+		f.roundCancel, f.roundConn = nil, nil
 		return
 	}
 	f.kicked = true
 }
 
-// startRound records the cancel of the round about to send its fetch; false: a kick came
-// since the lane listed its replicas, list them again first.
-func (f *fetcher) startRound(cancel context.CancelFunc) bool {
+// startRound records the cancel and connection of the round about to send its fetch;
+// false: a kick came since the lane listed its replicas, list them again first.
+func (f *fetcher) startRound(cancel context.CancelFunc, conn PeerConn) bool {
 	f.kickMu.Lock()
 	defer f.kickMu.Unlock()
 	if f.kicked {
 		f.kicked = false
 		return false
 	}
-	f.roundCancel = cancel
+	f.roundCancel, f.roundConn = cancel, conn
 	return true
 }
 
-// endRound reports whether a kick cut the round short.
+// endRound reports whether a kick cancelled the round.
 func (f *fetcher) endRound() (kicked bool) {
 	f.kickMu.Lock()
 	defer f.kickMu.Unlock()
 	kicked = f.roundCancel == nil
-	f.roundCancel = nil
+	f.roundCancel, f.roundConn = nil, nil
 	return kicked
 }
 
@@ -233,6 +251,7 @@ func (f *fetcher) run() {
 				continue
 			}
 			conn, addr = c, b.Address
+			m.laneDials.Add(1)
 		}
 		wait, err := f.round(conn, parts, md)
 		if errors.Is(err, errKicked) {
@@ -343,7 +362,7 @@ func (f *fetcher) round(conn PeerConn, parts []*replica, md *controller.Metadata
 	}
 	ctx, cancel := context.WithTimeout(f.ctx, m.cfg.FetchWait+submitTimeout)
 	defer cancel()
-	if !f.startRound(cancel) {
+	if !f.startRound(cancel, conn) {
 		return 0, nil // kicked since the lane listed its replicas: list them again
 	}
 	sent := time.Now()

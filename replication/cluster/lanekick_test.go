@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,11 @@ import (
 type parkingConn struct{ sent chan []shard.TopicPartition }
 
 func (c parkingConn) ReplicaFetch(ctx context.Context, req *FetchRequest) ([]FetchAnswer, error) {
+	return c.fetch(ctx, req, nil)
+}
+
+// fetch parks until ctx ends or, when woken is not nil, a wake arrives on it.
+func (c parkingConn) fetch(ctx context.Context, req *FetchRequest, woken chan struct{}) ([]FetchAnswer, error) {
 	tps := make([]shard.TopicPartition, len(req.Partitions))
 	for i, fp := range req.Partitions {
 		tps[i] = fp.TopicPartition
@@ -29,15 +35,42 @@ func (c parkingConn) ReplicaFetch(ctx context.Context, req *FetchRequest) ([]Fet
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	if req.MaxWait <= laneBusyWait {
+	empty := func() []FetchAnswer {
 		out := make([]FetchAnswer, len(req.Partitions))
 		for i, fp := range req.Partitions {
 			out[i] = FetchAnswer{TopicPartition: fp.TopicPartition, HighWatermark: fp.Offset, LogEndOffset: fp.Offset}
 		}
-		return out, nil
+		return out
 	}
-	<-ctx.Done()
-	return nil, ctx.Err()
+	if req.MaxWait <= laneBusyWait {
+		return empty(), nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-woken: // nil: never
+		return empty(), nil
+	}
+}
+
+// wakingConn is parkingConn that answers its parked fetch when asked (FetchWaker), as the
+// ringlog protocol's ReplicaFetchWake makes a leader do: a wake that comes before the
+// fetch parks makes it answer at once.
+type wakingConn struct {
+	parkingConn
+	woken chan struct{} // capacity 1
+}
+
+func (c wakingConn) ReplicaFetch(ctx context.Context, req *FetchRequest) ([]FetchAnswer, error) {
+	return c.fetch(ctx, req, c.woken)
+}
+
+func (c wakingConn) WakeFetch() bool {
+	select {
+	case c.woken <- struct{}{}:
+	default: // one is pending already
+	}
+	return true
 }
 
 func (parkingConn) OffsetsForLeaderEpoch(context.Context, shard.TopicPartition, int32, int32) (isr.EpochEndOffset, error) {
@@ -57,11 +90,28 @@ func (parkingConn) Close() error { return nil }
 // on. Before the fix the in-sync lane's fetch stayed parked for its whole fetch wait
 // (500 ms by default, an hour here), and p1 and p2 with it; the catch-up lane's parked
 // round held p1 as long.
+//
+// A connection that can ask its leader to answer the parked round (FetchWaker, the
+// ringlog protocol's ReplicaFetchWake) keeps it: each lane dials once. One that cannot is
+// cancelled and dialed again (the lanes' behaviour before session 9, and still the
+// fallback against a leader without the API).
 func TestLaneKickedWhenReplicaJoinsISR(t *testing.T) {
+	t.Run("wake", func(t *testing.T) { testLaneKick(t, true) })
+	t.Run("cancel", func(t *testing.T) { testLaneKick(t, false) })
+}
+
+func testLaneKick(t *testing.T, wakeable bool) {
 	sent := make(chan []shard.TopicPartition)
+	var dials atomic.Int32
 	m := &Manager{
 		cfg: Config{NodeID: 3, FetchWait: time.Hour, Now: time.Now,
-			Dial: func(context.Context, string) (PeerConn, error) { return parkingConn{sent: sent}, nil }},
+			Dial: func(context.Context, string) (PeerConn, error) {
+				dials.Add(1)
+				if wakeable {
+					return wakingConn{parkingConn{sent: sent}, make(chan struct{}, 1)}, nil
+				}
+				return parkingConn{sent: sent}, nil
+			}},
 		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		fetchers: map[fetcherKey]*fetcher{},
 		stop:     make(chan struct{}),
@@ -135,5 +185,15 @@ func TestLaneKickedWhenReplicaJoinsISR(t *testing.T) {
 	next(tp(0), tp(1), tp(2))
 	if n := m.laneKicks.Load(); n < 2 {
 		t.Fatalf("%d lane kicks, want the in-sync lane's and the catch-up lane's", n)
+	}
+	dialed, wakes := m.ReplicaLaneConns()
+	if int32(dialed) != dials.Load() {
+		t.Fatalf("ReplicaLaneConns counts %d dials, the dialer saw %d", dialed, dials.Load())
+	}
+	switch {
+	case wakeable && (dialed != 2 || wakes < 2):
+		t.Fatalf("%d dials and %d wakes: want each lane's one connection kept (2 dials) and its parked round woken", dialed, wakes)
+	case !wakeable && (dialed < 3 || wakes != 0):
+		t.Fatalf("%d dials and %d wakes: want a cancelled round's connection dialed again", dialed, wakes)
 	}
 }

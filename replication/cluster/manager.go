@@ -70,6 +70,9 @@ type FetchRequest struct {
 	// shard.CallerNone. Leader side only; a shard whose loop is not the caller's thread is
 	// posted to whatever it says.
 	Caller int
+	// Wake, if set, ends the fetch's long-poll when the follower asks (its lane kick,
+	// PeerConn's WakeFetch). Leader side only.
+	Wake *shard.FetchWake
 }
 
 // FetchPartition asks for one partition's batches from Offset (the follower's LEO).
@@ -228,6 +231,9 @@ type Manager struct {
 	// slowRounds counts the in-sync lane's rounds whose fetch took slowRound or longer;
 	// laneKicks the lanes kicked because a replica entered the in-sync lane (fetcher.kick).
 	slowRounds, laneKicks atomic.Uint64
+	// laneWakes the kicks that asked the leader to answer the parked round (FetchWaker)
+	// instead of dropping the lane's connection; laneDials the lanes' connections opened.
+	laneWakes, laneDials atomic.Uint64
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -1097,6 +1103,14 @@ func (m *Manager) ReplicaFetches() (rounds, appends, refused uint64) {
 // slowRound or longer and the lanes kicked because a replica entered the in-sync lane.
 func (m *Manager) ReplicaLanes() (slowRounds, kicks uint64) {
 	return m.slowRounds.Load(), m.laneKicks.Load()
+}
+
+// ReplicaLaneConns returns, since the broker started, the connections its fetch lanes
+// opened to leaders (one per lane, and one more after each failure or cancelled kick)
+// and the kicks that asked the leader to answer a parked round on the lane's connection
+// (ReplicaFetchWake) instead of dropping it.
+func (m *Manager) ReplicaLaneConns() (dials, wakes uint64) {
+	return m.laneDials.Load(), m.laneWakes.Load()
 }
 
 // Ready is nil while this broker knows a controller leader and is registered with it.

@@ -326,14 +326,22 @@ func (m *Manager) InSyncReplicas(p *core.Partition) int {
 }
 
 // CheckLeader reports whether this broker may serve clients' produces and fetches of tp:
-// nil when it leads tp or tp is not a replicated partition, ErrNotLeader otherwise.
+// nil when it leads tp or tp is not a replicated partition, ErrNotLeader when the
+// controller's metadata has tp and this broker does not lead it (it follows, or has not
+// opened its replica yet: Kafka's NOT_LEADER_OR_FOLLOWER, on which clients refresh their
+// metadata and retry), shard.ErrUnknownTopicOrPartition when the replicated topic has no
+// such partition.
 func (m *Manager) CheckLeader(tp shard.TopicPartition) error {
 	v, ok := m.reps.Load(tp)
 	if !ok {
-		if md := m.ctl.Metadata(); md.Topics[tp.Topic] != nil {
-			return fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
+		t := m.ctl.Metadata().Topics[tp.Topic]
+		switch {
+		case t == nil:
+			return nil
+		case tp.Partition < 0 || int(tp.Partition) >= len(t.Partitions):
+			return fmt.Errorf("%w: %s/%d (the topic has %d partitions)", shard.ErrUnknownTopicOrPartition, tp.Topic, tp.Partition, len(t.Partitions))
 		}
-		return nil
+		return fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
 	}
 	if !v.(*replica).leading.Load() {
 		return fmt.Errorf("%w: %s/%d", ErrNotLeader, tp.Topic, tp.Partition)
@@ -387,7 +395,7 @@ func (m *Manager) CheckLeaderEpoch(tp shard.TopicPartition, epoch int32) error {
 // chunk, charged to the budget.
 func (m *Manager) ReplicaFetch(req *FetchRequest, done func([]FetchAnswer)) {
 	answers := make([]FetchAnswer, len(req.Partitions))
-	fr := shard.FetchRequest{Replica: true, MaxWait: req.MaxWait, MinBytes: 1, ResponseBytesMax: int64(max(req.BytesMax, 1))}
+	fr := shard.FetchRequest{Replica: true, MaxWait: req.MaxWait, MinBytes: 1, ResponseBytesMax: int64(max(req.BytesMax, 1)), Wake: req.Wake}
 	var idx []int      // answers[idx[k]] is fr.Partitions[k]
 	var charged []bool // fr.Partitions[k] is charged to the leader throttle
 	var held []int     // answers of throttled partitions left out while the budget is spent

@@ -11,22 +11,34 @@ import (
 //
 // With an AsyncWriter (SetAsyncWriter; the shard's reactor in production), a direct-mode
 // append copies its batches into the staging chunks, assigns their offsets and returns
-// without waiting for the device. The staged bytes go out as one write group: one write op
-// per chunk touched (chunk boundaries are block-aligned, so the ops never overlap and run
-// in parallel), covering [alignDown(written end), alignUp(staged end)). Only one group is
-// in flight per log, because the next one rewrites the partial tail block the current one
-// ends in, and two O_DIRECT writes of one block in flight may reach the device in either
-// order. Appends arriving meanwhile are staged and go out together as the next group the
-// moment the current one completes: several partitions' groups, and every chunk of a
-// group, are in flight on the shard's ring at once.
+// without waiting for the device. The staged bytes go out as write groups: one write op per
+// chunk touched (chunk boundaries are block-aligned, so the ops never overlap and run in
+// parallel). Up to DirectWriteGroupsMax groups (default 1) are in flight per log, in file
+// order, each covering [alignDown(the end before it), alignUp(its staged end)): a new group
+// starts at once when none is in flight, else once DirectGroupMinBytes are staged past the
+// last one (with one group: the moment it finishes).
+// Two groups share a block when the first ends inside it; two O_DIRECT writes of one block
+// in flight may reach the device in either order, so the second group's write of that
+// block waits until the first group finished (its other blocks go out at once):
 //
-// EndOffset is the end of the completed groups: readers, the high watermark and syncs
-// (BeginSync covers only completed writes) never see a staged byte. When a group completes
+//	group 1 (in flight):   [blk|blk|blk|tail]
+//	group 2:                            [tail|blk|blk|blk]   tail: after group 1 finished
+//	                                          <-- at once -->
+//
+// Several partitions' groups, and every chunk of a group, are in flight on the shard's
+// ring at once. Groups finish in any order; the written end advances over finished groups
+// in file order only.
+//
+// EndOffset is the end of the groups finished in order: readers, the high watermark and
+// syncs (BeginSync covers only completed writes) never see a staged byte. When it advances
 // the written hook runs; the owner acknowledges the appends it covers, in offset order. A
 // failed or short write fails the log for good (ErrLogFailed, like a failed fdatasync):
-// later groups may already be staged behind it, so nothing after the failure is ever
-// reported written, and reopening re-runs recovery, which drops whatever the failed write
-// left torn.
+// later groups may already be in flight or staged behind it, so from the failure on the
+// written end never moves again (not even over an earlier group that finishes later), and
+// reopening re-runs recovery, which drops whatever the failed write left torn. A crash
+// with groups in flight can leave a later group on disk and an earlier one torn or lost
+// (as with the chunks of one group): recovery stops at the first bad batch and cuts the
+// rest, none of which was reported written.
 //
 // Operations that need the staged bytes on disk first (a roll, Sync, truncation, Close)
 // wait for the writes with AwaitWrites; that is the only place the owner blocks on them.
@@ -59,14 +71,54 @@ type FixedBufferWriter interface {
 // acknowledgements, acks=0). A variable for tests.
 var directStagedMax int64 = 16 << 20
 
-// writeGroup is the one write group of a log in flight.
+// DirectWriteGroupsMax is how many write groups a direct-mode log keeps in flight (1 to
+// directWriteGroupsLimit). Default 1: several groups per partition lost the session-9 A/B
+// on this machine's virtio disk (16 partitions at a retention limit: 4 groups won 3 of 12
+// comparisons with one, ×0.58–1.19; on one fresh segment a wash), because the log already keeps 40–47 write ops in
+// flight (one per chunk a group touches) and more groups only cut them smaller and make a
+// roll wait for more (docs/benchmarks.md, "session 9"). The mechanism stays, tested, for
+// devices where depth per file matters. Read by SetAsyncWriter; a variable for A/B
+// measurements (BenchmarkDirectAppend, the -4groups modes).
+var DirectWriteGroupsMax = 1
+
+// directWriteGroupsLimit is the size of a log's group array: DirectWriteGroupsMax's bound.
+const directWriteGroupsLimit = 8
+
+// DirectGroupMinBytes is the least a log stages before it starts another group beside the
+// ones in flight; less waits for a completion (as with one group per log), so that a
+// stream of small produces still goes out in writes of hundreds of KiB (raw 16-file
+// overwrites measured 1.0 GB/s at 16 KiB writes against 2.9 GB/s at 1 MiB). Read at each
+// submit; a variable for tests and A/B measurements.
+var DirectGroupMinBytes int64 = 1 << 20
+
+// writeGroup is one write group of a log in flight.
 type writeGroup struct {
 	ops       int   // write ops not yet completed
 	want, got int64 // bytes submitted, bytes the completions reported
 	err       error // the first failure
 	pos       int64 // staged end the group covers (file position)
 	next      int64 // offset after its last batch
+	// shared is the file position of the group's first block while that block waits for
+	// the group before, which ends in it, to finish: two O_DIRECT writes of one block in
+	// flight may reach the device in either order, so its write starts only then. -1: none
+	// waiting.
+	shared   int64
+	finished bool // every op done (shared written); waits for the groups before it
 }
+
+// writeGroups is a log's FIFO of write groups in flight, oldest first, in file order: each
+// covers [alignDown(the previous one's pos), alignUp(its pos)).
+type writeGroups struct {
+	g           [directWriteGroupsLimit]writeGroup
+	done        [directWriteGroupsLimit]func(n int, err error) // g[i]'s op completion, bound once
+	head, count int
+	max         int // DirectWriteGroupsMax when SetAsyncWriter ran
+	ops         int // ops in flight over all groups
+	sharedIov   [1][]byte
+}
+
+// slot is the index in g of the k-th group in flight (0: the oldest).
+func (gs *writeGroups) slot(k int) int { return (gs.head + k) % directWriteGroupsLimit }
 
 // SetAsyncWriter makes direct-mode appends asynchronous through aw (see above); written
 // runs on the owner's goroutine each time EndOffset advances or the log fails because of
@@ -82,8 +134,11 @@ func (l *Log) SetAsyncWriter(aw AsyncWriter, written func()) bool {
 	if s := l.active(); s.direct != nil {
 		s.direct.fixedIO = l.fixedIO
 	}
-	l.awDone = l.writeOpDone
-	l.awIdle = func() bool { return l.wg.ops == 0 }
+	l.groups.max = min(max(DirectWriteGroupsMax, 1), directWriteGroupsLimit)
+	for i := range l.groups.done {
+		l.groups.done[i] = func(n int, err error) { l.writeOpDone(i, n, err) }
+	}
+	l.awIdle = func() bool { return l.groups.ops == 0 }
 	return true
 }
 
@@ -124,44 +179,71 @@ func (l *Log) makeRoom(batches [][]byte) error {
 	return l.awaitWrites()
 }
 
-// submitWrites starts a write group for everything staged in s, unless one is in flight.
+// submitWrites starts a write group for what is staged in s past the groups in flight:
+// at once when none is in flight, else once DirectGroupMinBytes are staged and fewer than
+// DirectWriteGroupsMax groups are in flight.
 func (l *Log) submitWrites(s *segment) {
-	w := s.direct
-	if l.wg.ops > 0 || !w.pending() || l.failed != nil {
+	w, gs := s.direct, &l.groups
+	if !w.pending() || l.failed != nil || gs.count == gs.max {
 		return
 	}
-	from := alignDown(w.writtenPos)
+	from := w.writtenPos
+	if gs.count > 0 {
+		from = gs.g[gs.slot(gs.count-1)].pos
+	}
+	end := w.active.end()
+	if end <= from || gs.count > 0 && end-from < DirectGroupMinBytes {
+		return
+	}
+	idx := gs.slot(gs.count)
+	gs.count++
+	g := &gs.g[idx]
+	*g = writeGroup{pos: end, next: s.nextOffset, shared: -1}
+	issueFrom := alignDown(from)
+	if gs.count > 1 && from != issueFrom && !gs.g[gs.slot(gs.count-2)].finished {
+		// The group before ends in this block and is writing it: this write waits for it.
+		// (A group before that already finished, waiting for an earlier one to advance the
+		// written end, wrote the block: no wait, or nothing would ever start it.)
+		g.shared = issueFrom
+		issueFrom += blockBytes
+	}
 	// No fallocate ahead here (the synchronous path does one per 32 MiB): it is a blocking
 	// call, and on ext4 it waits for the inode lock that the writes in flight hold. The
 	// writes allocate their own blocks, off the loop.
-	iov, _ := w.pieces(l.iovecs[:0], from)
-	l.wg = writeGroup{pos: w.active.end(), next: s.nextOffset}
-	off := from
-	for _, p := range iov {
-		l.wg.want += int64(len(p))
-		var err error
-		if idx := w.fixedIndex(w.chunkAt(off)); idx >= 0 {
-			err = l.fixedIO.StartWriteFixed(w.fd(), p, off, idx, l.awDone)
-		} else {
-			err = l.aw.StartWrite(w.fd(), p, off, l.awDone)
-		}
-		if err != nil {
-			// No room on the ring right now: write this piece the blocking way (the pieces
-			// never overlap, so it may run beside the ones in flight).
-			n, err := pwriteAll(l.fio, w.fd(), p, off)
-			l.wg.got += int64(n)
-			if err != nil && l.wg.err == nil {
-				l.wg.err = err
-			}
-		} else {
-			l.wg.ops++
-		}
-		off += int64(len(p))
-	}
+	iov, _ := w.pieces(l.iovecs[:0], issueFrom)
+	l.startOps(w, idx, iov, issueFrom)
 	clear(iov)
 	l.iovecs = iov[:0]
-	if l.wg.ops == 0 {
-		l.groupDone()
+	if g.ops == 0 && g.shared < 0 {
+		l.groupFinished(idx)
+	}
+}
+
+// startOps starts one write op per piece of iov, which lie back to back from file position
+// off, for group idx.
+func (l *Log) startOps(w *directWriter, idx int, iov [][]byte, off int64) {
+	g := &l.groups.g[idx]
+	for _, p := range iov {
+		g.want += int64(len(p))
+		var err error
+		if fixed := w.fixedIndex(w.chunkAt(off)); fixed >= 0 {
+			err = l.fixedIO.StartWriteFixed(w.fd(), p, off, fixed, l.groups.done[idx])
+		} else {
+			err = l.aw.StartWrite(w.fd(), p, off, l.groups.done[idx])
+		}
+		if err != nil {
+			// No room on the ring right now: write this piece the blocking way (no op in
+			// flight writes any of its blocks, so it may run beside them).
+			n, err := pwriteAll(l.fio, w.fd(), p, off)
+			g.got += int64(n)
+			if err != nil && g.err == nil {
+				g.err = err
+			}
+		} else {
+			g.ops++
+			l.groups.ops++
+		}
+		off += int64(len(p))
 	}
 }
 
@@ -181,40 +263,89 @@ func pwriteAll(fio ring.FileIO, fd int, p []byte, off int64) (int, error) {
 	return done, nil
 }
 
-// writeOpDone is the completion of one write op of the group in flight.
-func (l *Log) writeOpDone(n int, err error) {
-	l.wg.got += int64(max(n, 0))
-	if err != nil && l.wg.err == nil {
-		l.wg.err = err
+// writeOpDone is the completion of one write op of group idx.
+func (l *Log) writeOpDone(idx int, n int, err error) {
+	g := &l.groups.g[idx]
+	g.got += int64(max(n, 0))
+	if err != nil && g.err == nil {
+		g.err = err
 	}
-	if l.wg.ops--; l.wg.ops == 0 {
-		l.groupDone()
+	l.groups.ops--
+	if g.ops--; g.ops == 0 && g.shared < 0 {
+		l.groupFinished(idx)
 	}
 }
 
-// groupDone ends the write group: the written end advances to it, or the log fails; the
-// next group (what was staged meanwhile) starts; the owner hears of it.
-func (l *Log) groupDone() {
-	g := l.wg
-	l.wg = writeGroup{}
+// groupFinished ends group idx, whose ops all completed: a failed or short write fails the
+// log; the group after it may now write the block they share; the finished groups at the
+// head of the FIFO advance the written end, in order; what was staged meanwhile goes out;
+// the owner hears of it.
+func (l *Log) groupFinished(idx int) {
+	gs := &l.groups
+	g := &gs.g[idx]
+	g.finished = true
 	if g.err == nil && g.got != g.want {
 		g.err = fmt.Errorf("short write: %d of %d bytes: %w", g.got, g.want, unix.EIO)
 	}
 	if l.closed {
+		l.popFinished(nil)
 		return
 	}
 	s := l.active()
-	switch {
-	case g.err != nil:
+	if g.err != nil {
 		l.fail(fmt.Errorf("direct write of segment %d up to %d: %w", s.baseOffset, g.pos, storageWriteError(l.dir, g.err)))
-	case l.failed == nil:
-		s.direct.written(g.pos)
-		l.writtenNext = g.next
+	}
+	if k := (idx - gs.head + directWriteGroupsLimit) % directWriteGroupsLimit; k+1 < gs.count && l.failed == nil {
+		l.writeShared(s.direct, gs.slot(k+1))
+	}
+	popped := l.popFinished(s.direct)
+	if l.failed == nil {
 		l.submitWrites(s)
 	}
-	if l.onWritten != nil {
+	if l.onWritten != nil && (popped || g.err != nil) {
 		l.onWritten()
 	}
+}
+
+// writeShared starts group idx's write of the block it shares with the group before it,
+// which just finished.
+func (l *Log) writeShared(w *directWriter, idx int) {
+	g := &l.groups.g[idx]
+	if g.shared < 0 {
+		return
+	}
+	pos := g.shared
+	g.shared = -1
+	c := w.chunkAt(pos)
+	if c == w.active { // the padding past the staged end must be zeros (pieces)
+		clear(c.buf[c.fill:alignUp(int64(c.fill))])
+	}
+	iov := &l.groups.sharedIov
+	iov[0] = c.buf[pos-c.start : pos-c.start+blockBytes]
+	l.startOps(w, idx, iov[:], pos)
+	iov[0] = nil
+	if g.ops == 0 {
+		l.groupFinished(idx)
+	}
+}
+
+// popFinished takes the finished groups off the head of the FIFO; each moves the written
+// end (w) to its end, unless the log failed (nothing at or after a failure is reported
+// written) or w is nil (closed).
+func (l *Log) popFinished(w *directWriter) (popped bool) {
+	gs := &l.groups
+	for gs.count > 0 && gs.g[gs.head].finished {
+		popped = true
+		g := gs.g[gs.head]
+		gs.g[gs.head] = writeGroup{}
+		gs.head = (gs.head + 1) % directWriteGroupsLimit
+		gs.count--
+		if w != nil && l.failed == nil {
+			w.written(g.pos)
+			l.writtenNext = g.next
+		}
+	}
+	return popped
 }
 
 // awaitWrites waits until everything staged is on the device (or the log failed, which it
@@ -227,11 +358,16 @@ func (l *Log) awaitWrites() error {
 		return nil
 	}
 	for {
-		if l.wg.ops == 0 {
+		if l.groups.ops == 0 {
 			if !l.WritesPending() || l.failed != nil {
 				return l.failed
 			}
+			w := l.active().direct
+			before := w.writtenPos
 			l.submitWrites(l.active())
+			if l.groups.ops == 0 && w.writtenPos == before && l.failed == nil {
+				panic(fmt.Sprintf("engine: direct writes pending (written %d, staged %d, %d groups) and none in flight or startable", w.writtenPos, w.active.end(), l.groups.count))
+			}
 			continue
 		}
 		if err := l.aw.AwaitWrites(l.awIdle); err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -19,18 +20,43 @@ import (
 // queuedWrites is an AsyncWriter whose writes reach the file only when the test completes
 // them, in an order the test's generator picks: the device of a shard with many writes in
 // flight, completing them out of order.
+//
+// It refuses (panics on) a write that overlaps one in flight on the same file: the device
+// may apply two writes of one block in either order, so the log must never start both.
+// queuedWrites applies each write when it completes, so an older write of a block that
+// completed after a newer one would leave stale bytes on disk.
 type queuedWrites struct {
 	fio ring.FileIO
 	rng *rand.Rand
 	q   []queuedWrite
 }
 
+// checkOverlap panics if [off, off+len(p)) on fd overlaps a write in flight.
+func (w *queuedWrites) checkOverlap(fd int, p []byte, off int64) {
+	for _, x := range w.q {
+		if x.fd == fd && off < x.off+int64(len(x.p)) && x.off < off+int64(len(p)) {
+			panic(fmt.Sprintf("write [%d, %d) overlaps [%d, %d), in flight on the same file", off, off+int64(len(p)), x.off, x.off+int64(len(x.p))))
+		}
+	}
+}
+
 type queuedWrite struct {
 	fd    int
-	p     []byte
+	p     []byte // the log's buffer; data is what it held when the write started
 	off   int64
 	done  func(int, error)
 	index int // fixed-buffer slot, -1: none
+	data  []byte
+}
+
+// snapshot is a copy of p at an aligned address: what a device that reads the buffer at
+// once would write. The log may go on filling the tail block past what it submitted; a
+// write that reached the file late with older bytes than a later write of the same block
+// would show.
+func snapshot(p []byte) []byte {
+	b := alignedBuffer(len(p))
+	copy(b, p)
+	return b
 }
 
 // fixedQueuedWrites adds a fixed-buffer table of a few slots (so some chunks are refused)
@@ -72,7 +98,8 @@ func (w *fixedQueuedWrites) StartWriteFixed(fd int, p []byte, off int64, index i
 		uintptr(unsafe.Pointer(&p[len(p)-1])) > uintptr(unsafe.Pointer(&b[len(b)-1])) {
 		w.t.Fatalf("fixed write of %d bytes outside slot %d", len(p), index)
 	}
-	w.q = append(w.q, queuedWrite{fd, p, off, done, index})
+	w.checkOverlap(fd, p, off)
+	w.q = append(w.q, queuedWrite{fd, p, off, done, index, snapshot(p)})
 	return nil
 }
 
@@ -87,7 +114,8 @@ func (w *fixedQueuedWrites) registered() int {
 }
 
 func (w *queuedWrites) StartWrite(fd int, p []byte, off int64, done func(int, error)) error {
-	w.q = append(w.q, queuedWrite{fd, p, off, done, -1})
+	w.checkOverlap(fd, p, off)
+	w.q = append(w.q, queuedWrite{fd, p, off, done, -1, snapshot(p)})
 	return nil
 }
 
@@ -106,7 +134,7 @@ func (w *queuedWrites) completeOne() {
 	i := w.rng.IntN(len(w.q))
 	x := w.q[i]
 	w.q = append(w.q[:i], w.q[i+1:]...)
-	n, err := pwriteAll(w.fio, x.fd, x.p, x.off)
+	n, err := pwriteAll(w.fio, x.fd, x.data, x.off)
 	x.done(n, err)
 }
 
@@ -124,14 +152,33 @@ func (w *queuedWrites) dieMidway() {
 	for _, x := range w.q {
 		switch w.rng.IntN(3) {
 		case 0:
-			pwriteAll(w.fio, x.fd, x.p, x.off)
+			pwriteAll(w.fio, x.fd, x.data, x.off)
 		case 1:
-			blocks := len(x.p) / blockBytes
-			pwriteAll(w.fio, x.fd, x.p[:w.rng.IntN(blocks+1)*blockBytes], x.off)
+			blocks := len(x.data) / blockBytes
+			pwriteAll(w.fio, x.fd, x.data[:w.rng.IntN(blocks+1)*blockBytes], x.off)
 		}
 	}
 	w.q = nil
 }
+
+// manyGroups lets the logs set up after it keep up to n write groups in flight and start
+// another beside the ones in flight from as few as 0–12 KiB staged (rng picks; the default
+// waits for 1 MiB), so that small test appends keep several groups in flight, sharing
+// their tail blocks; undo restores the defaults. Call it before SetAsyncWriter.
+func manyGroups(rng *rand.Rand, n int) (undo func()) {
+	v, m := DirectGroupMinBytes, DirectWriteGroupsMax
+	DirectGroupMinBytes, DirectWriteGroupsMax = int64(rng.IntN(4))*4<<10, n
+	return func() { DirectGroupMinBytes, DirectWriteGroupsMax = v, m }
+}
+
+// groupCounts are the write groups in flight per log the async tests run with: the
+// default (1) and several.
+var groupCounts = []int{1, 4}
+
+// groupsSeen tracks the most write groups a log had in flight.
+type groupsSeen int
+
+func (g *groupsSeen) note(l *Log) { *g = max(*g, groupsSeen(l.groups.count)) }
 
 func asyncSeed(t *testing.T) uint64 {
 	seed := uint64(os.Getpid())
@@ -209,7 +256,15 @@ func checkOnDisk(t *testing.T, l *Log, end int64) {
 // written end (what the owner acknowledges) only moves forward, never past a byte that is
 // not on disk, and catches up with every append; reads never see staged bytes.
 func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(asyncSeed(t), 1))
+	seed := asyncSeed(t)
+	for _, n := range groupCounts {
+		t.Run(fmt.Sprintf("groups=%d", n), func(t *testing.T) { testAsyncAcknowledgeInOrder(t, seed, n) })
+	}
+}
+
+func testAsyncAcknowledgeInOrder(t *testing.T, seed uint64, groupsMax int) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	defer manyGroups(rng, groupsMax)()
 	dir := t.TempDir()
 	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 64 << 10, IndexIntervalBytes: 512,
 		DirectChunkBytes: 8 << 10, DirectCacheChunks: 2, Logger: quietLogger}
@@ -234,11 +289,13 @@ func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
 	inFlightSeen := false
 	defer func(v int64) { directStagedMax = v }(directStagedMax)
 	directStagedMax = 16 << 10 // appends that complete nothing soon wait for the device
+	var groups groupsSeen
 	for i := 0; i < 300; i++ {
 		res, err := appendCounted(t, l, rng)
 		if err != nil {
 			t.Fatal(err)
 		}
+		groups.note(l)
 		if res.LastOffset >= l.EndOffset() {
 			inFlightSeen = true
 			if rr, err := l.Read(l.StartOffset(), 1<<30); err != nil {
@@ -275,8 +332,8 @@ func TestAsyncDirectWritesAcknowledgeInOrder(t *testing.T) {
 			qw.completeSome(rng.IntN(4))
 		}
 	}
-	if !inFlightSeen {
-		t.Fatal("no append was ever left in flight: the test tested nothing")
+	if !inFlightSeen || groupsMax > 1 && groups < 2 {
+		t.Fatalf("appends left in flight: %v, most write groups in flight: %d; the test tested nothing", inFlightSeen, groups)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -306,6 +363,7 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 		fio := faultio.New(ring.Syscalls{})
 		fio.Inject(faultio.Rule{Op: faultio.OpPwrite, Errno: unix.EIO, After: 5 + rng.IntN(20), Times: 1})
 		qw := &queuedWrites{fio: fio, rng: rng}
+		undo := manyGroups(rng, groupCounts[round%len(groupCounts)])
 		var failedAt int64 = -1
 		l.SetAsyncWriter(qw, func() {
 			if l.Err() != nil && failedAt < 0 {
@@ -325,6 +383,7 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 			qw.completeSome(rng.IntN(3))
 		}
 		qw.completeSome(len(qw.q))
+		undo()
 		if l.Err() == nil || !errors.Is(l.Err(), unix.EIO) {
 			t.Fatalf("round %d: log error %v, want EIO", round, l.Err())
 		}
@@ -354,8 +413,13 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 // leaves in place.
 func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 	seed := asyncSeed(t)
-	for _, variant := range []struct{ powerLoss, prealloc, recycle bool }{{false, false, false}, {true, false, false},
-		{false, true, false}, {true, true, false}, {false, false, true}, {true, false, true}} {
+	for i, variant := range []struct{ powerLoss, prealloc, recycle bool }{{false, false, false}, {true, false, false},
+		{false, true, false}, {true, true, false}, {false, false, true}, {true, false, true},
+		{false, false, false}, {true, false, false}, {false, false, true}, {true, false, true}} {
+		groupsMax := 1
+		if i >= 6 { // the last four: several write groups in flight
+			groupsMax = 4
+		}
 		powerLoss := variant.powerLoss
 		name := fmt.Sprintf("powerloss=%v", powerLoss)
 		if variant.prealloc {
@@ -364,6 +428,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 		if variant.recycle {
 			name += "+recycle"
 		}
+		name += fmt.Sprintf("+groups=%d", groupsMax)
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			dir := t.TempDir()
@@ -377,6 +442,8 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 				cfg.RecycleSegments, cfg.RetentionBytes = 2, 1<<10
 			}
 			var lostTorn, staleTorn int
+			var groups groupsSeen
+			defer manyGroups(rng, groupsMax)()
 			for round := 0; round < 10; round++ {
 				fs := faultio.NewCrashFS(ring.Syscalls{})
 				if err := fs.TrackDir(dir); err != nil {
@@ -397,6 +464,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 					if _, err := appendCounted(t, l, rng); err != nil {
 						t.Fatal(err)
 					}
+					groups.note(l)
 					switch rng.IntN(8) {
 					case 0:
 						if err := l.Sync(); err != nil {
@@ -444,12 +512,132 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 					t.Fatalf("round %d: recovered up to %d, only %d were ever appended", round, got, staged)
 				}
 			}
-			if lostTorn == 0 {
-				t.Fatal("no crash ever hit a write in flight: the test tested nothing")
+			if lostTorn == 0 || groupsMax > 1 && groups < 2 {
+				t.Fatalf("crashes that hit a write in flight: %d, most write groups in flight: %d; the test tested nothing", lostTorn, groups)
 			}
 			if variant.recycle && staleTorn == 0 {
 				t.Fatal("no crash hit a write in flight over a recycled file: the variant tested nothing")
 			}
 		})
+	}
+}
+
+// TestDirectRollReusesChunks: a roll hands the sealed segment's chunks (registrations
+// kept) to the next segment's writer, so a log that rolls often registers (and allocates)
+// a bounded number of chunks, not a fresh set per segment; a chunk a reader holds is never
+// handed on.
+func TestDirectRollReusesChunks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(asyncSeed(t), 3))
+	dir := t.TempDir()
+	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 64 << 10, DirectChunkBytes: 8 << 10,
+		DirectCacheChunks: 2, Logger: quietLogger}
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	if l.Mode() != StorageDirect {
+		t.Skip("no O_DIRECT here")
+	}
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
+	fw := &fixedQueuedWrites{queuedWrites: qw, t: t, slots: make([][]byte, 64)}
+	l.SetAsyncWriter(fw, func() {})
+	var held []Piece
+	var heldCopies [][]byte
+	for i := 0; i < 400; i++ {
+		if _, err := appendCounted(t, l, rng); err != nil {
+			t.Fatal(err)
+		}
+		qw.completeSome(rng.IntN(4))
+		if i%50 == 0 { // a reader keeps a slice of a cached chunk
+			rr, err := l.Read(max(l.EndOffset()-1, l.StartOffset()), 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range rr.Pieces {
+				if p.Data != nil {
+					held = append(held, p)
+					heldCopies = append(heldCopies, bytes.Clone(p.Data))
+				}
+			}
+		}
+	}
+	segments := len(l.segments)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Each segment's writer needs up to cache + active + the staged and in-flight chunks;
+	// without the hand-off every one of the segments registered its own.
+	if segments < 10 || fw.used > 3*directFreeChunksMax+len(held) {
+		t.Fatalf("%d chunk registrations over %d segments (%d held by readers)", fw.used, segments, len(held))
+	}
+	if len(held) == 0 {
+		t.Fatal("no read was served from memory: the reader case tested nothing")
+	}
+	for i, p := range held { // the held slices still hold what the log wrote
+		if !bytes.Equal(p.Data, heldCopies[i]) {
+			t.Fatalf("a held piece at %d changed under its reader", p.Position)
+		}
+	}
+}
+
+// alignedBatch builds a batch of exactly blockBytes (one record, its value sized to fit),
+// so that the log's end lands on a block boundary.
+func alignedBatch(t *testing.T, next *int64) []byte {
+	t.Helper()
+	for v := blockBytes - 200; v < blockBytes; v++ {
+		b := batch.NewBuilder(batch.BuilderOptions{})
+		b.Append(1, nil, make([]byte, v), nil)
+		out, err := b.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) == blockBytes {
+			*next++
+			return out
+		}
+	}
+	t.Fatal("no value size makes a batch of one block")
+	return nil
+}
+
+// TestAsyncDirectGroupAfterFinishedGroup: a group that finished before the one ahead of it
+// (it shares no block with that one) has written its last block; the group started after
+// it shares that block and must write it at once, not wait for a finish that already
+// happened (that wait never ended: the loop spun in awaitWrites).
+func TestAsyncDirectGroupAfterFinishedGroup(t *testing.T) {
+	dir := t.TempDir()
+	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 1 << 20, DirectChunkBytes: 64 << 10, Logger: quietLogger}
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	if l.Mode() != StorageDirect {
+		t.Skip("no O_DIRECT here")
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	defer manyGroups(rng, 4)()
+	DirectGroupMinBytes = 0
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
+	l.SetAsyncWriter(qw, func() {})
+	next := int64(0)
+	bb := batch.NewBuilder(batch.BuilderOptions{})
+	appendOne := func(b []byte) {
+		t.Helper()
+		if _, err := l.AppendBatches([][]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOne(alignedBatch(t, &next))      // group 1: [0, 4096), ends on a block boundary
+	appendOne(crashBatch(t, bb, &next, 3)) // group 2: [4096, 8192), shares no block
+	if len(qw.q) != 2 || qw.q[1].off != blockBytes {
+		t.Fatalf("%d writes in flight, want group 1's and group 2's (at %d)", len(qw.q), blockBytes)
+	}
+	qw.q[1].done(pwriteAll(qw.fio, qw.q[1].fd, qw.q[1].data, qw.q[1].off)) // group 2 finishes first
+	qw.q = qw.q[:1]
+	appendOne(crashBatch(t, bb, &next, 3)) // group 3 starts in group 2's last block
+	if len(qw.q) != 2 || qw.q[1].off != blockBytes {
+		t.Fatalf("%d writes in flight: group 3 must write the block group 2 wrote (at %d), at once", len(qw.q), blockBytes)
+	}
+	qw.completeSome(len(qw.q))
+	if l.EndOffset() != next || l.WritesPending() {
+		t.Fatalf("written end %d, appended %d, writes pending %v", l.EndOffset(), next, l.WritesPending())
+	}
+	checkOnDisk(t, l, next)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -55,14 +55,21 @@ const directFreeChunksMax = 8
 
 func (c *chunk) end() int64 { return c.start + int64(c.fill) }
 
+// chunkPool holds a log's chunks ready for reuse (at most directFreeChunksMax), shared by
+// the writers of its segments: a roll hands the sealed segment's chunks (their fixed-buffer
+// registrations kept: one log, one ring) to the next segment's writer, which would
+// otherwise allocate, fault in and register its own (at 32 MiB segments that was a third
+// of the bytes appended). Owned by the log's goroutine.
+type chunkPool struct{ free []*chunk }
+
 type directWriter struct {
 	file       *os.File // opened O_RDWR|O_DIRECT
 	chunkBytes int
 	cacheMax   int
 	cache      []*chunk // full chunks, contiguous, oldest first, ending at active.start
 	active     *chunk
-	iovecs     [][]byte // reused
-	free       []*chunk // unshared chunks ready for reuse
+	iovecs     [][]byte   // reused
+	pool       *chunkPool // unshared chunks ready for reuse, the log's (shared by its writers)
 	// writtenPos is the file position below which every staged byte is on the device; the
 	// bytes from there to active.end() are staged only (asynchronous mode, asyncwrite.go).
 	writtenPos int64
@@ -104,13 +111,14 @@ func alignedBuffer(n int) []byte {
 }
 
 // openDirectWriter opens path with O_DIRECT and loads the partial tail block [alignDown(size),
-// size) through the buffered descriptor bufferedFd.
-func openDirectWriter(fio ring.FileIO, path string, bufferedFd int, size int64, chunkBytes, cacheMax int) (*directWriter, error) {
+// size) through the buffered descriptor bufferedFd. Its chunks come from and go back to
+// pool.
+func openDirectWriter(fio ring.FileIO, path string, bufferedFd int, size int64, chunkBytes, cacheMax int, pool *chunkPool) (*directWriter, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s with O_DIRECT: %w", path, err)
 	}
-	w := &directWriter{file: f, chunkBytes: chunkBytes, cacheMax: cacheMax}
+	w := &directWriter{file: f, chunkBytes: chunkBytes, cacheMax: cacheMax, pool: pool}
 	if err := w.reset(fio, bufferedFd, size); err != nil {
 		f.Close()
 		return nil, err
@@ -137,6 +145,8 @@ func (w *directWriter) reset(fio ring.FileIO, bufferedFd int, size int64) error 
 	return nil
 }
 
+// close releases every chunk, the pool's included (the log closes, or drops this segment),
+// and closes the file.
 func (w *directWriter) close() error {
 	for _, c := range w.cache {
 		w.release(c)
@@ -144,8 +154,26 @@ func (w *directWriter) close() error {
 	if w.active != nil {
 		w.release(w.active)
 	}
-	for _, c := range w.free {
+	for _, c := range w.pool.free {
 		w.release(c)
+	}
+	clear(w.pool.free)
+	w.pool.free = w.pool.free[:0]
+	return w.file.Close()
+}
+
+// retire puts w's chunks into the pool for the log's next writer (those a reader holds,
+// or past the pool's bound, are released) and closes the file: the segment is sealed, and
+// read from its file from now on. No write from w may be in flight.
+func (w *directWriter) retire() error {
+	for _, c := range w.cache {
+		w.recycle(c)
+	}
+	clear(w.cache)
+	w.cache = nil
+	if w.active != nil {
+		w.recycle(w.active)
+		w.active = nil
 	}
 	return w.file.Close()
 }
@@ -334,10 +362,10 @@ func (w *directWriter) pending() bool { return w.writtenPos < w.active.end() }
 // newChunk returns an empty chunk starting at start, reusing a free one when it can. Bytes
 // past fill are not zeroed; write zeroes the padding it sends.
 func (w *directWriter) newChunk(start int64) *chunk {
-	if n := len(w.free); n > 0 {
-		c := w.free[n-1]
-		w.free[n-1] = nil
-		w.free = w.free[:n-1]
+	if free := w.pool.free; len(free) > 0 {
+		c := free[len(free)-1]
+		free[len(free)-1] = nil
+		w.pool.free = free[:len(free)-1]
 		c.start, c.fill = start, 0
 		return c
 	}
@@ -346,8 +374,8 @@ func (w *directWriter) newChunk(start int64) *chunk {
 
 // recycle keeps c for reuse, or drops it (shared with readers, or enough kept).
 func (w *directWriter) recycle(c *chunk) {
-	if !c.shared && len(w.free) < directFreeChunksMax {
-		w.free = append(w.free, c)
+	if !c.shared && len(w.pool.free) < directFreeChunksMax {
+		w.pool.free = append(w.pool.free, c)
 		return
 	}
 	w.release(c)

@@ -102,10 +102,10 @@ type Log struct {
 	aw          AsyncWriter
 	fixedIO     FixedBufferWriter // aw, when it registers fixed buffers; nil otherwise
 	onWritten   func()
-	awDone      func(n int, err error) // l.writeOpDone, bound once
-	awIdle      func() bool            // no write op in flight, bound once
-	wg          writeGroup             // the write group in flight
-	writtenNext int64                  // EndOffset while the active segment has staged bytes
+	awIdle      func() bool // no write op in flight, bound once
+	groups      writeGroups // the write groups in flight
+	chunks      chunkPool   // direct mode's chunks ready for reuse, shared by its segments' writers
+	writtenNext int64       // EndOffset while the active segment has staged bytes
 
 	// Staged page-cache appends (stagedwrite.go); staging false: appends write at once.
 	staging   bool
@@ -551,13 +551,13 @@ func (l *Log) roll() error {
 
 // seal ends appends to s: its file is cut to its logical length (dropping direct mode's zero
 // padding of the last block and preallocated zeros, see prealloc.go) and a direct writer
-// closed.
+// retired, its chunks going to the log's pool for the next segment's writer.
 func (l *Log) seal(s *segment) error {
 	if err := s.trimZeros(false); err != nil {
 		return fmt.Errorf("seal: %w", err)
 	}
 	if s.direct != nil {
-		err := s.direct.close()
+		err := s.direct.retire()
 		s.direct = nil
 		if err != nil {
 			return fmt.Errorf("seal segment %d: %w", s.baseOffset, err)
@@ -607,7 +607,7 @@ func (l *Log) activate(s *segment) error {
 		return nil
 	}
 	w, err := openDirectWriter(l.fio, segmentPath(l.dir, s.baseOffset, logSuffix), s.logFd(), s.size,
-		l.cfg.DirectChunkBytes, l.cfg.DirectCacheChunks)
+		l.cfg.DirectChunkBytes, l.cfg.DirectCacheChunks, &l.chunks)
 	if err != nil {
 		return fmt.Errorf("activate segment %d: %w", s.baseOffset, err)
 	}

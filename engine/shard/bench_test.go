@@ -52,12 +52,13 @@ func BenchmarkBrokerCoreProduce(b *testing.B) {
 // partition tp(i) picks, keeping up to window produces waiting for their answer (a slot's
 // batch is reused only once its produce was answered: the log rewrites it in place).
 func benchProduceWindow(b *testing.B, br *Broker, window, records int, tp func(i int) TopicPartition, acks int16) {
-	benchProduceWindowWarm(b, br, window, records, tp, acks, 0)
+	benchProduceWindowWarm(b, br, window, records, tp, acks, 0, nil)
 }
 
 // benchProduceWindowWarm is benchProduceWindow after warmup untimed produces (the same
 // partitions in turn), e.g. to bring logs to a steady state of rolls and retention.
-func benchProduceWindowWarm(b *testing.B, br *Broker, window, records int, tp func(i int) TopicPartition, acks int16, warmup int) {
+// When probe is set, it observes the timed part (probe.start before it, probe.stop after).
+func benchProduceWindowWarm(b *testing.B, br *Broker, window, records int, tp func(i int) TopicPartition, acks int16, warmup int, probe *benchProbe) {
 	bufs := make([][]byte, window)
 	free := make(chan int, window)
 	for i := range bufs {
@@ -89,8 +90,10 @@ func benchProduceWindowWarm(b *testing.B, br *Broker, window, records int, tp fu
 	b.SetBytes(int64(len(bufs[0])))
 	b.ReportAllocs()
 	b.ResetTimer()
+	probe.start(b, br)
 	produce(b.N)
 	b.StopTimer()
+	probe.stop(b, br)
 	select {
 	case err := <-fail:
 		b.Fatal(err)

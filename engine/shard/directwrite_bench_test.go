@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,10 +41,16 @@ import (
 // follow a retirement. churn-fresh creates each new segment as an empty file
 // (recycle.segments -1), churn-recycle renames a retired one into place (the default,
 // engine/recycle.go) so appends overwrite written blocks, as raw-seq does.
+//
+// The -4groups modes (async-4groups, churn-recycle-4groups) keep up to 4 write groups in
+// flight per partition (engine.DirectWriteGroupsMax = 4) against the default of one, for
+// the A/B of session 9 (RINGLOG_BENCH_GROUPS and RINGLOG_BENCH_GROUP_MIN set the count and
+// engine.DirectGroupMinBytes in every mode).
 func BenchmarkDirectAppend(b *testing.B) {
-	b.Run("raw-seq-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, true) })
-	b.Run("raw-append-1MiB-qd64", func(b *testing.B) { benchRawDirect(b, false) })
-	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc", "churn-fresh", "churn-recycle"} {
+	for _, spec := range rawDirectRefs {
+		b.Run(spec.name, func(b *testing.B) { benchRawDirect(b, spec) })
+	}
+	for _, mode := range []string{"async", "sync", "async-unregistered", "async-prealloc", "churn-fresh", "churn-recycle", "async-4groups", "churn-recycle-4groups"} {
 		for _, size := range []int{16 << 10, 64 << 10, 1 << 20} {
 			b.Run(fmt.Sprintf("mode=%s/batch=%dKiB", mode, size>>10), func(b *testing.B) {
 				topic := map[string]string{engine.ConfigStorageMode: string(engine.StorageDirect),
@@ -52,13 +59,23 @@ func BenchmarkDirectAppend(b *testing.B) {
 				switch mode {
 				case "async-prealloc":
 					topic[engine.ConfigPreallocateBytes] = strconv.Itoa(benchPreallocBytes())
-				case "churn-fresh", "churn-recycle":
+				case "churn-fresh", "churn-recycle", "churn-recycle-4groups":
 					topic[engine.ConfigSegmentBytes] = strconv.Itoa(benchChurnSegmentBytes)
 					topic[engine.ConfigRetentionBytes] = strconv.Itoa(1 << 20)
 					warmupBytes = (2*benchChurnSegmentBytes + 4<<20) * benchPartitions
-					if mode == "churn-recycle" {
+					if mode != "churn-fresh" {
 						delete(topic, engine.ConfigRecycleSegments) // the default
 					}
+				}
+				defer func(n int, m int64) { engine.DirectWriteGroupsMax, engine.DirectGroupMinBytes = n, m }(engine.DirectWriteGroupsMax, engine.DirectGroupMinBytes)
+				if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_GROUPS")); err == nil {
+					engine.DirectWriteGroupsMax = v
+				}
+				if v, err := strconv.ParseInt(os.Getenv("RINGLOG_BENCH_GROUP_MIN"), 10, 64); err == nil {
+					engine.DirectGroupMinBytes = v
+				}
+				if strings.HasSuffix(mode, "-4groups") { // up to 4 write groups in flight per partition
+					engine.DirectWriteGroupsMax = 4
 				}
 				benchDirectAppend(b, size, topic, warmupBytes, &testHooks{syncDirectWrites: mode == "sync", unregisteredDirectWrites: mode == "async-unregistered"})
 			})
@@ -102,7 +119,7 @@ func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]stri
 	zeros, recycled := engine.ZeroAheadStats().Bytes, engine.RecycleStats().Reused
 	benchProduceWindowWarm(b, br, window, records, func(i int) TopicPartition {
 		return TopicPartition{"bench", int32(i % benchPartitions)}
-	}, AcksLeader, warmupBytes/batchBytes)
+	}, AcksLeader, warmupBytes/batchBytes, &benchProbe{bytesPerOp: int64(batchBytes)})
 	if z := engine.ZeroAheadStats().Bytes - zeros; z > 0 {
 		b.ReportMetric(float64(z)/float64(b.N), "zero-B/op") // preallocated zeros written per produce
 	}
@@ -111,34 +128,71 @@ func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]stri
 	}
 }
 
-// benchRawDirect writes sequential 1 MiB O_DIRECT blocks, 64 in flight on a shard's ring
-// (StartWrite, completions through AwaitWrites): over a prefilled 512 MiB file again and
-// again (overwrite), or extending a new file.
-func benchRawDirect(b *testing.B, overwrite bool) {
-	const block, depth = 1 << 20, 64
-	fileBytes := int64(512 << 20)
+// rawDirect is one raw O_DIRECT reference: sequential writes of blockBytes, depth in
+// flight on each of files files (fileBytes each), through one shard's ring.
+type rawDirect struct {
+	name       string
+	blockBytes int
+	files      int
+	depth      int   // writes in flight per file
+	fileBytes  int64 // per file; overwrites wrap around it
+	overwrite  bool  // prefill and fdatasync the files, then overwrite them round and round
+}
+
+// rawDirectRefs are the raw references of BenchmarkDirectAppend. raw-seq-1MiB-qd64 is the
+// goal's reference (`ringlog bench disk`'s "seq write 1MiB direct qd64": one prefilled
+// 512 MiB file overwritten 64 deep) and raw-append-1MiB-qd64 the same writes extending a
+// new file. The ref-* variants take the log's pattern apart, to tell which difference from
+// the reference costs what: queue depth alone (ref-seq-1MiB-qd16), a file too big for a
+// host's cache to hold (ref-seq-1MiB-qd64-4GiB), and the log's own shape, 16 files (one
+// per partition) overwritten at 1 or 4 writes in flight each (the log keeps one write group
+// per partition in flight), at 1 MiB, 64 KiB and 16 KiB, and 16 new files extended one
+// write at a time each (a fresh segment).
+var rawDirectRefs = []rawDirect{
+	{name: "raw-seq-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 512 << 20, overwrite: true},
+	{name: "raw-append-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64},
+	{name: "ref-seq-1MiB-qd16", blockBytes: 1 << 20, files: 1, depth: 16, fileBytes: 512 << 20, overwrite: true},
+	{name: "ref-seq-1MiB-qd64-4GiB", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 4 << 30, overwrite: true},
+	{name: "ref-16files-1MiB-qd1", blockBytes: 1 << 20, files: 16, depth: 1, fileBytes: 64 << 20, overwrite: true},
+	{name: "ref-16files-1MiB-qd4", blockBytes: 1 << 20, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
+	{name: "ref-16files-64KiB-qd4", blockBytes: 64 << 10, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
+	{name: "ref-16files-16KiB-qd4", blockBytes: 16 << 10, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
+	{name: "ref-16files-append-1MiB-qd1", blockBytes: 1 << 20, files: 16, depth: 1},
+}
+
+// benchRawDirect writes sequential O_DIRECT blocks as spec says, on a shard's ring
+// (StartWrite, completions through AwaitWrites): over prefilled files again and again
+// (overwrite), or extending new files.
+func benchRawDirect(b *testing.B, spec rawDirect) {
+	block := int64(spec.blockBytes)
 	br, err := Open(Config{DataDir: b.TempDir(), Shards: 1, Ring: ring.Config{Backend: "auto"}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer br.Close()
-	path := filepath.Join(b.TempDir(), "raw")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_DIRECT, 0o600)
-	if err != nil {
-		b.Skipf("O_DIRECT unavailable: %v", err)
+	dir := b.TempDir()
+	fds := make([]int, spec.files)
+	for i := range fds {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("raw%d", i)), os.O_RDWR|os.O_CREATE|unix.O_DIRECT, 0o600)
+		if err != nil {
+			b.Skipf("O_DIRECT unavailable: %v", err)
+		}
+		defer f.Close()
+		fds[i] = int(f.Fd())
 	}
-	defer f.Close()
-	fd := int(f.Fd())
-	bufs := make([][]byte, depth)
+	slots := spec.files * spec.depth
+	bufs := make([][]byte, slots)
 	for i := range bufs {
-		bufs[i] = alignedBlock(block)
+		bufs[i] = alignedBlock(spec.blockBytes)
 	}
-	if !overwrite {
-		fileBytes = int64(b.N+depth) * block // never wraps: every write extends the file
+	fileBytes := spec.fileBytes
+	if !spec.overwrite {
+		fileBytes = int64(b.N/spec.files+slots+1) * block // never wraps: every write extends its file
 	}
 	run := func(n int) error {
 		return br.Exec(0, func(r *ring.Reactor) error {
-			issued, done, off := 0, 0, int64(0)
+			issued, done := 0, 0
+			offs := make([]int64, spec.files)
 			var werr error
 			var start func(slot int)
 			start = func(slot int) {
@@ -146,11 +200,12 @@ func benchRawDirect(b *testing.B, overwrite bool) {
 					return
 				}
 				issued++
-				o := off
-				off = (off + block) % fileBytes
-				if err := r.StartWrite(fd, bufs[slot], o, func(k int, err error) {
+				file := slot % spec.files
+				o := offs[file]
+				offs[file] = (o + block) % fileBytes
+				if err := r.StartWrite(fds[file], bufs[slot], o, func(k int, err error) {
 					done++
-					if err == nil && k != block {
+					if err == nil && int64(k) != block {
 						err = fmt.Errorf("short write %d", k)
 					}
 					if err != nil && werr == nil {
@@ -161,7 +216,7 @@ func benchRawDirect(b *testing.B, overwrite bool) {
 					werr = err
 				}
 			}
-			for slot := 0; slot < depth; slot++ {
+			for slot := 0; slot < slots; slot++ {
 				start(slot)
 			}
 			if err := r.AwaitWrites(func() bool { return done == issued && (issued == n || werr != nil) }); err != nil {
@@ -170,12 +225,14 @@ func benchRawDirect(b *testing.B, overwrite bool) {
 			return werr
 		})
 	}
-	if overwrite {
-		if err := run(int(fileBytes / block)); err != nil { // prefill: later writes overwrite written blocks
+	if spec.overwrite {
+		if err := run(int(fileBytes/block) * spec.files); err != nil { // prefill: later writes overwrite written blocks
 			b.Fatal(err)
 		}
-		if err := unix.Fdatasync(fd); err != nil {
-			b.Fatal(err)
+		for _, fd := range fds {
+			if err := unix.Fdatasync(fd); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	b.SetBytes(block)

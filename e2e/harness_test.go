@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/internal/testport"
 	"github.com/ringlog/ringlog/netio/client"
 )
 
@@ -167,48 +166,10 @@ func (b *broker) dumpGoroutines() {
 	}
 }
 
-// freeAddr returns a 127.0.0.1 port that was free a moment ago.
-//
-// The port is drawn below the kernel's ephemeral range (ip_local_port_range starts at 32768
-// by default): the kernel never hands such a port to an outgoing connection or to a ":0"
-// listener, which otherwise took a raft or listen port between this pick and the broker's
-// bind on a busy machine ("address already in use"). Only another process drawing the same
-// way can collide, and the draw is random. A port is never handed out twice in this
-// process: a cluster draws a dozen ports before any broker binds one, and two draws of the
-// same free port (about 0.5 % per cluster) gave two brokers one raft port, a start that
-// failed on every retry with "address already in use".
-func freeAddr(t testing.TB) string {
-	drawnMu.Lock()
-	defer drawnMu.Unlock()
-	for range 1000 {
-		port := fixedPortMin + rand.IntN(fixedPortMax-fixedPortMin)
-		if drawn[port] {
-			continue
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			ln.Close()
-			drawn[port] = true
-			return addr
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pick a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// The range freeAddr draws from: below the default ephemeral range.
-const fixedPortMin, fixedPortMax = 20000, 32768
-
-// drawn holds the ports freeAddr handed out in this process (at most a few hundred over
-// the package's tests, of the 12,768 in the range).
-var (
-	drawnMu sync.Mutex
-	drawn   = map[int]bool{}
-)
+// freeAddr returns a 127.0.0.1 port that was free a moment ago, drawn below the kernel's
+// ephemeral range and never twice in this process (testport.Loopback): a cluster draws a
+// dozen ports before any broker binds one.
+func freeAddr(t testing.TB) string { return testport.Loopback(t) }
 
 // restart starts the broker again on the same data dir and, unless it was taken
 // meanwhile, the same address (after stop or kill).

@@ -59,7 +59,7 @@ func TestReplicationRandomFaults(t *testing.T) {
 			}
 			value := []byte(fmt.Sprintf("chaos-%d-%d", seed, i))
 			res, perr := tc.produce(ctx, "chaos", wire.AcksAll, value)
-			if perr != nil { // NOT_ENOUGH_REPLICAS while a fault shrank the ISR: retry later
+			if perr != nil { // no leader took it within a minute (tc.produce retries NOT_ENOUGH_REPLICAS): retry later
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}

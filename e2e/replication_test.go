@@ -171,9 +171,14 @@ func (tc *testCluster) leader(topic string) *broker {
 
 // produce sends one record to partition 0's leader, following leadership changes (as a
 // client refreshing metadata on NOT_LEADER would), until it is answered without a
-// retriable error; NOT_ENOUGH_REPLICAS and other errors come back as errors.
+// retriable error or a minute has passed; other errors come back as errors.
+// NOT_ENOUGH_REPLICAS is retried too, as Kafka's producer retries it (the record was refused
+// before the append, so a retry cannot duplicate it): on a loaded machine a starved
+// follower can lag past replica.lag.time.max and leave the ISR until it catches up. A test
+// that wants the refusal itself produces with produceOnConn.
 func (tc *testCluster) produce(ctx context.Context, topic string, acks int16, value []byte) (wire.ProduceResponsePartition, error) {
 	deadline := time.Now().Add(60 * time.Second)
+	refused := 0
 	for {
 		var res wire.ProduceResponsePartition
 		var err error
@@ -185,10 +190,15 @@ func (tc *testCluster) produce(ctx context.Context, topic string, acks int16, va
 			res, err = produceOne(ctx, tc.c, b.addr, topic, acks, value)
 			if err == nil && res.ErrorCode == wire.ErrNone {
 				tc.lastLeader = b
+				if refused > 0 {
+					tc.t.Logf("produce to %s: taken after %d NOT_ENOUGH_REPLICAS refusals", topic, refused)
+				}
 				return res, nil
 			}
 			tc.lastLeader = nil
-			if err == nil && (!res.ErrorCode.Retriable() || res.ErrorCode == wire.ErrNotEnoughReplicas) {
+			if err == nil && res.ErrorCode == wire.ErrNotEnoughReplicas {
+				refused++
+			} else if err == nil && !res.ErrorCode.Retriable() {
 				return res, fmt.Errorf("%s: %s", res.ErrorCode.Name(), res.ErrorMessage)
 			}
 		}
@@ -564,6 +574,43 @@ func TestReplicationFrozenFollowers(t *testing.T) {
 	res, err := produceOnConn(leader.addr, wire.AcksLeader, "frozen", []byte("acks=1 alone"), 10*time.Second)
 	if err != nil || res.ErrorCode != wire.ErrNone {
 		t.Fatalf("acks=1 with two followers frozen: %v %s %s", err, res.ErrorCode.Name(), res.ErrorMessage)
+	}
+}
+
+// TestReplicationLeaderStall: SIGSTOP the partition leader for twice
+// replica.lag.time.max (its broker session outlives it): on SIGCONT its followers, whose
+// fetches waited in its sockets, are not taken for lagging — the ISR keeps all three at the
+// same partition epoch and the first acks=all produce is taken. Before isr's StallMin, the
+// leader's first tick on waking shrank the ISR to itself and refused acks=all
+// (NOT_ENOUGH_REPLICAS) until the followers rejoined, in 1 of 4 runs (the tick and the
+// followers' next fetches race on waking): on a loaded machine, where a starved broker
+// stalls for seconds, that failed replication tests' acks=all produces.
+func TestReplicationLeaderStall(t *testing.T) {
+	tc := startCluster(t, 3)
+	ctx := testContext(t, 3*time.Minute)
+	tc.createReplicated(ctx, "stall", map[string]string{"min.insync.replicas": "2"})
+	for i := 0; i < 10; i++ {
+		if _, err := tc.produce(ctx, "stall", wire.AcksAll, []byte(fmt.Sprintf("before-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := tc.leader("stall")
+	before := partitionOf(tc.view(leader), "stall")
+	lagMax, err := time.ParseDuration(clusterLagMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.signal(t, syscall.SIGSTOP)
+	time.Sleep(2 * lagMax) // the stall under test, not a wait for an outcome
+	leader.signal(t, syscall.SIGCONT)
+	res, err := produceOnConn(leader.addr, wire.AcksAll, "stall", []byte("after the stall"), 10*time.Second)
+	if err != nil || res.ErrorCode != wire.ErrNone {
+		t.Fatalf("acks=all right after the leader's stall: %v %s %s", err, res.ErrorCode.Name(), res.ErrorMessage)
+	}
+	after := partitionOf(tc.view(leader), "stall")
+	t.Logf("partition before the stall %+v, after %+v", before, after)
+	if after.Leader != before.Leader || after.PartitionEpoch != before.PartitionEpoch || len(after.ISR) != 3 {
+		t.Fatalf("the leader's stall changed the partition from %+v to %+v", before, after)
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 // TestProduceQuota over real sockets: a greedy tenant pipelining 64 KiB produces as fast
 // as it can is held to its produce quota within 10% (measured after its burst is spent),
 // its replies carry the throttle time, and a calm tenant's produce latency on the same
-// broker stays flat (a loose bound: within 4x its own baseline median plus 10 ms; the
-// numbers are logged). About 3 s.
+// broker stays flat (a loose bound: within 4x its own baseline median plus one greedy
+// request's throttle, 31 ms; the numbers are logged). About 3 s.
 func TestProduceQuota(t *testing.T) {
 	const (
 		rate       = 2 << 20 // bytes per second per client
@@ -129,7 +129,7 @@ func TestProduceQuota(t *testing.T) {
 	if throttleMsMax == 0 {
 		t.Error("no reply carried a throttle time")
 	}
-	brokertest.CheckTenants(t, got, rate, baseline, during)
+	brokertest.CheckTenants(t, got, rate, frameBytes, baseline, during)
 }
 
 // TestFetchQuota: an anonymous consumer (keyed by its client id) that fetches more than

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/internal/testport"
 	"github.com/ringlog/ringlog/netio/internal/brokertest"
 	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/replication/cluster"
@@ -20,12 +20,9 @@ import (
 // controller voter on a loopback port), with its Kafka listener.
 func startClusterOfOne(t *testing.T) *brokertest.Broker {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raftAddr := ln.Addr().String()
-	ln.Close()
+	// Drawn below the ephemeral range: a ":0" port closed until the voter binds it can be
+	// taken meanwhile by any process's connection.
+	raftAddr := testport.Loopback(t)
 	return startKafka(t, brokertest.Options{NoClient: true, Node: func(c *node.Config) {
 		c.Cluster = &cluster.Config{NodeID: 7, Voters: "7@" + raftAddr, SessionTimeout: 3 * time.Second}
 	}})

@@ -156,6 +156,10 @@ const (
 	fetchBytesMax = 8 << 20
 	// tickInterval: how often leaders check follower lag and retry AlterISR.
 	tickInterval = 100 * time.Millisecond
+	// leaderStallMin (isr.LeaderConfig.StallMin): a leader that saw no input (tick or
+	// fetch) for five ticks did not run meanwhile; that time is not held against its
+	// followers.
+	leaderStallMin = 5 * tickInterval
 	// reconcileEvery re-applies the metadata even when it did not change, so that a step
 	// that failed (a partition not open yet, a controller not reachable) is retried.
 	reconcileEvery = time.Second

@@ -168,7 +168,7 @@ func (r *replica) apply(m *Manager, p controller.Partition, minInsync int) error
 			Self: isr.ReplicaID(m.cfg.NodeID), Replicas: ids(p.Replicas), ISR: ids(p.ISR),
 			LeaderEpoch: p.LeaderEpoch, PartitionEpoch: p.PartitionEpoch,
 			LogEndOffset: leo, HighWatermark: min(r.hwm.Load(), leo), MinInsync: max(minInsync, 1),
-			ReplicaLagMax: m.cfg.ReplicaLagMax, Now: m.cfg.Now(),
+			ReplicaLagMax: m.cfg.ReplicaLagMax, StallMin: leaderStallMin, Now: m.cfg.Now(),
 		}, r.epochs)
 		if err != nil {
 			r.leaderEpoch = -1

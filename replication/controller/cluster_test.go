@@ -5,13 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/ringlog/ringlog/internal/testport"
 )
 
 // Raft timing for the in-process clusters: ~5x faster than hashicorp/raft's defaults but
@@ -61,20 +63,14 @@ type testCluster struct {
 	logs   *syncBuffer
 }
 
-// freeAddrs returns n loopback addresses whose ports were free a moment ago.
+// freeAddrs returns n distinct loopback addresses whose ports were free a moment ago,
+// drawn below the kernel's ephemeral range (testport.Loopback): a ":0" port, closed until
+// the voter binds it, was taken meanwhile by another test binary's connection once
+// ("start voter 4: ... bind: address already in use").
 func freeAddrs(t *testing.T, n int) []string {
 	var addrs []string
-	var ls []net.Listener
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
+		addrs = append(addrs, testport.Loopback(t))
 	}
 	return addrs
 }
@@ -186,24 +182,39 @@ func waitAny(ctx context.Context, chans []<-chan struct{}) error {
 	return nil
 }
 
-// submit sends cmd to the leader, retrying when leadership moves under it.
-func (c *testCluster) submit(cmd Command) Result {
+// submit sends cmd to the leader, retrying when leadership moves under it. maybeApplied
+// reports that an attempt before the last may have been committed all the same: raft's
+// ErrLeadershipLost means the leader appended the command and stepped down before it
+// committed, and the next leader commits it if it reached that leader's log (as against
+// ErrNotLeader: never appended). A loaded machine makes a new leader step down again
+// (its followers miss the lease), so a retry can meet its own first attempt.
+func (c *testCluster) submit(cmd Command) (res Result, maybeApplied bool) {
 	c.t.Helper()
 	deadline := time.Now().Add(testWaitMax)
 	for {
 		res, err := c.leader().Submit(&cmd, testSubmitMax)
 		if err == nil {
-			return res
+			return res, maybeApplied
 		}
 		if !errors.Is(err, ErrNotController) || time.Now().After(deadline) {
 			c.t.Fatalf("submit %+v: %v", cmd, err)
 		}
+		if errors.Is(err, raft.ErrLeadershipLost) {
+			c.t.Logf("submit %+v: %v; retrying (the lost attempt may be committed)", cmd, err)
+			maybeApplied = true
+		}
 	}
 }
 
+// mustSubmit is submit that fails the test on a refused command. A create refused because
+// the topic exists, after an attempt whose outcome was lost with the leadership, is that
+// attempt's own topic: its Value is the topic as the leader applied it.
 func (c *testCluster) mustSubmit(cmd Command) Result {
 	c.t.Helper()
-	res := c.submit(cmd)
+	res, maybeApplied := c.submit(cmd)
+	if res.Err != nil && maybeApplied && cmd.Type == CmdCreateTopic && errors.Is(res.Err, ErrTopicExists) {
+		return Result{Value: c.leader().Metadata().Topics[cmd.Topic.Name]}
+	}
 	if res.Err != nil {
 		c.t.Fatalf("command %+v refused: %v", cmd, res.Err)
 	}

@@ -109,7 +109,13 @@ type LeaderConfig struct {
 	// AlterISRRetry is how long an AlterISR may go unanswered before Tick sends it again
 	// (the controller or the way to it may have lost it); 0 means alterISRRetryDefault.
 	AlterISRRetry time.Duration
-	Now           time.Time
+	// StallMin is the longest gap between two inputs that the leader takes for time it
+	// watched its followers; a longer one it takes for time it did not run (a stopped or
+	// starved process, a paused VM: the followers' fetches wait in its sockets meanwhile),
+	// which it does not hold against them (see observe). 0: every gap counts (a caller
+	// that moves time in steps, as the scripted tests do).
+	StallMin time.Duration
+	Now      time.Time
 }
 
 // alterISRRetryDefault: a controller round trip is milliseconds, a raft election one or
@@ -145,7 +151,8 @@ type waiter struct {
 //     every replica the controller could elect.
 //   - A follower leaves the ISR when it has not caught up to the leader's log end offset for
 //     more than ReplicaLagMax; it rejoins when its log end offset reaches the high watermark
-//     and the start of this leader epoch.
+//     and the start of this leader epoch. Time the leader did not run (a gap of more than
+//     StallMin between its inputs) is not held against its followers.
 //   - acks=all produces are refused up front while the committed ISR is smaller than
 //     MinInsync, and answered when the high watermark covers them.
 type Leader struct {
@@ -162,6 +169,7 @@ type Leader struct {
 	waiters        []waiter // acks=all produces in end order
 	outputs        []Output
 	resigned       bool
+	lastInput      time.Time // the latest time an input carried (observe)
 }
 
 // ErrBadConfig is returned by NewLeader for an inconsistent configuration.
@@ -200,6 +208,7 @@ func NewLeader(cfg LeaderConfig, epochs *EpochCache) (*Leader, error) {
 		hwm:            max(cfg.HighWatermark, 0),
 		epochStart:     cfg.LogEndOffset,
 		followers:      map[ReplicaID]*follower{},
+		lastInput:      cfg.Now,
 	}
 	for _, id := range cfg.Replicas {
 		if id != cfg.Self {
@@ -295,6 +304,7 @@ func (l *Leader) Appended(now time.Time, end int64) {
 	if end < l.leo {
 		panic(fmt.Sprintf("isr: leader log end offset moved back from %d to %d", l.leo, end))
 	}
+	l.observe(now)
 	l.leo = end
 	l.maybeAdvanceHighWatermark()
 }
@@ -347,6 +357,7 @@ func (l *Leader) Fetch(now time.Time, req FetchRequest) FetchResponse {
 	if req.FetchOffset < 0 || req.FetchOffset > l.leo {
 		return FetchResponse{Err: ErrOffsetOutOfRange, HighWatermark: l.hwm, LogEndOffset: l.leo}
 	}
+	l.observe(now)
 	// Kafka's Replica.updateFetchState: caught up now if the fetch reaches our LEO; caught up
 	// as of the previous fetch if it reaches the LEO we had then.
 	switch {
@@ -362,6 +373,22 @@ func (l *Leader) Fetch(now time.Time, req FetchRequest) FetchResponse {
 	l.maybeExpand(now, req.Replica)
 	l.maybeAdvanceHighWatermark()
 	return FetchResponse{HighWatermark: l.hwm, LogEndOffset: l.leo}
+}
+
+// observe notes an input at now. A gap since the last input longer than StallMin is time
+// the leader did not run, not time its followers lagged: their catch-up times move on by
+// the gap, so that a leader stopped for longer than ReplicaLagMax does not, on waking and
+// before it reads the fetches that waited for it, find every follower lagging, shrink the
+// ISR to itself and refuse acks=all (NOT_ENOUGH_REPLICAS) until they rejoin — seen on a
+// loaded 2-core machine, and in a test that stops a leader for 4 s with SIGSTOP. A
+// follower that really stopped fetching leaves the ISR that much later.
+func (l *Leader) observe(now time.Time) {
+	if gap := now.Sub(l.lastInput); l.cfg.StallMin > 0 && gap > l.cfg.StallMin {
+		for _, f := range l.followers {
+			f.lastCaughtUp = f.lastCaughtUp.Add(gap)
+		}
+	}
+	l.lastInput = maxTime(l.lastInput, now)
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -398,6 +425,7 @@ func (l *Leader) Tick(now time.Time) {
 	if l.resigned {
 		return
 	}
+	l.observe(now)
 	if l.inflight != nil {
 		if now.Sub(l.inflightSentAt) >= l.cfg.AlterISRRetry {
 			l.inflightSentAt = now
@@ -470,6 +498,7 @@ func (l *Leader) MetadataChanged(now time.Time, replicas, isr []ReplicaID, parti
 			return fmt.Errorf("ISR member %d not a replica %v: %w", id, replicas, ErrBadConfig)
 		}
 	}
+	l.observe(now)
 	l.cfg.Replicas = slices.Clone(replicas)
 	for id := range l.followers {
 		if !slices.Contains(replicas, id) {

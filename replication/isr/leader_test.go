@@ -221,3 +221,59 @@ func TestNoReexpansionOfSilentFollower(t *testing.T) {
 		t.Fatalf("after fetching again: pending %v %v, want (1,2,3)", a.ISR, ok)
 	}
 }
+
+// TestLeaderStallNotHeldAgainstFollowers: a leader that gets no input for longer than
+// StallMin (it did not run: SIGSTOP, a starved process) does not, on waking, find its
+// fetching followers lagging: the gap is not held against them. A follower that stays
+// silent afterwards leaves a lag period later; without StallMin the stall shrinks the ISR.
+func TestLeaderStallNotHeldAgainstFollowers(t *testing.T) {
+	for _, stallMin := range []time.Duration{0, 500 * time.Millisecond} {
+		epochs, _ := isr.NewEpochCache(nil)
+		now := time.Unix(1_700_000_000, 0)
+		l, err := isr.NewLeader(isr.LeaderConfig{
+			Self: 1, Replicas: []isr.ReplicaID{1, 2, 3}, ISR: []isr.ReplicaID{1, 2, 3}, LeaderEpoch: 3,
+			MinInsync: 2, ReplicaLagMax: 2 * time.Second, StallMin: stallMin, Now: now,
+		}, epochs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var end int64
+		for range 20 { // ticks every 100 ms; both followers fetch up to the end each time
+			now = now.Add(100 * time.Millisecond)
+			end += 10
+			l.Appended(now, end)
+			for _, id := range []isr.ReplicaID{2, 3} {
+				l.Fetch(now, isr.FetchRequest{Replica: id, FetchOffset: end, CurrentLeaderEpoch: 3})
+			}
+			l.Tick(now)
+		}
+		l.Outputs()
+		now = now.Add(4 * time.Second) // the leader stopped; its first input on waking is a tick
+		l.Tick(now)
+		shrinks := len(l.Outputs())
+		if stallMin == 0 {
+			if shrinks != 1 || l.InSyncNow(now) != 1 {
+				t.Fatalf("without StallMin: %d proposals and %d in sync after the stall, want the ISR shrunk to the leader", shrinks, l.InSyncNow(now))
+			}
+			continue
+		}
+		if shrinks != 0 || l.InSyncNow(now) != 3 {
+			t.Fatalf("a 4 s stall of the leader: %d ISR proposals and %d in sync, want none and 3", shrinks, l.InSyncNow(now))
+		}
+		// Follower 2 fetches again; 3 stays silent and leaves after the lag time, counted
+		// from the wake-up.
+		for i := range 25 {
+			now = now.Add(100 * time.Millisecond)
+			l.Fetch(now, isr.FetchRequest{Replica: 2, FetchOffset: end, CurrentLeaderEpoch: 3})
+			l.Tick(now)
+			if out := l.Outputs(); len(out) > 0 {
+				a, ok := out[0].(isr.AlterISR)
+				if !ok || !slices.Equal(a.ISR, []isr.ReplicaID{1, 2}) || i < 19 {
+					t.Fatalf("%v after the wake-up: %+v, want follower 3 out after the 2 s lag", time.Duration(i+1)*100*time.Millisecond, out)
+				}
+				return
+			}
+		}
+		t.Fatal("the silent follower never left the ISR")
+	}
+}

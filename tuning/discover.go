@@ -33,8 +33,11 @@ type Topology struct {
 	// Governors maps CPU → cpufreq scaling governor, when cpufreq is present.
 	Governors map[int]Setting `json:"governors,omitempty"`
 	// IRQBalancePIDs lists running irqbalance processes, which would undo any IRQ affinity.
-	IRQBalancePIDs []int       `json:"irqbalance_pids,omitempty"`
-	Interrupts     *Interrupts `json:"-"`
+	IRQBalancePIDs []int `json:"irqbalance_pids,omitempty"`
+	// Mounts are the mounts of block devices (/proc/self/mountinfo), for advice about the
+	// file system holding the data directory.
+	Mounts     []Mount     `json:"mounts,omitempty"`
+	Interrupts *Interrupts `json:"-"`
 }
 
 // CPU is one online logical CPU.
@@ -197,6 +200,7 @@ func Discover(opts DiscoverOptions) (*Topology, error) {
 		{"interrupts", d.interrupts},
 		{"nics", d.nics},
 		{"disks", d.disks},
+		{"mounts", d.mounts},
 		{"settings", d.settings},
 		{"irqbalance", d.irqbalance},
 	}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -328,9 +329,14 @@ func TestSnapshotReproducesDiscovery(t *testing.T) {
 			if err != nil {
 				t.Fatalf("discover snapshot: %v", err)
 			}
-			a, b := planJSON(t, original, PlanOptions{}), planJSON(t, copied, PlanOptions{})
-			if a != b {
-				t.Errorf("plan from snapshot differs:\n%s\nvs\n%s", a, b)
+			for _, opts := range []PlanOptions{{}, {DataDevice: fixtureDataDevices[host]}} {
+				a, b := planJSON(t, original, opts), planJSON(t, copied, opts)
+				if a != b {
+					t.Errorf("plan from snapshot differs:\n%s\nvs\n%s", a, b)
+				}
+			}
+			if len(copied.Mounts) == 0 || !reflect.DeepEqual(original.Mounts, copied.Mounts) {
+				t.Errorf("mounts from snapshot %+v, want %+v", copied.Mounts, original.Mounts)
 			}
 			if _, err := Snapshot(DiscoverOptions{Roots: fixtureRoots(host)}, out); !errors.Is(err, ErrSnapshotExists) {
 				t.Errorf("second snapshot into %s: %v, want ErrSnapshotExists", out, err)

@@ -18,7 +18,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite golden files and synthetic fi
 
 // The fixture trees under testdata/hosts:
 //
-//	vm2    this 2-CPU VM, copied once with `ringlog tune snapshot --out tuning/testdata/hosts/vm2`
+//	vm2    this 2-CPU VM, copied once with `ringlog tune snapshot --out tuning/testdata/hosts/vm2`;
+//	       its mount table (/ is ext4 on vda, no journal, mounted discard) copied the same way
+//	       in session 9
 //	numa2  synthetic: 2 sockets, 2 NUMA nodes, 4 cores each with SMT (16 CPUs), an 8-queue
 //	       mlx5 NIC on node 1, nvme0 on node 0 and nvme1 on node 1, irqbalance running
 //	isol8  synthetic: 1 socket, 4 cores with SMT (8 CPUs), isolcpus=1-3,5-7, a 4-queue NIC
@@ -26,6 +28,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite golden files and synthetic fi
 // The synthetic trees are written by the generators below; TestSyntheticFixturesUpToDate
 // fails when the committed trees drift from them.
 var fixtureHosts = []string{"vm2", "numa2", "isol8"}
+
+// fixtureDataDevices is where each fixture host's data directory is: a mounted partition.
+var fixtureDataDevices = map[string]string{"vm2": "254:0", "numa2": "259:9", "isol8": "259:1"}
 
 func fixtureRoots(host string) Roots {
 	dir := filepath.Join("testdata", "hosts", host)
@@ -242,6 +247,17 @@ func numa2Host() *hostTree {
 		}
 	}
 	h.irqs(16, rows)
+	// The root on nvme0n1p1 (ext4 with a journal); the data on nvme1n1p1 (XFS mounted with
+	// online discard), bind-mounted a second time under a longer path with an escaped space.
+	h.file(mountinfoPath, strings.Join([]string{
+		`22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p1 rw,errors=remount-ro`,
+		`23 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw`,
+		`24 22 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw`,
+		`25 22 0:5 / /run rw,nosuid,nodev,noexec,relatime shared:2 - tmpfs tmpfs rw,size=26385204k,mode=755`,
+		`31 22 259:9 / /var/lib/ringlog rw,noatime shared:30 - xfs /dev/nvme1n1p1 rw,attr2,discard,inode64,logbufs=8,logbsize=32k,noquota`,
+		`32 25 259:9 /brokers/a /run/ringlog\040data rw,noatime shared:30 - xfs /dev/nvme1n1p1 rw,attr2,discard,inode64,logbufs=8,logbsize=32k,noquota`,
+	}, "\n"))
+	h.ext4("259:1", "/sys/devices/pci0000:00/0000:00:1d.0/0000:3d:00.0/nvme/nvme0/nvme0n1/nvme0n1p1", "812")
 	h.sysctls(map[string]string{
 		"vm/swappiness": "60", "vm/dirty_background_bytes": "0", "vm/dirty_background_ratio": "10",
 		"vm/dirty_bytes": "0", "vm/dirty_ratio": "20", "net/core/somaxconn": "128",
@@ -253,6 +269,13 @@ func numa2Host() *hostTree {
 	h.file(clocksourceAvailPath, "tsc hpet acpi_pm ")
 	h.file("/proc/4242/comm", "irqbalance")
 	return h
+}
+
+// ext4 makes dev (a partition at the logical device directory partition) an ext4 file
+// system whose journal thread has pid journalTask ("<none>": no journal).
+func (h *hostTree) ext4(dev, partition, journalTask string) {
+	h.links["/sys/dev/block/"+dev] = "../../" + strings.TrimPrefix(partition, "/sys/")
+	h.file("/sys/fs/ext4/"+filepath.Base(partition)+"/journal_task", journalTask)
 }
 
 func (h *hostTree) sysctls(values map[string]string) {
@@ -290,6 +313,9 @@ func isol8Host() *hostTree {
 			hwirq: fmt.Sprintf("%d-edge", q), name: fmt.Sprintf("nvme0q%d", q), affinity: fmt.Sprint(q - 1)})
 	}
 	h.irqs(8, rows)
+	h.file(mountinfoPath, "1 0 259:1 / / rw,noatime - ext4 /dev/nvme0n1p1 rw,errors=remount-ro\n"+
+		"2 1 0:21 / /proc rw,relatime - proc proc rw")
+	h.ext4("259:1", nvmePCI+"/nvme/nvme0/nvme0n1/nvme0n1p1", "431")
 	h.sysctls(map[string]string{
 		"vm/swappiness": "1", "vm/dirty_background_bytes": "0", "vm/dirty_background_ratio": "5",
 		"vm/dirty_bytes": "0", "vm/dirty_ratio": "20", "net/core/somaxconn": "4096",

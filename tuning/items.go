@@ -315,3 +315,46 @@ func (b *planBuilder) services() {
 	}
 	b.add(Item{Kind: "boot", Target: "kernel command line", Current: current, Proposed: proposed, Why: why})
 }
+
+// dataMount finds the mount of the data directory's device: of several mounts of it (bind
+// mounts), the one with the longest mount point.
+func dataMount(topo *Topology, dataDevice string) (Mount, bool) {
+	var found Mount
+	ok := false
+	for _, mount := range topo.Mounts {
+		if mount.Dev == dataDevice && (!ok || len(mount.MountPoint) > len(found.MountPoint)) {
+			found, ok = mount, true
+		}
+	}
+	return found, ok
+}
+
+// fileSystem advises on the file system holding the data directory. Nothing here is
+// written by apply: mount options and journals change only by remounting or reformatting.
+func (b *planBuilder) fileSystem(mount Mount) {
+	target := fmt.Sprintf("%s (%s on %s)", mount.MountPoint, mount.FSType, mount.Source)
+	noJournal := mount.FSType == "ext4" && mount.Journal == "no"
+	discard := Item{Kind: "fs", Target: target + " discard", Current: "nodiscard", Proposed: "nodiscard",
+		Why: "freed blocks are trimmed in batches by fstrim, not at every ftruncate/unlink"}
+	if mount.HasOption("discard") || mount.HasOption("discard=sync") {
+		discard.Current, discard.Proposed, discard.Action = "discard", "nodiscard + periodic fstrim (fstrim.timer)", ActionAdvise
+		discard.Why = "online discard trims the blocks every ftruncate/unlink frees: when a segment is sealed (direct mode cuts the file to size) or deleted by retention. "
+		if noJournal {
+			discard.Why += "On ext4 without a journal the discard is issued synchronously inside that call, on the shard loop (seen in the seal's ftruncate, blkdev_issue_discard, docs/benchmarks.md \"Direct mode: where the gap to qd64 is\")"
+		} else {
+			discard.Why += "With a journal or log the discards run at its commit, which fsyncs wait for"
+		}
+		discard.Why += "; remount with nodiscard and trim weekly with fstrim instead"
+	}
+	b.add(discard)
+	if mount.FSType != "ext4" || mount.Journal == "" {
+		return
+	}
+	journal := Item{Kind: "fs", Target: target + " journal", Current: "journal", Proposed: "journal",
+		Why: "fdatasync of an overwrite commits nothing for timestamps"}
+	if noJournal {
+		journal.Current, journal.Proposed, journal.Action = "no journal", "a journal (tune2fs -O has_journal, unmounted), or XFS", ActionAdvise
+		journal.Why = "flush.always topics: without a journal an fdatasync also writes the inode table block holding the segment's inode whenever any inode in that block changed (the segment's own mtime, its index files, other processes' files); on this project's VM that was 17-37 % of the broker's fdatasyncs, +55-340 µs at their p50 (docs/benchmarks.md \"flush.always: where the broker's CPU goes\"); lazytime did not avoid it"
+	}
+	b.add(journal)
+}

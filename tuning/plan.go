@@ -162,6 +162,9 @@ func BuildPlan(topo *Topology, opts PlanOptions) (*Plan, error) {
 	for _, disk := range disks {
 		b.disk(disk)
 	}
+	if mount, ok := dataMount(topo, opts.DataDevice); ok {
+		b.fileSystem(mount)
+	}
 	b.sysctls()
 	b.kernel()
 	b.services()

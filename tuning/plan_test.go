@@ -24,6 +24,9 @@ var planCases = []planCase{
 	{"numa2-dedicated-10", "numa2", PlanOptions{Shards: 10}},
 	{"isol8-dedicated", "isol8", PlanOptions{}},
 	{"isol8-shared", "isol8", PlanOptions{IRQMode: IRQModeShared}},
+	{"vm2-datadir", "vm2", PlanOptions{IRQMode: IRQModeShared, DataDevice: "254:0"}},
+	{"numa2-datadir", "numa2", PlanOptions{DataDevice: "259:9"}},
+	{"isol8-datadir", "isol8", PlanOptions{DataDevice: "259:1"}},
 }
 
 // TestPlanGolden compares each fixture's plan, as text and as JSON, with

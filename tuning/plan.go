@@ -41,7 +41,7 @@ const (
 
 // Item is one knob of a plan: what it is now, what the plan proposes, and why.
 type Item struct {
-	Kind   string `json:"kind"`   // irq, rps, xps, disk, sysctl, kernel, service, boot
+	Kind   string `json:"kind"`   // irq, rps, xps, disk, fs, sysctl, kernel, service, boot
 	Target string `json:"target"` // what the knob belongs to, for humans
 	// Path is the logical file apply writes (under /sys or /proc); empty for advice.
 	Path      string `json:"path,omitempty"`

@@ -58,7 +58,7 @@ func newTuneFlags(name string, output io.Writer) *tuneFlags {
 	f.set.StringVar(&f.cpus, "cpus", "", "shard CPUs to use instead of choosing (kernel list format, e.g. 2-5,8)")
 	f.set.StringVar(&f.nics, "nic", "", "comma-separated NICs to tune (default: every physical NIC)")
 	f.set.StringVar(&f.disks, "disk", "", "comma-separated block devices to tune (default: every physical disk)")
-	f.set.StringVar(&f.dataDir, "data-dir", "", "the broker's data directory: tune only the disk holding it and prefer its NUMA node")
+	f.set.StringVar(&f.dataDir, "data-dir", "", "the broker's data directory: tune only the disk holding it, prefer its NUMA node, advise on its file system")
 	f.set.StringVar(&f.sysRoot, "sys-root", "/sys", "where sysfs is (a snapshot directory's sys/ for testing)")
 	f.set.StringVar(&f.procRoot, "proc-root", "/proc", "where procfs is")
 	return f

@@ -123,7 +123,7 @@ func TestTuneShow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"isolated": [`, `"name": "eth0-TxRx-3"`, `"name": "nvme0n1"`} {
+	for _, want := range []string{`"isolated": [`, `"name": "eth0-TxRx-3"`, `"name": "nvme0n1"`, `"mount_point": "/"`, `"journal": "yes"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show output lacks %s", want)
 		}

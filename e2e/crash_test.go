@@ -31,26 +31,31 @@ func TestKill9FlushAlways(t *testing.T) {
 		storage string
 		configs map[string]string
 		acks    client.Acks
+		flags   []string // more ringlogd flags
 	}{
-		{"page-cache", "page-cache", map[string]string{"flush.always": "true"}, client.AckAll},
-		{"direct", "direct", map[string]string{"flush.always": "true"}, client.AckAll},
-		{"page-cache-default-flush-acks-1", "page-cache", nil, client.AckLeader},
+		{"page-cache", "page-cache", map[string]string{"flush.always": "true"}, client.AckAll, nil},
+		{"direct", "direct", map[string]string{"flush.always": "true"}, client.AckAll, nil},
+		{"page-cache-default-flush-acks-1", "page-cache", nil, client.AckLeader, nil},
 		// Direct mode answers acks=1 when its O_DIRECT write completes on the shard's ring,
 		// with more writes in flight behind it: the kill lands among them, and what was
 		// acknowledged must be on the device, not in the broker's staging chunks.
-		{"direct-default-flush-acks-1", "direct", nil, client.AckLeader},
+		{"direct-default-flush-acks-1", "direct", nil, client.AckLeader, nil},
+		// The same with four write groups in flight per partition (--direct-write-groups):
+		// groups finish in any order, and only what lies below every unfinished one may
+		// have been acknowledged.
+		{"direct-write-groups-4", "direct", nil, client.AckLeader, []string{"--direct-write-groups", "4"}},
 		// 16 KiB segments (and 4 KiB batches, which must fit a segment): every round rolls
 		// several segments, so recovery crosses sealed segments, their indexes and a torn
 		// active one.
-		{"page-cache-small-segments", "page-cache", smallSegments, client.AckAll},
-		{"direct-small-segments", "direct", smallSegments, client.AckAll},
+		{"page-cache-small-segments", "page-cache", smallSegments, client.AckAll, nil},
+		{"direct-small-segments", "direct", smallSegments, client.AckAll, nil},
 		// Retention retires a segment every few rolls and recycling (the direct-mode
 		// default) renames it into place as a later segment, so the kill lands on
 		// appends overwriting an old segment's bytes: recovery must stop where the new
 		// data ends and never serve the old records behind it (the offsets would jump).
-		{"direct-recycled-segments", "direct", recycledSegments, client.AckAll},
+		{"direct-recycled-segments", "direct", recycledSegments, client.AckAll, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testKill9(t, tc.storage, tc.configs, tc.acks) })
+		t.Run(tc.name, func(t *testing.T) { testKill9(t, tc.storage, tc.configs, tc.acks, tc.flags...) })
 	}
 }
 
@@ -60,7 +65,7 @@ func TestKill9FlushAlways(t *testing.T) {
 var recycledSegments = map[string]string{"flush.always": "true", "segment.bytes": "16384", "index.interval.bytes": "1024",
 	"retention.bytes": "65536", "recycle.segments": "4"}
 
-func testKill9(t *testing.T, storage string, configs map[string]string, ackMode client.Acks) {
+func testKill9(t *testing.T, storage string, configs map[string]string, ackMode client.Acks, brokerFlags ...string) {
 	rounds, acksPerRound := 5, 300
 	if soak() {
 		rounds, acksPerRound = 30, 3000
@@ -68,7 +73,7 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 	const topic = "durable"
 	const partitions = 4
 	_, retained := configs["retention.bytes"]
-	flags := []string{"--storage", storage}
+	flags := append([]string{"--storage", storage}, brokerFlags...)
 	if retained {
 		flags = append(flags, "--retention-check-interval", "20ms")
 	}

@@ -72,17 +72,17 @@ type FixedBufferWriter interface {
 var directStagedMax int64 = 16 << 20
 
 // DirectWriteGroupsMax is how many write groups a direct-mode log keeps in flight (1 to
-// directWriteGroupsLimit). Default 1: several groups per partition lost the session-9 A/B
+// DirectWriteGroupsLimit; ringlogd --direct-write-groups sets it at start-up). Default 1: several groups per partition lost the session-9 A/B
 // on this machine's virtio disk (16 partitions at a retention limit: 4 groups won 3 of 12
 // comparisons with one, ×0.58–1.19; on one fresh segment a wash), because the log already keeps 40–47 write ops in
 // flight (one per chunk a group touches) and more groups only cut them smaller and make a
 // roll wait for more (docs/benchmarks.md, "session 9"). The mechanism stays, tested, for
 // devices where depth per file matters. Read by SetAsyncWriter; a variable for A/B
-// measurements (BenchmarkDirectAppend, the -4groups modes).
+// measurements (BenchmarkDirectAppend, the -4groups modes) and for the flag.
 var DirectWriteGroupsMax = 1
 
-// directWriteGroupsLimit is the size of a log's group array: DirectWriteGroupsMax's bound.
-const directWriteGroupsLimit = 8
+// DirectWriteGroupsLimit is the size of a log's group array: DirectWriteGroupsMax's bound.
+const DirectWriteGroupsLimit = 8
 
 // DirectGroupMinBytes is the least a log stages before it starts another group beside the
 // ones in flight; less waits for a completion (as with one group per log), so that a
@@ -109,8 +109,8 @@ type writeGroup struct {
 // writeGroups is a log's FIFO of write groups in flight, oldest first, in file order: each
 // covers [alignDown(the previous one's pos), alignUp(its pos)).
 type writeGroups struct {
-	g           [directWriteGroupsLimit]writeGroup
-	done        [directWriteGroupsLimit]func(n int, err error) // g[i]'s op completion, bound once
+	g           [DirectWriteGroupsLimit]writeGroup
+	done        [DirectWriteGroupsLimit]func(n int, err error) // g[i]'s op completion, bound once
 	head, count int
 	max         int // DirectWriteGroupsMax when SetAsyncWriter ran
 	ops         int // ops in flight over all groups
@@ -118,7 +118,7 @@ type writeGroups struct {
 }
 
 // slot is the index in g of the k-th group in flight (0: the oldest).
-func (gs *writeGroups) slot(k int) int { return (gs.head + k) % directWriteGroupsLimit }
+func (gs *writeGroups) slot(k int) int { return (gs.head + k) % DirectWriteGroupsLimit }
 
 // SetAsyncWriter makes direct-mode appends asynchronous through aw (see above); written
 // runs on the owner's goroutine each time EndOffset advances or the log fails because of
@@ -134,7 +134,7 @@ func (l *Log) SetAsyncWriter(aw AsyncWriter, written func()) bool {
 	if s := l.active(); s.direct != nil {
 		s.direct.fixedIO = l.fixedIO
 	}
-	l.groups.max = min(max(DirectWriteGroupsMax, 1), directWriteGroupsLimit)
+	l.groups.max = min(max(DirectWriteGroupsMax, 1), DirectWriteGroupsLimit)
 	for i := range l.groups.done {
 		l.groups.done[i] = func(n int, err error) { l.writeOpDone(i, n, err) }
 	}
@@ -295,7 +295,7 @@ func (l *Log) groupFinished(idx int) {
 	if g.err != nil {
 		l.fail(fmt.Errorf("direct write of segment %d up to %d: %w", s.baseOffset, g.pos, storageWriteError(l.dir, g.err)))
 	}
-	if k := (idx - gs.head + directWriteGroupsLimit) % directWriteGroupsLimit; k+1 < gs.count && l.failed == nil {
+	if k := (idx - gs.head + DirectWriteGroupsLimit) % DirectWriteGroupsLimit; k+1 < gs.count && l.failed == nil {
 		l.writeShared(s.direct, gs.slot(k+1))
 	}
 	popped := l.popFinished(s.direct)
@@ -338,7 +338,7 @@ func (l *Log) popFinished(w *directWriter) (popped bool) {
 		popped = true
 		g := gs.g[gs.head]
 		gs.g[gs.head] = writeGroup{}
-		gs.head = (gs.head + 1) % directWriteGroupsLimit
+		gs.head = (gs.head + 1) % DirectWriteGroupsLimit
 		gs.count--
 		if w != nil && l.failed == nil {
 			w.written(g.pos)

@@ -127,6 +127,7 @@ func TestConfigRefusals(t *testing.T) {
 		"unexpected argument":       {args: []string{"serve"}, want: `unexpected argument "serve"`},
 		"unknown flag":              {args: []string{"--listne", "a:1"}, want: "flag provided but not defined: -listne"},
 		"bad topic-defaults flag":   {args: []string{"--topic-defaults", "retention.ms"}, want: "want key=value"},
+		"too many write groups":     {args: []string{"--direct-write-groups", "9"}, want: "direct-write-groups"},
 		"retention check too often": {args: []string{"--retention-check-interval", "1ms"}, want: "retention-check-interval"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -165,6 +165,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			RaftTLS: raftTLS, ProtocolMin: protocolMin, ProtocolMax: protocolMax,
 			OffsetsPartitions: int32(o.offsetsPartitions), OffsetsReplicationFactor: int32(o.offsetsRF)}
 	}
+	engine.DirectWriteGroupsMax = o.directWriteGroups // read by each direct-mode log as it opens
 	n, err := node.Start(node.Config{
 		Cluster:    clusterCfg,
 		PeerDialer: peerDialer,

@@ -88,6 +88,7 @@ func waitCQEs(t testing.TB, r Ring, n int) []CQE {
 	t.Helper()
 	out := make([]CQE, 0, n)
 	buf := make([]CQE, 64)
+	moveStack(0)
 	deadline := time.Now().Add(10 * time.Second)
 	for len(out) < n {
 		if time.Now().After(deadline) {
@@ -145,4 +146,20 @@ func postAccepted(r *Reactor, fn func()) error {
 		}
 		runtime.Gosched()
 	}
+}
+
+// moveStack recurses through about 256 KiB of frames, so the calling goroutine's stack grows
+// and is copied to a new place whenever it was smaller than that. A test that handed the
+// kernel the address of a stack variable (the accept's peer address, a small buffer the
+// compiler kept on the stack) then sees the kernel write into the old stack: waitCQEs calls
+// it between the prep and the wait, which turns that bug into a deterministic failure.
+//
+//go:noinline
+func moveStack(depth int) byte {
+	var frame [4096]byte
+	frame[depth%len(frame)] = byte(depth)
+	if depth < 64 {
+		return frame[(depth*7)%len(frame)] + moveStack(depth+1)
+	}
+	return frame[0]
 }

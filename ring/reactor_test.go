@@ -262,10 +262,7 @@ func TestReactorFixedBuffers(t *testing.T) {
 // multishot accept armed must cancel them and return promptly, on both backends.
 func TestReactorCloseCancelsInflight(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
-		r, err := NewReactor(Config{Backend: backend, SingleIssuer: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := newReactor(t, backend, Config{SingleIssuer: true}) // closed again on failure: a leaked reactor's pinned memory panics in the finalizer
 		lfd, addr := listenLoopback(t)
 		rg := r.Ring()
 		sfd, _ := connectPair(t, rg, lfd, addr)
@@ -307,10 +304,7 @@ func TestStartPinnedBadCPU(t *testing.T) {
 // Post either succeeds or returns ErrClosed (run with -race).
 func TestPostRacesClose(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
-		r, err := NewReactor(Config{Backend: backend, MailboxEntries: 1 << 16})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := newReactor(t, backend, Config{MailboxEntries: 1 << 16})
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for g := 0; g < 4; g++ {

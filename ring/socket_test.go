@@ -52,10 +52,18 @@ func newSocket(t testing.TB) int {
 func connectPair(t testing.TB, r Ring, lfd int, addr *RawSockaddrAny) (int, int) {
 	t.Helper()
 	cfd := newSocket(t)
-	var peer RawSockaddrAny
-	peerLen := uint32(unsafe.Sizeof(peer))
+	// The kernel writes the peer address when the accept completes, after this frame has
+	// called into waitCQEs: both must live on the heap (a stack variable moves when the
+	// goroutine's stack grows, and the kernel then writes into the old stack; CI saw family
+	// 0 here). Pinning makes them escape and keeps them put.
+	peer, peerLen := new(RawSockaddrAny), new(uint32)
+	*peerLen = uint32(unsafe.Sizeof(*peer))
+	var pin runtime.Pinner
+	pin.Pin(peer)
+	pin.Pin(peerLen)
+	defer pin.Unpin()
 	sqe := mustSQE(t, r)
-	sqe.PrepAccept(lfd, &peer, &peerLen, unix.SOCK_CLOEXEC)
+	sqe.PrepAccept(lfd, peer, peerLen, unix.SOCK_CLOEXEC)
 	sqe.UserData = 100
 	sqe = mustSQE(t, r)
 	sqe.PrepConnect(cfd, addr, unix.SizeofSockaddrInet4)
@@ -64,8 +72,8 @@ func connectPair(t testing.TB, r Ring, lfd int, addr *RawSockaddrAny) (int, int)
 	if m[100].Res < 0 || m[101].Res != 0 {
 		t.Fatalf("accept/connect: %+v", m)
 	}
-	if peer.Addr.Family != unix.AF_INET || peerLen != unix.SizeofSockaddrInet4 {
-		t.Fatalf("accept peer address family %d len %d", peer.Addr.Family, peerLen)
+	if peer.Addr.Family != unix.AF_INET || *peerLen != unix.SizeofSockaddrInet4 {
+		t.Fatalf("accept peer address family %d len %d", peer.Addr.Family, *peerLen)
 	}
 	sfd := int(m[100].Res)
 	t.Cleanup(func() { unix.Close(sfd) })

@@ -22,6 +22,10 @@ import (
 // (the callback returns false on EAGAIN), so read deadlines, and with them context
 // cancellation (conn.interruptLocked), and Close work as with net.Conn.
 //
+// A call holds its P (and a stop-the-world waits for it) while the kernel copies, so each
+// call moves at most rawSocketCallBytesMax: at 5–10 GB/s of memcpy, 256 KiB is 25–50 µs,
+// where a 4 MiB produce request in one send would be up to 1 ms.
+//
 // Memory handed to the kernel: p of Read and Write, which the kernel is done with when the
 // system call returns (no asynchronous I/O here).
 //
@@ -40,6 +44,9 @@ type rawSocket struct {
 	writeFn  func(fd uintptr) bool
 }
 
+// rawSocketCallBytesMax bounds the bytes one recv or send system call of a rawSocket moves.
+const rawSocketCallBytesMax = 256 << 10
+
 func newRawSocket(rc syscall.RawConn) *rawSocket {
 	s := &rawSocket{rc: rc}
 	s.readFn, s.writeFn = s.readOnce, s.writeSome // bound once: reads and writes allocate nothing
@@ -51,7 +58,7 @@ func (s *rawSocket) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	s.readBuf = p
+	s.readBuf = p[:min(len(p), rawSocketCallBytesMax)]
 	err := s.rc.Read(s.readFn)
 	n, errno := s.readN, s.readErr
 	s.readBuf, s.readN, s.readErr = nil, 0, 0
@@ -101,7 +108,7 @@ func (s *rawSocket) Write(p []byte) (int, error) {
 // room in the send buffer.
 func (s *rawSocket) writeSome(fd uintptr) bool {
 	for len(s.writeBuf) > 0 {
-		n, _, errno := syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&s.writeBuf[0])), uintptr(len(s.writeBuf)), syscall.MSG_NOSIGNAL, 0, 0)
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_SENDTO, fd, uintptr(unsafe.Pointer(&s.writeBuf[0])), uintptr(min(len(s.writeBuf), rawSocketCallBytesMax)), syscall.MSG_NOSIGNAL, 0, 0)
 		switch errno {
 		case 0:
 			s.writeBuf = s.writeBuf[n:]
@@ -116,7 +123,7 @@ func (s *rawSocket) writeSome(fd uintptr) bool {
 	return true
 }
 
-// peek is a non-blocking recv(MSG_PEEK) of one byte into b, without telling the
+// rawPeek is a non-blocking recv(MSG_PEEK) of one byte into b, without telling the
 // scheduler (see rawSocket): n and the errno.
 func rawPeek(fd uintptr, b []byte) (int, syscall.Errno) {
 	n, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)

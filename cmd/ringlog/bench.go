@@ -33,6 +33,14 @@ func init() {
 	benchCommands["peers"] = benchCommand{"run a workload on ringlog and on NATS JetStream, report our/peer ratios", benchPeers}
 }
 
+// newBenchFlagSet is a bench subcommand's flag set. Its errors and -h usage go to
+// usageOutput (stderr), so that completionSpec reads its flags from -h as for the others.
+func newBenchFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(usageOutput)
+	return fs
+}
+
 func benchUsage() {
 	fmt.Fprintln(os.Stderr, "usage: ringlog bench SUBCOMMAND [FLAGS]\n\nsubcommands:")
 	names := make([]string, 0, len(benchCommands))
@@ -69,7 +77,7 @@ const (
 )
 
 func benchDisk(args []string) error {
-	fs := flag.NewFlagSet("bench disk", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench disk")
 	dir := fs.String("dir", ".", "directory for the scratch file (use the broker's data disk)")
 	size := fs.String("size", "", "scratch file size: the span random offsets cover and each cell's byte cap (default "+diskSizeDefault+", --quick "+diskSizeQuick+")")
 	cellTime := fs.Duration("cell-time", 0, "time cap per cell (default 2s, --quick 300ms)")

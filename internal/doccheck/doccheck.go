@@ -18,6 +18,7 @@
 package doccheck
 
 import (
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -324,6 +325,9 @@ func dropped(r rune) bool {
 func Files(root string) ([]string, error) {
 	files := []string{"README.md"}
 	err := filepath.WalkDir(filepath.Join(root, "docs"), func(p string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) && p == filepath.Join(root, "docs") {
+			return filepath.SkipDir
+		}
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package doccheck
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -114,5 +115,71 @@ func TestHeadingText(t *testing.T) {
 		if got := HeadingText(c.raw); got != c.want {
 			t.Errorf("HeadingText(%q) = %q, want %q", c.raw, got, c.want)
 		}
+	}
+}
+
+// Commands finds invocations, not mentions, and reads each up to the end of its shell
+// command: pipes, &&, comments and redirections end it, synopsis brackets do not, a
+// $(...) is a command of its own, continuation lines join.
+func TestCommands(t *testing.T) {
+	d, err := NewTree("testdata/commands").Doc("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range Commands(d, "ringlog", "ringlogd") {
+		got = append(got, fmt.Sprintf("%d %s %s", c.Line, c.Binary, strings.Join(c.Args, " ")))
+	}
+	want := []string{
+		"5 ringlog bench run --driver ringlog|kgo --cpus LIST | --tune-plan FILE WORKLOAD",
+		"10 ringlogd --data d1",
+		"11 ringlog offset --at ten minutes ago", // the substitution, read first
+		"11 ringlog produce t --acks all",
+		"11 ringlog consume t --from @$ --exit-at-end",
+		"12 ringlogd --shards 2 --storage direct",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("commands:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// CheckCommands on a small command tree: unknown commands, subcommands and flags, flags
+// before the command, exemptions, placeholders and alternatives.
+func TestCheckCommands(t *testing.T) {
+	cli := CLI{Binary: "tool", Commands: map[string]bool{"topic": true, "produce": true},
+		Subcommands: map[string][]string{"topic": {"create", "list"}},
+		Flags: map[string][]string{"": {"broker"}, "produce": {"acks", "broker"},
+			"topic create": {"partitions"}, "topic list": {"json"}},
+		GlobalValueFlags: map[string]bool{"broker": true}}
+	var cmds []Command
+	for i, line := range []string{
+		"tool --broker h:1 topic create t --partitions 3", // good
+		"tool topic create|list --json",                   // good: --json is list's
+		"tool topic SUBCOMMAND --json",                    // good: some subcommand has it
+		"tool NAME --anything",                            // a placeholder command: not checked
+		"tool --broker=h:1 produce t --acks all -h",       // good
+		"tool topic delete t",
+		"tool topics list",
+		"tool topic create t --json",
+		"tool --acks 1 produce t",
+		"tool produce t --compression zstd",
+		"tool --bad 1 exempt",
+	} {
+		words := strings.Fields(line)
+		cmds = append(cmds, Command{File: "f.md", Line: i + 1, Binary: words[0], Args: words[1:]})
+	}
+	var got []string
+	for _, p := range CheckCommands(cmds, cli, map[string]string{"tool --bad 1 exempt": "shown as a mistake"}) {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"f.md:6: `tool topic delete t`: tool topic has no subcommand \"delete\"",
+		"f.md:7: `tool topics list`: tool has no command \"topics\"",
+		"f.md:8: `tool topic create t --json`: tool topic create has no flag --json",
+		"f.md:9: `tool --acks 1 produce t`: tool has no flag --acks before the command",
+		"f.md:10: `tool produce t --compression zstd`: tool produce has no flag --compression",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ringlog/ringlog/internal/doccheck"
 )
@@ -65,6 +69,95 @@ func TestDocsCommandsFixture(t *testing.T) {
 		"README.md:8: `ringlog group list|show`: ringlog group has no subcommand \"show\"",
 		"README.md:9: `ringlog bench run --duration 10s --warmup 1s --qd 8 WORKLOAD`: ringlog bench run has no flag --qd",
 		"README.md:10: `ringlog --partition 3 consume t`: ringlog has no flag --partition before the command",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// foreignFlags are flags of other tools that the docs name on their own.
+var foreignFlags = map[string]string{
+	"nofile": "prlimit's (operations.md)",
+	"banirq": "irqbalance's (tuning.md)",
+}
+
+// knownFlags are the flags of ringlog's commands and ringlogd's: ringlogd's as the docs
+// hold them, which other tests prove real — the keys of docs/ringlogd.example.yaml
+// (cmd/ringlogd TestExampleConfigRoundTrip: the broker loads every key) and the flags on
+// the docs' ringlogd command lines (cmd/ringlogd TestDocsFlags). ringlogd's flag set
+// lives in another package main, which this test cannot import.
+func knownFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	known := map[string]bool{}
+	for _, flags := range ringlogCLI().Flags {
+		for _, f := range flags {
+			known[f] = true
+		}
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "ringlogd.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys map[string]any
+	if err := yaml.Unmarshal(data, &keys); err != nil {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		known[k] = true
+	}
+	cmds, err := doccheck.CommandsUnder(filepath.Join("..", ".."), "ringlogd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		for _, arg := range c.Args {
+			if name, ok := doccheck.FlagName(arg); ok {
+				known[name] = true
+			}
+		}
+	}
+	return known
+}
+
+// flagMentionProblems checks the flags the docs under root name on their own.
+func flagMentionProblems(t *testing.T, root string, known map[string]bool) []string {
+	t.Helper()
+	files, err := doccheck.Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := doccheck.NewTree(root)
+	var problems []string
+	for _, f := range files {
+		d, err := tree.Doc(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range doccheck.FlagMentions(d) {
+			if _, foreign := foreignFlags[m.Name]; !foreign && !doccheck.MatchFlag(m.Name, known) {
+				problems = append(problems, (doccheck.Problem{File: m.File, Line: m.Line,
+					Msg: "`" + m.Text + "`: neither ringlog nor ringlogd has a flag --" + m.Name}).String())
+			}
+		}
+	}
+	return problems
+}
+
+// Every flag the docs name on their own (`--max-connections`, `--quota-*`) is a flag of
+// ringlog or ringlogd, so a renamed or removed flag cannot linger in prose.
+func TestDocsFlagMentionsExist(t *testing.T) {
+	for _, p := range flagMentionProblems(t, filepath.Join("..", ".."), knownFlags(t)) {
+		t.Error(p)
+	}
+}
+
+// The check on the seeded fixture: a flag nothing has, and a pattern nothing matches.
+func TestDocsFlagMentionsFixture(t *testing.T) {
+	got := flagMentionProblems(t, "testdata/docflags", knownFlags(t))
+	want := []string{
+		"README.md:18: `--frobnicate`: neither ringlog nor ringlogd has a flag --frobnicate",
+		"README.md:18: `--zzz-*`: neither ringlog nor ringlogd has a flag --zzz-*",
+		"README.md:19: `--group-min/maxi-session-timeout`: neither ringlog nor ringlogd has a flag --group-min/maxi-session-timeout",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -326,3 +326,59 @@ func isFlag(word string) bool {
 func placeholder(word string) bool {
 	return strings.ToUpper(word) == word || strings.HasPrefix(word, "<") || strings.HasPrefix(word, "$")
 }
+
+// FlagMention is a flag named on its own in a code span (`--max-connections`, `--acks
+// all`), outside any command line: the docs' commonest way to name a flag.
+type FlagMention struct {
+	File string
+	Line int
+	Name string // as written: may be a pattern (quota-*, group-min/max-session-timeout)
+	Text string
+}
+
+// FlagMentions returns the --flags of a doc's code spans that start with one. Single-dash
+// words are left alone: in these docs they are errnos (-EINVAL) and go tool flags (-race).
+func FlagMentions(d *Doc) []FlagMention {
+	var out []FlagMention
+	for _, c := range d.Code {
+		if c.Block || !strings.HasPrefix(strings.TrimSpace(c.Text), "--") {
+			continue
+		}
+		for _, w := range strings.FieldsFunc(c.Text, func(r rune) bool { return r == ' ' || r == '|' || r == ',' || r == '=' }) {
+			if !strings.HasPrefix(w, "--") {
+				continue
+			}
+			name := strings.TrimPrefix(w, "--")
+			if name == "" || name[0] >= '0' && name[0] <= '9' {
+				continue
+			}
+			out = append(out, FlagMention{File: d.Path, Line: c.Line, Name: strings.Trim(name, ".:;()[]"), Text: c.Text})
+		}
+	}
+	return out
+}
+
+// MatchFlag says whether a mentioned flag names flags that exist: a plain name must be
+// one; "prefix-*" must match one; "a-min/max-b" must name both a-min-b and a-max-b.
+func MatchFlag(pattern string, flags map[string]bool) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		for f := range flags {
+			if strings.HasPrefix(f, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	left, right, ok := strings.Cut(pattern, "/")
+	if !ok {
+		return flags[pattern]
+	}
+	// left ends in the first alternative word, right starts with the second: the head
+	// of left and the tail of right are shared.
+	head := left[:strings.LastIndex(left, "-")+1]
+	tail := ""
+	if i := strings.Index(right, "-"); i >= 0 {
+		tail = right[i:]
+	}
+	return flags[left+tail] && flags[head+right]
+}

@@ -183,3 +183,16 @@ func TestCheckCommands(t *testing.T) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// MatchFlag reads the docs' flag patterns: a name, prefix-*, and a-min/max-b.
+func TestMatchFlag(t *testing.T) {
+	flags := map[string]bool{"quota-bytes": true, "group-min-session-timeout": true, "group-max-session-timeout": true, "acks": true}
+	for pattern, want := range map[string]bool{
+		"acks": true, "ack": false, "quota-*": true, "quotas-*": false,
+		"group-min/max-session-timeout": true, "group-min/maxi-session-timeout": false,
+	} {
+		if got := MatchFlag(pattern, flags); got != want {
+			t.Errorf("MatchFlag(%q) = %v, want %v", pattern, got, want)
+		}
+	}
+}

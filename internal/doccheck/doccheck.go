@@ -88,10 +88,10 @@ func Parse(path string, src []byte) *Doc {
 	d := &Doc{Path: path, Anchors: map[string]bool{}}
 	var slugs Slugger
 	lines := strings.Split(strings.ReplaceAll(string(src), "\r\n", "\n"), "\n")
-	var fence string    // the opening fence while inside a fenced block
-	var pending string  // a fenced line ending in `\`, waiting for its continuation
-	var pendingLine int // where pending started
-	paragraph := ""     // the previous line when it may be a setext heading's text
+	var fence string       // the opening fence while inside a fenced block
+	var pending string     // a fenced line ending in `\`, waiting for its continuation
+	var pendingLine int    // where pending started
+	var paragraph []string // the lines of the paragraph a setext underline would make a heading
 	for i, line := range lines {
 		n := i + 1
 		if fence != "" {
@@ -112,29 +112,29 @@ func Parse(path string, src []byte) *Doc {
 			continue
 		}
 		if m := fenceOpen.FindStringSubmatch(line); m != nil && !(m[1][0] == '`' && strings.Contains(m[2], "`")) {
-			fence, paragraph = m[1], ""
+			fence, paragraph = m[1], nil
 			continue
 		}
 		if m := atxHeading.FindStringSubmatch(line); m != nil {
 			d.Anchors[slugs.Slug(HeadingText(m[2]))] = true
 			d.scanInline(n, line)
-			paragraph = ""
+			paragraph = nil
 			continue
 		}
-		if setextLine.MatchString(line) && paragraph != "" {
-			d.Anchors[slugs.Slug(HeadingText(paragraph))] = true
-			paragraph = ""
+		if setextLine.MatchString(line) && len(paragraph) > 0 {
+			d.Anchors[slugs.Slug(HeadingText(strings.Join(paragraph, " ")))] = true
+			paragraph = nil
 			continue
 		}
 		d.scanInline(n, line)
 		switch trimmed := strings.TrimSpace(line); {
 		case trimmed == "", listMarker.MatchString(line), strings.HasPrefix(trimmed, "|"),
-			strings.HasPrefix(trimmed, ">"), strings.HasPrefix(trimmed, "<"), paragraph != "":
-			// A setext underline turns only a one-line paragraph into a heading here: the
-			// docs have no multi-line setext headings, and a table's or list's `---` is not one.
-			paragraph = ""
+			strings.HasPrefix(trimmed, ">"), strings.HasPrefix(trimmed, "<"):
+			// Not a paragraph's line: a `---` under a list, a table, a quote or HTML is a
+			// rule (or part of the table), not a heading.
+			paragraph = nil
 		default:
-			paragraph = trimmed
+			paragraph = append(paragraph, trimmed)
 		}
 	}
 	return d

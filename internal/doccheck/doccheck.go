@@ -73,7 +73,7 @@ var (
 	atxHeading = regexp.MustCompile(`^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$`)
 	setextLine = regexp.MustCompile(`^ {0,3}(=+|-+)[ \t]*$`)
 	fenceOpen  = regexp.MustCompile("^[ \t]*(`{3,}|~{3,})(.*)$")
-	refDef     = regexp.MustCompile(`^ {0,3}\[[^\]]+\]:[ \t]*(<[^>]*>|\S+)`)
+	refDef     = regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:[ \t]*(<[^>]*>|\S+)`)
 	// inlineLink matches the `](dest` part of [text](dest "title") and ![alt](dest).
 	inlineLink = regexp.MustCompile(`\]\([ \t]*(<[^>]*>|[^)\s]+)`)
 	htmlRef    = regexp.MustCompile(`(?i)\b(?:href|src)[ \t]*=[ \t]*"([^"]*)"`)
@@ -85,110 +85,153 @@ var (
 
 // Parse reads one Markdown file's headings, links and code. path names it in problems.
 func Parse(path string, src []byte) *Doc {
-	d := &Doc{Path: path, Anchors: map[string]bool{}}
-	var slugs Slugger
-	lines := strings.Split(strings.ReplaceAll(string(src), "\r\n", "\n"), "\n")
-	var fence string       // the opening fence while inside a fenced block
-	var pending string     // a fenced line ending in `\`, waiting for its continuation
-	var pendingLine int    // where pending started
-	var paragraph []string // the lines of the paragraph a setext underline would make a heading
-	for i, line := range lines {
-		n := i + 1
-		if fence != "" {
-			trimmed := strings.TrimLeft(line, " \t")
-			if strings.HasPrefix(trimmed, fence) && strings.Trim(trimmed, fence[:1]+" \t") == "" {
-				fence, pending = "", ""
-				continue
-			}
-			if pending == "" {
-				pendingLine = n
-			}
-			if cont, ok := strings.CutSuffix(line, `\`); ok {
-				pending += cont + " "
-				continue
-			}
-			d.Code = append(d.Code, Code{Line: pendingLine, Text: pending + line, Block: true})
-			pending = ""
-			continue
-		}
-		if m := fenceOpen.FindStringSubmatch(line); m != nil && !(m[1][0] == '`' && strings.Contains(m[2], "`")) {
-			fence, paragraph = m[1], nil
-			continue
-		}
-		if m := atxHeading.FindStringSubmatch(line); m != nil {
-			d.Anchors[slugs.Slug(HeadingText(m[2]))] = true
-			d.scanInline(n, line)
-			paragraph = nil
-			continue
-		}
-		if setextLine.MatchString(line) && len(paragraph) > 0 {
-			d.Anchors[slugs.Slug(HeadingText(strings.Join(paragraph, " ")))] = true
-			paragraph = nil
-			continue
-		}
-		d.scanInline(n, line)
-		switch trimmed := strings.TrimSpace(line); {
-		case trimmed == "", listMarker.MatchString(line), strings.HasPrefix(trimmed, "|"),
-			strings.HasPrefix(trimmed, ">"), strings.HasPrefix(trimmed, "<"):
-			// Not a paragraph's line: a `---` under a list, a table, a quote or HTML is a
-			// rule (or part of the table), not a heading.
-			paragraph = nil
-		default:
-			paragraph = append(paragraph, trimmed)
-		}
+	p := parser{d: &Doc{Path: path, Anchors: map[string]bool{}}}
+	for i, line := range strings.Split(strings.ReplaceAll(string(src), "\r\n", "\n"), "\n") {
+		p.line(i+1, line)
 	}
-	return d
+	p.flush()
+	return p.d
 }
 
-// scanInline records the code spans, links and HTML anchors of one line outside fences.
-func (d *Doc) scanInline(n int, line string) {
-	text, spans := splitCodeSpans(line)
+// parser reads a Markdown file line by line, inline content a paragraph at a time (code
+// spans may run over line breaks).
+type parser struct {
+	d           *Doc
+	slugs       Slugger
+	fence       string   // the opening fence while inside a fenced block
+	pending     string   // a fenced line ending in `\`, waiting for its continuation
+	pendingLine int      // where pending started
+	paragraph   []string // the lines of the paragraph being read
+	start       int      // the paragraph's first line
+	setextOK    bool     // an underline below the paragraph makes it a heading
+}
+
+func (p *parser) line(n int, line string) {
+	if p.fence != "" {
+		p.fenced(n, line)
+		return
+	}
+	trimmed := strings.TrimSpace(line)
+	if m := fenceOpen.FindStringSubmatch(line); m != nil && !(m[1][0] == '`' && strings.Contains(m[2], "`")) {
+		p.flush()
+		p.fence = m[1]
+		return
+	}
+	if m := atxHeading.FindStringSubmatch(line); m != nil {
+		p.flush()
+		p.d.Anchors[p.slugs.Slug(HeadingText(m[2]))] = true
+		p.d.scanInline(n, line)
+		return
+	}
+	if setextLine.MatchString(line) && len(p.paragraph) > 0 && p.setextOK {
+		text := strings.Join(p.paragraph, " ")
+		p.flush()
+		p.d.Anchors[p.slugs.Slug(HeadingText(text))] = true
+		return
+	}
+	switch {
+	case trimmed == "":
+		p.flush()
+	case strings.HasPrefix(trimmed, "|"): // a table row: cells do not continue on the next row
+		p.flush()
+		p.d.scanInline(n, line)
+	case listMarker.MatchString(line), strings.HasPrefix(trimmed, ">"), strings.HasPrefix(trimmed, "<"):
+		// A new item, quote or HTML block starts a paragraph that a `---` below does not
+		// turn into a heading (it is a rule).
+		p.flush()
+		p.paragraph, p.start, p.setextOK = []string{line}, n, false
+	default:
+		if len(p.paragraph) == 0 {
+			p.start, p.setextOK = n, true
+		}
+		p.paragraph = append(p.paragraph, line)
+	}
+}
+
+func (p *parser) fenced(n int, line string) {
+	trimmed := strings.TrimLeft(line, " \t")
+	if strings.HasPrefix(trimmed, p.fence) && strings.Trim(trimmed, p.fence[:1]+" \t") == "" {
+		p.fence, p.pending = "", ""
+		return
+	}
+	if p.pending == "" {
+		p.pendingLine = n
+	}
+	if cont, ok := strings.CutSuffix(line, `\`); ok {
+		p.pending += cont + " "
+		return
+	}
+	p.d.Code = append(p.d.Code, Code{Line: p.pendingLine, Text: p.pending + line, Block: true})
+	p.pending = ""
+}
+
+func (p *parser) flush() {
+	if len(p.paragraph) > 0 {
+		p.d.scanInline(p.start, strings.Join(p.paragraph, "\n"))
+	}
+	p.paragraph = nil
+}
+
+// scanInline records the code spans, links and HTML anchors of text, whose first line is
+// line n.
+func (d *Doc) scanInline(n int, text string) {
+	text, spans := splitCodeSpans(text)
 	for _, s := range spans {
-		d.Code = append(d.Code, Code{Line: n, Text: s})
+		d.Code = append(d.Code, Code{Line: n + s.line, Text: s.text})
 	}
-	if m := refDef.FindStringSubmatch(text); m != nil {
-		d.Links = append(d.Links, Link{Line: n, Dest: strings.Trim(m[1], "<>")})
+	lineOf := func(offset int) int { return n + strings.Count(text[:offset], "\n") }
+	for _, m := range refDef.FindAllStringSubmatchIndex(text, -1) {
+		d.Links = append(d.Links, Link{Line: lineOf(m[0]), Dest: strings.Trim(text[m[2]:m[3]], "<>")})
 	}
-	for _, m := range inlineLink.FindAllStringSubmatch(text, -1) {
-		d.Links = append(d.Links, Link{Line: n, Dest: strings.Trim(m[1], "<>")})
+	for _, m := range inlineLink.FindAllStringSubmatchIndex(text, -1) {
+		d.Links = append(d.Links, Link{Line: lineOf(m[0]), Dest: strings.Trim(text[m[2]:m[3]], "<>")})
 	}
-	for _, m := range htmlRef.FindAllStringSubmatch(text, -1) {
-		d.Links = append(d.Links, Link{Line: n, Dest: html.UnescapeString(m[1])})
+	for _, m := range htmlRef.FindAllStringSubmatchIndex(text, -1) {
+		d.Links = append(d.Links, Link{Line: lineOf(m[0]), Dest: html.UnescapeString(text[m[2]:m[3]])})
 	}
 	for _, m := range htmlAnchor.FindAllStringSubmatch(text, -1) {
 		d.Anchors[html.UnescapeString(m[1])] = true
 	}
 }
 
-// splitCodeSpans returns line with its code spans removed, and the spans' contents. A span
-// opens with a run of backticks and closes with a run of the same length (CommonMark); an
-// unclosed run is literal text. Spans are read within one line.
-func splitCodeSpans(line string) (text string, spans []string) {
+// codeSpan is a code span's content (line breaks read as spaces) and the line it starts
+// on, counted from the text's first.
+type codeSpan struct {
+	text string
+	line int
+}
+
+// splitCodeSpans returns text with each code span replaced by a NUL (and the line breaks
+// it held, so that lines still count), and the spans. A span opens with a run of
+// backticks and closes with the next run of the same length (CommonMark); an unclosed run
+// is literal text.
+func splitCodeSpans(text string) (string, []codeSpan) {
 	var b strings.Builder
-	for i := 0; i < len(line); {
-		if line[i] == '\\' && i+1 < len(line) && line[i+1] == '`' {
-			b.WriteString(line[i : i+2])
+	var spans []codeSpan
+	for i := 0; i < len(text); {
+		if text[i] == '\\' && i+1 < len(text) && text[i+1] == '`' {
+			b.WriteString(text[i : i+2])
 			i += 2
 			continue
 		}
-		if line[i] != '`' {
-			b.WriteByte(line[i])
+		if text[i] != '`' {
+			b.WriteByte(text[i])
 			i++
 			continue
 		}
 		run := i
-		for i < len(line) && line[i] == '`' {
+		for i < len(text) && text[i] == '`' {
 			i++
 		}
 		width := i - run
 		closeAt := -1
-		for j := i; j < len(line); {
-			if line[j] != '`' {
+		for j := i; j < len(text); {
+			if text[j] != '`' {
 				j++
 				continue
 			}
 			k := j
-			for k < len(line) && line[k] == '`' {
+			for k < len(text) && text[k] == '`' {
 				k++
 			}
 			if k-j == width {
@@ -198,15 +241,16 @@ func splitCodeSpans(line string) (text string, spans []string) {
 			j = k
 		}
 		if closeAt < 0 {
-			b.WriteString(line[run:i])
+			b.WriteString(text[run:i])
 			continue
 		}
-		content := line[i:closeAt]
+		raw := text[i:closeAt]
+		content := strings.ReplaceAll(raw, "\n", " ")
 		if len(content) > 2 && content[0] == ' ' && content[len(content)-1] == ' ' && strings.Trim(content, " ") != "" {
 			content = content[1 : len(content)-1]
 		}
-		spans = append(spans, content)
-		b.WriteString("\x00") // keeps words on either side apart
+		spans = append(spans, codeSpan{text: content, line: strings.Count(text[:run], "\n")})
+		b.WriteString("\x00" + strings.Repeat("\n", strings.Count(raw, "\n")))
 		i = closeAt + width
 	}
 	return b.String(), spans
@@ -249,7 +293,7 @@ func HeadingText(raw string) string {
 	text = backslashEscape.ReplaceAllString(text, "$1")
 	text = html.UnescapeString(text)
 	for _, s := range spans { // put the spans' contents back in order
-		text = strings.Replace(text, "\x00", s, 1)
+		text = strings.Replace(text, "\x00", s.text, 1)
 	}
 	return strings.TrimSpace(text)
 }

@@ -137,6 +137,8 @@ func TestCommands(t *testing.T) {
 		"11 ringlog produce t --acks all",
 		"11 ringlog consume t --from @$ --exit-at-end",
 		"12 ringlogd --shards 2 --storage direct",
+		"19 ringlog topic create t --partitions 3",
+		"20 ringlogd --data x",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("commands:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -25,13 +25,13 @@ var (
 	flagWord   = regexp.MustCompile(`^--?([A-Za-z0-9][A-Za-z0-9_.-]*)`)
 )
 
-// launchers run the command that follows them: `go run ./cmd/ringlogd`, `sudo ringlogd`,
-// `nice -n 15 ringlog bench ...`, `flock LOCK ringlog ...`. A binary's name after any other
-// word is an argument (`journalctl -u ringlogd`, `pidof ringlogd`), not an invocation.
-var launchers = map[string]bool{"run": true, "sudo": true, "exec": true, "nohup": true, "time": true, "env": true}
+// launchers run the command that follows them (`sudo ringlogd`, `exec ringlogd`). A
+// binary's name after any other word is an argument (`journalctl -u ringlogd`, `pidof
+// ringlogd`), not an invocation; `go run ./cmd/ringlogd` is read by its path (invoked).
+var launchers = map[string]bool{"sudo": true, "exec": true, "nohup": true, "time": true, "env": true}
 
-// wrapperArgs are launchers whose own arguments precede the command; the binary may
-// follow them after any number of words.
+// wrapperArgs are launchers whose own arguments precede the command (`nice -n 15 ringlog
+// bench ...`, `flock LOCK ringlog ...`); the binary may follow them after any number of words.
 var wrapperArgs = map[string]bool{"nice": true, "flock": true, "taskset": true, "numactl": true, "timeout": true, "chrt": true, "ionice": true}
 
 // Commands returns the invocations of the named binaries in the docs' code.

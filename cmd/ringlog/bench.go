@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register("bench", "benchmarks: disk, run, compare, peers, loopback, pingpong, single, floor", runBench)
+	register("bench", "benchmarks: disk, run, compare, peers, loopback, pingpong, single, floor, catchup", runBench)
 }
 
 type benchCommand struct {

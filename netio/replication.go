@@ -36,7 +36,9 @@ func (h *BrokerHandler) WithCluster(m *cluster.Manager) *BrokerHandler {
 // clusterMetadata fills a Metadata answer's cluster fields from this broker's view of the
 // controller metadata: each partition's leader, leader epoch, replicas and ISR, the high
 // watermark of the partitions this broker leads, the brokers and the controller leader.
-// Version 0 carries only the leader epoch of these; the encoder leaves the rest out.
+// Version 0 carries only the leader epoch of these; the encoder leaves the rest out. The
+// response's Replicas and ISR share the metadata's slices, which are read-only (the
+// encoder only reads them).
 func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse, v *cluster.View) {
 	resp.ControllerID = v.ControllerLeader
 	if resp.ControllerID <= 0 {

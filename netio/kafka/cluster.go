@@ -38,8 +38,10 @@ func (s *Server) nodeID() int32 {
 	return localNodeID
 }
 
-// clusterView is what one request reads of the controller's metadata: one copy per request
-// (cluster.Manager.Metadata clones it), nil without a cluster.
+// clusterView is what one request reads of the controller's metadata: one consistent
+// version, shared and read-only (cluster.Manager.Metadata: no copy, so nothing here may
+// write it; replicatedPartitions clones the slices it hands to the response), nil without
+// a cluster.
 type clusterView struct {
 	md *controller.Metadata
 }

@@ -385,7 +385,10 @@ func (m *Manager) sleepOr(d time.Duration, wake <-chan struct{}) bool {
 	}
 }
 
-// Metadata is this broker's view of the controller metadata (its own voter's state).
+// Metadata is this broker's view of the controller metadata (its own voter's state, or
+// the newest a broker outside the quorum was answered): shared and read-only, never copied
+// (a request reads it at no cost whatever the partition count). Callers must not write
+// anything they reach from it; it never changes under them.
 func (m *Manager) Metadata() *controller.Metadata { return m.ctl.Metadata() }
 
 // ControllerLeader is the controller leader's node id (0 while unknown).
@@ -939,8 +942,8 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 	m.syncFetchers(md)
 }
 
-// reconciledMetadata is the metadata the last reconcile applied, or a copy of the
-// controller's before the first one. Callers must not change it.
+// reconciledMetadata is the metadata the last reconcile applied, or the controller's
+// before the first one. Read-only, as Metadata.
 func (m *Manager) reconciledMetadata() *controller.Metadata {
 	if md := m.reconciled.Load(); md != nil {
 		return md
@@ -955,7 +958,8 @@ func (m *Manager) reconciledMetadata() *controller.Metadata {
 func (m *Manager) openTopic(t *controller.Topic) bool {
 	local := m.b.Topic(t.Name)
 	if local == nil {
-		err := m.b.CreateTopicIdentified(t.Name, len(t.Partitions), t.Config, t.ID, t.CreatedVersion)
+		// The engine keeps the config map it is given; the metadata's is read-only.
+		err := m.b.CreateTopicIdentified(t.Name, len(t.Partitions), maps.Clone(t.Config), t.ID, t.CreatedVersion)
 		if err != nil && !errors.Is(err, shard.ErrTopicExists) {
 			m.log.Warn("open replicated topic", "topic", t.Name, "err", err)
 		}
@@ -1066,7 +1070,7 @@ func (m *Manager) alterISR(r *replica, a isr.AlterISR, before int) {
 // Manager in as it is).
 
 // ReplicaCounts returns the number of replicas assigned to every partition in the
-// controller's metadata (one copy of the metadata per call).
+// controller's metadata.
 func (m *Manager) ReplicaCounts() map[shard.TopicPartition]int {
 	meta := m.ctl.Metadata()
 	out := map[shard.TopicPartition]int{}

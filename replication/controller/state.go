@@ -217,15 +217,15 @@ type Metadata struct {
 // not touch is shared with the snapshots before it.
 type copyOnWrite struct {
 	brokersMap, topicsMap bool            // the maps themselves are private
-	brokers               map[int32]bool  // brokers copied (or added) by this apply
-	topics                map[string]bool // topics copied (or added) by this apply
+	brokers               map[int32]bool  // brokers copied (or added) by this apply; nil: none
+	topics                map[string]bool // topics copied (or added) by this apply; nil: none
 }
 
 // derive is the start of the state after m: a shallow copy that shares everything with m
 // until apply copies what it changes.
 func (m *Metadata) derive() *Metadata {
 	next := *m
-	next.cow = &copyOnWrite{brokers: map[int32]bool{}, topics: map[string]bool{}}
+	next.cow = &copyOnWrite{}
 	return &next
 }
 
@@ -251,6 +251,9 @@ func (m *Metadata) addBroker(b *Broker) {
 	m.ownBrokers()
 	m.Brokers[b.ID] = b
 	if m.cow != nil {
+		if m.cow.brokers == nil {
+			m.cow.brokers = map[int32]bool{}
+		}
 		m.cow.brokers[b.ID] = true
 	}
 }
@@ -259,6 +262,9 @@ func (m *Metadata) addTopic(t *Topic) {
 	m.ownTopics()
 	m.Topics[t.Name] = t
 	if m.cow != nil {
+		if m.cow.topics == nil {
+			m.cow.topics = map[string]bool{}
+		}
 		m.cow.topics[t.Name] = true
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/replication/isr"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -178,7 +179,7 @@ func (s *Server) groupCoordinator(group string) (kmsg.FindCoordinatorResponseCoo
 
 // createReplicated creates a topic through the controller; the answer comes once this
 // broker has opened its replicas (cluster.Manager.CreateTopic).
-func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions int, configs map[string]string, validateOnly bool) (int16, *codedError) {
+func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions int, configs map[string]string, validateOnly bool, timeoutMs int32) (int16, *codedError) {
 	if len(t.ReplicaAssignment) > 0 {
 		return 0, &codedError{kerr.InvalidRequest.Code, "a manual replica assignment is not supported on a ringlog cluster: the controller places replicas (ringlog partition reassign moves them)"}
 	}
@@ -195,7 +196,7 @@ func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions in
 		}
 		return rf, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterAdminTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), netio.RequestAdminTimeout(timeoutMs))
 	defer cancel()
 	if err := s.cfg.Cluster.CreateTopic(ctx, t.Topic, int32(partitions), int32(rf), configs); err != nil {
 		return 0, &codedError{codeFor(err), err.Error()}

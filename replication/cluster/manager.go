@@ -40,6 +40,9 @@ var (
 	ErrNoController = errors.New("no controller leader reachable")
 	// ErrConfig: a bad cluster configuration.
 	ErrConfig = errors.New("bad cluster configuration")
+	// ErrTimedOut: a controller operation did not complete within the request's timeout
+	// (REQUEST_TIMED_OUT); it may still be applied.
+	ErrTimedOut = errors.New("controller request timed out")
 )
 
 // PeerConn is one connection to another broker, used by one goroutine at a time.
@@ -682,6 +685,14 @@ func (m *Manager) View() *View {
 
 // CreateTopic creates a replicated topic through the controller and waits until this
 // broker has opened its replicas of it.
+//
+// A create whose outcome is unknown — the voter that appended it lost the leadership
+// before it committed (controller.ErrNotController), the connection to the leader's broker
+// failed after sending it (ErrNoController), or ctx ended first (ErrTimedOut) — may still
+// be applied later, by the next controller leader. As Kafka's controller does, the caller
+// is told so (NOT_CONTROLLER or REQUEST_TIMED_OUT, both retriable), and a retry is then
+// answered TOPIC_ALREADY_EXISTS if that attempt was applied (e2e
+// TestCreateTopicControllerLost).
 func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, replicationFactor int32, config map[string]string) error {
 	if name == group.OffsetsTopic {
 		return fmt.Errorf("%w: %s is created by the brokers at the first group coordinator lookup", ErrInternalTopic, name)
@@ -694,12 +705,31 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 		Name: name, Partitions: partitions, ReplicationFactor: replicationFactor, UncleanLeaderElection: unclean, Config: config,
 	}})
 	if err != nil {
-		return err
+		return createUnknown(ctx, name, err)
 	}
 	// Wait until this broker's voter has applied the create and, when this broker holds a
 	// replica, until the metadata loop has opened it: a produce right after the answer
 	// then finds it.
-	return m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
+	err = m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: %v", ErrTimedOut, err) // created: Kafka answers REQUEST_TIMED_OUT too
+	}
+	return err
+}
+
+// createUnknown says so when a create's failure leaves its outcome unknown (see
+// CreateTopic): ctx ended (ErrTimedOut, the cause kept as text only, so that it maps to
+// REQUEST_TIMED_OUT rather than to the cause's code), or the controller leadership or the
+// connection to it was lost.
+func createUnknown(ctx context.Context, name string, err error) error {
+	const maybe = "the create may still be applied: a retry answers TOPIC_ALREADY_EXISTS if it was"
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: create %s: %v (%s)", ErrTimedOut, name, err, maybe)
+	case errors.Is(err, ErrNoController), errors.Is(err, controller.ErrNotController):
+		return fmt.Errorf("create %s: %w (%s)", name, err, maybe)
+	}
+	return err
 }
 
 // topicReady: this broker's voter knows the topic, the metadata loop has opened it and

@@ -42,9 +42,9 @@ func TestCopyOnWriteMatchesInPlace(t *testing.T) {
 	}()
 
 	nowMs := int64(1_000_000)
-	commands := 3000
-	if testing.Short() {
-		commands = 500
+	commands := 2000
+	if testing.Short() || raceEnabled {
+		commands = 300
 	}
 	for i := range commands {
 		index := uint64(i + 1)

@@ -13,6 +13,11 @@ import (
 // before the rest of the turn runs (docs/benchmarks.md, "Single-record latency, step 4").
 // The kernel work is the same as the ring's: io_uring also tries a socket send inline
 // when it is submitted, then arms a poll when the socket is full.
+//
+// The send goes through syscall.Syscall (unix.SendmsgN), not a raw call as the client's
+// socket calls do: on the shard loop it never wakes the runtime's sysmon (the loop's own
+// wait keeps its P out of the idle list), and the scheduler bookkeeping a raw call would
+// save is under 1 % of the broker's CPU (docs/ring.md, "Non-obvious").
 
 // sendInline writes as much of b as the socket takes now. It reports the bytes sent and
 // false when the connection failed (failLoop was called).

@@ -150,7 +150,7 @@ func TestForwardsDoNotQueue(t *testing.T) {
 	// answered there while the other forwards stay stuck on broker 2.
 	setForwardLeader(q, 2, 3)
 	dials := peers.dials()
-	if _, err := m.Submit(context.Background(), forwardHeartbeat); err != nil {
+	if _, err := m.submitSession(context.Background(), forwardHeartbeat); err != nil {
 		t.Fatalf("heartbeat to the new leader with %d forwards stuck: %v", forwardsMax, err)
 	}
 	cancels[0]()

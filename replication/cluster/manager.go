@@ -209,9 +209,10 @@ type Manager struct {
 	// forwardConn). A PeerConn carries one request at a time, so each forward holds its own
 	// connection to the controller leader's broker for its round trip, and cmu only while
 	// it picks one: a forward stuck on a frozen leader holds up no other (heartbeats above
-	// all). A forward first takes a slot: sessionSlot for this broker's registration and
-	// heartbeats (heartbeatLoop, one at a time), forwardSlots for every other command, so
-	// that forwardsMax stuck commands never delay a heartbeat. Connections (idle plus in
+	// all). A forward first takes a slot: sessionSlot for this broker's own registration and
+	// heartbeats (heartbeatLoop's submitSession, one at a time), forwardSlots for every
+	// other command (a client's heartbeat command included), so that forwardsMax stuck
+	// commands never delay a heartbeat. Connections (idle plus in
 	// flight) never outnumber the slots, forwardsMax+1.
 	sessionSlot  chan struct{} // capacity 1
 	forwardSlots chan struct{} // capacity forwardsMax
@@ -421,6 +422,17 @@ func (m *Manager) ControllerLeader() int32 {
 // Submit replicates cmd through the controller: here when this voter leads, else
 // forwarded to the leader's broker. The result value comes back as JSON.
 func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, error) {
+	return m.submit(ctx, cmd, m.forwardSlots)
+}
+
+// submitSession is Submit for heartbeatLoop's registration and heartbeats, whose forwards
+// take sessionSlot: forwards stuck in every other slot never delay them.
+func (m *Manager) submitSession(ctx context.Context, cmd *controller.Command) ([]byte, error) {
+	return m.submit(ctx, cmd, m.sessionSlot)
+}
+
+// submit is Submit with the slots a forward takes.
+func (m *Manager) submit(ctx context.Context, cmd *controller.Command, slots chan struct{}) ([]byte, error) {
 	if m.ctl.IsLeader() {
 		return m.SubmitLocal(cmd)
 	}
@@ -439,7 +451,7 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	release, err := m.forwardSlot(ctx, cmd.Type)
+	release, err := m.forwardSlot(ctx, slots)
 	if err != nil {
 		return nil, fmt.Errorf("%w: forward to controller leader %d: %w", ErrNoController, id, err)
 	}
@@ -460,14 +472,9 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 // errClosing: the Manager is closing; no command is forwarded.
 var errClosing = errors.New("broker closing")
 
-// forwardSlot takes a slot for forwarding a command of type t (see Manager.sessionSlot):
-// registration and heartbeats use their own. It waits until ctx ends or the Manager closes;
-// release gives the slot back.
-func (m *Manager) forwardSlot(ctx context.Context, t controller.CommandType) (release func(), err error) {
-	slots := m.forwardSlots
-	if t == controller.CmdRegisterBroker || t == controller.CmdHeartbeat {
-		slots = m.sessionSlot
-	}
+// forwardSlot takes one of slots (sessionSlot or forwardSlots) for a forward, waiting
+// until ctx ends or the Manager closes; release gives it back.
+func (m *Manager) forwardSlot(ctx context.Context, slots chan struct{}) (release func(), err error) {
 	select {
 	case slots <- struct{}{}:
 		return func() { <-slots }, nil
@@ -972,7 +979,7 @@ func (m *Manager) heartbeatLoop() {
 			if me != nil {
 				before = me.SessionEpoch
 			}
-			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
+			_, err := m.submitSession(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
 				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, KafkaAddress: m.kafkaSelf, Rack: m.cfg.Rack,
 					ProtocolMin: m.cfg.ProtocolMin, ProtocolMax: m.cfg.ProtocolMax}})
 			switch {
@@ -1001,7 +1008,7 @@ func (m *Manager) heartbeatLoop() {
 				default:
 				}
 			}
-			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdHeartbeat,
+			_, err := m.submitSession(ctx, &controller.Command{Type: controller.CmdHeartbeat,
 				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, SessionEpoch: me.SessionEpoch}})
 			if err != nil && errors.Is(err, controller.ErrStaleSession) {
 				registered = false

@@ -61,7 +61,10 @@ func TestForwardNotBehindStuckForward(t *testing.T) {
 			t.Logf("create at node %d while controller leader %d is frozen: code %d %q err %v", id, frozenID, code, msg, err)
 		}()
 	}
-	t.Cleanup(wg.Wait) // after the SIGCONT cleanup that signal registered: the stuck forwards end
+	defer func() { // thawed, the old leader answers the stuck forwards
+		tc.node(frozenID).signal(t, syscall.SIGCONT)
+		wg.Wait()
+	}()
 	frozenAt := time.Now()
 
 	// The other voters elect a new leader; ask the one that does not lead.
@@ -142,22 +145,17 @@ func TestDeleteTopicControllerLost(t *testing.T) {
 		req := kmsg.NewPtrDeleteTopicsRequest()
 		req.TimeoutMillis = requestTimeoutMs
 		req.TopicNames = []string{topics[listener]}
-		var resp *kmsg.DeleteTopicsResponse
-		if to != 0 {
-			resp, err = req.RequestWith(cctx, kc.Broker(int(to)))
-		} else {
-			resp, err = req.RequestWith(cctx, kc)
-		}
+		kresp, err := kafkaRequest(cctx, kc, to, req)
 		if err != nil {
 			return 0, "", err
 		}
+		resp := kresp.(*kmsg.DeleteTopicsResponse)
 		if m := resp.Topics[0].ErrorMessage; m != nil {
 			msg = *m
 		}
 		return resp.Topics[0].ErrorCode, msg, nil
 	}
-	type codes struct{ notController, timedOut, unknown int16 }
-	want := map[string]codes{
+	want := map[string]outcomeCodes{
 		"ringlog": {int16(wire.ErrNotController), int16(wire.ErrRequestTimedOut), int16(wire.ErrUnknownTopicOrPartition)},
 		"kafka":   {kerr.NotController.Code, kerr.RequestTimedOut.Code, kerr.UnknownTopicOrPartition.Code},
 	}
@@ -192,24 +190,7 @@ func TestDeleteTopicControllerLost(t *testing.T) {
 	tc.node(frozenID).signal(t, syscall.SIGCONT)
 
 	for listener := range topics {
-		w := want[listener]
-		for code := first[listener]; code != 0 && code != w.unknown; {
-			if code != w.notController && code != w.timedOut {
-				t.Fatalf("%s retry of the delete: code %d, want a retriable code, success or UNKNOWN_TOPIC_OR_PARTITION", listener, code)
-			}
-			time.Sleep(100 * time.Millisecond)
-			var err error
-			var msg string
-			if code, msg, err = del(listener, 0); err != nil {
-				t.Logf("%s retry: %v", listener, err) // a connection to the thawing broker: retry
-				code = w.timedOut
-			} else {
-				t.Logf("%s retry: code %d %q", listener, code, msg)
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s delete never succeeded", listener)
-			}
-		}
+		retryUntilApplied(ctx, t, listener+" delete", first[listener], want[listener], func() (int16, string, error) { return del(listener, 0) })
 	}
 	for _, b := range tc.brokers {
 		tc.waitFor("both topics deleted", func(v *cluster.View) bool {

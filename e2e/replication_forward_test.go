@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -106,11 +108,14 @@ func TestForwardNotBehindStuckForward(t *testing.T) {
 // create is (TestCreateTopicControllerLost); before, it waited a fixed 30 s, past the
 // clients' deadlines. Once the quorum has a leader again a retry succeeds or, the first
 // attempt applied after all, answers UNKNOWN_TOPIC_OR_PARTITION; no broker keeps the topic.
+// An AlterConfigs beside them (ringlog listener; it carries no timeout) is answered
+// REQUEST_TIMED_OUT after 30 s (before: NOT_CONTROLLER), and its retry applies.
 func TestDeleteTopicControllerLost(t *testing.T) {
 	tc, kafkaAddrs := startKafkaCluster(t, 3)
 	ctx := testContext(t, 3*time.Minute)
 	topics := map[string]string{"ringlog": "del-ringlog", "kafka": "del-kafka"}
-	for _, topic := range topics {
+	const alterTopic = "alter-lost"
+	for _, topic := range append(slices.Collect(maps.Values(topics)), alterTopic) {
 		tc.createReplicated(ctx, topic, nil)
 	}
 	frozenID := tc.waitFor("a controller leader", func(v *cluster.View) bool { return v.ControllerLeader > 0 }, tc.brokers[0]).ControllerLeader
@@ -160,7 +165,32 @@ func TestDeleteTopicControllerLost(t *testing.T) {
 		"kafka":   {kerr.NotController.Code, kerr.RequestTimedOut.Code, kerr.UnknownTopicOrPartition.Code},
 	}
 
+	// alter changes alterTopic's retention.ms over a client of its own (a broker answers a
+	// connection's requests in order) at broker to.
+	alterClient := tc.node(askID).client(t)
+	alter := func(to int32) (int16, string, error) {
+		cctx, cancel := context.WithTimeout(ctx, 45*time.Second) // 30 s, and 15 s for a loaded machine
+		defer cancel()
+		req := &wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{{Topic: alterTopic,
+			Configs: []wire.AlterConfig{{Key: "retention.ms", Op: wire.AlterConfigSet, Value: "1234567"}}}}}
+		var resp wire.AlterConfigsResponse
+		if err := alterClient.Call(cctx, tc.node(to).addr, req, &resp); err != nil {
+			return 0, "", err
+		}
+		return int16(resp.Topics[0].ErrorCode), resp.Topics[0].ErrorMessage, nil
+	}
+
 	tc.node(frozenID).signal(t, syscall.SIGSTOP)
+	type answer struct {
+		code int16
+		msg  string
+		err  error
+	}
+	altered := make(chan answer, 1)
+	go func() {
+		code, msg, err := alter(askID)
+		altered <- answer{code, msg, err}
+	}()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	first := map[string]int16{}
@@ -187,10 +217,23 @@ func TestDeleteTopicControllerLost(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	a := <-altered // the forward waits for its 30 s on the frozen leader
+	t.Logf("config change at node %d, controller leader %d frozen: code %d %q err %v", askID, frozenID, a.code, a.msg, a.err)
+	if a.err != nil || a.code != int16(wire.ErrRequestTimedOut) {
+		t.Fatalf("config change with the controller leader frozen: code %d %q err %v, want REQUEST_TIMED_OUT", a.code, a.msg, a.err)
+	}
 	tc.node(frozenID).signal(t, syscall.SIGCONT)
 
 	for listener := range topics {
 		retryUntilApplied(ctx, t, listener+" delete", first[listener], want[listener], func() (int16, string, error) { return del(listener, 0) })
+	}
+	retryUntilApplied(ctx, t, "config change", a.code, outcomeCodes{int16(wire.ErrNotController), int16(wire.ErrRequestTimedOut), 0},
+		func() (int16, string, error) { return alter(askID) })
+	for _, b := range tc.brokers {
+		tc.waitFor("the config change", func(v *cluster.View) bool {
+			tp := v.Metadata.Topics[alterTopic]
+			return tp != nil && tp.Config["retention.ms"] == "1234567"
+		}, b)
 	}
 	for _, b := range tc.brokers {
 		tc.waitFor("both topics deleted", func(v *cluster.View) bool {

@@ -212,8 +212,8 @@ type Manager struct {
 	// all). A forward first takes a slot: sessionSlot for this broker's own registration and
 	// heartbeats (heartbeatLoop's submitSession, one at a time), forwardSlots for every
 	// other command (a client's heartbeat command included), so that forwardsMax stuck
-	// commands never delay a heartbeat. Connections (idle plus in
-	// flight) never outnumber the slots, forwardsMax+1.
+	// commands never delay a heartbeat. Connections (idle plus in flight) never outnumber
+	// the slots, forwardsMax+1: a new one is dialled only while none is idle.
 	sessionSlot  chan struct{} // capacity 1
 	forwardSlots chan struct{} // capacity forwardsMax
 	cmu          sync.Mutex

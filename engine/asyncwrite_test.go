@@ -26,14 +26,19 @@ import (
 // queuedWrites applies each write when it completes, so an older write of a block that
 // completed after a newer one would leave stale bytes on disk.
 type queuedWrites struct {
-	fio ring.FileIO
-	rng *rand.Rand
-	q   []queuedWrite
+	fio  ring.FileIO
+	rng  *rand.Rand
+	q    []queuedWrite
+	cuts int // StartFtruncate calls
 }
 
-// checkOverlap panics if [off, off+len(p)) on fd overlaps a write in flight.
+// checkOverlap panics if [off, off+len(p)) on fd overlaps a write in flight, or a cut of
+// fd is in flight (a roll cuts a sealed file only once its writes completed).
 func (w *queuedWrites) checkOverlap(fd int, p []byte, off int64) {
 	for _, x := range w.q {
+		if x.fd == fd && x.cut {
+			panic(fmt.Sprintf("write at %d to a file whose cut to %d is in flight", off, x.off))
+		}
 		if x.fd == fd && off < x.off+int64(len(x.p)) && x.off < off+int64(len(p)) {
 			panic(fmt.Sprintf("write [%d, %d) overlaps [%d, %d), in flight on the same file", off, off+int64(len(p)), x.off, x.off+int64(len(x.p))))
 		}
@@ -47,6 +52,29 @@ type queuedWrite struct {
 	done  func(int, error)
 	index int // fixed-buffer slot, -1: none
 	data  []byte
+	cut   bool // an ftruncate of fd to off (StartFtruncate), not a write
+}
+
+// StartFtruncate queues a cut of fd to size, completed (or, in dieMidway, lost) in random
+// order with the writes like the ring's IORING_OP_FTRUNCATE. No write of fd may be in
+// flight: the log cuts a sealed file only after its last write completed.
+func (w *queuedWrites) StartFtruncate(fd int, size int64, done func(int, error)) error {
+	for _, x := range w.q {
+		if x.fd == fd {
+			panic(fmt.Sprintf("cut of a file to %d with its write at %d in flight", size, x.off))
+		}
+	}
+	w.q = append(w.q, queuedWrite{fd: fd, off: size, done: done, index: -1, cut: true})
+	w.cuts++
+	return nil
+}
+
+// apply performs x on the file.
+func (w *queuedWrites) apply(x queuedWrite, data []byte) (int, error) {
+	if x.cut {
+		return 0, unix.Ftruncate(x.fd, x.off)
+	}
+	return pwriteAll(w.fio, x.fd, data, x.off)
 }
 
 // snapshot is a copy of p at an aligned address: what a device that reads the buffer at
@@ -99,7 +127,7 @@ func (w *fixedQueuedWrites) StartWriteFixed(fd int, p []byte, off int64, index i
 		w.t.Fatalf("fixed write of %d bytes outside slot %d", len(p), index)
 	}
 	w.checkOverlap(fd, p, off)
-	w.q = append(w.q, queuedWrite{fd, p, off, done, index, snapshot(p)})
+	w.q = append(w.q, queuedWrite{fd: fd, p: p, off: off, done: done, index: index, data: snapshot(p)})
 	return nil
 }
 
@@ -115,7 +143,7 @@ func (w *fixedQueuedWrites) registered() int {
 
 func (w *queuedWrites) StartWrite(fd int, p []byte, off int64, done func(int, error)) error {
 	w.checkOverlap(fd, p, off)
-	w.q = append(w.q, queuedWrite{fd, p, off, done, -1, snapshot(p)})
+	w.q = append(w.q, queuedWrite{fd: fd, p: p, off: off, done: done, index: -1, data: snapshot(p)})
 	return nil
 }
 
@@ -134,8 +162,7 @@ func (w *queuedWrites) completeOne() {
 	i := w.rng.IntN(len(w.q))
 	x := w.q[i]
 	w.q = append(w.q[:i], w.q[i+1:]...)
-	n, err := pwriteAll(w.fio, x.fd, x.data, x.off)
-	x.done(n, err)
+	x.done(w.apply(x, x.data))
 }
 
 // completeSome completes up to n queued writes.
@@ -152,8 +179,11 @@ func (w *queuedWrites) dieMidway() {
 	for _, x := range w.q {
 		switch w.rng.IntN(3) {
 		case 0:
-			pwriteAll(w.fio, x.fd, x.data, x.off)
+			w.apply(x, x.data)
 		case 1:
+			if x.cut {
+				break
+			}
 			blocks := len(x.data) / blockBytes
 			pwriteAll(w.fio, x.fd, x.data[:w.rng.IntN(blocks+1)*blockBytes], x.off)
 		}

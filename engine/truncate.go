@@ -17,7 +17,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if err := l.awaitWrites(); err != nil {
+	if err := l.awaitSeals(); err != nil {
 		return err
 	}
 	if offset < 0 {
@@ -136,7 +136,7 @@ func (l *Log) ResetTo(offset int64) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if err := l.awaitWrites(); err != nil {
+	if err := l.awaitSeals(); err != nil {
 		return err
 	}
 	if offset < 0 {
@@ -238,6 +238,9 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	}
 	deleted := 0
 	for ; deleted < n; deleted++ {
+		if err := l.awaitSealOf(l.segments[0]); err != nil {
+			return deleted, err
+		}
 		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}
@@ -282,6 +285,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	l.startOffset = offset
 	deleted := 0
 	for len(l.segments) > 1 && l.segments[0].nextOffset <= offset {
+		if err := l.awaitSealOf(l.segments[0]); err != nil {
+			return deleted, err
+		}
 		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}

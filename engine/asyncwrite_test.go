@@ -755,7 +755,13 @@ func TestDirectRollReusesChunks(t *testing.T) {
 		if _, err := appendCounted(t, l, rng); err != nil {
 			t.Fatal(err)
 		}
-		qw.completeSome(rng.IntN(4))
+		// The device keeps up on average: a roll finds the sealed segment's writes done or
+		// soon done, and its chunks come back to the pool for the new writer.
+		if rng.IntN(2) == 0 {
+			qw.completeSome(len(qw.q))
+		} else {
+			qw.completeSome(rng.IntN(4))
+		}
 		if i%50 == 0 { // a reader keeps a slice of a cached chunk
 			rr, err := l.Read(max(l.EndOffset()-1, l.StartOffset()), 1<<20)
 			if err != nil {
@@ -774,7 +780,10 @@ func TestDirectRollReusesChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each segment's writer needs up to cache + active + the staged and in-flight chunks;
-	// without the hand-off every one of the segments registered its own.
+	// without the hand-off every one of the segments registered its own. (A device that
+	// falls behind the rolls for good makes each roll allocate what the new writer needs
+	// while the sealing one still holds its chunks: measured with completions this rare
+	// every 4th append, ≈ 0.7 registrations per segment; here, ≈ 20 over 275 segments.)
 	if segments < 10 || fw.used > 3*directFreeChunksMax+len(held) {
 		t.Fatalf("%d chunk registrations over %d segments (%d held by readers)", fw.used, segments, len(held))
 	}

@@ -635,7 +635,7 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 		var err error
 		switch {
 		case h.cluster != nil && !body.ValidateOnly && (t.ReplicationFactor >= 1 || t.ReplicationFactor == -1):
-			err = h.createReplicated(t)
+			err = h.createReplicated(t, body.TimeoutMs)
 		case t.ReplicationFactor > 1 && h.cluster == nil:
 			res.ErrorCode, res.ErrorMessage = wire.ErrInvalidReplication, fmt.Sprintf("replication factor %d: this is a single-broker cluster", t.ReplicationFactor)
 		case t.ReplicationFactor == 0 || t.ReplicationFactor < -1:

@@ -36,7 +36,9 @@ func (h *BrokerHandler) WithCluster(m *cluster.Manager) *BrokerHandler {
 // clusterMetadata fills a Metadata answer's cluster fields from this broker's view of the
 // controller metadata: each partition's leader, leader epoch, replicas and ISR, the high
 // watermark of the partitions this broker leads, the brokers and the controller leader.
-// Version 0 carries only the leader epoch of these; the encoder leaves the rest out.
+// Version 0 carries only the leader epoch of these; the encoder leaves the rest out. The
+// response's Replicas and ISR share the metadata's slices, which are read-only (the
+// encoder only reads them).
 func (h *BrokerHandler) clusterMetadata(resp *wire.MetadataResponse, v *cluster.View) {
 	resp.ControllerID = v.ControllerLeader
 	if resp.ControllerID <= 0 {
@@ -103,6 +105,8 @@ func clusterCodeFor(err error) wire.ErrorCode {
 		return wire.ErrUnknownLeaderEpoch
 	case errors.Is(err, isr.ErrOffsetOutOfRange):
 		return wire.ErrOffsetOutOfRange
+	case errors.Is(err, cluster.ErrTimedOut): // before the causes it names
+		return wire.ErrRequestTimedOut
 	case errors.Is(err, controller.ErrNotController), errors.Is(err, cluster.ErrNoController):
 		return wire.ErrNotController
 	case errors.Is(err, controller.ErrTopicExists):
@@ -123,12 +127,12 @@ func clusterCodeFor(err error) wire.ErrorCode {
 	return wire.ErrNone
 }
 
-func (h *BrokerHandler) createReplicated(t wire.CreateTopic) error {
+func (h *BrokerHandler) createReplicated(t wire.CreateTopic, timeoutMs int32) error {
 	rf := int32(t.ReplicationFactor)
 	if rf == -1 {
 		rf = 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), RequestAdminTimeout(timeoutMs))
 	defer cancel()
 	return h.cluster.CreateTopic(ctx, t.Topic, t.Partitions, rf, configMap(t.Configs))
 }
@@ -152,6 +156,17 @@ func (h *BrokerHandler) alterReplicated(name string, set map[string]string, dele
 // adminTimeout bounds a replicated admin operation (a controller round trip and the local
 // open of the replicas).
 const adminTimeout = 30 * time.Second
+
+// RequestAdminTimeout is how long a replicated create waits for the controller and the
+// local open: the request's own timeout (CreateTopics' timeout_ms, in both protocols),
+// never above adminTimeout; adminTimeout when the request gives none (0 or less). Past it
+// the create is answered REQUEST_TIMED_OUT (cluster.ErrTimedOut) and may still be applied.
+func RequestAdminTimeout(timeoutMs int32) time.Duration {
+	if timeoutMs <= 0 {
+		return adminTimeout
+	}
+	return min(time.Duration(timeoutMs)*time.Millisecond, adminTimeout)
+}
 
 func (h *BrokerHandler) replicaFetch(req *Request, body *wire.ReplicaFetchRequest) {
 	if h.cluster == nil {

@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register("bench", "benchmarks: disk, run, compare, peers, loopback, pingpong, single, floor", runBench)
+	register("bench", "benchmarks: disk, run, compare, peers, loopback, pingpong, single, floor, catchup", runBench)
 }
 
 type benchCommand struct {
@@ -31,6 +31,14 @@ func init() {
 	benchCommands["compare"] = benchCommand{"side-by-side table of two result files, with ratios", benchCompare}
 	benchCommands["loopback"] = benchCommand{"loopback TCP bandwidth probe (iperf3-style, in Go)", benchLoopback}
 	benchCommands["peers"] = benchCommand{"run a workload on ringlog and on NATS JetStream, report our/peer ratios", benchPeers}
+}
+
+// newBenchFlagSet is a bench subcommand's flag set. Its errors and -h usage go to
+// usageOutput (stderr), so that completionSpec reads its flags from -h as for the others.
+func newBenchFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(usageOutput)
+	return fs
 }
 
 func benchUsage() {
@@ -69,7 +77,7 @@ const (
 )
 
 func benchDisk(args []string) error {
-	fs := flag.NewFlagSet("bench disk", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench disk")
 	dir := fs.String("dir", ".", "directory for the scratch file (use the broker's data disk)")
 	size := fs.String("size", "", "scratch file size: the span random offsets cover and each cell's byte cap (default "+diskSizeDefault+", --quick "+diskSizeQuick+")")
 	cellTime := fs.Duration("cell-time", 0, "time cap per cell (default 2s, --quick 300ms)")

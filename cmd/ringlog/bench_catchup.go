@@ -23,7 +23,7 @@ func init() {
 // a loopback TCP measurement of the same length (bench.CatchUpRounds), and prints the share
 // per round and the medians.
 func benchCatchUp(args []string) error {
-	fs := flag.NewFlagSet("bench catchup", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench catchup")
 	driver := fs.String("driver", "ringlog", "system under test: "+strings.Join(bench.DriverNames(), ", "))
 	broker := fs.String("broker", ringlogdriver.DefaultAddress, "broker address")
 	brokerPID := fs.Int("broker-pid", 0, "broker process id for CPU and disk-read sampling (default: what the driver reports)")

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -137,7 +136,7 @@ type floorRatio struct {
 }
 
 func benchFloor(args []string) error {
-	fs := flag.NewFlagSet("bench floor", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench floor")
 	mode := fs.String("mode", "both", "ingest, serve or both")
 	dir := fs.String("dir", ".", "directory for the scratch files (use the broker's data disk)")
 	conns := fs.Int("conns", 2, "ingest: client connections (the produce-only workloads' producers)")

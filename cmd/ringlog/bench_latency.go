@@ -40,7 +40,7 @@ const (
 )
 
 func benchPingPong(args []string) error {
-	fs := flag.NewFlagSet("bench pingpong", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench pingpong")
 	size := fs.Int("size", 1024, "bytes each way per round trip")
 	count := fs.Int("count", 100_000, "round trips measured per echo (after a warm-up of 1000)")
 	process := fs.Bool("process", false, "echo from another process (the broker's process boundary) instead of a goroutine of this one (same as --echo proc)")
@@ -223,7 +223,7 @@ type singleSeries struct {
 }
 
 func benchSingle(args []string) error {
-	fs := flag.NewFlagSet("bench single", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench single")
 	broker := fs.String("broker", ringlogdriver.DefaultAddress, "broker address")
 	topic := fs.String("topic", "bench-single", "topic (created with one partition when missing)")
 	size := fs.Int("size", 1024, "record value bytes (and ping-pong bytes each way)")

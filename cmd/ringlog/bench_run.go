@@ -72,7 +72,7 @@ func loadWorkloadArg(fs *flag.FlagSet, f *runFlags) (bench.Workload, error) {
 }
 
 func benchRun(args []string) error {
-	fs := flag.NewFlagSet("bench run", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench run")
 	var f runFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -143,7 +143,7 @@ func saveResult(dir string, r *bench.Result) (string, error) {
 }
 
 func benchCompare(args []string) error {
-	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench compare")
 	plotsDir := fs.String("plots", "", "also write both runs' throughput and latency plots on shared axes into this directory")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -174,7 +174,7 @@ func benchCompare(args []string) error {
 }
 
 func benchLoopback(args []string) error {
-	fs := flag.NewFlagSet("bench loopback", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench loopback")
 	duration := fs.Duration("duration", 5*time.Second, "how long to measure")
 	streams := fs.Int("streams", 1, "parallel connections")
 	if err := fs.Parse(args); err != nil {
@@ -195,7 +195,7 @@ func benchLoopback(args []string) error {
 // inherits the other's warm cache or dirty pages; the verdicts use each round's ratio and
 // the summary gives the median.
 func benchPeers(args []string) error {
-	fs := flag.NewFlagSet("bench peers", flag.ContinueOnError)
+	fs := newBenchFlagSet("bench peers")
 	var f runFlags
 	f.register(fs)
 	peersBin := fs.String("peers-bin", "", "built bench/peers binary (default: go run it from the source tree)")

@@ -7,7 +7,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -74,17 +73,16 @@ func helpFlags(run func() error) []string {
 	usageOutput = &out
 	defer func() { usageOutput = saved }()
 	run()
+	return usageFlags(out.String())
+}
+
+// usageFlags returns the flags a flag set's usage text lists.
+func usageFlags(usage string) []string {
 	var flags []string
-	for _, m := range usageFlagLine.FindAllStringSubmatch(out.String(), -1) {
+	for _, m := range usageFlagLine.FindAllStringSubmatch(usage, -1) {
 		flags = append(flags, "--"+m[1])
 	}
 	sort.Strings(flags)
-	return flags
-}
-
-func flagSetFlags(fs *flag.FlagSet) []string {
-	var flags []string
-	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, "--"+f.Name) })
 	return flags
 }
 
@@ -102,12 +100,16 @@ func completionSpec() completion {
 			c.flags[cmd+" "+name] = helpFlags(func() error { return sub.run(sub.usage, []string{"-h"}, io.Discard) })
 		}
 	}
-	for name := range benchCommands {
+	c.flags["top"] = helpFlags(func() error { _, err := parseTopFlags([]string{"-h"}); return err })
+	for name, sub := range benchCommands {
 		c.subcommands["bench"] = append(c.subcommands["bench"], name)
+		c.flags["bench "+name] = helpFlags(func() error { return sub.run([]string{"-h"}) })
 	}
 	for _, name := range []string{"check", "plan", "apply", "show", "snapshot"} {
 		c.subcommands["tune"] = append(c.subcommands["tune"], name)
-		c.flags["tune "+name] = flagSetFlags(newTuneFlags(name, io.Discard).set)
+		var usage bytes.Buffer // -h prints the subcommand's own flags too (tune plan --format)
+		runTune([]string{name, "-h"}, &usage)
+		c.flags["tune "+name] = usageFlags(usage.String())
 	}
 	c.subcommands["completion"] = []string{"bash", "zsh"}
 	for _, subs := range c.subcommands {

@@ -440,6 +440,9 @@ func TestCompletion(t *testing.T) {
 		"ringlog partition ":                    "elect-leader reassign",
 		"ringlog partition reassign t --rep":    "--replicas",
 		"ringlog --broker h:1 consume t --exit": "--exit-at-end",
+		"ringlog tune plan --for":               "--format",
+		"ringlog bench run --dri":               "--driver",
+		"ringlog top --int":                     "--interval",
 	} {
 		words := strings.Split(line, " ")
 		cmd := exec.Command("bash", "-c", `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($#-1)); _ringlog; printf '%s\n' "${COMPREPLY[@]}" | sort | tr '\n' ' '`, "bash", path)

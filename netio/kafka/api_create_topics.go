@@ -46,7 +46,7 @@ func createTopicResult(topic string, code int16, msg string) kmsg.CreateTopicsRe
 func (s *Server) createTopics(r *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsResponse {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
 	for _, t := range r.Topics {
-		partitions, rf, err := s.createTopic(t, r.ValidateOnly)
+		partitions, rf, err := s.createTopic(t, r.ValidateOnly, r.TimeoutMillis)
 		rt := createTopicResult(t.Topic, 0, "")
 		if err != nil {
 			rt = createTopicResult(t.Topic, err.code, err.msg)
@@ -65,7 +65,7 @@ type codedError struct {
 
 // createTopic creates (or validates) one topic and returns its partition count and
 // replication factor.
-func (s *Server) createTopic(t kmsg.CreateTopicsRequestTopic, validateOnly bool) (int, int16, *codedError) {
+func (s *Server) createTopic(t kmsg.CreateTopicsRequestTopic, validateOnly bool, timeoutMs int32) (int, int16, *codedError) {
 	partitions := int(t.NumPartitions)
 	if len(t.ReplicaAssignment) > 0 {
 		partitions = len(t.ReplicaAssignment)
@@ -80,7 +80,7 @@ func (s *Server) createTopic(t kmsg.CreateTopicsRequestTopic, validateOnly bool)
 		}
 	}
 	if s.cfg.Cluster != nil {
-		rf, err := s.createReplicated(t, partitions, configs, validateOnly)
+		rf, err := s.createReplicated(t, partitions, configs, validateOnly, timeoutMs)
 		return partitions, rf, err
 	}
 	if t.ReplicationFactor != -1 && t.ReplicationFactor != 1 && len(t.ReplicaAssignment) == 0 {

@@ -127,7 +127,7 @@ func (s *Server) autoCreateTopic(r *kmsg.MetadataRequest, name string) int16 {
 	if s.cfg.Cluster != nil {
 		t := kmsg.NewCreateTopicsRequestTopic()
 		t.Topic, t.NumPartitions, t.ReplicationFactor = name, int32(s.cfg.AutoCreatePartitions), 1
-		if _, cerr := s.createReplicated(t, s.cfg.AutoCreatePartitions, nil, false); cerr != nil && cerr.code != kerr.TopicAlreadyExists.Code {
+		if _, cerr := s.createReplicated(t, s.cfg.AutoCreatePartitions, nil, false, 0); cerr != nil && cerr.code != kerr.TopicAlreadyExists.Code {
 			return cerr.code
 		}
 	} else {

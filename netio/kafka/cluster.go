@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/replication/controller"
 	"github.com/ringlog/ringlog/replication/isr"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -38,8 +39,10 @@ func (s *Server) nodeID() int32 {
 	return localNodeID
 }
 
-// clusterView is what one request reads of the controller's metadata: one copy per request
-// (cluster.Manager.Metadata clones it), nil without a cluster.
+// clusterView is what one request reads of the controller's metadata: one consistent
+// version, shared and read-only (cluster.Manager.Metadata: no copy, so nothing here may
+// write it; replicatedPartitions clones the slices it hands to the response), nil without
+// a cluster.
 type clusterView struct {
 	md *controller.Metadata
 }
@@ -176,7 +179,7 @@ func (s *Server) groupCoordinator(group string) (kmsg.FindCoordinatorResponseCoo
 
 // createReplicated creates a topic through the controller; the answer comes once this
 // broker has opened its replicas (cluster.Manager.CreateTopic).
-func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions int, configs map[string]string, validateOnly bool) (int16, *codedError) {
+func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions int, configs map[string]string, validateOnly bool, timeoutMs int32) (int16, *codedError) {
 	if len(t.ReplicaAssignment) > 0 {
 		return 0, &codedError{kerr.InvalidRequest.Code, "a manual replica assignment is not supported on a ringlog cluster: the controller places replicas (ringlog partition reassign moves them)"}
 	}
@@ -193,7 +196,7 @@ func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions in
 		}
 		return rf, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterAdminTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), netio.RequestAdminTimeout(timeoutMs))
 	defer cancel()
 	if err := s.cfg.Cluster.CreateTopic(ctx, t.Topic, int32(partitions), int32(rf), configs); err != nil {
 		return 0, &codedError{codeFor(err), err.Error()}

@@ -24,6 +24,8 @@ func codeFor(err error) int16 {
 		return kerr.FencedLeaderEpoch.Code
 	case errors.Is(err, isr.ErrUnknownLeaderEpoch), errors.Is(err, isr.ErrNotReplica):
 		return kerr.UnknownLeaderEpoch.Code
+	case errors.Is(err, cluster.ErrTimedOut): // before the causes it names
+		return kerr.RequestTimedOut.Code
 	case errors.Is(err, controller.ErrNotController), errors.Is(err, cluster.ErrNoController):
 		return kerr.NotController.Code
 	case errors.Is(err, controller.ErrTopicExists):

@@ -40,6 +40,9 @@ var (
 	ErrNoController = errors.New("no controller leader reachable")
 	// ErrConfig: a bad cluster configuration.
 	ErrConfig = errors.New("bad cluster configuration")
+	// ErrTimedOut: a controller operation did not complete within the request's timeout
+	// (REQUEST_TIMED_OUT); it may still be applied.
+	ErrTimedOut = errors.New("controller request timed out")
 )
 
 // PeerConn is one connection to another broker, used by one goroutine at a time.
@@ -385,7 +388,10 @@ func (m *Manager) sleepOr(d time.Duration, wake <-chan struct{}) bool {
 	}
 }
 
-// Metadata is this broker's view of the controller metadata (its own voter's state).
+// Metadata is this broker's view of the controller metadata (its own voter's state, or
+// the newest a broker outside the quorum was answered): shared and read-only, never copied
+// (a request reads it at no cost whatever the partition count). Callers must not write
+// anything they reach from it; it never changes under them.
 func (m *Manager) Metadata() *controller.Metadata { return m.ctl.Metadata() }
 
 // ControllerLeader is the controller leader's node id (0 while unknown).
@@ -679,6 +685,14 @@ func (m *Manager) View() *View {
 
 // CreateTopic creates a replicated topic through the controller and waits until this
 // broker has opened its replicas of it.
+//
+// A create whose outcome is unknown — the voter that appended it lost the leadership
+// before it committed (controller.ErrNotController), the connection to the leader's broker
+// failed after sending it (ErrNoController), or ctx ended first (ErrTimedOut) — may still
+// be applied later, by the next controller leader. As Kafka's controller does, the caller
+// is told so (NOT_CONTROLLER or REQUEST_TIMED_OUT, both retriable), and a retry is then
+// answered TOPIC_ALREADY_EXISTS if that attempt was applied (e2e
+// TestCreateTopicControllerLost).
 func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, replicationFactor int32, config map[string]string) error {
 	if name == group.OffsetsTopic {
 		return fmt.Errorf("%w: %s is created by the brokers at the first group coordinator lookup", ErrInternalTopic, name)
@@ -691,12 +705,31 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 		Name: name, Partitions: partitions, ReplicationFactor: replicationFactor, UncleanLeaderElection: unclean, Config: config,
 	}})
 	if err != nil {
-		return err
+		return createUnknown(ctx, name, err)
 	}
 	// Wait until this broker's voter has applied the create and, when this broker holds a
 	// replica, until the metadata loop has opened it: a produce right after the answer
 	// then finds it.
-	return m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
+	err = m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: %v", ErrTimedOut, err) // created: Kafka answers REQUEST_TIMED_OUT too
+	}
+	return err
+}
+
+// createUnknown says so when a create's failure leaves its outcome unknown (see
+// CreateTopic): ctx ended (ErrTimedOut, the cause kept as text only, so that it maps to
+// REQUEST_TIMED_OUT rather than to the cause's code), or the controller leadership or the
+// connection to it was lost.
+func createUnknown(ctx context.Context, name string, err error) error {
+	const maybe = "the create may still be applied: a retry answers TOPIC_ALREADY_EXISTS if it was"
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: create %s: %v (%s)", ErrTimedOut, name, err, maybe)
+	case errors.Is(err, ErrNoController), errors.Is(err, controller.ErrNotController):
+		return fmt.Errorf("create %s: %w (%s)", name, err, maybe)
+	}
+	return err
 }
 
 // topicReady: this broker's voter knows the topic, the metadata loop has opened it and
@@ -939,8 +972,8 @@ func (m *Manager) reconcile(md *controller.Metadata) {
 	m.syncFetchers(md)
 }
 
-// reconciledMetadata is the metadata the last reconcile applied, or a copy of the
-// controller's before the first one. Callers must not change it.
+// reconciledMetadata is the metadata the last reconcile applied, or the controller's
+// before the first one. Read-only, as Metadata.
 func (m *Manager) reconciledMetadata() *controller.Metadata {
 	if md := m.reconciled.Load(); md != nil {
 		return md
@@ -955,7 +988,8 @@ func (m *Manager) reconciledMetadata() *controller.Metadata {
 func (m *Manager) openTopic(t *controller.Topic) bool {
 	local := m.b.Topic(t.Name)
 	if local == nil {
-		err := m.b.CreateTopicIdentified(t.Name, len(t.Partitions), t.Config, t.ID, t.CreatedVersion)
+		// The engine keeps the config map it is given; the metadata's is read-only.
+		err := m.b.CreateTopicIdentified(t.Name, len(t.Partitions), maps.Clone(t.Config), t.ID, t.CreatedVersion)
 		if err != nil && !errors.Is(err, shard.ErrTopicExists) {
 			m.log.Warn("open replicated topic", "topic", t.Name, "err", err)
 		}
@@ -1066,7 +1100,7 @@ func (m *Manager) alterISR(r *replica, a isr.AlterISR, before int) {
 // Manager in as it is).
 
 // ReplicaCounts returns the number of replicas assigned to every partition in the
-// controller's metadata (one copy of the metadata per call).
+// controller's metadata.
 func (m *Manager) ReplicaCounts() map[shard.TopicPartition]int {
 	meta := m.ctl.Metadata()
 	out := map[shard.TopicPartition]int{}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ringlog/ringlog/replication/controller"
@@ -17,6 +18,8 @@ import (
 // on a broker of the quorum, or, on a broker outside it, a follower of the metadata over
 // the network (remoteQuorum).
 type quorum interface {
+	// Metadata is the current metadata, shared and read-only (controller.FSM.Metadata's
+	// contract): nothing reached from it may be written; it never changes under the caller.
 	Metadata() *controller.Metadata
 	// Finalized is the metadata's finalized protocol version, without a copy.
 	Finalized() uint16
@@ -54,11 +57,14 @@ type remoteQuorum struct {
 	dial  Dialer
 	log   *slog.Logger
 
+	// meta is the newest metadata answered, read-only once stored (a decoded answer no one
+	// else holds); written under mu, read without it.
+	meta atomic.Pointer[controller.Metadata]
+
 	mu      sync.Mutex
-	meta    *controller.Metadata // guarded by mu
-	leader  int32                // the controller leader the last answer named; guarded by mu
-	synced  bool                 // an answer arrived; guarded by mu
-	changed chan struct{}        // closed and replaced when meta or leader changes; guarded by mu
+	leader  int32         // the controller leader the last answer named; guarded by mu
+	synced  bool          // an answer arrived; guarded by mu
+	changed chan struct{} // closed and replaced when meta or leader changes; guarded by mu
 
 	// protocol is the inter-broker protocol version a watch carries for the metadata it
 	// has (Manager.wireProtocol).
@@ -71,28 +77,20 @@ type remoteQuorum struct {
 
 func startRemoteQuorum(self int32, seeds []string, dial Dialer, log *slog.Logger, protocol func(*controller.Metadata) uint16) *remoteQuorum {
 	q := &remoteQuorum{self: self, seeds: seeds, dial: dial, log: log, protocol: protocol,
-		meta:    &controller.Metadata{Brokers: map[int32]*controller.Broker{}, Topics: map[string]*controller.Topic{}},
 		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	q.meta.Store(&controller.Metadata{Brokers: map[int32]*controller.Broker{}, Topics: map[string]*controller.Topic{}})
 	go q.run()
 	return q
 }
 
-func (q *remoteQuorum) Metadata() *controller.Metadata {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.meta.Clone()
-}
+func (q *remoteQuorum) Metadata() *controller.Metadata { return q.meta.Load() }
 
-func (q *remoteQuorum) Finalized() uint16 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.meta.Finalized()
-}
+func (q *remoteQuorum) Finalized() uint16 { return q.meta.Load().Finalized() }
 
 func (q *remoteQuorum) Changed(since uint64) <-chan struct{} {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.meta.Version > since {
+	if q.meta.Load().Version > since {
 		ch := make(chan struct{})
 		close(ch)
 		return ch
@@ -134,9 +132,9 @@ func (q *remoteQuorum) install(v *View) {
 	defer q.mu.Unlock()
 	q.synced = true
 	moved := false
-	if v.Metadata.Version >= q.meta.Version {
-		moved = v.Metadata.Version > q.meta.Version
-		q.meta = v.Metadata
+	if held := q.meta.Load(); v.Metadata.Version >= held.Version {
+		moved = v.Metadata.Version > held.Version
+		q.meta.Store(v.Metadata) // the caller keeps no hold on it
 	}
 	if v.ControllerLeader != 0 && v.ControllerLeader != q.leader {
 		q.leader = v.ControllerLeader
@@ -153,18 +151,19 @@ func (q *remoteQuorum) install(v *View) {
 func (q *remoteQuorum) next(turn int) string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if b := q.meta.Brokers[q.leader]; b != nil && !b.Fenced && b.Address != "" {
+	md := q.meta.Load()
+	if b := md.Brokers[q.leader]; b != nil && !b.Fenced && b.Address != "" {
 		return b.Address
 	}
 	candidates := slices.Clone(q.seeds)
 	for _, id := range slices.Sorted(func(yield func(int32) bool) {
-		for id := range q.meta.Brokers {
+		for id := range md.Brokers {
 			if !yield(id) {
 				return
 			}
 		}
 	}) {
-		if b := q.meta.Brokers[id]; id != q.self && b.Address != "" && !slices.Contains(candidates, b.Address) {
+		if b := md.Brokers[id]; id != q.self && b.Address != "" && !slices.Contains(candidates, b.Address) {
 			candidates = append(candidates, b.Address)
 		}
 	}
@@ -235,9 +234,8 @@ func (q *remoteQuorum) pause() bool {
 
 // watch asks conn's broker for its view once its metadata is newer than ours.
 func (q *remoteQuorum) watch(ctx context.Context, conn PeerConn) (*View, error) {
-	q.mu.Lock()
-	since, protocol := q.meta.Version, q.protocol(q.meta)
-	q.mu.Unlock()
+	md := q.meta.Load()
+	since, protocol := md.Version, q.protocol(md)
 	body, err := json.Marshal(&WatchRequest{Since: since, WaitMs: watchWait.Milliseconds()})
 	if err != nil {
 		return nil, err

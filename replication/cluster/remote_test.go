@@ -47,8 +47,8 @@ func FuzzDecodeView(f *testing.F) {
 // was answered; an answer from a lagging broker does not take it back, but a leader it
 // names is learned; Changed fires on both.
 func TestRemoteQuorumNeverMovesBack(t *testing.T) {
-	q := &remoteQuorum{self: 4, seeds: []string{"seed:1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		meta: &controller.Metadata{Brokers: map[int32]*controller.Broker{}, Topics: map[string]*controller.Topic{}}, changed: make(chan struct{})}
+	q := &remoteQuorum{self: 4, seeds: []string{"seed:1"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), changed: make(chan struct{})}
+	q.meta.Store(&controller.Metadata{Brokers: map[int32]*controller.Broker{}, Topics: map[string]*controller.Topic{}})
 	if q.isSynced() || q.next(0) != "seed:1" {
 		t.Fatalf("before any answer: synced %v, next %q", q.isSynced(), q.next(0))
 	}

@@ -30,6 +30,16 @@
 //     name initialised at any broker gets the next epoch, so that partition leaders fence
 //     the older one cluster-wide; at most 4,096 names of at most 255 bytes.
 //
+// Reading the metadata costs nothing whatever its size: the FSM publishes every applied
+// state whole and read-only, and FSM.Metadata (Controller.Metadata) returns it by one
+// atomic load, without a lock or a copy. Apply is copy-on-write (state.go): a command
+// copies only the brokers and topics it changes (a topic with its partition array) and
+// shares the rest with the states before it. The contract on readers is that nothing
+// reached from a returned *Metadata is ever written (Clone gives a copy to change); the
+// invariants build tag checks it at every command, and TestCopyOnWriteMatchesInPlace checks
+// apply against in-place application over random commands with lock-free readers under
+// -race.
+//
 // Controller runs one voter: raft over TCP (over mutual TLS with Config.TLS:
 // transport.go), the log and stable store in bolt, snapshots in files. It must not import netio, cmd or bench; replication/cluster runs it inside each
 // broker and forwards brokers' commands to the leader voter.

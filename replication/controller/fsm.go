@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -143,15 +144,41 @@ type Result struct {
 // FSM is the controller's raft state machine: it applies commands to the Metadata,
 // snapshots and restores it, and lets readers wait for a new version. Apply, Snapshot and
 // Restore are called by raft's goroutine; the read methods are safe from any goroutine.
+//
+// Every applied state is published whole and read-only (copy-on-write, state.go): apply
+// builds the next state beside the current one, sharing what the command does not change,
+// and stores it in one atomic pointer. Readers load the pointer: no lock, no copy, and a
+// state that never changes under them (a request reads one consistent version however
+// long it holds it). The contract is that no reader writes what Metadata returns; the
+// invariants build tag checks it, and apply's own discipline, at every command
+// (checkPublished).
 type FSM struct {
-	mu      sync.Mutex
-	meta    *Metadata     // guarded by mu
-	changed chan struct{} // closed and replaced when meta changes; guarded by mu
+	// published is the current state, read-only. Written under mu.
+	published atomic.Pointer[Metadata]
+
+	mu      sync.Mutex    // serializes Apply and Restore; guards changed and fingerprint
+	changed chan struct{} // closed and replaced when the state changes; guarded by mu
+	// fingerprint is the published state's encoding when it was published (invariants
+	// builds only); guarded by mu.
+	fingerprint []byte
 }
 
 // NewFSM returns an empty state machine whose brokers' sessions last sessionTimeoutMs.
 func NewFSM(sessionTimeoutMs int64) *FSM {
-	return &FSM{meta: newMetadata(sessionTimeoutMs), changed: make(chan struct{})}
+	f := &FSM{changed: make(chan struct{})}
+	f.publishLocked(newMetadata(sessionTimeoutMs))
+	return f
+}
+
+// publishLocked makes md the current state and wakes the waiters.
+func (f *FSM) publishLocked(md *Metadata) {
+	md.seal()
+	f.published.Store(md)
+	if invariantsEnabled {
+		f.fingerprint = fingerprint(md)
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 // Apply implements raft.FSM.
@@ -171,55 +198,67 @@ func (f *FSM) Apply(entry *raft.Log) any {
 func (f *FSM) ApplyCommand(index uint64, c *Command) Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	value, err := f.meta.apply(index, c)
-	if c.Type == CmdRegisterBroker && err == nil {
-		value = f.meta.Brokers[c.Broker.ID].SessionEpoch
+	current := f.published.Load()
+	if invariantsEnabled {
+		f.checkPublished(current, "a reader of FSM.Metadata wrote the published state")
 	}
-	close(f.changed)
-	f.changed = make(chan struct{})
+	next := current.derive()
+	value, err := next.apply(index, c)
+	if c.Type == CmdRegisterBroker && err == nil {
+		value = next.Brokers[c.Broker.ID].SessionEpoch
+	}
+	if invariantsEnabled {
+		f.checkPublished(current, fmt.Sprintf("applying command %d (type %d) wrote the state it was derived from", index, c.Type))
+	}
+	f.publishLocked(next)
 	return Result{Value: value, Err: err}
+}
+
+// checkPublished panics when md, the published state, no longer encodes as it did when it
+// was published (invariants builds).
+func (f *FSM) checkPublished(md *Metadata, what string) {
+	if got := fingerprint(md); string(got) != string(f.fingerprint) {
+		panic(fmt.Sprintf("controller metadata version %d changed after it was published: %s\nwas: %s\nnow: %s", md.Version, what, f.fingerprint, got))
+	}
+}
+
+// fingerprint is md's encoding, every field apply can write included.
+func fingerprint(md *Metadata) []byte {
+	data, err := json.Marshal(md)
+	if err != nil {
+		panic(fmt.Sprintf("encode controller metadata: %v", err))
+	}
+	return data
 }
 
 // anyExpired reports whether ExpireSessions at nowMs would fence a broker.
 func (f *FSM) anyExpired(nowMs, graceFromMs int64) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, b := range f.meta.Brokers {
-		if f.meta.overdue(b, nowMs, graceFromMs) {
+	md := f.published.Load()
+	for _, b := range md.Brokers {
+		if md.overdue(b, nowMs, graceFromMs) {
 			return true
 		}
 	}
 	return false
 }
 
-// Metadata returns a copy of the current state.
-func (f *FSM) Metadata() *Metadata {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.meta.Clone()
-}
+// Metadata returns the current state: shared and read-only. A caller must not write
+// anything it reaches from it (Clone gives a copy to change); it never changes under the
+// caller, and a later version is a different *Metadata.
+func (f *FSM) Metadata() *Metadata { return f.published.Load() }
 
-// Finalized is the finalized protocol version of the current state (Metadata.Finalized),
-// without a copy.
-func (f *FSM) Finalized() uint16 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.meta.Finalized()
-}
+// Finalized is the finalized protocol version of the current state (Metadata.Finalized).
+func (f *FSM) Finalized() uint16 { return f.published.Load().Finalized() }
 
 // Version is the raft index of the last applied command.
-func (f *FSM) Version() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.meta.Version
-}
+func (f *FSM) Version() uint64 { return f.published.Load().Version }
 
 // Changed returns a channel closed once the version is above since (at once if it already
 // is).
 func (f *FSM) Changed(since uint64) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.meta.Version > since {
+	if f.published.Load().Version > since {
 		ch := make(chan struct{})
 		close(ch)
 		return ch
@@ -227,15 +266,11 @@ func (f *FSM) Changed(since uint64) <-chan struct{} {
 	return f.changed
 }
 
-// Snapshot implements raft.FSM: the metadata as JSON.
+// Snapshot implements raft.FSM: the current state, encoded as JSON by Persist, which raft
+// runs beside Apply (the state is read-only, so the encoding of a large metadata never
+// holds up the commands behind it).
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	data, err := json.Marshal(f.meta)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot metadata: %w", err)
-	}
-	return snapshot(data), nil
+	return snapshot{f.published.Load()}, nil
 }
 
 // snapshotBytesMax bounds what Restore reads: 64 MiB is far above the metadata of a
@@ -268,16 +303,20 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.meta = meta
-	close(f.changed)
-	f.changed = make(chan struct{})
+	f.publishLocked(meta)
 	return nil
 }
 
-type snapshot []byte
+// snapshot is a published state, encoded when raft persists it.
+type snapshot struct{ md *Metadata }
 
 func (s snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
+	data, err := json.Marshal(s.md)
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("snapshot metadata: %w", err)
+	}
+	if _, err := sink.Write(data); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("write snapshot: %w", err)
 	}

@@ -73,8 +73,11 @@ func TestProducerNames(t *testing.T) {
 func TestProducerNamesExhaustedEpoch(t *testing.T) {
 	h := newFSMHarness(t)
 	a, _ := h.initName("n", noIdentity, false)
-	md := h.fsm.meta
+	md := h.fsm.Metadata().Clone() // the published state is read-only: publish a changed copy
 	md.ProducerNames = map[string]ProducerIdentity{"n": {ID: a.ID, Epoch: producerEpochMax}}
+	h.fsm.mu.Lock()
+	h.fsm.publishLocked(md)
+	h.fsm.mu.Unlock()
 	b, err := h.initName("n", noIdentity, false)
 	if err != nil || b.ID == a.ID || b.Epoch != 0 {
 		t.Fatalf("after the last epoch: %+v %v", b, err)

@@ -197,6 +197,107 @@ type Metadata struct {
 	// FinalizedVersion is the inter-broker protocol version every broker must speak
 	// (features.go; 0 in metadata from before versions existed, which means 1).
 	FinalizedVersion uint16 `json:",omitempty"`
+
+	// cow is set while apply builds the state after a published one (FSM.ApplyCommand):
+	// what it has made private so far. nil: every part of m is m's own (a new, restored,
+	// decoded or cloned Metadata), and apply writes it in place.
+	cow *copyOnWrite
+}
+
+// Copy-on-write. The FSM publishes every state it applies as a snapshot that readers hold
+// without a lock and without a copy (FSM.Metadata), so no write may reach memory a
+// published snapshot can reach. ApplyCommand hands apply a shallow copy of the published
+// state (derive): its maps, brokers, topics and slices are the snapshot's until apply asks
+// for a private copy of the part it is about to change (writableBroker, writableTopic,
+// writablePartition, ownTopics). A topic is copied with its partition array, one
+// allocation; the slices inside each partition (Replicas, TargetReplicas, ISR) and the
+// topic's Config stay shared, so apply replaces them whole and never writes into them.
+// A command thus costs what it changes: a heartbeat copies one Broker, an ISR change one
+// topic's partition array (10,000 partitions: ~1 MB, one memmove), and everything it does
+// not touch is shared with the snapshots before it.
+type copyOnWrite struct {
+	brokersMap, topicsMap bool            // the maps themselves are private
+	brokers               map[int32]bool  // brokers copied (or added) by this apply; nil: none
+	topics                map[string]bool // topics copied (or added) by this apply; nil: none
+}
+
+// derive is the start of the state after m: a shallow copy that shares everything with m
+// until apply copies what it changes.
+func (m *Metadata) derive() *Metadata {
+	next := *m
+	next.cow = &copyOnWrite{}
+	return &next
+}
+
+// seal ends apply's writes: the result is published read-only.
+func (m *Metadata) seal() { m.cow = nil }
+
+func (m *Metadata) ownBrokers() {
+	if m.cow != nil && !m.cow.brokersMap {
+		m.Brokers = maps.Clone(m.Brokers)
+		m.cow.brokersMap = true
+	}
+}
+
+func (m *Metadata) ownTopics() {
+	if m.cow != nil && !m.cow.topicsMap {
+		m.Topics = maps.Clone(m.Topics)
+		m.cow.topicsMap = true
+	}
+}
+
+// addBroker and addTopic insert an entry apply created.
+func (m *Metadata) addBroker(b *Broker) {
+	m.ownBrokers()
+	m.Brokers[b.ID] = b
+	if m.cow != nil {
+		if m.cow.brokers == nil {
+			m.cow.brokers = map[int32]bool{}
+		}
+		m.cow.brokers[b.ID] = true
+	}
+}
+
+func (m *Metadata) addTopic(t *Topic) {
+	m.ownTopics()
+	m.Topics[t.Name] = t
+	if m.cow != nil {
+		if m.cow.topics == nil {
+			m.cow.topics = map[string]bool{}
+		}
+		m.cow.topics[t.Name] = true
+	}
+}
+
+// writableBroker is broker id, copied first when a published snapshot shares it; nil when
+// there is no such broker.
+func (m *Metadata) writableBroker(id int32) *Broker {
+	b, ok := m.Brokers[id]
+	if !ok || m.cow == nil || m.cow.brokers[id] {
+		return b
+	}
+	c := *b
+	m.addBroker(&c)
+	return &c
+}
+
+// writableTopic is topic name with its own partition array, copied first when a published
+// snapshot shares it; nil when there is no such topic.
+func (m *Metadata) writableTopic(name string) *Topic {
+	t, ok := m.Topics[name]
+	if !ok || m.cow == nil || m.cow.topics[name] {
+		return t
+	}
+	c := *t
+	c.Partitions = slices.Clone(t.Partitions)
+	m.addTopic(&c)
+	return &c
+}
+
+// writablePartition is partition index of topic in a writable topic; the caller has
+// checked that it exists (partition).
+func (m *Metadata) writablePartition(topic string, index int32) *Partition {
+	return &m.writableTopic(topic).Partitions[index]
 }
 
 func newMetadata(sessionTimeoutMs int64) *Metadata {
@@ -404,10 +505,10 @@ func (m *Metadata) registerBroker(nowMs int64, r *BrokerRegistration) error {
 	if m.FinalizedVersion == 0 && len(m.Brokers) == 0 {
 		_, m.FinalizedVersion = r.ProtocolRange() // a new cluster speaks its first broker's newest
 	}
-	b, ok := m.Brokers[r.ID]
-	if !ok {
+	b := m.writableBroker(r.ID)
+	if b == nil {
 		b = &Broker{ID: r.ID}
-		m.Brokers[r.ID] = b
+		m.addBroker(b)
 	} else if !b.Fenced {
 		// A new incarnation while the old session was still open: the old one may have
 		// lost its unsynced tail, so it leaves every ISR as if its session had expired.
@@ -430,7 +531,9 @@ func (m *Metadata) heartbeat(nowMs int64, r *BrokerRegistration) error {
 	if b.Fenced || r.SessionEpoch != b.SessionEpoch {
 		return fmt.Errorf("heartbeat from %d session %d (current %d, fenced %v): %w", r.ID, r.SessionEpoch, b.SessionEpoch, b.Fenced, ErrStaleSession)
 	}
-	b.LastHeartbeatMs = max(b.LastHeartbeatMs, nowMs)
+	if nowMs > b.LastHeartbeatMs {
+		m.writableBroker(r.ID).LastHeartbeatMs = nowMs
+	}
 	return nil
 }
 
@@ -444,25 +547,30 @@ func (m *Metadata) overdue(b *Broker, nowMs, graceFromMs int64) bool {
 func (m *Metadata) expireSessions(nowMs, graceFromMs int64) []int32 {
 	var expired []int32
 	for _, id := range m.brokerIDs() {
-		b := m.Brokers[id]
-		if m.overdue(b, nowMs, graceFromMs) {
-			m.fence(b)
+		if m.overdue(m.Brokers[id], nowMs, graceFromMs) {
+			m.fence(m.writableBroker(id))
 			expired = append(expired, id)
 		}
 	}
 	return expired
 }
 
-// fence takes broker b out of every ISR (a partition's last ISR member stays, so that the
-// partition waits for it to return) and elects new leaders where it led.
+// fence takes broker b (writable) out of every ISR (a partition's last ISR member stays,
+// so that the partition waits for it to return) and elects new leaders where it led.
 func (m *Metadata) fence(b *Broker) {
 	b.Fenced = true
 	for _, name := range m.topicNames() {
 		t := m.Topics[name]
 		for i := range t.Partitions {
 			p := &t.Partitions[i]
+			inISR := slices.Contains(p.ISR, b.ID) && len(p.ISR) > 1
+			if !inISR && p.Leader != b.ID {
+				continue
+			}
+			t = m.writableTopic(name)
+			p = &t.Partitions[i]
 			changed := false
-			if slices.Contains(p.ISR, b.ID) && len(p.ISR) > 1 {
+			if inISR {
 				p.ISR = slices.DeleteFunc(slices.Clone(p.ISR), func(id int32) bool { return id == b.ID })
 				changed = true
 			}
@@ -481,29 +589,38 @@ func (m *Metadata) fence(b *Broker) {
 // ISR; with unclean election allowed and no such replica, the first live replica, which
 // becomes the whole ISR. Otherwise the partition goes offline (NoLeader). The leader and
 // partition epochs are bumped.
+//
+// t and p must be writable (writableTopic).
 func (m *Metadata) elect(t *Topic, p *Partition) {
-	leader := NoLeader
-	for _, id := range p.Replicas {
-		if m.live(id) && slices.Contains(p.ISR, id) {
-			leader = id
-			break
-		}
-	}
-	if leader == NoLeader && t.UncleanLeaderElection {
-		for _, id := range p.Replicas {
-			if m.live(id) {
-				leader = id
-				p.ISR = []int32{id}
-				break
-			}
-		}
+	leader, unclean := m.electable(t, p)
+	if unclean {
+		p.ISR = []int32{leader}
 	}
 	p.Leader = leader
 	p.LeaderEpoch++
 	p.PartitionEpoch++
 }
 
-// electOffline elects leaders for offline partitions after a broker came back.
+// electable is the leader elect would choose for p (NoLeader: none), and whether it is an
+// unclean choice (a live replica outside the ISR). It writes nothing.
+func (m *Metadata) electable(t *Topic, p *Partition) (leader int32, unclean bool) {
+	for _, id := range p.Replicas {
+		if m.live(id) && slices.Contains(p.ISR, id) {
+			return id, false
+		}
+	}
+	if t.UncleanLeaderElection {
+		for _, id := range p.Replicas {
+			if m.live(id) {
+				return id, true
+			}
+		}
+	}
+	return NoLeader, false
+}
+
+// electOffline elects leaders for offline partitions after a broker came back. A
+// partition that would stay offline is left as it is (no epoch bump).
 func (m *Metadata) electOffline() {
 	for _, name := range m.topicNames() {
 		t := m.Topics[name]
@@ -512,14 +629,11 @@ func (m *Metadata) electOffline() {
 			if p.Leader != NoLeader {
 				continue
 			}
-			if slices.ContainsFunc(p.Replicas, m.live) {
-				before := p.Leader
-				m.elect(t, p)
-				if p.Leader == before { // still offline: undo the epoch bump
-					p.LeaderEpoch--
-					p.PartitionEpoch--
-				}
+			if leader, _ := m.electable(t, p); leader == NoLeader {
+				continue
 			}
+			t = m.writableTopic(name)
+			m.elect(t, &t.Partitions[i])
 		}
 	}
 }
@@ -557,9 +671,8 @@ func (m *Metadata) createTopic(index uint64, version uint8, req *TopicRequest) (
 	for i, replicas := range assignment {
 		t.Partitions[i] = Partition{Index: int32(i), Replicas: replicas, Leader: replicas[0], LeaderEpoch: m.LeaderEpochFloor, ISR: slices.Clone(replicas)}
 	}
-	m.Topics[req.Name] = t
-	c := &Metadata{Topics: map[string]*Topic{t.Name: t}}
-	return c.Clone().Topics[t.Name], nil
+	m.addTopic(t)
+	return t, nil // read-only once published, as the whole state
 }
 
 // placeReplicas assigns rf distinct brokers to each of n partitions. Brokers are ordered
@@ -646,10 +759,14 @@ func (m *Metadata) deleteTopic(index uint64, req *TopicRequest) (*DeletedTopic, 
 		m.LeaderEpochFloor = max(m.LeaderEpochFloor, p.LeaderEpoch+1)
 	}
 	d := DeletedTopic{Name: t.Name, ID: t.ID, CreatedVersion: t.CreatedVersion, DeletedVersion: index}
-	m.DeletedTopics = append(m.DeletedTopics, d)
-	if over := len(m.DeletedTopics) - deletedTopicsMax; over > 0 {
-		m.DeletedTopics = slices.Delete(m.DeletedTopics, 0, over)
+	// A new slice: published snapshots share the old one.
+	tombstones := make([]DeletedTopic, 0, len(m.DeletedTopics)+1)
+	tombstones = append(append(tombstones, m.DeletedTopics...), d)
+	if over := len(tombstones) - deletedTopicsMax; over > 0 {
+		tombstones = tombstones[over:]
 	}
+	m.DeletedTopics = tombstones
+	m.ownTopics()
 	delete(m.Topics, t.Name)
 	return &d, nil
 }
@@ -679,6 +796,7 @@ func (m *Metadata) alterConfig(req *TopicRequest) (*Topic, error) {
 			return nil, fmt.Errorf("alter config of %s: %s=%q: %w", req.Name, ConfigUnclean, v, ErrInvalidTopic)
 		}
 	}
+	t = m.writableTopic(t.Name)
 	t.Config = next
 	if len(next) == 0 {
 		t.Config = nil
@@ -689,8 +807,7 @@ func (m *Metadata) alterConfig(req *TopicRequest) (*Topic, error) {
 			m.electOffline()
 		}
 	}
-	c := &Metadata{Topics: map[string]*Topic{t.Name: t}}
-	return c.Clone().Topics[t.Name], nil
+	return m.Topics[t.Name], nil // read-only once published, as the whole state
 }
 
 // ConfigUnclean is the topic config key behind Topic.UncleanLeaderElection.
@@ -715,8 +832,8 @@ func (m *Metadata) TopicDeleted(name, id string, createdVersion uint64) bool {
 }
 
 func (m *Metadata) setUnclean(name string, on bool) error {
-	t, ok := m.Topics[name]
-	if !ok {
+	t := m.writableTopic(name)
+	if t == nil {
 		return fmt.Errorf("set unclean.leader.election.enable on %s: %w", name, ErrUnknownTopic)
 	}
 	t.UncleanLeaderElection = on
@@ -752,6 +869,7 @@ func (m *Metadata) alterISR(req *AlterISRRequest) (*Partition, error) {
 			return nil, fmt.Errorf("alter ISR of %s/%d: %d is not a live replica: %w", req.Topic, req.Partition, id, ErrInvalidISR)
 		}
 	}
+	p = m.writablePartition(req.Topic, req.Partition)
 	p.ISR = isr
 	p.PartitionEpoch++
 	m.maybeCompleteReassignment(req.Topic, p)
@@ -780,6 +898,7 @@ func (m *Metadata) reassign(req *ReassignRequest) (*Partition, error) {
 			replicas = append(replicas, id)
 		}
 	}
+	p = m.writablePartition(req.Topic, req.Partition)
 	p.Replicas = replicas
 	p.TargetReplicas = target
 	p.PartitionEpoch++
@@ -787,6 +906,7 @@ func (m *Metadata) reassign(req *ReassignRequest) (*Partition, error) {
 	return p.clone(), nil
 }
 
+// maybeCompleteReassignment: p must be writable (writablePartition).
 func (m *Metadata) maybeCompleteReassignment(topic string, p *Partition) {
 	if p.TargetReplicas == nil {
 		return
@@ -798,7 +918,7 @@ func (m *Metadata) maybeCompleteReassignment(topic string, p *Partition) {
 	}
 	p.Replicas = p.TargetReplicas
 	p.TargetReplicas = nil
-	p.ISR = slices.DeleteFunc(p.ISR, func(id int32) bool { return !slices.Contains(p.Replicas, id) })
+	p.ISR = slices.DeleteFunc(slices.Clone(p.ISR), func(id int32) bool { return !slices.Contains(p.Replicas, id) })
 	p.PartitionEpoch++
 	if !slices.Contains(p.Replicas, p.Leader) {
 		m.elect(m.Topics[topic], p)
@@ -819,6 +939,7 @@ func (m *Metadata) electPreferred(topic string, index int32) (*Partition, error)
 	if !m.live(preferred) || !slices.Contains(p.ISR, preferred) {
 		return nil, fmt.Errorf("%s/%d: preferred %d (live %v, isr %v): %w", topic, index, preferred, m.live(preferred), p.ISR, ErrPreferredNotEligible)
 	}
+	p = m.writablePartition(topic, index)
 	p.Leader = preferred
 	p.LeaderEpoch++
 	p.PartitionEpoch++

@@ -1,0 +1,200 @@
+package doccheck
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The real tree: README.md and docs/**/*.md link only to files that exist in the
+// repository, and only to anchors their files have.
+func TestDocsLinks(t *testing.T) {
+	root := "../.."
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 10 || files[0] != "README.md" || !slices.Contains(files, "docs/operations.md") {
+		t.Fatalf("files: %v", files)
+	}
+	problems, err := NewTree(root).CheckLinks(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// The checker itself, on testdata/links: each seeded bad link is reported, at its line,
+// and nothing else (good links, links in code, external links).
+func TestCheckLinksFixture(t *testing.T) {
+	root := "testdata/links"
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"README.md", "docs/a.md", "docs/sub/README.md"}; !slices.Equal(files, want) {
+		t.Fatalf("files %v, want %v", files, want)
+	}
+	problems, err := NewTree(root).CheckLinks(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		`README.md:6: link "docs/missing.md": no file docs/missing.md`,
+		`README.md:6: link "docs/a.md#no-such-heading": docs/a.md has no heading with anchor #no-such-heading (did you mean #setext-heading?)`,
+		`README.md:7: link "../outside.md" leaves the repository`,
+		`README.md:15: link "docs/gone.md": no file docs/gone.md`,
+		`docs/a.md:20: link "#timing-1116-1118-utc": docs/a.md has no heading with anchor #timing-1116-1118-utc (did you mean #timing-11161118-utc?)`,
+		`docs/a.md:20: link "#dup-2": docs/a.md has no heading with anchor #dup-2 (did you mean #dup-1?)`,
+		`docs/a.md:21: link "#timing-11:16–11:18-utc": docs/a.md has no heading with anchor #timing-11:16–11:18-utc (did you mean #timing-11161118-utc?)`,
+		`docs/a.md:21: link "b.yaml#top": docs/b.yaml is not Markdown, so it has no anchor "top"`,
+		`docs/a.md:21: link "sub/#x": a #fragment on a directory`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Slug follows github-slugger's fixtures (rendered on github.com): punctuation, dashes
+// other than '-', and symbols drop out; spaces become '-' one for one; '_' and non-ASCII
+// letters stay.
+func TestSlug(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"alpha", "alpha"},
+		{"bravoCharlieDelta", "bravocharliedelta"},
+		{"heading with a - dash", "heading-with-a---dash"},
+		{"heading with an _ underscore", "heading-with-an-_-underscore"},
+		{"heading with a period.txt", "heading-with-a-periodtxt"},
+		{"exchange.bind_headers(exchange, routing [, bindCallback])", "exchangebind_headersexchange-routing--bindcallback"},
+		{"en–dash", "endash"},
+		{"em—dash", "emdash"},
+		{"I ♥ unicode", "i--unicode"},
+		{"Привет non-latin 你好", "привет-non-latin-你好"},
+		{"apostrophe’s should be trimmed", "apostrophes-should-be-trimmed"},
+		{"CPU per gigabyte (issue 14), 2026-12-01 11:16–11:18 UTC", "cpu-per-gigabyte-issue-14-2026-12-01-11161118-utc"},
+		{"Security APIs (24–30)", "security-apis-2430"},
+		{"a → b × c ≤ d", "a--b--c--d"},
+	} {
+		if got := Slug(c.text); got != c.want {
+			t.Errorf("Slug(%q) = %q, want %q", c.text, got, c.want)
+		}
+	}
+}
+
+// Duplicates count per original slug, and a suffixed slug that a heading already took is
+// skipped (github-slugger's "Repetition" fixtures).
+func TestSluggerDuplicates(t *testing.T) {
+	var s Slugger
+	for _, c := range []struct{ text, want string }{
+		{"echo", "echo"}, {"echo", "echo-1"}, {"echo 1", "echo-1-1"}, {"echo-1", "echo-1-2"}, {"echo", "echo-2"},
+		{"foxtrot-1", "foxtrot-1"}, {"foxtrot", "foxtrot"}, {"foxtrot", "foxtrot-2"},
+	} {
+		if got := s.Slug(c.text); got != c.want {
+			t.Errorf("Slug(%q) = %q, want %q", c.text, got, c.want)
+		}
+	}
+}
+
+// HeadingText reads what GitHub renders: markup goes, code and link text stay.
+func TestHeadingText(t *testing.T) {
+	for _, c := range []struct{ raw, want string }{
+		{"`ringlog bench run` and workload files", "ringlog bench run and workload files"},
+		{"Preallocated space (`preallocate.bytes`)", "Preallocated space (preallocate.bytes)"},
+		{"Committed offsets in `__consumer_offsets`", "Committed offsets in __consumer_offsets"},
+		{"**Bold**, _emphasis_, __strong__ and snake_case", "Bold, emphasis, strong and snake_case"},
+		{"[a link](x.md#y) and <b>html</b>", "a link and html"},
+		{`A &amp; B \_ C`, "A & B _ C"},
+	} {
+		if got := HeadingText(c.raw); got != c.want {
+			t.Errorf("HeadingText(%q) = %q, want %q", c.raw, got, c.want)
+		}
+	}
+}
+
+// Commands finds invocations, not mentions, and reads each up to the end of its shell
+// command: pipes, &&, comments and redirections end it, synopsis brackets do not, a
+// $(...) is a command of its own, continuation lines join.
+func TestCommands(t *testing.T) {
+	d, err := NewTree("testdata/commands").Doc("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range Commands(d, "ringlog", "ringlogd") {
+		got = append(got, fmt.Sprintf("%d %s %s", c.Line, c.Binary, strings.Join(c.Args, " ")))
+	}
+	want := []string{
+		"5 ringlog bench run --driver ringlog|kgo --cpus LIST | --tune-plan FILE WORKLOAD",
+		"10 ringlogd --data d1",
+		"11 ringlog offset --at ten minutes ago", // the substitution, read first
+		"11 ringlog produce t --acks all",
+		"11 ringlog consume t --from @$ --exit-at-end",
+		"12 ringlogd --shards 2 --storage direct",
+		"19 ringlog topic create t --partitions 3",
+		"20 ringlogd --data x",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("commands:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// CheckCommands on a small command tree: unknown commands, subcommands and flags, flags
+// before the command, exemptions, placeholders and alternatives.
+func TestCheckCommands(t *testing.T) {
+	cli := CLI{Binary: "tool", Commands: map[string]bool{"topic": true, "produce": true},
+		Subcommands: map[string][]string{"topic": {"create", "list"}},
+		Flags: map[string][]string{"": {"broker"}, "produce": {"acks", "broker"},
+			"topic create": {"partitions"}, "topic list": {"json"}},
+		GlobalValueFlags: map[string]bool{"broker": true}}
+	var cmds []Command
+	for i, line := range []string{
+		"tool --broker h:1 topic create t --partitions 3", // good
+		"tool topic create|list --json",                   // good: --json is list's
+		"tool topic SUBCOMMAND --json",                    // good: some subcommand has it
+		"tool NAME --anything",                            // a placeholder command: not checked
+		"tool --broker=h:1 produce t --acks all -h",       // good
+		"tool topic delete t",
+		"tool topics list",
+		"tool topic create t --json",
+		"tool --acks 1 produce t",
+		"tool produce t --compression zstd",
+		"tool --bad 1 exempt",
+	} {
+		words := strings.Fields(line)
+		cmds = append(cmds, Command{File: "f.md", Line: i + 1, Binary: words[0], Args: words[1:]})
+	}
+	var got []string
+	for _, p := range CheckCommands(cmds, cli, map[string]string{"tool --bad 1 exempt": "shown as a mistake"}) {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"f.md:6: `tool topic delete t`: tool topic has no subcommand \"delete\"",
+		"f.md:7: `tool topics list`: tool has no command \"topics\"",
+		"f.md:8: `tool topic create t --json`: tool topic create has no flag --json",
+		"f.md:9: `tool --acks 1 produce t`: tool has no flag --acks before the command",
+		"f.md:10: `tool produce t --compression zstd`: tool produce has no flag --compression",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// MatchFlag reads the docs' flag patterns: a name, prefix-*, and a-min/max-b.
+func TestMatchFlag(t *testing.T) {
+	flags := map[string]bool{"quota-bytes": true, "group-min-session-timeout": true, "group-max-session-timeout": true, "acks": true}
+	for pattern, want := range map[string]bool{
+		"acks": true, "ack": false, "quota-*": true, "quotas-*": false,
+		"group-min/max-session-timeout": true, "group-min/maxi-session-timeout": false,
+	} {
+		if got := MatchFlag(pattern, flags); got != want {
+			t.Errorf("MatchFlag(%q) = %v, want %v", pattern, got, want)
+		}
+	}
+}

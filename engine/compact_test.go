@@ -310,15 +310,32 @@ func syncedCompactLog(t testing.TB, rng *rand.Rand, batches, keys, tombstoneEver
 // TestCompactTombstonesGoWithoutNewData: tombstones a pass had to keep (their segment newer
 // than delete.retention.ms) go in a pass of their own once they are due, although no record
 // came since (Kafka's KIP-534); before they are due no pass runs, and after it none again.
+//
+// The scenario needs a kept tombstone that a due pass can drop: one that is not the last
+// record of its segment (that one stays, so that the segment still ends where the next
+// begins). About 1 draw in 30 keeps none (seed 1796188095781576615 failed here), so the
+// log is drawn again, a bounded number of times, until the first pass keeps one.
 func TestCompactTombstonesGoWithoutNewData(t *testing.T) {
-	l, model := syncedCompactLog(t, compactRand(t, 1), 400, 30, 6)
-	defer l.Close()
+	rng := compactRand(t, 1)
 	m := NewOffsetMap(OffsetMapBytesMin)
 	now := time.Now()
-	if p := cleanFully(t, l, m, now); p.Idle {
-		t.Fatalf("first pass did nothing: %+v", p)
+	var l *Log
+	var model compactModel
+	for draw := 1; ; draw++ {
+		l, model = syncedCompactLog(t, rng, 400, 30, 6)
+		defer l.Close()
+		if p := cleanFully(t, l, m, now); p.Idle {
+			t.Fatalf("first pass did nothing: %+v", p)
+		}
+		checkCompacted(t, l, model, false, nil)
+		if droppableTombstones(t, l) > 0 {
+			break
+		}
+		if draw == 10 {
+			t.Fatal("10 draws kept no tombstone a due pass could drop")
+		}
+		t.Logf("draw %d kept no droppable tombstone; drawing again", draw)
 	}
-	checkCompacted(t, l, model, false, nil)
 	if p := cleanFully(t, l, m, now.Add(30*time.Second)); !p.Idle {
 		t.Fatalf("a pass ran before the kept tombstones were due: %+v", p)
 	}
@@ -342,6 +359,19 @@ func TestCompactTombstonesGoWithoutNewData(t *testing.T) {
 	if p := cleanFully(t, l, m, now.Add(4*time.Minute)); !p.Idle {
 		t.Fatalf("another pass without new data or due tombstones: %+v", p)
 	}
+}
+
+// droppableTombstones counts the tombstones below the cleaner checkpoint that are not the
+// last record of their segment: those a pass past delete.retention.ms can drop.
+func droppableTombstones(t testing.TB, l *Log) int {
+	t.Helper()
+	n, cleanedTo := 0, l.CleanerStats().CleanedTo
+	for _, s := range readSurvivors(t, l) {
+		if s.value == nil && !s.pinned && s.offset < cleanedTo {
+			n++
+		}
+	}
+	return n
 }
 
 // decodeBatches walks back-to-back batches.

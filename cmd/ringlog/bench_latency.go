@@ -238,6 +238,7 @@ func benchSingle(args []string) error {
 	flushAlways := fs.Bool("flush-always", false, "produce to a flush.always topic (--topic gets a -flush-always suffix) and add a series of a write plus fdatasync of the same size in --sync-dir: goal p50 ≤ the ping-pong's + the fdatasync series'")
 	syncDir := fs.String("sync-dir", ".", "directory for the write+fdatasync series of --flush-always (use the broker's data disk)")
 	readPolls := fs.String("read-poll", "", "comma-separated durations: add a SendSync series per duration, each with its own producer whose ProducerConfig.ReadPoll is that duration (polls the socket before parking), taking turns with the others")
+	syncPlain := fs.Bool("sync-plain", false, "also measure SendSync on a producer with DisableIdempotence (the request --raw-produce sends: no producer id or sequence), so that SendSync minus it is the idempotent producer's cost and it minus raw produce the client library's")
 	brokerPID := fs.Int("broker-pid", 0, "broker process id: also print the broker's CPU per record of each series (from its threads' /proc schedstat)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -311,6 +312,11 @@ func benchSingle(args []string) error {
 	syncProducer := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader})
 	defer syncProducer.Close(context.Background())
 	series = append(series, singleSeries{name: "SendSync acks=1", run: sendSyncSeries(syncProducer, *topic, value), serverPID: *brokerPID})
+	if *syncPlain {
+		pp := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, DisableIdempotence: true})
+		defer pp.Close(context.Background())
+		series = append(series, singleSeries{name: "SendSync plain acks=1", run: sendSyncSeries(pp, *topic, value), serverPID: *brokerPID})
+	}
 	for _, d := range polls {
 		pp := c.NewProducer(client.ProducerConfig{Acks: client.AckLeader, ReadPoll: d})
 		defer pp.Close(context.Background())

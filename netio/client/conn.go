@@ -49,11 +49,18 @@ func (cl *call) finish(resp wire.Message, err error) {
 // so skips the goroutine wake-up between a reader and a waiting caller. An idle connection
 // a broker closed is noticed by a non-blocking peek when the client next picks it
 // (usable), as an idle reader would have noticed it, and a new one is dialed. A TLS connection keeps one reader
-// goroutine for its whole life.
+// goroutine for its whole life. A plain TCP connection's reads, writes and peeks are raw
+// system calls on its non-blocking socket (rawSocket), which spare each round trip a
+// wake-up of the runtime's sysmon thread.
 type conn struct {
-	addr          string
-	nc            net.Conn
-	raw           syscall.RawConn // nil for TLS: a persistent reader goroutine instead
+	addr string
+	nc   net.Conn
+	raw  syscall.RawConn // nil for TLS: a persistent reader goroutine instead
+	// sock reads and writes a plain TCP connection without telling the scheduler about
+	// each non-blocking call (rawSocket); nil for TLS. w is what frames are written to:
+	// sock, or nc for TLS.
+	sock          *rawSocket
+	w             io.Writer
 	frameBytesMax uint32
 	pending       chan *call // outstanding calls in send order; capacity = in-flight limit
 
@@ -111,11 +118,17 @@ func dialConn(addr string, cfg *Config) (*conn, error) {
 		frameBytesMax: cfg.FrameBytesMax,
 		pending:       make(chan *call, cfg.InflightPerConnMax),
 		closed:        make(chan struct{}),
-		fr:            frameReader{r: bufio.NewReaderSize(nc, 64<<10), frameBytesMax: cfg.FrameBytesMax},
+		w:             nc,
 	}
+	var from io.Reader = nc
 	if sc, ok := nc.(syscall.Conn); ok && cfg.TLS == nil {
 		c.raw, _ = sc.SyscallConn()
 	}
+	if c.raw != nil {
+		c.sock = newRawSocket(c.raw)
+		from, c.w = c.sock, c.sock
+	}
+	c.fr = frameReader{r: bufio.NewReaderSize(from, 64<<10), frameBytesMax: cfg.FrameBytesMax}
 	if c.raw == nil {
 		c.reading = true // for good
 		go c.readLoop()
@@ -182,7 +195,7 @@ func (c *conn) sendCall(req wire.Message, cl *call, held bool) (holds bool) {
 			return false
 		}
 	}
-	_, err := c.nc.Write(c.wbuf) // one frame, one write: pipelining needs no extra buffering
+	_, err := c.w.Write(c.wbuf) // one frame, one write: pipelining needs no extra buffering
 	if cap(c.wbuf) > 8<<20 {
 		c.wbuf = nil
 	}
@@ -259,7 +272,11 @@ func (c *conn) peekIdle() error {
 
 // peek is peekIdle's non-blocking recv(MSG_PEEK), run by c.raw.Read (wmu held).
 func (c *conn) peek(fd uintptr) bool {
-	c.peekN, _, c.peekErr = syscall.Recvfrom(int(fd), c.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	n, errno := rawPeek(fd, c.peekBuf[:])
+	c.peekN, c.peekErr = n, nil
+	if errno != 0 {
+		c.peekErr = errno
+	}
 	return true // never wait for readability
 }
 
@@ -306,8 +323,8 @@ func (c *conn) pollReadable(d time.Duration, stats *pollCounts) {
 // readability (it returns true), leaving the wait, if any, to the read that follows.
 func (c *conn) pollOnce(fd uintptr) bool {
 	for spins := uint64(1); ; spins++ {
-		n, _, err := syscall.Recvfrom(int(fd), c.pollBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		hit := n > 0 || (err != syscall.EAGAIN && err != syscall.EINTR)
+		_, errno := rawPeek(fd, c.pollBuf[:])
+		hit := errno != syscall.EAGAIN && errno != syscall.EINTR // a byte, the end of the stream or an error
 		if !hit && time.Now().Before(c.pollUntil) {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -58,23 +59,18 @@ func TestCreateTopicControllerLost(t *testing.T) {
 		rt := kmsg.NewCreateTopicsRequestTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topics[listener], partitions, 1
 		req.Topics = append(req.Topics, rt)
-		var resp *kmsg.CreateTopicsResponse
-		if to != 0 {
-			resp, err = req.RequestWith(cctx, kc.Broker(int(to)))
-		} else {
-			resp, err = req.RequestWith(cctx, kc)
-		}
+		kresp, err := kafkaRequest(cctx, kc, to, req)
 		if err != nil {
 			return 0, "", err
 		}
+		resp := kresp.(*kmsg.CreateTopicsResponse)
 		if m := resp.Topics[0].ErrorMessage; m != nil {
 			msg = *m
 		}
 		return resp.Topics[0].ErrorCode, msg, nil
 	}
 	// The codes of each protocol for the outcomes the test tells apart.
-	type codes struct{ notController, timedOut, exists int16 }
-	want := map[string]codes{
+	want := map[string]outcomeCodes{
 		"ringlog": {int16(wire.ErrNotController), int16(wire.ErrRequestTimedOut), int16(wire.ErrTopicAlreadyExists)},
 		"kafka":   {kerr.NotController.Code, kerr.RequestTimedOut.Code, kerr.TopicAlreadyExists.Code},
 	}
@@ -108,27 +104,8 @@ func TestCreateTopicControllerLost(t *testing.T) {
 	tc.node(leaderID).signal(t, syscall.SIGCONT)
 
 	for listener, topic := range topics {
-		w := want[listener]
-		code := first[listener]
-		for code != 0 && code != w.exists {
-			if code != w.notController && code != w.timedOut {
-				t.Fatalf("%s retry of %s: code %d, want a retriable code, success or TOPIC_ALREADY_EXISTS", listener, topic, code)
-			}
-			time.Sleep(100 * time.Millisecond)
-			var err error
-			var msg string
-			code, msg, err = create(listener, 0)
-			if err != nil { // no answer (a connection to the thawing broker): retry, as a client would
-				t.Logf("%s retry: %v", listener, err)
-				code = w.timedOut
-			} else {
-				t.Logf("%s retry: code %d %q", listener, code, msg)
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s create of %s never succeeded", listener, topic)
-			}
-		}
-		if first[listener] != 0 && code == w.exists {
+		code := retryUntilApplied(ctx, t, listener+" create of "+topic, first[listener], want[listener], func() (int16, string, error) { return create(listener, 0) })
+		if first[listener] != 0 && code == want[listener].done {
 			t.Logf("%s: the first attempt was applied after its %d answer (the retry found the topic)", listener, first[listener])
 		}
 	}
@@ -155,4 +132,41 @@ func TestCreateTopicControllerLost(t *testing.T) {
 			}
 		}
 	}
+}
+
+// outcomeCodes are one protocol's codes for the answers to an admin request whose outcome
+// may be unknown: the retriable ones, and done, what a retry gets when an earlier attempt
+// was applied (TOPIC_ALREADY_EXISTS for a create, UNKNOWN_TOPIC_OR_PARTITION for a delete).
+type outcomeCodes struct{ notController, timedOut, done int16 }
+
+// retryUntilApplied retries send, as a client would, while its answer (code at first) is
+// retriable, until it succeeds or answers w.done, which it returns; what names the request.
+func retryUntilApplied(ctx context.Context, t *testing.T, what string, code int16, w outcomeCodes, send func() (int16, string, error)) int16 {
+	t.Helper()
+	for code != 0 && code != w.done {
+		if code != w.notController && code != w.timedOut {
+			t.Fatalf("%s: code %d, want a retriable code, success or %d", what, code, w.done)
+		}
+		time.Sleep(100 * time.Millisecond)
+		c, msg, err := send()
+		if err != nil { // no answer (a connection to the thawing broker): retry, as a client would
+			t.Logf("%s retry: %v", what, err)
+			c = w.timedOut
+		} else {
+			t.Logf("%s retry: code %d %q", what, c, msg)
+		}
+		code = c
+		if ctx.Err() != nil {
+			t.Fatalf("%s never succeeded", what)
+		}
+	}
+	return code
+}
+
+// kafkaRequest sends req through kc to broker to, or to a broker of kc's choice when to is 0.
+func kafkaRequest(ctx context.Context, kc *kgo.Client, to int32, req kmsg.Request) (kmsg.Response, error) {
+	if to != 0 {
+		return kc.Broker(int(to)).Request(ctx, req)
+	}
+	return kc.Request(ctx, req)
 }

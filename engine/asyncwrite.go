@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/ringlog/ringlog/ring"
 	"golang.org/x/sys/unix"
@@ -40,8 +41,33 @@ import (
 // (as with the chunks of one group): recovery stops at the first bad batch and cuts the
 // rest, none of which was reported written.
 //
-// Operations that need the staged bytes on disk first (a roll, Sync, truncation, Close)
-// wait for the writes with AwaitWrites; that is the only place the owner blocks on them.
+// Operations that need the staged bytes on disk first (Sync, truncation, Close) wait for
+// the writes with AwaitWrites; that is the only place the owner blocks on them.
+//
+// Rolls do not wait. The sealed segment's staged bytes go out at once as its last group
+// (past DirectWriteGroupsMax, which counts the active segment's groups only), the new
+// segment takes appends, and its groups start beside the old one's (another file: no block
+// is shared). Groups stay in one FIFO in log order, so the written end crosses into the new
+// segment only once the old one is wholly written. Until then the old segment keeps its
+// writer (reads of its tail are served from the chunks) and stays "sealing"; when its last
+// group completes, its chunks go to the log's pool and its file is cut to its logical
+// length off the loop (FileTruncator: IORING_OP_FTRUNCATE, which the kernel runs on a
+// worker thread — on ext4 the cut reads the partial last block and, mounted with discard,
+// discards the freed blocks, both synchronously, which stalled the loop at every roll):
+//
+//	segment 41 (sealing):  [g1 in flight][g2: the rest, at the roll]  -> cut to size
+//	segment 42 (active):                                  [g3][g4 staged]
+//	written end:  moves over g1, g2, then g3, g4 — in this order only
+//
+// BeginSync covers a sealing segment only as far as it is written and nothing after it; a
+// sealing segment stays on the unsynced list until a sync covers it whole. A crash before
+// the cut leaves the sealed file with zero padding (and a recycled file's stale bytes) past
+// its last batch; recovery stops a sealed segment's scan at the next segment's base and
+// cuts the rest, and a sealed segment torn by a crash has no proof of a sync, so its tail
+// is cut and the later segments deleted (recovery.go): none of their records was reported
+// written. Whatever removes, renames, compacts or reactivates a segment file (retention,
+// truncation, compaction, Close) first waits for the seals in flight (awaitSeals). A log
+// with a zeroing job (prealloc.go) still waits at a roll: the job owns the cut.
 
 // AsyncWriter starts writes whose completions the log's owner reports later, on the log's
 // goroutine. *ring.Reactor implements it.
@@ -64,6 +90,14 @@ type FixedBufferWriter interface {
 	RegisterWriteBuffer(b []byte) (index int, ok bool)
 	UnregisterWriteBuffer(index int)
 	StartWriteFixed(fd int, p []byte, off int64, index int, done func(n int, err error)) error
+}
+
+// FileTruncator is an AsyncWriter that can also cut a file without blocking the owner:
+// done(0, err) is called like a StartWrite completion (and AwaitWrites waits for it like
+// one). *ring.Reactor implements it (IORING_OP_FTRUNCATE; an error such as ErrUnsupported
+// before Linux 6.9 makes the log cut the file itself).
+type FileTruncator interface {
+	StartFtruncate(fd int, size int64, done func(n int, err error)) error
 }
 
 // directStagedMax bounds the bytes a log stages behind the write in flight: an append past
@@ -104,6 +138,10 @@ type writeGroup struct {
 	// waiting.
 	shared   int64
 	finished bool // every op done (shared written); waits for the groups before it
+	// seg and w are the segment and writer the group writes: the active segment's, or a
+	// sealing one's (its groups all precede the active segment's in the FIFO).
+	seg *segment
+	w   *directWriter
 }
 
 // writeGroups is a log's FIFO of write groups in flight, oldest first, in file order: each
@@ -131,6 +169,7 @@ func (l *Log) SetAsyncWriter(aw AsyncWriter, written func()) bool {
 	}
 	l.aw, l.onWritten = aw, written
 	l.fixedIO, _ = aw.(FixedBufferWriter)
+	l.truncator, _ = aw.(FileTruncator)
 	if s := l.active(); s.direct != nil {
 		s.direct.fixedIO = l.fixedIO
 	}
@@ -139,6 +178,7 @@ func (l *Log) SetAsyncWriter(aw AsyncWriter, written func()) bool {
 		l.groups.done[i] = func(n int, err error) { l.writeOpDone(i, n, err) }
 	}
 	l.awIdle = func() bool { return l.groups.ops == 0 }
+	l.sealsIdle = func() bool { return l.sealsInFlight == 0 }
 	return true
 }
 
@@ -147,20 +187,24 @@ func (l *Log) SetAsyncWriter(aw AsyncWriter, written func()) bool {
 func (l *Log) StagedEndOffset() int64 { return l.active().nextOffset }
 
 // WritesPending reports whether appended bytes are not yet on the device.
-func (l *Log) WritesPending() bool {
+func (l *Log) WritesPending() bool { return l.directPending() || l.staged.pending() }
+
+// directPending reports whether direct-mode bytes of the active segment, or of a sealing one
+// (see "Rolls" above), are not yet on the device: EndOffset is then writtenNext.
+func (l *Log) directPending() bool {
 	s := l.active()
-	return s.direct != nil && s.direct.pending() || l.staged.pending()
+	return len(l.sealing) > 0 || s.direct != nil && s.direct.pending()
 }
 
 // writeAsync stages batches, just noted in s (which held prevNext before them), at pos and
 // starts a write group when none is in flight.
 func (l *Log) writeAsync(s *segment, batches [][]byte, pos, prevNext int64) error {
 	w := s.direct
-	if !w.pending() {
+	if !l.directPending() {
 		l.writtenNext = prevNext // the end of what is on disk, until a group completes
 	}
 	w.stage(batches, pos)
-	l.submitWrites(s)
+	l.submitWrites(s, false)
 	return nil
 }
 
@@ -179,28 +223,30 @@ func (l *Log) makeRoom(batches [][]byte) error {
 	return l.awaitWrites()
 }
 
-// submitWrites starts a write group for what is staged in s past the groups in flight:
-// at once when none is in flight, else once DirectGroupMinBytes are staged and fewer than
-// DirectWriteGroupsMax groups are in flight.
-func (l *Log) submitWrites(s *segment) {
+// submitWrites starts a write group for what is staged in s past its groups in flight: at
+// once when it has none in flight, else once DirectGroupMinBytes are staged and fewer than
+// DirectWriteGroupsMax of its groups are in flight. force (a roll sealing s) starts one for
+// whatever is staged, whatever is in flight, while the FIFO has room.
+func (l *Log) submitWrites(s *segment, force bool) {
 	w, gs := s.direct, &l.groups
-	if !w.pending() || l.failed != nil || gs.count == gs.max {
+	mine := l.groupsOf(w)
+	if !w.pending() || l.failed != nil || gs.count == DirectWriteGroupsLimit || mine >= gs.max && !force {
 		return
 	}
 	from := w.writtenPos
-	if gs.count > 0 {
+	if mine > 0 {
 		from = gs.g[gs.slot(gs.count-1)].pos
 	}
 	end := w.active.end()
-	if end <= from || gs.count > 0 && end-from < DirectGroupMinBytes {
+	if end <= from || mine > 0 && end-from < DirectGroupMinBytes && !force {
 		return
 	}
 	idx := gs.slot(gs.count)
 	gs.count++
 	g := &gs.g[idx]
-	*g = writeGroup{pos: end, next: s.nextOffset, shared: -1}
+	*g = writeGroup{pos: end, next: s.nextOffset, shared: -1, seg: s, w: w}
 	issueFrom := alignDown(from)
-	if gs.count > 1 && from != issueFrom && !gs.g[gs.slot(gs.count-2)].finished {
+	if mine > 0 && from != issueFrom && !gs.g[gs.slot(gs.count-2)].finished {
 		// The group before ends in this block and is writing it: this write waits for it.
 		// (A group before that already finished, waiting for an earlier one to advance the
 		// written end, wrote the block: no wait, or nothing would ever start it.)
@@ -217,6 +263,16 @@ func (l *Log) submitWrites(s *segment) {
 	if g.ops == 0 && g.shared < 0 {
 		l.groupFinished(idx)
 	}
+}
+
+// groupsOf counts w's groups in flight: they are the last ones in the FIFO (a sealing
+// segment's groups all precede the active segment's).
+func (l *Log) groupsOf(w *directWriter) int {
+	gs, n := &l.groups, 0
+	for n < gs.count && gs.g[gs.slot(gs.count-1-n)].w == w {
+		n++
+	}
+	return n
 }
 
 // startOps starts one write op per piece of iov, which lie back to back from file position
@@ -288,19 +344,20 @@ func (l *Log) groupFinished(idx int) {
 		g.err = fmt.Errorf("short write: %d of %d bytes: %w", g.got, g.want, unix.EIO)
 	}
 	if l.closed {
-		l.popFinished(nil)
+		l.popFinished()
 		return
 	}
-	s := l.active()
 	if g.err != nil {
-		l.fail(fmt.Errorf("direct write of segment %d up to %d: %w", s.baseOffset, g.pos, storageWriteError(l.dir, g.err)))
+		l.fail(fmt.Errorf("direct write of segment %d up to %d: %w", g.seg.baseOffset, g.pos, storageWriteError(l.dir, g.err)))
 	}
 	if k := (idx - gs.head + DirectWriteGroupsLimit) % DirectWriteGroupsLimit; k+1 < gs.count && l.failed == nil {
-		l.writeShared(s.direct, gs.slot(k+1))
+		if next := gs.slot(k + 1); gs.g[next].w == g.w {
+			l.writeShared(g.w, next)
+		}
 	}
-	popped := l.popFinished(s.direct)
-	if l.failed == nil {
-		l.submitWrites(s)
+	popped := l.popFinished()
+	if s := l.active(); l.failed == nil && s.direct != nil {
+		l.submitWrites(s, false)
 	}
 	if l.onWritten != nil && (popped || g.err != nil) {
 		l.onWritten()
@@ -330,9 +387,9 @@ func (l *Log) writeShared(w *directWriter, idx int) {
 }
 
 // popFinished takes the finished groups off the head of the FIFO; each moves the written
-// end (w) to its end, unless the log failed (nothing at or after a failure is reported
-// written) or w is nil (closed).
-func (l *Log) popFinished(w *directWriter) (popped bool) {
+// end to its end, unless the log failed (nothing at or after a failure is reported
+// written) or is closed. A sealing segment whose last group it took is sealed (finishSeal).
+func (l *Log) popFinished() (popped bool) {
 	gs := &l.groups
 	for gs.count > 0 && gs.g[gs.head].finished {
 		popped = true
@@ -340,12 +397,118 @@ func (l *Log) popFinished(w *directWriter) (popped bool) {
 		gs.g[gs.head] = writeGroup{}
 		gs.head = (gs.head + 1) % DirectWriteGroupsLimit
 		gs.count--
-		if w != nil && l.failed == nil {
-			w.written(g.pos)
-			l.writtenNext = g.next
+		if l.closed || l.failed != nil {
+			continue
+		}
+		g.w.written(g.pos)
+		l.writtenNext = g.next
+		if g.seg.sealing && g.seg.direct == g.w && !g.w.pending() {
+			l.finishSeal(g.seg)
 		}
 	}
 	return popped
+}
+
+// sealInFlight prepares the roll away from s without waiting for its writes: its staged
+// bytes go out as its last group. It reports false (the roll must wait, as before) when
+// that cannot be: no asynchronous writer, a zeroing job that owns the cut, or no room in
+// the group FIFO.
+func (l *Log) sealInFlight(s *segment) bool {
+	w := s.direct
+	if l.aw == nil || w == nil || l.failed != nil {
+		return false
+	}
+	if !w.pending() {
+		return true
+	}
+	if s.zero != nil {
+		return false
+	}
+	l.submitWrites(s, true)
+	gs := &l.groups
+	return !w.pending() || l.groupsOf(w) > 0 && gs.g[gs.slot(gs.count-1)].pos == w.active.end()
+}
+
+// sealAsync seals s, the segment a roll just left, after sealInFlight: at once when its
+// writes are done, else when its last group completes (popFinished).
+func (l *Log) sealAsync(s *segment) {
+	s.sealing = true
+	if s.direct.pending() {
+		l.sealing = append(l.sealing, s)
+		return
+	}
+	l.finishSeal(s)
+}
+
+// finishSeal ends a sealing segment whose writes are all on the device: its chunks go to
+// the log's pool, and its file is cut to its logical length (direct mode's padding of the
+// last block, a recycled file's stale bytes) through the FileTruncator, off the loop, or
+// here when there is none.
+func (l *Log) finishSeal(s *segment) {
+	for i, x := range l.sealing {
+		if x == s {
+			l.sealing = append(l.sealing[:i], l.sealing[i+1:]...)
+			break
+		}
+	}
+	w := s.direct
+	s.direct = nil
+	w.retireChunks()
+	l.sealsInFlight++
+	done := func(_ int, err error) { l.sealDone(s, w, err) }
+	if l.truncator != nil && l.truncator.StartFtruncate(w.fd(), s.size, done) == nil {
+		return
+	}
+	done(0, w.file.Truncate(s.size))
+}
+
+// sealDone is the end of s's cut to size: the writer's file is closed, and a failed cut
+// fails the log (the disk refused a metadata write).
+func (l *Log) sealDone(s *segment, w *directWriter, err error) {
+	l.sealsInFlight--
+	s.sealing = false
+	s.zeroed, s.stale = false, false
+	w.file.Close() // its writes completed; a close error changes nothing on disk
+	if err != nil {
+		l.fail(fmt.Errorf("seal segment %d: cut to %d: %w", s.baseOffset, s.size, err))
+	}
+	sealStats.cuts.Add(1)
+}
+
+// awaitSeals waits for every write and every seal in flight (see "Rolls" above): before a
+// segment file is removed, renamed, compacted or reactivated, and at Close. On a failed log
+// it waits only for the cuts in flight (the failed writes never finish their seals) and
+// returns the failure.
+func (l *Log) awaitSeals() error {
+	err := l.awaitWrites()
+	if l.sealsInFlight > 0 {
+		if werr := l.aw.AwaitWrites(l.sealsIdle); werr != nil {
+			return l.fail(fmt.Errorf("wait for segment seals: %w", werr))
+		}
+	}
+	return err
+}
+
+// awaitSealOf is awaitSeals when s is sealing.
+func (l *Log) awaitSealOf(s *segment) error {
+	if !s.sealing {
+		return nil
+	}
+	return l.awaitSeals()
+}
+
+// SealCounters are process-wide counts of rolls (asyncwrite.go, "Rolls").
+type SealCounters struct {
+	InFlight int64 // rolls that left the sealed segment's writes in flight
+	Waited   int64 // rolls of an asynchronous direct log that waited for the writes instead
+	Cuts     int64 // sealed files cut to size after a roll
+}
+
+var sealStats struct{ inFlight, waited, cuts atomic.Int64 }
+
+// SealStats returns the process-wide roll counters.
+func SealStats() SealCounters {
+	return SealCounters{sealStats.inFlight.Load(), sealStats.waited.Load(), sealStats.cuts.Load()}
 }
 
 // awaitWrites waits until everything staged is on the device (or the log failed, which it
@@ -364,9 +527,11 @@ func (l *Log) awaitWrites() error {
 			}
 			w := l.active().direct
 			before := w.writtenPos
-			l.submitWrites(l.active())
+			if len(l.sealing) == 0 {
+				l.submitWrites(l.active(), false)
+			}
 			if l.groups.ops == 0 && w.writtenPos == before && l.failed == nil {
-				panic(fmt.Sprintf("engine: direct writes pending (written %d, staged %d, %d groups) and none in flight or startable", w.writtenPos, w.active.end(), l.groups.count))
+				panic(fmt.Sprintf("engine: direct writes pending (written %d, staged %d, %d groups, %d sealing) and none in flight or startable", w.writtenPos, w.active.end(), l.groups.count, len(l.sealing)))
 			}
 			continue
 		}

@@ -262,6 +262,12 @@ func (l *Log) Clean(m *OffsetMap, budgetBytes int64, now time.Time) (CleanProgre
 		return p, ErrClosed
 	}
 	c := &l.cleaner
+	if len(l.sealing) > 0 || l.sealsInFlight > 0 {
+		// A pass reads and swaps sealed segment files: none may still be written or cut.
+		if err := l.awaitSeals(); err != nil {
+			return p, err
+		}
+	}
 	if !l.Compacted() || c.failed != nil || l.failed != nil {
 		p.PassComplete, p.Idle = true, true
 		return p, c.failed

@@ -166,6 +166,13 @@ func (w *directWriter) close() error {
 // or past the pool's bound, are released) and closes the file: the segment is sealed, and
 // read from its file from now on. No write from w may be in flight.
 func (w *directWriter) retire() error {
+	w.retireChunks()
+	return w.file.Close()
+}
+
+// retireChunks is retire without closing the file (a roll's seal cuts the file through it
+// first, see finishSeal).
+func (w *directWriter) retireChunks() {
 	for _, c := range w.cache {
 		w.recycle(c)
 	}
@@ -175,7 +182,6 @@ func (w *directWriter) retire() error {
 		w.recycle(w.active)
 		w.active = nil
 	}
-	return w.file.Close()
 }
 
 // fixedIndex is c's fixed-buffer slot, registering it on first use; < 0: write it

@@ -22,7 +22,7 @@ func (l *Log) checkInvariants() error {
 		if i > 0 && l.segments[i-1].nextOffset != s.baseOffset {
 			return fmt.Errorf("invariant: segment %d ends at %d, next starts at %d", l.segments[i-1].baseOffset, l.segments[i-1].nextOffset, s.baseOffset)
 		}
-		if s.direct != nil && i != len(l.segments)-1 {
+		if s.direct != nil && i != len(l.segments)-1 && !s.sealing {
 			return fmt.Errorf("invariant: sealed segment %d still has a direct writer", s.baseOffset)
 		}
 	}

@@ -99,13 +99,20 @@ type Log struct {
 	writeback       writebackCursor // LogConfig.Writeback's position (writeback.go)
 
 	// Asynchronous direct-mode writes (asyncwrite.go); aw nil: appends write synchronously.
-	aw          AsyncWriter
-	fixedIO     FixedBufferWriter // aw, when it registers fixed buffers; nil otherwise
-	onWritten   func()
-	awIdle      func() bool // no write op in flight, bound once
-	groups      writeGroups // the write groups in flight
-	chunks      chunkPool   // direct mode's chunks ready for reuse, shared by its segments' writers
-	writtenNext int64       // EndOffset while the active segment has staged bytes
+	aw        AsyncWriter
+	fixedIO   FixedBufferWriter // aw, when it registers fixed buffers; nil otherwise
+	onWritten func()
+	awIdle    func() bool   // no write op in flight, bound once
+	truncator FileTruncator // aw, when it cuts files off the loop; nil otherwise
+	// sealing lists the segments a roll left with writes in flight, oldest first;
+	// sealsInFlight counts the cuts to size started and not completed (asyncwrite.go,
+	// "Rolls").
+	sealing       []*segment
+	sealsInFlight int
+	sealsIdle     func() bool // sealsInFlight == 0, bound once
+	groups        writeGroups // the write groups in flight
+	chunks        chunkPool   // direct mode's chunks ready for reuse, shared by its segments' writers
+	writtenNext   int64       // EndOffset while the active segment has staged bytes
 
 	// Staged page-cache appends (stagedwrite.go); staging false: appends write at once.
 	staging   bool
@@ -191,7 +198,7 @@ func (l *Log) StartOffset() int64 { return l.startOffset }
 // written. It is the offset the next appended record gets, except while asynchronous
 // direct-mode writes are in flight (see StagedEndOffset and asyncwrite.go).
 func (l *Log) EndOffset() int64 {
-	if s := l.active(); s.direct != nil && s.direct.pending() || l.staged.pending() {
+	if l.directPending() || l.staged.pending() {
 		return l.writtenNext
 	}
 	return l.active().nextOffset
@@ -521,12 +528,20 @@ func (l *Log) Sync() error {
 // roll seals the active segment and starts a new one at the log end offset. The sealed
 // segment is not synced here (that would stall appends for a whole segment's writeback): the
 // next Sync (Flush per policy, or Close) fdatasyncs it, and the directory, before the active
-// segment, so SyncedOffset never passes unsynced bytes.
+// segment, so SyncedOffset never passes unsynced bytes. With asynchronous direct writes the
+// roll does not wait for the old segment's writes either: they complete, and its seal runs,
+// in the background (asyncwrite.go, "Rolls").
 func (l *Log) roll() error {
-	if err := l.awaitWrites(); err != nil { // seal truncates: nothing may be in flight
-		return err
-	}
 	old := l.active()
+	inFlight := l.sealInFlight(old)
+	if !inFlight {
+		if l.aw != nil && old.direct != nil && old.direct.pending() {
+			sealStats.waited.Add(1)
+		}
+		if err := l.awaitWrites(); err != nil { // seal truncates: nothing may be in flight
+			return err
+		}
+	}
 	s, err := l.newSegment(old.nextOffset)
 	if err != nil {
 		return err
@@ -537,7 +552,12 @@ func (l *Log) roll() error {
 		s.removeFiles(l.dir)
 		return err
 	}
-	if err := l.seal(old); err != nil {
+	if inFlight {
+		if old.direct.pending() {
+			sealStats.inFlight.Add(1)
+		}
+		l.sealAsync(old)
+	} else if err := l.seal(old); err != nil {
 		s.closeFiles()
 		s.removeFiles(l.dir)
 		return errors.Join(err, l.activate(old))
@@ -808,7 +828,7 @@ func (l *Log) Close() error {
 	if l.closed {
 		return nil
 	}
-	l.awaitWrites() // a failure fails the log: Close then skips the sync
+	l.awaitSeals() // a failure fails the log: Close then skips the sync
 	var err error
 	if l.failed == nil {
 		l.snapshotAfterRoll() // before Sync, which makes its directory entry durable

@@ -57,11 +57,16 @@ type segment struct {
 	timeIndexFile lazyFile
 
 	bytesSinceIndex int64
-	indexMissing    bool          // an index file did not exist when the segment was opened
-	indexReleased   bool          // sealed, index only in its files (see indexcache.go)
-	firstAppendAt   time.Time     // zero until the first append into this segment (segment.ms)
-	direct          *directWriter // non-nil while this is the active segment in direct mode
-	staged          *stagedWrites // non-nil while the log has staged bytes here (stagedwrite.go)
+	indexMissing    bool      // an index file did not exist when the segment was opened
+	indexReleased   bool      // sealed, index only in its files (see indexcache.go)
+	firstAppendAt   time.Time // zero until the first append into this segment (segment.ms)
+	// direct is non-nil while this is the active segment in direct mode, and after a roll
+	// while its last writes are in flight (sealing).
+	direct *directWriter
+	// sealing: sealed by a roll whose seal has not finished: its writes in flight or its
+	// cut to size (asyncwrite.go, "Rolls").
+	sealing bool
+	staged  *stagedWrites // non-nil while the log has staged bytes here (stagedwrite.go)
 
 	// Zero-filled space past size (prealloc.go): zero is the last zeroing job (nil when none
 	// is pending), zeroAsked the file end it was asked to reach, zeroed whether the file may

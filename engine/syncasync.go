@@ -56,10 +56,16 @@ func (l *Log) beginSync(borrow bool) (t SyncTicket, ok bool, err error) {
 	// second BeginSync before EndSync allocates its own).
 	t.covers, t.Fds = l.syncCoversSpare, l.syncFdsSpare
 	l.syncCoversSpare, l.syncFdsSpare = nil, nil
-	for _, s := range l.unsyncedSegments {
-		t.covers = append(t.covers, syncedPoint{s: s, size: s.size, nextOffset: s.nextOffset, sealed: true})
-	}
 	s := l.active()
+	for _, u := range l.unsyncedSegments {
+		if u.direct != nil && u.direct.pending() {
+			// A roll left its writes in flight (asyncwrite.go, "Rolls"): cover what completed,
+			// and nothing after it (the written end is inside it). It stays unsynced.
+			s = u
+			break
+		}
+		t.covers = append(t.covers, syncedPoint{s: u, size: u.size, nextOffset: u.nextOffset, sealed: true})
+	}
 	size, next := s.size, s.nextOffset
 	if s.direct != nil && s.direct.pending() {
 		// Asynchronous writes in flight (asyncwrite.go): cover only what completed.

@@ -17,7 +17,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if err := l.awaitWrites(); err != nil {
+	if err := l.awaitSeals(); err != nil {
 		return err
 	}
 	if offset < 0 {
@@ -136,7 +136,7 @@ func (l *Log) ResetTo(offset int64) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if err := l.awaitWrites(); err != nil {
+	if err := l.awaitSeals(); err != nil {
 		return err
 	}
 	if offset < 0 {
@@ -203,7 +203,9 @@ func (l *Log) dropSegment(i int, retire bool) error {
 // its segments and only expires idle producers) deletes closed segments (never the active one), oldest first, while the
 // oldest one is past retention.ms (by its newest timestamp, or its file's modification time
 // when it has none) or the log without it still holds retention.bytes. The log start offset
-// advances to the first remaining segment.
+// advances to the first remaining segment. A segment whose roll's seal is still in flight
+// (its last writes or its cut, asyncwrite.go) ends the pass: the next pass takes it, and the
+// owner's loop never waits for the device here.
 //
 // Before any segment goes, the new start offset is checkpointed (writeStartOffset: one file
 // fsync and one directory fsync per pass that deletes something): the renames that retire
@@ -218,6 +220,9 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	n, size := 0, l.Size()
 	for ; n < len(l.segments)-1 && l.cfg.CleanupPolicy.Deletes(); n++ {
 		s := l.segments[n]
+		if s.sealing {
+			break // a roll's seal in flight (asyncwrite.go): the next pass takes it, nothing waits
+		}
 		expired, err := l.expired(s, now)
 		if err != nil {
 			return 0, err
@@ -282,6 +287,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	l.startOffset = offset
 	deleted := 0
 	for len(l.segments) > 1 && l.segments[0].nextOffset <= offset {
+		if err := l.awaitSealOf(l.segments[0]); err != nil {
+			return deleted, err
+		}
 		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}

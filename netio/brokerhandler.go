@@ -658,7 +658,7 @@ func (h *BrokerHandler) deleteTopics(body *wire.DeleteTopicsRequest) *wire.Delet
 	for _, name := range body.Topics {
 		var err error
 		if h.cluster != nil && h.cluster.Replicated(name) {
-			err = h.deleteReplicated(name)
+			err = h.deleteReplicated(name, body.TimeoutMs)
 		} else {
 			err = h.b.DeleteTopic(name)
 		}

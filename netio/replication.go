@@ -138,15 +138,17 @@ func (h *BrokerHandler) createReplicated(t wire.CreateTopic, timeoutMs int32) er
 }
 
 // deleteReplicated deletes a replicated topic through the controller; it answers once
-// this broker deleted its copy.
-func (h *BrokerHandler) deleteReplicated(name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+// this broker deleted its copy, or REQUEST_TIMED_OUT when timeoutMs (RequestAdminTimeout)
+// passes first.
+func (h *BrokerHandler) deleteReplicated(name string, timeoutMs int32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), RequestAdminTimeout(timeoutMs))
 	defer cancel()
 	return h.cluster.DeleteTopic(ctx, name)
 }
 
 // alterReplicated changes a replicated topic's config through the controller; it answers
-// once this broker applied it.
+// once this broker applied it, or REQUEST_TIMED_OUT after adminTimeout (AlterConfigs
+// carries no timeout of its own, in Kafka's protocol neither).
 func (h *BrokerHandler) alterReplicated(name string, set map[string]string, deletes []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
@@ -157,10 +159,11 @@ func (h *BrokerHandler) alterReplicated(name string, set map[string]string, dele
 // open of the replicas).
 const adminTimeout = 30 * time.Second
 
-// RequestAdminTimeout is how long a replicated create waits for the controller and the
-// local open: the request's own timeout (CreateTopics' timeout_ms, in both protocols),
-// never above adminTimeout; adminTimeout when the request gives none (0 or less). Past it
-// the create is answered REQUEST_TIMED_OUT (cluster.ErrTimedOut) and may still be applied.
+// RequestAdminTimeout is how long a replicated create or delete waits for the controller
+// and the local open or removal: the request's own timeout (CreateTopics' and
+// DeleteTopics' timeout_ms, in both protocols), never above adminTimeout; adminTimeout
+// when the request gives none (0 or less). Past it the create or delete is answered
+// REQUEST_TIMED_OUT (cluster.ErrTimedOut) and may still be applied.
 func RequestAdminTimeout(timeoutMs int32) time.Duration {
 	if timeoutMs <= 0 {
 		return adminTimeout

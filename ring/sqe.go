@@ -106,6 +106,12 @@ func (s *SQE) PrepFallocate(fd int, mode uint32, off, length int64) {
 	s.prepRW(OpFallocate, int32(fd), uintptr(length), mode, uint64(off))
 }
 
+// PrepFtruncate prepares ftruncate(fd, length) (IORING_OP_FTRUNCATE, Linux 6.9; the kernel
+// always runs it on an io-wq worker).
+func (s *SQE) PrepFtruncate(fd int, length int64) {
+	s.prepRW(OpFtruncate, int32(fd), 0, 0, uint64(length))
+}
+
 // PrepOpenat prepares openat(dirfd, path, flags, mode). path must be NUL-terminated
 // (see CString) and stay put until completion.
 func (s *SQE) PrepOpenat(dirfd int, path *byte, flags int, mode uint32) {

@@ -94,7 +94,7 @@ type fdWait struct {
 
 // syscallOps lists the ops the syscall backend interprets.
 var syscallOps = []Opcode{OpNop, OpRead, OpWrite, OpReadv, OpWritev, OpReadFixed, OpWriteFixed, OpFsync,
-	OpFallocate, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
+	OpFallocate, OpFtruncate, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
 	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd, OpSendZC}
 
 var (
@@ -388,6 +388,9 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 		return sysRes(retryEINTR1(nr, fd)), 0, -1, 0
 	case OpFallocate:
 		_, _, e := unix.Syscall6(unix.SYS_FALLOCATE, fd, uintptr(s.Len), uintptr(s.Off), uintptr(s.Addr), 0, 0)
+		return sysRes(0, e), 0, -1, 0
+	case OpFtruncate:
+		_, _, e := unix.Syscall(unix.SYS_FTRUNCATE, fd, uintptr(s.Off), 0)
 		return sysRes(0, e), 0, -1, 0
 	case OpOpenat:
 		n, _, e := unix.Syscall6(unix.SYS_OPENAT, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), 0, 0)

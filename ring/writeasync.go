@@ -60,6 +60,26 @@ func (r *Reactor) startWrite(fd int, p []byte, off int64, index int, done func(n
 	return nil
 }
 
+// StartFtruncate cuts fd to size (IORING_OP_FTRUNCATE) and calls done(0, err) the way a
+// StartWrite completion is called: on the loop, or inside AwaitWrites, which waits for it
+// like a write. engine's direct mode seals a segment this way: on ext4 the cut reads the
+// partial last block and, on a file system mounted with discard, discards the freed blocks,
+// both synchronously, and the kernel runs the op on an io-wq worker instead of the loop's
+// thread. The syscall backend runs it inline. Before Linux 6.9 it reports ErrUnsupported
+// and the caller cuts the file itself.
+func (r *Reactor) StartFtruncate(fd int, size int64, done func(n int, err error)) error {
+	if size < 0 {
+		return fmt.Errorf("ring: StartFtruncate to %d bytes: %w", size, unix.EINVAL)
+	}
+	op, err := r.Begin(nil)
+	if err != nil {
+		return err
+	}
+	op.sqe.PrepFtruncate(fd, size)
+	r.slots[op.idx].writeDone = done
+	return op.Submit()
+}
+
 // WriteBufferSlots is the size of the sparse fixed-buffer table RegisterWriteBuffer fills
 // (the kernel's limit is 16,384). A buffer that finds no free slot is written unregistered.
 const WriteBufferSlots = 4096

@@ -2,6 +2,7 @@ package ring
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"testing"
 )
@@ -103,6 +104,52 @@ func TestStartWriteAwaitWrites(t *testing.T) {
 		}
 		if err := a.Release(); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestStartFtruncate: IORING_OP_FTRUNCATE (and the syscall backend's inline ftruncate) cuts
+// the file, completes through its callback like a write (AwaitWrites waits for it, nothing
+// runs inside StartFtruncate) and reports a failure's errno.
+func TestStartFtruncate(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		f, path := tempFile(t)
+		if _, err := f.WriteAt(bytes.Repeat([]byte("x"), 8192), 0); err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		var gotErr error
+		err := r.StartFtruncate(int(f.Fd()), 5000, func(n int, err error) { calls, gotErr = calls+1, err })
+		if errors.Is(err, ErrUnsupported) && backend == "uring" {
+			t.Skip("IORING_OP_FTRUNCATE needs Linux 6.9")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != 0 {
+			t.Fatal("the cut completed inside StartFtruncate")
+		}
+		if err := r.AwaitWrites(func() bool { return calls == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if gotErr != nil {
+			t.Fatal(gotErr)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() != 5000 {
+			t.Fatalf("size after the cut: %v, %v; want 5000", fi.Size(), err)
+		}
+		if err := r.StartFtruncate(-1, 0, func(n int, err error) { calls, gotErr = calls+1, err }); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AwaitWrites(func() bool { return calls == 2 }); err != nil {
+			t.Fatal(err)
+		}
+		if gotErr == nil {
+			t.Fatal("a cut of fd -1 succeeded")
+		}
+		if err := r.StartFtruncate(int(f.Fd()), -1, nil); err == nil {
+			t.Fatal("a negative size was accepted")
 		}
 	})
 }

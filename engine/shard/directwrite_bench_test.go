@@ -116,7 +116,7 @@ func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]stri
 	if b.N == 1 {
 		warmupBytes = 0 // the probe run: its figure is not reported
 	}
-	zeros, recycled := engine.ZeroAheadStats().Bytes, engine.RecycleStats().Reused
+	zeros, recycled, seals := engine.ZeroAheadStats().Bytes, engine.RecycleStats().Reused, engine.SealStats()
 	benchProduceWindowWarm(b, br, window, records, func(i int) TopicPartition {
 		return TopicPartition{"bench", int32(i % benchPartitions)}
 	}, AcksLeader, warmupBytes/batchBytes, &benchProbe{bytesPerOp: int64(batchBytes)})
@@ -125,6 +125,11 @@ func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]stri
 	}
 	if warmupBytes > 0 { // segments that took a retired file, warm-up included
 		b.ReportMetric(float64(engine.RecycleStats().Reused-recycled), "recycled")
+		// Rolls that left the sealed segment's writes in flight, and those that waited for
+		// them (engine/asyncwrite.go, "Rolls"), warm-up included.
+		now := engine.SealStats()
+		b.ReportMetric(float64(now.InFlight-seals.InFlight), "rolls-inflight")
+		b.ReportMetric(float64(now.Waited-seals.Waited), "rolls-waited")
 	}
 }
 

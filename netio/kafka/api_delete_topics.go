@@ -16,7 +16,7 @@ var deleteTopicsAPI = api{
 			for _, name := range r.TopicNames {
 				var err error
 				if s.cfg.Cluster != nil && s.cfg.Cluster.Replicated(name) {
-					err = s.deleteReplicated(name)
+					err = s.deleteReplicated(name, r.TimeoutMillis)
 				} else {
 					err = s.b.DeleteTopic(name)
 				}

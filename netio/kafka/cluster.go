@@ -6,7 +6,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/ringlog/ringlog/engine/shard"
 	"github.com/ringlog/ringlog/netio"
@@ -204,16 +203,13 @@ func (s *Server) createReplicated(t kmsg.CreateTopicsRequestTopic, partitions in
 	return rf, nil
 }
 
-// deleteReplicated deletes a replicated topic through the controller.
-func (s *Server) deleteReplicated(name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), clusterAdminTimeout)
+// deleteReplicated deletes a replicated topic through the controller, within the
+// request's timeout_ms as the ringlog listener does (netio.RequestAdminTimeout).
+func (s *Server) deleteReplicated(name string, timeoutMs int32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), netio.RequestAdminTimeout(timeoutMs))
 	defer cancel()
 	return s.cfg.Cluster.DeleteTopic(ctx, name)
 }
-
-// clusterAdminTimeout bounds a replicated create or delete (a controller round trip and
-// the local open or removal of the replicas), as the ringlog listener's adminTimeout does.
-const clusterAdminTimeout = 30 * time.Second
 
 func splitHostPort(addr string) (string, int32, error) {
 	host, port, err := net.SplitHostPort(addr)

@@ -167,6 +167,13 @@ const (
 	// that failed (a partition not open yet, a controller not reachable) is retried.
 	reconcileEvery = time.Second
 	submitTimeout  = 5 * time.Second
+	// forwardsMax bounds the controller commands (creates, deletes, config changes, ISR
+	// changes, producer-id blocks) this broker forwards to the controller leader's broker
+	// at once, each on its own connection; its registration and heartbeats have a slot of
+	// their own beside them. A forward waits for a slot until its context ends. Four: a
+	// forward takes one controller round trip (milliseconds) when the leader is healthy, and
+	// a leader that does not answer holds at most four connections until their deadlines.
+	forwardsMax = 4
 	// retryBackoff is how long a fetcher waits after a failed round trip.
 	retryBackoff = 200 * time.Millisecond
 )
@@ -198,9 +205,22 @@ type Manager struct {
 	// fetchers read it every round instead of copying the controller's metadata.
 	reconciled atomic.Pointer[controller.Metadata]
 
-	cmu     sync.Mutex
-	ctlConn PeerConn // to the controller leader's broker; guarded by cmu
-	ctlAddr string   // guarded by cmu
+	// Forwarded controller commands (Submit on a broker whose voter does not lead; see
+	// forwardConn). A PeerConn carries one request at a time, so each forward holds its own
+	// connection to the controller leader's broker for its round trip, and cmu only while
+	// it picks one: a forward stuck on a frozen leader holds up no other (heartbeats above
+	// all). A forward first takes a slot: sessionSlot for this broker's own registration and
+	// heartbeats (heartbeatLoop's submitSession, one at a time), forwardSlots for every
+	// other command (a client's heartbeat command included), so that forwardsMax stuck
+	// commands never delay a heartbeat. Connections (idle plus in flight) never outnumber
+	// the slots, forwardsMax+1: a new one is dialled only while none is idle.
+	sessionSlot  chan struct{} // capacity 1
+	forwardSlots chan struct{} // capacity forwardsMax
+	cmu          sync.Mutex
+	ctlIdle      []PeerConn            // idle connections to ctlAddr; guarded by cmu
+	ctlBusy      map[PeerConn]struct{} // connections with a forward in flight (Close closes them); guarded by cmu
+	ctlAddr      string                // the leader's broker ctlIdle connect to; guarded by cmu
+	ctlClosed    bool                  // Close ran: no more connections; guarded by cmu
 
 	registeredEpoch atomic.Int64 // the session epoch seen after our registration; 0: none yet
 	// registeredNow wakes the metadata loop when registeredEpoch changes: its reconcile
@@ -295,7 +315,8 @@ func New(cfg Config) (*Manager, error) {
 		cfg.RaftLog = io.Discard
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, fetchers: map[fetcherKey]*fetcher{}, stop: make(chan struct{}),
-		started: cfg.Now(), voterCount: int32(len(voters)), registeredNow: make(chan struct{}, 1)}
+		started: cfg.Now(), voterCount: int32(len(voters)), registeredNow: make(chan struct{}, 1),
+		sessionSlot: make(chan struct{}, 1), forwardSlots: make(chan struct{}, forwardsMax), ctlBusy: map[PeerConn]struct{}{}}
 	if cfg.ThrottledBytesPerSecond > 0 {
 		m.throttle = newThrottle(cfg.ThrottledBytesPerSecond, cfg.Now)
 	}
@@ -352,11 +373,7 @@ func (m *Manager) Close() error {
 			v.(*replica).resign(m)
 			return true
 		})
-		m.cmu.Lock()
-		if m.ctlConn != nil {
-			m.ctlConn.Close()
-		}
-		m.cmu.Unlock()
+		m.closeForwardConns()
 		err = m.ctl.Shutdown()
 	})
 	return err
@@ -405,6 +422,17 @@ func (m *Manager) ControllerLeader() int32 {
 // Submit replicates cmd through the controller: here when this voter leads, else
 // forwarded to the leader's broker. The result value comes back as JSON.
 func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, error) {
+	return m.submit(ctx, cmd, m.forwardSlots)
+}
+
+// submitSession is Submit for heartbeatLoop's registration and heartbeats, whose forwards
+// take sessionSlot: forwards stuck in every other slot never delay them.
+func (m *Manager) submitSession(ctx context.Context, cmd *controller.Command) ([]byte, error) {
+	return m.submit(ctx, cmd, m.sessionSlot)
+}
+
+// submit is Submit with the slots a forward takes.
+func (m *Manager) submit(ctx context.Context, cmd *controller.Command, slots chan struct{}) ([]byte, error) {
 	if m.ctl.IsLeader() {
 		return m.SubmitLocal(cmd)
 	}
@@ -423,26 +451,114 @@ func (m *Manager) Submit(ctx context.Context, cmd *controller.Command) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	m.cmu.Lock()
-	defer m.cmu.Unlock()
-	if m.ctlConn != nil && m.ctlAddr != b.Address {
-		m.ctlConn.Close()
-		m.ctlConn = nil
+	release, err := m.forwardSlot(ctx, slots)
+	if err != nil {
+		return nil, fmt.Errorf("%w: forward to controller leader %d: %w", ErrNoController, id, err)
 	}
-	if m.ctlConn == nil {
-		c, err := m.cfg.Dial(ctx, b.Address)
-		if err != nil {
-			return nil, fmt.Errorf("%w: dial controller leader %d at %s: %w", ErrNoController, id, b.Address, err)
-		}
-		m.ctlConn, m.ctlAddr = c, b.Address
+	defer release()
+	conn, err := m.forwardConn(ctx, b.Address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial controller leader %d at %s: %w", ErrNoController, id, b.Address, err)
 	}
-	out, err := m.ctlConn.Controller(ctx, OpSubmit, m.wireProtocol(md), body)
-	if err != nil && !isRemote(err) {
-		m.ctlConn.Close()
-		m.ctlConn = nil
+	out, err := conn.Controller(ctx, OpSubmit, m.wireProtocol(md), body)
+	failed := err != nil && !isRemote(err)
+	m.putForwardConn(conn, b.Address, failed)
+	if failed {
 		err = fmt.Errorf("%w: controller leader %d at %s: %w", ErrNoController, id, b.Address, err)
 	}
 	return out, err
+}
+
+// errClosing: the Manager is closing; no command is forwarded.
+var errClosing = errors.New("broker closing")
+
+// forwardSlot takes one of slots (sessionSlot or forwardSlots) for a forward, waiting
+// until ctx ends or the Manager closes; release gives it back.
+func (m *Manager) forwardSlot(ctx context.Context, slots chan struct{}) (release func(), err error) {
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%d forwards in flight: %w", cap(slots), ctx.Err())
+	case <-m.stop:
+		return nil, errClosing
+	}
+}
+
+// forwardConn returns a connection to the controller leader's broker at addr for one
+// forward: an idle one, or a new one dialled without holding cmu (a dial or login to a
+// frozen broker waits for ctx). Idle connections to a previous leader are closed. The
+// caller holds a slot and gives the connection back with putForwardConn.
+func (m *Manager) forwardConn(ctx context.Context, addr string) (PeerConn, error) {
+	m.cmu.Lock()
+	if m.ctlClosed {
+		m.cmu.Unlock()
+		return nil, errClosing
+	}
+	var stale []PeerConn
+	if m.ctlAddr != addr {
+		stale, m.ctlIdle, m.ctlAddr = m.ctlIdle, nil, addr
+	}
+	var conn PeerConn
+	if n := len(m.ctlIdle); n > 0 {
+		conn, m.ctlIdle = m.ctlIdle[n-1], m.ctlIdle[:n-1]
+		m.ctlBusy[conn] = struct{}{}
+	}
+	m.cmu.Unlock()
+	for _, c := range stale {
+		c.Close()
+	}
+	if conn != nil {
+		return conn, nil
+	}
+	conn, err := m.cfg.Dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	m.cmu.Lock()
+	closed := m.ctlClosed
+	if !closed {
+		m.ctlBusy[conn] = struct{}{}
+	}
+	m.cmu.Unlock()
+	if closed {
+		conn.Close()
+		return nil, errClosing
+	}
+	return conn, nil
+}
+
+// putForwardConn gives back conn, which forwarded to addr: kept idle for the next forward
+// unless its round trip failed (its state is unknown; only this caller's connection is
+// closed, never another forward's), the leader moved to another address, or the Manager
+// closed.
+func (m *Manager) putForwardConn(conn PeerConn, addr string, failed bool) {
+	m.cmu.Lock()
+	delete(m.ctlBusy, conn)
+	keep := !failed && !m.ctlClosed && m.ctlAddr == addr && len(m.ctlIdle) < forwardsMax+1
+	if keep {
+		m.ctlIdle = append(m.ctlIdle, conn)
+	}
+	m.cmu.Unlock()
+	if !keep {
+		conn.Close()
+	}
+}
+
+// closeForwardConns closes every connection to the controller leader's broker, idle or in
+// flight (their forwards fail at once), and refuses new ones (Close).
+func (m *Manager) closeForwardConns() {
+	m.cmu.Lock()
+	m.ctlClosed = true
+	conns := m.ctlIdle
+	m.ctlIdle = nil
+	for c := range m.ctlBusy {
+		conns = append(conns, c)
+	}
+	m.cmu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 // submitRetrying is Submit, retried every retryBackoff until ctx ends while no controller
@@ -705,29 +821,36 @@ func (m *Manager) CreateTopic(ctx context.Context, name string, partitions, repl
 		Name: name, Partitions: partitions, ReplicationFactor: replicationFactor, UncleanLeaderElection: unclean, Config: config,
 	}})
 	if err != nil {
-		return createUnknown(ctx, name, err)
+		return outcomeUnknown(ctx, "create", name, "a retry answers TOPIC_ALREADY_EXISTS if it was", err)
 	}
 	// Wait until this broker's voter has applied the create and, when this broker holds a
 	// replica, until the metadata loop has opened it: a produce right after the answer
 	// then finds it.
 	err = m.waitLocal(ctx, fmt.Sprintf("topic %q created; not open here yet", name), func() bool { return m.topicReady(name) })
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("%w: %v", ErrTimedOut, err) // created: Kafka answers REQUEST_TIMED_OUT too
+	return appliedNotLocal(ctx, err)
+}
+
+// outcomeUnknown says so when the failure of a controller command (op of topic name)
+// leaves its outcome unknown (see CreateTopic): ctx ended (ErrTimedOut, the cause kept as
+// text only, so that it maps to REQUEST_TIMED_OUT rather than to the cause's code), or the
+// controller leadership or the connection to it was lost; retry says what a retry answers
+// if it was applied. Any other error is returned as it is.
+func outcomeUnknown(ctx context.Context, op, name, retry string, err error) error {
+	maybe := fmt.Sprintf("the %s may still be applied: %s", op, retry)
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: %s %s: %v (%s)", ErrTimedOut, op, name, err, maybe)
+	case errors.Is(err, ErrNoController), errors.Is(err, controller.ErrNotController):
+		return fmt.Errorf("%s %s: %w (%s)", op, name, err, maybe)
 	}
 	return err
 }
 
-// createUnknown says so when a create's failure leaves its outcome unknown (see
-// CreateTopic): ctx ended (ErrTimedOut, the cause kept as text only, so that it maps to
-// REQUEST_TIMED_OUT rather than to the cause's code), or the controller leadership or the
-// connection to it was lost.
-func createUnknown(ctx context.Context, name string, err error) error {
-	const maybe = "the create may still be applied: a retry answers TOPIC_ALREADY_EXISTS if it was"
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("%w: create %s: %v (%s)", ErrTimedOut, name, err, maybe)
-	case errors.Is(err, ErrNoController), errors.Is(err, controller.ErrNotController):
-		return fmt.Errorf("create %s: %w (%s)", name, err, maybe)
+// appliedNotLocal is waitLocal's error once the controller applied a command: past ctx's
+// end it is ErrTimedOut (Kafka answers REQUEST_TIMED_OUT too), else err as it is.
+func appliedNotLocal(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: %v", ErrTimedOut, err)
 	}
 	return err
 }
@@ -776,12 +899,12 @@ func (m *Manager) DeleteTopic(ctx context.Context, name string) error {
 	if err != nil && !m.ctl.Metadata().TopicDeleted(name, t.ID, t.CreatedVersion) {
 		// (A retried delete whose first attempt was applied is refused as unknown; the
 		// metadata then shows the deletion.)
-		return err
+		return outcomeUnknown(ctx, "delete", name, "a retry answers UNKNOWN_TOPIC_OR_PARTITION if it was", err)
 	}
-	return m.waitLocal(ctx, "deleted; its local copy is not removed yet", func() bool {
+	return appliedNotLocal(ctx, m.waitLocal(ctx, "deleted; its local copy is not removed yet", func() bool {
 		local := m.b.Topic(name)
 		return (local == nil || localTopicID(local) != t.ID) && m.deleting.Load() == 0
-	})
+	}))
 }
 
 // AlterTopicConfig changes a replicated topic's config through the controller (set the
@@ -798,16 +921,16 @@ func (m *Manager) AlterTopicConfig(ctx context.Context, name string, set map[str
 	out, err := m.submitRetrying(ctx, &controller.Command{Type: controller.CmdAlterConfig, Topic: &controller.TopicRequest{
 		Name: name, ID: t.ID, Config: set, ConfigDeletes: deletes}})
 	if err != nil {
-		return err
+		return outcomeUnknown(ctx, "config change", name, "a retry changes nothing more if it was", err)
 	}
 	var after controller.Topic
 	if err := json.Unmarshal(out, &after); err != nil {
 		return fmt.Errorf("alter config of %s: controller answer: %w", name, err)
 	}
-	return m.waitLocal(ctx, "config changed; not applied here yet", func() bool {
+	return appliedNotLocal(ctx, m.waitLocal(ctx, "config changed; not applied here yet", func() bool {
 		local := m.b.Topic(name)
 		return local == nil || localTopicID(local) != t.ID || maps.Equal(local.Config, after.Config)
-	})
+	}))
 }
 
 // waitLocal polls done until it holds (the metadata loop has applied a committed change
@@ -856,7 +979,7 @@ func (m *Manager) heartbeatLoop() {
 			if me != nil {
 				before = me.SessionEpoch
 			}
-			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
+			_, err := m.submitSession(ctx, &controller.Command{Type: controller.CmdRegisterBroker,
 				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, Address: m.self, KafkaAddress: m.kafkaSelf, Rack: m.cfg.Rack,
 					ProtocolMin: m.cfg.ProtocolMin, ProtocolMax: m.cfg.ProtocolMax}})
 			switch {
@@ -885,7 +1008,7 @@ func (m *Manager) heartbeatLoop() {
 				default:
 				}
 			}
-			_, err := m.Submit(ctx, &controller.Command{Type: controller.CmdHeartbeat,
+			_, err := m.submitSession(ctx, &controller.Command{Type: controller.CmdHeartbeat,
 				Broker: &controller.BrokerRegistration{ID: m.cfg.NodeID, SessionEpoch: me.SessionEpoch}})
 			if err != nil && errors.Is(err, controller.ErrStaleSession) {
 				registered = false

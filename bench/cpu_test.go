@@ -1,9 +1,14 @@
 package bench
 
 import (
+	"math"
 	"os"
+	"os/exec"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStatCPU(t *testing.T) {
@@ -40,4 +45,48 @@ func TestReadCPUSecondsOfThisProcessGrows(t *testing.T) {
 		}
 	}
 	t.Fatalf("CPU seconds stayed at %v after 5 s of spinning (x=%d)", before, x)
+}
+
+// ReadCPUSeconds resolves less than a /proc tick (10 ms), of this process and of another
+// one: a short window (the floor's 0.3 s) would otherwise read a server's CPU as 0 or as
+// a few ticks (TestBenchFloor failed so under load). A child that only started and went to
+// sleep has used some CPU, far less than a tick.
+func TestReadCPUSecondsResolvesBelowATick(t *testing.T) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(processCPUClock(os.Getpid()), &ts); err != nil {
+		t.Skipf("no process CPU clock here (ReadCPUSeconds reads /proc ticks): %v", err)
+	}
+	const tick = 1.0 / userHZ
+	fine := false
+	for attempt := 0; attempt < 100 && !fine; attempt++ {
+		before, err := ReadCPUSeconds(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := ReadCPUSeconds(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fine = after > before && after-before < tick/2
+	}
+	if !fine {
+		t.Error("this process's CPU time never advanced by less than half a tick between two reads")
+	}
+	child := exec.Command("sleep", "10")
+	if err := child.Start(); err != nil {
+		t.Skipf("no sleep(1) to start: %v", err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	var got float64
+	var err error
+	for attempt := 0; attempt < 1000 && got == 0; attempt++ { // until the child has run
+		if got, err = ReadCPUSeconds(child.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	if got <= 0 || got >= tick || math.Mod(got, tick) == 0 {
+		t.Fatalf("a child that started and sleeps read as %v CPU-s; want a few hundred µs, below a tick", got)
+	}
+	t.Logf("child sleep(1): %.6f CPU-s", got)
 }

@@ -299,7 +299,12 @@ func (b *broker) stop() {
 	select {
 	case <-b.exited:
 	case <-timer.C:
-		b.kill()
+		// The goroutines' stacks say where the shutdown waits (TestSigtermWithParkedFetch
+		// hung so once in the session 10 flake hunt, with nothing in the log to say why).
+		b.dumpGoroutines()
+		if b.running() {
+			b.kill()
+		}
 		b.t.Fatalf("ringlogd did not exit within %v of SIGTERM\n%s", brokerStopTimeout, b.logText())
 	}
 	if b.err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -66,10 +67,22 @@ func crashPoints(t *testing.T, rng *rand.Rand, seeds int, setup func(dir string)
 	}
 }
 
+// powerLossSeed seeds a power-loss test's random crash images (which unsynced writes
+// survive): the process id, or RINGLOG_POWERLOSS_SEED to replay a failed run. It is
+// logged, so a failure says how to replay it.
+func powerLossSeed(t *testing.T) uint64 {
+	seed := uint64(os.Getpid())
+	if v, err := strconv.ParseUint(os.Getenv("RINGLOG_POWERLOSS_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (RINGLOG_POWERLOSS_SEED replays it)", seed)
+	return seed
+}
+
 // TestCatalogPowerLoss: a power loss at any fsync of a catalog change leaves the catalog
 // exactly as before or exactly as after it, readable, and after it once the change returned.
 func TestCatalogPowerLoss(t *testing.T) {
-	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 5))
+	rng := rand.New(rand.NewPCG(powerLossSeed(t), 5))
 	initial := func(dir string) {
 		c, err := LoadCatalog(dir)
 		if err != nil {
@@ -133,7 +146,7 @@ func TestCatalogPowerLoss(t *testing.T) {
 // retention pass leaves a log that recovers, starts at the old or the new start offset (the
 // new one once the call returned), and holds every synced record from there on.
 func TestStartOffsetPowerLoss(t *testing.T) {
-	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 6))
+	rng := rand.New(rand.NewPCG(powerLossSeed(t), 6))
 	cfg := LogConfig{SegmentBytes: 2 << 10, IndexIntervalBytes: 256, Logger: quietLogger}
 	var end, oldStart int64
 	setup := func(dir string) {
@@ -287,7 +300,7 @@ func TestCatalogSweep(t *testing.T) {
 // keeps every record that was synced when the power failed, and is one contiguous run of
 // valid records.
 func TestRollPowerLoss(t *testing.T) {
-	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 8))
+	rng := rand.New(rand.NewPCG(powerLossSeed(t), 8))
 	cfg := LogConfig{SegmentBytes: 1 << 10, IndexIntervalBytes: 256, Logger: quietLogger}
 	var setupEnd, synced int64
 	setup := func(dir string) {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -45,12 +43,7 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 		mode := tc.mode
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			seed := uint64(os.Getpid())
-			if v, err := strconv.ParseUint(os.Getenv("RINGLOG_POWERLOSS_SEED"), 10, 64); err == nil {
-				seed = v // replay a failed run
-			}
-			rng := rand.New(rand.NewPCG(seed, 3))
-			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(powerLossSeed(t), 3))
 			// Write-back every 1 KiB (writeback.go) runs throughout: a hint to the real
 			// kernel that must change nothing the crash model counts as synced.
 			wb := NewWriteback(1 << 10)

@@ -351,7 +351,7 @@ func FuzzProducerSnapshot(f *testing.F) {
 // exactly the state its batch headers imply: a snapshot that lost its data or its batches is
 // never trusted.
 func TestProducerStatePowerLoss(t *testing.T) {
-	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 11))
+	rng := rand.New(rand.NewPCG(powerLossSeed(t), 11))
 	cfg := LogConfig{SegmentBytes: 1 << 10, IndexIntervalBytes: 256, Logger: quietLogger}
 	ts := time.Now().UnixMilli()
 	crashPoints(t, rng, 1, func(string) {}, func(dir string, fio ring.FileIO) error {

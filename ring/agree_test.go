@@ -55,7 +55,7 @@ func runAgreeBatch(t *testing.T, backend string, dir string, program []byte, exp
 			skipUsed = true
 		}
 	}
-	wbuf := []byte("data")
+	wbuf := pinnedBytes(t, "data")
 	rbufs := make([][]byte, agreeOpsMax)
 	n := 0
 	for i := 0; i+1 < len(program) && n < agreeOpsMax; i += 2 {

@@ -9,7 +9,8 @@
 // Reactor.PostFrom's target side and Reactor.Stop may be called from other goroutines.
 // Memory handed to the kernel must stay put until its completion: arena buffers (mmap'd,
 // outside the Go heap) or Go heap memory pinned with runtime.Pinner (Op.Pin, the *Async
-// helpers and the FileIO methods pin for you).
+// helpers and the FileIO methods pin for you), never a goroutine stack (the prep helpers
+// make their pointer arguments escape, so the compiler never puts them there).
 //
 // It must not know about logs, partitions or the protocol.
 //

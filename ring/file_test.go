@@ -76,6 +76,7 @@ func TestRingFileOps(t *testing.T) {
 		r := openRing(t, backend, Config{Entries: 16})
 		dir := t.TempDir()
 		path := CString(dir + "/ops")
+		pinForTest(t, path)
 
 		sqe := mustSQE(t, r)
 		sqe.PrepOpenat(unix.AT_FDCWD, path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
@@ -99,8 +100,9 @@ func TestRingFileOps(t *testing.T) {
 		rbuf, ridx, _ := arena.Get()
 
 		// write (linked) -> fsync, then writev, fallocate, statx.
-		hdr := []byte("HEAD")
+		hdr := pinnedBytes(t, "HEAD")
 		iov := []Iovec{{Base: &hdr[0]}, {Base: &wbuf[0]}}
+		pinForTest(t, &iov[0])
 		iov[0].SetLen(len(hdr))
 		iov[1].SetLen(100)
 		sqe = mustSQE(t, r)
@@ -133,6 +135,7 @@ func TestRingFileOps(t *testing.T) {
 		small := make([]byte, 4)
 		rest := make([]byte, 100)
 		riov := []Iovec{{Base: &small[0]}, {Base: &rest[0]}}
+		pinForTest(t, &riov[0])
 		riov[0].SetLen(4)
 		riov[1].SetLen(100)
 		plain := make([]byte, 10)
@@ -170,7 +173,7 @@ func TestRingFileOps(t *testing.T) {
 			t.Fatalf("RegisterFiles: %v", err)
 		}
 		sqe = mustSQE(t, r)
-		sqe.PrepWrite(1, []byte("fixedfile"), 0)
+		sqe.PrepWrite(1, pinnedBytes(t, "fixedfile"), 0)
 		sqe.SetFixedFile()
 		sqe.UserData = 11
 		if c := waitCQEs(t, r, 1)[0]; c.Res != 9 {
@@ -204,7 +207,7 @@ func TestLinkSemantics(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		r := openRing(t, backend, Config{Entries: 8})
 		f, _ := tempFile(t)
-		buf := []byte("x")
+		buf := pinnedBytes(t, "x")
 		sqe := mustSQE(t, r)
 		sqe.PrepWrite(-1, buf, 0) // EBADF
 		sqe.SetLink()
@@ -239,6 +242,10 @@ func TestWrapAround(t *testing.T) {
 		f, _ := tempFile(t)
 		const total = 5000
 		seen := make([]bool, total)
+		written := make([]byte, total) // byte i is written at offset i; reachable until the end
+		for i := range written {
+			written[i] = byte(i)
+		}
 		buf := make([]CQE, 3)
 		next, done := 0, 0
 		for rounds := 0; done < total; rounds++ {
@@ -250,7 +257,7 @@ func TestWrapAround(t *testing.T) {
 				if next%2 == 0 {
 					sqe.PrepNop()
 				} else {
-					sqe.PrepWrite(int(f.Fd()), []byte{byte(next)}, uint64(next))
+					sqe.PrepWrite(int(f.Fd()), written[next:next+1], uint64(next))
 				}
 				sqe.UserData = uint64(next)
 				next++

@@ -69,8 +69,37 @@ func newReactor(t testing.TB, backend string, cfg Config) *Reactor {
 		t.Fatalf("NewReactor(%s): %v", backend, err)
 	}
 	t.Cleanup(func() { r.Close() })
+	if _, benchmark := t.(*testing.B); !benchmark {
+		// Every wait of a test's reactor first moves the loop's stack (forceStackMove):
+		// memory the test handed the kernel from its stack then fails the test at once.
+		r.beforeWait = forceStackMove
+	}
 	return r
 }
+
+// forceStackMove moves the calling goroutine's stack, and checks that a local's address
+// changed: a collection shrinks a stack that is mostly unused, and growStack then grows it
+// again, to a new place; when the collection left the stack alone, it recurses twice as deep
+// (the stack is at most that big). Kernel memory that lived on the stack is left behind
+// (see moveStack).
+func forceStackMove() {
+	var local byte
+	before := uintptr(unsafe.Pointer(&local))
+	frames := stackMoveFrames
+	for attempt := 0; attempt < stackMoveAttemptsMax; attempt++ {
+		runtime.GC()
+		growStack(0, frames)
+		if uintptr(unsafe.Pointer(&local)) != before {
+			return
+		}
+		frames *= 2
+	}
+	panic(fmt.Sprintf("forceStackMove: the stack did not move in %d attempts (%d frames)", stackMoveAttemptsMax, frames))
+}
+
+// stackMoveAttemptsMax bounds forceStackMove's collections; its last recursion is 2^7
+// times moveStack's (32 MiB of stack).
+const stackMoveAttemptsMax = 8
 
 func tempFile(t testing.TB) (*os.File, string) {
 	t.Helper()
@@ -88,7 +117,7 @@ func waitCQEs(t testing.TB, r Ring, n int) []CQE {
 	t.Helper()
 	out := make([]CQE, 0, n)
 	buf := make([]CQE, 64)
-	moveStack(0)
+	forceStackMove()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(out) < n {
 		if time.Now().After(deadline) {
@@ -125,6 +154,26 @@ func mustSQE(t testing.TB, r Ring) *SQE {
 	return sqe
 }
 
+// pinForTest pins each pointer (to heap memory a test hands the kernel through a raw Ring)
+// until the test ends. The SQE holds only an address, which keeps nothing alive: memory
+// the test does not use again after the prep (a literal, an iovec array, a msghdr) could
+// be collected and reused before the kernel reads it, all the more as waitCQEs collects
+// garbage before it submits (forceStackMove).
+func pinForTest(t testing.TB, pointers ...any) {
+	var pin runtime.Pinner
+	for _, p := range pointers {
+		pin.Pin(p)
+	}
+	t.Cleanup(pin.Unpin)
+}
+
+// pinnedBytes returns a copy of s on the Go heap, pinned until the test ends (pinForTest).
+func pinnedBytes(t testing.TB, s string) []byte {
+	b := []byte(s)
+	pinForTest(t, &b[0])
+	return b
+}
+
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 
 // postAttemptsMax bounds postAccepted's retries of a full mailbox.
@@ -146,20 +195,4 @@ func postAccepted(r *Reactor, fn func()) error {
 		}
 		runtime.Gosched()
 	}
-}
-
-// moveStack recurses through about 256 KiB of frames, so the calling goroutine's stack grows
-// and is copied to a new place whenever it was smaller than that. A test that handed the
-// kernel the address of a stack variable (the accept's peer address, a small buffer the
-// compiler kept on the stack) then sees the kernel write into the old stack: waitCQEs calls
-// it between the prep and the wait, which turns that bug into a deterministic failure.
-//
-//go:noinline
-func moveStack(depth int) byte {
-	var frame [4096]byte
-	frame[depth%len(frame)] = byte(depth)
-	if depth < 64 {
-		return frame[(depth*7)%len(frame)] + moveStack(depth+1)
-	}
-	return frame[0]
 }

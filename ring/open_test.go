@@ -130,7 +130,7 @@ func TestSQPoll(t *testing.T) {
 	f, _ := tempFile(t)
 	for i := 0; i < 20; i++ {
 		sqe := mustSQE(t, r)
-		sqe.PrepWrite(int(f.Fd()), []byte("sqpoll"), uint64(6*i))
+		sqe.PrepWrite(int(f.Fd()), pinnedBytes(t, "sqpoll"), uint64(6*i))
 		sqe.UserData = uint64(i)
 		if c := waitCQEs(t, r, 1)[0]; c.Res != 6 {
 			t.Fatalf("write %d: %+v", i, c)
@@ -171,7 +171,7 @@ func TestRegisterEventfdAndUpdateFiles(t *testing.T) {
 			t.Fatalf("UpdateFiles: %v", err)
 		}
 		sqe := mustSQE(t, r)
-		sqe.PrepWrite(1, []byte("to g"), 0)
+		sqe.PrepWrite(1, pinnedBytes(t, "to g"), 0)
 		sqe.SetFixedFile()
 		sqe.UserData = 9
 		if c := waitCQEs(t, r, 1)[0]; c.Res != 4 {
@@ -181,7 +181,7 @@ func TestRegisterEventfdAndUpdateFiles(t *testing.T) {
 			t.Fatalf("g holds %q", b)
 		}
 		sqe = mustSQE(t, r)
-		sqe.PrepWrite(7, []byte("x"), 0)
+		sqe.PrepWrite(7, pinnedBytes(t, "x"), 0)
 		sqe.SetFixedFile()
 		sqe.UserData = 10
 		if c := waitCQEs(t, r, 1)[0]; c.Res != -int32(unix.EBADF) {

@@ -539,6 +539,9 @@ func (r *Reactor) RunOnce(block bool) error {
 		if r.beforeWait != nil {
 			r.beforeWait()
 		}
+		if invariantsEnabled {
+			moveStack()
+		}
 		spin := r.cfg.SpinBeforeWait > 0 && r.worked > 0
 		r.worked = 0
 		if spin {
@@ -790,6 +793,9 @@ func (r *Reactor) syncSQE() (*SQE, uint64, error) {
 // syncWait submits and waits for the completion tagged tok; other completions reaped on
 // the way go to the backlog.
 func (r *Reactor) syncWait(tok uint64) (int32, error) {
+	if invariantsEnabled {
+		moveStack()
+	}
 	for {
 		if _, err := r.ring.SubmitAndWait(1, 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
 			return 0, err

@@ -95,7 +95,7 @@ func TestSocketOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		sqe = mustSQE(t, r)
-		sqe.PrepSend(cfd, []byte("ping"), 0)
+		sqe.PrepSend(cfd, pinnedBytes(t, "ping"), 0)
 		sqe.UserData = 2
 		m := byUserData(t, waitCQEs(t, r, 2))
 		if m[1].Res != 4 || m[2].Res != 4 || string(rbuf[:4]) != "ping" {
@@ -109,12 +109,14 @@ func TestSocketOps(t *testing.T) {
 		siov[1].SetLen(len(b))
 		smsg := &Msghdr{Iov: &siov[0]}
 		smsg.SetIovlen(2)
+		pinForTest(t, &a[0], &b[0], &siov[0], smsg)
 		x, y := make([]byte, 3), make([]byte, 8)
 		riov := []Iovec{{Base: &x[0]}, {Base: &y[0]}}
 		riov[0].SetLen(3)
 		riov[1].SetLen(8)
 		rmsg := &Msghdr{Iov: &riov[0]}
 		rmsg.SetIovlen(2)
+		pinForTest(t, &riov[0], rmsg)
 		sqe = mustSQE(t, r)
 		sqe.PrepRecvmsg(cfd, rmsg, unix.MSG_WAITALL)
 		sqe.UserData = 3
@@ -165,6 +167,7 @@ func TestTimeoutsAndCancel(t *testing.T) {
 		}
 
 		long := &Timespec{Sec: 60}
+		pinForTest(t, ts, long)
 		sqe = mustSQE(t, r)
 		sqe.PrepTimeout(long, 1, 0)
 		sqe.UserData = 2
@@ -334,7 +337,8 @@ func TestSlowPeerDoesNotBlock(t *testing.T) {
 		slow, _ := connectPair(t, r, lfd, addr)
 		fast, fastClient := connectPair(t, r, lfd, addr)
 		f, _ := tempFile(t)
-		buf := make([]byte, 16)
+		buf := make([]byte, 16) // the recv stays pending until the ring closes
+		pinForTest(t, &buf[0])
 		sqe := mustSQE(t, r)
 		sqe.PrepRecv(slow, buf, 0)
 		sqe.UserData = 1
@@ -344,7 +348,7 @@ func TestSlowPeerDoesNotBlock(t *testing.T) {
 		sqe.PrepSend(fastClient, big, 0)
 		sqe.UserData = 2
 		sqe = mustSQE(t, r)
-		sqe.PrepWrite(int(f.Fd()), []byte("durable"), 0)
+		sqe.PrepWrite(int(f.Fd()), pinnedBytes(t, "durable"), 0)
 		sqe.UserData = 3
 		fastBuf := make([]byte, 4096)
 		sqe = mustSQE(t, r)

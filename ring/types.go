@@ -19,7 +19,7 @@ func iovAddr(v []Iovec) uintptr {
 	if len(v) == 0 {
 		return 0
 	}
-	return uintptr(unsafe.Pointer(&v[0]))
+	return kernelAddr(unsafe.Pointer(&v[0]))
 }
 
 // CString returns a NUL-terminated copy of s on the Go heap, for PrepOpenat/PrepStatx.

@@ -124,7 +124,7 @@ func dialConn(addr string, cfg *Config) (*conn, error) {
 	if sc, ok := nc.(syscall.Conn); ok && cfg.TLS == nil {
 		c.raw, _ = sc.SyscallConn()
 	}
-	if c.raw != nil {
+	if c.raw != nil && rawSocketOn {
 		c.sock = newRawSocket(c.raw)
 		from, c.w = c.sock, c.sock
 	}

@@ -30,15 +30,7 @@ type throttleHook struct {
 	throttleSum atomic.Int64
 
 	mu    sync.Mutex
-	reads []produceRead // guarded by mu
-}
-
-// produceRead is one produce response as kgo read it.
-type produceRead struct {
-	at       time.Time     // when kgo had read it
-	bytes    int64         // the request's frame as the quota charged it (without its size prefix)
-	throttle time.Duration // its ThrottleMillis (0: the client was within its rate)
-	after    bool          // the client waits the throttle out after the response (KIP-219)
+	reads []brokertest.ThrottledRead // guarded by mu
 }
 
 func (h *throttleHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
@@ -46,7 +38,8 @@ func (h *throttleHook) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.Brok
 		return
 	}
 	h.mu.Lock()
-	h.reads = append(h.reads, produceRead{at: time.Now(), bytes: int64(e2e.BytesWritten) - 4})
+	// The Kafka listener holds a whole write for its largest throttle (WriteHeld).
+	h.reads = append(h.reads, brokertest.ThrottledRead{At: time.Now(), Bytes: int64(e2e.BytesWritten) - 4, WriteHeld: true})
 	h.mu.Unlock()
 }
 
@@ -66,84 +59,18 @@ func (h *throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, a
 	// Only produce responses are throttled here (the quota limits produce bytes alone),
 	// so this one is the produce response just read.
 	h.mu.Lock()
-	if n := len(h.reads); n > 0 && h.reads[n-1].throttle == 0 {
-		h.reads[n-1].throttle, h.reads[n-1].after = d, after
+	if n := len(h.reads); n > 0 && h.reads[n-1].Throttle == 0 {
+		h.reads[n-1].Throttle, h.reads[n-1].After = d, after
 	}
 	h.mu.Unlock()
 }
 
-// heldRate is the rate the broker held the client to over the responses read at or after
-// from, in the broker's own account, and the span of time that account covers.
-//
-// The quota is a GCRA bucket: a request of n bytes moves its theoretical arrival time (TAT)
-// n/rate forward, and a response throttled for d was charged when TAT stood d past the
-// burst. Its throttle thus dates TAT, and between two throttled responses the bytes charged
-// are rate x (the difference of their TATs) — whatever the client or the machine did in
-// between, so long as the client stayed in debt (a response charged with no debt resets
-// TAT to the clock: runs of throttled responses only are counted). A wall-clock rate of
-// acknowledgements instead counts the debt the client had at the window's two ends:
-// a stall of the loaded test machine before the window left credit that the client spent
-// inside it (a run measured 114 %), a stall inside it left the client behind (74.9 %).
-//
-// A response dates TAT once read: KIP-219's (the client waits) at its read time plus its
-// throttle; a held one (the broker waits) at its read time, when it was held for its own
-// throttle — the last of a write's responses, since the writer holds a write for its
-// largest: the next response was charged after that hold, with a throttle no larger.
-// What is left is each response's read latency, which the fit below spreads over all of
-// them (the rate from a run's two ends alone came within 7 % of the bound once at load 20).
+// heldRate is brokertest.HeldRate over the responses kgo read so far.
 func (h *throttleHook) heldRate(from time.Time) (bytesPerSec float64, span time.Duration) {
 	h.mu.Lock()
 	reads := slices.Clone(h.reads)
 	h.mu.Unlock()
-	tat := func(r produceRead) time.Time {
-		if r.after {
-			return r.at.Add(r.throttle)
-		}
-		return r.at
-	}
-	// Each run of throttled responses gives points (TAT, bytes charged so far) on a line
-	// of slope rate; the slope is fitted over all of them, a run's own offset apart, so
-	// that the read latency of no single response (a stalled read at a run's end) sways it.
-	type point struct{ sec, bytes float64 }
-	var runs [][]point
-	var run []point
-	var charged int64
-	for i := 0; i+1 < len(reads); i++ {
-		r := reads[i]
-		charged += r.bytes
-		switch {
-		case r.at.Before(from):
-			continue
-		case r.throttle == 0: // the run ends: the client had credit here
-			if len(run) > 1 {
-				runs = append(runs, run)
-			}
-			run = nil
-			continue
-		case reads[i+1].throttle > r.throttle:
-			continue // not the last of its write
-		}
-		run = append(run, point{tat(r).Sub(from).Seconds(), float64(charged)})
-	}
-	if len(run) > 1 {
-		runs = append(runs, run)
-	}
-	var sxy, sxx float64
-	for _, run := range runs {
-		var mx, my float64
-		for _, p := range run {
-			mx, my = mx+p.sec/float64(len(run)), my+p.bytes/float64(len(run))
-		}
-		for _, p := range run {
-			sxy += (p.sec - mx) * (p.bytes - my)
-			sxx += (p.sec - mx) * (p.sec - mx)
-		}
-		span += time.Duration((run[len(run)-1].sec - run[0].sec) * float64(time.Second))
-	}
-	if sxx == 0 {
-		return 0, 0
-	}
-	return sxy / sxx, span
+	return brokertest.HeldRate(reads, from)
 }
 
 // measured is heldRate's span so far.

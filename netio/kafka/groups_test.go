@@ -234,3 +234,141 @@ func TestJoinGroupEmptyProtocolName(t *testing.T) {
 		t.Fatalf("broker after the refused join: %v", err)
 	}
 }
+
+// TestBundledMemberPollTimesOutInSync: a bundled member whose Poll context ends while its
+// SyncGroup waits for the leader's assignment must not think itself done: the leader (here
+// a hand-driven Kafka member) then stores an assignment giving it a partition, and the
+// member's next Poll has to fetch that assignment. With a 300 ms Poll, as
+// TestMixedGroupProtocols uses, a loaded machine makes the SyncGroup outlast the Poll; the
+// member kept its member id and generation, heartbeats of that generation are answered
+// OK in the Stable group, so nothing ever made it rejoin and its partitions went unread
+// until the next rebalance.
+func TestBundledMemberPollTimesOutInSync(t *testing.T) {
+	// Fails on main: the fix belongs to netio/client (GroupConsumer.ensureActive must call
+	// needRejoin(-1, false) when a joinRound returns an error), which this branch may not
+	// touch. Remove the skip with that fix.
+	t.Skip("bundled client: a Poll cut short in SyncGroup leaves the member unassigned (fix in netio/client pending)")
+	b := startKafka(t, brokertest.Options{})
+	admin := newClient(t, b)
+	createTopic(t, admin, "stall", 2)
+	produceN(t, admin, "stall", 0, 20)
+	ctx := testContext(t)
+
+	// The leader: a Kafka member driven by hand, so that it syncs when the test says.
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Topics = []string{"stall"}
+	join := func(member string) *kmsg.JoinGroupResponse {
+		t.Helper()
+		req := kmsg.NewPtrJoinGroupRequest()
+		req.Group, req.MemberID, req.ProtocolType = "stall-g", member, "consumer"
+		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 60000, 60000
+		req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
+		resp, err := req.RequestWith(ctx, admin)
+		if err != nil || resp.ErrorCode != 0 {
+			t.Fatalf("leader JoinGroup: %v, code %d", err, resp.ErrorCode)
+		}
+		return resp
+	}
+	sync := func(member string, generation int32, assignments map[string][]int32) {
+		t.Helper()
+		req := kmsg.NewPtrSyncGroupRequest()
+		req.Group, req.MemberID, req.Generation = "stall-g", member, generation
+		for id, partitions := range assignments {
+			a := kmsg.NewConsumerMemberAssignment()
+			a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: "stall", Partitions: partitions}}
+			req.GroupAssignment = append(req.GroupAssignment, kmsg.SyncGroupRequestGroupAssignment{MemberID: id, MemberAssignment: a.AppendTo(nil)})
+		}
+		resp, err := req.RequestWith(ctx, admin)
+		if err != nil || resp.ErrorCode != 0 {
+			t.Fatalf("leader SyncGroup: %v, code %d", err, resp.ErrorCode)
+		}
+	}
+	first := join("")
+	leader := first.MemberID
+	sync(leader, first.Generation, map[string][]int32{leader: {0, 1}})
+
+	member, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: "stall-g", SessionTimeout: 60 * time.Second,
+		HeartbeatInterval: 200 * time.Millisecond, Assignors: []string{"range"}, AutoOffsetReset: "earliest",
+		Consumer: client.ConsumerConfig{MaxWait: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close(context.Background())
+	member.Subscribe("stall")
+	pollCtx, cancelPoll := context.WithCancel(ctx)
+	polled := make(chan error, 1)
+	go func() {
+		_, err := member.Poll(pollCtx)
+		polled <- err
+	}()
+	// The member's JoinGroup started a join phase; the leader's rejoin completes it.
+	for groupState(ctx, t, admin, "stall-g") != "PreparingRebalance" {
+		if ctx.Err() != nil {
+			t.Fatal("the bundled member's JoinGroup never started a rebalance")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := join(leader)
+	var memberID string
+	for _, m := range second.Members {
+		if m.MemberID != leader {
+			memberID = m.MemberID
+		}
+	}
+	// The member has its join reply (its id and generation); its SyncGroup waits for the
+	// leader, and its Poll gives up meanwhile.
+	for {
+		if id, generation := member.Member(); id == memberID && generation == second.Generation {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the bundled member never got its join reply")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelPoll()
+	if err := <-polled; err == nil {
+		t.Fatal("Poll returned no error although its context ended before the assignment came")
+	}
+	sync(leader, second.Generation, map[string][]int32{leader: {0}, memberID: {1}})
+
+	// The group is Stable with partition 1 assigned to a member that does not know it. Its
+	// next Poll must join again (its subscription now names its generation, so the
+	// coordinator starts a rebalance, which the leader completes) rather than return with
+	// nothing owned while the coordinator counts partition 1 as read.
+	go func() {
+		_, err := member.Poll(ctx)
+		polled <- err
+	}()
+	for state := ""; state != "PreparingRebalance"; state = groupState(ctx, t, admin, "stall-g") {
+		select {
+		case err := <-polled:
+			t.Fatalf("Poll returned (err %v) owning %v without joining again; the group is %s with stall/1 assigned to the member",
+				err, member.Assignment(), groupState(ctx, t, admin, "stall-g"))
+		default:
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the group never started the rebalance")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	third := join(leader)
+	sync(leader, third.Generation, map[string][]int32{leader: {0}, memberID: {1}})
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+	if got := member.Assignment(); len(got) != 1 || got[0].Topic != "stall" || got[0].Partition != 1 {
+		t.Fatalf("after the rebalance the member owns %v, want stall/1", got)
+	}
+}
+
+func groupState(ctx context.Context, t *testing.T, admin *kgo.Client, group string) string {
+	t.Helper()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, admin)
+	if err != nil || len(resp.Groups) != 1 {
+		t.Fatalf("DescribeGroups: %v", err)
+	}
+	return resp.Groups[0].State
+}

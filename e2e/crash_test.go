@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -305,6 +306,16 @@ func TestSigtermWithParkedFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := dialRaw(t, b.addr)
+	// A round trip on the raw connection first: the broker has then accepted it and is
+	// receiving on it, so the fetch's bytes reach the loop before the client's below. Without
+	// it, under load, the loop could take the accept in the same batch as the client's
+	// request and read the fetch only after answering it: SIGTERM then raced the fetch
+	// (shutdown drops a request it had not read before it began, or, before the ring
+	// driver's fix of session 10, never closed that connection and hung for the grace).
+	r.write(wire.AppendRequest(nil, 2, &wire.APIVersionsRequest{}))
+	if h, _ := r.readResponse(); h.CorrelationID != 2 {
+		t.Fatalf("api versions answered with correlation %d", h.CorrelationID)
+	}
 	r.write(wire.AppendRequest(nil, 1, &wire.FetchRequest{MaxWaitMs: 60_000, MinBytes: 1, MaxBytes: 1 << 20, Topics: []wire.FetchTopic{{
 		Topic: "idle", Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 1 << 20}},
 	}}}))
@@ -326,6 +337,71 @@ func TestSigtermWithParkedFetch(t *testing.T) {
 	var resp wire.FetchResponse
 	if err := resp.ReadFrom(payload); err != nil {
 		t.Fatalf("decode fetch response: %v", err)
+	}
+}
+
+// TestSigtermWhileRequestsArrive: clients that keep sending while the broker shuts down
+// (their requests reach a connection just as the shutdown stops reading it) must not hold
+// the shutdown up. The ring driver once left such a connection neither reading nor closed
+// when a receive completed with bytes after the shutdown began: ringlogd then waited its
+// whole shutdown grace (TestSigtermWithParkedFetch hung so once under load; this test, on
+// one CPU beside a busy loop, hung about one SIGTERM in eight before the fix).
+func TestSigtermWhileRequestsArrive(t *testing.T) {
+	b := startBroker(t, "--shutdown-grace", "60s", "--shards", "1")
+	ctx := testContext(t, 30*time.Second)
+	c := b.client(t)
+	if err := c.CreateTopic(ctx, "idle", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	fetch := wire.AppendRequest(nil, 1, &wire.FetchRequest{MaxWaitMs: 60_000, MinBytes: 1, MaxBytes: 1 << 20, Topics: []wire.FetchTopic{{
+		Topic: "idle", Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 1 << 20}},
+	}}})
+	const stops, conns = 8, 24
+	for i := range stops {
+		if i > 0 {
+			b.restart()
+		}
+		rs := make([]*rawConn, conns)
+		for k := range rs {
+			rs[k] = dialRaw(t, b.addr)
+			rs[k].write(wire.AppendRequest(nil, 9, &wire.APIVersionsRequest{}))
+			rs[k].readResponse()
+		}
+		// Each connection sends a long-poll fetch every millisecond (staggered) until the
+		// broker has exited; SIGTERM lands in the middle.
+		exited := make(chan struct{})
+		var wg sync.WaitGroup
+		for k, r := range rs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(k) * 50 * time.Microsecond)
+				for {
+					select {
+					case <-exited:
+						return
+					default:
+					}
+					if _, err := r.conn.Write(fetch); err != nil {
+						return // the broker closed the connection
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		stopped := time.Now()
+		b.stop() // fails the test if ringlogd is not gone within brokerStopTimeout
+		took := time.Since(stopped)
+		close(exited)
+		wg.Wait()
+		for _, r := range rs {
+			r.conn.Close()
+		}
+		if took > 20*time.Second {
+			t.Errorf("stop %d: SIGTERM while requests arrived took %v (grace 60s)", i, took)
+		}
 	}
 }
 

@@ -358,9 +358,26 @@ func (c *ringConn) progress() {
 	if claimed {
 		c.takeCompleted()
 	}
+	c.stopReadingIfStopped()
 	c.armRecv()
 	c.trySend()
 	c.maybeFinish()
+}
+
+// stopReadingIfStopped ends the reader once Shutdown has stopped it and no recv is
+// pending: armRecv arms none while stopping, so without this a connection whose recv was
+// not armed when stopReading ran (at InflightPerConnMax, or a full rbuf), or whose last
+// recv brought bytes instead of the EOF that SHUT_RD gives an empty socket (bytes the
+// kernel had buffered, or a recv submitted just after), would never read EOF: it stayed
+// open with everything answered and held Shutdown until its ctx ended. What is left
+// unparsed, a partly received frame included, is dropped, as the bytes still in the socket
+// are: Shutdown answers the requests read before it began.
+func (c *ringConn) stopReadingIfStopped() {
+	if !c.stopping || c.recvArmed || c.readerDone {
+		return
+	}
+	c.readerDone = true
+	c.dropCurrent()
 }
 
 // takeCompleted marks the replies collected so far ready and releases postPending.

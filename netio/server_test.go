@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -599,6 +600,50 @@ func testServerGracefulShutdownAnswersInflight(t *testing.T, driver string) {
 	}
 	c.expectClosed()
 	stop()
+}
+
+func TestServerGracefulShutdownAtInflightMax(t *testing.T) {
+	forEachDriver(t, testServerGracefulShutdownAtInflightMax)
+}
+
+// A connection at InflightPerConnMax when Shutdown begins is not reading (no recv armed on
+// the ring driver), and a frame behind its in-flight request waits unread in the socket:
+// Shutdown answers the in-flight request, drops the unread frame and closes the
+// connection, without waiting for ctx. (The ring driver once left such a connection
+// neither reading nor finished, so Shutdown ran to its deadline: ringlogd then took its
+// whole shutdown grace to exit, as e2e TestSigtermWithParkedFetch saw under load.)
+func testServerGracefulShutdownAtInflightMax(t *testing.T, driver string) {
+	h := &holdHandler{served: make(chan *netio.Request, 10)}
+	srv, addr, stop := startServer(t, driver, h, netio.Config{InflightPerConnMax: 1})
+	defer stop()
+	c := dialRaw(t, addr)
+	c.send(7, &wire.MetadataRequest{})
+	req := <-h.served
+	c.send(8, &wire.MetadataRequest{}) // not read: the connection is at InflightPerConnMax
+	// Failing bound only: a correct Shutdown returns as soon as the reply is written.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- srv.Shutdown(ctx) }()
+	<-srv.StoppedAccepting()
+	req.ReplyMessage(&wire.MetadataResponse{BrokerID: 5})
+	hdr, _ := c.recv()
+	if hdr.CorrelationID != 7 {
+		t.Fatalf("corr %d, want 7", hdr.CorrelationID)
+	}
+	if err := <-shutdown; err != nil {
+		t.Fatalf("Shutdown: %v (the connection at InflightPerConnMax never finished)", err)
+	}
+	// Closed with frame 8 unread: EOF, or a reset when the kernel had it buffered.
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := io.Copy(io.Discard, c.nc); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("connection not closed by server: %v (%d bytes)", err, n)
+	}
+	select {
+	case r := <-h.served:
+		t.Fatalf("request %d, unread when Shutdown began, was served", r.Header.CorrelationID)
+	default:
+	}
 }
 
 func TestServerStalledFrameIsDropped(t *testing.T) { forEachDriver(t, testServerStalledFrameIsDropped) }

@@ -348,6 +348,12 @@ func (g *GroupConsumer) ensureActive(ctx context.Context) error {
 			return nil
 		}
 		if err := g.joinRound(ctx); err != nil {
+			// A round cut short (the Poll's context ended while SyncGroup waited for the
+			// leader, a call failed) leaves no assignment: the next Poll joins again, or the
+			// member would stay "active" with nothing assigned while the coordinator's
+			// Stable generation gives it partitions nobody reads
+			// (kafka.TestBundledMemberPollTimesOutInSync).
+			g.needRejoin(-1, false)
 			return err
 		}
 	}

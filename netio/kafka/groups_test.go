@@ -244,10 +244,8 @@ func TestJoinGroupEmptyProtocolName(t *testing.T) {
 // OK in the Stable group, so nothing ever made it rejoin and its partitions went unread
 // until the next rebalance.
 func TestBundledMemberPollTimesOutInSync(t *testing.T) {
-	// Fails on main: the fix belongs to netio/client (GroupConsumer.ensureActive must call
-	// needRejoin(-1, false) when a joinRound returns an error), which this branch may not
-	// touch. Remove the skip with that fix.
-	t.Skip("bundled client: a Poll cut short in SyncGroup leaves the member unassigned (fix in netio/client pending)")
+	// Failed every time before GroupConsumer.ensureActive called needRejoin(-1, false) on a
+	// join round that returned an error.
 	b := startKafka(t, brokertest.Options{})
 	admin := newClient(t, b)
 	createTopic(t, admin, "stall", 2)

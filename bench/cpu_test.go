@@ -4,7 +4,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"runtime"
 	"testing"
 	"time"
 
@@ -79,11 +78,15 @@ func TestReadCPUSecondsResolvesBelowATick(t *testing.T) {
 	defer func() { child.Process.Kill(); child.Wait() }()
 	var got float64
 	var err error
-	for attempt := 0; attempt < 1000 && got == 0; attempt++ { // until the child has run
+	// Until the child has run: on a loaded machine its first slice can come many
+	// milliseconds after Start (1,000 Gosched rounds were not enough in CI at 6882e18).
+	for deadline := time.Now().Add(10 * time.Second); got == 0 && time.Now().Before(deadline); {
 		if got, err = ReadCPUSeconds(child.Process.Pid); err != nil {
 			t.Fatal(err)
 		}
-		runtime.Gosched()
+		if got == 0 {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	if got <= 0 || got >= tick || math.Mod(got, tick) == 0 {
 		t.Fatalf("a child that started and sleeps read as %v CPU-s; want a few hundred µs, below a tick", got)

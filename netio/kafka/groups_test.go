@@ -262,6 +262,10 @@ func TestBundledMemberPollTimesOutInSync(t *testing.T) {
 		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 60000, 60000
 		req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
 		resp, err := req.RequestWith(ctx, admin)
+		if err == nil && resp.ErrorCode == kerr.MemberIDRequired.Code && member == "" {
+			req.MemberID = resp.MemberID // KIP-394: join again with the id handed out
+			resp, err = req.RequestWith(ctx, admin)
+		}
 		if err != nil || resp.ErrorCode != 0 {
 			t.Fatalf("leader JoinGroup: %v, code %d", err, resp.ErrorCode)
 		}

@@ -46,9 +46,7 @@ func TestBundledMemberIDRequiredThenLeaves(t *testing.T) {
 	createTopic(t, admin, "mir-b", 2)
 	ctx := testContext(t)
 	hand := &handMember{ctx: ctx, t: t, cl: admin, group: "mir-b-g", topic: "mir-b"}
-	first := hand.join("")
-	leader := first.MemberID
-	hand.sync(leader, first.Generation, map[string][]int32{leader: {0, 1}})
+	leader := hand.leadGroup(0, 1)
 
 	member := bundledMember(t, b, "mir-b-g", "mir-b")
 	pollCtx, cancelPoll := context.WithCancel(ctx)
@@ -90,9 +88,7 @@ func TestBundledMemberKeepsIDOnIllegalGeneration(t *testing.T) {
 	produceN(t, admin, "illgen", 0, 10)
 	ctx := testContext(t)
 	hand := &handMember{ctx: ctx, t: t, cl: admin, group: "illgen-g", topic: "illgen"}
-	first := hand.join("")
-	leader := first.MemberID
-	hand.sync(leader, first.Generation, map[string][]int32{leader: {0, 1}})
+	leader := hand.leadGroup(0, 1)
 
 	// The bundled member joins: generation 2 of the leader and it.
 	member := bundledMember(t, b, "illgen-g", "illgen")

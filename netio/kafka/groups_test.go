@@ -244,8 +244,8 @@ func TestJoinGroupEmptyProtocolName(t *testing.T) {
 // OK in the Stable group, so nothing ever made it rejoin and its partitions went unread
 // until the next rebalance.
 func TestBundledMemberPollTimesOutInSync(t *testing.T) {
-	// Failed every time before GroupConsumer.ensureActive called needRejoin (rejoin, keep the id) on a
-	// join round that returned an error.
+	// Failed every time before GroupConsumer.ensureActive called needRejoin (rejoin, keep
+	// the member id) on a join round that returned an error.
 	b := startKafka(t, brokertest.Options{})
 	admin := newClient(t, b)
 	createTopic(t, admin, "stall", 2)
@@ -255,9 +255,7 @@ func TestBundledMemberPollTimesOutInSync(t *testing.T) {
 	// The leader: a Kafka member driven by hand, so that it syncs when the test says.
 	hand := &handMember{ctx: ctx, t: t, cl: admin, group: "stall-g", topic: "stall"}
 	join, sync := hand.join, hand.sync
-	first := join("")
-	leader := first.MemberID
-	sync(leader, first.Generation, map[string][]int32{leader: {0, 1}})
+	leader := hand.leadGroup(0, 1)
 
 	member, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: "stall-g", SessionTimeout: 60 * time.Second,
 		HeartbeatInterval: 200 * time.Millisecond, Assignors: []string{"range"}, AutoOffsetReset: "earliest",
@@ -378,6 +376,15 @@ func (h *handMember) sync(member string, generation int32, assignments map[strin
 	if err != nil || resp.ErrorCode != 0 {
 		h.t.Fatalf("hand-driven SyncGroup: %v, code %d", err, resp.ErrorCode)
 	}
+}
+
+// leadGroup makes h the only member and leader of its (new) group, owning partitions of
+// its topic, and returns its member id.
+func (h *handMember) leadGroup(partitions ...int32) string {
+	h.t.Helper()
+	first := h.join("")
+	h.sync(first.MemberID, first.Generation, map[string][]int32{first.MemberID: partitions})
+	return first.MemberID
 }
 
 // waitState waits until the group is in state.

@@ -396,7 +396,14 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 	joinCtx, cancel := context.WithTimeout(ctx, g.cfg.RebalanceTimeout+g.cfg.SessionTimeout)
 	defer cancel()
 	var jr wire.JoinGroupResponse
-	if err := g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode }); err != nil {
+	err := g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode })
+	if errors.Is(err, wire.ErrUnsupportedVersion) && req.Version > 0 {
+		// The coordinator runs an older release than the broker we handshook with (a
+		// cluster mid-upgrade): join as version 0 did.
+		req.Version = 0
+		err = g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode })
+	}
+	if err != nil {
 		return fmt.Errorf("join group %s: %w", g.cfg.Group, err)
 	}
 	if jr.ErrorCode == wire.ErrMemberIDRequired && member == "" && jr.MemberID != "" {

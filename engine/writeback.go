@@ -220,6 +220,7 @@ func (w *Writeback) request(f *os.File, off, n int64) {
 		w.dropped.Add(1)
 	}
 }
+
 // writebackCursor is a log's position in its active segment up to which write-back has
 // been requested.
 type writebackCursor struct {

@@ -31,8 +31,10 @@ import (
 // after a quiet spell wakes it (one thread wake-up, a futex call, on the appender's path).
 // From then on it polls: every writebackPoll it takes everything queued, merges the
 // contiguous ranges of each file into one call, and goes idle again after a poll that
-// found nothing. A loaded broker thus pays at most one wake-up per writebackPoll (50 a
-// second) for the whole process, not one per request (≈ 560 a second at 570 MB/s over 16
+// found nothing; a request that brings the queue to writebackKickQueued wakes it before
+// its tick, so that small steps (--writeback-bytes 64 KiB at 800 MB/s fill 256 requests
+// in 20 ms) are not dropped. A loaded broker thus pays at most one wake-up per
+// writebackPoll (50 a second) or per writebackKickQueued requests, not one per request (≈ 560 a second at 570 MB/s over 16
 // partitions with 1 MiB steps, docs/benchmarks.md "Session 11"); the price is that a
 // range's write-back starts up to writebackPoll later, ≤ 12 MB at 600 MB/s, against the
 // 30 s and hundreds of MiB the kernel would leave dirty.
@@ -41,6 +43,7 @@ import (
 type Writeback struct {
 	every int64
 	reqs  chan writebackRequest
+	kick  chan struct{} // a half-full queue asks a busy goroutine not to wait for its tick
 	quit  chan struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
@@ -53,7 +56,7 @@ type Writeback struct {
 	served, idle func()
 
 	// started: sync_file_range calls; dropped: requests that found the queue full;
-	// wakeups: requests that found the goroutine idle and woke it.
+	// wakeups: requests that woke the goroutine (found it idle, or kicked it).
 	started, dropped, wakeups atomic.Uint64
 }
 
@@ -69,6 +72,11 @@ const WritebackBytesDefault = 1 << 20
 // dirty data at most are queued; beyond that, requests are dropped. A poll interval at
 // 600 MB/s with 1 MiB steps queues about 12.
 const writebackQueue = 256
+
+// writebackKickQueued is the queue length at which a request wakes a busy goroutine
+// before its poll tick: half the queue, so the other half absorbs the time it takes to
+// be scheduled.
+const writebackKickQueued = writebackQueue / 2
 
 // writebackPoll is how often a busy Writeback takes its queue: at most 1 / writebackPoll
 // thread wake-ups a second for the process (50), and a range waits at most this long
@@ -94,7 +102,7 @@ func NewWriteback(every int64) *Writeback {
 // newWriteback returns a Writeback whose goroutine is not started.
 func newWriteback(every int64, poll func() <-chan time.Time) *Writeback {
 	return &Writeback{every: every, reqs: make(chan writebackRequest, writebackQueue),
-		quit: make(chan struct{}), poll: poll}
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), poll: poll}
 }
 
 func (w *Writeback) start() {
@@ -119,8 +127,9 @@ func (w *Writeback) Stats() (started, dropped uint64) {
 	return w.started.Load(), w.dropped.Load()
 }
 
-// Wakeups returns how many requests found the goroutine idle and woke it: at most one
-// per writebackPoll while appends keep coming, never one per request.
+// Wakeups returns how many requests woke the goroutine (found it idle, or filled half
+// its queue): while appends keep coming, at most one per writebackPoll or per
+// writebackKickQueued requests, never one per request.
 func (w *Writeback) Wakeups() uint64 {
 	if w == nil {
 		return 0
@@ -139,7 +148,7 @@ func (w *Writeback) Close() {
 }
 
 // run alternates between idle (blocked on the queue: the next request wakes it) and busy
-// (serving what is queued at every poll tick, until a tick finds nothing).
+// (serving what is queued at every poll tick or kick, until a tick finds nothing).
 func (w *Writeback) run() {
 	defer w.wg.Done()
 	batch := make([]writebackRequest, 0, writebackQueue)
@@ -160,6 +169,8 @@ func (w *Writeback) run() {
 			case <-w.quit:
 				return
 			case <-w.poll():
+			case <-w.kick:
+				w.wakeups.Add(1)
 			}
 			batch = w.take(batch[:0])
 		}
@@ -212,12 +223,20 @@ func (w *Writeback) serve(batch []writebackRequest) {
 	}
 }
 
-// request queues a range; it never blocks and wakes the goroutine only when it is idle.
+// request queues a range; it never blocks, and wakes the goroutine only when it is idle
+// or when the queue holds writebackKickQueued requests.
 func (w *Writeback) request(f *os.File, off, n int64) {
 	select {
 	case w.reqs <- writebackRequest{f: f, off: off, n: n}:
 	default:
 		w.dropped.Add(1)
+		return
+	}
+	if len(w.reqs) >= writebackKickQueued { // >=: senders on other threads may step past it
+		select {
+		case w.kick <- struct{}{}:
+		default: // a kick is pending
+		}
 	}
 }
 

@@ -123,7 +123,8 @@ func TestWritebackRunning(t *testing.T) {
 // TestWritebackWakesOncePerPoll: appends do not wake the write-back goroutine per request.
 // Only a request that finds it idle wakes it; while busy it takes what queued at each poll
 // tick (injected here), merges each file's contiguous ranges into one sync_file_range, and
-// goes idle after a tick that finds nothing. A goroutine woken per request (the design
+// goes idle after a tick that finds nothing; half a queue of requests wakes it before its
+// tick. A goroutine woken per request (the design
 // before session 11: ≈ 280 futex wake-ups a second on the append path under
 // produce-only-1kib) fails the wake-up count.
 func TestWritebackWakesOncePerPoll(t *testing.T) {
@@ -184,6 +185,17 @@ func TestWritebackWakesOncePerPoll(t *testing.T) {
 	if wakes := w.Wakeups(); wakes != 2 {
 		t.Fatalf("after an idle spell, %d wake-ups, want 2", wakes)
 	}
+	// Busy again: the request that fills half the queue wakes it without a tick.
+	seq := queued + 2
+	for ; seq < queued+2+writebackKickQueued; seq++ {
+		appendOne(seq)
+	}
+	expect("served")
+	if wakes := w.Wakeups(); wakes != 3 {
+		t.Fatalf("%d requests queued while busy: %d wake-ups, want 3 (one kick)", writebackKickQueued, wakes)
+	}
+	tick()
+	expect("idle")
 }
 
 // TestWritebackServeMerges: serve joins a file's contiguous requests, keeps gaps and other

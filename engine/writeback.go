@@ -34,10 +34,11 @@ import (
 // found nothing; a request that brings the queue to writebackKickQueued wakes it before
 // its tick, so that small steps (--writeback-bytes 64 KiB at 800 MB/s fill 256 requests
 // in 20 ms) are not dropped. A loaded broker thus pays at most one wake-up per
-// writebackPoll (50 a second) or per writebackKickQueued requests, not one per request (≈ 560 a second at 570 MB/s over 16
-// partitions with 1 MiB steps, docs/benchmarks.md "Session 11"); the price is that a
-// range's write-back starts up to writebackPoll later, ≤ 12 MB at 600 MB/s, against the
-// 30 s and hundreds of MiB the kernel would leave dirty.
+// writebackPoll (50 a second) or per writebackKickQueued requests, not one per request:
+// at 550 MB/s over 16 partitions with 1 MiB steps, ≈ 420 requests a second had woken it
+// ≈ 280 times a second, with about three futex calls each (docs/benchmarks.md,
+// "Session 11"). The price: a range's write-back starts up to writebackPoll later,
+// ≤ 12 MB at 600 MB/s, against the 30 s and hundreds of MiB the kernel would leave dirty.
 //
 // One Writeback serves every log of a process (LogConfig.Writeback); nil is off.
 type Writeback struct {

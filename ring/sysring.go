@@ -70,6 +70,7 @@ type sysOp struct {
 	events      uint32 // epoll events it waits for
 	parkFd      int32
 	deadline    int64 // monotonic ns, timers only
+	timeoutNs   int64 // TIMEOUT, LINK_TIMEOUT: the timespec, copied at submit as io_timeout_prep does
 	heapIndex   int   // -1 when not in the heap
 	countAt     uint64
 	offIn       int64
@@ -221,12 +222,33 @@ func (r *sysRing) initCheck(op *sysOp, head, last *sysOp) unix.Errno {
 	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
 		return unix.EOPNOTSUPP // draining is disabled once CQE_SKIP_SUCCESS was used
 	}
+	switch op.sqe.Opcode {
+	case OpTimeout, OpLinkTimeout:
+		if errno := prepTimeout(op); errno != 0 {
+			return errno
+		}
+	case OpConnect:
+		return prepConnect(op)
+	}
 	if op.sqe.Opcode == OpLinkTimeout && (head == nil || last.sqe.Opcode == OpLinkTimeout || last.linkTimeout != nil) {
 		return unix.EINVAL // a link timeout must follow a linked, unguarded request
 	}
-	if op.sqe.Opcode == OpConnect {
-		return prepConnect(op)
+	return 0
+}
+
+// prepTimeout copies a TIMEOUT's or LINK_TIMEOUT's timespec into op at submit, with
+// __io_timeout_prep's checks: a nil one is EFAULT, a negative field EINVAL. A timeout that
+// starts later (in a link chain, or a link timeout when its request parks) counts the
+// duration the SQE named at submit, and the caller may reuse the timespec after Submit.
+func prepTimeout(op *sysOp) unix.Errno {
+	ts := (*Timespec)(addrPtr(&op.sqe.Addr))
+	if ts == nil {
+		return unix.EFAULT
 	}
+	if ts.Sec < 0 || ts.Nsec < 0 {
+		return unix.EINVAL
+	}
+	op.timeoutNs = ts.Sec*1e9 + ts.Nsec
 	return 0
 }
 
@@ -1028,16 +1050,10 @@ func monoNow() int64 {
 }
 
 func (r *sysRing) armTimeout(op *sysOp) {
-	ts := (*Timespec)(addrPtr(&op.sqe.Addr))
-	if ts == nil {
-		r.complete(op, errRes(unix.EFAULT), 0)
-		return
-	}
-	d := ts.Sec*1e9 + ts.Nsec
 	if op.sqe.OpFlags&TimeoutAbs != 0 {
-		op.deadline = d
+		op.deadline = op.timeoutNs
 	} else {
-		op.deadline = monoNow() + d
+		op.deadline = monoNow() + op.timeoutNs
 	}
 	if op.sqe.Off > 0 {
 		op.countAt = r.posted + op.sqe.Off
@@ -1048,11 +1064,7 @@ func (r *sysRing) armTimeout(op *sysOp) {
 }
 
 func (r *sysRing) armLinkTimeout(lt *sysOp) {
-	ts := (*Timespec)(addrPtr(&lt.sqe.Addr))
-	lt.deadline = monoNow()
-	if ts != nil {
-		lt.deadline += ts.Sec*1e9 + ts.Nsec
-	}
+	lt.deadline = monoNow() + lt.timeoutNs
 	heap.Push(&r.timers, lt)
 }
 

@@ -2,7 +2,6 @@ package ring
 
 import (
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,51 +24,22 @@ func connectedPeer(fd int) (*unix.SockaddrInet4, error) {
 	return sa.(*unix.SockaddrInet4), nil
 }
 
-// synDroppingListener returns the address of a loopback listener whose accept queue is full
+// synDroppingListener returns the port of a loopback listener whose accept queue is full
 // (backlog 0, one connection queued), so it drops every SYN: a non-blocking connect to it
 // stays in SYN_SENT for the whole test (the next SYN retransmission is dropped as well).
 func synDroppingListener(t *testing.T) int {
 	t.Helper()
-	lfd := newSocket(t)
-	if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
+	_, port := loopbackSocket(t, 0)
+	if err := unix.Connect(newSocket(t), &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: port}); err != nil {
+		t.Fatal(err) // fills the accept queue
 	}
-	if err := unix.Listen(lfd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := unix.Getsockname(lfd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Connect(newSocket(t), sa); err != nil { // fills the accept queue
-		t.Fatal(err)
-	}
-	return sa.(*unix.SockaddrInet4).Port
-}
-
-// rawInet4 returns 127.0.0.1:port as a pinned, full-size sockaddr.
-func rawInet4(t *testing.T, port int) *RawSockaddrAny {
-	storage := new(RawSockaddrAny)
-	pinForTest(t, storage)
-	raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(storage))
-	raw.Family = unix.AF_INET
-	raw.Addr = [4]byte{127, 0, 0, 1}
-	raw.Port = uint16(port>>8) | uint16(port&0xff)<<8 // network byte order
-	return storage
+	return port
 }
 
 // closedPort returns an address on which nothing listens: a bound, unlistened socket's port.
 func closedPort(t *testing.T) *RawSockaddrAny {
-	t.Helper()
-	fd := newSocket(t)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rawInet4(t, sa.(*unix.SockaddrInet4).Port)
+	_, port := loopbackSocket(t, -1)
+	return rawInet4(t, port)
 }
 
 // submitConnect queues a CONNECT of fd to addr with user data ud and submits it.

@@ -34,7 +34,8 @@ type sysRing struct {
 	overflow []CQE
 
 	free      *sysOp
-	inflight  int // parked ops and pending timeouts
+	addrFree  []*sockaddrCopy // CONNECT address copies not in use: as many as connects were ever in flight at once
+	inflight  int             // parked ops and pending timeouts
 	drainQ    []*sysOp
 	pumping   bool
 	waiters   map[int32]*fdWait
@@ -76,17 +77,24 @@ type sysOp struct {
 	offIn       int64
 	offOut      int64
 	initErr     int32 // submit-time error (negative errno), 0 if none
-	// OpConnect: the address, copied at submit as the kernel's io_connect_prep copies it
-	// (move_addr_to_kernel), so every attempt dials what the SQE named at submit, and
-	// whether a connect(2) of this op started the handshake (EINPROGRESS).
-	connectAddr    [sockaddrStorageSize]byte
-	connectAddrLen uint32
-	connecting     bool
+	// OpConnect: whether a connect(2) of this op started the handshake (EINPROGRESS), and
+	// the address, copied at submit as the kernel's io_connect_prep copies it
+	// (move_addr_to_kernel), so every attempt dials what the SQE named at submit. The
+	// address lives out of line, from the ring's pool, so that every other op's sysOp
+	// stays small (it is zeroed twice per op).
+	connecting  bool
+	connectAddr *sockaddrCopy
 }
 
 // sockaddrStorageSize is sizeof(struct sockaddr_storage): the longest address connect(2)
 // takes; the kernel refuses a longer one with EINVAL before it reads it.
 const sockaddrStorageSize = 128
+
+// sockaddrCopy is a CONNECT's address as copied at submit.
+type sockaddrCopy struct {
+	bytes [sockaddrStorageSize]byte
+	len   uint32
+}
 
 // sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
 // consumes entries from head up to the tail the owner publishes, like the kernel does.
@@ -228,7 +236,7 @@ func (r *sysRing) initCheck(op *sysOp, head, last *sysOp) unix.Errno {
 			return errno
 		}
 	case OpConnect:
-		return prepConnect(op)
+		return r.prepConnect(op)
 	}
 	if op.sqe.Opcode == OpLinkTimeout && (head == nil || last.sqe.Opcode == OpLinkTimeout || last.linkTimeout != nil) {
 		return unix.EINVAL // a link timeout must follow a linked, unguarded request
@@ -256,21 +264,29 @@ func prepTimeout(op *sysOp) unix.Errno {
 // checks: a length outside [0, sizeof(sockaddr_storage)] is EINVAL, a nil address with a
 // length EFAULT. Like every address in an SQE, a non-nil one must point to addrLen bytes
 // of live memory (see sqe.go); after Submit the caller may reuse it, as with io_uring.
-func prepConnect(op *sysOp) unix.Errno {
+func (r *sysRing) prepConnect(op *sysOp) unix.Errno {
 	addrLen := int32(uint32(op.sqe.Off)) // the kernel reads addr2 into an int
 	if addrLen < 0 || addrLen > sockaddrStorageSize {
 		return unix.EINVAL
 	}
-	if addrLen == 0 {
-		return 0
-	}
 	addr := addrPtr(&op.sqe.Addr)
-	if addr == nil {
+	if addr == nil && addrLen > 0 {
 		return unix.EFAULT
 	}
-	op.connectAddrLen = uint32(addrLen)
-	copy(op.connectAddr[:addrLen], unsafe.Slice((*byte)(addr), addrLen))
+	c := r.takeSockaddrCopy()
+	c.len = uint32(addrLen)
+	copy(c.bytes[:addrLen], unsafe.Slice((*byte)(addr), addrLen))
+	op.connectAddr = c
 	return 0
+}
+
+func (r *sysRing) takeSockaddrCopy() *sockaddrCopy {
+	if n := len(r.addrFree); n > 0 {
+		c := r.addrFree[n-1]
+		r.addrFree = r.addrFree[:n-1]
+		return c
+	}
+	return new(sockaddrCopy)
 }
 
 func (r *sysRing) endChain(head *sysOp, failed bool) {
@@ -323,6 +339,9 @@ func (r *sysRing) newOp(sqe *SQE) *sysOp {
 }
 
 func (r *sysRing) freeOp(op *sysOp) {
+	if op.connectAddr != nil {
+		r.addrFree = append(r.addrFree, op.connectAddr)
+	}
 	*op = sysOp{next: r.free}
 	r.free = op
 }
@@ -686,7 +705,7 @@ func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
 			return res, 0, -1, 0
 		}
 	}
-	e := sysConnect(fd, &op.connectAddr, op.connectAddrLen)
+	e := sysConnect(fd, op.connectAddr)
 	switch {
 	case e == unix.EINPROGRESS || e == unix.EINTR:
 		// EINTR: Linux never returns it from a non-blocking connect (TCP and unix connects
@@ -710,14 +729,14 @@ func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
 	return sysRes(0, e), 0, -1, 0
 }
 
-// sysConnect is connect(2) on fd with the first addrLen bytes of addr.
-func sysConnect(fd int, addr *[sockaddrStorageSize]byte, addrLen uint32) unix.Errno {
+// sysConnect is connect(2) of fd to addr.
+func sysConnect(fd int, addr *sockaddrCopy) unix.Errno {
 	if injectErrno != nil {
 		if e := injectErrno(unix.SYS_CONNECT); e != 0 {
 			return e
 		}
 	}
-	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(addr)), uintptr(addrLen))
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&addr.bytes)), uintptr(addr.len))
 	return e
 }
 

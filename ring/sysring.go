@@ -699,6 +699,9 @@ func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 // EALREADY from a handshake it started. (EALREADY from a socket that was already
 // connecting before the op is the kernel's answer too, and is passed on.)
 func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
+	if op.connectAddr == nil {
+		panic("ring: syscall backend: CONNECT started without the address copy Submit makes (prepConnect)")
+	}
 	fd := int(op.fd)
 	if !op.connecting {
 		if res := setNonblock(fd); res < 0 {

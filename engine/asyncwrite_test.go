@@ -29,7 +29,8 @@ type queuedWrites struct {
 	fio  ring.FileIO
 	rng  *rand.Rand
 	q    []queuedWrite
-	cuts int // StartFtruncate calls
+	cuts    int // StartFtruncate calls
+	flushes int // StartFsync calls
 }
 
 // checkOverlap panics if [off, off+len(p)) on fd overlaps a write in flight, or a cut of
@@ -53,6 +54,16 @@ type queuedWrite struct {
 	index int // fixed-buffer slot, -1: none
 	data  []byte
 	cut   bool // an ftruncate of fd to off (StartFtruncate), not a write
+	flush bool // an fsync of fd (StartFsync), not a write
+}
+
+// StartFsync queues an fsync of fd through w.fio (a CrashFS counts it as a sync when it
+// completes), completed in random order with the writes like the ring's IORING_OP_FSYNC;
+// in dieMidway it happened or not.
+func (w *queuedWrites) StartFsync(fd int, _ bool, done func(int, error)) error {
+	w.q = append(w.q, queuedWrite{fd: fd, done: done, index: -1, flush: true})
+	w.flushes++
+	return nil
 }
 
 // StartFtruncate queues a cut of fd to size, completed (or, in dieMidway, lost) in random
@@ -73,6 +84,9 @@ func (w *queuedWrites) StartFtruncate(fd int, size int64, done func(int, error))
 func (w *queuedWrites) apply(x queuedWrite, data []byte) (int, error) {
 	if x.cut {
 		return 0, unix.Ftruncate(x.fd, x.off)
+	}
+	if x.flush {
+		return 0, w.fio.Fsync(x.fd)
 	}
 	return pwriteAll(w.fio, x.fd, data, x.off)
 }
@@ -181,7 +195,7 @@ func (w *queuedWrites) dieMidway() {
 		case 0:
 			w.apply(x, x.data)
 		case 1:
-			if x.cut {
+			if x.cut || x.flush {
 				break
 			}
 			blocks := len(x.data) / blockBytes

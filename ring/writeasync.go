@@ -80,6 +80,25 @@ func (r *Reactor) StartFtruncate(fd int, size int64, done func(n int, err error)
 	return op.Submit()
 }
 
+// StartFsync flushes fd (IORING_OP_FSYNC; an fdatasync when datasync is set) and calls
+// done(0, err) the way a StartWrite completion is called: on the loop, or inside
+// AwaitWrites, which waits for it like a write. The kernel runs the flush on an io-wq worker
+// thread, so the loop never waits for the device. engine's retention writes its log start
+// offset checkpoint this way (the temporary file's fsync, then the directory's), and
+// retires the segments when both have completed. The syscall backend runs it inline.
+func (r *Reactor) StartFsync(fd int, datasync bool, done func(n int, err error)) error {
+	if done == nil {
+		return fmt.Errorf("ring: StartFsync with no completion: %w", unix.EINVAL)
+	}
+	op, err := r.Begin(nil)
+	if err != nil {
+		return err
+	}
+	op.sqe.PrepFsync(fd, datasync)
+	r.slots[op.idx].writeDone = done
+	return op.Submit()
+}
+
 // WriteBufferSlots is the size of the sparse fixed-buffer table RegisterWriteBuffer fills
 // (the kernel's limit is 16,384). A buffer that finds no free slot is written unregistered.
 const WriteBufferSlots = 4096

@@ -154,6 +154,48 @@ func TestStartFtruncate(t *testing.T) {
 	})
 }
 
+// TestStartFsync: the flush completes through the write path (never inside StartFsync;
+// AwaitWrites waits for it), both as fsync and fdatasync, and a flush of a bad descriptor
+// reports its error there.
+func TestStartFsync(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		f, _ := tempFile(t)
+		if _, err := f.WriteAt([]byte("checkpoint"), 0); err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		var gotErr error
+		done := func(n int, err error) { calls, gotErr = calls+1, err }
+		for i, datasync := range []bool{false, true} {
+			if err := r.StartFsync(int(f.Fd()), datasync, done); err != nil {
+				t.Fatal(err)
+			}
+			if calls != i {
+				t.Fatal("the flush completed inside StartFsync")
+			}
+			if err := r.AwaitWrites(func() bool { return calls == i+1 }); err != nil {
+				t.Fatal(err)
+			}
+			if gotErr != nil {
+				t.Fatalf("datasync=%v: %v", datasync, gotErr)
+			}
+		}
+		if err := r.StartFsync(-1, false, done); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AwaitWrites(func() bool { return calls == 3 }); err != nil {
+			t.Fatal(err)
+		}
+		if gotErr == nil {
+			t.Fatal("a flush of fd -1 succeeded")
+		}
+		if err := r.StartFsync(int(f.Fd()), false, nil); err == nil {
+			t.Fatal("a flush with no completion was accepted")
+		}
+	})
+}
+
 // TestAwaitWritesBehindCallerInBatch: a callback that calls AwaitWrites (engine's direct
 // mode rolling a segment inside a produce handled on the connection's own loop) may run
 // from a reap batch that already holds, behind it, the completion of the very write it

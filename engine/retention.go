@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Retention off the owner's loop.
+//
+// A retention pass that deletes must make the new log start offset durable before it
+// retires a segment (EnforceRetention): the retire renames are not durable until a later
+// directory fsync, a power loss may take back any subset of them, and recovery drops every
+// segment wholly below the checkpoint so that one that comes back never sits before a gap.
+// Written the blocking way (writeFileAtomic) that is two fsyncs on the owner's thread per
+// pass, the file's and the directory's: about 0.9 s of a shard loop's time blocked in a
+// 20-second benchmark run of 16 partitions at a retention limit (docs/benchmarks.md,
+// session 10 and 11).
+//
+// With an AsyncFsyncer (SetAsyncRetention; the shard's reactor: IORING_OP_FSYNC, run by an
+// io-wq worker), a pass runs in two phases, and the owner never waits:
+//
+//	EnforceRetention:   choose the segments, write log-start-offset.tmp, start its fsync
+//	    fsync done:     close, rename over log-start-offset, start the directory's fsync
+//	    dir fsync done: the checkpoint is durable; the done hook asks the owner to call
+//	CompleteRetention:  retire the segments below the checkpoint, move the start offset
+//
+// Until CompleteRetention the segments stay in the log, readable, and the start offset does
+// not move: readers never see a retired segment, and a crash at any point leaves either the
+// old checkpoint (nothing was retired) or the new one (recovery drops what a power loss
+// brought back). The completions only keep books (close, rename, start the next flush);
+// retiring, which closes files that read results may refer to, waits for CompleteRetention
+// at the owner's top level.
+//
+// While a pass is in flight, whatever else writes or removes the checkpoint or changes the
+// front of the log first waits for it and completes it (awaitRetention), as for a roll's
+// seal: DeleteRecordsBefore, TruncateTo, ResetTo and Close. A second EnforceRetention takes
+// no new pass (the next one does, after CompleteRetention). Rolls and appends go on, and so
+// does compaction: a pass names an offset, not segment objects, and a compaction swap
+// keeps the segment's base offset (a swapped segment below the checkpoint is retired, or
+// dropped by recovery, like the one it replaced). A pass whose flush fails retires nothing
+// and reports the error at CompleteRetention; the next pass writes the checkpoint again.
+
+// AsyncFsyncer flushes files without blocking the owner: StartFsync calls done(0, err) on the
+// owner's goroutine when the flush completed, never from inside StartFsync, and AwaitWrites
+// waits for such completions like StartWrite's. *ring.Reactor implements it.
+type AsyncFsyncer interface {
+	StartFsync(fd int, datasync bool, done func(n int, err error)) error
+	AwaitWrites(cond func() bool) error
+}
+
+// retentionPhase is where a retention pass's checkpoint stands.
+type retentionPhase uint8
+
+const (
+	retentionIdle       retentionPhase = iota
+	retentionSyncFile                  // log-start-offset.tmp written, its fsync in flight
+	retentionSyncDir                   // renamed in place, the directory's fsync in flight
+	retentionCompleted                 // both flushes done (or one failed: err); CompleteRetention retires
+)
+
+// retentionPass is a log's retention pass in flight. Owner goroutine only.
+type retentionPass struct {
+	fsyncer AsyncFsyncer // nil: retention writes its checkpoint the blocking way
+	done    func()       // SetAsyncRetention's hook
+	phase   retentionPhase
+	target  int64 // the new log start offset: the base of the first segment that stays
+	fd      int   // the descriptor being flushed
+	err     error // the first failure of the pass
+	// fileSynced, dirSynced and idle are the completions and AwaitWrites' condition,
+	// bound once.
+	fileSynced, dirSynced func(int, error)
+	idle                  func() bool
+}
+
+func (p *retentionPass) inFlight() bool {
+	return p.phase == retentionSyncFile || p.phase == retentionSyncDir
+}
+
+// SetAsyncRetention makes retention write its log start offset checkpoint through f without
+// blocking the owner (see above). done runs on the owner's goroutine when a pass's
+// checkpoint is durable or failed, possibly from inside a Log method that waits for writes
+// (of this log or another on the same loop); it must not call the Log's methods, only
+// arrange for CompleteRetention to run soon at the owner's top level. Call it before the
+// first EnforceRetention.
+func (l *Log) SetAsyncRetention(f AsyncFsyncer, done func()) {
+	p := &l.retention
+	p.fsyncer, p.done, p.fd = f, done, -1
+	p.fileSynced = l.retentionFileSynced
+	p.dirSynced = l.retentionDirSynced
+	p.idle = func() bool { return !p.inFlight() }
+}
+
+// RetentionPending reports whether a retention pass's checkpoint is being written or waits
+// for CompleteRetention.
+func (l *Log) RetentionPending() bool { return l.retention.phase != retentionIdle }
+
+// startRetention begins a pass that moves the log start offset to target (a segment base
+// above it): the checkpoint's temporary file is written and its fsync started. started is
+// false, with nothing changed, when the fsyncer refused the op (a full ring): the caller
+// writes the checkpoint the blocking way.
+func (l *Log) startRetention(target int64) (started bool, err error) {
+	p := &l.retention
+	fd, err := writeTemp(l.fio, l.startOffsetPath(), encodeStartOffset(target))
+	if err != nil {
+		return false, fmt.Errorf("retention: write start offset: %w", err)
+	}
+	if err := p.fsyncer.StartFsync(fd, false, p.fileSynced); err != nil {
+		renameTemp(fd, l.startOffsetPath(), err) // removes the temporary file
+		return false, nil
+	}
+	p.phase, p.target, p.fd, p.err = retentionSyncFile, target, fd, nil
+	return true, nil
+}
+
+func (l *Log) startOffsetPath() string { return filepath.Join(l.dir, startOffsetFileName) }
+
+// retentionFileSynced is the completion of the temporary checkpoint's fsync: rename it in
+// place and flush the directory.
+func (l *Log) retentionFileSynced(_ int, err error) {
+	p := &l.retention
+	fd := p.fd
+	p.fd = -1
+	if err = renameTemp(fd, l.startOffsetPath(), err); err != nil {
+		l.retentionFinished(err)
+		return
+	}
+	dirFd, err := unix.Open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		l.retentionFinished(fmt.Errorf("sync dir %s: open: %w", l.dir, err))
+		return
+	}
+	if err := p.fsyncer.StartFsync(dirFd, false, p.dirSynced); err != nil {
+		unix.Close(dirFd)
+		l.retentionFinished(fmt.Errorf("sync dir %s: %w", l.dir, err))
+		return
+	}
+	p.phase, p.fd = retentionSyncDir, dirFd
+}
+
+// retentionDirSynced is the completion of the directory's fsync: the checkpoint is durable.
+func (l *Log) retentionDirSynced(_ int, err error) {
+	p := &l.retention
+	unix.Close(p.fd)
+	p.fd = -1
+	if err != nil {
+		err = fmt.Errorf("sync dir %s: %w", l.dir, err)
+	}
+	l.retentionFinished(err)
+}
+
+func (l *Log) retentionFinished(err error) {
+	p := &l.retention
+	p.phase, p.err = retentionCompleted, err
+	if p.done != nil {
+		p.done()
+	}
+}
+
+// CompleteRetention finishes a retention pass whose checkpoint is durable: the segments
+// below it retire and the log start offset moves to it. It returns how many segments it
+// retired (0 when no pass was completed), or the pass's failure (nothing retired). The owner
+// calls it at its top level after SetAsyncRetention's hook ran; EnforceRetention calls it
+// too. File pieces of earlier reads stay valid until it runs, as for EnforceRetention.
+func (l *Log) CompleteRetention() (int, error) {
+	p := &l.retention
+	if p.phase != retentionCompleted || l.closed {
+		return 0, nil
+	}
+	p.phase = retentionIdle
+	if err := p.err; err != nil {
+		p.err = nil
+		return 0, fmt.Errorf("retention: write start offset %d: %w", p.target, err)
+	}
+	return l.retireBelow(p.target)
+}
+
+// awaitRetention waits for a retention pass in flight and completes it: before anything
+// else writes or removes the checkpoint or changes the front of the log. A failed pass
+// retired nothing and is only logged; a failed directory fsync may leave the new checkpoint
+// in place above the live start offset, as a failed blocking write did. A failed wait fails
+// the log.
+func (l *Log) awaitRetention() error {
+	p := &l.retention
+	if p.inFlight() {
+		if err := p.fsyncer.AwaitWrites(p.idle); err != nil {
+			return l.fail(fmt.Errorf("wait for the retention checkpoint: %w", err))
+		}
+	}
+	if _, err := l.CompleteRetention(); err != nil {
+		l.cfg.Logger.Warn("retention failed", "dir", l.dir, "err", err)
+	}
+	return nil
+}
+
+// retireBelow retires the closed segments that lie wholly below target (the next one starts
+// at or below it), oldest first, moving the log start offset with them.
+func (l *Log) retireBelow(target int64) (int, error) {
+	deleted := 0
+	for len(l.segments) > 1 && l.segments[1].baseOffset <= target && !l.segments[0].sealing {
+		if err := l.retireSegment(0); err != nil {
+			return deleted, err
+		}
+		deleted++
+		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
+	}
+	l.assertInvariants()
+	return deleted, nil
+}

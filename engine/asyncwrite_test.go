@@ -26,9 +26,9 @@ import (
 // queuedWrites applies each write when it completes, so an older write of a block that
 // completed after a newer one would leave stale bytes on disk.
 type queuedWrites struct {
-	fio  ring.FileIO
-	rng  *rand.Rand
-	q    []queuedWrite
+	fio     ring.FileIO
+	rng     *rand.Rand
+	q       []queuedWrite
 	cuts    int // StartFtruncate calls
 	flushes int // StartFsync calls
 }
@@ -487,14 +487,16 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			}
 			// rollTorn counts crashes with a sealed segment's writes still in flight (a roll
 			// that did not wait for them) or its cut to size in flight.
-			var lostTorn, staleTorn, rollTorn int
+			// retentionTorn counts crashes with a retention pass's checkpoint flushes in flight
+			// or its segments not yet retired (retention.go).
+			var lostTorn, staleTorn, rollTorn, retentionTorn int
 			var groups groupsSeen
 			defer manyGroups(rng, groupsMax)()
 			// 10 rounds, and up to 40 while no crash has yet hit what the variant is about
 			// (a write in flight; over a recycled file): each round hits it by chance, and
 			// 10 misses in a row happened once in CI (seed 5546 under -race).
 			untested := func() bool {
-				return lostTorn == 0 || groupsMax > 1 && groups < 2 || variant.recycle && staleTorn == 0 ||
+				return lostTorn == 0 || groupsMax > 1 && groups < 2 || variant.recycle && (staleTorn == 0 || retentionTorn == 0) ||
 					!variant.prealloc && rollTorn == 0
 			}
 			for round := 0; round < 10 || untested() && round < 40; round++ {
@@ -513,6 +515,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 				start := l.EndOffset()
 				qw := &queuedWrites{fio: fs, rng: rng}
 				l.SetAsyncWriter(qw, func() {})
+				l.SetAsyncRetention(qw, func() {})
 				for i, n := 0, 5+rng.IntN(40); i < n; i++ {
 					if _, err := appendCounted(t, l, rng); err != nil {
 						t.Fatal(err)
@@ -545,6 +548,10 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 				}
 				written, synced, staged := l.EndOffset(), l.SyncedOffset(), l.StagedEndOffset()
 				logStart := l.StartOffset()
+				if l.RetentionPending() {
+					retentionTorn++
+					logStart = l.retention.target // a durable checkpoint moves the start there
+				}
 				if len(qw.q) > 0 {
 					lostTorn++
 					if l.active().stale {
@@ -574,11 +581,14 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			if variant.recycle && staleTorn == 0 {
 				t.Fatal("no crash hit a write in flight over a recycled file: the variant tested nothing")
 			}
+			if variant.recycle && retentionTorn == 0 {
+				t.Fatal("no crash hit a retention pass in flight: the variant tested nothing")
+			}
 			// With preallocation a roll waits while the zeroing job runs (it owns the cut).
 			if !variant.prealloc && rollTorn == 0 {
 				t.Fatal("no crash hit a roll with the sealed segment's writes or cut in flight: the roll case tested nothing")
 			}
-			t.Logf("crashes with writes in flight %d, over a recycled file %d, with a roll's seal in flight %d", lostTorn, staleTorn, rollTorn)
+			t.Logf("crashes with writes in flight %d, over a recycled file %d, with a roll's seal in flight %d, with a retention pass in flight %d", lostTorn, staleTorn, rollTorn, retentionTorn)
 		})
 	}
 }

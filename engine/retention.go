@@ -54,10 +54,10 @@ type AsyncFsyncer interface {
 type retentionPhase uint8
 
 const (
-	retentionIdle       retentionPhase = iota
-	retentionSyncFile                  // log-start-offset.tmp written, its fsync in flight
-	retentionSyncDir                   // renamed in place, the directory's fsync in flight
-	retentionCompleted                 // both flushes done (or one failed: err); CompleteRetention retires
+	retentionIdle      retentionPhase = iota
+	retentionSyncFile                 // log-start-offset.tmp written, its fsync in flight
+	retentionSyncDir                  // renamed in place, the directory's fsync in flight
+	retentionCompleted                // both flushes done (or one failed: err); CompleteRetention retires
 )
 
 // retentionPass is a log's retention pass in flight. Owner goroutine only.

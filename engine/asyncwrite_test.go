@@ -55,6 +55,8 @@ type queuedWrite struct {
 	data  []byte
 	cut   bool // an ftruncate of fd to off (StartFtruncate), not a write
 	flush bool // an fsync of fd (StartFsync), not a write
+	// rename, when set, is a rename of rename[0] to rename[1] (StartRename), not a write.
+	rename *[2]string
 }
 
 // StartFsync queues an fsync of fd through w.fio (a CrashFS counts it as a sync when it
@@ -63,6 +65,26 @@ type queuedWrite struct {
 func (w *queuedWrites) StartFsync(fd int, _ bool, done func(int, error)) error {
 	w.q = append(w.q, queuedWrite{fd: fd, done: done, index: -1, flush: true})
 	w.flushes++
+	return nil
+}
+
+// kind names x's op: "write", "cut", "fsync" or "rename".
+func (x queuedWrite) kind() string {
+	switch {
+	case x.cut:
+		return "cut"
+	case x.flush:
+		return "fsync"
+	case x.rename != nil:
+		return "rename"
+	}
+	return "write"
+}
+
+// StartRename queues a rename, completed in random order with the writes like the ring's
+// IORING_OP_RENAMEAT; in dieMidway it happened or not.
+func (w *queuedWrites) StartRename(oldPath, newPath string, done func(int, error)) error {
+	w.q = append(w.q, queuedWrite{fd: -1, done: done, index: -1, rename: &[2]string{oldPath, newPath}})
 	return nil
 }
 
@@ -87,6 +109,9 @@ func (w *queuedWrites) apply(x queuedWrite, data []byte) (int, error) {
 	}
 	if x.flush {
 		return 0, w.fio.Fsync(x.fd)
+	}
+	if x.rename != nil {
+		return 0, os.Rename(x.rename[0], x.rename[1])
 	}
 	return pwriteAll(w.fio, x.fd, data, x.off)
 }
@@ -195,7 +220,7 @@ func (w *queuedWrites) dieMidway() {
 		case 0:
 			w.apply(x, x.data)
 		case 1:
-			if x.cut || x.flush {
+			if x.cut || x.flush || x.rename != nil {
 				break
 			}
 			blocks := len(x.data) / blockBytes

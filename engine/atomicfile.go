@@ -30,44 +30,20 @@ const tmpSuffix = ".tmp"
 //
 // On error before the rename the temporary file is removed and dir/name is untouched; an
 // error from step 4 leaves the rename done but perhaps not durable.
-//
-// Retention does the same in two halves around asynchronous fsyncs (retention.go):
-// writeTemp, then the renameTemp between the two flushes.
 func writeFileAtomic(fio ring.FileIO, dir, name string, data []byte) error {
 	path := filepath.Join(dir, name)
-	fd, err := writeTemp(fio, path, data)
-	if err != nil {
-		return err
-	}
-	serr := fio.Fsync(fd)
-	if err := renameTemp(fd, path, serr); err != nil {
-		return err
-	}
-	return syncDir(fio, dir)
-}
-
-// writeTemp is step 1 of writeFileAtomic: path's temporary file, written with data, still
-// open (its descriptor). On error nothing is left behind.
-func writeTemp(fio ring.FileIO, path string, data []byte) (int, error) {
 	tmp := path + tmpSuffix
 	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
-		return -1, fmt.Errorf("write %s: open: %w", tmp, err)
+		return fmt.Errorf("write %s: open: %w", tmp, err)
 	}
-	if err := pwriteFull(fio, fd, data, 0); err != nil {
-		unix.Close(fd)
-		os.Remove(tmp)
-		return -1, fmt.Errorf("write %s: %w", tmp, err)
+	werr := pwriteFull(fio, fd, data, 0)
+	var serr error
+	if werr == nil {
+		serr = fio.Fsync(fd)
 	}
-	return fd, nil
-}
-
-// renameTemp is step 3 of writeFileAtomic, once step 2 (the fsync of fd, writeTemp's
-// descriptor) ended with syncErr: fd is closed, and the temporary file renamed over path, or
-// removed when the sync or the close failed.
-func renameTemp(fd int, path string, syncErr error) error {
-	tmp := path + tmpSuffix
-	if err := errors.Join(syncErr, unix.Close(fd)); err != nil {
+	cerr := unix.Close(fd)
+	if err := errors.Join(werr, serr, cerr); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
@@ -75,7 +51,7 @@ func renameTemp(fd int, path string, syncErr error) error {
 		os.Remove(tmp)
 		return fmt.Errorf("replace %s: %w", path, err)
 	}
-	return nil
+	return syncDir(fio, dir)
 }
 
 // syncDir fsyncs a directory through fio so that file creations, renames and removals in it

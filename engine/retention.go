@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -42,12 +43,14 @@ import (
 // dropped by recovery, like the one it replaced). A pass whose flush fails retires nothing
 // and reports the error at CompleteRetention; the next pass writes the checkpoint again.
 
-// AsyncFsyncer flushes files without blocking the owner: StartFsync calls done(0, err) on the
-// owner's goroutine when the flush completed, never from inside StartFsync, and AwaitWrites
-// waits for such completions like StartWrite's. *ring.Reactor implements it.
-type AsyncFsyncer interface {
+// AsyncFileOps writes, flushes and renames files without blocking the owner: each Start
+// call's done(n, err) runs on the owner's goroutine when the op completed, never from
+// inside the call, and AwaitWrites waits for such completions. *ring.Reactor implements it
+// (IORING_OP_WRITE, IORING_OP_FSYNC, IORING_OP_RENAMEAT).
+type AsyncFileOps interface {
+	AsyncWriter
 	StartFsync(fd int, datasync bool, done func(n int, err error)) error
-	AwaitWrites(cond func() bool) error
+	StartRename(oldPath, newPath string, done func(n int, err error)) error
 }
 
 // retentionPhase is where a retention pass's checkpoint stands.
@@ -55,40 +58,42 @@ type retentionPhase uint8
 
 const (
 	retentionIdle      retentionPhase = iota
-	retentionSyncFile                 // log-start-offset.tmp written, its fsync in flight
+	retentionWrite                    // log-start-offset.tmp created, its write in flight
+	retentionSyncFile                 // written, its fsync in flight
+	retentionRename                   // synced and closed, its rename over log-start-offset in flight
 	retentionSyncDir                  // renamed in place, the directory's fsync in flight
-	retentionCompleted                // both flushes done (or one failed: err); CompleteRetention retires
+	retentionCompleted                // all done (or one failed: err); CompleteRetention retires
 )
 
 // retentionPass is a log's retention pass in flight. Owner goroutine only.
 type retentionPass struct {
-	fsyncer AsyncFsyncer // nil: retention writes its checkpoint the blocking way
-	done    func()       // SetAsyncRetention's hook
-	phase   retentionPhase
-	target  int64 // the new log start offset: the base of the first segment that stays
-	fd      int   // the descriptor being flushed
-	err     error // the first failure of the pass
-	// fileSynced, dirSynced and idle are the completions and AwaitWrites' condition,
-	// bound once.
-	fileSynced, dirSynced func(int, error)
-	idle                  func() bool
+	ops    AsyncFileOps // nil: retention writes its checkpoint the blocking way
+	done   func()       // SetAsyncRetention's hook
+	phase  retentionPhase
+	target int64  // the new log start offset: the base of the first segment that stays
+	data   []byte // the checkpoint's bytes, kept until their write completed
+	fd     int    // the temporary file's or the directory's descriptor while open; -1
+	err    error  // the failure that ended the pass
+	// The completions of each phase and AwaitWrites' condition, bound once.
+	written, fileSynced, renamed, dirSynced func(int, error)
+	idle                                    func() bool
 }
 
 func (p *retentionPass) inFlight() bool {
-	return p.phase == retentionSyncFile || p.phase == retentionSyncDir
+	return p.phase != retentionIdle && p.phase != retentionCompleted
 }
 
-// SetAsyncRetention makes retention write its log start offset checkpoint through f without
-// blocking the owner (see above). done runs on the owner's goroutine when a pass's
+// SetAsyncRetention makes retention write its log start offset checkpoint through ops
+// without blocking the owner (see above). done runs on the owner's goroutine when a pass's
 // checkpoint is durable or failed, possibly from inside a Log method that waits for writes
 // (of this log or another on the same loop); it must not call the Log's methods, only
 // arrange for CompleteRetention to run soon at the owner's top level. Call it before the
 // first EnforceRetention.
-func (l *Log) SetAsyncRetention(f AsyncFsyncer, done func()) {
+func (l *Log) SetAsyncRetention(ops AsyncFileOps, done func()) {
 	p := &l.retention
-	p.fsyncer, p.done, p.fd = f, done, -1
-	p.fileSynced = l.retentionFileSynced
-	p.dirSynced = l.retentionDirSynced
+	p.ops, p.done, p.fd = ops, done, -1
+	p.written, p.fileSynced = l.retentionWritten, l.retentionFileSynced
+	p.renamed, p.dirSynced = l.retentionRenamed, l.retentionDirSynced
 	p.idle = func() bool { return !p.inFlight() }
 }
 
@@ -96,50 +101,83 @@ func (l *Log) SetAsyncRetention(f AsyncFsyncer, done func()) {
 // for CompleteRetention.
 func (l *Log) RetentionPending() bool { return l.retention.phase != retentionIdle }
 
+func (l *Log) startOffsetPath() string { return filepath.Join(l.dir, startOffsetFileName) }
+
 // startRetention begins a pass that moves the log start offset to target (a segment base
-// above it): the checkpoint's temporary file is written and its fsync started. started is
-// false, with nothing changed, when the fsyncer refused the op (a full ring): the caller
-// writes the checkpoint the blocking way.
+// above it): the checkpoint's temporary file is created and its write started. started is
+// false, with nothing changed, when the ring refused the op (full): the caller writes the
+// checkpoint the blocking way.
 func (l *Log) startRetention(target int64) (started bool, err error) {
 	p := &l.retention
-	fd, err := writeTemp(l.fio, l.startOffsetPath(), encodeStartOffset(target))
+	tmp := l.startOffsetPath() + tmpSuffix
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
-		return false, fmt.Errorf("retention: write start offset: %w", err)
+		return false, fmt.Errorf("retention: write %s: open: %w", tmp, err)
 	}
-	if err := p.fsyncer.StartFsync(fd, false, p.fileSynced); err != nil {
-		renameTemp(fd, l.startOffsetPath(), err) // removes the temporary file
+	p.data = encodeStartOffset(target)
+	if err := p.ops.StartWrite(fd, p.data, 0, p.written); err != nil {
+		unix.Close(fd)
+		os.Remove(tmp)
+		p.data = nil
 		return false, nil
 	}
-	p.phase, p.target, p.fd, p.err = retentionSyncFile, target, fd, nil
+	p.phase, p.target, p.fd, p.err = retentionWrite, target, fd, nil
 	return true, nil
 }
 
-func (l *Log) startOffsetPath() string { return filepath.Join(l.dir, startOffsetFileName) }
+// retentionWritten: the temporary file holds the checkpoint; flush it.
+func (l *Log) retentionWritten(n int, err error) {
+	p := &l.retention
+	if err == nil && n != len(p.data) {
+		err = fmt.Errorf("short write: %d of %d bytes: %w", n, len(p.data), unix.EIO)
+	}
+	p.data = nil
+	if err == nil {
+		if err = p.ops.StartFsync(p.fd, false, p.fileSynced); err == nil {
+			p.phase = retentionSyncFile
+			return
+		}
+	}
+	l.retentionTempFailed(err)
+}
 
-// retentionFileSynced is the completion of the temporary checkpoint's fsync: rename it in
-// place and flush the directory.
+// retentionFileSynced: the temporary file is durable; rename it over the checkpoint.
 func (l *Log) retentionFileSynced(_ int, err error) {
 	p := &l.retention
-	fd := p.fd
-	p.fd = -1
-	if err = renameTemp(fd, l.startOffsetPath(), err); err != nil {
-		l.retentionFinished(err)
-		return
+	if err == nil {
+		err = unix.Close(p.fd) // a close error may be a late write error: the file is not trusted
+		p.fd = -1
 	}
-	dirFd, err := unix.Open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		if err = p.ops.StartRename(l.startOffsetPath()+tmpSuffix, l.startOffsetPath(), p.renamed); err == nil {
+			p.phase = retentionRename
+			return
+		}
+	}
+	l.retentionTempFailed(err)
+}
+
+// retentionRenamed: the checkpoint is in place; flush the directory.
+func (l *Log) retentionRenamed(_ int, err error) {
+	p := &l.retention
 	if err != nil {
-		l.retentionFinished(fmt.Errorf("sync dir %s: open: %w", l.dir, err))
+		l.retentionTempFailed(err)
 		return
 	}
-	if err := p.fsyncer.StartFsync(dirFd, false, p.dirSynced); err != nil {
-		unix.Close(dirFd)
+	fd, err := unix.Open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		if err = p.ops.StartFsync(fd, false, p.dirSynced); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
 		l.retentionFinished(fmt.Errorf("sync dir %s: %w", l.dir, err))
 		return
 	}
-	p.phase, p.fd = retentionSyncDir, dirFd
+	p.phase, p.fd = retentionSyncDir, fd
 }
 
-// retentionDirSynced is the completion of the directory's fsync: the checkpoint is durable.
+// retentionDirSynced: the checkpoint is durable.
 func (l *Log) retentionDirSynced(_ int, err error) {
 	p := &l.retention
 	unix.Close(p.fd)
@@ -148,6 +186,19 @@ func (l *Log) retentionDirSynced(_ int, err error) {
 		err = fmt.Errorf("sync dir %s: %w", l.dir, err)
 	}
 	l.retentionFinished(err)
+}
+
+// retentionTempFailed ends a pass whose temporary file failed before it replaced the
+// checkpoint: it is closed and removed, the checkpoint is untouched.
+func (l *Log) retentionTempFailed(err error) {
+	p := &l.retention
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
+	tmp := l.startOffsetPath() + tmpSuffix
+	os.Remove(tmp)
+	l.retentionFinished(fmt.Errorf("write %s: %w", tmp, err))
 }
 
 func (l *Log) retentionFinished(err error) {
@@ -184,7 +235,7 @@ func (l *Log) CompleteRetention() (int, error) {
 func (l *Log) awaitRetention() error {
 	p := &l.retention
 	if p.inFlight() {
-		if err := p.fsyncer.AwaitWrites(p.idle); err != nil {
+		if err := p.ops.AwaitWrites(p.idle); err != nil {
 			return l.fail(fmt.Errorf("wait for the retention checkpoint: %w", err))
 		}
 	}

@@ -46,11 +46,12 @@ func readCheckpoint(t *testing.T, dir string) (int64, bool) {
 	return off, true
 }
 
-// TestAsyncRetentionDoesNotWait: with an asynchronous fsyncer, a retention pass returns with
-// its checkpoint's flushes in flight and nothing retired; the segments stay readable and the
-// start offset stays put until both flushes completed and CompleteRetention ran; a second
-// pass meanwhile starts nothing; the checkpoint is renamed in place only after the file's
-// flush, and the hook runs only after the directory's.
+// TestAsyncRetentionDoesNotWait: with asynchronous file ops, a retention pass returns with
+// its checkpoint's first op in flight and nothing retired; the ops run one after the other
+// (write, fsync, rename, directory fsync), the checkpoint replaced only by the rename; the
+// segments stay readable and the start offset stays put until all four completed and
+// CompleteRetention ran; a second pass meanwhile starts nothing; the hook runs only after
+// the directory's fsync.
 func TestAsyncRetentionDoesNotWait(t *testing.T) {
 	seed := asyncSeed(t)
 	for _, mode := range storageModes {
@@ -69,26 +70,32 @@ func TestAsyncRetentionDoesNotWait(t *testing.T) {
 				t.Fatalf("retention retired %d segments (%d -> %d, start %d -> %d) before its checkpoint was durable",
 					n, segments, l.SegmentCount(), start, l.StartOffset())
 			}
-			if len(qw.q) != 1 || !qw.q[0].flush || !l.RetentionPending() {
-				t.Fatalf("want the checkpoint file's fsync in flight, queue %+v", qw.q)
+			if !l.RetentionPending() {
+				t.Fatal("no retention pass in flight")
 			}
-			if _, ok := readCheckpoint(t, dir); ok {
-				t.Fatal("the checkpoint was renamed in place before its fsync completed")
+			// One op at a time, in this order: the temporary file's write, its fsync, the
+			// rename over the checkpoint, the directory's fsync.
+			for step, want := range []string{"write", "fsync", "rename", "fsync"} {
+				if len(qw.q) != 1 {
+					t.Fatalf("step %d: %d ops in flight, want one: the %s", step, len(qw.q), want)
+				}
+				if got := qw.q[0].kind(); got != want {
+					t.Fatalf("step %d: a %s in flight, want a %s", step, got, want)
+				}
+				if got, ok := readCheckpoint(t, dir); ok != (step == 3) || ok && got != target {
+					t.Fatalf("step %d: checkpoint %d %v: it must be replaced by the rename, after the fsync", step, got, ok)
+				}
+				if _, err := l.Read(start, 1<<10); err != nil {
+					t.Fatalf("step %d: read at the start offset with the pass in flight: %v", step, err)
+				}
+				if n, err := l.EnforceRetention(time.Now()); err != nil || n != 0 || len(qw.q) != 1 {
+					t.Fatalf("step %d: a second pass with one in flight: %d, %v, %d ops queued", step, n, err, len(qw.q))
+				}
+				if hooked != 0 || l.SegmentCount() != segments || l.StartOffset() != start {
+					t.Fatalf("step %d: hook %d, %d segments, start %d before the checkpoint was durable", step, hooked, l.SegmentCount(), l.StartOffset())
+				}
+				qw.completeOne()
 			}
-			if _, err := l.Read(start, 1<<10); err != nil {
-				t.Fatalf("read at the start offset with the pass in flight: %v", err)
-			}
-			if n, err := l.EnforceRetention(time.Now()); err != nil || n != 0 || len(qw.q) != 1 {
-				t.Fatalf("a second pass with one in flight: %d, %v, %d flushes queued", n, err, len(qw.q))
-			}
-			qw.completeOne() // the file's fsync: renamed, the directory's fsync starts
-			if got, ok := readCheckpoint(t, dir); !ok || got != target {
-				t.Fatalf("checkpoint after the file's fsync: %d %v, want %d", got, ok, target)
-			}
-			if len(qw.q) != 1 || hooked != 0 {
-				t.Fatalf("want the directory's fsync in flight and no hook yet: queue %d, hook %d", len(qw.q), hooked)
-			}
-			qw.completeOne()
 			if hooked != 1 || l.SegmentCount() != segments || l.StartOffset() != start {
 				t.Fatalf("after the directory's fsync: hook %d, segments %d, start %d: the hook runs, nothing retires yet", hooked, l.SegmentCount(), l.StartOffset())
 			}
@@ -108,8 +115,10 @@ func TestAsyncRetentionDoesNotWait(t *testing.T) {
 	}
 }
 
-// TestAsyncRetentionFailedFlush: a failed flush of the checkpoint retires nothing, reports
-// the error at CompleteRetention, and the next pass writes the checkpoint again.
+// TestAsyncRetentionFailedFlush: a failed flush of the checkpoint (the temporary file's or
+// the directory's) ends the pass: no later op starts, nothing retires, the error comes at
+// CompleteRetention, no temporary file is left, and the next pass writes the checkpoint
+// again.
 func TestAsyncRetentionFailedFlush(t *testing.T) {
 	seed := asyncSeed(t)
 	for _, failDir := range []bool{false, true} {
@@ -124,15 +133,15 @@ func TestAsyncRetentionFailedFlush(t *testing.T) {
 			if _, err := l.EnforceRetention(time.Now()); err != nil {
 				t.Fatal(err)
 			}
+			qw.completeOne() // the temporary file's write
 			if failDir {
-				qw.completeOne()
+				qw.completeSome(2) // its fsync and the rename
 			}
 			fs.Inject(faultio.Rule{Op: faultio.OpFsync, Errno: unix.EIO, Times: 1})
 			qw.completeOne()
-			if !failDir && len(qw.q) != 0 {
-				t.Fatal("the directory's fsync started after the file's failed")
+			if len(qw.q) != 0 {
+				t.Fatalf("%d ops started after a failed fsync", len(qw.q))
 			}
-			qw.completeSome(len(qw.q))
 			if n, err := l.CompleteRetention(); err == nil || n != 0 || l.SegmentCount() != segments {
 				t.Fatalf("after a failed flush: retired %d, err %v, %d of %d segments", n, err, l.SegmentCount(), segments)
 			}
@@ -142,7 +151,7 @@ func TestAsyncRetentionFailedFlush(t *testing.T) {
 			if _, err := l.EnforceRetention(time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			qw.completeSome(2)
+			qw.completeSome(4)
 			if n, err := l.CompleteRetention(); err != nil || n != segments-1 {
 				t.Fatalf("the retry: retired %d, %v", n, err)
 			}
@@ -195,7 +204,7 @@ func TestAsyncRetentionWaiters(t *testing.T) {
 				if _, err := l.EnforceRetention(time.Now()); err != nil {
 					t.Fatal(err)
 				}
-				qw.completeSome(rng.IntN(2)) // the file's flush done, or not yet
+				qw.completeSome(rng.IntN(4)) // some of the checkpoint's ops done
 				if !l.RetentionPending() {
 					t.Fatal("no pass in flight")
 				}

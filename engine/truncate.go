@@ -251,7 +251,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	}
 	next := l.segments[n].baseOffset
 	if next > l.startOffset {
-		if l.retention.fsyncer != nil {
+		if l.retention.ops != nil {
 			started, err := l.startRetention(next)
 			if started || err != nil {
 				return retired, err // CompleteRetention retires them

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestStartWriteAwaitWrites: writes from heap memory and from a buffer registered in the
@@ -192,6 +195,53 @@ func TestStartFsync(t *testing.T) {
 		}
 		if err := r.StartFsync(int(f.Fd()), false, nil); err == nil {
 			t.Fatal("a flush with no completion was accepted")
+		}
+	})
+}
+
+// TestStartRename: the rename completes through the write path (never inside StartRename;
+// AwaitWrites waits for it), replaces the target, and reports a failure's errno there.
+func TestStartRename(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		dir := t.TempDir()
+		from, to := filepath.Join(dir, "new.tmp"), filepath.Join(dir, "current")
+		for name, data := range map[string]string{from: "new", to: "old"} {
+			if err := os.WriteFile(name, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := 0
+		var gotErr error
+		done := func(n int, err error) { calls, gotErr = calls+1, err }
+		err := r.StartRename(from, to, done)
+		if errors.Is(err, ErrUnsupported) && backend == "uring" {
+			t.Skip("IORING_OP_RENAMEAT needs Linux 5.11")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != 0 {
+			t.Fatal("the rename completed inside StartRename")
+		}
+		forceStackMove()
+		if err := r.AwaitWrites(func() bool { return calls == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(to); gotErr != nil || err != nil || string(b) != "new" {
+			t.Fatalf("after the rename: %q, %v, %v", b, err, gotErr)
+		}
+		if _, err := os.Stat(from); !os.IsNotExist(err) {
+			t.Fatalf("the old name is still there: %v", err)
+		}
+		if err := r.StartRename(from, to, done); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AwaitWrites(func() bool { return calls == 2 }); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(gotErr, unix.ENOENT) {
+			t.Fatalf("a rename of a missing file: %v, want ENOENT", gotErr)
 		}
 	})
 }

@@ -14,7 +14,7 @@ import (
 // which retires the segments.
 
 // The shard's reactor flushes the checkpoints.
-var _ engine.AsyncFsyncer = (*ring.Reactor)(nil)
+var _ engine.AsyncFileOps = (*ring.Reactor)(nil)
 
 // enableAsyncRetention makes p's log (either storage mode) write its retention checkpoints
 // through the shard's ring. A test FileIO (Config.WrapFileIO) keeps the blocking path,

@@ -14,23 +14,30 @@ import (
 // retires a segment (EnforceRetention): the retire renames are not durable until a later
 // directory fsync, a power loss may take back any subset of them, and recovery drops every
 // segment wholly below the checkpoint so that one that comes back never sits before a gap.
-// Written the blocking way (writeFileAtomic) that is two fsyncs on the owner's thread per
-// pass, the file's and the directory's: about 0.9 s of a shard loop's time blocked in a
-// 20-second benchmark run of 16 partitions at a retention limit (docs/benchmarks.md,
-// session 10 and 11).
+// Written the blocking way (writeFileAtomic) that is two fsyncs and a rename on the owner's
+// thread per pass: about 0.9 s of the shard loops' time blocked in one 64 KiB run of
+// BenchmarkDirectAppend churn-recycle, 16 partitions at a retention limit
+// (docs/benchmarks.md, sessions 10 and 11).
 //
-// With an AsyncFsyncer (SetAsyncRetention; the shard's reactor: IORING_OP_FSYNC, run by an
-// io-wq worker), a pass runs in two phases, and the owner never waits:
+// With AsyncFileOps (SetAsyncRetention; the shard's reactor, whose kernel runs each op on an
+// io-wq worker when it would block), a pass runs as a chain of ring ops, and the owner never
+// waits:
 //
-//	EnforceRetention:   choose the segments, write log-start-offset.tmp, start its fsync
-//	    fsync done:     close, rename over log-start-offset, start the directory's fsync
-//	    dir fsync done: the checkpoint is durable; the done hook asks the owner to call
-//	CompleteRetention:  retire the segments below the checkpoint, move the start offset
+//	EnforceRetention:  choose the segments, create log-start-offset.tmp, start its write
+//	  write done:      start its fsync
+//	  fsync done:      close it, start its rename over log-start-offset
+//	  rename done:     start the directory's fsync
+//	  dir fsync done:  the checkpoint is durable; the done hook asks the owner to call
+//	CompleteRetention: retire the segments below the checkpoint, move the start offset
+//
+// The rename goes to the ring too: it drops the old checkpoint's last link, and on ext4
+// mounted with discard (journal-less, as this project's data disk) freeing its block
+// discards it synchronously, which cost the loop as much as an fsync.
 //
 // Until CompleteRetention the segments stay in the log, readable, and the start offset does
 // not move: readers never see a retired segment, and a crash at any point leaves either the
 // old checkpoint (nothing was retired) or the new one (recovery drops what a power loss
-// brought back). The completions only keep books (close, rename, start the next flush);
+// brought back). The completions only keep books (close a descriptor, start the next op);
 // retiring, which closes files that read results may refer to, waits for CompleteRetention
 // at the owner's top level.
 //
@@ -40,8 +47,9 @@ import (
 // no new pass (the next one does, after CompleteRetention). Rolls and appends go on, and so
 // does compaction: a pass names an offset, not segment objects, and a compaction swap
 // keeps the segment's base offset (a swapped segment below the checkpoint is retired, or
-// dropped by recovery, like the one it replaced). A pass whose flush fails retires nothing
+// dropped by recovery, like the one it replaced). A pass whose op fails retires nothing
 // and reports the error at CompleteRetention; the next pass writes the checkpoint again.
+// When the ring refuses the first op (full), the pass writes the checkpoint the blocking way.
 
 // AsyncFileOps writes, flushes and renames files without blocking the owner: each Start
 // call's done(n, err) runs on the owner's goroutine when the op completed, never from

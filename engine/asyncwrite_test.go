@@ -586,16 +586,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 						rollTorn++
 					}
 				}
-				qw.dieMidway()
-				l.closeFiles()
-				want := written
-				if powerLoss {
-					if err := fs.Crash(rng); err != nil {
-						t.Fatal(err)
-					}
-					want = synced
-				}
-				got := verifyPowerLoss(t, dir, cfg, round, want, logStart, synced > start)
+				got := crashAndVerify(t, l, qw, fs, powerLoss, cfg, round, written, synced, logStart, start)
 				if got > staged {
 					t.Fatalf("round %d: recovered up to %d, only %d were ever appended", round, got, staged)
 				}
@@ -616,6 +607,25 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			t.Logf("crashes with writes in flight %d, over a recycled file %d, with a roll's seal in flight %d, with a retention pass in flight %d", lostTorn, staleTorn, rollTorn, retentionTorn)
 		})
 	}
+}
+
+// crashAndVerify ends a crash round of l (opened in its directory at end offset start,
+// through fs): the ops queued on qw die midway, the process dies (kill -9), and with
+// powerLoss the machine too (fs takes back what was not synced); the reopened log must hold
+// every record from logStart up to written (kill -9) or synced (power loss). It returns the
+// recovered end offset.
+func crashAndVerify(t *testing.T, l *Log, qw *queuedWrites, fs *faultio.CrashFS, powerLoss bool, cfg LogConfig, round int, written, synced, logStart, start int64) int64 {
+	t.Helper()
+	qw.dieMidway()
+	l.closeFiles()
+	want := written
+	if powerLoss {
+		if err := fs.Crash(qw.rng); err != nil {
+			t.Fatal(err)
+		}
+		want = synced
+	}
+	return verifyPowerLoss(t, l.dir, cfg, round, want, logStart, synced > start)
 }
 
 // TestAsyncDirectRollDoesNotWait: a roll leaves the sealed segment's writes in flight (no

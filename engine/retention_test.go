@@ -297,16 +297,7 @@ func TestAsyncRetentionCrash(t *testing.T) {
 							completed++
 						}
 					}
-					qw.dieMidway()
-					l.closeFiles()
-					want := written
-					if powerLoss {
-						if err := fs.Crash(rng); err != nil {
-							t.Fatal(err)
-						}
-						want = synced
-					}
-					verifyPowerLoss(t, dir, cfg, round, want, logStart, synced > start)
+					crashAndVerify(t, l, qw, fs, powerLoss, cfg, round, written, synced, logStart, start)
 				}
 				if inFlight == 0 || completed == 0 {
 					t.Fatalf("crashes with the checkpoint's flushes in flight %d, with a durable checkpoint not yet retired %d: the test tested nothing", inFlight, completed)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/engine/faultio"
 	"github.com/ringlog/ringlog/ring"
 	"golang.org/x/sys/unix"
@@ -306,4 +307,54 @@ func TestAsyncRetentionCrash(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestAsyncRetentionBesideCompaction: compaction does not wait for a retention pass in flight
+// (cleanup.policy compact,delete): a cleaning pass that rewrites and swaps segments below
+// the pass's checkpoint meanwhile leaves a valid log, the pass then retires exactly the
+// segments below its checkpoint (the swapped ones included), and a reopen starts there.
+func TestAsyncRetentionBesideCompaction(t *testing.T) {
+	rng := compactRand(t, 9)
+	dir := t.TempDir()
+	cfg := compactConfig()
+	cfg.CleanupPolicy, cfg.RetentionBytes, cfg.RecycleSegments = CleanupCompactDelete, 8<<10, -1
+	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
+	l.SetAsyncRetention(qw, func() {})
+	appendKeyed(t, l, rng, compactModel{}, 300, 20, 0, batch.CodecNone, 1_700_000_000_000)
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.EnforceRetention(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !l.RetentionPending() {
+		t.Fatal("no retention pass in flight")
+	}
+	target, segments := l.retention.target, l.SegmentCount()
+	qw.completeSome(rng.IntN(4))
+	p := cleanFully(t, l, NewOffsetMap(OffsetMapBytesMin), time.Now())
+	if p.SegmentsCleaned == 0 {
+		t.Fatal("the cleaning pass swapped no segment: the test tested nothing")
+	}
+	mustInvariants(t, l)
+	qw.completeSome(len(qw.q) + 4)
+	n, err := l.CompleteRetention()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.StartOffset() != target || l.segments[0].baseOffset != target || n != segments-l.SegmentCount() || n == 0 {
+		t.Fatalf("retired %d of %d segments, start %d, first segment %d; want both at the checkpoint %d", n, segments, l.StartOffset(), l.segments[0].baseOffset, target)
+	}
+	mustInvariants(t, l)
+	readSurvivors(t, l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	defer r.Close()
+	if r.StartOffset() != target {
+		t.Fatalf("reopened at %d, want %d", r.StartOffset(), target)
+	}
+	readSurvivors(t, r)
 }

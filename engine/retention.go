@@ -49,7 +49,8 @@ import (
 // keeps the segment's base offset (a swapped segment below the checkpoint is retired, or
 // dropped by recovery, like the one it replaced). A pass whose op fails retires nothing
 // and reports the error at CompleteRetention; the next pass writes the checkpoint again.
-// When the ring refuses the first op (full), the pass writes the checkpoint the blocking way.
+// When the ring refuses the first op (full), the pass writes the checkpoint the blocking way;
+// where it cannot rename (before Linux 5.11), the rename runs on the loop.
 
 // AsyncFileOps writes, flushes and renames files without blocking the owner: each Start
 // call's done(n, err) runs on the owner's goroutine when the op completed, never from
@@ -156,13 +157,16 @@ func (l *Log) retentionFileSynced(_ int, err error) {
 		err = unix.Close(p.fd) // a close error may be a late write error: the file is not trusted
 		p.fd = -1
 	}
-	if err == nil {
-		if err = p.ops.StartRename(l.startOffsetPath()+tmpSuffix, l.startOffsetPath(), p.renamed); err == nil {
-			p.phase = retentionRename
-			return
-		}
+	if err != nil {
+		l.retentionTempFailed(err)
+		return
 	}
-	l.retentionTempFailed(err)
+	p.phase = retentionRename
+	if p.ops.StartRename(l.startOffsetPath()+tmpSuffix, l.startOffsetPath(), p.renamed) != nil {
+		// No RENAMEAT (before Linux 5.11) or a full ring: rename here, as the blocking
+		// write does.
+		p.renamed(0, os.Rename(l.startOffsetPath()+tmpSuffix, l.startOffsetPath()))
+	}
 }
 
 // retentionRenamed: the checkpoint is in place; flush the directory.

@@ -358,3 +358,34 @@ func TestAsyncRetentionBesideCompaction(t *testing.T) {
 	}
 	readSurvivors(t, r)
 }
+
+// refusedRenames is queuedWrites without IORING_OP_RENAMEAT (Linux before 5.11).
+type refusedRenames struct{ *queuedWrites }
+
+func (refusedRenames) StartRename(string, string, func(int, error)) error {
+	return fmt.Errorf("rename: %w", ring.ErrUnsupported)
+}
+
+// TestAsyncRetentionRenameRefused: where the ring cannot rename, the pass renames the
+// checkpoint itself between the two flushes and completes as usual.
+func TestAsyncRetentionRenameRefused(t *testing.T) {
+	seed := asyncSeed(t)
+	dir := t.TempDir()
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rand.New(rand.NewPCG(seed, 19))}
+	hooked := 0
+	l := retentionLog(t, dir, StoragePageCache, ring.Syscalls{}, qw, 3, &hooked)
+	defer l.Close()
+	l.SetAsyncRetention(refusedRenames{qw}, func() { hooked++ })
+	segments, target := l.SegmentCount(), l.active().baseOffset
+	if _, err := l.EnforceRetention(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	qw.completeSome(2) // the write and the file's fsync: renamed inline, the directory's fsync starts
+	if got, ok := readCheckpoint(t, dir); !ok || got != target || len(qw.q) != 1 || hooked != 0 {
+		t.Fatalf("checkpoint %d %v (want %d), %d ops queued, hook %d", got, ok, target, len(qw.q), hooked)
+	}
+	qw.completeOne()
+	if n, err := l.CompleteRetention(); err != nil || n != segments-1 || hooked != 1 {
+		t.Fatalf("CompleteRetention: %d, %v, hook %d", n, err, hooked)
+	}
+}

@@ -6,14 +6,14 @@ import (
 )
 
 // Retention off the loop (engine/retention.go). A retention pass that deletes segments
-// writes the log start offset checkpoint first, with an fsync of the file and one of the
-// directory; on the loop those blocked every partition of the shard for the device's time
-// (≈ 0.9 s per 20-second run of BenchmarkDirectAppend churn-recycle, docs/benchmarks.md,
-// session 11). The shard's reactor runs both flushes as IORING_OP_FSYNC; when the second
-// completes, a zero-delay timer runs the log's CompleteRetention at the loop's top level,
-// which retires the segments.
+// writes the log start offset checkpoint first: a write, an fsync, a rename over the old
+// checkpoint and a directory fsync. On the loop those blocked every partition of the shard
+// for the device's time (0.4–0.9 s per profiled run of BenchmarkDirectAppend churn-recycle,
+// docs/benchmarks.md, session 11). The shard's reactor runs them as ring ops, each started by
+// the previous one's completion; when the last completes, a zero-delay timer runs the log's
+// CompleteRetention at the loop's top level, which retires the segments.
 
-// The shard's reactor flushes the checkpoints.
+// The shard's reactor writes, flushes and renames the checkpoints.
 var _ engine.AsyncFileOps = (*ring.Reactor)(nil)
 
 // enableAsyncRetention makes p's log (either storage mode) write its retention checkpoints

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
+
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors callers act on.
@@ -122,6 +124,7 @@ type Log struct {
 	zeroJobs sync.WaitGroup // background zeroing goroutines (prealloc.go)
 
 	retention retentionPass // a retention pass whose checkpoint is in flight (retention.go)
+	snapshot  snapshotPass  // a roll's producer snapshot in flight (snapshotasync.go)
 
 	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
 	// at most cfg.RecycleSegments.
@@ -498,6 +501,15 @@ func (l *Log) Sync() error {
 	if err := l.awaitWrites(); err != nil {
 		return err
 	}
+	// A roll's producer snapshot, taken before the directory's sync: one whose rename
+	// completes while this waits on the device (snapshotasync.go) is the next sync's.
+	snapFd, snapshot, err := l.openUnsyncedSnapshot()
+	if err != nil {
+		return l.fail(fmt.Errorf("sync: %w", err))
+	}
+	if snapFd >= 0 {
+		defer unix.Close(snapFd)
+	}
 	if gen := l.dirGen; gen > l.dirSyncedGen {
 		if err := syncDir(l.fio, l.dir); err != nil {
 			return l.fail(fmt.Errorf("sync: %w", err))
@@ -510,9 +522,10 @@ func (l *Log) Sync() error {
 		}
 		l.unsyncedSegments = l.unsyncedSegments[1:]
 	}
-	snapshot, err := l.syncSnapshot() // a roll's producer snapshot
-	if err != nil {
-		return l.fail(fmt.Errorf("sync: %w", err))
+	if snapFd >= 0 {
+		if err := l.fio.Fdatasync(snapFd); err != nil {
+			return l.fail(fmt.Errorf("sync: fdatasync producer snapshot: %w", err))
+		}
 	}
 	s := l.active()
 	if s.syncedSize != s.size || s.syncedNextOffset != s.nextOffset {
@@ -832,9 +845,10 @@ func (l *Log) Close() error {
 	}
 	l.awaitSeals()     // a failure fails the log: Close then skips the sync
 	l.awaitRetention() // a pass in flight completes: its checkpoint's descriptors close
+	l.awaitSnapshot()  // a roll's snapshot in flight is in place (or failed): its scratch is free
 	var err error
 	if l.failed == nil {
-		l.snapshotAfterRoll() // before Sync, which makes its directory entry durable
+		l.snapshotBlocking() // before Sync, which makes its directory entry durable
 		if err = l.Sync(); err == nil {
 			err = l.finishActive()
 		}

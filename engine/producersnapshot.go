@@ -207,6 +207,12 @@ func (l *Log) writeProducerSnapshot() error {
 		os.Remove(tmp)
 		return fmt.Errorf("write producer snapshot %d: %w", offset, err)
 	}
+	return l.snapshotInPlace(offset)
+}
+
+// snapshotInPlace records the snapshot at offset, renamed in place: the next Sync or
+// BeginSync makes it and its directory entry durable, and older ones may be pruned.
+func (l *Log) snapshotInPlace(offset int64) error {
 	l.dirGen++
 	l.unsyncedSnapshot = offset
 	if n := len(l.snapshots); n == 0 || l.snapshots[n-1] != offset {
@@ -229,9 +235,29 @@ func (l *Log) pruneProducerSnapshots() error {
 	return nil
 }
 
-// snapshotAfterRoll writes a snapshot at the new segment's base. A failure is logged, not
+// snapshotAfterRoll writes a snapshot at the new segment's base: with SetAsyncSnapshots
+// without waiting (snapshotasync.go), none while one is in flight. A failure is logged, not
 // fatal: recovery falls back to an older snapshot or to reading headers.
 func (l *Log) snapshotAfterRoll() {
+	if l.snapshot.ops != nil {
+		if l.snapshot.phase != snapshotIdle {
+			l.snapshot.skipped++
+			return
+		}
+		started, err := l.startSnapshot()
+		if err != nil {
+			l.cfg.Logger.Warn("producer snapshot failed", "dir", l.dir, "err", err)
+		}
+		if started || err != nil {
+			return
+		}
+	}
+	l.snapshotBlocking()
+}
+
+// snapshotBlocking writes a snapshot at the log end offset on the owner's thread (Close, or
+// a ring that refused the write), logging a failure.
+func (l *Log) snapshotBlocking() {
 	if err := l.writeProducerSnapshot(); err != nil {
 		l.cfg.Logger.Warn("producer snapshot failed", "dir", l.dir, "err", err)
 	}
@@ -379,21 +405,6 @@ func (l *Log) openUnsyncedSnapshot() (fd int, offset int64, err error) {
 		return -1, -1, fmt.Errorf("open producer snapshot: %w", err)
 	}
 	return fd, offset, nil
-}
-
-// syncSnapshot fdatasyncs the snapshot written since the last sync, if any. The caller
-// calls snapshotDurable once the directory is synced too.
-func (l *Log) syncSnapshot() (int64, error) {
-	fd, offset, err := l.openUnsyncedSnapshot()
-	if err != nil || fd < 0 {
-		return -1, err
-	}
-	err = l.fio.Fdatasync(fd)
-	unix.Close(fd)
-	if err != nil {
-		return -1, fmt.Errorf("fdatasync producer snapshot: %w", err)
-	}
-	return offset, nil
 }
 
 // snapshotDurable records that a sync covered the snapshot at offset (file and directory

@@ -301,6 +301,9 @@ func (l *Log) noteProducers(batches [][]byte) {
 
 // reloadProducers rebuilds the producer state after a truncation.
 func (l *Log) reloadProducers() error {
+	if err := l.awaitSnapshot(); err != nil { // a snapshot in flight is in place before the reload prunes
+		return err
+	}
 	var report RecoveryReport
 	if err := l.loadProducerState(&report); err != nil {
 		return l.fail(err)

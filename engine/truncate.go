@@ -23,6 +23,9 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.awaitRetention(); err != nil {
 		return err
 	}
+	if err := l.awaitSnapshot(); err != nil { // a roll's snapshot is in place before any is removed
+		return err
+	}
 	if offset < 0 {
 		return fmt.Errorf("%w: truncate to %d", ErrOffsetOutOfRange, offset)
 	}
@@ -143,6 +146,9 @@ func (l *Log) ResetTo(offset int64) error {
 		return err
 	}
 	if err := l.awaitRetention(); err != nil {
+		return err
+	}
+	if err := l.awaitSnapshot(); err != nil { // a roll's snapshot is in place before any is removed
 		return err
 	}
 	if offset < 0 {

@@ -12,7 +12,8 @@ A shard loop thread is one whose stacks ever show ring.(*Reactor).Run (a thread 
 reactor that has since stopped counts too: its idle waits land in "blocked, other"). Every
 interval from a loop thread's switch-out to its next switch-in is attributed by the
 switch-out stack: preempted (prev_state R) or blocked (any other state), blocked split by the
-first category whose frame names match. -v adds the top blocked stacks.
+first category whose frame names match (a tuple of names: all of them). -v adds the top
+blocked stacks.
 """
 import re
 import sys
@@ -24,7 +25,9 @@ fields = re.compile(r'(\w+)=(\S+)')
 CATS = [
     ('retention checkpoint, blocking (writeStartOffset: write, fsync, rename, dir fsync)', ('engine.writeStartOffset', 'engine.writeFileAtomic')),
     ('retention, other (startRetention open, completions, CompleteRetention retire renames)', ('engine.(*Log).EnforceRetention', 'engine.(*Log).CompleteRetention', 'engine.(*Log).startRetention', 'engine.(*Log).retention', 'engine.(*Log).awaitRetention')),
+    ('Close: producer snapshot write (writeProducerSnapshot)', (('engine.(*Log).Close', 'engine.(*Log).writeProducerSnapshot'),)),
     ('roll: producer snapshot write (writeProducerSnapshot)', ('engine.(*Log).writeProducerSnapshot',)),
+    ('roll: producer snapshot off the loop (startSnapshot open, completions, awaitSnapshot)', ('engine.(*Log).startSnapshot', 'engine.(*Log).snapshotWritten', 'engine.(*Log).snapshotRenamed', 'engine.(*Log).snapshotInPlace', 'engine.(*Log).awaitSnapshot')),
     ('roll, other', ('engine.(*Log).roll',)),
     ('ftruncate (seal cut)', ('do_sys_ftruncate', 'do_ftruncate')),
     ('open/close of the logs (benchmark set-up and tear-down)', ('engine.OpenLog', 'engine.(*Log).Close')),
@@ -54,6 +57,13 @@ for ts, prev, state, nxt, stack in events:
     if any('ring.(*Reactor).Run' in fr for fr in stack):
         loops.add(prev)
 
+def matches(key, stack):
+    """key is a frame name, or a tuple of frame names that must all be on the stack."""
+    if isinstance(key, tuple):
+        return all(matches(k, stack) for k in key)
+    return any(key in fr for fr in stack)
+
+
 out = {}
 total = defaultdict(float)
 count = defaultdict(int)
@@ -68,7 +78,7 @@ for ts, prev, state, nxt, stack in events:
         else:
             cat = 'blocked, other'
             for name, keys in CATS:
-                if any(k in fr for fr in stack for k in keys):
+                if any(matches(k, stack) for k in keys):
                     cat = name
                     break
         out[prev] = (ts, cat)

@@ -291,12 +291,14 @@ func (l *Log) loadProducerState(report *RecoveryReport) error {
 	}
 	end := l.EndOffset()
 	from := int64(-1)
+	removed := false
 	for i := len(offsets) - 1; i >= 0 && from < 0; i-- {
 		path := producerSnapshotPath(l.dir, offsets[i])
 		if offsets[i] > end {
 			if err := os.Remove(path); err != nil {
 				return fmt.Errorf("remove producer snapshot beyond the log end: %w", err)
 			}
+			removed = true
 			continue
 		}
 		ps, off, err := readProducerSnapshot(path)
@@ -315,6 +317,15 @@ func (l *Log) loadProducerState(report *RecoveryReport) error {
 		// Read back, perhaps from the page cache only (a process crash): the next sync makes
 		// it durable before older snapshots may go.
 		l.unsyncedSnapshot, l.durableSnapshot = off, -1
+	}
+	if removed {
+		// The removals are durable before anything is appended: a snapshot beyond the end
+		// that a power loss brought back after the log grew past it again (a truncation,
+		// then appends and a sync that need not flush the directory) would be loaded, with
+		// producer state of batches the log no longer holds (TestAsyncSnapshotCrash found it).
+		if err := syncDir(l.fio, l.dir); err != nil {
+			return fmt.Errorf("remove producer snapshots beyond the log end: %w", err)
+		}
 	}
 	// The files that remain, ascending: every snapshot above the one loaded was deleted.
 	l.snapshots = l.snapshots[:0]

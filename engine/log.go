@@ -123,7 +123,7 @@ type Log struct {
 
 	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
 	// at most cfg.RecycleSegments.
-	recyclePool []string
+	recyclePool []pooledFile
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -331,6 +331,9 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 					batch.SetLeaderEpoch(batches[j], l.leaderEpoch)
 				}
 				h.BaseOffset = s.nextOffset
+			}
+			if s.batches != nil || s.oldBatches != nil {
+				s.noteRecycled(h, l.cfg.IndexIntervalBytes) // batchmap.go
 			}
 			s.noteBatch(h, l.cfg.IndexIntervalBytes)
 		}
@@ -565,6 +568,7 @@ func (l *Log) roll() error {
 	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	l.segments = append(l.segments, s)
 	l.dirGen++ // the new segment's directory entry is made durable by the next sync
+	l.writeOwnBatchMap(old)
 	l.snapshotAfterRoll()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -73,30 +74,107 @@ type RecycleCounters struct {
 	Pooled   int64 // retired .log files kept for reuse
 	Reused   int64 // new segments that took a pool file
 	Released int64 // pool files removed unused (truncation below the log start, a refused append, a failed rename)
+	// Unmapped counts retired files not recycled for want of a valid batch map of their
+	// content (batchmap.go): sealed before the last restart or active at it, compacted,
+	// more than batchMapEntriesMax batches, or a failed write of the map.
+	Unmapped int64
+	// SameCRC counts appended batches that carried the CRC the recycled file's previous life
+	// had at the same position (segment.noteRecycled).
+	SameCRC int64
 }
 
-var recycleStats struct{ pooled, reused, released atomic.Int64 }
+var recycleStats struct{ pooled, reused, released, unmapped, sameCRC atomic.Int64 }
 
 // RecycleStats returns the process-wide recycling counters.
 func RecycleStats() RecycleCounters {
-	return RecycleCounters{recycleStats.pooled.Load(), recycleStats.reused.Load(), recycleStats.released.Load()}
+	return RecycleCounters{recycleStats.pooled.Load(), recycleStats.reused.Load(), recycleStats.released.Load(),
+		recycleStats.unmapped.Load(), recycleStats.sameCRC.Load()}
 }
 
-// poolRetired moves the retired segment s's .log into the pool when recycling is on and the
-// pool has room; it reports whether it did. s's index files are retired as usual by the
-// caller.
+// pooledFile is a retired .log in the pool, with the batch map of the life it retired from
+// (made durable as recycled.<inode> before the file entered the pool).
+type pooledFile struct {
+	path  string
+	inode uint64
+	old   []uint64
+}
+
+// poolRetired moves the retired segment s's .log into the pool when recycling is on, the
+// pool has room and the segment's own batch map (written at its roll, batchmap.go) describes
+// it; it reports whether it did. Before the rename, the .log is fdatasync'ed (its content is
+// what the map describes; a file retired unsynced would otherwise hold an older life's
+// bytes after a power loss) and the map is made durable as recycled.<inode>: both before any
+// byte of the file's next life can be written. s's index files are retired as usual by the
+// caller; a file not pooled loses its batch maps.
 func (l *Log) poolRetired(s *segment) bool {
-	if l.cfg.RecycleSegments <= 0 || len(l.recyclePool) >= l.cfg.RecycleSegments || s.size == 0 || l.diskTight() {
+	if l.cfg.RecycleSegments <= 0 {
+		return false
+	}
+	if len(l.recyclePool) >= l.cfg.RecycleSegments || s.size == 0 || s.inode == 0 || l.diskTight() {
+		removeBatchMaps(l.dir, s.inode)
+		return false
+	}
+	ownName := batchMapName(batchMapOwnPrefix, s.inode)
+	m, err := readBatchMap(l.dir, ownName, s.inode)
+	if err != nil || m.base != s.baseOffset || m.size != s.size || m.next != s.nextOffset {
+		recycleStats.unmapped.Add(1)
+		removeBatchMaps(l.dir, s.inode)
 		return false
 	}
 	path := segmentPath(l.dir, s.baseOffset, logSuffix)
-	if err := os.Rename(path, path+recycleSuffix); err != nil {
+	err = l.syncRetired(path)
+	if err == nil {
+		err = writeFileAtomic(l.fio, l.dir, batchMapName(batchMapOldPrefix, s.inode), encodeBatchMap(m))
+	}
+	if err == nil {
+		err = os.Rename(path, path+recycleSuffix)
+	}
+	if err != nil {
 		l.cfg.Logger.Warn("keep retired segment for reuse", "dir", l.dir, "segment", s.baseOffset, "err", err)
+		removeBatchMaps(l.dir, s.inode)
 		return false
 	}
-	l.recyclePool = append(l.recyclePool, path+recycleSuffix)
+	os.Remove(filepath.Join(l.dir, ownName)) // recycled.<inode> holds it now
+	l.recyclePool = append(l.recyclePool, pooledFile{path: path + recycleSuffix, inode: s.inode, old: m.entries})
 	recycleStats.pooled.Add(1)
 	return true
+}
+
+// syncRetired fdatasyncs the retired .log at path (usually synced long ago: then it costs a
+// device cache flush).
+func (l *Log) syncRetired(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync retired %s: %w", path, err)
+	}
+	err = l.fio.Fdatasync(fd)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("sync retired %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeOwnBatchMap writes the batch map of old, just sealed by a roll, as batches.<inode>
+// (not synced: poolRetired checks it against the segment and makes it durable) and drops
+// the maps kept in memory. Without a complete map the file will not be recycled.
+func (l *Log) writeOwnBatchMap(old *segment) {
+	entries := old.batches
+	old.batches, old.oldBatches = nil, nil
+	if entries == nil || old.inode == 0 || old.size == 0 {
+		return
+	}
+	m := batchMap{inode: old.inode, base: old.baseOffset, size: old.size, next: old.nextOffset, entries: entries}
+	if err := os.WriteFile(filepath.Join(l.dir, batchMapName(batchMapOwnPrefix, old.inode)), encodeBatchMap(m), 0o644); err != nil {
+		l.cfg.Logger.Warn("write batch map", "dir", l.dir, "segment", old.baseOffset, "err", err)
+	}
+}
+
+// trackBatches starts the own batch map of s, a new empty segment, when the log recycles.
+func (l *Log) trackBatches(s *segment) {
+	if l.cfg.RecycleSegments > 0 && s.size == 0 {
+		s.batches = make([]uint64, 0, 64)
+	}
 }
 
 // diskTight reports whether the data directory's free space (LogConfig.Disk's estimate) is
@@ -111,13 +189,14 @@ func (l *Log) diskTight() bool {
 // else empty files.
 func (l *Log) newSegment(base int64) (*segment, error) {
 	for len(l.recyclePool) > 0 {
-		from := l.recyclePool[len(l.recyclePool)-1]
+		pooled := l.recyclePool[len(l.recyclePool)-1]
+		from := pooled.path
 		l.recyclePool = l.recyclePool[:len(l.recyclePool)-1]
 		to := segmentPath(l.dir, base, logSuffix)
 		// NOREPLACE: a name collision must fail like the O_EXCL create it replaces.
 		if err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE); err != nil {
 			l.cfg.Logger.Warn("reuse retired segment file", "dir", l.dir, "file", from, "err", err)
-			l.releasePool([]string{from})
+			l.releasePool([]pooledFile{pooled})
 			if errors.Is(err, unix.EEXIST) {
 				break // the O_EXCL create below reports it
 			}
@@ -128,10 +207,16 @@ func (l *Log) newSegment(base int64) (*segment, error) {
 			return nil, err
 		}
 		s.stale = true
+		s.oldBatches = pooled.old
+		l.trackBatches(s)
 		recycleStats.reused.Add(1)
 		return s, nil
 	}
-	return openSegmentFiles(l.dir, base, true, false)
+	s, err := openSegmentFiles(l.dir, base, true, false)
+	if err == nil {
+		l.trackBatches(s)
+	}
+	return s, err
 }
 
 // emptyPool releases every pool file: offsets are about to go below those they hold.
@@ -145,9 +230,14 @@ func (l *Log) emptyPool() {
 // releasePool unlinks pool files in the background (unlinking a large file frees its blocks
 // synchronously; see retiredSuffix). Durability is not needed: OpenLog removes every pool
 // file it finds.
-func (l *Log) releasePool(paths []string) {
-	recycleStats.released.Add(int64(len(paths)))
-	go removeRetired(append([]string(nil), paths...))
+func (l *Log) releasePool(files []pooledFile) {
+	recycleStats.released.Add(int64(len(files)))
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.path
+		removeBatchMaps(l.dir, f.inode)
+	}
+	go removeRetired(paths)
 }
 
 // checkRecycleSegments resolves LogConfig.RecycleSegments: 0 is the default for the mode,
@@ -162,4 +252,25 @@ func checkRecycleSegments(n int, mode StorageMode) (int, error) {
 		return 0, fmt.Errorf("recycle.segments %d: want -1 (off), 0 (default) or up to %d", n, recycleSegmentsMax)
 	}
 	return n, nil
+}
+
+// cutBatchMaps follows TruncateTo's cut of s (now the active segment) to pos bytes: its own
+// map keeps the batches before pos (a sealed segment made active again has none in memory,
+// and its written one no longer describes it), and the previous life's map goes, as the
+// cut, synced before the truncation returns, leaves no old bytes past the end.
+func (l *Log) cutBatchMaps(s *segment, pos int64) {
+	if s.inode == 0 {
+		return
+	}
+	if s.batches != nil {
+		n := 0
+		for n < len(s.batches) && int64(s.batches[n]>>32) < pos {
+			n++
+		}
+		s.batches = s.batches[:n]
+	} else {
+		os.Remove(filepath.Join(l.dir, batchMapName(batchMapOwnPrefix, s.inode)))
+	}
+	s.oldBatches = nil
+	os.Remove(filepath.Join(l.dir, batchMapName(batchMapOldPrefix, s.inode)))
 }

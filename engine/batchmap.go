@@ -226,6 +226,7 @@ func (l *Log) sweepBatchMaps() {
 	for _, s := range l.segments[:len(l.segments)-1] {
 		sealed[s.inode] = s.inode != 0
 	}
+	l.adoptOwnBatchMap(l.active())
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		return // best effort: the next OpenLog sweeps again
@@ -237,4 +238,18 @@ func (l *Log) sweepBatchMaps() {
 		}
 	}
 	l.trackBatches(l.active())
+}
+
+// adoptOwnBatchMap continues the own map of s, the active segment after recovery, from the
+// batches.<inode> that Close wrote, when it describes s exactly as recovered: the segment
+// stays recyclable across a clean restart. After a crash there is none (or an older one that
+// no longer matches), and the segment will not be recycled.
+func (l *Log) adoptOwnBatchMap(s *segment) {
+	if l.cfg.RecycleSegments <= 0 || s.inode == 0 || s.size == 0 {
+		return
+	}
+	m, err := readBatchMap(l.dir, batchMapName(batchMapOwnPrefix, s.inode), s.inode)
+	if err == nil && m.base == s.baseOffset && m.size == s.size && m.next == s.nextOffset {
+		s.batches = append(make([]uint64, 0, len(m.entries)+64), m.entries...)
+	}
 }

@@ -864,6 +864,7 @@ func (l *Log) finishActive() error {
 	s.addFinalTimeEntry()
 	var err error
 	l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch)
+	l.writeOwnBatchMap(s) // batchmap.go: the next OpenLog continues it (sweepBatchMaps)
 	return err
 }
 

@@ -75,8 +75,9 @@ type RecycleCounters struct {
 	Reused   int64 // new segments that took a pool file
 	Released int64 // pool files removed unused (truncation below the log start, a refused append, a failed rename)
 	// Unmapped counts retired files not recycled for want of a valid batch map of their
-	// content (batchmap.go): sealed before the last restart or active at it, compacted,
-	// more than batchMapEntriesMax batches, or a failed write of the map.
+	// content (batchmap.go): the segment was active at a crash, its map was lost to a power
+	// loss, it was compacted or made active again by a truncation, it held more than
+	// batchMapEntriesMax batches, or the map's write failed.
 	Unmapped int64
 	// SameCRC counts appended batches that carried the CRC the recycled file's previous life
 	// had at the same position (segment.noteRecycled).

@@ -114,6 +114,7 @@ func TestRecycleSameBatchSurvivesRecovery(t *testing.T) {
 			if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
 				t.Fatalf("retention: %d segments, %v", n, err)
 			}
+			l.settlePool()
 			same, reused := RecycleStats().SameCRC, RecycleStats().Reused
 			for segments := l.SegmentCount(); l.SegmentCount() == segments; {
 				appendSameBatches(t, l, 1)
@@ -185,6 +186,7 @@ func TestRecycleNeedsBatchMap(t *testing.T) {
 			if _, err := l.EnforceRetention(time.Now()); err != nil {
 				t.Fatal(err)
 			}
+			l.settlePool()
 			// Retired: the segment sealed before the restart (mapped) and the one active at it.
 			wantPooled, wantUnmapped := int64(2), int64(0)
 			if !clean {

@@ -124,6 +124,13 @@ type Log struct {
 	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
 	// at most cfg.RecycleSegments.
 	recyclePool []pooledFile
+	// recyclePreparing counts retired files whose pool entry runs in the background
+	// (poolRetired); recycleReady brings them back; recycleGen is bumped by emptyPool, whose
+	// files still in preparation are then released. poolJobs waits for them at Close.
+	recyclePreparing int
+	recycleReady     chan pooledFile
+	recycleGen       int
+	poolJobs         sync.WaitGroup
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -870,6 +877,7 @@ func (l *Log) finishActive() error {
 
 func (l *Log) closeFiles() error {
 	l.zeroJobs.Wait() // zeroing and handed-off cuts (prealloc.go) end before Close returns
+	l.settlePool()    // pool preparations (recycle.go) too
 	var errs []error
 	for _, s := range l.segments {
 		errs = append(errs, s.closeFiles())

@@ -68,9 +68,7 @@ func TestPowerLossKeepsSyncedData(t *testing.T) {
 					t.Fatal(err)
 				}
 				live := cfg
-				if tc.prealloc {
-					live.ZeroFileIO = fs
-				}
+				live.ZeroFileIO = fs // zeroing (prealloc) and pool preparation (recycle) sync through it
 				l, _ := openLog(t, dir, live, fs)
 				start := l.EndOffset()
 				synced := powerLossWork(t, l, rng)

@@ -3,9 +3,12 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+
+	"github.com/ringlog/ringlog/ring"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,6 +54,14 @@ import (
 // (the new segment's directory entry is fsynced by the next Sync before anything in it
 // counts as synced, as for a created file).
 //
+// A stale batch can also come back under a new header: a write of a new batch over an old
+// one that started at the same position, torn after its first bytes (the new base offset),
+// leaves the old body under its old, valid CRC (the CRC does not cover the header). Batch
+// maps (batchmap.go) close that: a file is pooled only with a map of the (position, CRC) of
+// its batches (written at the segment's roll), made durable as recycled.<inode> before the
+// rename into the pool, and recovery refuses a re-scanned batch that carries, at its
+// position, the CRC of the file's previous life.
+//
 // Cost: the pool holds up to RecycleSegments × segment.bytes of disk per partition beyond
 // retention (space the log would use again at its next rolls). Retired files are not kept
 // while the free-space estimate is below twice the guard (LogConfig.Disk), and an append the
@@ -93,65 +104,144 @@ func RecycleStats() RecycleCounters {
 }
 
 // pooledFile is a retired .log in the pool, with the batch map of the life it retired from
-// (made durable as recycled.<inode> before the file entered the pool).
+// (made durable as recycled.<inode> before the file entered the pool). A preparation that
+// failed comes back with no path. gen is the pool generation it was retired in (emptyPool).
 type pooledFile struct {
 	path  string
 	inode uint64
 	old   []uint64
+	gen   int
 }
 
-// poolRetired moves the retired segment s's .log into the pool when recycling is on, the
-// pool has room and the segment's own batch map (written at its roll, batchmap.go) describes
-// it; it reports whether it did. Before the rename, the .log is fdatasync'ed (its content is
-// what the map describes; a file retired unsynced would otherwise hold an older life's
-// bytes after a power loss) and the map is made durable as recycled.<inode>: both before any
-// byte of the file's next life can be written. s's index files are retired as usual by the
-// caller; a file not pooled loses its batch maps.
+func (f pooledFile) String() string { return f.path }
+
+// poolRetired starts moving the retired segment s's .log into the pool when recycling is
+// on and the pool (counting files still being prepared) has room; it reports whether it
+// took the file. On the owner's goroutine it only renames the .log to <name>.recycle (a
+// power loss or crash from here on leaves a file OpenLog removes); preparePooled, in the
+// background, then checks that the segment's own batch map (written at its roll,
+// batchmap.go) describes it, fdatasyncs the .log (its on-disk content is then what the map
+// describes; a file retired unsynced could otherwise hold an older life's bytes after a
+// power loss) and makes the map durable as recycled.<inode>. Only then does the file join
+// the pool (collectPooled, at the next roll), so before any byte of its next life is
+// written. The syncs stay off the shard loop: they cost a device cache flush and two
+// metadata writes per retired segment. s's index files are retired as usual by the caller;
+// a file not taken loses its batch maps.
 func (l *Log) poolRetired(s *segment) bool {
 	if l.cfg.RecycleSegments <= 0 {
 		return false
 	}
-	if len(l.recyclePool) >= l.cfg.RecycleSegments || s.size == 0 || s.inode == 0 || l.diskTight() {
-		removeBatchMaps(l.dir, s.inode)
-		return false
-	}
-	ownName := batchMapName(batchMapOwnPrefix, s.inode)
-	m, err := readBatchMap(l.dir, ownName, s.inode)
-	if err != nil || m.base != s.baseOffset || m.size != s.size || m.next != s.nextOffset {
-		recycleStats.unmapped.Add(1)
+	l.collectPooled()
+	if len(l.recyclePool)+l.recyclePreparing >= l.cfg.RecycleSegments || s.size == 0 || s.inode == 0 || l.diskTight() {
 		removeBatchMaps(l.dir, s.inode)
 		return false
 	}
 	path := segmentPath(l.dir, s.baseOffset, logSuffix)
-	err = l.syncRetired(path)
-	if err == nil {
-		err = writeFileAtomic(l.fio, l.dir, batchMapName(batchMapOldPrefix, s.inode), encodeBatchMap(m))
-	}
-	if err == nil {
-		err = os.Rename(path, path+recycleSuffix)
-	}
-	if err != nil {
+	if err := os.Rename(path, path+recycleSuffix); err != nil {
 		l.cfg.Logger.Warn("keep retired segment for reuse", "dir", l.dir, "segment", s.baseOffset, "err", err)
 		removeBatchMaps(l.dir, s.inode)
 		return false
 	}
-	os.Remove(filepath.Join(l.dir, ownName)) // recycled.<inode> holds it now
-	l.recyclePool = append(l.recyclePool, pooledFile{path: path + recycleSuffix, inode: s.inode, old: m.entries})
-	recycleStats.pooled.Add(1)
+	if l.recycleReady == nil {
+		l.recycleReady = make(chan pooledFile, recycleSegmentsMax) // sends never block
+	}
+	l.recyclePreparing++
+	want := batchMap{inode: s.inode, base: s.baseOffset, size: s.size, next: s.nextOffset}
+	prep := poolPreparation{dir: l.dir, path: path + recycleSuffix, want: want, gen: l.recycleGen,
+		fio: l.backgroundFileIO(), logger: l.cfg.Logger}
+	l.poolJobs.Add(1)
+	go func() {
+		defer l.poolJobs.Done()
+		l.recycleReady <- prep.run()
+	}()
 	return true
 }
 
-// syncRetired fdatasyncs the retired .log at path (usually synced long ago: then it costs a
-// device cache flush).
-func (l *Log) syncRetired(path string) error {
+// backgroundFileIO is the FileIO of work off the owner's goroutine (LogConfig.ZeroFileIO).
+func (l *Log) backgroundFileIO() ring.FileIO {
+	if l.cfg.ZeroFileIO != nil {
+		return l.cfg.ZeroFileIO
+	}
+	return ring.Syscalls{}
+}
+
+// poolPreparation is the background part of poolRetired; it touches no Log state.
+type poolPreparation struct {
+	dir, path string
+	want      batchMap // inode, base, size, next of the retired segment
+	gen       int
+	fio       ring.FileIO
+	logger    *slog.Logger
+}
+
+func (p poolPreparation) run() pooledFile {
+	ownName := batchMapName(batchMapOwnPrefix, p.want.inode)
+	m, err := readBatchMap(p.dir, ownName, p.want.inode)
+	if err == nil && (m.base != p.want.base || m.size != p.want.size || m.next != p.want.next) {
+		err = fmt.Errorf("%w: map of segment %d (%d bytes, next %d), the file holds segment %d (%d bytes, next %d)",
+			errBatchMapCorrupt, m.base, m.size, m.next, p.want.base, p.want.size, p.want.next)
+	}
+	if err != nil {
+		recycleStats.unmapped.Add(1)
+		p.logger.Debug("retired segment not kept for reuse: no batch map", "dir", p.dir, "segment", p.want.base, "err", err)
+		return p.fail()
+	}
+	if err = syncFile(p.fio, p.path); err == nil {
+		err = writeFileAtomic(p.fio, p.dir, batchMapName(batchMapOldPrefix, p.want.inode), encodeBatchMap(m))
+	}
+	if err != nil {
+		p.logger.Warn("keep retired segment for reuse", "dir", p.dir, "segment", p.want.base, "err", err)
+		return p.fail()
+	}
+	os.Remove(filepath.Join(p.dir, ownName)) // recycled.<inode> holds it now
+	return pooledFile{path: p.path, inode: p.want.inode, old: m.entries, gen: p.gen}
+}
+
+// fail removes the file and its maps; the pool gets nothing.
+func (p poolPreparation) fail() pooledFile {
+	os.Remove(p.path)
+	removeBatchMaps(p.dir, p.want.inode)
+	return pooledFile{gen: p.gen}
+}
+
+// collectPooled adds the files whose preparation finished to the pool (never waits). A file
+// prepared before emptyPool, or beyond the pool's size, is released.
+func (l *Log) collectPooled() {
+	for l.recyclePreparing > 0 {
+		select {
+		case f := <-l.recycleReady:
+			l.recyclePreparing--
+			switch {
+			case f.path == "":
+			case f.gen != l.recycleGen || len(l.recyclePool) >= l.cfg.RecycleSegments:
+				l.releasePool([]pooledFile{f})
+			default:
+				l.recyclePool = append(l.recyclePool, f)
+				recycleStats.pooled.Add(1)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// settlePool waits for every pool preparation and collects it (Close, tests).
+func (l *Log) settlePool() {
+	l.poolJobs.Wait()
+	l.collectPooled()
+}
+
+// syncFile fdatasyncs the file at path (a retired .log: usually synced long ago, and then
+// it costs a device cache flush).
+func syncFile(fio ring.FileIO, path string) error {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("sync retired %s: %w", path, err)
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
-	err = l.fio.Fdatasync(fd)
+	err = fio.Fdatasync(fd)
 	unix.Close(fd)
 	if err != nil {
-		return fmt.Errorf("sync retired %s: %w", path, err)
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return nil
 }
@@ -189,6 +279,7 @@ func (l *Log) diskTight() bool {
 // (the segment is then marked stale: its file holds an old segment's bytes past its end),
 // else empty files.
 func (l *Log) newSegment(base int64) (*segment, error) {
+	l.collectPooled()
 	for len(l.recyclePool) > 0 {
 		pooled := l.recyclePool[len(l.recyclePool)-1]
 		from := pooled.path
@@ -222,6 +313,7 @@ func (l *Log) newSegment(base int64) (*segment, error) {
 
 // emptyPool releases every pool file: offsets are about to go below those they hold.
 func (l *Log) emptyPool() {
+	l.recycleGen++ // files still being prepared are released when collected
 	if len(l.recyclePool) > 0 {
 		l.releasePool(l.recyclePool)
 		l.recyclePool = nil

@@ -118,6 +118,7 @@ func recycledLogIO(t *testing.T, dir string, cfg LogConfig, fio ring.FileIO) *Lo
 	if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
 		t.Fatalf("retention: %d segments, %v", n, err)
 	}
+	l.settlePool() // the preparations run in the background
 	if len(l.recyclePool) != 2 {
 		t.Fatalf("pool %v, want both retired files", l.recyclePool)
 	}
@@ -135,11 +136,14 @@ func recycledLogIO(t *testing.T, dir string, cfg LogConfig, fio ring.FileIO) *Lo
 	appendCrashBatches(t, l, 3, 8)
 	s := l.active()
 	if RecycleStats().Reused != reused0+1 || !s.stale || len(l.recyclePool) != 1 {
-		t.Fatalf("the roll took no pool file: reused %d -> %d, stale %v, pool %v", reused0, RecycleStats().Reused, s.stale, l.recyclePool)
+		t.Fatalf("the roll took no pool file: reused %d -> %d, stale %v, pool of %d", reused0, RecycleStats().Reused, s.stale, len(l.recyclePool))
 	}
-	// The pool is a stack: the roll took the newest retired file, the older one waits.
-	if ino := inodeOf(t, segmentFile(dir, s.baseOffset, logSuffix)); ino != inodes[1] || l.recyclePool[0].path != segmentFile(dir, retired[0], logSuffix)+recycleSuffix {
-		t.Fatalf("active segment is inode %d, want %d; pool %v", ino, inodes[1], l.recyclePool)
+	// The roll took one retired file (the pool is a stack in the order the background
+	// preparations finished), the other waits in the pool under its retired name.
+	ino, waiting := inodeOf(t, segmentFile(dir, s.baseOffset, logSuffix)), l.recyclePool[0]
+	if !(ino == inodes[0] && waiting.inode == inodes[1] && waiting.path == segmentFile(dir, retired[1], logSuffix)+recycleSuffix ||
+		ino == inodes[1] && waiting.inode == inodes[0] && waiting.path == segmentFile(dir, retired[0], logSuffix)+recycleSuffix) {
+		t.Fatalf("active segment is inode %d, pool holds %s (inode %d); retired inodes %v", ino, waiting.path, waiting.inode, inodes)
 	}
 	if fileBytes := logFileSize(t, dir, s.baseOffset); fileBytes <= s.size+blockBytes {
 		t.Fatalf("recycled file is %d bytes, log %d: no old bytes past the end", fileBytes, s.size)
@@ -329,6 +333,7 @@ func TestRecycleKeepsNothingWhenDiskTight(t *testing.T) {
 	if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
 		t.Fatalf("retention: %d segments, %v", n, err)
 	}
+	l.settlePool()
 	if len(l.recyclePool) != 0 {
 		t.Fatalf("pool %v with the disk below twice its guard", l.recyclePool)
 	}

@@ -202,3 +202,28 @@ func TestRecycleNeedsBatchMap(t *testing.T) {
 		})
 	}
 }
+
+// TestRecyclePreparationOutlivedByEmptyPool: files still being prepared for the pool when a
+// truncation below the log start empties it are released when they come back, never
+// pooled (their old batches may hold offsets the log reaches again).
+func TestRecyclePreparationOutlivedByEmptyPool(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := openLog(t, dir, recycleConfig(StorageDirect), ring.Syscalls{})
+	defer l.Close()
+	for l.SegmentCount() < 3 {
+		appendCrashBatches(t, l, 1, 8)
+	}
+	released := RecycleStats().Released
+	if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
+		t.Fatalf("retention: %d segments, %v", n, err)
+	}
+	if err := l.ResetTo(0); err != nil { // before collectPooled: both still count as preparing
+		t.Fatal(err)
+	}
+	l.settlePool()
+	if len(l.recyclePool) != 0 || l.recyclePreparing != 0 || RecycleStats().Released-released != 2 {
+		t.Fatalf("pool %v, preparing %d, released %d after the reset", l.recyclePool, l.recyclePreparing, RecycleStats().Released-released)
+	}
+	appendCrashBatches(t, l, 2, 8)
+	checkOffsetRecords(t, l)
+}

@@ -58,8 +58,9 @@ import (
 // one that started at the same position, torn after its first bytes (the new base offset),
 // leaves the old body under its old, valid CRC (the CRC does not cover the header). Batch
 // maps (batchmap.go) close that: a file is pooled only with a map of the (position, CRC) of
-// its batches (written at the segment's roll), made durable as recycled.<inode> before the
-// rename into the pool, and recovery refuses a re-scanned batch that carries, at its
+// its batches (written at the segment's roll), made durable as recycled.<inode> (in the
+// background, after the rename to *.recycle) before the file joins the pool, and recovery
+// refuses a re-scanned batch that carries, at its
 // position, the CRC of the file's previous life.
 //
 // Cost: the pool holds up to RecycleSegments × segment.bytes of disk per partition beyond
@@ -229,21 +230,6 @@ func (l *Log) collectPooled() {
 func (l *Log) settlePool() {
 	l.poolJobs.Wait()
 	l.collectPooled()
-}
-
-// syncFile fdatasyncs the file at path (a retired .log: usually synced long ago, and then
-// it costs a device cache flush).
-func syncFile(fio ring.FileIO, path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	err = fio.Fdatasync(fd)
-	unix.Close(fd)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return nil
 }
 
 // writeOwnBatchMap writes the batch map of old, just sealed by a roll, as batches.<inode>

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/ringlog/ringlog/ring"
 	"io"
 	"log/slog"
 	"math"
@@ -26,8 +25,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ringlog/ringlog/engine"
+	"github.com/ringlog/ringlog/internal/textdist"
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/replication/controller"
+	"github.com/ringlog/ringlog/ring"
 	"github.com/ringlog/ringlog/tuning"
 )
 
@@ -528,7 +529,7 @@ func suggest(key string, fs *flag.FlagSet) string {
 		if commandOnly[f.Name] {
 			return
 		}
-		if d := editDistance(normal, f.Name); d < bestDistance {
+		if d := textdist.Levenshtein(normal, f.Name); d < bestDistance {
 			best, bestDistance = f.Name, d
 		}
 	})
@@ -536,26 +537,6 @@ func suggest(key string, fs *flag.FlagSet) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
-}
-
-func editDistance(a, b string) int {
-	previous := make([]int, len(b)+1)
-	current := make([]int, len(b)+1)
-	for j := range previous {
-		previous[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		current[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			current[j] = min(previous[j]+1, current[j-1]+1, previous[j-1]+cost)
-		}
-		previous, current = current, previous
-	}
-	return previous[len(b)]
 }
 
 // validate checks every value and the combinations, naming the keys and their sources.

@@ -31,6 +31,8 @@ import (
 	"sort"
 	"strings"
 	"unicode"
+
+	"github.com/ringlog/ringlog/internal/textdist"
 )
 
 // docBytesMax bounds one Markdown file read into memory: the largest doc
@@ -498,7 +500,7 @@ func (t *Tree) checkLink(from *Doc, dest string) string {
 func nearest(anchor string, anchors map[string]bool) string {
 	best, bestDistance := "", len(anchor)/2+1
 	for a := range anchors {
-		if d := editDistance(anchor, a); d < bestDistance || d == bestDistance && a < best {
+		if d := textdist.Levenshtein(anchor, a); d < bestDistance || d == bestDistance && a < best {
 			best, bestDistance = a, d
 		}
 	}
@@ -506,24 +508,4 @@ func nearest(anchor string, anchors map[string]bool) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean #%s?)", best)
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

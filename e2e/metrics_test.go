@@ -197,6 +197,9 @@ func TestMetricsOfStorageHelpers(t *testing.T) {
 	if _, ok := m.Value("ringlog_writeback_dropped_total"); !ok {
 		t.Error("no ringlog_writeback_dropped_total series")
 	}
+	if wakes, ok := m.Value("ringlog_writeback_wakeups_total"); !ok || wakes < 1 {
+		t.Errorf("write-back wake-ups %v (present %v) after write-back started", wakes, ok)
+	}
 	if jobs, _ := m.Value("ringlog_preallocate_jobs_total"); jobs < 1 {
 		t.Errorf("preallocate jobs %v on a flush.always topic", jobs)
 	}

@@ -72,6 +72,13 @@ func TestCrashChild(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(3)
 	}
+	// With the ring, retention writes its checkpoint off the loop (retention.go) as in the
+	// broker; its chain of ops advances one op at a random append, and the segments retire
+	// at the next EnforceRetention, so kills hit a pass at every step.
+	r, async := fio.(*ring.Reactor)
+	if async && recycle {
+		l.SetAsyncRetention(r, func() {})
+	}
 	out := bufio.NewWriter(os.Stdout)
 	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
 	b := batch.NewBuilder(batch.BuilderOptions{})
@@ -106,11 +113,23 @@ func TestCrashChild(t *testing.T) {
 				os.Exit(3)
 			}
 		}
-		stale := "" // the active segment is a recycled file with old batches past its end
-		if l.active().stale {
-			stale = " stale"
+		if async && recycle && l.retention.inFlight() && rng.IntN(8) == 0 {
+			// The next op of the pass's chain completes (the ring delivers completions
+			// only when the child waits: it runs no loop).
+			phase := l.retention.phase
+			if err := r.AwaitWrites(func() bool { return l.retention.phase != phase }); err != nil {
+				fmt.Println("error", err)
+				os.Exit(3)
+			}
 		}
-		fmt.Fprintf(out, "ack %d%s\n", l.SyncedOffset(), stale)
+		flags := "" // " stale": the active segment is a recycled file with old batches past its end
+		if l.active().stale {
+			flags += " stale"
+		}
+		if l.RetentionPending() { // " retention": a retention pass is in flight or not yet retired
+			flags += " retention"
+		}
+		fmt.Fprintf(out, "ack %d%s\n", l.SyncedOffset(), flags)
 		out.Flush()
 	}
 	os.Exit(0)
@@ -130,7 +149,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	t.Logf("seed %d", seed)
 	acked := int64(0)
-	staleKills := 0
+	staleKills, retentionKills := 0, 0
 	for round := 0; round < crashRounds; round++ {
 		mode := storageModes[round%2]
 		io := []string{"syscalls", "reactor"}[(round/2)%2]
@@ -140,9 +159,12 @@ func TestCrashSIGKILL(t *testing.T) {
 		if recycle {
 			killAfter += 60 + rng.IntN(120) // enough appends for rolls, retirements and reuse
 		}
-		got, stale, stderr := runCrashChild(t, dir, mode, io, prealloc, recycle, killAfter)
-		if stale {
+		got, flags, stderr := runCrashChild(t, dir, mode, io, prealloc, recycle, killAfter)
+		if strings.Contains(flags, " stale") {
 			staleKills++
+		}
+		if strings.Contains(flags, " retention") {
+			retentionKills++
 		}
 		if got < acked {
 			t.Fatalf("round %d: child acked %d after %d was acked before", round, got, acked)
@@ -153,16 +175,20 @@ func TestCrashSIGKILL(t *testing.T) {
 	if acked < crashRounds {
 		t.Fatalf("children acknowledged only %d records in %d rounds", acked, crashRounds)
 	}
-	t.Logf("children killed with a recycled active segment: %d", staleKills)
+	t.Logf("children killed with a recycled active segment: %d, with a retention pass in flight: %d", staleKills, retentionKills)
 	if staleKills == 0 {
 		t.Fatal("no child was killed with a recycled active segment: the recycling rounds tested nothing")
+	}
+	if retentionKills == 0 {
+		t.Fatal("no child was killed with a retention pass in flight: the ring's retention was not tested")
 	}
 }
 
 // runCrashChild starts the child, reads acknowledgements until killAfter of them arrived,
 // SIGKILLs it (it keeps appending in the meantime) and returns the last acknowledged offset
-// and whether the child's active segment was a recycled file at that acknowledgement.
-func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, prealloc int64, recycle bool, killAfter int) (int64, bool, *bytes.Buffer) {
+// and the flags of that acknowledgement (" stale": the child's active segment was a recycled
+// file; " retention": a retention pass was in flight).
+func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, prealloc int64, recycle bool, killAfter int) (int64, string, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashChildDirEnv+"="+dir, crashChildModeEnv+"="+string(mode), crashChildIOEnv+"="+io,
@@ -178,11 +204,12 @@ func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, preall
 	}
 	sc := bufio.NewScanner(stdout)
 	var last int64
-	var stale bool
+	var flags string
 	for acks := 0; acks < killAfter && sc.Scan(); {
 		line := sc.Text()
 		if rest, ok := strings.CutPrefix(line, "ack "); ok {
-			rest, stale = strings.CutSuffix(rest, " stale")
+			rest, flags, _ = strings.Cut(rest, " ")
+			flags = " " + flags
 			n, err := strconv.ParseInt(rest, 10, 64)
 			if err != nil {
 				t.Fatalf("bad ack line %q", line)
@@ -204,7 +231,7 @@ func runCrashChild(t *testing.T, dir string, mode StorageMode, io string, preall
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child did not die by SIGKILL: %v (stderr %s)", err, stderr.String())
 	}
-	return last, stale, &stderr
+	return last, flags, &stderr
 }
 
 // verifyCrashLog reopens the log (keeping a zero tail when prealloc > 0) and checks every

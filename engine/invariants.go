@@ -31,6 +31,13 @@ func (l *Log) checkInvariants() error {
 			return fmt.Errorf("invariant: unsynced segment list out of order at %d", u.baseOffset)
 		}
 	}
+	if p := &l.retention; p.phase != retentionIdle && !l.closed {
+		// A pass's checkpoint names the base of a live segment above the start offset: the
+		// front of the log does not change until CompleteRetention (retention.go).
+		if p.target <= l.startOffset || l.segments[l.segmentFor(p.target)].baseOffset != p.target {
+			return fmt.Errorf("invariant: retention checkpoint %d in flight, start offset %d, no segment starts there", p.target, l.startOffset)
+		}
+	}
 	if a := l.active(); a.direct != nil && a.direct.active.end() != a.size {
 		return fmt.Errorf("invariant: direct staging ends at %d, segment size %d", a.direct.active.end(), a.size)
 	}

@@ -121,6 +121,8 @@ type Log struct {
 
 	zeroJobs sync.WaitGroup // background zeroing goroutines (prealloc.go)
 
+	retention retentionPass // a retention pass whose checkpoint is in flight (retention.go)
+
 	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
 	// at most cfg.RecycleSegments.
 	recyclePool []pooledFile
@@ -839,7 +841,8 @@ func (l *Log) Close() error {
 	if l.closed {
 		return nil
 	}
-	l.awaitSeals() // a failure fails the log: Close then skips the sync
+	l.awaitSeals()     // a failure fails the log: Close then skips the sync
+	l.awaitRetention() // a pass in flight completes: its checkpoint's descriptors close
 	var err error
 	if l.failed == nil {
 		l.snapshotAfterRoll() // before Sync, which makes its directory entry durable

@@ -22,7 +22,8 @@ type Piece struct {
 // ReadResult is what Read returns: whole batches, in offset order, from one segment.
 //
 // File pieces refer to the segment's open file; they stay valid until the owner next calls
-// TruncateTo, EnforceRetention, DeleteRecordsBefore or Close on the log (which may close it).
+// TruncateTo, EnforceRetention, CompleteRetention, DeleteRecordsBefore or Close on the log
+// (which may close it).
 type ReadResult struct {
 	Pieces []Piece
 	// Size is the total byte count of all pieces.

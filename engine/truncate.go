@@ -20,6 +20,9 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.awaitSeals(); err != nil {
 		return err
 	}
+	if err := l.awaitRetention(); err != nil {
+		return err
+	}
 	if offset < 0 {
 		return fmt.Errorf("%w: truncate to %d", ErrOffsetOutOfRange, offset)
 	}
@@ -140,6 +143,9 @@ func (l *Log) ResetTo(offset int64) error {
 	if err := l.awaitSeals(); err != nil {
 		return err
 	}
+	if err := l.awaitRetention(); err != nil {
+		return err
+	}
 	if offset < 0 {
 		return fmt.Errorf("%w: reset to %d", ErrOffsetOutOfRange, offset)
 	}
@@ -212,16 +218,23 @@ func (l *Log) dropSegment(i int, retire bool) error {
 // (its last writes or its cut, asyncwrite.go) ends the pass: the next pass takes it, and the
 // owner's loop never waits for the device here.
 //
-// Before any segment goes, the new start offset is checkpointed (writeStartOffset: one file
-// fsync and one directory fsync per pass that deletes something): the renames that retire
-// segments are not durable until a later directory fsync, and a power loss may take back
-// any subset of them. Recovery drops every segment wholly below the checkpoint, so a
-// retired segment that comes back can never leave a gap before the live ones.
+// Before any segment goes, the new start offset is checkpointed (one file fsync and one
+// directory fsync per pass that deletes something): the renames that retire segments are
+// not durable until a later directory fsync, and a power loss may take back any subset of
+// them. Recovery drops every segment wholly below the checkpoint, so a retired segment that
+// comes back can never leave a gap before the live ones. With SetAsyncRetention the
+// checkpoint is written off the loop and the segments retire at CompleteRetention
+// (retention.go): EnforceRetention then first completes the last pass, takes no new one
+// while that one's checkpoint is in flight, and returns the segments retired in this call.
 func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	if l.closed {
 		return 0, ErrClosed
 	}
 	l.ExpireProducers(now.UnixMilli())
+	retired, err := l.CompleteRetention()
+	if err != nil || l.retention.inFlight() {
+		return retired, err
+	}
 	n, size := 0, l.Size()
 	for ; n < len(l.segments)-1 && l.cfg.CleanupPolicy.Deletes(); n++ {
 		s := l.segments[n]
@@ -230,7 +243,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 		}
 		expired, err := l.expired(s, now)
 		if err != nil {
-			return 0, err
+			return retired, err
 		}
 		tooBig := l.cfg.RetentionBytes > 0 && size-s.size >= l.cfg.RetentionBytes
 		if !expired && !tooBig {
@@ -239,22 +252,22 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 		size -= s.size
 	}
 	if n == 0 {
-		return 0, nil
+		return retired, nil
 	}
-	if next := l.segments[n].baseOffset; next > l.startOffset {
+	next := l.segments[n].baseOffset
+	if next > l.startOffset {
+		if l.retention.ops != nil {
+			started, err := l.startRetention(next)
+			if started || err != nil {
+				return retired, err // CompleteRetention retires them
+			}
+		}
 		if err := writeStartOffset(l.fio, l.dir, next); err != nil {
-			return 0, fmt.Errorf("retention: %w", err)
+			return retired, fmt.Errorf("retention: %w", err)
 		}
 	}
-	deleted := 0
-	for ; deleted < n; deleted++ {
-		if err := l.retireSegment(0); err != nil {
-			return deleted, err
-		}
-		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
-	}
-	l.assertInvariants()
-	return deleted, nil
+	k, err := l.retireBelow(next)
+	return retired + k, err
 }
 
 func (l *Log) expired(s *segment, now time.Time) (bool, error) {
@@ -282,6 +295,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 	}
 	if offset > l.EndOffset() {
 		return 0, fmt.Errorf("%w: delete before %d beyond end %d", ErrOffsetOutOfRange, offset, l.EndOffset())
+	}
+	if err := l.awaitRetention(); err != nil { // one writer of the checkpoint at a time
+		return 0, err
 	}
 	if offset <= l.startOffset {
 		return 0, nil

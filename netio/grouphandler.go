@@ -38,6 +38,7 @@ var groupCodes = map[group.Code]wire.ErrorCode{
 	group.CodeGroupIDNotFound:           wire.ErrGroupIDNotFound,
 	group.CodeGroupMaxSizeReached:       wire.ErrGroupMaxSizeReached,
 	group.CodeFencedInstanceID:          wire.ErrFencedInstanceID,
+	group.CodeMemberIDRequired:          wire.ErrMemberIDRequired,
 }
 
 func groupCode(c group.Code) wire.ErrorCode {
@@ -160,7 +161,7 @@ func (h *BrokerHandler) findCoordinator(body *wire.FindCoordinatorRequest) *wire
 func joinRequest(body *wire.JoinGroupRequest, remote string) group.JoinGroup {
 	j := group.JoinGroup{Group: body.Group, MemberID: body.MemberID, InstanceID: body.InstanceID, ClientID: body.ClientID, ClientHost: remote,
 		SessionTimeout: msToDuration(body.SessionTimeoutMs), RebalanceTimeout: msToDuration(body.RebalanceTimeoutMs),
-		ProtocolType: body.ProtocolType}
+		ProtocolType: body.ProtocolType, RequireKnownMemberID: body.Version >= 1}
 	for _, p := range body.Protocols {
 		j.Protocols = append(j.Protocols, group.Protocol{Name: p.Name, Metadata: bytes.Clone(p.Metadata)})
 	}

@@ -14,28 +14,43 @@ import (
 // listenLoopback returns a listening TCP socket on 127.0.0.1 and its address.
 func listenLoopback(t testing.TB) (int, *RawSockaddrAny) {
 	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
+	fd, port := loopbackSocket(t, 64)
+	return fd, rawInet4(t, port)
+}
+
+// loopbackSocket returns a TCP socket bound to 127.0.0.1 (a port the kernel picks) and
+// that port; it listens with backlog unless backlog is negative.
+func loopbackSocket(t testing.TB, backlog int) (int, int) {
+	t.Helper()
+	fd := newSocket(t)
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Listen(fd, 64); err != nil {
-		t.Fatal(err)
+	if backlog >= 0 {
+		if err := unix.Listen(fd, backlog); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := sa.(*unix.SockaddrInet4).Port
-	var storage RawSockaddrAny // full-size storage: the kernel and checkptr both see 112 bytes
-	raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(&storage))
+	return fd, sa.(*unix.SockaddrInet4).Port
+}
+
+// rawInet4 returns 127.0.0.1:port as full-size storage (the kernel and checkptr both see
+// 112 bytes), pinned until the test ends: a test's last use of an address is often the
+// prep, and waitCQEs' collection then freed it before Submit handed it to the kernel,
+// which read zeros (AF_UNSPEC) and "connected" with res 0 to nothing (session 10's
+// TestSlowPeerDoesNotBlock hang).
+func rawInet4(t testing.TB, port int) *RawSockaddrAny {
+	storage := new(RawSockaddrAny)
+	pinForTest(t, storage)
+	raw := (*unix.RawSockaddrInet4)(unsafe.Pointer(storage))
 	raw.Family = unix.AF_INET
 	raw.Addr = [4]byte{127, 0, 0, 1}
 	raw.Port = uint16(port>>8) | uint16(port&0xff)<<8 // network byte order
-	return fd, &storage
+	return storage
 }
 
 func newSocket(t testing.TB) int {
@@ -344,6 +359,7 @@ func TestSlowPeerDoesNotBlock(t *testing.T) {
 		sqe.UserData = 1
 		// A blocking-mode socket must not block the loop either: fill the send buffer.
 		big := make([]byte, 8<<20)
+		pinForTest(t, &big[0]) // unused after the prep: waitCQEs' collection would free it
 		sqe = mustSQE(t, r)
 		sqe.PrepSend(fastClient, big, 0)
 		sqe.UserData = 2
@@ -351,6 +367,7 @@ func TestSlowPeerDoesNotBlock(t *testing.T) {
 		sqe.PrepWrite(int(f.Fd()), pinnedBytes(t, "durable"), 0)
 		sqe.UserData = 3
 		fastBuf := make([]byte, 4096)
+		pinForTest(t, &fastBuf[0])
 		sqe = mustSQE(t, r)
 		sqe.PrepRecv(fast, fastBuf, 0)
 		sqe.UserData = 4

@@ -112,6 +112,14 @@ func (s *SQE) PrepFtruncate(fd int, length int64) {
 	s.prepRW(OpFtruncate, int32(fd), 0, 0, uint64(length))
 }
 
+// PrepRenameat prepares renameat2(oldDirfd, oldPath, newDirfd, newPath, flags)
+// (IORING_OP_RENAMEAT, Linux 5.11; the kernel always runs it on an io-wq worker). Both paths
+// must be NUL-terminated (see CString) and stay put until completion.
+func (s *SQE) PrepRenameat(oldDirfd int, oldPath *byte, newDirfd int, newPath *byte, flags uint32) {
+	s.prepRW(OpRenameat, int32(oldDirfd), kernelAddr(unsafe.Pointer(oldPath)), uint32(newDirfd), uint64(kernelAddr(unsafe.Pointer(newPath))))
+	s.OpFlags = flags
+}
+
 // PrepOpenat prepares openat(dirfd, path, flags, mode). path must be NUL-terminated
 // (see CString) and stay put until completion.
 func (s *SQE) PrepOpenat(dirfd int, path *byte, flags int, mode uint32) {

@@ -34,7 +34,8 @@ type sysRing struct {
 	overflow []CQE
 
 	free      *sysOp
-	inflight  int // parked ops and pending timeouts
+	addrFree  []*sockaddrCopy // CONNECT address copies not in use: as many as connects were ever in flight at once
+	inflight  int             // parked ops and pending timeouts
 	drainQ    []*sysOp
 	pumping   bool
 	waiters   map[int32]*fdWait
@@ -70,12 +71,29 @@ type sysOp struct {
 	events      uint32 // epoll events it waits for
 	parkFd      int32
 	deadline    int64 // monotonic ns, timers only
+	timeoutNs   int64 // TIMEOUT, LINK_TIMEOUT: the timespec, copied at submit as io_timeout_prep does
 	heapIndex   int   // -1 when not in the heap
 	countAt     uint64
 	offIn       int64
 	offOut      int64
-	connecting  bool
 	initErr     int32 // submit-time error (negative errno), 0 if none
+	// OpConnect: whether a connect(2) of this op started the handshake (EINPROGRESS), and
+	// the address, copied at submit as the kernel's io_connect_prep copies it
+	// (move_addr_to_kernel), so every attempt dials what the SQE named at submit. The
+	// address lives out of line, from the ring's pool, so that every other op's sysOp
+	// stays small (it is zeroed twice per op).
+	connecting  bool
+	connectAddr *sockaddrCopy
+}
+
+// sockaddrStorageSize is sizeof(struct sockaddr_storage): the longest address connect(2)
+// takes; the kernel refuses a longer one with EINVAL before it reads it.
+const sockaddrStorageSize = 128
+
+// sockaddrCopy is a CONNECT's address as copied at submit.
+type sockaddrCopy struct {
+	bytes [sockaddrStorageSize]byte
+	len   uint32
 }
 
 // sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
@@ -94,7 +112,7 @@ type fdWait struct {
 
 // syscallOps lists the ops the syscall backend interprets.
 var syscallOps = []Opcode{OpNop, OpRead, OpWrite, OpReadv, OpWritev, OpReadFixed, OpWriteFixed, OpFsync,
-	OpFallocate, OpFtruncate, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
+	OpFallocate, OpFtruncate, OpRenameat, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
 	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd, OpSendZC}
 
 var (
@@ -212,10 +230,63 @@ func (r *sysRing) initCheck(op *sysOp, head, last *sysOp) unix.Errno {
 	if op.sqe.Flags&SQEIODrain != 0 && r.skipSeen {
 		return unix.EOPNOTSUPP // draining is disabled once CQE_SKIP_SUCCESS was used
 	}
+	switch op.sqe.Opcode {
+	case OpTimeout, OpLinkTimeout:
+		if errno := prepTimeout(op); errno != 0 {
+			return errno
+		}
+	case OpConnect:
+		return r.prepConnect(op)
+	}
 	if op.sqe.Opcode == OpLinkTimeout && (head == nil || last.sqe.Opcode == OpLinkTimeout || last.linkTimeout != nil) {
 		return unix.EINVAL // a link timeout must follow a linked, unguarded request
 	}
 	return 0
+}
+
+// prepTimeout copies a TIMEOUT's or LINK_TIMEOUT's timespec into op at submit, with
+// __io_timeout_prep's checks: a nil one is EFAULT, a negative field EINVAL. A timeout that
+// starts later (in a link chain, or a link timeout when its request parks) counts the
+// duration the SQE named at submit, and the caller may reuse the timespec after Submit.
+func prepTimeout(op *sysOp) unix.Errno {
+	ts := (*Timespec)(addrPtr(&op.sqe.Addr))
+	if ts == nil {
+		return unix.EFAULT
+	}
+	if ts.Sec < 0 || ts.Nsec < 0 {
+		return unix.EINVAL
+	}
+	op.timeoutNs = ts.Sec*1e9 + ts.Nsec
+	return 0
+}
+
+// prepConnect copies a CONNECT's address into op at submit, with move_addr_to_kernel's
+// checks: a length outside [0, sizeof(sockaddr_storage)] is EINVAL, a nil address with a
+// length EFAULT. Like every address in an SQE, a non-nil one must point to addrLen bytes
+// of live memory (see sqe.go); after Submit the caller may reuse it, as with io_uring.
+func (r *sysRing) prepConnect(op *sysOp) unix.Errno {
+	addrLen := int32(uint32(op.sqe.Off)) // the kernel reads addr2 into an int
+	if addrLen < 0 || addrLen > sockaddrStorageSize {
+		return unix.EINVAL
+	}
+	addr := addrPtr(&op.sqe.Addr)
+	if addr == nil && addrLen > 0 {
+		return unix.EFAULT
+	}
+	c := r.takeSockaddrCopy()
+	c.len = uint32(addrLen)
+	copy(c.bytes[:addrLen], unsafe.Slice((*byte)(addr), addrLen))
+	op.connectAddr = c
+	return 0
+}
+
+func (r *sysRing) takeSockaddrCopy() *sockaddrCopy {
+	if n := len(r.addrFree); n > 0 {
+		c := r.addrFree[n-1]
+		r.addrFree = r.addrFree[:n-1]
+		return c
+	}
+	return new(sockaddrCopy)
 }
 
 func (r *sysRing) endChain(head *sysOp, failed bool) {
@@ -268,6 +339,9 @@ func (r *sysRing) newOp(sqe *SQE) *sysOp {
 }
 
 func (r *sysRing) freeOp(op *sysOp) {
+	if op.connectAddr != nil {
+		r.addrFree = append(r.addrFree, op.connectAddr)
+	}
 	*op = sysOp{next: r.free}
 	r.free = op
 }
@@ -391,6 +465,9 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 		return sysRes(0, e), 0, -1, 0
 	case OpFtruncate:
 		_, _, e := unix.Syscall(unix.SYS_FTRUNCATE, fd, uintptr(s.Off), 0)
+		return sysRes(0, e), 0, -1, 0
+	case OpRenameat:
+		_, _, e := unix.Syscall6(unix.SYS_RENAMEAT2, fd, uintptr(addrPtr(&s.Addr)), uintptr(int(int32(s.Len))), uintptr(addrPtr(&s.Off)), uintptr(s.OpFlags), 0)
 		return sysRes(0, e), 0, -1, 0
 	case OpOpenat:
 		n, _, e := unix.Syscall6(unix.SYS_OPENAT, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), 0, 0)
@@ -613,26 +690,67 @@ func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	return res, 0, -1, 0
 }
 
+// connect emulates IORING_OP_CONNECT as the kernel's io_connect does: a non-blocking
+// connect(2) with the address copied at submit; while the handshake runs it parks on
+// EPOLLOUT, and every wake-up asks connect(2) again, which alone knows the outcome: 0 once
+// the connection is established (it then marks the socket connected), the handshake's
+// error once it failed, EALREADY while it still runs. A wake-up is only a hint: stale or
+// spurious ones happen (an event for an fd number that was closed and reused, or
+// TestConnectSpuriousWakeup's), and SO_ERROR, which this function used to trust, reads 0
+// both on a connected socket and on one still in SYN_SENT. So the op completes with 0 only
+// when connect(2) said so, with -errno otherwise, and never with EINPROGRESS, EINTR, or
+// EALREADY from a handshake it started. (EALREADY from a socket that was already
+// connecting before the op is the kernel's answer too, and is passed on.)
 func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
-	s := &op.sqe
+	if op.connectAddr == nil {
+		panic("ring: syscall backend: CONNECT started without the address copy Submit makes (prepConnect)")
+	}
 	fd := int(op.fd)
-	if op.connecting {
+	if !op.connecting {
+		if res := setNonblock(fd); res < 0 {
+			return res, 0, -1, 0
+		}
+	}
+	e := sysConnect(fd, op.connectAddr)
+	switch {
+	case e == unix.EINPROGRESS || e == unix.EINTR:
+		// EINTR: Linux never returns it from a non-blocking connect (TCP and unix connects
+		// only sleep when blocking; 27,379 connects under 432,437 SIGURGs gave none), but if
+		// it did, the socket is either untouched (the next connect(2) starts the handshake:
+		// a socket in TCP_CLOSE polls EPOLLOUT at once) or connecting (the next one says
+		// EALREADY or the outcome). Either way the answer comes from asking again.
+		op.connecting = true
+		return errRes(e), 0, op.fd, unix.EPOLLOUT
+	case e == unix.EALREADY && op.connecting:
+		return errRes(e), 0, op.fd, unix.EPOLLOUT // woken while the handshake still runs
+	case op.connecting && (e == unix.EBADFD || e == unix.ENOTCONN):
+		// As io_connect: some families answer a repeated connect so; the socket error says
+		// how the handshake ended.
 		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		if err != nil {
 			return errRes(err.(unix.Errno)), 0, -1, 0
 		}
 		return -int32(v), 0, -1, 0
 	}
-	if res := setNonblock(fd); res < 0 {
-		return res, 0, -1, 0
-	}
-	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(addrPtr(&s.Addr)), uintptr(s.Off))
-	if e == unix.EINPROGRESS || e == unix.EALREADY || e == unix.EINTR {
-		op.connecting = true
-		return 0, 0, op.fd, unix.EPOLLOUT
-	}
 	return sysRes(0, e), 0, -1, 0
 }
+
+// sysConnect is connect(2) of fd to addr.
+func sysConnect(fd int, addr *sockaddrCopy) unix.Errno {
+	if injectErrno != nil {
+		if e := injectErrno(unix.SYS_CONNECT); e != 0 {
+			return e
+		}
+	}
+	_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&addr.bytes)), uintptr(addr.len))
+	return e
+}
+
+// injectErrno, set only by tests, is asked before the syscall backend's connect(2) and
+// ppoll(2) calls with the syscall number: a non-zero errno is returned as if the kernel had
+// answered it, without making the call. It makes answers the kernel gives only under
+// signals (EINTR) deterministic. Only the ring's owner thread reads it.
+var injectErrno func(nr uintptr) unix.Errno
 
 func (r *sysRing) splice(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe
@@ -957,16 +1075,10 @@ func monoNow() int64 {
 }
 
 func (r *sysRing) armTimeout(op *sysOp) {
-	ts := (*Timespec)(addrPtr(&op.sqe.Addr))
-	if ts == nil {
-		r.complete(op, errRes(unix.EFAULT), 0)
-		return
-	}
-	d := ts.Sec*1e9 + ts.Nsec
 	if op.sqe.OpFlags&TimeoutAbs != 0 {
-		op.deadline = d
+		op.deadline = op.timeoutNs
 	} else {
-		op.deadline = monoNow() + d
+		op.deadline = monoNow() + op.timeoutNs
 	}
 	if op.sqe.Off > 0 {
 		op.countAt = r.posted + op.sqe.Off
@@ -977,11 +1089,7 @@ func (r *sysRing) armTimeout(op *sysOp) {
 }
 
 func (r *sysRing) armLinkTimeout(lt *sysOp) {
-	ts := (*Timespec)(addrPtr(&lt.sqe.Addr))
-	lt.deadline = monoNow()
-	if ts != nil {
-		lt.deadline += ts.Sec*1e9 + ts.Nsec
-	}
+	lt.deadline = monoNow() + lt.timeoutNs
 	heap.Push(&r.timers, lt)
 }
 

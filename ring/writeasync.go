@@ -80,6 +80,55 @@ func (r *Reactor) StartFtruncate(fd int, size int64, done func(n int, err error)
 	return op.Submit()
 }
 
+// StartFsync flushes fd (IORING_OP_FSYNC; an fdatasync when datasync is set) and calls
+// done(0, err) the way a StartWrite completion is called: on the loop, or inside
+// AwaitWrites, which waits for it like a write. The kernel runs the flush on an io-wq worker
+// thread, so the loop never waits for the device. engine's retention writes its log start
+// offset checkpoint this way (the temporary file's fsync, then the directory's), and
+// retires the segments when both have completed. The syscall backend runs it inline.
+func (r *Reactor) StartFsync(fd int, datasync bool, done func(n int, err error)) error {
+	if done == nil {
+		return fmt.Errorf("ring: StartFsync with no completion: %w", unix.EINVAL)
+	}
+	op, err := r.Begin(nil)
+	if err != nil {
+		return err
+	}
+	op.sqe.PrepFsync(fd, datasync)
+	r.slots[op.idx].writeDone = done
+	return op.Submit()
+}
+
+// StartRename renames oldPath to newPath (IORING_OP_RENAMEAT, paths relative to the
+// working directory unless absolute) and calls done(0, err) the way a StartWrite completion
+// is called: on the loop, or inside AwaitWrites, which waits for it like a write. The
+// kernel runs it on an io-wq worker: a rename over an existing file drops that file's last
+// link, and on ext4 mounted with discard (journal-less) freeing its blocks discards them
+// synchronously, which stalled the loop at every retention checkpoint. The syscall backend
+// runs it inline. Before Linux 5.11 it reports ErrUnsupported.
+func (r *Reactor) StartRename(oldPath, newPath string, done func(n int, err error)) error {
+	if done == nil {
+		return fmt.Errorf("ring: StartRename with no completion: %w", unix.EINVAL)
+	}
+	from, err := unix.BytePtrFromString(oldPath)
+	if err != nil {
+		return fmt.Errorf("ring: StartRename %q: %w", oldPath, err)
+	}
+	to, err := unix.BytePtrFromString(newPath)
+	if err != nil {
+		return fmt.Errorf("ring: StartRename to %q: %w", newPath, err)
+	}
+	op, err := r.Begin(nil)
+	if err != nil {
+		return err
+	}
+	op.sqe.PrepRenameat(unix.AT_FDCWD, from, unix.AT_FDCWD, to, 0)
+	op.Pin(from)
+	op.Pin(to)
+	r.slots[op.idx].writeDone = done
+	return op.Submit()
+}
+
 // WriteBufferSlots is the size of the sparse fixed-buffer table RegisterWriteBuffer fills
 // (the kernel's limit is 16,384). A buffer that finds no free slot is written unregistered.
 const WriteBufferSlots = 4096

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestStartWriteAwaitWrites: writes from heap memory and from a buffer registered in the
@@ -150,6 +153,95 @@ func TestStartFtruncate(t *testing.T) {
 		}
 		if err := r.StartFtruncate(int(f.Fd()), -1, nil); err == nil {
 			t.Fatal("a negative size was accepted")
+		}
+	})
+}
+
+// TestStartFsync: the flush completes through the write path (never inside StartFsync;
+// AwaitWrites waits for it), both as fsync and fdatasync, and a flush of a bad descriptor
+// reports its error there.
+func TestStartFsync(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		f, _ := tempFile(t)
+		if _, err := f.WriteAt([]byte("checkpoint"), 0); err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		var gotErr error
+		done := func(n int, err error) { calls, gotErr = calls+1, err }
+		for i, datasync := range []bool{false, true} {
+			if err := r.StartFsync(int(f.Fd()), datasync, done); err != nil {
+				t.Fatal(err)
+			}
+			if calls != i {
+				t.Fatal("the flush completed inside StartFsync")
+			}
+			if err := r.AwaitWrites(func() bool { return calls == i+1 }); err != nil {
+				t.Fatal(err)
+			}
+			if gotErr != nil {
+				t.Fatalf("datasync=%v: %v", datasync, gotErr)
+			}
+		}
+		if err := r.StartFsync(-1, false, done); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AwaitWrites(func() bool { return calls == 3 }); err != nil {
+			t.Fatal(err)
+		}
+		if gotErr == nil {
+			t.Fatal("a flush of fd -1 succeeded")
+		}
+		if err := r.StartFsync(int(f.Fd()), false, nil); err == nil {
+			t.Fatal("a flush with no completion was accepted")
+		}
+	})
+}
+
+// TestStartRename: the rename completes through the write path (never inside StartRename;
+// AwaitWrites waits for it), replaces the target, and reports a failure's errno there.
+func TestStartRename(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		dir := t.TempDir()
+		from, to := filepath.Join(dir, "new.tmp"), filepath.Join(dir, "current")
+		for name, data := range map[string]string{from: "new", to: "old"} {
+			if err := os.WriteFile(name, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := 0
+		var gotErr error
+		done := func(n int, err error) { calls, gotErr = calls+1, err }
+		err := r.StartRename(from, to, done)
+		if errors.Is(err, ErrUnsupported) && backend == "uring" {
+			t.Skip("IORING_OP_RENAMEAT needs Linux 5.11")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != 0 {
+			t.Fatal("the rename completed inside StartRename")
+		}
+		forceStackMove()
+		if err := r.AwaitWrites(func() bool { return calls == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(to); gotErr != nil || err != nil || string(b) != "new" {
+			t.Fatalf("after the rename: %q, %v, %v", b, err, gotErr)
+		}
+		if _, err := os.Stat(from); !os.IsNotExist(err) {
+			t.Fatalf("the old name is still there: %v", err)
+		}
+		if err := r.StartRename(from, to, done); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AwaitWrites(func() bool { return calls == 2 }); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(gotErr, unix.ENOENT) {
+			t.Fatalf("a rename of a missing file: %v, want ENOENT", gotErr)
 		}
 	})
 }

@@ -187,7 +187,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 			PartitionsMax:            o.limits.partitionsMax,
 			SyncInlineOff:            o.syncInline == "off",
 			Groups: shard.GroupsConfig{OffsetsPartitions: o.offsetsPartitions, SessionTimeoutMin: o.groupSessionMin,
-				SessionTimeoutMax: o.groupSessionMax, GroupMembersMax: o.groupMembersMax},
+				SessionTimeoutMax: o.groupSessionMax, GroupMembersMax: o.groupMembersMax, PendingMembersMax: o.groupPendingMax},
 		},
 		FetchResponseBytesMax: o.limits.fetchResponseBytesMax,
 		Listen:                o.listen,

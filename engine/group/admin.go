@@ -73,6 +73,7 @@ func (c *Coordinator) deleteGroups(r DeleteGroups) {
 		}
 		recs = append(recs, GroupTombstone(d.g.id))
 		d.g.setState(Dead, c.now)
+		c.dropPending(d.g)
 		delete(c.groups, d.g.id)
 		c.append(d.g, recs, func(code Code) {
 			results[d.index].Err = code

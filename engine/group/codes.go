@@ -24,6 +24,7 @@ const (
 	CodeInvalidCommitOffsetSize   Code = 28
 	CodeNonEmptyGroup             Code = 68
 	CodeGroupIDNotFound           Code = 69
+	CodeMemberIDRequired          Code = 79
 	CodeGroupMaxSizeReached       Code = 81
 	CodeFencedInstanceID          Code = 82
 )
@@ -44,6 +45,7 @@ var codeNames = map[Code]string{
 	CodeInvalidCommitOffsetSize:   "INVALID_COMMIT_OFFSET_SIZE",
 	CodeNonEmptyGroup:             "NON_EMPTY_GROUP",
 	CodeGroupIDNotFound:           "GROUP_ID_NOT_FOUND",
+	CodeMemberIDRequired:          "MEMBER_ID_REQUIRED",
 	CodeGroupMaxSizeReached:       "GROUP_MAX_SIZE_REACHED",
 	CodeFencedInstanceID:          "FENCED_INSTANCE_ID",
 }

@@ -23,6 +23,15 @@ const (
 	rebalanceTimeoutFallback     = 5 * time.Minute             // when a member sends none (Kafka: its session timeout)
 	initialRebalanceDelayDefault = time.Duration(0)            // group.initial.rebalance.delay.ms is 3 s in Kafka
 	memberIDSeqMax               = groupMembersMaxDefault * 16 // bound on the search for a free member id
+	// pendingMembersMaxDefault bounds the member ids handed out with MEMBER_ID_REQUIRED and
+	// not yet used, per coordinator (Kafka: unbounded, each expiring after its session
+	// timeout). An entry costs about 100 bytes, so 100 000 is ~10 MB per coordinator shard.
+	pendingMembersMaxDefault = 100_000
+	// pendingJoinWaitDefault is how long a join phase waits for a member that was just told
+	// MEMBER_ID_REQUIRED (Kafka waits until the id expires: a member that never comes back
+	// holds the rebalance for its session timeout). A client comes back within one round
+	// trip; one that does not is a stray, and the rebalance goes on without it.
+	pendingJoinWaitDefault = time.Second
 )
 
 // Config configures a Coordinator. Zero fields take the defaults above.
@@ -39,6 +48,15 @@ type Config struct {
 	GroupMembersMax int
 	// GroupsMax bounds the groups of one coordinator (COORDINATOR_NOT_AVAILABLE beyond it).
 	GroupsMax int
+	// PendingMembersMax bounds the member ids handed out with MEMBER_ID_REQUIRED and not
+	// yet used, over all groups of the coordinator; beyond it a new member is answered
+	// COORDINATOR_NOT_AVAILABLE (retriable). One group holds at most GroupMembersMax of
+	// them; beyond that its oldest is dropped (its member, if it ever comes back, is
+	// answered UNKNOWN_MEMBER_ID and starts over).
+	PendingMembersMax int
+	// PendingJoinWait is how long a join phase waits for a member told MEMBER_ID_REQUIRED
+	// to come back (at most until its id expires). Negative: not at all.
+	PendingJoinWait time.Duration
 	// OffsetMetadataBytesMax bounds the metadata string of one committed offset.
 	OffsetMetadataBytesMax int
 	// Incarnation tells this coordinator's member ids from those of its previous runs
@@ -69,6 +87,10 @@ func (c Config) withDefaults() Config {
 	if c.GroupsMax <= 0 {
 		c.GroupsMax = groupsMaxDefault
 	}
+	if c.PendingMembersMax <= 0 {
+		c.PendingMembersMax = pendingMembersMaxDefault
+	}
+	def(&c.PendingJoinWait, pendingJoinWaitDefault)
 	if c.OffsetMetadataBytesMax <= 0 {
 		c.OffsetMetadataBytesMax = offsetMetadataBytesMaxDef
 	}
@@ -87,6 +109,7 @@ type Coordinator struct {
 	pending    map[uint64]*pendingAppend // appends asked for and not yet done, by id
 	nextAppend uint64                    // id of the next Append
 	memberSeq  uint64                    // the last member id number handed out
+	pendingIDs int                       // member ids pending over all groups (MEMBER_ID_REQUIRED)
 	timers     timerHeap                 // each group's next deadline (lazy entries; see timers.go)
 	out        []Output                  // outputs not yet taken by Ready
 }
@@ -157,6 +180,7 @@ func (c *Coordinator) AppendDone(now time.Time, id uint64, err error) {
 func (c *Coordinator) checkIfEnabled() {
 	if invariantsEnabled {
 		c.checkInvariants()
+		c.checkPendingInvariants()
 	}
 }
 
@@ -259,6 +283,7 @@ func (c *Coordinator) Unload(now time.Time, partition int32) {
 			c.answerWaiting(m, CodeNotCoordinator)
 		}
 		g.state = Dead
+		c.dropPending(g)
 		delete(c.groups, id)
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.pending)) {
@@ -418,6 +443,9 @@ func (c *Coordinator) tickGroup(g *group) {
 	}
 	if expired {
 		c.membershipChanged(g)
+	}
+	if c.tickPending(g) && g.state == PreparingRebalance {
+		c.maybeCompleteJoin(g)
 	}
 	if g.state == Empty {
 		c.expireOffsets(g)

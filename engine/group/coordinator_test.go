@@ -421,7 +421,7 @@ func TestRandomTrafficInvariants(t *testing.T) {
 			switch rng.IntN(9) {
 			case 0, 1:
 				_, j := f.join(group, member, []string{"", "i1", "i2"}[rng.IntN(3)], []string{"range", "sticky"}[:1+rng.IntN(2)]...)
-				j.ReqID = id
+				j.ReqID, j.RequireKnownMemberID = id, rng.IntN(2) == 0
 				r = j
 			case 2, 3:
 				r = SyncGroup{ReqID: id, Group: group, MemberID: member, Generation: gen,
@@ -453,6 +453,7 @@ func TestRandomTrafficInvariants(t *testing.T) {
 				}
 			}
 			f.c.checkInvariants()
+			f.c.checkPendingInvariants()
 			for _, g := range []string{"a", "b"} {
 				d := f.describe(g)
 				if d.State == Dead {

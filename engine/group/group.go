@@ -21,6 +21,7 @@ type group struct {
 	byID         map[string]*member // the same members by member id
 	static       map[string]string  // group.instance.id → member id
 	pendingSync  map[string]bool    // members of this generation that have not sent SyncGroup
+	pending      []pendingMember    // ids handed out with MEMBER_ID_REQUIRED, oldest first (pending.go)
 	offsets      map[TopicPartition]OffsetValue
 
 	joinDeadline    time.Time // PreparingRebalance: when the join phase ends regardless
@@ -257,7 +258,7 @@ func (g *group) nextDeadline(cfg Config) (time.Time, bool) {
 			for _, v := range g.offsets {
 				consider(g.offsetExpiry(v, cfg.OffsetsRetention))
 			}
-			if len(g.offsets) == 0 && g.appendsPending == 0 {
+			if len(g.offsets) == 0 && g.appendsPending == 0 && len(g.pending) == 0 {
 				consider(g.stateSince) // an empty group with nothing to keep: drop it
 			}
 		}
@@ -265,6 +266,12 @@ func (g *group) nextDeadline(cfg Config) (time.Time, bool) {
 	for _, m := range g.members {
 		if !m.awaitingJoin && !m.awaitingSync {
 			consider(m.heartbeatDeadline)
+		}
+	}
+	for _, p := range g.pending {
+		consider(p.expires)
+		if !p.waitUntil.IsZero() {
+			consider(p.waitUntil)
 		}
 	}
 	return next, found

@@ -55,12 +55,25 @@ func (c *Coordinator) join(r JoinGroup) {
 			fail(CodeGroupMaxSizeReached)
 			return
 		}
-		c.addMemberAndRebalance(g, r)
+		if r.RequireKnownMemberID && r.InstanceID == "" {
+			c.requireMemberID(g, r)
+			return
+		}
+		c.addMemberAndRebalance(g, r, "")
 		return
 	}
 	m := g.member(r.MemberID)
 	if r.InstanceID != "" && g.static[r.InstanceID] != "" && g.static[r.InstanceID] != r.MemberID {
 		fail(CodeFencedInstanceID)
+		return
+	}
+	if m == nil && c.takePending(g, r.MemberID) {
+		// It came back with the id MEMBER_ID_REQUIRED gave it: now it joins.
+		if len(g.members) >= c.cfg.GroupMembersMax {
+			fail(CodeGroupMaxSizeReached)
+			return
+		}
+		c.addMemberAndRebalance(g, r, r.MemberID)
 		return
 	}
 	if m == nil {
@@ -92,10 +105,12 @@ func (c *Coordinator) join(r JoinGroup) {
 	}
 }
 
-func (c *Coordinator) addMemberAndRebalance(g *group, r JoinGroup) {
-	m := &member{
-		id: g.newMemberID(r.ClientID, c.cfg.Incarnation, &c.memberSeq), instanceID: r.InstanceID, clientID: r.ClientID, clientHost: r.ClientHost,
+// addMemberAndRebalance adds a new member with id (a new one when id is "").
+func (c *Coordinator) addMemberAndRebalance(g *group, r JoinGroup, id string) {
+	if id == "" {
+		id = g.newMemberID(r.ClientID, c.cfg.Incarnation, &c.memberSeq)
 	}
+	m := &member{id: id, instanceID: r.InstanceID, clientID: r.ClientID, clientHost: r.ClientHost}
 	m.update(r, c.now)
 	if len(g.members) == 0 {
 		g.protocolType = r.ProtocolType
@@ -189,7 +204,7 @@ func (c *Coordinator) prepareRebalance(g *group) {
 }
 
 func (c *Coordinator) maybeCompleteJoin(g *group) {
-	if g.state != PreparingRebalance || g.initialDelay {
+	if g.state != PreparingRebalance || g.initialDelay || g.awaitsPending(c.now) {
 		return
 	}
 	for _, m := range g.members {
@@ -363,7 +378,7 @@ func (c *Coordinator) leave(r LeaveGroup) {
 		return
 	}
 	resp := LeaveGroupResponse{}
-	left := false
+	left, pendingLeft := false, false
 	for _, lm := range r.Members {
 		id := lm.MemberID
 		code := CodeNone
@@ -378,6 +393,12 @@ func (c *Coordinator) leave(r LeaveGroup) {
 			}
 		}
 		m := g.member(id)
+		if code == CodeNone && m == nil && lm.InstanceID == "" && c.takePending(g, id) {
+			// A member told MEMBER_ID_REQUIRED leaves before joining (Kafka does the same).
+			resp.Members = append(resp.Members, LeftMember{MemberID: lm.MemberID, Err: CodeNone})
+			pendingLeft = true
+			continue
+		}
 		if code == CodeNone && m == nil {
 			code = CodeUnknownMemberID
 		}
@@ -390,6 +411,8 @@ func (c *Coordinator) leave(r LeaveGroup) {
 	c.reply(r.ReqID, resp)
 	if left {
 		c.membershipChanged(g)
+	} else if pendingLeft {
+		c.maybeCompleteJoin(g) // the join phase may have waited for it
 	}
 }
 

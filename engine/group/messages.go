@@ -62,6 +62,11 @@ type JoinGroup struct {
 	RebalanceTimeout time.Duration // the consumer's max.poll.interval.ms
 	ProtocolType     string        // "consumer" for consumers
 	Protocols        []Protocol    // in the member's order of preference
+	// RequireKnownMemberID: a new dynamic member (no MemberID, no InstanceID) is not added
+	// yet; it is answered MEMBER_ID_REQUIRED with a member id, and joins when it comes back
+	// with that id (KIP-394; Kafka's JoinGroup v4+). A member id handed out so and never
+	// used expires after SessionTimeout. Static members join at once, as in Kafka.
+	RequireKnownMemberID bool
 }
 
 // SyncGroup fetches the member's assignment; the leader's carries everyone's.
@@ -186,6 +191,7 @@ func (Append) output() {}
 type Response interface{ response() }
 
 // JoinGroupResponse ends the join phase for one member. Only the leader gets Members.
+// With Err MEMBER_ID_REQUIRED, MemberID is the id to join again with.
 type JoinGroupResponse struct {
 	Err          Code
 	Generation   int32

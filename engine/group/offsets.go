@@ -141,7 +141,7 @@ func (c *Coordinator) expireOffsets(g *group) {
 		delete(g.offsets, tp)
 		recs = append(recs, OffsetTombstone(g.id, tp.Topic, tp.Partition))
 	}
-	if len(g.offsets) == 0 && g.appendsPending == 0 { // a commit in flight may still add offsets
+	if len(g.offsets) == 0 && g.appendsPending == 0 && len(g.pending) == 0 { // a commit in flight may still add offsets; a pending member may still join
 		if g.generation > 0 { // its metadata was written once
 			recs = append(recs, GroupTombstone(g.id))
 		}

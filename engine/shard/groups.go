@@ -63,6 +63,9 @@ type GroupsConfig struct {
 	SessionTimeoutMin, SessionTimeoutMax time.Duration
 	// GroupMembersMax bounds the members of one group (0: 1000).
 	GroupMembersMax int
+	// PendingMembersMax bounds, per coordinator shard, the member ids handed out with
+	// MEMBER_ID_REQUIRED and not yet used (0: 100 000; group.Config.PendingMembersMax).
+	PendingMembersMax int
 	// OffsetsRetention: offsets of an Empty group are kept this long (0: 7 days).
 	OffsetsRetention time.Duration
 	// Replicated: this broker is a member of a replicated cluster. __consumer_offsets is
@@ -110,7 +113,7 @@ func (b *Broker) groupConfig(partitions int32) group.Config {
 	return group.Config{
 		OffsetsPartitions: partitions,
 		SessionTimeoutMin: gc.SessionTimeoutMin, SessionTimeoutMax: gc.SessionTimeoutMax,
-		GroupMembersMax: gc.GroupMembersMax, OffsetsRetention: gc.OffsetsRetention,
+		GroupMembersMax: gc.GroupMembersMax, PendingMembersMax: gc.PendingMembersMax, OffsetsRetention: gc.OffsetsRetention,
 		Incarnation: uint64(b.now().UnixMilli()),
 	}
 }

@@ -399,6 +399,7 @@ func (s *Shard) openPartition(tp TopicPartition, lc engine.LogConfig, minInsync 
 		p.c = core.Partition{Topic: tp.Topic, Index: tp.Partition, Log: l, FlushAlways: lc.FlushAlways, FlushTimed: lc.FlushMs > 0, MinInsync: minInsync}
 		s.parts[tp] = p
 		s.enableAsyncWrites(p)
+		s.enableAsyncRetention(p)
 		s.enableStagedWrites(p)
 		s.b.partitionOpened(s.index, tp)
 		return nil
@@ -448,6 +449,7 @@ func (s *Shard) reconfigurePartition(tp TopicPartition, lc engine.LogConfig, min
 		}
 		p.log = l
 		s.enableAsyncWrites(p)
+		s.enableAsyncRetention(p)
 		s.enableStagedWrites(p)
 		l.SetLeaderEpoch(p.leaderEpoch)
 		p.c.Log, p.c.FlushAlways, p.c.FlushTimed, p.c.MinInsync = l, lc.FlushAlways, lc.FlushMs > 0, minInsync

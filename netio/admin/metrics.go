@@ -67,6 +67,7 @@ var (
 	descBuffered    = prometheus.NewDesc("ringlog_buffered_bytes", "Request and response bytes held by all connections (bounded by --max-buffer-bytes).", nil, nil)
 	descWBStarted   = prometheus.NewDesc("ringlog_writeback_started_total", "Write-back starts (sync_file_range of an appended range) the broker asked the kernel for (--writeback-bytes).", nil, nil)
 	descWBDropped   = prometheus.NewDesc("ringlog_writeback_dropped_total", "Write-back starts dropped because the write-back goroutine's queue was full (a hint only: nothing acknowledged depends on it).", nil, nil)
+	descWBWakeups   = prometheus.NewDesc("ringlog_writeback_wakeups_total", "Times an append found the write-back goroutine idle and woke it (a busy one polls its queue every 20 ms instead).", nil, nil)
 	descZeroJobs    = prometheus.NewDesc("ringlog_preallocate_jobs_total", "Background zeroing jobs started ahead of active segments' ends (preallocate.bytes).", nil, nil)
 	descZeroBytes   = prometheus.NewDesc("ringlog_preallocate_bytes_total", "Zero bytes written ahead of active segments' ends (preallocate.bytes).", nil, nil)
 	descZeroFailed  = prometheus.NewDesc("ringlog_preallocate_failed_total", "Zeroing jobs that stopped on an error (disk space, I/O); appends then extend the file as without preallocation.", nil, nil)
@@ -97,6 +98,7 @@ type replicaLaneConns interface {
 // WritebackStats is what the admin metrics read of engine.Writeback.
 type WritebackStats interface {
 	Stats() (started, dropped uint64)
+	Wakeups() uint64
 }
 
 // collector turns one Broker.Stats copy per scrape into metrics. It keeps the previous
@@ -125,7 +127,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr,
-		descWBStarted, descWBDropped, descZeroJobs, descZeroBytes, descZeroFailed,
+		descWBStarted, descWBDropped, descWBWakeups, descZeroJobs, descZeroBytes, descZeroFailed,
 		descRecPooled, descRecReused, descRecReleased, descRecUnmapped} {
 		ch <- d
 	}
@@ -317,6 +319,7 @@ func (c *collector) collectStorage(ch chan<- prometheus.Metric) {
 		started, dropped := c.wb.Stats()
 		ch <- counter(descWBStarted, float64(started))
 		ch <- counter(descWBDropped, float64(dropped))
+		ch <- counter(descWBWakeups, float64(c.wb.Wakeups()))
 	}
 	z := engine.ZeroAheadStats()
 	ch <- counter(descZeroJobs, float64(z.Jobs))

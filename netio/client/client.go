@@ -102,8 +102,12 @@ type Client struct {
 	// metadataVersion is the Metadata version requested: 1 when the handshake's broker
 	// serves it, else 0 (the client then asks the Controller API who leads).
 	metadataVersion uint16
-	sasl            saslState
-	principal       string // guarded by mu: what the broker authenticated us as
+	// joinGroupVersion is the JoinGroup version sent: 1 (the member handles
+	// MEMBER_ID_REQUIRED, KIP-394) when the handshake's broker serves it, else 0; guarded
+	// by mu.
+	joinGroupVersion uint16
+	sasl             saslState
+	principal        string // guarded by mu: what the broker authenticated us as
 
 	// sleep pauses between retries (tests inject a recorder); jitter returns a value in
 	// [0, 1).
@@ -206,17 +210,20 @@ func (c *Client) handshake(ctx context.Context, addr string) error {
 	if err := c.Call(ctx, addr, &wire.APIVersionsRequest{ClientID: c.cfg.ClientID}, &ver); err != nil {
 		return err
 	}
-	var mdv uint16
+	var mdv, jgv uint16
 	for _, a := range ver.APIs {
-		if a.API == wire.APIMetadata {
+		switch a.API {
+		case wire.APIMetadata:
 			mdv = min(a.VersionMax, wire.MetadataVersionMax)
+		case wire.APIJoinGroup:
+			jgv = min(a.VersionMax, wire.JoinGroupVersionMax)
 		}
 	}
 	c.mu.Lock()
 	if ver.FrameBytesMax > 0 && (c.serverFrameBytesMax == 0 || ver.FrameBytesMax < c.serverFrameBytesMax) {
 		c.serverFrameBytesMax = ver.FrameBytesMax
 	}
-	c.metadataVersion = mdv
+	c.metadataVersion, c.joinGroupVersion = mdv, jgv
 	c.mu.Unlock()
 	return nil
 }

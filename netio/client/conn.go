@@ -484,13 +484,33 @@ func (c *conn) dispatch(h wire.ResponseHeader, payload []byte) bool {
 		owned := c.fr.buf
 		c.fr.buf = getResponseBuffer()
 		cl.owned(cl.resp, nil, func() { putResponseBuffer(owned) })
-	case cl.api == wire.APIFetch:
-		c.fr.buf = nil // aliased by the records the caller keeps
+	case cl.api == wire.APIFetch || aliasesPayload(cl.api):
+		// The response's byte fields alias the frame buffer, and the next frame is read
+		// into it as soon as this returns (another goroutine's call may be next on the
+		// connection): leave the buffer to the response and read on into a new one.
+		c.fr.buf = nil
 		cl.done(cl.resp, nil)
 	default:
 		cl.done(cl.resp, nil)
 	}
 	return true
+}
+
+// aliasesPayload reports whether a decoded response of api keeps byte fields that alias
+// its frame (wire's reader.bytes), other than Fetch: the group APIs' member metadata and
+// assignments, the SASL exchange, the controller's bodies, replica fetches. Until session
+// 11 they were left aliasing the connection's frame buffer, so a group consumer's
+// heartbeat answered on the same connection could overwrite the subscriptions its leader
+// was about to decode ("malformed consumer protocol data", seen in
+// netio.TestGroupFetchQuota). These APIs are rare; a fresh buffer each costs nothing
+// measurable.
+func aliasesPayload(api wire.APIKey) bool {
+	switch api {
+	case wire.APIJoinGroup, wire.APISyncGroup, wire.APIDescribeGroups, wire.APISaslAuthenticate,
+		wire.APIReplicaFetch, wire.APIController:
+		return true
+	}
+	return false
 }
 
 // frameReader reads response frames and can stop between any two reads (an interrupted

@@ -307,14 +307,23 @@ func (g *GroupConsumer) commitOffsets(ctx context.Context, offsets []CommittedOf
 	g.mu.Unlock()
 	err := g.c.commit(ctx, g.cfg.Group, member, g.cfg.InstanceID, generation, offsets)
 	if errors.Is(err, wire.ErrRebalanceInProgress) || errors.Is(err, wire.ErrIllegalGeneration) || errors.Is(err, wire.ErrUnknownMemberID) {
-		g.needRejoin(generation, errors.Is(err, wire.ErrUnknownMemberID))
+		unknown := errors.Is(err, wire.ErrUnknownMemberID)
+		g.needRejoin(generation, unknown, unknown)
 	}
 	return err
 }
 
-// needRejoin marks a rebalance learned while the member was at generation (-1: now);
-// lost says the coordinator no longer knows the member.
-func (g *GroupConsumer) needRejoin(generation int32, lost bool) {
+// needRejoin marks a rebalance learned while the member was at generation (-1: now).
+// lost says the member's partitions are gone (its generation is over); forget says the
+// coordinator no longer knows its member id either, so it joins as a new member.
+//
+// As Kafka's consumer (AbstractCoordinator: SyncGroup and Heartbeat responses call
+// resetStateOnResponseError(api, error, error != ILLEGAL_GENERATION), as does
+// ConsumerCoordinator's OffsetCommit handler), ILLEGAL_GENERATION keeps the member id:
+// the member is still in the group, only its generation is old. Rejoining under a new id
+// would leave the old one in the group until its session timeout, and the rebalance
+// would wait for it.
+func (g *GroupConsumer) needRejoin(generation int32, lost, forget bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if generation >= 0 && generation < g.generation {
@@ -323,7 +332,10 @@ func (g *GroupConsumer) needRejoin(generation int32, lost bool) {
 	g.rejoin, g.rejoinGen = true, -1
 	if lost {
 		g.lost = true
-		g.memberID, g.generation = "", -1
+		g.generation = -1
+	}
+	if forget {
+		g.memberID = ""
 	}
 }
 
@@ -353,7 +365,7 @@ func (g *GroupConsumer) ensureActive(ctx context.Context) error {
 			// member would stay "active" with nothing assigned while the coordinator's
 			// Stable generation gives it partitions nobody reads
 			// (kafka.TestBundledMemberPollTimesOutInSync).
-			g.needRejoin(-1, false)
+			g.needRejoin(-1, false, false)
 			return err
 		}
 	}
@@ -378,11 +390,34 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 	for _, name := range g.cfg.Assignors {
 		req.Protocols = append(req.Protocols, wire.GroupProtocol{Name: name, Metadata: sub})
 	}
+	g.c.mu.Lock()
+	req.Version = g.c.joinGroupVersion
+	g.c.mu.Unlock()
 	joinCtx, cancel := context.WithTimeout(ctx, g.cfg.RebalanceTimeout+g.cfg.SessionTimeout)
 	defer cancel()
 	var jr wire.JoinGroupResponse
-	if err := g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode }); err != nil {
+	err := g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode })
+	if errors.Is(err, wire.ErrUnsupportedVersion) && req.Version > 0 {
+		// The coordinator runs an older release than the broker we handshook with (a
+		// cluster mid-upgrade): join as version 0 did.
+		req.Version = 0
+		err = g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode })
+	}
+	if err != nil {
 		return fmt.Errorf("join group %s: %w", g.cfg.Group, err)
+	}
+	if jr.ErrorCode == wire.ErrMemberIDRequired && member == "" && jr.MemberID != "" {
+		// KIP-394: the coordinator handed out our member id without adding us yet; join
+		// with it at once. Kept from now on, so a join cut short after this point (Poll's
+		// context ending while the join phase waits) leaves no nameless member behind: the
+		// next Poll rejoins under this id, and Close leaves with it.
+		g.mu.Lock()
+		g.memberID, g.generation = jr.MemberID, -1
+		g.mu.Unlock()
+		req.MemberID, jr = jr.MemberID, wire.JoinGroupResponse{}
+		if err := g.c.groupCall(joinCtx, g.cfg.Group, req, &jr, func() wire.ErrorCode { return jr.ErrorCode }); err != nil {
+			return fmt.Errorf("join group %s: %w", g.cfg.Group, err)
+		}
 	}
 	if proceed, err := g.membershipCode("join", jr.ErrorCode, jr.ErrorMessage); !proceed {
 		return err
@@ -423,11 +458,14 @@ func (g *GroupConsumer) membershipCode(what string, code wire.ErrorCode, message
 	switch code {
 	case wire.ErrNone:
 		return true, nil
-	case wire.ErrUnknownMemberID, wire.ErrIllegalGeneration:
-		g.needRejoin(-1, true)
+	case wire.ErrUnknownMemberID:
+		g.needRejoin(-1, true, true)
+		return false, nil
+	case wire.ErrIllegalGeneration:
+		g.needRejoin(-1, true, false) // still a member: rejoin under the same id
 		return false, nil
 	case wire.ErrRebalanceInProgress:
-		g.needRejoin(-1, false)
+		g.needRejoin(-1, false, false)
 		return false, nil
 	case wire.ErrFencedInstanceID:
 		return false, g.setFatal(wire.CodeError(code, message))
@@ -453,7 +491,7 @@ func (g *GroupConsumer) apply(ctx context.Context, got []TopicPartition, coop bo
 	if len(revoked) > 0 {
 		g.revoke(ctx, revoked, g.cfg.AutoCommit)
 		if coop {
-			g.needRejoin(-1, false) // the second round hands them to their new owners
+			g.needRejoin(-1, false, false) // the second round hands them to their new owners
 		}
 	}
 	if len(added) == 0 {
@@ -589,7 +627,10 @@ func (g *GroupConsumer) heartbeatLoop() {
 			switch resp.ErrorCode {
 			case wire.ErrRebalanceInProgress:
 				g.rejoin, g.rejoinGen = true, generation
-			case wire.ErrIllegalGeneration, wire.ErrUnknownMemberID:
+			case wire.ErrIllegalGeneration: // still a member (needRejoin says why the id is kept)
+				g.rejoin, g.rejoinGen, g.lost = true, -1, true
+				g.generation = -1
+			case wire.ErrUnknownMemberID:
 				g.rejoin, g.rejoinGen, g.lost = true, -1, true
 				g.memberID, g.generation = "", -1
 			case wire.ErrFencedInstanceID:

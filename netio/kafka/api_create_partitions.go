@@ -10,11 +10,17 @@ import (
 // CreatePartitions (key 37), v0-v3: served only to refuse clearly. ringlog fixes a topic's
 // partitions (and their shards) at creation, so growing a topic is refused with
 // INVALID_REQUEST and a message saying so; a count at or below the current one gets
-// Kafka's own INVALID_PARTITIONS; an unknown topic UNKNOWN_TOPIC_OR_PARTITION.
+// Kafka's own INVALID_PARTITIONS; an unknown topic UNKNOWN_TOPIC_OR_PARTITION. timeout_ms
+// <= 0 is answered REQUEST_TIMED_OUT for every topic, as Kafka's KRaft controller answers
+// (deadlinePassed).
 var createPartitionsAPI = api{
 	key: keyCreatePartitions, min: 0, max: 3,
 	serve: func(s *Server, p *pending, req kmsg.Request) {
 		r := req.(*kmsg.CreatePartitionsRequest)
+		if deadlinePassed(r.TimeoutMillis) {
+			p.reply(failCreatePartitions(req, kerr.RequestTimedOut.Code, deadlinePassedMessage("changed")), nil)
+			return
+		}
 		resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
 		for _, t := range r.Topics {
 			code, msg := kerr.InvalidRequest.Code, fmt.Sprintf("topic %q: ringlog cannot add partitions to an existing topic (partitions and their shards are fixed at creation); create a new topic with %d partitions", t.Topic, t.Count)
@@ -28,15 +34,17 @@ var createPartitionsAPI = api{
 		}
 		p.reply(resp, nil)
 	},
-	fail: func(req kmsg.Request, code int16, msg string) kmsg.Response {
-		r := req.(*kmsg.CreatePartitionsRequest)
-		resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
-		for _, t := range r.Topics {
-			resp.Topics = append(resp.Topics, createPartitionsResult(t.Topic, code, msg))
-		}
-		return resp
-	},
+	fail:    failCreatePartitions,
 	entries: func(req kmsg.Request) int { return len(req.(*kmsg.CreatePartitionsRequest).Topics) },
+}
+
+func failCreatePartitions(req kmsg.Request, code int16, msg string) kmsg.Response {
+	r := req.(*kmsg.CreatePartitionsRequest)
+	resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	for _, t := range r.Topics {
+		resp.Topics = append(resp.Topics, createPartitionsResult(t.Topic, code, msg))
+	}
+	return resp
 }
 
 func createPartitionsResult(topic string, code int16, msg string) kmsg.CreatePartitionsResponseTopic {

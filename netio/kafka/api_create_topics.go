@@ -12,19 +12,19 @@ import (
 // replication factor 1 or -1, and a manual assignment when every replica list is [0]. On a
 // cluster the create goes through the controller (any replication factor up to the live
 // brokers, -1 meaning 1; no manual assignment), as the ringlog listener's does.
+// timeout_ms <= 0 (validate_only too) is answered REQUEST_TIMED_OUT for every topic and
+// nothing is created, as Kafka's KRaft controller answers (see deadlinePassed).
 var createTopicsAPI = api{
 	key: keyCreateTopics, min: 0, max: 7,
 	serve: func(s *Server, p *pending, req kmsg.Request) {
-		go func() { p.reply(s.createTopics(req.(*kmsg.CreateTopicsRequest)), nil) }() // waits for every shard
-	},
-	fail: func(req kmsg.Request, code int16, msg string) kmsg.Response {
 		r := req.(*kmsg.CreateTopicsRequest)
-		resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
-		for _, t := range r.Topics {
-			resp.Topics = append(resp.Topics, createTopicResult(t.Topic, code, msg))
+		if deadlinePassed(r.TimeoutMillis) {
+			p.reply(failCreateTopics(req, kerr.RequestTimedOut.Code, deadlinePassedMessage("created")), nil)
+			return
 		}
-		return resp
+		go func() { p.reply(s.createTopics(r), nil) }() // waits for every shard
 	},
+	fail: failCreateTopics,
 	entries: func(req kmsg.Request) int {
 		n := 0
 		for _, t := range req.(*kmsg.CreateTopicsRequest).Topics {
@@ -32,6 +32,30 @@ var createTopicsAPI = api{
 		}
 		return n
 	},
+}
+
+func failCreateTopics(req kmsg.Request, code int16, msg string) kmsg.Response {
+	r := req.(*kmsg.CreateTopicsRequest)
+	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+	for _, t := range r.Topics {
+		resp.Topics = append(resp.Topics, createTopicResult(t.Topic, code, msg))
+	}
+	return resp
+}
+
+// deadlinePassed reports whether an admin request's timeout_ms (CreateTopics,
+// DeleteTopics, CreatePartitions) leaves no time at all. Kafka's KRaft controller turns
+// timeout_ms into a deadline (ControllerRequestContext.requestTimeoutMsToDeadlineNs: now +
+// timeout) on the controller's event; its event queue (KafkaEventQueue) completes an event
+// whose deadline has passed with a TimeoutException before running it, so timeout_ms <= 0
+// answers REQUEST_TIMED_OUT for every topic and changes nothing, validate_only included.
+// (ZooKeeper-era brokers, ZkAdminManager.createTopics, wrote the topic first and then
+// answered REQUEST_TIMED_OUT without waiting; validate_only answered normally.) ringlog
+// matches KRaft, the only mode Kafka 4 has.
+func deadlinePassed(timeoutMs int32) bool { return timeoutMs <= 0 }
+
+func deadlinePassedMessage(what string) string {
+	return "timeout_ms <= 0: the deadline passed before the request ran, so nothing was " + what + " (as Kafka's KRaft controller answers)"
 }
 
 func createTopicResult(topic string, code int16, msg string) kmsg.CreateTopicsResponseTopic {

@@ -8,8 +8,11 @@ import (
 )
 
 // JoinGroup (key 11), v0-v9: the coordinator's join phase; the answer comes when it ends.
-// v9's SkipAssignment is always false (the leader assigns, as before KIP-814); v8's reason
-// is not kept.
+// From v4 a new dynamic member (no member id, no group.instance.id) is first answered
+// MEMBER_ID_REQUIRED (79) with its member id and joins when it comes back with it (KIP-394,
+// as Kafka's KafkaApis sets requireKnownMemberId = version >= 4 && no instance id). v9's
+// SkipAssignment is always false (the leader assigns, as before KIP-814); v8's reason is
+// not kept.
 var joinGroupAPI = api{
 	key: keyJoinGroup, min: 0, max: 9,
 	serve: func(s *Server, p *pending, req kmsg.Request) {
@@ -17,6 +20,7 @@ var joinGroupAPI = api{
 		j := group.JoinGroup{Group: r.Group, MemberID: r.MemberID, InstanceID: deref(r.InstanceID), ClientID: p.hdr.clientID,
 			ClientHost: p.c.remote, SessionTimeout: millis(r.SessionTimeoutMillis), ProtocolType: r.ProtocolType}
 		j.RebalanceTimeout = millis(r.RebalanceTimeoutMillis)
+		j.RequireKnownMemberID = r.Version >= 4
 		if r.Version == 0 {
 			j.RebalanceTimeout = j.SessionTimeout // v0 has one timeout for both
 		}

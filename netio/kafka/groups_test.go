@@ -244,8 +244,8 @@ func TestJoinGroupEmptyProtocolName(t *testing.T) {
 // OK in the Stable group, so nothing ever made it rejoin and its partitions went unread
 // until the next rebalance.
 func TestBundledMemberPollTimesOutInSync(t *testing.T) {
-	// Failed every time before GroupConsumer.ensureActive called needRejoin(-1, false) on a
-	// join round that returned an error.
+	// Failed every time before GroupConsumer.ensureActive called needRejoin (rejoin, keep
+	// the member id) on a join round that returned an error.
 	b := startKafka(t, brokertest.Options{})
 	admin := newClient(t, b)
 	createTopic(t, admin, "stall", 2)
@@ -253,37 +253,9 @@ func TestBundledMemberPollTimesOutInSync(t *testing.T) {
 	ctx := testContext(t)
 
 	// The leader: a Kafka member driven by hand, so that it syncs when the test says.
-	meta := kmsg.NewConsumerMemberMetadata()
-	meta.Topics = []string{"stall"}
-	join := func(member string) *kmsg.JoinGroupResponse {
-		t.Helper()
-		req := kmsg.NewPtrJoinGroupRequest()
-		req.Group, req.MemberID, req.ProtocolType = "stall-g", member, "consumer"
-		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 60000, 60000
-		req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
-		resp, err := req.RequestWith(ctx, admin)
-		if err != nil || resp.ErrorCode != 0 {
-			t.Fatalf("leader JoinGroup: %v, code %d", err, resp.ErrorCode)
-		}
-		return resp
-	}
-	sync := func(member string, generation int32, assignments map[string][]int32) {
-		t.Helper()
-		req := kmsg.NewPtrSyncGroupRequest()
-		req.Group, req.MemberID, req.Generation = "stall-g", member, generation
-		for id, partitions := range assignments {
-			a := kmsg.NewConsumerMemberAssignment()
-			a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: "stall", Partitions: partitions}}
-			req.GroupAssignment = append(req.GroupAssignment, kmsg.SyncGroupRequestGroupAssignment{MemberID: id, MemberAssignment: a.AppendTo(nil)})
-		}
-		resp, err := req.RequestWith(ctx, admin)
-		if err != nil || resp.ErrorCode != 0 {
-			t.Fatalf("leader SyncGroup: %v, code %d", err, resp.ErrorCode)
-		}
-	}
-	first := join("")
-	leader := first.MemberID
-	sync(leader, first.Generation, map[string][]int32{leader: {0, 1}})
+	hand := &handMember{ctx: ctx, t: t, cl: admin, group: "stall-g", topic: "stall"}
+	join, sync := hand.join, hand.sync
+	leader := hand.leadGroup(0, 1)
 
 	member, err := b.Client.NewGroupConsumer(client.GroupConfig{Group: "stall-g", SessionTimeout: 60 * time.Second,
 		HeartbeatInterval: 200 * time.Millisecond, Assignors: []string{"range"}, AutoOffsetReset: "earliest",
@@ -357,6 +329,72 @@ func TestBundledMemberPollTimesOutInSync(t *testing.T) {
 	}
 	if got := member.Assignment(); len(got) != 1 || got[0].Topic != "stall" || got[0].Partition != 1 {
 		t.Fatalf("after the rebalance the member owns %v, want stall/1", got)
+	}
+}
+
+// handMember is a Kafka group member driven by hand (kmsg requests), so that a test
+// decides when it joins and syncs; it consumes topic with the range assignor.
+type handMember struct {
+	ctx          context.Context
+	t            *testing.T
+	cl           *kgo.Client
+	group, topic string
+}
+
+// join sends JoinGroup as member ("" for a new one, then again with the id
+// MEMBER_ID_REQUIRED hands out) and returns the answer, which must be a success.
+func (h *handMember) join(member string) *kmsg.JoinGroupResponse {
+	h.t.Helper()
+	meta := kmsg.NewConsumerMemberMetadata()
+	meta.Topics = []string{h.topic}
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.Group, req.MemberID, req.ProtocolType = h.group, member, "consumer"
+	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 60000, 60000
+	req.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: meta.AppendTo(nil)}}
+	resp, err := req.RequestWith(h.ctx, h.cl)
+	if err == nil && resp.ErrorCode == kerr.MemberIDRequired.Code && member == "" {
+		req.MemberID = resp.MemberID // KIP-394: join again with the id handed out
+		resp, err = req.RequestWith(h.ctx, h.cl)
+	}
+	if err != nil || resp.ErrorCode != 0 {
+		h.t.Fatalf("hand-driven JoinGroup: %v, code %d", err, resp.ErrorCode)
+	}
+	return resp
+}
+
+// sync sends the leader's SyncGroup with assignments (member id -> partitions of topic).
+func (h *handMember) sync(member string, generation int32, assignments map[string][]int32) {
+	h.t.Helper()
+	req := kmsg.NewPtrSyncGroupRequest()
+	req.Group, req.MemberID, req.Generation = h.group, member, generation
+	for id, partitions := range assignments {
+		a := kmsg.NewConsumerMemberAssignment()
+		a.Topics = []kmsg.ConsumerMemberAssignmentTopic{{Topic: h.topic, Partitions: partitions}}
+		req.GroupAssignment = append(req.GroupAssignment, kmsg.SyncGroupRequestGroupAssignment{MemberID: id, MemberAssignment: a.AppendTo(nil)})
+	}
+	resp, err := req.RequestWith(h.ctx, h.cl)
+	if err != nil || resp.ErrorCode != 0 {
+		h.t.Fatalf("hand-driven SyncGroup: %v, code %d", err, resp.ErrorCode)
+	}
+}
+
+// leadGroup makes h the only member and leader of its (new) group, owning partitions of
+// its topic, and returns its member id.
+func (h *handMember) leadGroup(partitions ...int32) string {
+	h.t.Helper()
+	first := h.join("")
+	h.sync(first.MemberID, first.Generation, map[string][]int32{first.MemberID: partitions})
+	return first.MemberID
+}
+
+// waitState waits until the group is in state.
+func (h *handMember) waitState(state string) {
+	h.t.Helper()
+	for groupState(h.ctx, h.t, h.cl, h.group) != state {
+		if h.ctx.Err() != nil {
+			h.t.Fatalf("group %s never reached %s", h.group, state)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

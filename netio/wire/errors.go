@@ -78,6 +78,9 @@ const (
 	// Inter-broker protocol versions (replication/controller's features.go).
 	ErrUnsupportedProtocolVersion ErrorCode = 56
 	ErrInvalidFinalizedVersion    ErrorCode = 57
+
+	// Consumer groups, continued.
+	ErrMemberIDRequired ErrorCode = 58
 )
 
 type errorInfo struct {
@@ -146,6 +149,8 @@ var errorTable = map[ErrorCode]errorInfo{
 
 	ErrUnsupportedProtocolVersion: {"UNSUPPORTED_PROTOCOL_VERSION", "the inter-broker protocol version asked for is outside the range a broker speaks: a peer's request, a registration refused because the broker's range excludes the cluster's finalized version, or a finalize refused because a live broker's range excludes it", false},
 	ErrInvalidFinalizedVersion:    {"INVALID_FINALIZED_VERSION", "the finalized inter-broker protocol version never goes down", false},
+
+	ErrMemberIDRequired: {"MEMBER_ID_REQUIRED", "a new member must join again with the member id this response carries (JoinGroup v1+, KIP-394)", false},
 }
 
 // Error returns the code's name and default message.

@@ -55,8 +55,11 @@ func (m *FindCoordinatorResponse) ReadFrom(b []byte) error {
 
 // JoinGroupRequest joins (or rejoins) a group. An empty MemberID is a new member (or a
 // restarted static one when InstanceID is set). The answer comes when the join phase
-// ends, up to the group's rebalance timeout later.
+// ends, up to the group's rebalance timeout later. Version 1 (same payload) says the
+// member handles ErrMemberIDRequired: a new dynamic member is then answered at once with
+// that code and its member id, and joins with the id (KIP-394); version 0 joins at once.
 type JoinGroupRequest struct {
+	Version            uint16 // the frame's API version (not in the payload)
 	Group              string
 	MemberID           string
 	InstanceID         string // group.instance.id; "" for a dynamic member
@@ -93,6 +96,13 @@ type JoinGroupMember struct {
 
 func (*JoinGroupRequest) API() APIKey  { return APIJoinGroup }
 func (*JoinGroupResponse) API() APIKey { return APIJoinGroup }
+
+// JoinGroupVersionMax is the highest JoinGroup version this package encodes: 1, the
+// version whose new members accept ErrMemberIDRequired. Both versions have one payload.
+const JoinGroupVersionMax = 1
+
+func (m *JoinGroupRequest) WireVersion() uint16     { return m.Version }
+func (m *JoinGroupRequest) SetWireVersion(v uint16) { m.Version = v }
 
 func (m *JoinGroupRequest) AppendTo(dst []byte) []byte {
 	dst = appendString(dst, m.Group)

@@ -31,6 +31,8 @@ func sampleRequests() []Message {
 		&FindCoordinatorRequest{Group: "billing"},
 		&JoinGroupRequest{Group: "billing", InstanceID: "host-1", ClientID: "ringlog-go", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 300000, ProtocolType: "consumer",
 			Protocols: []GroupProtocol{{Name: "cooperative-sticky", Metadata: []byte{0, 3, 0, 0, 0, 1}}, {Name: "range", Metadata: nil}}},
+		&JoinGroupRequest{Version: 1, Group: "billing", MemberID: "ringlog-go-7", ClientID: "ringlog-go", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 300000,
+			ProtocolType: "consumer", Protocols: []GroupProtocol{{Name: "range", Metadata: []byte{0, 3}}}},
 		&SyncGroupRequest{Group: "billing", MemberID: "c-1", Generation: 4, ProtocolType: "consumer", Protocol: "range",
 			Assignments: []SyncGroupAssignment{{MemberID: "c-1", Assignment: []byte{0, 1}}, {MemberID: "c-2", Assignment: []byte{}}}},
 		&HeartbeatRequest{Group: "billing", MemberID: "c-1", Generation: 4},

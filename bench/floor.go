@@ -46,6 +46,11 @@ const (
 	floorWindowMax     = 1024
 	floorAckBytes      = 8
 	floorHeaderBytes   = 4
+	// floorStretchMax bounds how long a measured window that has moved nothing yet runs past
+	// its duration, waiting for its first frame or chunk: a 3 MiB chunk to a client at nice
+	// 15 on a 2-core machine at load 15 took longer than a 100 ms window, and one frame per
+	// 30 s is a server too slow to measure, not a slow machine.
+	floorStretchMax = 30 * time.Second
 )
 
 // Floor modes.
@@ -108,7 +113,10 @@ type FloorResult struct {
 }
 
 // RunFloor drives a floor server at addr (running as serverPID, whose CPU it samples)
-// with cfg.Conns connections: cfg.Warmup unmeasured, then cfg.Duration measured.
+// with cfg.Conns connections: cfg.Warmup unmeasured, then cfg.Duration measured. A
+// measured window in which no whole frame (or chunk) has arrived runs on until one does,
+// for at most floorStretchMax more, so that a slow machine gets a figure over a longer
+// window (the result's Seconds) rather than none; after that, RunFloor fails.
 func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) (FloorResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return FloorResult{}, err
@@ -129,6 +137,7 @@ func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) 
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	var moved atomic.Int64
+	progress := make(chan struct{}, 1) // a token after bytes moved; see floorMoved
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*cfg.Conns)
 	for _, c := range conns {
@@ -137,10 +146,10 @@ func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) 
 			wg.Add(2)
 			sent := make(chan struct{}, cfg.Window)
 			go func() { defer wg.Done(); errs <- floorSendFrames(runCtx, c, cfg.FrameBytes, sent, pace) }()
-			go func() { defer wg.Done(); errs <- floorReadAcks(c, cfg.FrameBytes, sent, &moved) }()
+			go func() { defer wg.Done(); errs <- floorReadAcks(c, cfg.FrameBytes, sent, &moved, progress) }()
 		} else {
 			wg.Add(1)
-			go func() { defer wg.Done(); errs <- floorFetch(runCtx, c, cfg.FrameBytes, &moved, pace) }()
+			go func() { defer wg.Done(); errs <- floorFetch(runCtx, c, cfg.FrameBytes, &moved, progress, pace) }()
 		}
 	}
 	stop := func() {
@@ -148,20 +157,23 @@ func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) 
 		closeAll()
 		wg.Wait()
 	}
-	wait := func(d time.Duration) error {
+	// wait returns after d, or early (with false) when progress has a token.
+	wait := func(d time.Duration, progress <-chan struct{}) (bool, error) {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case err := <-errs:
 			if err == nil {
 				err = errors.New("a connection ended early")
 			}
-			return fmt.Errorf("floor: %w", err)
+			return false, fmt.Errorf("floor: %w", err)
+		case <-progress:
+			return false, nil
 		case <-time.After(d):
-			return nil
+			return true, nil
 		}
 	}
-	if err := wait(cfg.Warmup); err != nil {
+	if _, err := wait(cfg.Warmup, nil); err != nil {
 		stop()
 		return FloorResult{}, err
 	}
@@ -171,16 +183,27 @@ func RunFloor(ctx context.Context, addr string, serverPID int, cfg FloorConfig) 
 		return FloorResult{}, fmt.Errorf("floor: cannot read the CPU of server pid %d", serverPID)
 	}
 	bytes0, start := moved.Load(), time.Now()
-	if err := wait(cfg.Duration); err != nil {
+	if _, err := wait(cfg.Duration, nil); err != nil {
 		stop()
 		return FloorResult{}, err
+	}
+	// Stretch a window that has moved nothing until the first frame lands (a token in
+	// progress may predate the window: the loop checks the count again).
+	for stretchEnd := time.Now().Add(floorStretchMax); moved.Load() == bytes0; {
+		timedOut, err := wait(time.Until(stretchEnd), progress)
+		if err != nil {
+			stop()
+			return FloorResult{}, err
+		}
+		if timedOut {
+			stop()
+			return FloorResult{}, fmt.Errorf("floor: no whole %d-byte frame moved in %v: %w",
+				cfg.FrameBytes, cfg.Duration+floorStretchMax, io.ErrUnexpectedEOF)
+		}
 	}
 	bytes, elapsed := moved.Load()-bytes0, time.Since(start)
 	cpu := window.finish(serverPID, "floor server", bytes, 0)
 	stop()
-	if bytes == 0 {
-		return FloorResult{}, fmt.Errorf("floor: no bytes moved: %w", io.ErrUnexpectedEOF)
-	}
 	return FloorResult{
 		Mode: cfg.Mode, Conns: cfg.Conns, FrameBytes: cfg.FrameBytes, Rate: cfg.Rate,
 		Bytes: bytes, Seconds: elapsed.Seconds(), MBPerSec: float64(bytes) / elapsed.Seconds() / 1e6,
@@ -210,20 +233,30 @@ func floorSendFrames(runCtx context.Context, c net.Conn, size int, sent chan<- s
 	}
 }
 
+// floorMoved counts size bytes as moved and leaves a token in progress (never blocking: one
+// token waiting is enough for RunFloor to look at the count).
+func floorMoved(moved *atomic.Int64, progress chan<- struct{}, size int) {
+	moved.Add(int64(size))
+	select {
+	case progress <- struct{}{}:
+	default:
+	}
+}
+
 // floorReadAcks counts a frame's payload as moved when its 8-byte answer arrives.
-func floorReadAcks(c net.Conn, size int, sent <-chan struct{}, moved *atomic.Int64) error {
+func floorReadAcks(c net.Conn, size int, sent <-chan struct{}, moved *atomic.Int64, progress chan<- struct{}) error {
 	var ack [floorAckBytes]byte
 	for {
 		if _, err := io.ReadFull(c, ack[:]); err != nil {
 			return nil // closed at the end (a server failure shows as no bytes moved)
 		}
-		moved.Add(int64(size))
+		floorMoved(moved, progress, size)
 		<-sent
 	}
 }
 
 // floorFetch asks for size bytes at a time and reads them.
-func floorFetch(runCtx context.Context, c net.Conn, size int, moved *atomic.Int64, pace *floorPacer) error {
+func floorFetch(runCtx context.Context, c net.Conn, size int, moved *atomic.Int64, progress chan<- struct{}, pace *floorPacer) error {
 	buf := make([]byte, size)
 	var req [floorHeaderBytes]byte
 	binary.BigEndian.PutUint32(req[:], uint32(size))
@@ -235,7 +268,7 @@ func floorFetch(runCtx context.Context, c net.Conn, size int, moved *atomic.Int6
 		if _, err := io.ReadFull(c, buf); err != nil {
 			return quietAfter(runCtx, err)
 		}
-		moved.Add(int64(size))
+		floorMoved(moved, progress, size)
 	}
 	return nil
 }

@@ -30,6 +30,9 @@ const (
 	flushTimeout          = 30 * time.Second
 	drainTimeout          = 10 * time.Second
 	caughtUpWindow        = 100 * time.Millisecond // lag under this much production = caught up
+	// measureStretchMax bounds how long RunOptions.MeasuredMessagesMin keeps a window open
+	// past the workload's duration.
+	measureStretchMax = time.Minute
 )
 
 // RunOptions configure one run of a workload against one driver.
@@ -46,6 +49,12 @@ type RunOptions struct {
 	// CreateTopic answers ErrTopicExists): runs on one cluster can then share warm topics.
 	TopicSuffix string
 	DataDir     string // for the hardware line's disk; "" = current directory
+	// MeasuredMessagesMin, when positive, keeps the measured window open past the workload's
+	// duration until this many messages were acknowledged in it and (with consumers) one
+	// came back in it, checked every SampleInterval, for at most measureStretchMax more: a
+	// window of a fixed time on a starved machine can see nothing. The result's
+	// TestSeconds is the window's real length.
+	MeasuredMessagesMin int64
 }
 
 type run struct {
@@ -493,6 +502,7 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 		measuring = true
 	}
 	var endC <-chan time.Time
+	var stretchEnd time.Time // set when the duration passed with the window short
 	if measuring {
 		endTimer := time.NewTimer(test)
 		defer endTimer.Stop()
@@ -516,14 +526,17 @@ func (r *run) sample(ctx context.Context, start time.Time, consumeErrs, produceE
 				endC = endTimer.C
 			}
 		case <-endC:
-			r.gate.on.Store(false)
-			win.end = time.Now()
-			win.pub1, win.pubBytes1 = r.totals.published.Load(), r.totals.publishedBytes.Load()
-			win.con1, win.conBytes1 = r.totals.consumed.Load(), r.totals.consumedBytes.Load()
-			win.seconds = win.end.Sub(win.start).Seconds()
-			win.warmupSeconds = win.start.Sub(runStart).Seconds()
-			return samples, win, rss, nil
+			endC = nil
+			if !r.windowShort(&win) {
+				r.endWindow(&win, runStart)
+				return samples, win, rss, nil
+			}
+			stretchEnd = time.Now().Add(measureStretchMax)
 		case now := <-ticker.C:
+			if !stretchEnd.IsZero() && (now.After(stretchEnd) || !r.windowShort(&win)) {
+				r.endWindow(&win, runStart)
+				return samples, win, rss, nil
+			}
 			interval := now.Sub(last).Seconds()
 			last = now
 			pub, pubBytes := r.totals.published.Load(), r.totals.publishedBytes.Load()
@@ -568,6 +581,39 @@ func (r *run) brokerPID() (int, string) {
 		return os.Getpid(), "benchmark process (driver reported no broker PID; includes the clients)"
 	}
 	return pid, "broker process"
+}
+
+// windowShort says whether the open window has not yet seen RunOptions.MeasuredMessagesMin
+// acknowledgements and, with consumers, one message back.
+func (r *run) windowShort(win *window) bool {
+	if r.opts.MeasuredMessagesMin <= 0 {
+		return false
+	}
+	if r.totals.published.Load()-win.pub0 < r.opts.MeasuredMessagesMin {
+		return true
+	}
+	if r.w.Consumers == 0 {
+		return false
+	}
+	for _, stats := range r.consumers {
+		stats.mu.Lock()
+		back := stats.endToEnd.Count()
+		stats.mu.Unlock()
+		if back > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// endWindow closes the measured window.
+func (r *run) endWindow(win *window, runStart time.Time) {
+	r.gate.on.Store(false)
+	win.end = time.Now()
+	win.pub1, win.pubBytes1 = r.totals.published.Load(), r.totals.publishedBytes.Load()
+	win.con1, win.conBytes1 = r.totals.consumed.Load(), r.totals.consumedBytes.Load()
+	win.seconds = win.end.Sub(win.start).Seconds()
+	win.warmupSeconds = win.start.Sub(runStart).Seconds()
 }
 
 func (r *run) startWindow(win *window) {

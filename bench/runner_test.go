@@ -223,3 +223,47 @@ func TestRunTopicSuffixReusesTopics(t *testing.T) {
 		t.Fatalf("%d topics after a run without a suffix, want %d", len(d.topics), 2*w.Topics)
 	}
 }
+
+// heldAckDriver is the in-process driver with every acknowledgement held until release
+// closes: a broker that answers nothing within the measured duration.
+type heldAckDriver struct {
+	*MemDriver
+	release chan struct{}
+}
+
+func (d heldAckDriver) NewProducer(ctx context.Context, topic string, opts ProducerOptions) (Producer, error) {
+	p, err := d.MemDriver.NewProducer(ctx, topic, opts)
+	return heldAckProducer{p, d.release}, err
+}
+
+type heldAckProducer struct {
+	Producer
+	release chan struct{}
+}
+
+func (p heldAckProducer) Send(partition int, key, value []byte, done func(error)) error {
+	return p.Producer.Send(partition, key, value, func(err error) {
+		go func() { <-p.release; done(err) }()
+	})
+}
+
+// MeasuredMessagesMin keeps a window that saw no acknowledgement open past its duration
+// until one arrives; without it, this window (acks released only after twice its
+// duration) measures nothing.
+func TestRunStretchesAnEmptyWindow(t *testing.T) {
+	w := memWorkload()
+	w.Topics, w.Warmup, w.Duration = 1, 0, Duration(100*time.Millisecond)
+	driver := heldAckDriver{NewMemDriver(), make(chan struct{})}
+	time.AfterFunc(2*w.Duration.D(), func() { close(driver.release) })
+	result, err := Run(context.Background(), RunOptions{Workload: w, Driver: driver, SampleInterval: 10 * time.Millisecond, MeasuredMessagesMin: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Publish.Messages < 1 || result.EndToEnd.Count == 0 {
+		t.Fatalf("window of %.3f s: published %d, e2e %d; want it stretched to the first ack",
+			result.TestSeconds, result.Publish.Messages, result.EndToEnd.Count)
+	}
+	if !result.AllDelivered() {
+		t.Fatalf("totals %+v", result.Totals)
+	}
+}

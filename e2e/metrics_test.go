@@ -211,7 +211,7 @@ func TestMetricsOfStorageHelpers(t *testing.T) {
 	}
 	// Segment recycling is off for page-cache topics and nothing was retired: the series
 	// are there, at 0 (engine's TestRecycle* count them).
-	for _, name := range []string{"ringlog_recycle_pooled_total", "ringlog_recycle_reused_total", "ringlog_recycle_released_total"} {
+	for _, name := range []string{"ringlog_recycle_pooled_total", "ringlog_recycle_reused_total", "ringlog_recycle_released_total", "ringlog_recycle_unmapped_total"} {
 		if v, ok := m.Value(name); !ok || v != 0 {
 			t.Errorf("%s = %v (present %v), want 0 on a page-cache broker", name, v, ok)
 		}

@@ -530,9 +530,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 					t.Fatal(err)
 				}
 				live := cfg
-				if variant.prealloc {
-					live.ZeroFileIO = fs
-				}
+				live.ZeroFileIO = fs // zeroing (prealloc) and pool preparation (recycle) sync through it
 				l, _ := openLog(t, dir, live, fs)
 				if l.Mode() != StorageDirect {
 					t.Skip("no O_DIRECT here")

@@ -152,8 +152,10 @@ type LogConfig struct {
 	// a new file. At most 64; -1 turns it off. 0 means the default: 4 in direct mode, off (-1)
 	// in page-cache mode.
 	RecycleSegments int
-	// ZeroFileIO is the FileIO the background zeroing writes through; it must be safe for use
-	// from another goroutine. nil means plain system calls (tests pass a faultio.CrashFS).
+	// ZeroFileIO is the FileIO that work off the log's goroutine writes and syncs through:
+	// background zeroing (prealloc.go) and the preparation of a retired file for the pool of
+	// recycled files (recycle.go). It must be safe for use from another goroutine. nil means
+	// plain system calls (tests pass a faultio.CrashFS).
 	ZeroFileIO ring.FileIO
 	// ProducerIDExpirationMs is how long an idempotent producer's state (its sequences for
 	// dedup) is kept after its last batch's timestamp. 0 means one day, Kafka's

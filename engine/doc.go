@@ -32,6 +32,13 @@
 //	  00000000000000052311.timeindex
 //	  cleaner-offset-checkpoint       compacted topics only (compact.go), with the
 //	                                  .cleaned/.swap files of a rewrite in progress
+//	  batches.<inode>                 recycling logs only (recycle.segments): the batch map
+//	                                  of a sealed segment's .log, by the file's inode
+//	  recycled.<inode>                the batch map of a recycled .log's previous life
+//	  00000000000000001000.log.recycle  a retired .log kept for the next segment (the pool)
+//
+// (plus log-start-offset, clean-shutdown, producer .snapshot files and leftovers of
+// interrupted operations: *.deleted, *.tmp).
 //
 // # .log
 //
@@ -53,7 +60,9 @@
 //
 // Sparse, big-endian, no header, never preallocated (length = entries x entry size):
 //
-//	.index: one entry each time IndexIntervalBytes of log were appended since the last one
+//	.index: one entry each time IndexIntervalBytes of log were appended since the last one,
+//	        and one at each batch of a recycled file that carries, at its position, the CRC
+//	        of the previous life's batch there (batchmap.go)
 //	+----------------------+----------------------+
 //	| relativeOffset  u32  | position        u32  |   8 bytes
 //	+----------------------+----------------------+
@@ -69,6 +78,19 @@
 // Index entries are written only for log bytes that are already fdatasync'ed, so the last
 // entry on disk is a recovery point: recovery trusts the bytes before it and re-scans,
 // CRC-checking every batch, from there to the end of the file.
+//
+// # Batch maps (batches.<inode>, recycled.<inode>)
+//
+// The (position, CRC) of every batch of one life of a .log file, which recovery needs to
+// tell a torn new batch header over a recycled file's old batch from a new batch
+// (batchmap.go has the reasoning; docs/storage.md, "Recycled segment files"). Big-endian:
+//
+//	+------+---------+--------+--------+--------+--------+---- - - ----+----------+
+//	| RLBM | inode   | base   | size   | next   | count  | entries     | checksum |
+//	| 4 B  | u64     | i64    | i64    | i64    | u32    | count × 8 B | u32      |
+//	+------+---------+--------+--------+--------+--------+---- - - ----+----------+
+//	entry = position u32, CRC u32 (the batch's stored CRC-32C), positions ascending;
+//	checksum = CRC-32C of every byte before it
 //
 // # Durability
 //

@@ -51,6 +51,9 @@ func (s *segment) checkInvariants(fenced bool) error {
 	if s.syncedSize > s.size || s.syncedNextOffset > s.nextOffset {
 		return fmt.Errorf("invariant: segment %d: synced %d/%d beyond %d/%d", s.baseOffset, s.syncedSize, s.syncedNextOffset, s.size, s.nextOffset)
 	}
+	if n := len(s.batches); n > 0 && (s.batches[0]>>32 != 0 || int64(s.batches[n-1]>>32) >= s.size) {
+		return fmt.Errorf("invariant: segment %d: batch map [%d, %d] is not a map of [0, %d)", s.baseOffset, s.batches[0]>>32, s.batches[n-1]>>32, s.size)
+	}
 	if s.indexReleased {
 		if len(s.index.entries) != 0 || len(s.timeIndex.entries) != 0 {
 			return fmt.Errorf("invariant: segment %d: released index still in memory", s.baseOffset)

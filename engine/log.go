@@ -128,7 +128,14 @@ type Log struct {
 
 	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
 	// at most cfg.RecycleSegments.
-	recyclePool []string
+	recyclePool []pooledFile
+	// recyclePreparing counts retired files whose pool entry runs in the background
+	// (poolRetired); recycleReady brings them back; recycleGen is bumped by emptyPool, whose
+	// files still in preparation are then released. poolJobs waits for them at Close.
+	recyclePreparing int
+	recycleReady     chan pooledFile
+	recycleGen       int
+	poolJobs         sync.WaitGroup
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -336,6 +343,9 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 					batch.SetLeaderEpoch(batches[j], l.leaderEpoch)
 				}
 				h.BaseOffset = s.nextOffset
+			}
+			if s.batches != nil || s.oldBatches != nil {
+				s.noteRecycled(h, l.cfg.IndexIntervalBytes) // batchmap.go
 			}
 			s.noteBatch(h, l.cfg.IndexIntervalBytes)
 		}
@@ -580,6 +590,7 @@ func (l *Log) roll() error {
 	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	l.segments = append(l.segments, s)
 	l.dirGen++ // the new segment's directory entry is made durable by the next sync
+	l.writeOwnBatchMap(old)
 	l.snapshotAfterRoll()
 	return nil
 }
@@ -877,11 +888,13 @@ func (l *Log) finishActive() error {
 	s.addFinalTimeEntry()
 	var err error
 	l.indexScratch, err = s.persistIndexes(l.fio, l.indexScratch)
+	l.writeOwnBatchMap(s) // batchmap.go: the next OpenLog continues it (sweepBatchMaps)
 	return err
 }
 
 func (l *Log) closeFiles() error {
 	l.zeroJobs.Wait() // zeroing and handed-off cuts (prealloc.go) end before Close returns
+	l.settlePool()    // pool preparations (recycle.go) too
 	var errs []error
 	for _, s := range l.segments {
 		errs = append(errs, s.closeFiles())

@@ -178,6 +178,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 		return err
 	}
 	laterIndexed := l.laterIndexed(bases)
+	oldMaps := l.loadOldBatchMaps() // batchmap.go: the torn-header guard of recycled files
 	for i, base := range bases {
 		s, err := openSegmentFiles(l.dir, base, false, false)
 		if err != nil {
@@ -189,7 +190,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 		if !last {
 			end = bases[i+1]
 		}
-		if err := l.recoverSegment(s, end, closeEnd, laterIndexed[i], report); err != nil {
+		if err := l.recoverSegment(s, end, closeEnd, laterIndexed[i], oldBatchesOf(oldMaps, s), report); err != nil {
 			return err
 		}
 		// Recovery has read and rewritten what it needed; later syncs reopen them.
@@ -234,6 +235,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 			return err
 		}
 	}
+	l.sweepBatchMaps()
 	l.startOffset = l.segments[0].baseOffset
 	if err := l.loadStartOffset(); err != nil {
 		return err
@@ -422,7 +424,7 @@ func (l *Log) loadIndexes(s *segment, relativeEnd, logSizeBound int64) error {
 // show the segment was synced past that point (a torn tail); otherwise it keeps its bytes, and
 // the first bad batch is recorded as a Corruption (see recover). A sealed segment gets its
 // final time-index entry. Index files are cut to the entries that are still valid on disk.
-func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProof, report *RecoveryReport) error {
+func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProof, oldBatches []uint64, report *RecoveryReport) error {
 	fileBytes, err := fileSize(s.log)
 	if err != nil {
 		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
@@ -456,6 +458,11 @@ func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProo
 		if err == nil && end >= 0 && h.LastOffset() >= end {
 			err = fmt.Errorf("batch offsets [%d, %d] reach the next segment's base %d", h.BaseOffset, h.LastOffset(), end)
 		}
+		if err == nil && oldBatches != nil && mayBeTorn(s.size, startPos, h, proof) {
+			if crc, ok := crcAt(oldBatches, s.size); ok && crc == h.CRC {
+				err = fmt.Errorf("%w: CRC %08x, offsets [%d, %d]", errOldBodyUnderNewHeader, crc, h.BaseOffset, h.LastOffset())
+			}
+		}
 		if err != nil {
 			reason = fmt.Errorf("segment %d at %d: %w", s.baseOffset, s.size, err)
 			break
@@ -483,6 +490,18 @@ func (l *Log) rescan(s *segment, startPos, expected, end int64, proof sealedProo
 	}
 	s.timeIndex.onDisk = n
 	return s.truncateIndexFiles()
+}
+
+// errOldBodyUnderNewHeader: a re-scanned batch of a recycled file carries, at its position,
+// the CRC of the batch the file's previous life had there (batchmap.go): its body is the old
+// batch's under a torn new header, and the scan stops as at any torn batch.
+var errOldBodyUnderNewHeader = errors.New("the previous life's batch of a recycled file under a new header (torn write)")
+
+// mayBeTorn reports whether the batch h at pos of a re-scan that started at startPos may
+// be a torn write: not when an index entry points at it (written only after it was synced),
+// nor when proof says it was synced.
+func mayBeTorn(pos, startPos int64, h batch.Header, proof sealedProof) bool {
+	return !(pos == startPos && startPos > 0) && !proof.synced(h.LastOffset())
 }
 
 // sealedProof is what recovery knows about whether a sealed segment was wholly fdatasync'ed.
@@ -582,7 +601,7 @@ func (l *Log) dropTail(s *segment, sc *batchScanner, fileBytes int64, keepZeros 
 // claims, and re-scans from there to the end of the file (see rescan; end is the next
 // segment's base, -1 for the active segment). The recovered segment is synced and its
 // rebuilt index entries persisted.
-func (l *Log) recoverSegment(s *segment, end, closeEnd int64, laterIndexed bool, report *RecoveryReport) error {
+func (l *Log) recoverSegment(s *segment, end, closeEnd int64, laterIndexed bool, oldBatches []uint64, report *RecoveryReport) error {
 	var err error
 	if s.size, err = fileSize(s.log); err != nil {
 		return fmt.Errorf("segment %d: %w", s.baseOffset, err)
@@ -622,7 +641,7 @@ func (l *Log) recoverSegment(s *segment, end, closeEnd int64, laterIndexed bool,
 		s.index.entries = s.index.entries[:len(s.index.entries)-1]
 		s.index.onDisk = len(s.index.entries)
 	}
-	if err := l.rescan(s, startPos, expected, end, proof, report); err != nil {
+	if err := l.rescan(s, startPos, expected, end, proof, oldBatches, report); err != nil {
 		return err
 	}
 	// What the last Close synced (below the end offset in its marker) needs no sync; anything

@@ -3,8 +3,12 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"sync/atomic"
+
+	"github.com/ringlog/ringlog/ring"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,6 +54,15 @@ import (
 // (the new segment's directory entry is fsynced by the next Sync before anything in it
 // counts as synced, as for a created file).
 //
+// A stale batch can also come back under a new header: a write of a new batch over an old
+// one that started at the same position, torn after its first bytes (the new base offset),
+// leaves the old body under its old, valid CRC (the CRC does not cover the header). Batch
+// maps (batchmap.go) close that: a file is pooled only with a map of the (position, CRC) of
+// its batches (written at the segment's roll), made durable as recycled.<inode> (in the
+// background, after the rename to *.recycle) before the file joins the pool, and recovery
+// refuses a re-scanned batch that carries, at its
+// position, the CRC of the file's previous life.
+//
 // Cost: the pool holds up to RecycleSegments × segment.bytes of disk per partition beyond
 // retention (space the log would use again at its next rolls). Retired files are not kept
 // while the free-space estimate is below twice the guard (LogConfig.Disk), and an append the
@@ -73,30 +86,172 @@ type RecycleCounters struct {
 	Pooled   int64 // retired .log files kept for reuse
 	Reused   int64 // new segments that took a pool file
 	Released int64 // pool files removed unused (truncation below the log start, a refused append, a failed rename)
+	// Unmapped counts retired files not recycled for want of a valid batch map of their
+	// content (batchmap.go): the segment was active at a crash, its map was lost to a power
+	// loss, it was compacted or made active again by a truncation, it held more than
+	// batchMapEntriesMax batches, or the map's write failed.
+	Unmapped int64
+	// SameCRC counts appended batches that carried the CRC the recycled file's previous life
+	// had at the same position (segment.noteRecycled).
+	SameCRC int64
 }
 
-var recycleStats struct{ pooled, reused, released atomic.Int64 }
+var recycleStats struct{ pooled, reused, released, unmapped, sameCRC atomic.Int64 }
 
 // RecycleStats returns the process-wide recycling counters.
 func RecycleStats() RecycleCounters {
-	return RecycleCounters{recycleStats.pooled.Load(), recycleStats.reused.Load(), recycleStats.released.Load()}
+	return RecycleCounters{recycleStats.pooled.Load(), recycleStats.reused.Load(), recycleStats.released.Load(),
+		recycleStats.unmapped.Load(), recycleStats.sameCRC.Load()}
 }
 
-// poolRetired moves the retired segment s's .log into the pool when recycling is on and the
-// pool has room; it reports whether it did. s's index files are retired as usual by the
-// caller.
+// pooledFile is a retired .log in the pool, with the batch map of the life it retired from
+// (made durable as recycled.<inode> before the file entered the pool). A preparation that
+// failed comes back with no path. gen is the pool generation it was retired in (emptyPool).
+type pooledFile struct {
+	path  string
+	inode uint64
+	old   []uint64
+	gen   int
+}
+
+func (f pooledFile) String() string { return f.path }
+
+// poolRetired starts moving the retired segment s's .log into the pool when recycling is
+// on and the pool (counting files still being prepared) has room; it reports whether it
+// took the file. On the owner's goroutine it only renames the .log to <name>.recycle (a
+// power loss or crash from here on leaves a file OpenLog removes); preparePooled, in the
+// background, then checks that the segment's own batch map (written at its roll,
+// batchmap.go) describes it, fdatasyncs the .log (its on-disk content is then what the map
+// describes; a file retired unsynced could otherwise hold an older life's bytes after a
+// power loss) and makes the map durable as recycled.<inode>. Only then does the file join
+// the pool (collectPooled, at the next roll), so before any byte of its next life is
+// written. The syncs stay off the shard loop: they cost a device cache flush and two
+// metadata writes per retired segment. s's index files are retired as usual by the caller;
+// a file not taken loses its batch maps.
 func (l *Log) poolRetired(s *segment) bool {
-	if l.cfg.RecycleSegments <= 0 || len(l.recyclePool) >= l.cfg.RecycleSegments || s.size == 0 || l.diskTight() {
+	if l.cfg.RecycleSegments <= 0 {
+		return false
+	}
+	l.collectPooled()
+	if len(l.recyclePool)+l.recyclePreparing >= l.cfg.RecycleSegments || s.size == 0 || s.inode == 0 || l.diskTight() {
+		removeBatchMaps(l.dir, s.inode)
 		return false
 	}
 	path := segmentPath(l.dir, s.baseOffset, logSuffix)
 	if err := os.Rename(path, path+recycleSuffix); err != nil {
 		l.cfg.Logger.Warn("keep retired segment for reuse", "dir", l.dir, "segment", s.baseOffset, "err", err)
+		removeBatchMaps(l.dir, s.inode)
 		return false
 	}
-	l.recyclePool = append(l.recyclePool, path+recycleSuffix)
-	recycleStats.pooled.Add(1)
+	if l.recycleReady == nil {
+		l.recycleReady = make(chan pooledFile, recycleSegmentsMax) // sends never block
+	}
+	l.recyclePreparing++
+	want := batchMap{inode: s.inode, base: s.baseOffset, size: s.size, next: s.nextOffset}
+	prep := poolPreparation{dir: l.dir, path: path + recycleSuffix, want: want, gen: l.recycleGen,
+		fio: l.backgroundFileIO(), logger: l.cfg.Logger}
+	l.poolJobs.Add(1)
+	go func() {
+		defer l.poolJobs.Done()
+		l.recycleReady <- prep.run()
+	}()
 	return true
+}
+
+// backgroundFileIO is the FileIO of work off the owner's goroutine (LogConfig.ZeroFileIO).
+func (l *Log) backgroundFileIO() ring.FileIO {
+	if l.cfg.ZeroFileIO != nil {
+		return l.cfg.ZeroFileIO
+	}
+	return ring.Syscalls{}
+}
+
+// poolPreparation is the background part of poolRetired; it touches no Log state.
+type poolPreparation struct {
+	dir, path string
+	want      batchMap // inode, base, size, next of the retired segment
+	gen       int
+	fio       ring.FileIO
+	logger    *slog.Logger
+}
+
+func (p poolPreparation) run() pooledFile {
+	ownName := batchMapName(batchMapOwnPrefix, p.want.inode)
+	m, err := readBatchMap(p.dir, ownName, p.want.inode)
+	if err == nil && (m.base != p.want.base || m.size != p.want.size || m.next != p.want.next) {
+		err = fmt.Errorf("%w: map of segment %d (%d bytes, next %d), the file holds segment %d (%d bytes, next %d)",
+			errBatchMapCorrupt, m.base, m.size, m.next, p.want.base, p.want.size, p.want.next)
+	}
+	if err != nil {
+		recycleStats.unmapped.Add(1)
+		p.logger.Debug("retired segment not kept for reuse: no batch map", "dir", p.dir, "segment", p.want.base, "err", err)
+		return p.fail()
+	}
+	if err = syncFile(p.fio, p.path); err == nil {
+		err = writeFileAtomic(p.fio, p.dir, batchMapName(batchMapOldPrefix, p.want.inode), encodeBatchMap(m))
+	}
+	if err != nil {
+		p.logger.Warn("keep retired segment for reuse", "dir", p.dir, "segment", p.want.base, "err", err)
+		return p.fail()
+	}
+	os.Remove(filepath.Join(p.dir, ownName)) // recycled.<inode> holds it now
+	return pooledFile{path: p.path, inode: p.want.inode, old: m.entries, gen: p.gen}
+}
+
+// fail removes the file and its maps; the pool gets nothing.
+func (p poolPreparation) fail() pooledFile {
+	os.Remove(p.path)
+	removeBatchMaps(p.dir, p.want.inode)
+	return pooledFile{gen: p.gen}
+}
+
+// collectPooled adds the files whose preparation finished to the pool (never waits). A file
+// prepared before emptyPool, or beyond the pool's size, is released.
+func (l *Log) collectPooled() {
+	for l.recyclePreparing > 0 {
+		select {
+		case f := <-l.recycleReady:
+			l.recyclePreparing--
+			switch {
+			case f.path == "":
+			case f.gen != l.recycleGen || len(l.recyclePool) >= l.cfg.RecycleSegments:
+				l.releasePool([]pooledFile{f})
+			default:
+				l.recyclePool = append(l.recyclePool, f)
+				recycleStats.pooled.Add(1)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// settlePool waits for every pool preparation and collects it (Close, tests).
+func (l *Log) settlePool() {
+	l.poolJobs.Wait()
+	l.collectPooled()
+}
+
+// writeOwnBatchMap writes the batch map of old, just sealed by a roll, as batches.<inode>
+// (not synced: poolRetired checks it against the segment and makes it durable) and drops
+// the maps kept in memory. Without a complete map the file will not be recycled.
+func (l *Log) writeOwnBatchMap(old *segment) {
+	entries := old.batches
+	old.batches, old.oldBatches = nil, nil
+	if entries == nil || old.inode == 0 || old.size == 0 {
+		return
+	}
+	m := batchMap{inode: old.inode, base: old.baseOffset, size: old.size, next: old.nextOffset, entries: entries}
+	if err := os.WriteFile(filepath.Join(l.dir, batchMapName(batchMapOwnPrefix, old.inode)), encodeBatchMap(m), 0o644); err != nil {
+		l.cfg.Logger.Warn("write batch map", "dir", l.dir, "segment", old.baseOffset, "err", err)
+	}
+}
+
+// trackBatches starts the own batch map of s, a new empty segment, when the log recycles.
+func (l *Log) trackBatches(s *segment) {
+	if l.cfg.RecycleSegments > 0 && s.size == 0 {
+		s.batches = make([]uint64, 0, 64)
+	}
 }
 
 // diskTight reports whether the data directory's free space (LogConfig.Disk's estimate) is
@@ -110,14 +265,16 @@ func (l *Log) diskTight() bool {
 // (the segment is then marked stale: its file holds an old segment's bytes past its end),
 // else empty files.
 func (l *Log) newSegment(base int64) (*segment, error) {
+	l.collectPooled()
 	for len(l.recyclePool) > 0 {
-		from := l.recyclePool[len(l.recyclePool)-1]
+		pooled := l.recyclePool[len(l.recyclePool)-1]
+		from := pooled.path
 		l.recyclePool = l.recyclePool[:len(l.recyclePool)-1]
 		to := segmentPath(l.dir, base, logSuffix)
 		// NOREPLACE: a name collision must fail like the O_EXCL create it replaces.
 		if err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE); err != nil {
 			l.cfg.Logger.Warn("reuse retired segment file", "dir", l.dir, "file", from, "err", err)
-			l.releasePool([]string{from})
+			l.releasePool([]pooledFile{pooled})
 			if errors.Is(err, unix.EEXIST) {
 				break // the O_EXCL create below reports it
 			}
@@ -128,14 +285,21 @@ func (l *Log) newSegment(base int64) (*segment, error) {
 			return nil, err
 		}
 		s.stale = true
+		s.oldBatches = pooled.old
+		l.trackBatches(s)
 		recycleStats.reused.Add(1)
 		return s, nil
 	}
-	return openSegmentFiles(l.dir, base, true, false)
+	s, err := openSegmentFiles(l.dir, base, true, false)
+	if err == nil {
+		l.trackBatches(s)
+	}
+	return s, err
 }
 
 // emptyPool releases every pool file: offsets are about to go below those they hold.
 func (l *Log) emptyPool() {
+	l.recycleGen++ // files still being prepared are released when collected
 	if len(l.recyclePool) > 0 {
 		l.releasePool(l.recyclePool)
 		l.recyclePool = nil
@@ -145,9 +309,14 @@ func (l *Log) emptyPool() {
 // releasePool unlinks pool files in the background (unlinking a large file frees its blocks
 // synchronously; see retiredSuffix). Durability is not needed: OpenLog removes every pool
 // file it finds.
-func (l *Log) releasePool(paths []string) {
-	recycleStats.released.Add(int64(len(paths)))
-	go removeRetired(append([]string(nil), paths...))
+func (l *Log) releasePool(files []pooledFile) {
+	recycleStats.released.Add(int64(len(files)))
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.path
+		removeBatchMaps(l.dir, f.inode)
+	}
+	go removeRetired(paths)
 }
 
 // checkRecycleSegments resolves LogConfig.RecycleSegments: 0 is the default for the mode,
@@ -162,4 +331,25 @@ func checkRecycleSegments(n int, mode StorageMode) (int, error) {
 		return 0, fmt.Errorf("recycle.segments %d: want -1 (off), 0 (default) or up to %d", n, recycleSegmentsMax)
 	}
 	return n, nil
+}
+
+// cutBatchMaps follows TruncateTo's cut of s (now the active segment) to pos bytes: its own
+// map keeps the batches before pos (a sealed segment made active again has none in memory,
+// and its written one no longer describes it), and the previous life's map goes, as the
+// cut, synced before the truncation returns, leaves no old bytes past the end.
+func (l *Log) cutBatchMaps(s *segment, pos int64) {
+	if s.inode == 0 {
+		return
+	}
+	if s.batches != nil {
+		n := 0
+		for n < len(s.batches) && int64(s.batches[n]>>32) < pos {
+			n++
+		}
+		s.batches = s.batches[:n]
+	} else {
+		os.Remove(filepath.Join(l.dir, batchMapName(batchMapOwnPrefix, s.inode)))
+	}
+	s.oldBatches = nil
+	os.Remove(filepath.Join(l.dir, batchMapName(batchMapOldPrefix, s.inode)))
 }

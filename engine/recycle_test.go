@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine/batch"
+	"github.com/ringlog/ringlog/engine/faultio"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -47,28 +49,44 @@ func appendCrashBatches(t *testing.T, l *Log, n, records int) {
 // records appendCrashBatches wrote, from StartOffset to EndOffset.
 func checkOffsetRecords(t *testing.T, l *Log) {
 	t.Helper()
+	if err := offsetRecordsErr(t, l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// errOldRecord: a record appendCrashBatches wrote for an older offset was read at a newer one.
+var errOldRecord = errors.New("an older offset's record under a new offset")
+
+// offsetRecordsErr is checkOffsetRecords returning what it found wrong.
+func offsetRecordsErr(t *testing.T, l *Log) error {
+	t.Helper()
 	next := l.StartOffset()
 	data := readAll(t, l, 1<<20)
 	for len(data) > 0 {
 		h, err := validateFirst(data)
 		if err != nil {
-			t.Fatalf("batch at offset %d: %v", next, err)
+			return fmt.Errorf("batch at offset %d: %w", next, err)
 		}
 		err = batch.Decode(data[:h.Size()], func(offset, ts int64, r *batch.Record) error {
 			if offset != next || string(r.Value) != fmt.Sprintf("offset=%012d;", offset) {
+				var old int64
+				if _, err := fmt.Sscanf(string(r.Value), "offset=%d;", &old); err == nil && old < offset && offset == next {
+					return fmt.Errorf("%w: record at %d holds the record of %d", errOldRecord, offset, old)
+				}
 				return fmt.Errorf("record at %d (want %d): %q", offset, next, r.Value)
 			}
 			next++
 			return nil
 		})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		data = data[h.Size():]
 	}
 	if next != l.EndOffset() {
-		t.Fatalf("records end at %d, log end %d", next, l.EndOffset())
+		return fmt.Errorf("records end at %d, log end %d", next, l.EndOffset())
 	}
+	return nil
 }
 
 func inodeOf(t *testing.T, path string) uint64 {
@@ -84,7 +102,13 @@ func inodeOf(t *testing.T, path string) uint64 {
 // few batches, with that file's old bytes past its logical end.
 func recycledLog(t *testing.T, dir string, cfg LogConfig) *Log {
 	t.Helper()
-	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
+	return recycledLogIO(t, dir, cfg, ring.Syscalls{})
+}
+
+// recycledLogIO is recycledLog writing through fio.
+func recycledLogIO(t *testing.T, dir string, cfg LogConfig, fio ring.FileIO) *Log {
+	t.Helper()
+	l, _ := openLog(t, dir, cfg, fio)
 	for l.SegmentCount() < 3 {
 		appendCrashBatches(t, l, 1, 8)
 	}
@@ -94,6 +118,7 @@ func recycledLog(t *testing.T, dir string, cfg LogConfig) *Log {
 	if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
 		t.Fatalf("retention: %d segments, %v", n, err)
 	}
+	l.settlePool() // the preparations run in the background
 	if len(l.recyclePool) != 2 {
 		t.Fatalf("pool %v, want both retired files", l.recyclePool)
 	}
@@ -111,11 +136,14 @@ func recycledLog(t *testing.T, dir string, cfg LogConfig) *Log {
 	appendCrashBatches(t, l, 3, 8)
 	s := l.active()
 	if RecycleStats().Reused != reused0+1 || !s.stale || len(l.recyclePool) != 1 {
-		t.Fatalf("the roll took no pool file: reused %d -> %d, stale %v, pool %v", reused0, RecycleStats().Reused, s.stale, l.recyclePool)
+		t.Fatalf("the roll took no pool file: reused %d -> %d, stale %v, pool of %d", reused0, RecycleStats().Reused, s.stale, len(l.recyclePool))
 	}
-	// The pool is a stack: the roll took the newest retired file, the older one waits.
-	if ino := inodeOf(t, segmentFile(dir, s.baseOffset, logSuffix)); ino != inodes[1] || l.recyclePool[0] != segmentFile(dir, retired[0], logSuffix)+recycleSuffix {
-		t.Fatalf("active segment is inode %d, want %d; pool %v", ino, inodes[1], l.recyclePool)
+	// The roll took one retired file (the pool is a stack in the order the background
+	// preparations finished), the other waits in the pool under its retired name.
+	ino, waiting := inodeOf(t, segmentFile(dir, s.baseOffset, logSuffix)), l.recyclePool[0]
+	if !(ino == inodes[0] && waiting.inode == inodes[1] && waiting.path == segmentFile(dir, retired[1], logSuffix)+recycleSuffix ||
+		ino == inodes[1] && waiting.inode == inodes[0] && waiting.path == segmentFile(dir, retired[0], logSuffix)+recycleSuffix) {
+		t.Fatalf("active segment is inode %d, pool holds %s (inode %d); retired inodes %v", ino, waiting.path, waiting.inode, inodes)
 	}
 	if fileBytes := logFileSize(t, dir, s.baseOffset); fileBytes <= s.size+blockBytes {
 		t.Fatalf("recycled file is %d bytes, log %d: no old bytes past the end", fileBytes, s.size)
@@ -207,7 +235,7 @@ func TestRecyclePoolEmptiedBelowStart(t *testing.T) {
 			dir := t.TempDir()
 			cfg := recycleConfig(StorageDirect)
 			l := recycledLog(t, dir, cfg)
-			pool := append([]string(nil), l.recyclePool...)
+			pool := append([]pooledFile(nil), l.recyclePool...)
 			released := RecycleStats().Released
 			var err error
 			if reset == "ResetTo" {
@@ -238,7 +266,7 @@ func TestRecyclePoolEmptiedBelowStart(t *testing.T) {
 		dir := t.TempDir()
 		cfg := recycleConfig(StorageDirect)
 		l := recycledLog(t, dir, cfg)
-		left := l.recyclePool[0]
+		left := l.recyclePool[0].path
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +333,111 @@ func TestRecycleKeepsNothingWhenDiskTight(t *testing.T) {
 	if n, err := l.EnforceRetention(time.Now()); err != nil || n != 2 {
 		t.Fatalf("retention: %d segments, %v", n, err)
 	}
+	l.settlePool()
 	if len(l.recyclePool) != 0 {
 		t.Fatalf("pool %v with the disk below twice its guard", l.recyclePool)
 	}
+}
+
+// TestRecycleTornHeaderServesNoOldRecord: a write of new batches over a recycled file is
+// torn (faultio.CrashFS.CrashTearing) keep bytes into the header of one of them, a batch
+// that starts where the file's previous life had a batch of the same length, with a valid
+// CRC. A batch's CRC covers only its bytes from attributes (byte 21) on, so for keep 8–16 the
+// file then holds the new base offset (and, from 12 on, the new length and epoch) over the
+// old batch's body and CRC: a valid batch at the expected offset. Recovery must end the log
+// right before it (every earlier batch of the write survived whole) and never serve the old
+// records under new offsets. The keeps cover each field's edges: the base offset's last
+// byte (7, 8), the length (11, 12), the epoch (15, 16), the magic (17), the CRC (18, 21), in
+// both storage modes. Without the batch-map guard (batchmap.go) keeps 8–17 fail.
+func TestRecycleTornHeaderServesNoOldRecord(t *testing.T) {
+	for _, mode := range storageModes {
+		for _, keep := range []int64{7, 8, 11, 12, 15, 16, 17, 18, 21} {
+			t.Run(fmt.Sprintf("%s/keep=%d", mode, keep), func(t *testing.T) {
+				tornHeaderOverRecycled(t, mode, keep)
+			})
+		}
+	}
+}
+
+// tornHeaderFixed turns TestRecycleTornHeaderServesNoOldRecord's known-issue skip off.
+const tornHeaderFixed = true
+
+func tornHeaderOverRecycled(t *testing.T, mode StorageMode, keep int64) {
+	dir := t.TempDir()
+	cfg := recycleConfig(mode)
+	fs := faultio.NewCrashFS(ring.Syscalls{})
+	l := recycledLogIO(t, dir, cfg, fs)
+	if err := l.Sync(); err != nil { // only the torn write below is unsynced
+		t.Fatal(err)
+	}
+	s := l.active()
+	base, size, end := s.baseOffset, s.size, l.EndOffset()
+	first, err := validateFirst(tailOf(t, dir, base, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batchBytes, records := int64(first.Size()), first.LastOffset()-first.BaseOffset+1
+	// The target: a batch of the next write that starts past the block direct mode padded
+	// with zeros after the log's end, where the file still holds its previous life's bytes.
+	torn := size + batchBytes
+	for torn < alignUp(size) {
+		torn += batchBytes
+	}
+	old := tailOf(t, dir, base, torn)
+	h, err := batch.ParseHeader(old)
+	if err != nil || int64(h.Size()) != batchBytes || h.LastOffset() >= base {
+		t.Fatalf("no old batch of %d bytes at %d: %+v %v", batchBytes, torn, h, err)
+	}
+	if _, err := batch.ValidateStored(old[:batchBytes]); err != nil {
+		t.Fatalf("the old batch at %d fails its CRC, the test proves less: %v", torn, err)
+	}
+	before := (torn - size) / batchBytes // whole new batches before the torn one
+	t.Logf("log end %d, size %d, batch %d bytes of %d records, torn batch at %d, %d whole before it", end, size, batchBytes, records, torn, before)
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	var group [][]byte
+	for next := end; int64(len(group)) < before+2; {
+		group = append(group, crashBatchFixed(t, b, &next, int(records)))
+	}
+	if _, err := l.AppendBatches(group); err != nil {
+		t.Fatal(err)
+	}
+	path := segmentFile(dir, base, logSuffix)
+	l.closeFiles() // the process dies; the power fails with the write in flight
+	tear := func(file string, off int64, n int) int {
+		if file != path {
+			return n
+		}
+		return int(torn + keep - off) // whole before the torn header, nothing after its keep bytes
+	}
+	if err := fs.CrashTearing(tear, nil); err != nil {
+		t.Fatal(err)
+	}
+	l, rep := openLog(t, dir, cfg, ring.Syscalls{})
+	defer l.Close()
+	if err := offsetRecordsErr(t, l); errors.Is(err, errOldRecord) && !tornHeaderFixed {
+		// Known, not fixed yet (docs/storage.md, "Recycled segment files", "Known issue"):
+		// fails for keep 8–17 in both modes without this skip.
+		t.Skipf("KNOWN ISSUE (torn header over a recycled file): %v; report %+v", err, rep)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if want := end + before*records; l.EndOffset() != want {
+		t.Fatalf("recovered log ends at %d, want %d (the batches before the torn one); report %+v", l.EndOffset(), want, rep)
+	}
+}
+
+// crashBatchFixed builds a batch of n records from *next whose values are fixed-width
+// (appendCrashBatches's), so every such batch of n records has the same size.
+func crashBatchFixed(t *testing.T, b *batch.Builder, next *int64, n int) []byte {
+	t.Helper()
+	b.Reset()
+	for ; n > 0; n-- {
+		b.Append(*next, nil, []byte(fmt.Sprintf("offset=%012d;", *next)), nil)
+		*next++
+	}
+	bb, err := b.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bb
 }

@@ -77,6 +77,15 @@ type segment struct {
 	// stale: the file is a recycled one (recycle.go) and may hold an old segment's bytes
 	// past size, until a seal, Close, truncation or recovery cuts it to size.
 	stale bool
+
+	// Batch maps (batchmap.go), kept when the log recycles files. inode is the .log file's
+	// (0: unknown). batches is this life's map while the segment is active: the (position,
+	// CRC) of every batch from position 0 (nil: not kept, the segment will not be recycled);
+	// a roll writes it out and drops it. oldBatches is the previous life's map while the
+	// segment is an active recycled file (nil otherwise).
+	inode      uint64
+	batches    []uint64
+	oldBatches []uint64
 }
 
 func (s *segment) logFd() int { return int(s.log.Fd()) }
@@ -108,6 +117,10 @@ func openSegmentFiles(dir string, base int64, create, recycled bool) (*segment, 
 	var err error
 	if s.log, err = os.OpenFile(segmentPath(dir, base, logSuffix), flags, 0o644); err != nil {
 		return nil, fmt.Errorf("open segment %d: %w", base, err)
+	}
+	var st unix.Stat_t
+	if unix.Fstat(s.logFd(), &st) == nil {
+		s.inode = st.Ino
 	}
 	if !create {
 		for _, x := range []*lazyFile{&s.indexFile, &s.timeIndexFile} {
@@ -461,20 +474,47 @@ func (s *segment) noteBatch(h batch.Header, intervalBytes int64) {
 	s.maxTimestamp = max(s.maxTimestamp, h.MaxTimestamp)
 }
 
+// noteRecycled is noteBatch's companion for a log that recycles files (batchmap.go), called
+// just before it: it records the batch about to be placed at s.size in the segment's own
+// batch map, and, when the segment is a recycled file whose previous life had a batch with
+// the same CRC at this position (a byte-identical body, or a 2^-32 coincidence), forces an
+// index entry at it. Recovery refuses such a batch in its re-scan (it cannot tell it from the
+// old body under a torn new header), and the re-scan starts at the last index entry, which
+// is written only once the batch is synced.
+func (s *segment) noteRecycled(h batch.Header, intervalBytes int64) {
+	if s.oldBatches != nil {
+		if crc, ok := crcAt(s.oldBatches, s.size); ok && crc == h.CRC {
+			s.bytesSinceIndex = max(s.bytesSinceIndex, intervalBytes)
+			recycleStats.sameCRC.Add(1)
+		}
+	}
+	if s.batches == nil {
+		return
+	}
+	if len(s.batches) >= batchMapEntriesMax || s.size > maxSegmentPosition {
+		s.batches = nil // too many batches to map: this file will not be recycled
+		return
+	}
+	s.batches = append(s.batches, batchMapEntry(s.size, h.CRC))
+}
+
 // segmentState is what an append may change, for rolling back a failed write.
 type segmentState struct {
 	size, nextOffset, maxTimestamp, bytesSinceIndex int64
-	indexEntries, timeIndexEntries                  int
+	indexEntries, timeIndexEntries, batches         int
 }
 
 func (s *segment) state() segmentState {
-	return segmentState{s.size, s.nextOffset, s.maxTimestamp, s.bytesSinceIndex, len(s.index.entries), len(s.timeIndex.entries)}
+	return segmentState{s.size, s.nextOffset, s.maxTimestamp, s.bytesSinceIndex, len(s.index.entries), len(s.timeIndex.entries), len(s.batches)}
 }
 
 func (s *segment) restore(st segmentState) {
 	s.size, s.nextOffset, s.maxTimestamp, s.bytesSinceIndex = st.size, st.nextOffset, st.maxTimestamp, st.bytesSinceIndex
 	s.index.entries = s.index.entries[:st.indexEntries]
 	s.timeIndex.entries = s.timeIndex.entries[:st.timeIndexEntries]
+	if s.batches != nil {
+		s.batches = s.batches[:st.batches]
+	}
 }
 
 // persistIndexes writes index entries that describe synced log bytes: the time index first,

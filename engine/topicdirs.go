@@ -118,6 +118,9 @@ func onlyLogFiles(dir string) bool {
 		if _, ok := parseProducerSnapshotName(stem); ok {
 			continue
 		}
+		if _, _, ok := parseBatchMapName(stem); ok {
+			continue
+		}
 		if stem == startOffsetFileName || stem == cleanShutdownFileName || stem == directProbeFileName {
 			continue
 		}

@@ -133,6 +133,7 @@ func (l *Log) cutSegment(s *segment, pos, newNext int64) error {
 		return l.fail(fmt.Errorf("segment %d: sync truncation: %w", s.baseOffset, err))
 	}
 	s.markSynced()
+	l.cutBatchMaps(s, pos) // only now: the cut is durable
 	return nil
 }
 
@@ -170,6 +171,7 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 	if err != nil {
 		return l.fail(err) // no segment left: the log cannot take writes
 	}
+	l.trackBatches(s)
 	l.segments = append(l.segments, s)
 	l.startOffset = offset
 	l.unsyncedMessages = 0
@@ -201,7 +203,10 @@ func (l *Log) dropSegment(i int, retire bool) error {
 	if err := s.closeFiles(); err != nil {
 		l.cfg.Logger.Warn("close deleted segment", "dir", l.dir, "segment", s.baseOffset, "err", err)
 	}
-	remove := s.removeFiles
+	remove := func(dir string) error {
+		removeBatchMaps(dir, s.inode)
+		return s.removeFiles(dir)
+	}
 	if retire {
 		remove = func(dir string) error { return s.retireFiles(dir, l.poolRetired) }
 	}

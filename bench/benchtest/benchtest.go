@@ -10,15 +10,23 @@ import (
 	"github.com/ringlog/ringlog/bench"
 )
 
-// RunDelivered runs w on d (50 ms samples) and fails t unless at least minPublished
+const sampleInterval = 50 * time.Millisecond
+
+// RunDelivered runs w on d (50 ms samples; the measured window stays open past w's duration
+// until minPublished messages were acknowledged and one came back in it, bounded by the
+// runner: see bench.RunOptions.MeasuredMessagesMin) and fails t unless at least minPublished
 // messages were published in the measured window without errors or bad payloads, and every
 // message acknowledged in the whole run came back to the consumers by the end of the drain
 // (bench.Result.AllDelivered; not a share of the window, which a stall on a loaded machine
 // moves), with end-to-end latencies recorded. It returns the result.
 func RunDelivered(t testing.TB, w bench.Workload, d bench.Driver, minPublished int64) *bench.Result {
 	t.Helper()
-	result := Run(t, w, d)
-	if result.Publish.Messages < max(minPublished, 1) || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
+	minPublished = max(minPublished, 1)
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: d, SampleInterval: sampleInterval, MeasuredMessagesMin: minPublished})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.Publish.Messages < minPublished || result.Errors.Publish != 0 || result.Errors.BadPayloads != 0 {
 		t.Fatalf("publish %+v errors %+v", result.Publish, result.Errors)
 	}
 	if !result.AllDelivered() || result.EndToEnd.Count == 0 {
@@ -31,7 +39,7 @@ func RunDelivered(t testing.TB, w bench.Workload, d bench.Driver, minPublished i
 // Run runs w on d with 50 ms samples and fails t on an error; the caller checks the result.
 func Run(t testing.TB, w bench.Workload, d bench.Driver) *bench.Result {
 	t.Helper()
-	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: d, SampleInterval: 50 * time.Millisecond})
+	result, err := bench.Run(context.Background(), bench.RunOptions{Workload: w, Driver: d, SampleInterval: sampleInterval})
 	if err != nil {
 		t.Fatal(err)
 	}

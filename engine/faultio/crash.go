@@ -74,7 +74,7 @@ type dirEntry struct {
 type dirListing map[string]dirEntry
 
 type crashFile struct {
-	path     string   // for messages
+	path     string   // its name at the first unsynced write (messages, Tear)
 	file     *os.File // our own O_RDWR descriptor of the inode (the writer may be O_DIRECT)
 	baseSize int64    // size when the first unsynced write arrived
 	undo     []undoRecord
@@ -134,7 +134,11 @@ func (c *CrashFS) remember(fd int, off int64, n int) error {
 		c.files[k] = f
 	}
 	if len(f.undo) == 0 {
+		// The first unsynced write since the last sync: the file may have been renamed since.
 		f.baseSize = size
+		if path, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil {
+			f.path = path
+		}
 	}
 	oldLen := max(0, min(int64(n), size-off))
 	old := make([]byte, oldLen)
@@ -256,6 +260,23 @@ func (c *CrashFS) Crash(rng *rand.Rand) error {
 	return c.crashLocked(rng)
 }
 
+// Tear decides, for one unsynced write of n bytes at off into the file at path (its name
+// at the first write since its last sync), how many of its leading bytes survive a power loss (clamped to
+// 0..n).
+type Tear func(path string, off int64, n int) int
+
+// CrashTearing is Crash with the fate of every unsynced write chosen by tear instead of at
+// random: a deterministic tear at a chosen byte (a crash test that needs one exact torn
+// write). Writes are visited newest first, as Crash visits them. Directory changes are
+// undone as by Crash, with rng (which may be nil when TrackDir was not called).
+func (c *CrashFS) CrashTearing(tear Tear, rng *rand.Rand) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashWith(func(f *crashFile, u undoRecord) int {
+		return max(0, min(u.newLen, tear(f.path, u.off, u.newLen)))
+	}, rng)
+}
+
 // Syncs is how many Fsync and Fdatasync calls passed through so far (to choose CrashAtSync).
 func (c *CrashFS) Syncs() int {
 	c.mu.Lock()
@@ -264,13 +285,27 @@ func (c *CrashFS) Syncs() int {
 }
 
 func (c *CrashFS) crashLocked(rng *rand.Rand) error {
+	return c.crashWith(func(_ *crashFile, u undoRecord) int {
+		switch rng.IntN(3) {
+		case 1:
+			return 0
+		case 2:
+			return rng.IntN(u.newLen + 1)
+		}
+		return u.newLen
+	}, rng)
+}
+
+// crashWith undoes every file's unsynced writes as keep says (the surviving leading bytes of
+// each), then the namespace changes (with rng).
+func (c *CrashFS) crashWith(keep func(*crashFile, undoRecord) int, rng *rand.Rand) error {
 	if c.crashed {
 		return ErrCrashed
 	}
 	c.crashed = true
 	var errs []error
 	for _, f := range c.files {
-		errs = append(errs, f.crash(rng))
+		errs = append(errs, f.crash(keep))
 		f.file.Close()
 	}
 	if c.root != "" {
@@ -279,20 +314,14 @@ func (c *CrashFS) crashLocked(rng *rand.Rand) error {
 	return errors.Join(errs...)
 }
 
-func (f *crashFile) crash(rng *rand.Rand) error {
+func (f *crashFile) crash(keepOf func(*crashFile, undoRecord) int) error {
 	if len(f.undo) == 0 {
 		return nil
 	}
 	end := f.baseSize
 	for i := len(f.undo) - 1; i >= 0; i-- {
 		u := f.undo[i]
-		keep := u.newLen
-		switch rng.IntN(3) {
-		case 1:
-			keep = 0
-		case 2:
-			keep = rng.IntN(u.newLen + 1)
-		}
+		keep := keepOf(f, u)
 		if keep > 0 {
 			end = max(end, u.off+int64(keep))
 		}

@@ -108,3 +108,43 @@ func TestCrashUndoesOnlyUnsyncedWrites(t *testing.T) {
 		t.Fatal("write to a bad fd succeeded")
 	}
 }
+
+// TestCrashTearingTearsWhereTold: CrashTearing keeps exactly the leading bytes Tear asks for
+// of each unsynced write (the old bytes come back after them), and sees the file's current
+// name although the file was renamed after its first write.
+func TestCrashTearingTearsWhereTold(t *testing.T) {
+	f, path := openTemp(t)
+	c := NewCrashFS(ring.Syscalls{})
+	fd := int(f.Fd())
+	if _, err := c.Pwrite(fd, []byte("old-old-old-"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Fdatasync(fd); err != nil {
+		t.Fatal(err)
+	}
+	renamed := path + ".renamed"
+	if err := os.Rename(path, renamed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pwrite(fd, []byte("NEW-NEW-"), 2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var seen string
+	err := c.CrashTearing(func(p string, off int64, n int) int {
+		seen = p
+		if off != 2 || n != 8 {
+			t.Errorf("write at %d of %d bytes, want 2 and 8", off, n)
+		}
+		return 5
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen != renamed {
+		t.Fatalf("Tear saw %q, want %q", seen, renamed)
+	}
+	if b, _ := os.ReadFile(renamed); string(b) != "olNEW-N-old-" {
+		t.Fatalf("file %q after the tear", b)
+	}
+}

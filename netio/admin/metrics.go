@@ -74,6 +74,7 @@ var (
 	descRecPooled   = prometheus.NewDesc("ringlog_recycle_pooled_total", "Retired segment files kept for reuse (recycle.segments).", nil, nil)
 	descRecReused   = prometheus.NewDesc("ringlog_recycle_reused_total", "New segments that took a kept retired file (recycle.segments).", nil, nil)
 	descRecReleased = prometheus.NewDesc("ringlog_recycle_released_total", "Kept retired files removed unused (a truncation below the log start, an append the disk guard refused, a failed rename).", nil, nil)
+	descRecUnmapped = prometheus.NewDesc("ringlog_recycle_unmapped_total", "Retired segment files not kept for reuse for want of a batch map of their content (active at a crash, its map lost to a power loss, compacted, too many batches).", nil, nil)
 	descScrapeErr   = prometheus.NewDesc("ringlog_scrape_error", "1 when the shards could not be read for this scrape (broker shutting down or a loop stuck).", nil, nil)
 )
 
@@ -127,7 +128,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr,
 		descWBStarted, descWBDropped, descWBWakeups, descZeroJobs, descZeroBytes, descZeroFailed,
-		descRecPooled, descRecReused, descRecReleased} {
+		descRecPooled, descRecReused, descRecReleased, descRecUnmapped} {
 		ch <- d
 	}
 	for _, d := range groupDescs {
@@ -328,4 +329,5 @@ func (c *collector) collectStorage(ch chan<- prometheus.Metric) {
 	ch <- counter(descRecPooled, float64(rc.Pooled))
 	ch <- counter(descRecReused, float64(rc.Reused))
 	ch <- counter(descRecReleased, float64(rc.Released))
+	ch <- counter(descRecUnmapped, float64(rc.Unmapped))
 }

@@ -43,6 +43,7 @@ keyDistribution: random
 producers: 1
 consumers: 2
 producerRate: 2000
+maxInFlight: 32
 warmup: 50ms
 duration: 1500ms
 durability: ` + durability + "\n"))
@@ -64,9 +65,11 @@ func TestRunAgainstRealServer(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer driver.Close()
-			// fsync per message under -race on a busy machine manages ~200 msg/s (and on a 2-core
-			// machine shared with other builds, none at all within 400 ms: hence 1.5 s), so the
-			// assertions are about correctness, not rate.
+			// fsync per message at nice 15 on a 2-core machine at load 15 acknowledged nothing
+			// within the 1.5 s window, and not the 1024 messages in flight within the 30 s flush:
+			// RunDelivered keeps the window open until the first acknowledgement (bounded by the
+			// runner), and smallWorkload keeps 32 in flight, so the test waits for progress, not
+			// for time, and the assertions are about correctness, not rate.
 			result := benchtest.RunDelivered(t, w, driver, 1)
 			if result.BrokerRSS.PID == os.Getpid() || result.BrokerRSS.MaxBytes == 0 {
 				t.Fatalf("RSS sampled from %+v, want the server child", result.BrokerRSS)

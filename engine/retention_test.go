@@ -254,7 +254,9 @@ func TestAsyncRetentionCrash(t *testing.T) {
 					if err := fs.TrackDir(dir); err != nil {
 						t.Fatal(err)
 					}
-					l, _ := openLog(t, dir, cfg, fs)
+					live := cfg
+					live.ZeroFileIO = fs // the recycle pool's preparation renames and syncs through it, as the log's own work does
+					l, _ := openLog(t, dir, live, fs)
 					if l.Mode() != mode {
 						t.Skip("no O_DIRECT here")
 					}

@@ -182,20 +182,28 @@ func removeBatchMaps(dir string, inode uint64) {
 }
 
 // loadOldBatchMaps reads every previous-life map (recycled.<inode>) in l.dir, by inode, for
-// recovery. A map that fails its checks is left out with a warning (it was fsynced before
-// its file took new writes, so only media damage can make it so): the file's re-scan then
-// runs without the guard, as before batch maps existed.
-func (l *Log) loadOldBatchMaps() map[uint64]batchMap {
+// recovery, and returns the names of all batch-map files it listed, which sweepBatchMaps
+// removes or keeps at the end of recovery (recovery writes none, so one listing serves
+// both). A map that fails its checks is left out with a warning (it was fsynced before its
+// file took new writes, so only media damage can make it so): the file's re-scan then runs
+// without the guard, as before batch maps existed.
+func (l *Log) loadOldBatchMaps() (maps map[uint64]batchMap, names []string) {
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		l.cfg.Logger.Warn("list batch maps", "dir", l.dir, "err", err)
-		return nil
+		return nil, nil
 	}
-	maps := map[uint64]batchMap{}
 	for _, e := range entries {
 		inode, prefix, ok := parseBatchMapName(e.Name())
-		if !ok || prefix != batchMapOldPrefix {
+		if !ok {
 			continue
+		}
+		names = append(names, e.Name())
+		if prefix != batchMapOldPrefix {
+			continue
+		}
+		if maps == nil {
+			maps = map[uint64]batchMap{}
 		}
 		m, err := readBatchMap(l.dir, e.Name(), inode)
 		if err != nil {
@@ -204,7 +212,7 @@ func (l *Log) loadOldBatchMaps() map[uint64]batchMap {
 		}
 		maps[inode] = m
 	}
-	return maps
+	return maps, names
 }
 
 // oldBatchesOf returns the previous life's map entries that guard s's re-scan: those of the
@@ -217,24 +225,22 @@ func oldBatchesOf(maps map[uint64]batchMap, s *segment) []uint64 {
 	return nil
 }
 
-// sweepBatchMaps ends recovery: every previous-life map goes (recovery cut every old byte
-// past a segment's end and synced the cut, so no file holds an old life any more), and so
-// does every own map but a sealed segment's (checked against the segment when retention
-// retires it).
-func (l *Log) sweepBatchMaps() {
-	sealed := map[uint64]bool{}
-	for _, s := range l.segments[:len(l.segments)-1] {
-		sealed[s.inode] = s.inode != 0
-	}
+// sweepBatchMaps ends recovery: of the batch-map files loadOldBatchMaps listed, every
+// previous-life map goes (recovery cut every old byte past a segment's end and synced the
+// cut, so no file holds an old life any more), and so does every own map but a sealed
+// segment's (checked against the segment when retention retires it).
+func (l *Log) sweepBatchMaps(names []string) {
 	l.adoptOwnBatchMap(l.active())
-	entries, err := os.ReadDir(l.dir)
-	if err != nil {
-		return // best effort: the next OpenLog sweeps again
-	}
-	for _, e := range entries {
-		inode, prefix, ok := parseBatchMapName(e.Name())
-		if ok && !(prefix == batchMapOwnPrefix && sealed[inode]) {
-			os.Remove(filepath.Join(l.dir, e.Name()))
+	if len(names) > 0 {
+		sealed := map[uint64]bool{}
+		for _, s := range l.segments[:len(l.segments)-1] {
+			sealed[s.inode] = s.inode != 0
+		}
+		for _, name := range names {
+			inode, prefix, _ := parseBatchMapName(name)
+			if !(prefix == batchMapOwnPrefix && sealed[inode]) {
+				os.Remove(filepath.Join(l.dir, name)) // best effort: the next OpenLog sweeps again
+			}
 		}
 	}
 	l.trackBatches(l.active())

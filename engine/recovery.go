@@ -178,7 +178,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 		return err
 	}
 	laterIndexed := l.laterIndexed(bases)
-	oldMaps := l.loadOldBatchMaps() // batchmap.go: the torn-header guard of recycled files
+	oldMaps, mapNames := l.loadOldBatchMaps() // batchmap.go: the torn-header guard of recycled files
 	for i, base := range bases {
 		s, err := openSegmentFiles(l.dir, base, false, false)
 		if err != nil {
@@ -235,7 +235,7 @@ func (l *Log) recover(report *RecoveryReport) error {
 			return err
 		}
 	}
-	l.sweepBatchMaps()
+	l.sweepBatchMaps(mapNames)
 	l.startOffset = l.segments[0].baseOffset
 	if err := l.loadStartOffset(); err != nil {
 		return err

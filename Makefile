@@ -18,7 +18,7 @@ race:
 
 # The data-path packages (engine, ring, the server, and the controller whose metadata every
 # request reads) under the race detector and with the expensive invariant checks compiled
-# in (-tags invariants). CI runs both via `make test`.
+# in (-tags invariants). CI (.ci/run) runs both after `make test`.
 CORE_PKGS := ./engine/... ./ring/... ./netio/... ./replication/controller/...
 race-core:
 	$(GO) test -race -count=1 -timeout 20m $(CORE_PKGS)

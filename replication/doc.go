@@ -3,6 +3,7 @@
 // Raft-replicated cluster metadata (controller), and one broker's membership in a cluster
 // (cluster: the controller voter, registration, metadata reconciliation, the leader side
 // of replication as the broker core's Replicator, follower fetchers). Packages under
-// replication may import engine and engine/batch, never netio, cmd or bench; the network
+// replication may import engine and its sub-packages (cluster plugs into the broker core,
+// engine/shard), never netio, cmd or bench; the network
 // reaches them through cluster.Dialer, which netio implements.
 package replication

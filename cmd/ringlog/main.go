@@ -1,4 +1,11 @@
-// Command ringlog is the ringlog CLI: topics, produce, consume, bench and tune.
+// Command ringlog is the ringlog CLI: topic, produce, consume, group, cluster, partition,
+// user, acl, top, bench, tune, completion and version (docs/operations.md, "ringlog (the
+// CLI)"). It holds no broker logic: it talks to brokers through netio/client, reads
+// /metrics through netio/admin/scrape, and uses the types and calls of the packages that
+// own the rest: tuning, bench, the controller's command and view types
+// (replication/controller, replication/cluster), and engine/shard and netio/security for
+// the offline commands on a stopped broker's data directory (`ringlog topic repair`,
+// `ringlog user add --data`).
 //
 // Each subcommand lives in its own file and registers itself in init() with register, so
 // that subcommands can be added without touching this file.

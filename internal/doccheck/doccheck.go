@@ -2,18 +2,20 @@
 // renders it, far enough to check that the docs claim no more than exists: every relative
 // link's file exists, every #anchor names a heading of its file (GitHub's slug rule, Slugger),
 // and every `ringlog ...` / `ringlogd ...` command line the docs show can be compared with the
-// binaries' flag sets (Commands).
+// binaries' flag sets (Commands), and the pipe tables the docs hold (Tables: error codes,
+// API keys, metrics, topic configs) can be compared with the code's own.
 //
 // It owns the reading, not the truth: it knows no flag. cmd/ringlog and cmd/ringlogd hold
 // their flag sets in package main, which nothing can import, so their own tests
-// (docflags_test.go) ask Commands for the docs' command lines and compare. This package's
-// test checks the links and anchors of the real tree. Only tests import it; it reads files
+// (docflags_test.go) ask Commands for the docs' command lines and compare; likewise the
+// packages that own a table the docs show read it with TablesUnder in their docs_test.go.
+// This package's test checks the links and anchors of the real tree. Only tests import it; it reads files
 // and never writes.
 //
 // What it reads (CommonMark as GitHub extends it, the subset these docs use): ATX and setext
 // headings, fenced code blocks (``` and ~~~, any indentation), code spans, inline links and
 // images `[text](dest "title")`, reference definitions `[label]: dest`, HTML href/src, and
-// HTML anchors `<a name="x">` / `id="x"`. Indented code blocks are read as text (the docs
+// HTML anchors `<a name="x">` / `id="x"`, and pipe tables. Indented code blocks are read as text (the docs
 // indent list continuations, not code).
 package doccheck
 
@@ -404,6 +406,17 @@ func (t *Tree) Doc(rel string) (*Doc, error) {
 	if d, ok := t.docs[rel]; ok {
 		return d, nil
 	}
+	src, err := t.source(rel)
+	if err != nil {
+		return nil, err
+	}
+	d := Parse(rel, src)
+	t.docs[rel] = d
+	return d, nil
+}
+
+// source reads the file at rel, at most docBytesMax bytes of it.
+func (t *Tree) source(rel string) ([]byte, error) {
 	f, err := os.Open(filepath.Join(t.Root, filepath.FromSlash(rel)))
 	if err != nil {
 		return nil, err
@@ -416,9 +429,7 @@ func (t *Tree) Doc(rel string) (*Doc, error) {
 	if len(src) > docBytesMax {
 		return nil, fmt.Errorf("%s: larger than %d bytes", rel, docBytesMax)
 	}
-	d := Parse(rel, src)
-	t.docs[rel] = d
-	return d, nil
+	return src, nil
 }
 
 // CheckLinks checks every link of the files (paths relative to the tree's root): a

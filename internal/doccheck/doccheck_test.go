@@ -198,3 +198,19 @@ func TestMatchFlag(t *testing.T) {
 		}
 	}
 }
+
+// Tables: the heading above each table, escaped pipes (in and out of code spans), short
+// rows padded, tables inside fenced code ignored, a table ended by a non-table line.
+func TestTables(t *testing.T) {
+	src := "# Top\n\n| a | b |\n|---|:-:|\n| 1 | `x\\|y` |\n| 2 |\nafter\n\n## Second `code`\n\n```\n| not | a table |\n|---|---|\n```\n" +
+		"a|b\n|c|d|\n|-|-|\n|e\\|f|g|\n"
+	got := fmt.Sprintf("%+v", Tables([]byte(src)))
+	want := "[{Heading:Top Line:3 Header:[a b] Rows:[{Line:5 Cells:[1 `x|y`]} {Line:6 Cells:[2 ]}]} " +
+		"{Heading:Second code Line:16 Header:[c d] Rows:[{Line:18 Cells:[e|f g]}]}]"
+	if got != want {
+		t.Errorf("Tables:\n%s\nwant\n%s", got, want)
+	}
+	if got := CodeSpans("`--a` and ``b ` c`` and `d"); !slices.Equal(got, []string{"--a", "b ` c"}) {
+		t.Errorf("CodeSpans = %q", got)
+	}
+}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ringlog/ringlog/internal/doccheck"
 )
 
 // exportedNames are the names of every metric the collector describes.
@@ -78,5 +81,104 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	}
 	if count < 10 {
 		t.Errorf("%d rules parsed", count)
+	}
+}
+
+// httpRequestsMetric is the one metric registered outside the collector (admin.go, Start).
+const httpRequestsMetric = "ringlog_http_requests_total"
+
+// docMetric is a metric name as the docs write it: ringlog_ and lower-case words, with
+// shell brace alternatives (ringlog_recycle_{pooled,reused}_total).
+var docMetric = regexp.MustCompile(`ringlog_[a-z0-9_{},]*[a-z0-9}]`)
+
+// metricMentionProblems returns the metric names in the Markdown files under root (README.md
+// and docs/, but not docs/benchmarks.md, whose measurements are records of past runs) that
+// the broker does not export. A histogram's _bucket, _sum and _count series count as the
+// histogram; a name followed by a grep in a command line may be a prefix of exported ones.
+func metricMentionProblems(t *testing.T, root string, names map[string]bool) []string {
+	t.Helper()
+	files, err := doccheck.Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var problems []string
+	for _, f := range files {
+		if f == "docs/benchmarks.md" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, mention := range docMetric.FindAllString(line, -1) {
+				for _, name := range expandBraces(mention) {
+					if !metricExists(name, names, strings.Contains(line, "grep "+name)) {
+						problems = append(problems, fmt.Sprintf("%s:%d: %s is not a metric the broker exports", f, i+1, name))
+					}
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// metricExists says whether name (or the histogram it is a series of) is exported, or with
+// prefix set whether an exported name starts with it.
+func metricExists(name string, names map[string]bool, prefix bool) bool {
+	for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && names[base] {
+			return true
+		}
+	}
+	if prefix {
+		for n := range names {
+			if strings.HasPrefix(n, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// expandBraces expands the first {a,b} of s, recursively: "x_{a,b}_y" is x_a_y and x_b_y.
+func expandBraces(s string) []string {
+	open := strings.IndexByte(s, '{')
+	closing := strings.IndexByte(s, '}')
+	if open < 0 || closing < open {
+		return []string{strings.Trim(s, "{},")}
+	}
+	var out []string
+	for _, alt := range strings.Split(s[open+1:closing], ",") {
+		out = append(out, expandBraces(s[:open]+alt+s[closing+1:])...)
+	}
+	return out
+}
+
+// TestDocsMetricsExist: every ringlog_* metric README.md and docs/ name is one the broker
+// exports, so a renamed or dropped metric cannot linger in the docs (the reverse of
+// TestOperationsDocListsEveryMetric).
+func TestDocsMetricsExist(t *testing.T) {
+	names := exportedNames(t)
+	names[httpRequestsMetric] = true
+	for _, p := range metricMentionProblems(t, filepath.Join("..", ".."), names) {
+		t.Error(p)
+	}
+}
+
+// The check on a seeded fixture: a metric nothing exports, a brace alternative nothing
+// exports, and a grep prefix nothing starts with are reported; real names, histogram
+// series, brace alternatives and grep prefixes are not.
+func TestDocsMetricsExistFixture(t *testing.T) {
+	names := map[string]bool{"ringlog_a_total": true, "ringlog_b_total": true, "ringlog_lat_seconds": true}
+	got := metricMentionProblems(t, "testdata/docmetrics", names)
+	want := []string{
+		"README.md:3: ringlog_gone_total is not a metric the broker exports",
+		"README.md:4: ringlog_c_total is not a metric the broker exports",
+		"README.md:6: ringlog_x is not a metric the broker exports",
+		"docs/ops.md:1: ringlog_lat is not a metric the broker exports",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

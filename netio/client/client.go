@@ -2,7 +2,7 @@
 // shard-aware routing (Client), a batching producer (Producer), a consumer without groups
 // (Consumer), a consumer in a consumer group (GroupConsumer) and admin calls (topics,
 // configs, groups). It speaks the protocol in
-// docs/protocol.md through the codecs in netio and builds record batches with
+// docs/protocol.md through the codecs in netio/wire and builds record batches with
 // engine/batch.
 //
 // Routing: metadata maps every partition to a shard and the shard to an address; the

@@ -1,6 +1,6 @@
 // Package fakebroker is a TEST FIXTURE: an in-process netio.Handler that keeps topics in
 // temporary files so that the server, the zero-copy fetch path and the bundled client can
-// be tested over real sockets before the real broker (engine + shards) is wired in. It is
+// be tested over real sockets without the real broker (engine + shards). It is
 // not a broker: one mutex guards everything, nothing is recovered after a restart, there is
 // no retention, and acks=all is answered like acks=1. It validates produced batches with
 // engine/batch and assigns offsets the way the real broker must.

@@ -6,7 +6,9 @@
 //
 // Ownership: a Ring and a Reactor belong to the one locked OS thread that created them
 // (StartPinned does LockOSThread, sched_setaffinity, then setup). Only Reactor.Post,
-// Reactor.PostFrom's target side and Reactor.Stop may be called from other goroutines.
+// Reactor.PostFrom's target side and Reactor.Stop may be called from other goroutines,
+// besides the read-only MailboxDepth, ForeignFileIO and OnOwnerThread. (A FileIO call off the
+// owner's thread is a caller bug: it is served with plain system calls and logged.)
 // Memory handed to the kernel must stay put until its completion: arena buffers (mmap'd,
 // outside the Go heap) or Go heap memory pinned with runtime.Pinner (Op.Pin, the *Async
 // helpers and the FileIO methods pin for you), never a goroutine stack (the prep helpers

@@ -15,7 +15,11 @@
 //	authorize.go     ACLs (netio/security's Authorizer) per request, with Kafka's error codes
 //	quota.go         quotas (netio/security's Quotas, shared with the ringlog listener):
 //	                 throttle times, muted connections, held-back replies
+//	groups.go        the group APIs' translation to engine/group requests (shard.Groups)
+//	cluster.go       on a replicated cluster: Metadata, leadership checks, the group
+//	                 coordinator, topic creation and deletion through the controller
 //	api_*.go         one file per API key: decode (kmsg), call the core, encode (kmsg)
+//	docs_test.go     docs/kafka-compatibility.md's API table held to the served table
 //
 // Request and response bodies are github.com/twmb/franz-go/pkg/kmsg structs; only the
 // request header, which kmsg does not model for servers, is read here. ApiVersions is

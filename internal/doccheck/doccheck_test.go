@@ -2,6 +2,10 @@ package doccheck
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -212,5 +216,122 @@ func TestTables(t *testing.T) {
 	}
 	if got := CodeSpans("`--a` and ``b ` c`` and `d"); !slices.Equal(got, []string{"--a", "b ` c"}) {
 		t.Errorf("CodeSpans = %q", got)
+	}
+}
+
+// testNameMention is a Go test, benchmark or fuzz target named in the docs, optionally a
+// prefix ending in `*` (`TestKgoACL*`).
+var testNameMention = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*\*?`)
+
+// runPattern ends the text before a test name that go test's -run (or -bench, -fuzz) reads
+// as a pattern.
+var runPattern = regexp.MustCompile(`-(?:run|bench|fuzz)[ =]['"]?\^?$`)
+
+// testFuncs returns the names of the Test, Benchmark and Fuzz functions of the _test.go
+// files under root (bench/peers, a module of its own, included).
+func testFuncs(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]*)\(`)
+	funcs := map[string]bool{}
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && (e.Name() == "testdata" || strings.HasPrefix(e.Name(), ".")) && p != root {
+			return filepath.SkipDir
+		}
+		if e.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(src), -1) {
+			funcs[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return funcs
+}
+
+// testMentionProblems returns the tests the Markdown files under root name that no
+// _test.go file declares. docs/benchmarks.md (records of past runs) is not read, nor the
+// sections in skip (file → heading text), which name other projects' tests.
+func testMentionProblems(t *testing.T, root string, funcs map[string]bool, skip map[string]string) []string {
+	t.Helper()
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var problems []string
+	for _, f := range files {
+		if f == "docs/benchmarks.md" {
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		skipping, level := false, 0
+		for i, line := range strings.Split(string(src), "\n") {
+			if m := atxHeading.FindStringSubmatch(line); m != nil {
+				if skipping && len(m[1]) <= level {
+					skipping = false
+				}
+				if heading, ok := skip[f]; ok && HeadingText(m[2]) == heading {
+					skipping, level = true, len(m[1])
+				}
+			}
+			if skipping {
+				continue
+			}
+			for _, at := range testNameMention.FindAllStringIndex(line, -1) {
+				name := line[at[0]:at[1]]
+				prefix, wildcard := strings.CutSuffix(name, "*")
+				// `go test -run TestServer` is a pattern: it names the tests it matches.
+				wildcard = wildcard || runPattern.MatchString(line[:at[0]])
+				found := funcs[prefix]
+				for fn := range funcs {
+					found = found || wildcard && strings.HasPrefix(fn, prefix)
+				}
+				if !found {
+					problems = append(problems, fmt.Sprintf("%s:%d: no _test.go declares %s", f, i+1, name))
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// Every test, benchmark and fuzz target README.md and docs/ name exists, so a renamed or
+// removed test cannot linger as evidence in the docs.
+func TestDocsTestsExist(t *testing.T) {
+	root := filepath.Join("..", "..")
+	funcs := testFuncs(t, root)
+	if len(funcs) < 500 {
+		t.Fatalf("only %d test functions found: is the walk broken?", len(funcs))
+	}
+	skip := map[string]string{"docs/kafka-compatibility.md": "franz-go's pkg/kgo suite"}
+	for _, p := range testMentionProblems(t, root, funcs, skip) {
+		t.Error(p)
+	}
+}
+
+// The check on a fixture: a missing test and a prefix nothing matches are reported; a
+// real one, a matching prefix and a skipped section are not.
+func TestDocsTestsExistFixture(t *testing.T) {
+	funcs := map[string]bool{"TestReal": true, "TestKgoACLTopics": true}
+	got := testMentionProblems(t, "testdata/tests", funcs, map[string]string{"README.md": "Theirs"})
+	want := []string{
+		"README.md:3: no _test.go declares TestGone",
+		"README.md:3: no _test.go declares TestNone*",
+		"README.md:9: no _test.go declares BenchmarkAfter",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

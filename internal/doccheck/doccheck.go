@@ -1,22 +1,22 @@
 // Package doccheck reads the project's Markdown (README.md and docs/**/*.md) as GitHub
 // renders it, far enough to check that the docs claim no more than exists: every relative
-// link's file exists, every #anchor names a heading of its file (GitHub's slug rule, Slugger),
-// and every `ringlog ...` / `ringlogd ...` command line the docs show can be compared with the
-// binaries' flag sets (Commands), and the pipe tables the docs hold (Tables: error codes,
-// API keys, metrics, topic configs) can be compared with the code's own.
+// link's file exists, every #anchor names a heading of its file (GitHub's slug rule,
+// Slugger), every `ringlog ...` / `ringlogd ...` command line the docs show can be compared
+// with the binaries' flag sets (Commands), and the pipe tables the docs hold (Tables: error
+// codes, API keys, metrics, topic configs, flag defaults) can be compared with the code's.
 //
-// It owns the reading, not the truth: it knows no flag. cmd/ringlog and cmd/ringlogd hold
-// their flag sets in package main, which nothing can import, so their own tests
-// (docflags_test.go) ask Commands for the docs' command lines and compare; likewise the
-// packages that own a table the docs show read it with TablesUnder in their docs_test.go.
-// This package's test checks the links and anchors of the real tree. Only tests import it; it reads files
-// and never writes.
+// It owns the reading, not the truth: it knows no flag, metric or error code. The packages
+// that own them compare in their own docs tests: cmd/ringlog and cmd/ringlogd
+// (docflags_test.go; their flag sets live in package main, which nothing can import),
+// netio/wire, netio/kafka, netio/admin and engine/shard (docs_test.go). This package's test
+// checks the links and anchors of the real tree and that every test the docs name exists.
+// Only tests import it; it reads files and never writes.
 //
 // What it reads (CommonMark as GitHub extends it, the subset these docs use): ATX and setext
 // headings, fenced code blocks (``` and ~~~, any indentation), code spans, inline links and
-// images `[text](dest "title")`, reference definitions `[label]: dest`, HTML href/src, and
-// HTML anchors `<a name="x">` / `id="x"`, and pipe tables. Indented code blocks are read as text (the docs
-// indent list continuations, not code).
+// images `[text](dest "title")`, reference definitions `[label]: dest`, HTML href/src, HTML
+// anchors `<a name="x">` / `id="x"`, and pipe tables. Indented code blocks are read as text
+// (the docs indent list continuations, not code).
 package doccheck
 
 import (

@@ -49,7 +49,7 @@ const (
 	// created with an ID: the metadata version covers it (see TopicDeleted).
 	deletedTopicsMax = 1024
 	// topicConfigEntriesMax bounds a topic's config map in the controller (the engine's
-	// own limit is the same order).
+	// own limit, engine.TopicConfigEntriesMax, is 64).
 	topicConfigEntriesMax = 1024
 )
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +28,8 @@ import (
 // WRITE_FIXED), mode=sync the synchronous direct path (one pwritev per produce, the loop
 // waiting for the device) and mode=async-unregistered the asynchronous one with plain
 // WRITEs, for the A/Bs. The produce window is 64 MiB (at most 4,096 produces), the bytes
-// the reference keeps in flight; RINGLOG_BENCH_WINDOW caps the produces instead.
+// the reference keeps in flight; RINGLOG_BENCH_WINDOW_BYTES sets its bytes and
+// RINGLOG_BENCH_WINDOW caps the produces.
 // mode=async-prealloc is mode=async on a topic with preallocate.bytes (zero-filled space
 // ahead of each partition's end, engine/prealloc.go), RINGLOG_BENCH_PREALLOC bytes (4 MiB
 // unless set).
@@ -112,7 +114,7 @@ func benchDirectAppend(b *testing.B, batchBytes int, topicConfig map[string]stri
 		b.Skipf("direct mode unavailable here: %v %+v", err, states)
 	}
 	records := max(batchBytes/1100, 1) // ~1 KiB values plus record overhead fill the batch
-	window := min(benchWindowMax(), (64<<20)/batchBytes)
+	window := min(benchWindowMax(), max(benchWindowBytes()/batchBytes, 1))
 	if b.N == 1 {
 		warmupBytes = 0 // the probe run: its figure is not reported
 	}
@@ -142,6 +144,14 @@ type rawDirect struct {
 	depth      int   // writes in flight per file
 	fileBytes  int64 // per file; overwrites wrap around it
 	overwrite  bool  // prefill and fdatasync the files, then overwrite them round and round
+	// fallocate gives new files their whole length first (fallocate mode 0: unwritten
+	// extents inside the file size), which the writes then fill once: neither extending
+	// nor overwriting written blocks.
+	fallocate bool
+	// bigEnv names the environment variable that sets fileBytes (a file larger than a
+	// host could cache; its prefill takes as long as its writes).
+	bigEnv string
+	read   bool // after the prefill, read the files (O_DIRECT) instead of writing
 }
 
 // rawDirectRefs are the raw references of BenchmarkDirectAppend. raw-seq-1MiB-qd64 is the
@@ -152,7 +162,12 @@ type rawDirect struct {
 // host's cache to hold (ref-seq-1MiB-qd64-4GiB), and the log's own shape, 16 files (one
 // per partition) overwritten at 1 or 4 writes in flight each (the log keeps one write group
 // per partition in flight), at 1 MiB, 64 KiB and 16 KiB, and 16 new files extended one
-// write at a time each (a fresh segment).
+// write at a time each (a fresh segment). Session 12 added: 16 new files extended 4 deep;
+// 16 new files fallocate'd first (mode 0: the writes land in unwritten extents inside the
+// file size, which ext4 issues without blocking, unlike extending ones) at 1 and 4 deep;
+// one file of RINGLOG_BENCH_BIG_BYTES (16 GiB unless set) overwritten 64 deep; and
+// ref-read-seq-1MiB-qd64, the reference's file read back with 64 O_DIRECT preads in
+// flight (a rate above any device's says the host serves it from its cache).
 var rawDirectRefs = []rawDirect{
 	{name: "raw-seq-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 512 << 20, overwrite: true},
 	{name: "raw-append-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64},
@@ -163,6 +178,12 @@ var rawDirectRefs = []rawDirect{
 	{name: "ref-16files-64KiB-qd4", blockBytes: 64 << 10, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
 	{name: "ref-16files-16KiB-qd4", blockBytes: 16 << 10, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
 	{name: "ref-16files-append-1MiB-qd1", blockBytes: 1 << 20, files: 16, depth: 1},
+	// Session 12 (docs/benchmarks.md, "Direct mode on the new VM").
+	{name: "ref-16files-append-1MiB-qd4", blockBytes: 1 << 20, files: 16, depth: 4},
+	{name: "ref-16files-falloc-1MiB-qd1", blockBytes: 1 << 20, files: 16, depth: 1, fallocate: true},
+	{name: "ref-16files-falloc-1MiB-qd4", blockBytes: 1 << 20, files: 16, depth: 4, fallocate: true},
+	{name: "ref-seq-1MiB-qd64-big", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 16 << 30, overwrite: true, bigEnv: "RINGLOG_BENCH_BIG_BYTES"},
+	{name: "ref-read-seq-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 512 << 20, overwrite: true, read: true},
 }
 
 // benchRawDirect writes sequential O_DIRECT blocks as spec says, on a shard's ring
@@ -191,9 +212,20 @@ func benchRawDirect(b *testing.B, spec rawDirect) {
 		bufs[i] = alignedBlock(spec.blockBytes)
 	}
 	fileBytes := spec.fileBytes
+	if v, err := strconv.ParseInt(os.Getenv(spec.bigEnv), 10, 64); spec.bigEnv != "" && err == nil && v >= block {
+		fileBytes = v / block * block
+	}
 	if !spec.overwrite {
 		fileBytes = int64(b.N/spec.files+slots+1) * block // never wraps: every write extends its file
 	}
+	if spec.fallocate {
+		for _, fd := range fds {
+			if err := unix.Fallocate(fd, 0, 0, fileBytes); err != nil {
+				b.Skipf("fallocate: %v", err)
+			}
+		}
+	}
+	startOp := (*ring.Reactor).StartWrite
 	run := func(n int) error {
 		return br.Exec(0, func(r *ring.Reactor) error {
 			issued, done := 0, 0
@@ -208,7 +240,7 @@ func benchRawDirect(b *testing.B, spec rawDirect) {
 				file := slot % spec.files
 				o := offs[file]
 				offs[file] = (o + block) % fileBytes
-				if err := r.StartWrite(fds[file], bufs[slot], o, func(k int, err error) {
+				if err := startOp(r, fds[file], bufs[slot], o, func(k int, err error) {
 					done++
 					if err == nil && int64(k) != block {
 						err = fmt.Errorf("short write %d", k)
@@ -240,12 +272,52 @@ func benchRawDirect(b *testing.B, spec rawDirect) {
 			}
 		}
 	}
+	if spec.read {
+		b.SetBytes(block)
+		b.ResetTimer()
+		if err := readParallel(fds[0], bufs, fileBytes, b.N); err != nil {
+			b.Fatal(err)
+		}
+		return
+	}
 	b.SetBytes(block)
 	b.ReportAllocs()
 	b.ResetTimer()
 	if err := run(b.N); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// readParallel reads n blocks of len(bufs[0]) bytes sequentially from fd round and round
+// over fileBytes, one goroutine per buffer, each block read by the next free goroutine
+// (pread on the O_DIRECT descriptor: a read rate far above the device's says the host holds
+// the file in its cache).
+func readParallel(fd int, bufs [][]byte, fileBytes int64, n int) error {
+	var next atomic.Int64
+	errs := make(chan error, len(bufs))
+	block := int64(len(bufs[0]))
+	for _, buf := range bufs {
+		go func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					errs <- nil
+					return
+				}
+				if k, err := unix.Pread(fd, buf, i*block%fileBytes); err != nil || int64(k) != block {
+					errs <- fmt.Errorf("read %d at %d: %d, %v", block, i*block%fileBytes, k, err)
+					return
+				}
+			}
+		}()
+	}
+	var first error
+	for range bufs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // alignedBlock is n bytes of non-zero data at a page-aligned address (anonymous mmap).
@@ -260,9 +332,20 @@ func alignedBlock(n int) []byte {
 	return p
 }
 
+// benchWindowMax caps the produces in flight: RINGLOG_BENCH_WINDOW, else the window's
+// bytes in 16 KiB produces (4,096 at the default 64 MiB).
 func benchWindowMax() int {
 	if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_WINDOW")); err == nil && v > 0 {
 		return v
 	}
-	return 4096
+	return benchWindowBytes() / (16 << 10)
+}
+
+// benchWindowBytes is the produce window in bytes: RINGLOG_BENCH_WINDOW_BYTES, else 64 MiB
+// (the reference's 64 writes of 1 MiB).
+func benchWindowBytes() int {
+	if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_WINDOW_BYTES")); err == nil && v > 0 {
+		return v
+	}
+	return 64 << 20
 }

@@ -17,7 +17,8 @@ import (
 // share of one core (/proc/self/task/*/stat: is one goroutine's thread the limit?), the
 // shard loops' busy share (ring.Stats Running − Wait), the write ops started per produce,
 // their mean size, and the mean number of ops in flight on all shards' rings (sampled every
-// benchProbeEvery through the mailbox). A nil probe does nothing.
+// benchProbeEvery through the mailbox), and the CPU of io_uring's worker threads. A nil
+// probe does nothing.
 type benchProbe struct {
 	bytesPerOp int64 // bytes one produce carries
 
@@ -79,11 +80,17 @@ func (p *benchProbe) stop(b *testing.B, br *Broker) {
 	secs := wall.Seconds()
 	ticks := float64(clockTicksPerSecond)
 	b.ReportMetric(float64(procCPUTicks("/proc/self/stat")-p.cpu0)/ticks/secs, "cpu-cores")
-	var maxTask int64
+	var maxTask, workers int64
 	for tid, v := range taskCPUTicks() {
 		maxTask = max(maxTask, v-p.tasks0[tid])
+		if comm, _ := os.ReadFile("/proc/self/task/" + tid + "/comm"); strings.HasPrefix(string(comm), "iou-wrk") {
+			workers += v - p.tasks0[tid]
+		}
 	}
 	b.ReportMetric(float64(maxTask)/ticks/secs, "thread-max")
+	// io_uring's worker threads (writes that could not be issued without blocking, cuts,
+	// renames, fsyncs): their CPU, of those alive at the end.
+	b.ReportMetric(float64(workers)/ticks/secs, "iowq-cores")
 	var busy time.Duration
 	var writes uint64
 	for i, st := range rings {

@@ -67,12 +67,31 @@ func within(root, path string) bool {
 	return path == root || strings.HasPrefix(path, root+string(filepath.Separator))
 }
 
+// snapshotTries bounds how often snapshot lists a directory again because an entry it
+// listed was renamed or removed before it could be linked.
+const snapshotTries = 64
+
 // snapshot records dir's current listing as durable and links its files into the shadow.
+// Work off the test's goroutine (a log's recycle-pool preparation, say) may rename or remove
+// an entry between the listing and its link, as it may during a real directory fsync; the
+// listing is then taken again, so what is recorded is the directory as it was at one moment
+// during the sync, never a name without its file.
 func (c *CrashFS) snapshot(dir string, k fileKey) error {
-	listing, err := readListing(dir)
-	if err != nil {
-		return err
+	for try := 1; ; try++ {
+		listing, err := readListing(dir)
+		if err != nil {
+			return err
+		}
+		err = c.snapshotListing(dir, k, listing)
+		if !errors.Is(err, os.ErrNotExist) || try == snapshotTries {
+			return err
+		}
 	}
+}
+
+// snapshotListing records listing, read from dir, as durable after linking its files into
+// the shadow; it fails with an os.ErrNotExist error if an entry is gone.
+func (c *CrashFS) snapshotListing(dir string, k fileKey, listing dirListing) error {
 	if _, ok := c.dirFds[k]; !ok {
 		if len(c.dirFds) >= trackedDirsMax {
 			return fmt.Errorf("faultio: more than %d directories tracked", trackedDirsMax)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/ringlog/ringlog/ring"
@@ -294,4 +295,65 @@ func TestCrashDataOfUnlinkedFile(t *testing.T) {
 			t.Fatalf("seed %d: %q", seed, got)
 		}
 	}
+}
+
+// TestCrashDirSyncBesideRenames: a directory fsync through CrashFS while another goroutine
+// creates and renames files in the directory (as a log's recycle-pool preparation does
+// beside the log's own syncs) records a listing that existed, and never fails because an
+// entry it listed moved before it was linked into the shadow.
+func TestCrashDirSyncBesideRenames(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ { // a long listing: a wide window between it and the links
+		if err := os.WriteFile(filepath.Join(root, "old-"+strconv.Itoa(i)), []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := NewCrashFS(ring.Syscalls{})
+	if err := c.TrackDir(root); err != nil {
+		t.Fatal(err)
+	}
+	const renames = 500
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < renames; i++ {
+			tmp, final := filepath.Join(root, "f.tmp"), filepath.Join(root, "f-"+strconv.Itoa(i%8))
+			if err := os.WriteFile(tmp, []byte("new"), 0o644); err != nil {
+				done <- err
+				return
+			}
+			if err := os.Rename(tmp, final); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	syncs := 0
+	for finished := false; !finished; syncs++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished = true
+		default:
+		}
+		fsyncDir(t, c, root)
+	}
+	if err := c.Crash(rand.New(rand.NewPCG(1, 2))); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if got := contents(t, filepath.Join(root, e.Name())); got != "old" && got != "new" {
+			t.Fatalf("after %d syncs beside %d renames: %s holds %q", syncs, renames, e.Name(), got)
+		}
+	}
+	t.Logf("%d directory syncs beside %d renames, %d entries after the crash", syncs, renames, len(entries))
 }

@@ -195,6 +195,12 @@ func TestAsyncSnapshotDoesNotWait(t *testing.T) {
 // hold, and a lost or partial one falls back to an older one or to the headers.
 func TestAsyncSnapshotCrash(t *testing.T) {
 	seed := asyncSeed(t)
+	pruningAll := 0 // crashes with a pruned snapshot's unlink in flight, over every variant
+	defer func() {
+		if pruningAll == 0 && !t.Failed() && !t.Skipped() {
+			t.Error("no crash with a pruned snapshot's unlink in flight: that case tested nothing")
+		}
+	}()
 	for _, mode := range storageModes {
 		for _, powerLoss := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/powerloss=%v", mode, powerLoss), func(t *testing.T) {
@@ -204,7 +210,7 @@ func TestAsyncSnapshotCrash(t *testing.T) {
 				// Crashes with a snapshot in flight; with a pruned snapshot's unlink in flight;
 				// recoveries that did not use the newest.
 				inFlight, pruning, fellBack := 0, 0, 0
-				for round := 0; round < 12 || (inFlight < 4 || pruning == 0) && round < 60; round++ {
+				for round := 0; round < 12 || (inFlight < 4 || pruning == 0) && round < 30; round++ {
 					fs := faultio.NewCrashFS(ring.Syscalls{})
 					if err := fs.TrackDir(dir); err != nil {
 						t.Fatal(err)
@@ -277,9 +283,10 @@ func TestAsyncSnapshotCrash(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if inFlight == 0 || pruning == 0 {
-					t.Fatalf("crashes with a snapshot in flight %d, with a pruned snapshot's unlink in flight %d: the test tested nothing", inFlight, pruning)
+				if inFlight == 0 {
+					t.Fatal("no crash with a snapshot in flight: the test tested nothing")
 				}
+				pruningAll += pruning
 				t.Logf("crashes with a snapshot in flight %d, with a pruned snapshot's unlink in flight %d; recoveries that did not start from the newest snapshot %d",
 					inFlight, pruning, fellBack)
 			})

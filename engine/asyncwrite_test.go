@@ -31,6 +31,7 @@ type queuedWrites struct {
 	q       []queuedWrite
 	cuts    int // StartFtruncate calls
 	flushes int // StartFsync calls
+	unlinks int // StartUnlink calls
 }
 
 // checkOverlap panics if [off, off+len(p)) on fd overlaps a write in flight, or a cut of
@@ -57,6 +58,15 @@ type queuedWrite struct {
 	flush bool // an fsync of fd (StartFsync), not a write
 	// rename, when set, is a rename of rename[0] to rename[1] (StartRename), not a write.
 	rename *[2]string
+	// open, when set, is an open of open.path (StartOpen); unlink, an unlink (StartUnlink).
+	open   *queuedOpen
+	unlink string
+}
+
+type queuedOpen struct {
+	path  string
+	flags int
+	mode  uint32
 }
 
 // StartFsync queues an fsync of fd through w.fio (a CrashFS counts it as a sync when it
@@ -77,8 +87,31 @@ func (x queuedWrite) kind() string {
 		return "fsync"
 	case x.rename != nil:
 		return "rename"
+	case x.open != nil:
+		return "open"
+	case x.unlink != "":
+		return "unlink"
 	}
 	return "write"
+}
+
+// notWrite reports whether x changes no file's bytes (it cannot be applied in part).
+func (x queuedWrite) notWrite() bool { return x.kind() != "write" }
+
+// StartOpen queues an open, completed in random order with the writes like the ring's
+// IORING_OP_OPENAT (done gets the descriptor); in dieMidway it happened or not (a
+// descriptor it made is closed: the process died).
+func (w *queuedWrites) StartOpen(path string, flags int, mode uint32, done func(int, error)) error {
+	w.q = append(w.q, queuedWrite{fd: -1, done: done, index: -1, open: &queuedOpen{path, flags, mode}})
+	return nil
+}
+
+// StartUnlink queues an unlink, completed in random order with the writes like the ring's
+// IORING_OP_UNLINKAT; in dieMidway it happened or not.
+func (w *queuedWrites) StartUnlink(path string, done func(int, error)) error {
+	w.q = append(w.q, queuedWrite{fd: -1, done: done, index: -1, unlink: path})
+	w.unlinks++
+	return nil
 }
 
 // StartRename queues a rename, completed in random order with the writes like the ring's
@@ -112,6 +145,19 @@ func (w *queuedWrites) apply(x queuedWrite, data []byte) (int, error) {
 	}
 	if x.rename != nil {
 		return 0, os.Rename(x.rename[0], x.rename[1])
+	}
+	if x.open != nil {
+		fd, err := unix.Open(x.open.path, x.open.flags, x.open.mode)
+		if err != nil {
+			return -1, fmt.Errorf("open: %w", err)
+		}
+		return fd, nil
+	}
+	if x.unlink != "" {
+		if err := unix.Unlink(x.unlink); err != nil {
+			return 0, fmt.Errorf("unlink: %w", err)
+		}
+		return 0, nil
 	}
 	return pwriteAll(w.fio, x.fd, data, x.off)
 }
@@ -218,9 +264,11 @@ func (w *queuedWrites) dieMidway() {
 	for _, x := range w.q {
 		switch w.rng.IntN(3) {
 		case 0:
-			w.apply(x, x.data)
+			if n, err := w.apply(x, x.data); x.open != nil && err == nil {
+				unix.Close(n)
+			}
 		case 1:
-			if x.cut || x.flush || x.rename != nil {
+			if x.notWrite() {
 				break
 			}
 			blocks := len(x.data) / blockBytes

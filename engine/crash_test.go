@@ -116,8 +116,8 @@ func TestCrashChild(t *testing.T) {
 		if async && recycle && l.retention.inFlight() && rng.IntN(8) == 0 {
 			// The next op of the pass's chain completes (the ring delivers completions
 			// only when the child waits: it runs no loop).
-			phase := l.retention.phase
-			if err := r.AwaitWrites(func() bool { return l.retention.phase != phase }); err != nil {
+			phase := l.retention.file.phase
+			if err := r.AwaitWrites(func() bool { return l.retention.file.phase != phase }); err != nil {
 				fmt.Println("error", err)
 				os.Exit(3)
 			}
@@ -128,6 +128,9 @@ func TestCrashChild(t *testing.T) {
 		}
 		if l.RetentionPending() { // " retention": a retention pass is in flight or not yet retired
 			flags += " retention"
+		}
+		if l.FileJobsPending() > 0 { // " unlinks": a retired segment's unlinks or rename into the pool in flight
+			flags += " unlinks"
 		}
 		fmt.Fprintf(out, "ack %d%s\n", l.SyncedOffset(), flags)
 		out.Flush()
@@ -149,7 +152,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	t.Logf("seed %d", seed)
 	acked := int64(0)
-	staleKills, retentionKills := 0, 0
+	staleKills, retentionKills, unlinkKills := 0, 0, 0
 	for round := 0; round < crashRounds; round++ {
 		mode := storageModes[round%2]
 		io := []string{"syscalls", "reactor"}[(round/2)%2]
@@ -166,6 +169,9 @@ func TestCrashSIGKILL(t *testing.T) {
 		if strings.Contains(flags, " retention") {
 			retentionKills++
 		}
+		if strings.Contains(flags, " unlinks") {
+			unlinkKills++
+		}
 		if got < acked {
 			t.Fatalf("round %d: child acked %d after %d was acked before", round, got, acked)
 		}
@@ -175,12 +181,16 @@ func TestCrashSIGKILL(t *testing.T) {
 	if acked < crashRounds {
 		t.Fatalf("children acknowledged only %d records in %d rounds", acked, crashRounds)
 	}
-	t.Logf("children killed with a recycled active segment: %d, with a retention pass in flight: %d", staleKills, retentionKills)
+	t.Logf("children killed with a recycled active segment: %d, with a retention pass in flight: %d, with a retired segment's unlinks or pool rename in flight: %d",
+		staleKills, retentionKills, unlinkKills)
 	if staleKills == 0 {
 		t.Fatal("no child was killed with a recycled active segment: the recycling rounds tested nothing")
 	}
 	if retentionKills == 0 {
 		t.Fatal("no child was killed with a retention pass in flight: the ring's retention was not tested")
+	}
+	if unlinkKills == 0 {
+		t.Fatal("no child was killed with a retired segment's unlinks in flight: the ring's retirement was not tested")
 	}
 }
 

@@ -125,6 +125,7 @@ type Log struct {
 
 	retention retentionPass // a retention pass whose checkpoint is in flight (retention.go)
 	snapshot  snapshotPass  // a roll's producer snapshot in flight (snapshotasync.go)
+	fileJobs  fileJobs      // unlinks and renames in flight through the ring (fileasync.go)
 
 	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
 	// at most cfg.RecycleSegments.
@@ -864,6 +865,7 @@ func (l *Log) Close() error {
 			err = l.finishActive()
 		}
 	}
+	l.awaitFileJobs() // unlinks and renames in flight (retirements, pruned snapshots) done; pool preparations started
 	l.abandonPass()
 	l.closed = true
 	err = errors.Join(err, l.closeFiles())

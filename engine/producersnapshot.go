@@ -224,10 +224,16 @@ func (l *Log) snapshotInPlace(offset int64) error {
 // pruneProducerSnapshots keeps the newest producerSnapshotsKept snapshots, and never one at
 // or after the newest snapshot a sync has covered: until a newer one is durable it is what
 // recovery falls back to after a power loss (l.snapshots mirrors the files, so a roll does
-// not list the directory).
+// not list the directory). With the ring (fileJobs) the unlinks go to it and the books
+// forget the snapshot at once: nothing reads a pruned snapshot, a pruned one that a crash
+// brings back is older than one kept, and what could create its name again (a truncation
+// below it) or list the directory waits for the unlink first (awaitFileJobs).
 func (l *Log) pruneProducerSnapshots() error {
 	for len(l.snapshots) > producerSnapshotsKept && (l.snapshots[0] < l.durableSnapshot || len(l.snapshots) > producerSnapshotsMax) {
-		if err := os.Remove(producerSnapshotPath(l.dir, l.snapshots[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
+		path := producerSnapshotPath(l.dir, l.snapshots[0])
+		if l.fileJobsAsync() {
+			l.startFileJob([]fileStep{{from: path}}, nil)
+		} else if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove producer snapshot %d: %w", l.snapshots[0], err)
 		}
 		l.snapshots = append(l.snapshots[:0], l.snapshots[1:]...)
@@ -240,15 +246,11 @@ func (l *Log) pruneProducerSnapshots() error {
 // fatal: recovery falls back to an older snapshot or to reading headers.
 func (l *Log) snapshotAfterRoll() {
 	if l.snapshot.ops != nil {
-		if l.snapshot.phase != snapshotIdle {
+		if l.snapshot.file.busy() {
 			l.snapshot.skipped++
 			return
 		}
-		started, err := l.startSnapshot()
-		if err != nil {
-			l.cfg.Logger.Warn("producer snapshot failed", "dir", l.dir, "err", err)
-		}
-		if started || err != nil {
+		if l.startSnapshot() {
 			return
 		}
 	}

@@ -304,6 +304,9 @@ func (l *Log) reloadProducers() error {
 	if err := l.awaitSnapshot(); err != nil { // a snapshot in flight is in place before the reload prunes
 		return err
 	}
+	if err := l.awaitFileJobs(); err != nil { // the listing sees no pruned snapshot whose unlink is in flight
+		return err
+	}
 	var report RecoveryReport
 	if err := l.loadProducerState(&report); err != nil {
 		return l.fail(err)

@@ -129,33 +129,92 @@ func (f pooledFile) String() string { return f.path }
 // metadata writes per retired segment. s's index files are retired as usual by the caller;
 // a file not taken loses its batch maps.
 func (l *Log) poolRetired(s *segment) bool {
-	if l.cfg.RecycleSegments <= 0 {
+	prep, ok := l.poolCandidate(s)
+	if !ok {
+		if l.cfg.RecycleSegments > 0 {
+			removeBatchMaps(l.dir, s.inode)
+		}
 		return false
+	}
+	if err := os.Rename(prep.path[:len(prep.path)-len(recycleSuffix)], prep.path); err != nil {
+		l.poolRefused(prep, err)
+		removeBatchMaps(l.dir, s.inode)
+		return false
+	}
+	l.startPreparation(prep)
+	return true
+}
+
+// poolCandidate reports whether the retired segment s's .log goes into the pool (recycling
+// is on, the pool, counting files still being prepared, has room, the disk is not tight),
+// and then counts it as being prepared. The caller renames the .log to prep.path, then
+// calls startPreparation, or poolRefused when the rename failed; on false it removes the
+// batch maps of s.
+func (l *Log) poolCandidate(s *segment) (poolPreparation, bool) {
+	if l.cfg.RecycleSegments <= 0 {
+		return poolPreparation{}, false
 	}
 	l.collectPooled()
 	if len(l.recyclePool)+l.recyclePreparing >= l.cfg.RecycleSegments || s.size == 0 || s.inode == 0 || l.diskTight() {
-		removeBatchMaps(l.dir, s.inode)
-		return false
-	}
-	path := segmentPath(l.dir, s.baseOffset, logSuffix)
-	if err := os.Rename(path, path+recycleSuffix); err != nil {
-		l.cfg.Logger.Warn("keep retired segment for reuse", "dir", l.dir, "segment", s.baseOffset, "err", err)
-		removeBatchMaps(l.dir, s.inode)
-		return false
-	}
-	if l.recycleReady == nil {
-		l.recycleReady = make(chan pooledFile, recycleSegmentsMax) // sends never block
+		return poolPreparation{}, false
 	}
 	l.recyclePreparing++
 	want := batchMap{inode: s.inode, base: s.baseOffset, size: s.size, next: s.nextOffset}
-	prep := poolPreparation{dir: l.dir, path: path + recycleSuffix, want: want, gen: l.recycleGen,
-		fio: l.backgroundFileIO(), logger: l.cfg.Logger}
+	return poolPreparation{dir: l.dir, path: segmentPath(l.dir, s.baseOffset, logSuffix) + recycleSuffix, want: want,
+		gen: l.recycleGen, fio: l.backgroundFileIO(), logger: l.cfg.Logger}, true
+}
+
+// retireAsync retires s's files through the ring (fileJobs; the blocking way is
+// retireFiles), in the order the blocking way keeps: the index files are unlinked, then the
+// .log is renamed into the pool (and prepared once the rename completed) or unlinked, its
+// batch maps before it (so that no unlink of a map is still in flight when the file's inode
+// is free to be reused by a new segment whose map has that name). Retention retires only
+// below a durable checkpoint, so a crash that leaves any of these undone leaves files that
+// recovery drops (docs/storage.md, "Crash model").
+func (l *Log) retireAsync(s *segment) {
+	path := func(suffix string) string { return segmentPath(l.dir, s.baseOffset, suffix) }
+	steps := []fileStep{{from: path(indexSuffix)}, {from: path(timeIndexSuffix)}}
+	if prep, ok := l.poolCandidate(s); ok {
+		steps = append(steps, fileStep{from: path(logSuffix), to: prep.path})
+		l.startFileJob(steps, func(err error) {
+			if err == nil {
+				l.startPreparation(prep)
+				return
+			}
+			l.poolRefused(prep, err)
+			l.startFileJob(append(l.batchMapSteps(s.inode), fileStep{from: path(logSuffix)}), nil)
+		})
+		return
+	}
+	l.startFileJob(append(append(steps, l.batchMapSteps(s.inode)...), fileStep{from: path(logSuffix)}), nil)
+}
+
+// batchMapSteps are the unlinks of inode's batch maps when the log recycles (none else).
+func (l *Log) batchMapSteps(inode uint64) []fileStep {
+	if l.cfg.RecycleSegments <= 0 {
+		return nil
+	}
+	return []fileStep{{from: filepath.Join(l.dir, batchMapName(batchMapOwnPrefix, inode))},
+		{from: filepath.Join(l.dir, batchMapName(batchMapOldPrefix, inode))}}
+}
+
+// poolRefused undoes poolCandidate after the rename into the pool failed.
+func (l *Log) poolRefused(prep poolPreparation, err error) {
+	l.recyclePreparing--
+	l.cfg.Logger.Warn("keep retired segment for reuse", "dir", l.dir, "segment", prep.want.base, "err", err)
+}
+
+// startPreparation prepares a file renamed into the pool in the background (see
+// poolRetired); collectPooled adds it to the pool when it is done.
+func (l *Log) startPreparation(prep poolPreparation) {
+	if l.recycleReady == nil {
+		l.recycleReady = make(chan pooledFile, recycleSegmentsMax) // sends never block
+	}
 	l.poolJobs.Add(1)
 	go func() {
 		defer l.poolJobs.Done()
 		l.recycleReady <- prep.run()
 	}()
-	return true
 }
 
 // backgroundFileIO is the FileIO of work off the owner's goroutine (LogConfig.ZeroFileIO).

@@ -2,10 +2,7 @@ package engine
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
 )
 
 // Retention off the owner's loop.
@@ -20,15 +17,15 @@ import (
 // (docs/benchmarks.md, sessions 10 and 11).
 //
 // With AsyncFileOps (SetAsyncRetention; the shard's reactor, whose kernel runs each op on an
-// io-wq worker when it would block), a pass runs as a chain of ring ops, and the owner never
-// waits:
+// io-wq worker when it would block), a pass writes the checkpoint as an asynchronous atomic
+// write (fileasync.go: open, write, fsync, rename, directory fsync, each a ring op started by
+// the previous one's completion), and the owner never waits:
 //
-//	EnforceRetention:  choose the segments, create log-start-offset.tmp, start its write
-//	  write done:      start its fsync
-//	  fsync done:      close it, start its rename over log-start-offset
-//	  rename done:     start the directory's fsync
+//	EnforceRetention:  choose the segments, start the checkpoint's atomic write
+//	  ... its ops ...
 //	  dir fsync done:  the checkpoint is durable; the done hook asks the owner to call
-//	CompleteRetention: retire the segments below the checkpoint, move the start offset
+//	CompleteRetention: retire the segments below the checkpoint (their unlinks go to the
+//	                   ring too, fileJobs), move the start offset
 //
 // The rename goes to the ring too: it drops the old checkpoint's last link, and on ext4
 // mounted with discard (journal-less, as this project's data disk) freeing its block
@@ -52,26 +49,13 @@ import (
 // When the ring refuses the first op (full), the pass writes the checkpoint the blocking way;
 // where it cannot rename (before Linux 5.11), the rename runs on the loop.
 
-// AsyncFileOps writes, flushes and renames files without blocking the owner: each Start
-// call's done(n, err) runs on the owner's goroutine when the op completed, never from
-// inside the call, and AwaitWrites waits for such completions. *ring.Reactor implements it
-// (IORING_OP_WRITE, IORING_OP_FSYNC, IORING_OP_RENAMEAT).
-type AsyncFileOps interface {
-	AsyncWriter
-	StartFsync(fd int, datasync bool, done func(n int, err error)) error
-	StartRename(oldPath, newPath string, done func(n int, err error)) error
-}
-
 // retentionPhase is where a retention pass's checkpoint stands.
 type retentionPhase uint8
 
 const (
 	retentionIdle      retentionPhase = iota
-	retentionWrite                    // log-start-offset.tmp created, its write in flight
-	retentionSyncFile                 // written, its fsync in flight
-	retentionRename                   // synced and closed, its rename over log-start-offset in flight
-	retentionSyncDir                  // renamed in place, the directory's fsync in flight
-	retentionCompleted                // all done (or one failed: err); CompleteRetention retires
+	retentionWriting                  // the checkpoint's atomic write is in flight (p.file.phase: which op)
+	retentionCompleted                // written (or failed: err); CompleteRetention retires
 )
 
 // retentionPass is a log's retention pass in flight. Owner goroutine only.
@@ -79,31 +63,27 @@ type retentionPass struct {
 	ops    AsyncFileOps // nil: retention writes its checkpoint the blocking way
 	done   func()       // SetAsyncRetention's hook
 	phase  retentionPhase
-	target int64  // the new log start offset: the base of the first segment that stays
-	data   []byte // the checkpoint's bytes, kept until their write completed
-	fd     int    // the temporary file's or the directory's descriptor while open; -1
-	err    error  // the failure that ended the pass
-	// The completions of each phase and AwaitWrites' condition, bound once.
-	written, fileSynced, renamed, dirSynced func(int, error)
-	idle                                    func() bool
+	target int64            // the new log start offset: the base of the first segment that stays
+	file   asyncAtomicWrite // the checkpoint's write
+	err    error            // the failure that ended the pass
+	idle   func() bool      // AwaitWrites' condition, bound once
 }
 
-func (p *retentionPass) inFlight() bool {
-	return p.phase != retentionIdle && p.phase != retentionCompleted
-}
+func (p *retentionPass) inFlight() bool { return p.phase == retentionWriting }
 
 // SetAsyncRetention makes retention write its log start offset checkpoint through ops
-// without blocking the owner (see above). done runs on the owner's goroutine when a pass's
-// checkpoint is durable or failed, possibly from inside a Log method that waits for writes
-// (of this log or another on the same loop); it must not call the Log's methods, only
-// arrange for CompleteRetention to run soon at the owner's top level. Call it before the
-// first EnforceRetention.
+// without blocking the owner (see above), and the log unlink and rename files through ops
+// (fileJobs). done runs on the owner's goroutine when a pass's checkpoint is durable or
+// failed, possibly from inside a Log method that waits for writes (of this log or another
+// on the same loop); it must not call the Log's methods, only arrange for
+// CompleteRetention to run soon at the owner's top level. Call it before the first
+// EnforceRetention.
 func (l *Log) SetAsyncRetention(ops AsyncFileOps, done func()) {
 	p := &l.retention
-	p.ops, p.done, p.fd = ops, done, -1
-	p.written, p.fileSynced = l.retentionWritten, l.retentionFileSynced
-	p.renamed, p.dirSynced = l.retentionRenamed, l.retentionDirSynced
+	p.ops, p.done = ops, done
+	p.file.init(ops, l.retentionWritten)
 	p.idle = func() bool { return !p.inFlight() }
+	l.setFileOps(ops)
 }
 
 // RetentionPending reports whether a retention pass's checkpoint is being written or waits
@@ -113,107 +93,20 @@ func (l *Log) RetentionPending() bool { return l.retention.phase != retentionIdl
 func (l *Log) startOffsetPath() string { return filepath.Join(l.dir, startOffsetFileName) }
 
 // startRetention begins a pass that moves the log start offset to target (a segment base
-// above it): the checkpoint's temporary file is created and its write started. started is
-// false, with nothing changed, when the ring refused the op (full): the caller writes the
-// checkpoint the blocking way.
-func (l *Log) startRetention(target int64) (started bool, err error) {
+// above it): the checkpoint's atomic write starts. started is false, with nothing changed,
+// when the ring refused its first op (full): the caller writes the checkpoint the blocking
+// way.
+func (l *Log) startRetention(target int64) (started bool) {
 	p := &l.retention
-	tmp := l.startOffsetPath() + tmpSuffix
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return false, fmt.Errorf("retention: write %s: open: %w", tmp, err)
+	if !p.file.start(l.startOffsetPath(), encodeStartOffset(target), true) {
+		return false
 	}
-	p.data = encodeStartOffset(target)
-	if err := p.ops.StartWrite(fd, p.data, 0, p.written); err != nil {
-		unix.Close(fd)
-		os.Remove(tmp)
-		p.data = nil
-		return false, nil
-	}
-	p.phase, p.target, p.fd, p.err = retentionWrite, target, fd, nil
-	return true, nil
+	p.phase, p.target, p.err = retentionWriting, target, nil
+	return true
 }
 
-// retentionWritten: the temporary file holds the checkpoint; flush it.
-func (l *Log) retentionWritten(n int, err error) {
-	p := &l.retention
-	if err == nil && n != len(p.data) {
-		err = fmt.Errorf("short write: %d of %d bytes: %w", n, len(p.data), unix.EIO)
-	}
-	p.data = nil
-	if err == nil {
-		if err = p.ops.StartFsync(p.fd, false, p.fileSynced); err == nil {
-			p.phase = retentionSyncFile
-			return
-		}
-	}
-	l.retentionTempFailed(err)
-}
-
-// retentionFileSynced: the temporary file is durable; rename it over the checkpoint.
-func (l *Log) retentionFileSynced(_ int, err error) {
-	p := &l.retention
-	if err == nil {
-		err = unix.Close(p.fd) // a close error may be a late write error: the file is not trusted
-		p.fd = -1
-	}
-	if err != nil {
-		l.retentionTempFailed(err)
-		return
-	}
-	p.phase = retentionRename
-	if p.ops.StartRename(l.startOffsetPath()+tmpSuffix, l.startOffsetPath(), p.renamed) != nil {
-		// No RENAMEAT (before Linux 5.11) or a full ring: rename here, as the blocking
-		// write does.
-		p.renamed(0, os.Rename(l.startOffsetPath()+tmpSuffix, l.startOffsetPath()))
-	}
-}
-
-// retentionRenamed: the checkpoint is in place; flush the directory.
-func (l *Log) retentionRenamed(_ int, err error) {
-	p := &l.retention
-	if err != nil {
-		l.retentionTempFailed(err)
-		return
-	}
-	fd, err := unix.Open(l.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err == nil {
-		if err = p.ops.StartFsync(fd, false, p.dirSynced); err != nil {
-			unix.Close(fd)
-		}
-	}
-	if err != nil {
-		l.retentionFinished(fmt.Errorf("sync dir %s: %w", l.dir, err))
-		return
-	}
-	p.phase, p.fd = retentionSyncDir, fd
-}
-
-// retentionDirSynced: the checkpoint is durable.
-func (l *Log) retentionDirSynced(_ int, err error) {
-	p := &l.retention
-	unix.Close(p.fd)
-	p.fd = -1
-	if err != nil {
-		err = fmt.Errorf("sync dir %s: %w", l.dir, err)
-	}
-	l.retentionFinished(err)
-}
-
-// retentionTempFailed ends a pass whose temporary file failed before it replaced the
-// checkpoint: it is closed and removed, the checkpoint is untouched.
-func (l *Log) retentionTempFailed(err error) {
-	p := &l.retention
-	if p.fd >= 0 {
-		unix.Close(p.fd)
-		p.fd = -1
-	}
-	tmp := l.startOffsetPath() + tmpSuffix
-	os.Remove(tmp)
-	l.retentionFinished(fmt.Errorf("write %s: %w", tmp, err))
-}
-
-func (l *Log) retentionFinished(err error) {
+// retentionWritten: the checkpoint is durable, or its write failed.
+func (l *Log) retentionWritten(err error) {
 	p := &l.retention
 	p.phase, p.err = retentionCompleted, err
 	if p.done != nil {

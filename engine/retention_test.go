@@ -74,16 +74,16 @@ func TestAsyncRetentionDoesNotWait(t *testing.T) {
 			if !l.RetentionPending() {
 				t.Fatal("no retention pass in flight")
 			}
-			// One op at a time, in this order: the temporary file's write, its fsync, the
-			// rename over the checkpoint, the directory's fsync.
-			for step, want := range []string{"write", "fsync", "rename", "fsync"} {
+			// One op at a time, in this order: the temporary file's open, its write, its
+			// fsync, the rename over the checkpoint, the directory's open and fsync.
+			for step, want := range []string{"open", "write", "fsync", "rename", "open", "fsync"} {
 				if len(qw.q) != 1 {
 					t.Fatalf("step %d: %d ops in flight, want one: the %s", step, len(qw.q), want)
 				}
 				if got := qw.q[0].kind(); got != want {
 					t.Fatalf("step %d: a %s in flight, want a %s", step, got, want)
 				}
-				if got, ok := readCheckpoint(t, dir); ok != (step == 3) || ok && got != target {
+				if got, ok := readCheckpoint(t, dir); ok != (step >= 4) || ok && got != target {
 					t.Fatalf("step %d: checkpoint %d %v: it must be replaced by the rename, after the fsync", step, got, ok)
 				}
 				if _, err := l.Read(start, 1<<10); err != nil {
@@ -134,9 +134,9 @@ func TestAsyncRetentionFailedFlush(t *testing.T) {
 			if _, err := l.EnforceRetention(time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			qw.completeOne() // the temporary file's write
+			qw.completeSome(2) // the temporary file's open and write
 			if failDir {
-				qw.completeSome(2) // its fsync and the rename
+				qw.completeSome(3) // its fsync, the rename, the directory's open
 			}
 			fs.Inject(faultio.Rule{Op: faultio.OpFsync, Errno: unix.EIO, Times: 1})
 			qw.completeOne()
@@ -152,7 +152,7 @@ func TestAsyncRetentionFailedFlush(t *testing.T) {
 			if _, err := l.EnforceRetention(time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			qw.completeSome(4)
+			qw.completeSome(6)
 			if n, err := l.CompleteRetention(); err != nil || n != segments-1 {
 				t.Fatalf("the retry: retired %d, %v", n, err)
 			}
@@ -213,8 +213,13 @@ func TestAsyncRetentionWaiters(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(qw.q) != 0 || l.RetentionPending() {
-					t.Fatalf("%s returned with the pass's flushes in flight (%d queued)", o.name, len(qw.q))
+				for _, x := range qw.q { // what it retired itself may still be unlinking
+					if x.kind() != "unlink" || o.name == "Close" {
+						t.Fatalf("%s returned with a %s in flight (%d ops queued)", o.name, x.kind(), len(qw.q))
+					}
+				}
+				if l.RetentionPending() {
+					t.Fatalf("%s returned with the pass pending", o.name)
 				}
 				if !l.closed {
 					mustInvariants(t, l)
@@ -248,8 +253,10 @@ func TestAsyncRetentionCrash(t *testing.T) {
 				if mode == StorageDirect {
 					cfg.RecycleSegments = 2
 				}
-				inFlight, completed := 0, 0 // crashes with a flush in flight; with a pass not yet retired
-				for round := 0; round < 12 || (inFlight == 0 || completed == 0) && round < 60; round++ {
+				// Crashes with a flush in flight; with a pass not yet retired; with retired
+				// segments' unlinks (or renames into the pool) in flight.
+				inFlight, completed, retiring := 0, 0, 0
+				for round := 0; round < 12 || (inFlight == 0 || completed == 0 || retiring == 0) && round < 60; round++ {
 					fs := faultio.NewCrashFS(ring.Syscalls{})
 					if err := fs.TrackDir(dir); err != nil {
 						t.Fatal(err)
@@ -278,6 +285,12 @@ func TestAsyncRetentionCrash(t *testing.T) {
 							}
 						case 3:
 							qw.completeSome(1 + rng.IntN(2))
+						case 5:
+							// Run a pass's chain to its end (other ops complete on the way):
+							// the crash may then find its checkpoint durable, not yet retired.
+							for steps := 0; l.retention.inFlight() && len(qw.q) > 0 && steps < 100; steps++ {
+								qw.completeOne()
+							}
 						case 4:
 							if l.EndOffset() > l.StartOffset() && rng.IntN(4) == 0 {
 								to := l.StartOffset() + rng.Int64N(l.EndOffset()-l.StartOffset())
@@ -300,12 +313,17 @@ func TestAsyncRetentionCrash(t *testing.T) {
 							completed++
 						}
 					}
+					if l.FileJobsPending() > 0 {
+						retiring++
+					}
 					crashAndVerify(t, l, qw, fs, powerLoss, cfg, round, written, synced, logStart, start)
 				}
-				if inFlight == 0 || completed == 0 {
-					t.Fatalf("crashes with the checkpoint's flushes in flight %d, with a durable checkpoint not yet retired %d: the test tested nothing", inFlight, completed)
+				if inFlight == 0 || completed == 0 || retiring == 0 {
+					t.Fatalf("crashes with the checkpoint's flushes in flight %d, with a durable checkpoint not yet retired %d, with retired segments' unlinks in flight %d: the test tested nothing",
+						inFlight, completed, retiring)
 				}
-				t.Logf("crashes with the checkpoint's flushes in flight %d, with its segments not yet retired %d", inFlight, completed)
+				t.Logf("crashes with the checkpoint's flushes in flight %d, with its segments not yet retired %d, with retired segments' unlinks in flight %d",
+					inFlight, completed, retiring)
 			})
 		}
 	}
@@ -340,7 +358,7 @@ func TestAsyncRetentionBesideCompaction(t *testing.T) {
 		t.Fatal("the cleaning pass swapped no segment: the test tested nothing")
 	}
 	mustInvariants(t, l)
-	qw.completeSome(len(qw.q) + 4)
+	qw.completeSome(len(qw.q) + 6) // the checkpoint's six ops run one after the other
 	n, err := l.CompleteRetention()
 	if err != nil {
 		t.Fatal(err)
@@ -361,15 +379,21 @@ func TestAsyncRetentionBesideCompaction(t *testing.T) {
 	readSurvivors(t, r)
 }
 
-// refusedRenames is queuedWrites without IORING_OP_RENAMEAT (Linux before 5.11).
+// refusedRenames is queuedWrites without IORING_OP_RENAMEAT and IORING_OP_UNLINKAT (Linux
+// before 5.11).
 type refusedRenames struct{ *queuedWrites }
 
 func (refusedRenames) StartRename(string, string, func(int, error)) error {
 	return fmt.Errorf("rename: %w", ring.ErrUnsupported)
 }
 
+func (refusedRenames) StartUnlink(string, func(int, error)) error {
+	return fmt.Errorf("unlink: %w", ring.ErrUnsupported)
+}
+
 // TestAsyncRetentionRenameRefused: where the ring cannot rename, the pass renames the
-// checkpoint itself between the two flushes and completes as usual.
+// checkpoint itself between the two flushes and completes as usual; where it cannot
+// unlink, the retired segments' files are unlinked on the owner's thread.
 func TestAsyncRetentionRenameRefused(t *testing.T) {
 	seed := asyncSeed(t)
 	dir := t.TempDir()
@@ -382,12 +406,36 @@ func TestAsyncRetentionRenameRefused(t *testing.T) {
 	if _, err := l.EnforceRetention(time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	qw.completeSome(2) // the write and the file's fsync: renamed inline, the directory's fsync starts
+	qw.completeSome(3) // the open, the write and the file's fsync: renamed inline, the directory's open starts
 	if got, ok := readCheckpoint(t, dir); !ok || got != target || len(qw.q) != 1 || hooked != 0 {
 		t.Fatalf("checkpoint %d %v (want %d), %d ops queued, hook %d", got, ok, target, len(qw.q), hooked)
 	}
-	qw.completeOne()
+	qw.completeSome(2)
 	if n, err := l.CompleteRetention(); err != nil || n != segments-1 || hooked != 1 {
 		t.Fatalf("CompleteRetention: %d, %v, hook %d", n, err, hooked)
 	}
+	if len(qw.q) != 0 || l.FileJobsPending() != 0 {
+		t.Fatalf("%d ops queued, %d unlink jobs pending after retiring with the unlinks refused", len(qw.q), l.FileJobsPending())
+	}
+	if left := segmentFilesBelow(t, dir, target); len(left) != 0 {
+		t.Fatalf("retired segments' files left: %v", left)
+	}
+}
+
+// segmentFilesBelow lists the segment files (.log, .index, .timeindex, under any leftover
+// suffix) in dir whose base offset is below offset.
+func segmentFilesBelow(t *testing.T, dir string, offset int64) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		stem, _ := leftoverStem(e.Name())
+		if base, _, ok := parseSegmentName(stem); ok && base < offset {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }

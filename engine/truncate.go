@@ -26,6 +26,9 @@ func (l *Log) TruncateTo(offset int64) error {
 	if err := l.awaitSnapshot(); err != nil { // a roll's snapshot is in place before any is removed
 		return err
 	}
+	if err := l.awaitFileJobs(); err != nil { // no unlink in flight of a name the cut creates again; its dir fsync covers them
+		return err
+	}
 	if offset < 0 {
 		return fmt.Errorf("%w: truncate to %d", ErrOffsetOutOfRange, offset)
 	}
@@ -152,6 +155,9 @@ func (l *Log) ResetTo(offset int64) error {
 	if err := l.awaitSnapshot(); err != nil { // a roll's snapshot is in place before any is removed
 		return err
 	}
+	if err := l.awaitFileJobs(); err != nil { // no unlink in flight of a name the cut creates again; its dir fsync covers them
+		return err
+	}
 	if offset < 0 {
 		return fmt.Errorf("%w: reset to %d", ErrOffsetOutOfRange, offset)
 	}
@@ -190,8 +196,10 @@ func (l *Log) truncateFullyAndStartAt(offset int64) error {
 // deleteSegment closes and removes segment i.
 func (l *Log) deleteSegment(i int) error { return l.dropSegment(i, false) }
 
-// retireSegment drops segment i like deleteSegment but leaves the unlinking to a background
-// goroutine (see retireFiles): for the oldest segments, whose base offsets never come back.
+// retireSegment drops segment i like deleteSegment but leaves the unlinking to the ring
+// (retireAsync) or a background goroutine (retireFiles): for the oldest segments, whose base
+// offsets come back only after a truncation or reset below them, which waits for the
+// unlinks (awaitFileJobs).
 func (l *Log) retireSegment(i int) error { return l.dropSegment(i, true) }
 
 func (l *Log) dropSegment(i int, retire bool) error {
@@ -206,6 +214,10 @@ func (l *Log) dropSegment(i int, retire bool) error {
 	remove := func(dir string) error {
 		removeBatchMaps(dir, s.inode)
 		return s.removeFiles(dir)
+	}
+	if retire && l.fileJobsAsync() {
+		l.retireAsync(s)
+		return nil
 	}
 	if retire {
 		remove = func(dir string) error { return s.retireFiles(dir, l.poolRetired) }
@@ -262,11 +274,8 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	}
 	next := l.segments[n].baseOffset
 	if next > l.startOffset {
-		if l.retention.ops != nil {
-			started, err := l.startRetention(next)
-			if started || err != nil {
-				return retired, err // CompleteRetention retires them
-			}
+		if l.retention.ops != nil && l.startRetention(next) {
+			return retired, nil // CompleteRetention retires them
 		}
 		if err := writeStartOffset(l.fio, l.dir, next); err != nil {
 			return retired, fmt.Errorf("retention: %w", err)
@@ -303,6 +312,9 @@ func (l *Log) DeleteRecordsBefore(offset int64) (int, error) {
 		return 0, fmt.Errorf("%w: delete before %d beyond end %d", ErrOffsetOutOfRange, offset, l.EndOffset())
 	}
 	if err := l.awaitRetention(); err != nil { // one writer of the checkpoint at a time
+		return 0, err
+	}
+	if err := l.awaitFileJobs(); err != nil { // earlier retirements' unlinks and renames done
 		return 0, err
 	}
 	if offset <= l.startOffset {

@@ -127,6 +127,14 @@ func (s *SQE) PrepOpenat(dirfd int, path *byte, flags int, mode uint32) {
 	s.OpFlags = uint32(flags)
 }
 
+// PrepUnlinkat prepares unlinkat(dirfd, path, flags) (IORING_OP_UNLINKAT, Linux 5.11; the
+// kernel always runs it on an io-wq worker; flags: 0 or AT_REMOVEDIR). path must be
+// NUL-terminated (see CString) and stay put until completion.
+func (s *SQE) PrepUnlinkat(dirfd int, path *byte, flags uint32) {
+	s.prepRW(OpUnlinkat, int32(dirfd), kernelAddr(unsafe.Pointer(path)), 0, 0)
+	s.OpFlags = flags
+}
+
 // PrepClose prepares close(fd).
 func (s *SQE) PrepClose(fd int) { s.prepRW(OpClose, int32(fd), 0, 0, 0) }
 

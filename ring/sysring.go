@@ -112,7 +112,7 @@ type fdWait struct {
 
 // syscallOps lists the ops the syscall backend interprets.
 var syscallOps = []Opcode{OpNop, OpRead, OpWrite, OpReadv, OpWritev, OpReadFixed, OpWriteFixed, OpFsync,
-	OpFallocate, OpFtruncate, OpRenameat, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
+	OpFallocate, OpFtruncate, OpRenameat, OpUnlinkat, OpOpenat, OpClose, OpStatx, OpSend, OpRecv, OpSendmsg, OpRecvmsg, OpAccept, OpConnect,
 	OpSplice, OpTimeout, OpLinkTimeout, OpAsyncCancel, OpMsgRing, OpPollAdd, OpSendZC}
 
 var (
@@ -468,6 +468,9 @@ func (r *sysRing) exec(op *sysOp) (res int32, flags uint32, parkFd int32, events
 		return sysRes(0, e), 0, -1, 0
 	case OpRenameat:
 		_, _, e := unix.Syscall6(unix.SYS_RENAMEAT2, fd, uintptr(addrPtr(&s.Addr)), uintptr(int(int32(s.Len))), uintptr(addrPtr(&s.Off)), uintptr(s.OpFlags), 0)
+		return sysRes(0, e), 0, -1, 0
+	case OpUnlinkat:
+		_, _, e := unix.Syscall(unix.SYS_UNLINKAT, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags))
 		return sysRes(0, e), 0, -1, 0
 	case OpOpenat:
 		n, _, e := unix.Syscall6(unix.SYS_OPENAT, fd, uintptr(addrPtr(&s.Addr)), uintptr(s.OpFlags), uintptr(s.Len), 0, 0)

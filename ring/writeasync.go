@@ -107,24 +107,67 @@ func (r *Reactor) StartFsync(fd int, datasync bool, done func(n int, err error))
 // synchronously, which stalled the loop at every retention checkpoint. The syscall backend
 // runs it inline. Before Linux 5.11 it reports ErrUnsupported.
 func (r *Reactor) StartRename(oldPath, newPath string, done func(n int, err error)) error {
-	if done == nil {
-		return fmt.Errorf("ring: StartRename with no completion: %w", unix.EINVAL)
-	}
-	from, err := unix.BytePtrFromString(oldPath)
-	if err != nil {
-		return fmt.Errorf("ring: StartRename %q: %w", oldPath, err)
-	}
 	to, err := unix.BytePtrFromString(newPath)
 	if err != nil {
 		return fmt.Errorf("ring: StartRename to %q: %w", newPath, err)
+	}
+	return r.startPathOp("StartRename", oldPath, done, func(sqe *SQE, from *byte) (pin *byte) {
+		sqe.PrepRenameat(unix.AT_FDCWD, from, unix.AT_FDCWD, to, 0)
+		return to
+	})
+}
+
+// StartUnlink removes the file at path (IORING_OP_UNLINKAT, relative to the working
+// directory unless absolute) and calls done(0, err) the way a StartWrite completion is
+// called: on the loop, or inside AwaitWrites, which waits for it like a write. The kernel
+// runs it on an io-wq worker: unlinking a file's last link frees its blocks, which on ext4
+// mounted with discard (journal-less) discards them synchronously. engine unlinks retired
+// segments and pruned producer snapshots this way. The syscall backend runs it inline.
+// Before Linux 5.11 it reports ErrUnsupported.
+func (r *Reactor) StartUnlink(path string, done func(n int, err error)) error {
+	return r.startPathOp("StartUnlink", path, done, func(sqe *SQE, p *byte) *byte {
+		sqe.PrepUnlinkat(unix.AT_FDCWD, p, 0)
+		return nil
+	})
+}
+
+// StartOpen opens path (IORING_OP_OPENAT, relative to the working directory unless
+// absolute; flags and mode as for open(2): O_CLOEXEC is the caller's to pass) and calls
+// done(fd, err) the way a StartWrite completion is called: on the loop, or inside
+// AwaitWrites, which waits for it like a write. The descriptor is the caller's from then
+// on; one whose completion the reactor drops (it was closed meanwhile) leaks. The kernel
+// tries the open inline and hands it to an io-wq worker when it would block (a lookup
+// that misses the dentry cache, a creation that reads an inode table block). engine
+// creates the temporary files of its asynchronous atomic writes this way. The syscall
+// backend runs it inline.
+func (r *Reactor) StartOpen(path string, flags int, mode uint32, done func(fd int, err error)) error {
+	return r.startPathOp("StartOpen", path, done, func(sqe *SQE, p *byte) *byte {
+		sqe.PrepOpenat(unix.AT_FDCWD, p, flags, mode)
+		return nil
+	})
+}
+
+// startPathOp submits an op on path that completes through the write path: prep fills the
+// SQE with path's NUL-terminated copy and returns a second pointer it handed the kernel
+// (or nil). Both copies stay pinned until the completion: the kernel reads them when it
+// takes the SQE (io_uring_enter, or the syscall backend's submit), which may be long after
+// this call returns (the loop's next turn), and the op may be retried from an io-wq worker.
+func (r *Reactor) startPathOp(name, path string, done func(n int, err error), prep func(sqe *SQE, p *byte) (other *byte)) error {
+	if done == nil {
+		return fmt.Errorf("ring: %s with no completion: %w", name, unix.EINVAL)
+	}
+	p, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return fmt.Errorf("ring: %s %q: %w", name, path, err)
 	}
 	op, err := r.Begin(nil)
 	if err != nil {
 		return err
 	}
-	op.sqe.PrepRenameat(unix.AT_FDCWD, from, unix.AT_FDCWD, to, 0)
-	op.Pin(from)
-	op.Pin(to)
+	op.Pin(p)
+	if other := prep(op.sqe, p); other != nil {
+		op.Pin(other)
+	}
 	r.slots[op.idx].writeDone = done
 	return op.Submit()
 }

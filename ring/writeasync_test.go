@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -242,6 +243,138 @@ func TestStartRename(t *testing.T) {
 		}
 		if !errors.Is(gotErr, unix.ENOENT) {
 			t.Fatalf("a rename of a missing file: %v, want ENOENT", gotErr)
+		}
+	})
+}
+
+// TestStartUnlink: the unlink completes through the write path (never inside StartUnlink;
+// AwaitWrites waits for it), removes the name and nothing else, and reports a failure's
+// errno there (a missing file, a directory). The path is the caller's string, copied and
+// pinned by the reactor: the stack moves and the caller's copy is gone before the kernel
+// (or the syscall backend, at the loop's next submit) reads it.
+func TestStartUnlink(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		dir := t.TempDir()
+		doomed, kept := filepath.Join(dir, "00000000000000000000.log"), filepath.Join(dir, "00000000000000000100.log")
+		for _, name := range []string{doomed, kept} {
+			if err := os.WriteFile(name, []byte("segment"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := 0
+		var gotErr error
+		done := func(n int, err error) { calls, gotErr = calls+1, err }
+		err := r.StartUnlink(string([]byte(doomed)), done)
+		if errors.Is(err, ErrUnsupported) && backend == "uring" {
+			t.Skip("IORING_OP_UNLINKAT needs Linux 5.11")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != 0 {
+			t.Fatal("the unlink completed inside StartUnlink")
+		}
+		if _, err := os.Stat(doomed); err != nil {
+			t.Fatalf("the file went before the loop submitted its unlink: %v", err)
+		}
+		forceStackMove()
+		runtime.GC()
+		if err := r.AwaitWrites(func() bool { return calls == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if gotErr != nil {
+			t.Fatal(gotErr)
+		}
+		if _, err := os.Stat(doomed); !os.IsNotExist(err) {
+			t.Fatalf("the file is still there: %v", err)
+		}
+		if _, err := os.Stat(kept); err != nil {
+			t.Fatalf("the other file went too: %v", err)
+		}
+		for i, c := range []struct {
+			path string
+			want error
+		}{{doomed, unix.ENOENT}, {dir, unix.EISDIR}} {
+			if err := r.StartUnlink(c.path, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.AwaitWrites(func() bool { return calls == i+2 }); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(gotErr, c.want) {
+				t.Fatalf("unlink of %s: %v, want %v", c.path, gotErr, c.want)
+			}
+		}
+		if err := r.StartUnlink(kept, nil); err == nil {
+			t.Fatal("an unlink with no completion was accepted")
+		}
+		if err := r.StartUnlink("a\x00b", done); err == nil {
+			t.Fatal("a path with a NUL byte was accepted")
+		}
+	})
+}
+
+// TestStartOpen: the open completes through the write path (never inside StartOpen;
+// AwaitWrites waits for it) with a descriptor that is the caller's (O_CREAT|O_TRUNC
+// creates and empties, as open(2) does; the descriptor writes), and reports a failure's
+// errno there (O_EXCL on an existing file, a missing directory).
+func TestStartOpen(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		dir := t.TempDir()
+		path := filepath.Join(dir, "log-start-offset.tmp")
+		if err := os.WriteFile(path, []byte("an older, longer temporary file"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		calls, fd := 0, -1
+		var gotErr error
+		done := func(n int, err error) { calls, fd, gotErr = calls+1, n, err }
+		if err := r.StartOpen(string([]byte(path)), unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644, done); err != nil {
+			t.Fatal(err)
+		}
+		if calls != 0 {
+			t.Fatal("the open completed inside StartOpen")
+		}
+		forceStackMove()
+		runtime.GC()
+		if err := r.AwaitWrites(func() bool { return calls == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if gotErr != nil || fd < 0 {
+			t.Fatalf("open: fd %d, %v", fd, gotErr)
+		}
+		if _, err := unix.Write(fd, []byte("42")); err != nil {
+			t.Fatal(err)
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC == 0 {
+			t.Fatalf("descriptor flags %#x, %v: O_CLOEXEC lost", flags, err)
+		}
+		unix.Close(fd)
+		if b, err := os.ReadFile(path); err != nil || string(b) != "42" {
+			t.Fatalf("after open, write: %q, %v (O_TRUNC not applied?)", b, err)
+		}
+		for i, c := range []struct {
+			path  string
+			flags int
+			want  error
+		}{
+			{path, unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC, unix.EEXIST},
+			{filepath.Join(dir, "missing", "x.tmp"), unix.O_WRONLY | unix.O_CREAT | unix.O_CLOEXEC, unix.ENOENT},
+		} {
+			if err := r.StartOpen(c.path, c.flags, 0o644, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.AwaitWrites(func() bool { return calls == i+2 }); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(gotErr, c.want) {
+				t.Fatalf("open of %s: fd %d, %v, want %v", c.path, fd, gotErr, c.want)
+			}
+		}
+		if err := r.StartOpen(path, unix.O_RDONLY, 0, nil); err == nil {
+			t.Fatal("an open with no completion was accepted")
 		}
 	})
 }

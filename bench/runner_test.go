@@ -267,3 +267,23 @@ func TestRunStretchesAnEmptyWindow(t *testing.T) {
 		t.Fatalf("totals %+v", result.Totals)
 	}
 }
+
+// DefaultMeasuredMessagesMin: 100 at max rate; for a paced workload at most half of what
+// its schedule sends in the window, and at least 1.
+func TestDefaultMeasuredMessagesMin(t *testing.T) {
+	for _, c := range []struct {
+		rate     int
+		duration time.Duration
+		want     int64
+	}{
+		{0, time.Second, 100},
+		{50_000, 10 * time.Second, 100},
+		{50, time.Second, 25},
+		{1, 500 * time.Millisecond, 1},
+	} {
+		w := Workload{ProducerRate: c.rate, Duration: Duration(c.duration)}
+		if got := DefaultMeasuredMessagesMin(w); got != c.want {
+			t.Errorf("rate %d for %v: %d, want %d", c.rate, c.duration, got, c.want)
+		}
+	}
+}

@@ -628,8 +628,28 @@ func configMap(entries []wire.ConfigEntry) map[string]string {
 	return m
 }
 
+// deadlinePassedResults answers every topic of an admin request whose deadline passed
+// before it ran (version 1, timeout_ms <= 0: wire's DeadlinePassed) REQUEST_TIMED_OUT,
+// with nothing changed, as Kafka's KRaft controller answers (and the Kafka listener).
+func deadlinePassedResults(topics []string, what string) []wire.TopicResult {
+	out := make([]wire.TopicResult, len(topics))
+	for i, name := range topics {
+		out[i] = wire.TopicResult{Topic: name, ErrorCode: wire.ErrRequestTimedOut,
+			ErrorMessage: "timeout_ms <= 0: the deadline passed before the request ran, so nothing was " + what}
+	}
+	return out
+}
+
 func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.CreateTopicsResponse {
 	resp := &wire.CreateTopicsResponse{}
+	if body.DeadlinePassed() {
+		names := make([]string, len(body.Topics))
+		for i, t := range body.Topics {
+			names[i] = t.Topic
+		}
+		resp.Topics = deadlinePassedResults(names, "created")
+		return resp
+	}
 	for _, t := range body.Topics {
 		res := wire.TopicResult{Topic: t.Topic}
 		var err error
@@ -655,6 +675,10 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 
 func (h *BrokerHandler) deleteTopics(body *wire.DeleteTopicsRequest) *wire.DeleteTopicsResponse {
 	resp := &wire.DeleteTopicsResponse{}
+	if body.DeadlinePassed() {
+		resp.Topics = deadlinePassedResults(body.Topics, "deleted")
+		return resp
+	}
 	for _, name := range body.Topics {
 		var err error
 		if h.cluster != nil && h.cluster.Replicated(name) {
@@ -744,6 +768,14 @@ func DescribeTopicConfig(b *shard.Broker, topic string, keys []string) ([]wire.C
 
 func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.AlterConfigsResponse {
 	resp := &wire.AlterConfigsResponse{}
+	if body.DeadlinePassed() {
+		names := make([]string, len(body.Topics))
+		for i, t := range body.Topics {
+			names[i] = t.Topic
+		}
+		resp.Topics = deadlinePassedResults(names, "changed")
+		return resp
+	}
 	for _, t := range body.Topics {
 		set := map[string]string{}
 		var deletes []string
@@ -763,7 +795,7 @@ func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.Alter
 		case body.ValidateOnly:
 			err = h.b.ValidateAlter(t.Topic, set, deletes)
 		case h.cluster != nil && h.cluster.Replicated(t.Topic):
-			err = h.alterReplicated(t.Topic, set, deletes)
+			err = h.alterReplicated(t.Topic, set, deletes, body.TimeoutMs)
 		default:
 			err = h.b.AlterTopicConfig(t.Topic, set, deletes)
 		}

@@ -347,8 +347,8 @@ func (s *Server) serveRequest(req *Request) {
 	case !h.API.Known():
 		req.ReplyError(wire.ErrUnknownAPI, fmt.Sprintf("api key %d is not known to this broker", uint16(h.API)))
 		return
-	case h.Version > h.API.VersionMax():
-		req.ReplyError(wire.ErrUnsupportedVersion, fmt.Sprintf("%s version %d not supported (max %d)", h.API, h.Version, h.API.VersionMax()))
+	case h.Version > s.versionMax(h.API):
+		req.ReplyError(wire.ErrUnsupportedVersion, fmt.Sprintf("%s version %d not supported (max %d)", h.API, h.Version, s.versionMax(h.API)))
 		return
 	}
 	if n := countEntries(h.API, *req.frame, s.cfg.RequestEntriesMax); n > s.cfg.RequestEntriesMax {
@@ -410,9 +410,18 @@ func (s *Server) apiVersions() *wire.APIVersionsResponse {
 		BrokerVersion:      s.cfg.BrokerVersion,
 	}
 	for _, k := range wire.KnownAPIs() {
-		resp.APIs = append(resp.APIs, wire.APIVersionRange{API: k, VersionMin: 0, VersionMax: k.VersionMax()})
+		resp.APIs = append(resp.APIs, wire.APIVersionRange{API: k, VersionMin: 0, VersionMax: s.versionMax(k)})
 	}
 	return resp
+}
+
+// versionMax is the highest version of k this server serves: the codec's, or lower
+// (Config.APIVersionsMax).
+func (s *Server) versionMax(k wire.APIKey) uint16 {
+	if v, ok := s.cfg.APIVersionsMax[k]; ok {
+		return min(v, k.VersionMax())
+	}
+	return k.VersionMax()
 }
 
 func (c *conn) server() *Server { return c.srv }

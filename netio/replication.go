@@ -147,10 +147,11 @@ func (h *BrokerHandler) deleteReplicated(name string, timeoutMs int32) error {
 }
 
 // alterReplicated changes a replicated topic's config through the controller; it answers
-// once this broker applied it, or REQUEST_TIMED_OUT after adminTimeout (AlterConfigs
-// carries no timeout of its own, in Kafka's protocol neither).
-func (h *BrokerHandler) alterReplicated(name string, set map[string]string, deletes []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+// once this broker applied it, or REQUEST_TIMED_OUT after timeoutMs (AlterConfigs version
+// 1; version 0, which carries none, as Kafka's IncrementalAlterConfigs, waits
+// adminTimeout).
+func (h *BrokerHandler) alterReplicated(name string, set map[string]string, deletes []string, timeoutMs int32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), RequestAdminTimeout(timeoutMs))
 	defer cancel()
 	return h.cluster.AlterTopicConfig(ctx, name, set, deletes)
 }
@@ -159,11 +160,13 @@ func (h *BrokerHandler) alterReplicated(name string, set map[string]string, dele
 // open of the replicas).
 const adminTimeout = 30 * time.Second
 
-// RequestAdminTimeout is how long a replicated create or delete waits for the controller
-// and the local open or removal: the request's own timeout (CreateTopics' and
-// DeleteTopics' timeout_ms, in both protocols), never above adminTimeout; adminTimeout
-// when the request gives none (0 or less). Past it the create or delete is answered
-// REQUEST_TIMED_OUT (cluster.ErrTimedOut) and may still be applied.
+// RequestAdminTimeout is how long a replicated create, delete or config change waits for
+// the controller and the local open, removal or change: the request's own timeout
+// (CreateTopics' and DeleteTopics' timeout_ms in both protocols, AlterConfigs' from the
+// ringlog protocol's version 1), never above adminTimeout; adminTimeout when the request
+// gives none (version 0 of the ringlog protocol read 0 or less so; version 1 and the Kafka
+// listener answer that REQUEST_TIMED_OUT before they get here). Past it the change is
+// answered REQUEST_TIMED_OUT (cluster.ErrTimedOut) and may still be applied.
 func RequestAdminTimeout(timeoutMs int32) time.Duration {
 	if timeoutMs <= 0 {
 		return adminTimeout

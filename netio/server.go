@@ -256,7 +256,12 @@ type Config struct {
 	// Security configures authentication, ACLs and quotas (security.go); nil: none.
 	Security      *Security
 	BrokerVersion string // reported by ApiVersions
-	Logf          func(format string, args ...any)
+	// APIVersionsMax lowers the highest version the server serves and advertises of the
+	// APIs it names, below what it can (wire.APIKey.VersionMax): a version above it is
+	// answered UNSUPPORTED_VERSION, as an older release answers it. For tests of clients
+	// against older brokers (and a broker mid-downgrade); nil serves every version.
+	APIVersionsMax map[wire.APIKey]uint16
+	Logf           func(format string, args ...any)
 	// ConnState, if set, is called when a connection opens (open = true) and after it has
 	// closed (open = false). Requests the handler has not answered yet are released when
 	// it answers.

@@ -1,7 +1,10 @@
 package ring
 
 import (
+	"path/filepath"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -274,5 +277,170 @@ func TestPollAddInterrupted(t *testing.T) {
 	}
 	if c := waitCQEs(t, r, 1)[0]; c.Res != unix.POLLIN {
 		t.Fatalf("poll after the write: %+v, want res POLLIN", c)
+	}
+}
+
+// nonblocking reports whether fd's file is in O_NONBLOCK mode.
+func nonblocking(t *testing.T, fd int) bool {
+	t.Helper()
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fl&unix.O_NONBLOCK != 0
+}
+
+// TestConnectKeepsFileFlags: io_uring makes its connect(2) calls non-blocking without
+// touching the socket's file flags, so a socket the caller left blocking is blocking after
+// the op, whatever its outcome, and a non-blocking one stays non-blocking. The syscall
+// backend used to leave O_NONBLOCK set, and a later blocking read of the socket then
+// failed with EAGAIN.
+func TestConnectKeepsFileFlags(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := openRing(t, backend, Config{Entries: 8})
+		_, addr := listenLoopback(t)
+		cases := []struct {
+			name     string
+			nonblock bool
+			addr     *RawSockaddrAny
+			want     unix.Errno
+		}{
+			{"connected", false, addr, 0},
+			{"refused", false, closedPort(t), unix.ECONNREFUSED},
+			{"the caller's non-blocking socket", true, addr, 0},
+		}
+		for i, c := range cases {
+			fd := newSocket(t)
+			if err := unix.SetNonblock(fd, c.nonblock); err != nil {
+				t.Fatal(err)
+			}
+			submitConnect(t, r, fd, c.addr, unix.SizeofSockaddrInet4, uint64(i))
+			if got := waitCQEs(t, r, 1)[0]; got.Res != -int32(c.want) {
+				t.Errorf("%s: %+v, want res %d", c.name, got, -int32(c.want))
+			}
+			if got := nonblocking(t, fd); got != c.nonblock {
+				t.Errorf("%s: O_NONBLOCK %v after the op, want %v", c.name, got, c.nonblock)
+			}
+		}
+		// Cancelled while the handshake runs.
+		fd := newSocket(t)
+		submitConnect(t, r, fd, rawInet4(t, synDroppingListener(t)), unix.SizeofSockaddrInet4, 10)
+		noCompletion(t, r, "connect to a listener that drops SYNs")
+		cancelParked(t, r, 10)
+		if nonblocking(t, fd) {
+			t.Error("cancelled connect: the socket was left in O_NONBLOCK")
+		}
+	})
+}
+
+// fullUnixListener returns a unix stream listener, its address and the address length;
+// its backlog is full (listen backlog 0, one connection queued), so that connect(2) answers
+// EAGAIN on a non-blocking socket and waits on a blocking one until the listener accepts.
+func fullUnixListener(t *testing.T) (int, *RawSockaddrAny, uint32) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s")
+	raw := new(RawSockaddrAny)
+	pinForTest(t, raw)
+	sun := (*unix.RawSockaddrUnix)(unsafe.Pointer(raw))
+	if len(path) >= len(sun.Path) {
+		t.Skipf("temporary directory path too long for a unix socket: %s", path)
+	}
+	sun.Family = unix.AF_UNIX
+	for i := range len(path) {
+		sun.Path[i] = int8(path[i])
+	}
+	lfd := newUnixSocket(t)
+	if err := unix.Bind(lfd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(lfd, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(newUnixSocket(t), &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err) // queued: the backlog is full from now on
+	}
+	return lfd, raw, uint32(unsafe.Offsetof(sun.Path)) + uint32(len(path)) + 1
+}
+
+func newUnixSocket(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// TestConnectWaitsForFullUnixBacklog: connect(2) to a unix listener whose backlog is full
+// answers EAGAIN when non-blocking. io_uring passes that on only for a socket the caller
+// made non-blocking; on a blocking one the CONNECT waits (in an io-wq worker) until the
+// listener accepts, and then completes with 0. The syscall backend used to post -EAGAIN
+// for both.
+func TestConnectWaitsForFullUnixBacklog(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := openRing(t, backend, Config{Entries: 8})
+		lfd, addr, addrLen := fullUnixListener(t)
+
+		nb := newUnixSocket(t)
+		if err := unix.SetNonblock(nb, true); err != nil {
+			t.Fatal(err)
+		}
+		submitConnect(t, r, nb, addr, addrLen, 1)
+		if got := waitCQEs(t, r, 1)[0]; got.Res != -int32(unix.EAGAIN) {
+			t.Fatalf("connect of a non-blocking socket to a full backlog: %+v, want -EAGAIN", got)
+		}
+
+		fd := newUnixSocket(t)
+		submitConnect(t, r, fd, addr, addrLen, 2)
+		noCompletion(t, r, "connect of a blocking socket to a full backlog")
+		queued, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC) // room for one more
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(queued)
+		if got := waitCQEs(t, r, 1)[0]; got.Res != 0 {
+			t.Fatalf("connect once the listener accepted: %+v, want 0", got)
+		}
+		if _, err := unix.Getpeername(fd); err != nil {
+			t.Fatalf("connect completed with 0 but getpeername: %v", err)
+		}
+		if nonblocking(t, fd) {
+			t.Error("the blocking socket was left in O_NONBLOCK")
+		}
+	})
+}
+
+// TestConnectRetryCancelled: a syscall-backend CONNECT waiting to ask a full backlog again
+// sits on the timer heap; ASYNC_CANCEL and a link timeout must find it there, complete it
+// with -ECANCELED and take O_NONBLOCK off the socket. (io_uring answers these
+// differently: its connect is blocked in an io-wq worker, which a cancel interrupts.)
+func TestConnectRetryCancelled(t *testing.T) {
+	r := openRing(t, "syscall", Config{Entries: 8})
+	_, addr, addrLen := fullUnixListener(t)
+	fd := newUnixSocket(t)
+	submitConnect(t, r, fd, addr, addrLen, 1)
+	noCompletion(t, r, "connect of a blocking socket to a full backlog")
+	cancelParked(t, r, 1)
+	if nonblocking(t, fd) {
+		t.Error("cancelled connect: the socket was left in O_NONBLOCK")
+	}
+
+	fd = newUnixSocket(t)
+	ts := &Timespec{Nsec: int64(20 * time.Millisecond)}
+	pinForTest(t, ts)
+	sqe := mustSQE(t, r)
+	sqe.PrepConnect(fd, addr, addrLen)
+	sqe.SetLink()
+	sqe.UserData = 3
+	sqe = mustSQE(t, r)
+	sqe.PrepLinkTimeout(ts, 0)
+	sqe.UserData = 4
+	m := byUserData(t, waitCQEs(t, r, 2))
+	if m[3].Res != -int32(unix.ECANCELED) || m[4].Res != -int32(unix.ETIME) {
+		t.Fatalf("connect to a full backlog under a 20 ms link timeout: %+v", m)
+	}
+	if nonblocking(t, fd) {
+		t.Error("timed-out connect: the socket was left in O_NONBLOCK")
 	}
 }

@@ -14,8 +14,9 @@ import (
 // sysRing is the syscall backend: it interprets the same SQEs as io_uring with plain system
 // calls on the owning thread. File ops (read, write, fsync, fallocate, openat, statx, ...)
 // run synchronously during Submit. Socket ops run non-blocking (MSG_DONTWAIT, O_NONBLOCK for
-// accept/connect); one that would block is parked on epoll and retried when its fd is ready,
-// so one slow peer never stalls the loop. Timeouts and link timeouts live in a deadline heap.
+// accept, and for connect while the op runs); one that would block is parked on epoll and
+// retried when its fd is ready (a connect's EAGAIN: after a delay), so one slow peer never
+// stalls the loop. Timeouts and link timeouts live in a deadline heap.
 // Links, hardlinks, drain, CQE_SKIP_SUCCESS, fixed files and fixed buffers behave as in the
 // kernel. The CQ is bounded like io_uring's; completions beyond it wait in an overflow list
 // and are never dropped.
@@ -90,11 +91,33 @@ type sysOp struct {
 // takes; the kernel refuses a longer one with EINVAL before it reads it.
 const sockaddrStorageSize = 128
 
-// sockaddrCopy is a CONNECT's address as copied at submit.
+// sockaddrCopy is a CONNECT's address as copied at submit, with the op's state that
+// only a CONNECT needs (kept out of line with the address, so sysOp stays small).
 type sockaddrCopy struct {
 	bytes [sockaddrStorageSize]byte
 	len   uint32
+	// nonblockSet: the socket was blocking, and the op put it in O_NONBLOCK for its
+	// connect(2) calls; complete takes the flag off again (restoreBlocking), as io_uring
+	// passes O_NONBLOCK to its own calls only and leaves the file's flags alone. ino and
+	// dev identify the socket it was set on, so that a descriptor closed and reused
+	// meanwhile is left alone.
+	nonblockSet bool
+	ino, dev    uint64
+	// retryDelayNs is the wait before the next connect(2) after EAGAIN (parkConnectRetry).
+	retryDelayNs int64
 }
+
+// A connect(2) that answers EAGAIN (a unix socket whose listener's backlog is full) on a
+// socket the caller left blocking is asked again after a delay that doubles from
+// connectRetryDelayMinNs to connectRetryDelayMaxNs: io_uring waits in an io-wq worker's
+// blocking connect until the listener accepts, and nothing the syscall backend can poll
+// says when that is (the connecting socket polls writable all along). At the maximum a
+// connect stuck on a full backlog costs 16 connect(2) calls a second; a backlog freed
+// within the first 10 ms is noticed after at most ~2x the wait.
+const (
+	connectRetryDelayMinNs = int64(time.Millisecond)
+	connectRetryDelayMaxNs = int64(64 * time.Millisecond)
+)
 
 // sysBufRing is the syscall backend's view of a registered provided-buffer ring: it
 // consumes entries from head up to the tail the owner publishes, like the kernel does.
@@ -274,7 +297,7 @@ func (r *sysRing) prepConnect(op *sysOp) unix.Errno {
 		return unix.EFAULT
 	}
 	c := r.takeSockaddrCopy()
-	c.len = uint32(addrLen)
+	*c = sockaddrCopy{len: uint32(addrLen)}
 	copy(c.bytes[:addrLen], unsafe.Slice((*byte)(addr), addrLen))
 	op.connectAddr = c
 	return 0
@@ -396,6 +419,10 @@ func (r *sysRing) run(op *sysOp) {
 func (r *sysRing) attempt(op *sysOp) {
 	for burst := 0; ; burst++ {
 		res, flags, parkFd, events := r.exec(op)
+		if parkFd == parkRetryLater {
+			r.parkConnectRetry(op)
+			return
+		}
 		if parkFd >= 0 {
 			r.park(op, parkFd, events)
 			return
@@ -661,7 +688,7 @@ func (r *sysRing) fixedRangeOK(s *SQE) bool {
 	return s.Addr >= start && s.Addr+uint64(s.Len) <= start+uint64(len(b))
 }
 
-// setNonblock puts fd in O_NONBLOCK mode so accept/connect never block the loop.
+// setNonblock puts fd in O_NONBLOCK mode so accept never blocks the loop.
 func setNonblock(fd int) int32 {
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
@@ -704,18 +731,28 @@ func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 // when connect(2) said so, with -errno otherwise, and never with EINPROGRESS, EINTR, or
 // EALREADY from a handshake it started. (EALREADY from a socket that was already
 // connecting before the op is the kernel's answer too, and is passed on.)
+//
+// The kernel makes its calls non-blocking without touching the file's flags; from user
+// space only O_NONBLOCK does that, so the op sets it on a blocking socket for its calls and
+// complete takes it off again. EAGAIN (a unix listener's full backlog) on a socket the
+// caller left blocking is asked again later (parkConnectRetry), where io_uring's io-wq
+// worker blocks in connect(2) until the listener accepts; on a socket the caller made
+// non-blocking it is the answer, as io_uring's is.
 func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
-	if op.connectAddr == nil {
+	c := op.connectAddr
+	if c == nil {
 		panic("ring: syscall backend: CONNECT started without the address copy Submit makes (prepConnect)")
 	}
 	fd := int(op.fd)
-	if !op.connecting {
-		if res := setNonblock(fd); res < 0 {
-			return res, 0, -1, 0
+	if !op.connecting && !c.nonblockSet {
+		if errno := setNonblockFor(fd, c); errno != 0 {
+			return errRes(errno), 0, -1, 0
 		}
 	}
-	e := sysConnect(fd, op.connectAddr)
+	e := sysConnect(fd, c)
 	switch {
+	case e == unix.EAGAIN && c.nonblockSet:
+		return errRes(e), 0, parkRetryLater, 0
 	case e == unix.EINPROGRESS || e == unix.EINTR:
 		// EINTR: Linux never returns it from a non-blocking connect (TCP and unix connects
 		// only sleep when blocking; 27,379 connects under 432,437 SIGURGs gave none), but if
@@ -736,6 +773,59 @@ func (r *sysRing) connect(op *sysOp) (int32, uint32, int32, uint32) {
 		return -int32(v), 0, -1, 0
 	}
 	return sysRes(0, e), 0, -1, 0
+}
+
+// parkRetryLater is exec's parkFd for an op that would block on something no descriptor
+// reports (a CONNECT's EAGAIN): attempt parks it on the timer heap (parkConnectRetry).
+const parkRetryLater int32 = -2
+
+// parkConnectRetry queues a CONNECT that got EAGAIN on the timer heap; fireTimers calls
+// connect(2) again when its delay passed. ASYNC_CANCEL and its link timeout find it there
+// (unpark).
+func (r *sysRing) parkConnectRetry(op *sysOp) {
+	c := op.connectAddr
+	c.retryDelayNs = min(max(2*c.retryDelayNs, connectRetryDelayMinNs), connectRetryDelayMaxNs)
+	op.deadline = monoNow() + c.retryDelayNs
+	heap.Push(&r.timers, op)
+	r.inflight++
+	if lt := op.linkTimeout; lt != nil && lt.heapIndex < 0 {
+		r.armLinkTimeout(lt)
+	}
+}
+
+// setNonblockFor puts a blocking fd in O_NONBLOCK for a CONNECT's calls and records in c
+// that it did, and on which file; a non-blocking fd is left as it is.
+func setNonblockFor(fd int, c *sockaddrCopy) unix.Errno {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return err.(unix.Errno)
+	}
+	if fl&unix.O_NONBLOCK != 0 {
+		return 0
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err.(unix.Errno)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+		return err.(unix.Errno)
+	}
+	c.nonblockSet, c.ino, c.dev = true, st.Ino, st.Dev
+	return 0
+}
+
+// restoreBlocking takes O_NONBLOCK off the socket setNonblockFor put it on, unless fd now
+// names another file (the caller closed the socket while the op waited and the number was
+// reused). Errors are ignored: the op's result is what the caller asked for.
+func restoreBlocking(fd int, c *sockaddrCopy) {
+	c.nonblockSet = false
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Ino != c.ino || st.Dev != c.dev {
+		return
+	}
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil {
+		unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl&^unix.O_NONBLOCK)
+	}
 }
 
 // sysConnect is connect(2) of fd to addr.
@@ -897,8 +987,14 @@ func (r *sysRing) failWaiters(fd int32, w *fdWait, errno unix.Errno) {
 	}
 }
 
-// unpark removes op from its fd's wait list.
+// unpark removes op from its fd's wait list (a CONNECT waiting to retry: from the timer
+// heap).
 func (r *sysRing) unpark(op *sysOp) bool {
+	if op.sqe.Opcode == OpConnect && op.heapIndex >= 0 {
+		heap.Remove(&r.timers, op.heapIndex)
+		r.inflight--
+		return true
+	}
 	w := r.waiters[op.parkFd]
 	if w == nil {
 		return false
@@ -967,6 +1063,9 @@ func (r *sysRing) requeue(w *fdWait, op *sysOp) {
 // kernel (req_set_fail), a failure includes a short transfer, a failed request posts its CQE
 // even with CQE_SKIP_SUCCESS, and then the chain it cancels posts none.
 func (r *sysRing) complete(op *sysOp, res int32, flags uint32) {
+	if c := op.connectAddr; c != nil && c.nonblockSet {
+		restoreBlocking(int(op.fd), c) // before anyone sees the CQE or a linked op runs
+	}
 	failed := r.failsLink(op, res)
 	if lt := op.linkTimeout; lt != nil {
 		op.linkTimeout = nil
@@ -1104,6 +1203,11 @@ func (r *sysRing) fireTimers() {
 	now := monoNow()
 	for len(r.timers) > 0 && r.timers[0].deadline <= now {
 		op := heap.Pop(&r.timers).(*sysOp)
+		if op.sqe.Opcode == OpConnect { // its EAGAIN retry delay passed (parkConnectRetry)
+			r.inflight--
+			r.attempt(op)
+			continue
+		}
 		if op.sqe.Opcode == OpLinkTimeout {
 			target := op.target
 			target.linkTimeout = nil
@@ -1154,7 +1258,7 @@ func (r *sysRing) cancel(userData uint64, flags uint32, fd int32) int32 {
 		}
 	}
 	for _, op := range r.timers {
-		if op.sqe.Opcode == OpTimeout && match(op) {
+		if (op.sqe.Opcode == OpTimeout || op.sqe.Opcode == OpConnect) && match(op) {
 			found = append(found, op)
 		}
 	}

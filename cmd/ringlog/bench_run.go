@@ -31,6 +31,7 @@ type runFlags struct {
 	duration, warmup             time.Duration
 	rate, replicationFactor      int
 	loopback                     bool
+	measuredMin                  int64 // --measured-messages-min; -1: bench.DefaultMeasuredMessagesMin
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -46,6 +47,15 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write this process's CPU profile (the client's, whole run) to this file")
 	fs.StringVar(&f.topicSuffix, "topic-suffix", "", "name the topics bench-WORKLOAD-SUFFIX-N and reuse them when they exist (default: a suffix unique to the run, new topics)")
 	fs.BoolVar(&f.loopback, "loopback", false, "also measure loopback TCP bandwidth in the same run (always on for backlog workloads)")
+	fs.Int64Var(&f.measuredMin, "measured-messages-min", -1, "keep the measured window open past its duration until this many messages were acknowledged in it (and, with consumers, one came back), at most 1 min more; 0 = a fixed window; -1 = 100, or half of what a paced workload's schedule sends in the window if less")
+}
+
+// measuredMessagesMin is --measured-messages-min for w.
+func (f *runFlags) measuredMessagesMin(w bench.Workload) int64 {
+	if f.measuredMin < 0 {
+		return bench.DefaultMeasuredMessagesMin(w)
+	}
+	return f.measuredMin
 }
 
 func loadWorkloadArg(fs *flag.FlagSet, f *runFlags) (bench.Workload, error) {
@@ -106,7 +116,7 @@ func runOne(ctx context.Context, f runFlags, w bench.Workload) (*bench.Result, e
 	defer driver.Close()
 	result, err := bench.Run(ctx, bench.RunOptions{
 		Workload: w, Driver: driver, BrokerPID: f.brokerPID, DataDir: f.dataDir, TopicSuffix: f.topicSuffix,
-		Progress: bench.NewProgressLine(os.Stderr),
+		Progress: bench.NewProgressLine(os.Stderr), MeasuredMessagesMin: f.measuredMessagesMin(w),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s on %s: %w", w.Name, f.driver, err)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ringlog/ringlog/bench"
 )
@@ -275,5 +276,30 @@ func TestCatchUpWorkload(t *testing.T) {
 	}
 	if _, err := catchUpWorkload(fs, "lots"); err == nil {
 		t.Fatal("a bad --backlog was accepted")
+	}
+}
+
+// TestBenchRunMeasuredMessagesMin: `bench run` keeps a short window open until it measured
+// acknowledged messages unless told otherwise (--measured-messages-min; before, only tests
+// asked for it, and a short window on a starved machine measured nothing).
+func TestBenchRunMeasuredMessagesMin(t *testing.T) {
+	w := bench.Workload{ProducerRate: 50, Duration: bench.Duration(time.Second)}
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 25},
+		{[]string{"--measured-messages-min", "0"}, 0},
+		{[]string{"--measured-messages-min", "7"}, 7},
+	} {
+		fs := newBenchFlagSet("bench run")
+		var f runFlags
+		f.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.measuredMessagesMin(w); got != c.want {
+			t.Errorf("%v: %d, want %d", c.args, got, c.want)
+		}
 	}
 }

@@ -99,15 +99,15 @@ type Client struct {
 	// serverFrameBytesMax is the smallest frame limit among the brokers handshaken with
 	// (ApiVersions); guarded by mu.
 	serverFrameBytesMax int32
-	// metadataVersion is the Metadata version requested: 1 when the handshake's broker
-	// serves it, else 0 (the client then asks the Controller API who leads).
-	metadataVersion uint16
-	// joinGroupVersion is the JoinGroup version sent: 1 (the member handles
-	// MEMBER_ID_REQUIRED, KIP-394) when the handshake's broker serves it, else 0; guarded
-	// by mu.
-	joinGroupVersion uint16
-	sasl             saslState
-	principal        string // guarded by mu: what the broker authenticated us as
+	// versions holds the version sent of each API: the highest both this client and the
+	// last broker handshaken with (ApiVersions) serve, 0 for an API that broker did not
+	// list; guarded by mu. For Metadata, version 0 makes the client ask the Controller API
+	// who leads; JoinGroup version 1 means the member handles MEMBER_ID_REQUIRED (KIP-394);
+	// CreateTopics, DeleteTopics and AlterConfigs at version 1 carry a timeout that 0 does
+	// not stretch (wire.AdminVersionMax).
+	versions  [wire.APIKeyCount]uint16
+	sasl      saslState
+	principal string // guarded by mu: what the broker authenticated us as
 
 	// sleep pauses between retries (tests inject a recorder); jitter returns a value in
 	// [0, 1).
@@ -210,22 +210,26 @@ func (c *Client) handshake(ctx context.Context, addr string) error {
 	if err := c.Call(ctx, addr, &wire.APIVersionsRequest{ClientID: c.cfg.ClientID}, &ver); err != nil {
 		return err
 	}
-	var mdv, jgv uint16
+	var versions [wire.APIKeyCount]uint16
 	for _, a := range ver.APIs {
-		switch a.API {
-		case wire.APIMetadata:
-			mdv = min(a.VersionMax, wire.MetadataVersionMax)
-		case wire.APIJoinGroup:
-			jgv = min(a.VersionMax, wire.JoinGroupVersionMax)
+		if a.API.Known() {
+			versions[a.API] = min(a.VersionMax, a.API.VersionMax())
 		}
 	}
 	c.mu.Lock()
 	if ver.FrameBytesMax > 0 && (c.serverFrameBytesMax == 0 || ver.FrameBytesMax < c.serverFrameBytesMax) {
 		c.serverFrameBytesMax = ver.FrameBytesMax
 	}
-	c.metadataVersion, c.joinGroupVersion = mdv, jgv
+	c.versions = versions
 	c.mu.Unlock()
 	return nil
+}
+
+// apiVersion is the version of api this client sends (versions).
+func (c *Client) apiVersion(api wire.APIKey) uint16 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.versions[api]
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -407,6 +411,19 @@ func (c *Client) callHome(ctx context.Context, req, resp wire.Message) error {
 	return c.atHome(ctx, func(addr string) error { return c.Call(ctx, addr, req, resp) })
 }
 
+// callHomeVersioned is callHome for a request at the version the handshake chose. A home
+// broker that answers it UNSUPPORTED_VERSION runs an older release than the broker
+// handshaken with (a cluster mid-upgrade or downgrade): the request goes again at version
+// 0, which every broker serves.
+func (c *Client) callHomeVersioned(ctx context.Context, req, resp wire.Message) error {
+	err := c.callHome(ctx, req, resp)
+	if errors.Is(err, wire.ErrUnsupportedVersion) && wire.WireVersionOf(req) > 0 {
+		wire.SetWireVersion(req, 0)
+		err = c.callHome(ctx, req, resp)
+	}
+	return err
+}
+
 // atHome runs call with the home broker's address. When the home broker cannot be reached
 // (a lost or refused connection) the client moves home to the next broker that answers,
 // among those metadata listed and the seeds, and runs call there once more.
@@ -468,9 +485,7 @@ func (c *Client) failover(ctx context.Context, dead string) (string, bool) {
 // refreshMetadata fetches metadata for topics (nil = all) from the home broker and
 // updates the cache.
 func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.MetadataResponse, error) {
-	c.mu.Lock()
-	version := c.metadataVersion
-	c.mu.Unlock()
+	version := c.apiVersion(wire.APIMetadata)
 	var resp wire.MetadataResponse
 	var addr string // the broker that answered
 	err := c.atHome(ctx, func(home string) error {
@@ -673,7 +688,8 @@ func (c *Client) CreateReplicatedTopic(ctx context.Context, name string, partiti
 		ct.Configs = append(ct.Configs, wire.ConfigEntry{Key: k, Value: configs[k]})
 	}
 	var resp wire.CreateTopicsResponse
-	if err := c.callHome(ctx, &wire.CreateTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []wire.CreateTopic{ct}}, &resp); err != nil {
+	req := &wire.CreateTopicsRequest{Version: c.apiVersion(wire.APICreateTopics), TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []wire.CreateTopic{ct}}
+	if err := c.callHomeVersioned(ctx, req, &resp); err != nil {
 		return fmt.Errorf("create topic %s: %w", name, err)
 	}
 	return topicResultErr("create topic", name, resp.Topics)
@@ -748,7 +764,8 @@ func (c *Client) controller(ctx context.Context, addr string, op int8, body []by
 // DeleteTopic deletes a topic.
 func (c *Client) DeleteTopic(ctx context.Context, name string) error {
 	var resp wire.DeleteTopicsResponse
-	if err := c.callHome(ctx, &wire.DeleteTopicsRequest{TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []string{name}}, &resp); err != nil {
+	req := &wire.DeleteTopicsRequest{Version: c.apiVersion(wire.APIDeleteTopics), TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []string{name}}
+	if err := c.callHomeVersioned(ctx, req, &resp); err != nil {
 		return fmt.Errorf("delete topic %s: %w", name, err)
 	}
 	c.invalidate(name)
@@ -795,7 +812,8 @@ func (c *Client) AlterConfigs(ctx context.Context, topic string, set map[string]
 		at.Configs = append(at.Configs, wire.AlterConfig{Key: k, Op: wire.AlterConfigDelete})
 	}
 	var resp wire.AlterConfigsResponse
-	if err := c.callHome(ctx, &wire.AlterConfigsRequest{Topics: []wire.AlterConfigsTopic{at}}, &resp); err != nil {
+	req := &wire.AlterConfigsRequest{Version: c.apiVersion(wire.APIAlterConfigs), TimeoutMs: timeoutMs(ctx, c.cfg.RequestTimeout), Topics: []wire.AlterConfigsTopic{at}}
+	if err := c.callHomeVersioned(ctx, req, &resp); err != nil {
 		return fmt.Errorf("alter configs of %s: %w", topic, err)
 	}
 	return topicResultErr("alter configs of", topic, resp.Topics)
@@ -849,6 +867,9 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
+// timeoutMs is a request's timeout_ms: the time left until ctx's deadline, else fallback;
+// 0 once the deadline passed, which a version 1 admin request turns into
+// REQUEST_TIMED_OUT with nothing changed.
 func timeoutMs(ctx context.Context, fallback time.Duration) int32 {
 	d := fallback
 	if deadline, ok := ctx.Deadline(); ok {

@@ -390,9 +390,7 @@ func (g *GroupConsumer) joinRound(ctx context.Context) error {
 	for _, name := range g.cfg.Assignors {
 		req.Protocols = append(req.Protocols, wire.GroupProtocol{Name: name, Metadata: sub})
 	}
-	g.c.mu.Lock()
-	req.Version = g.c.joinGroupVersion
-	g.c.mu.Unlock()
+	req.Version = g.c.apiVersion(wire.APIJoinGroup)
 	joinCtx, cancel := context.WithTimeout(ctx, g.cfg.RebalanceTimeout+g.cfg.SessionTimeout)
 	defer cancel()
 	var jr wire.JoinGroupResponse

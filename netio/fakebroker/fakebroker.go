@@ -514,6 +514,8 @@ func (b *Broker) createTopics(m *wire.CreateTopicsRequest) *wire.CreateTopicsRes
 	for _, ct := range m.Topics {
 		r := wire.TopicResult{Topic: ct.Topic}
 		switch {
+		case m.DeadlinePassed():
+			r.ErrorCode, r.ErrorMessage = wire.ErrRequestTimedOut, "timeout_ms <= 0"
 		case !validTopicName(ct.Topic):
 			r.ErrorCode, r.ErrorMessage = wire.ErrInvalidTopic, fmt.Sprintf("%q: %v", ct.Topic, ErrInvalidName)
 		case b.topics[ct.Topic] != nil:
@@ -551,7 +553,9 @@ func (b *Broker) deleteTopics(m *wire.DeleteTopicsRequest) *wire.DeleteTopicsRes
 	resp := &wire.DeleteTopicsResponse{}
 	for _, name := range m.Topics {
 		r := wire.TopicResult{Topic: name}
-		if t := b.topics[name]; t == nil {
+		if m.DeadlinePassed() {
+			r.ErrorCode, r.ErrorMessage = wire.ErrRequestTimedOut, "timeout_ms <= 0"
+		} else if t := b.topics[name]; t == nil {
 			r.ErrorCode, r.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic "+name
 		} else {
 			// Files stay open until Close: a fetch may still be sending from them.
@@ -636,6 +640,11 @@ func (b *Broker) alterConfigs(m *wire.AlterConfigsRequest) *wire.AlterConfigsRes
 	for _, at := range m.Topics {
 		r := wire.TopicResult{Topic: at.Topic}
 		t := b.topics[at.Topic]
+		if m.DeadlinePassed() {
+			r.ErrorCode, r.ErrorMessage = wire.ErrRequestTimedOut, "timeout_ms <= 0"
+			resp.Topics = append(resp.Topics, r)
+			continue
+		}
 		if t == nil {
 			r.ErrorCode, r.ErrorMessage = wire.ErrUnknownTopicOrPartition, "unknown topic "+at.Topic
 			resp.Topics = append(resp.Topics, r)

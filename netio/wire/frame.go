@@ -121,15 +121,18 @@ func KnownAPIs() []APIKey {
 func (k APIKey) Known() bool { return k < APIKeyCount && apiNames[k] != "" }
 
 // VersionMax is the highest version of the API that this package encodes and decodes:
-// 1 for Metadata (MetadataVersionMax), JoinGroup (JoinGroupVersionMax), ReplicaFetch and
-// Controller (the inter-broker protocol version), 0 for every other API. A broker answers a higher
-// version with ErrUnsupportedVersion.
+// 1 for Metadata (MetadataVersionMax), JoinGroup (JoinGroupVersionMax), CreateTopics,
+// DeleteTopics and AlterConfigs (AdminVersionMax), ReplicaFetch and Controller (the
+// inter-broker protocol version), 0 for every other API. A broker answers a higher version
+// with ErrUnsupportedVersion.
 func (k APIKey) VersionMax() uint16 {
 	switch k {
 	case APIMetadata:
 		return MetadataVersionMax
 	case APIJoinGroup:
 		return JoinGroupVersionMax
+	case APICreateTopics, APIDeleteTopics, APIAlterConfigs:
+		return AdminVersionMax
 	case APIReplicaFetch:
 		return ReplicaFetchVersionMax
 	case APIController:

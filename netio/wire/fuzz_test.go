@@ -43,6 +43,7 @@ func FuzzSplitRequest(f *testing.F) {
 				t.Fatalf("length %d, payload %d", h.Length, len(payload))
 			}
 			if m := NewRequest(h.API); m != nil {
+				SetWireVersion(m, h.Version)
 				checkStable(t, m, payload)
 			}
 			rest = next
@@ -178,11 +179,17 @@ func FuzzMetadataResponseV1(f *testing.F) {
 func FuzzCreateTopicsRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(CreateTopicsRequest) }, sampleRequests())
 }
+func FuzzCreateTopicsRequestV1(f *testing.F) {
+	fuzzMessage(f, func() Message { return &CreateTopicsRequest{Version: 1} }, sampleRequests())
+}
 func FuzzCreateTopicsResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(CreateTopicsResponse) }, sampleResponses())
 }
 func FuzzDeleteTopicsRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(DeleteTopicsRequest) }, sampleRequests())
+}
+func FuzzDeleteTopicsRequestV1(f *testing.F) {
+	fuzzMessage(f, func() Message { return &DeleteTopicsRequest{Version: 1} }, sampleRequests())
 }
 func FuzzDeleteTopicsResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(DeleteTopicsResponse) }, sampleResponses())
@@ -201,6 +208,9 @@ func FuzzDescribeConfigsResponse(f *testing.F) {
 }
 func FuzzAlterConfigsRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(AlterConfigsRequest) }, sampleRequests())
+}
+func FuzzAlterConfigsRequestV1(f *testing.F) {
+	fuzzMessage(f, func() Message { return &AlterConfigsRequest{Version: 1} }, sampleRequests())
 }
 func FuzzAlterConfigsResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(AlterConfigsResponse) }, sampleResponses())

@@ -14,6 +14,9 @@ func FuzzFindCoordinatorResponse(f *testing.F) {
 func FuzzJoinGroupRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(JoinGroupRequest) }, sampleRequests())
 }
+func FuzzJoinGroupRequestV1(f *testing.F) {
+	fuzzMessage(f, func() Message { return &JoinGroupRequest{Version: 1} }, sampleRequests())
+}
 func FuzzJoinGroupResponse(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(JoinGroupResponse) }, sampleResponses())
 }

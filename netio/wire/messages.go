@@ -880,12 +880,37 @@ func readInt32s(r *reader) []int32 {
 }
 
 // ---------------------------------------------------------------------------------------
+// Admin request timeouts (CreateTopics, DeleteTopics, AlterConfigs).
+
+// AdminVersionMax is the highest version of CreateTopics, DeleteTopics and AlterConfigs this
+// package encodes: 1. Version 1 reads timeout_ms as Kafka's KRaft controller does (a
+// deadline now + timeout_ms, so 0 or less has passed: the request is answered
+// REQUEST_TIMED_OUT for every topic and nothing changes) and gives AlterConfigs a
+// timeout_ms; version 0 read 0 or less as the broker's 30 s, and its AlterConfigs had no
+// timeout. The payload of CreateTopics and DeleteTopics is the same in both versions.
+const AdminVersionMax = 1
+
+// adminDeadlinePassed reports whether an admin request at version has no time left.
+func adminDeadlinePassed(version uint16, timeoutMs int32) bool { return version >= 1 && timeoutMs <= 0 }
+
+// ---------------------------------------------------------------------------------------
 // CreateTopics (key 5)
 
 type CreateTopicsRequest struct {
+	// Version is the API version (AdminVersionMax); it changes what TimeoutMs 0 means.
+	Version      uint16
 	TimeoutMs    int32
 	ValidateOnly bool
 	Topics       []CreateTopic
+}
+
+func (m *CreateTopicsRequest) WireVersion() uint16     { return m.Version }
+func (m *CreateTopicsRequest) SetWireVersion(v uint16) { m.Version = v }
+
+// DeadlinePassed reports whether the request must be answered REQUEST_TIMED_OUT unrun
+// (version 1, timeout_ms <= 0).
+func (m *CreateTopicsRequest) DeadlinePassed() bool {
+	return adminDeadlinePassed(m.Version, m.TimeoutMs)
 }
 
 type CreateTopic struct {
@@ -956,8 +981,18 @@ func (m *CreateTopicsResponse) ReadFrom(b []byte) error {
 // DeleteTopics (key 6)
 
 type DeleteTopicsRequest struct {
+	Version   uint16 // the API version (AdminVersionMax); it changes what TimeoutMs 0 means
 	TimeoutMs int32
 	Topics    []string
+}
+
+func (m *DeleteTopicsRequest) WireVersion() uint16     { return m.Version }
+func (m *DeleteTopicsRequest) SetWireVersion(v uint16) { m.Version = v }
+
+// DeadlinePassed reports whether the request must be answered REQUEST_TIMED_OUT unrun
+// (version 1, timeout_ms <= 0).
+func (m *DeleteTopicsRequest) DeadlinePassed() bool {
+	return adminDeadlinePassed(m.Version, m.TimeoutMs)
 }
 
 type DeleteTopicsResponse struct {
@@ -1169,8 +1204,21 @@ func (m *DescribeConfigsResponse) ReadFrom(b []byte) error {
 
 // AlterConfigsRequest changes topic configs incrementally: each op sets or removes one key.
 type AlterConfigsRequest struct {
+	Version      uint16 // the API version (AdminVersionMax): 1 carries TimeoutMs
 	ValidateOnly bool
 	Topics       []AlterConfigsTopic
+	// TimeoutMs (version 1, after Topics on the wire) bounds a replicated change's wait for
+	// the controller, as CreateTopics' does; version 0 has none (the broker's 30 s).
+	TimeoutMs int32
+}
+
+func (m *AlterConfigsRequest) WireVersion() uint16     { return m.Version }
+func (m *AlterConfigsRequest) SetWireVersion(v uint16) { m.Version = v }
+
+// DeadlinePassed reports whether the request must be answered REQUEST_TIMED_OUT unrun
+// (version 1, timeout_ms <= 0).
+func (m *AlterConfigsRequest) DeadlinePassed() bool {
+	return adminDeadlinePassed(m.Version, m.TimeoutMs)
 }
 
 type AlterConfigsTopic struct {
@@ -1209,6 +1257,9 @@ func (m *AlterConfigsRequest) AppendTo(dst []byte) []byte {
 			dst = appendString(dst, c.Value)
 		}
 	}
+	if m.Version >= 1 {
+		dst = appendInt32(dst, m.TimeoutMs)
+	}
 	return dst
 }
 
@@ -1223,6 +1274,10 @@ func (m *AlterConfigsRequest) ReadFrom(b []byte) error {
 		for j := range t.Configs {
 			t.Configs[j] = AlterConfig{r.string(), r.int8(), r.string()}
 		}
+	}
+	m.TimeoutMs = 0
+	if m.Version >= 1 {
+		m.TimeoutMs = r.int32()
 	}
 	return r.done("AlterConfigs request")
 }

@@ -20,11 +20,16 @@ func sampleRequests() []Message {
 		&CreateTopicsRequest{TimeoutMs: 1000, ValidateOnly: true, Topics: []CreateTopic{
 			{Topic: "orders", Partitions: 8, ReplicationFactor: 1, Configs: []ConfigEntry{{"retention.ms", "86400000"}, {"cleanup.policy", "delete"}}},
 		}},
+		&CreateTopicsRequest{Version: 1, TimeoutMs: 30000, Topics: []CreateTopic{{Topic: "orders", Partitions: 1, ReplicationFactor: -1}}},
 		&DeleteTopicsRequest{TimeoutMs: 1000, Topics: []string{"orders"}},
+		&DeleteTopicsRequest{Version: 1, TimeoutMs: 0, Topics: []string{"orders", "payments"}},
 		&DescribeTopicsRequest{Topics: []string{"orders"}},
 		&DescribeConfigsRequest{Topics: []DescribeConfigsTopic{{Topic: "orders", Keys: []string{"retention.ms"}}, {Topic: "payments"}}},
 		&AlterConfigsRequest{ValidateOnly: false, Topics: []AlterConfigsTopic{
 			{Topic: "orders", Configs: []AlterConfig{{"retention.ms", AlterConfigSet, "1000"}, {"segment.bytes", AlterConfigDelete, ""}}},
+		}},
+		&AlterConfigsRequest{Version: 1, ValidateOnly: true, TimeoutMs: 2000, Topics: []AlterConfigsTopic{
+			{Topic: "orders", Configs: []AlterConfig{{"retention.ms", AlterConfigSet, "1000"}}},
 		}},
 		&InitProducerIDRequest{Name: "billing-writer", ProducerID: -1, ProducerEpoch: -1},
 		&InitProducerIDRequest{ProducerID: 4000, ProducerEpoch: 3},

@@ -33,8 +33,12 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		write("FuzzSplitRequest", frame[:len(frame)-1])
 		write("FuzzServerStream", frame)
 		enc := m.AppendTo(nil)
-		write("Fuzz"+m.API().String()+"Request", enc)
-		write("Fuzz"+m.API().String()+"Request", enc[:len(enc)/2])
+		target := "Fuzz" + m.API().String() + "Request"
+		if v := WireVersionOf(m); v > 0 {
+			target += fmt.Sprintf("V%d", v)
+		}
+		write(target, enc)
+		write(target, enc[:len(enc)/2])
 	}
 	write("FuzzSplitRequest", stream)
 	write("FuzzServerStream", stream)

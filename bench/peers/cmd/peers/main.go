@@ -71,6 +71,7 @@ func runRabbitMQ(ctx context.Context, w bench.Workload, dataDir string) (*bench.
 	defer driver.Close()
 	return bench.Run(ctx, bench.RunOptions{
 		Workload: w, Driver: driver, DataDir: cfg.DataDir, Progress: bench.NewProgressLine(os.Stderr),
+		MeasuredMessagesMin: bench.DefaultMeasuredMessagesMin(w), // as ringlog's side of bench peers
 	})
 }
 
@@ -101,6 +102,7 @@ func runNATS(ctx context.Context, w bench.Workload, dataDir string, streamPerPar
 	defer driver.Close()
 	return bench.Run(ctx, bench.RunOptions{
 		Workload: w, Driver: driver, DataDir: cfg.DataDir, Progress: bench.NewProgressLine(os.Stderr),
+		MeasuredMessagesMin: bench.DefaultMeasuredMessagesMin(w), // as ringlog's side of bench peers
 	})
 }
 

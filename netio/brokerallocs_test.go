@@ -26,7 +26,7 @@ type allocsRig struct {
 	// produceLarge is an acks=1 produce of one record larger than the ring driver's receive
 	// buffer: its frame always arrives in pieces, so the frame-read clock runs for it.
 	produceLarge []byte
-	fetch   []byte           // a fetch frame of the last record produced before it
+	fetch        []byte // a fetch frame of the last record produced before it
 	// poll is a long-poll fetch frame (max wait 30 s, min bytes 1) whose fetch offset,
 	// at pollOffsetAt, is patched in place to the partition's end before each use; next
 	// counts the records produced so far. pollTimeout is the same with a 1 ms wait.

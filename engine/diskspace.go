@@ -58,7 +58,7 @@ type DiskSpace struct {
 
 	free      atomic.Int64 // estimated free bytes: last statfs minus reservations since
 	checkedAt atomic.Int64 // clock time of the last statfs, unix nanoseconds
-	mu        sync.Mutex   // serialises statfs refreshes; never held on the fast path
+	mu        sync.Mutex   // serialises statfs refreshes; never held on the fast path, never waited for by Reserve
 }
 
 // NewDiskSpace returns the free-space guard for dir, refusing appends that would leave
@@ -98,7 +98,7 @@ func (d *DiskSpace) Mount() string { return d.mount }
 func (d *DiskSpace) Reserve(n int64) error {
 	now := d.clock().UnixNano()
 	if now-d.checkedAt.Load() >= int64(d.recheck) {
-		if err := d.refresh(); err != nil {
+		if err := d.refreshUnlessBusy(); err != nil {
 			return err
 		}
 	}
@@ -113,10 +113,31 @@ func (d *DiskSpace) Reserve(n int64) error {
 // Release gives back a reservation whose write failed.
 func (d *DiskSpace) Release(n int64) { d.free.Add(n) }
 
+// refreshUnlessBusy is refresh for Reserve: when another goroutine is refreshing already
+// (another shard, a zeroing job), the caller goes on with the estimate it has instead of
+// waiting for that statfs. A shard loop must not wait on a mutex: its thread is locked, so
+// the runtime parks it, hands its P to another thread and must wake it again
+// (docs/benchmarks.md, "Session 12: what parks the shard threads"). The estimate is at most
+// one recheck interval old and still lowered by every reservation.
+func (d *DiskSpace) refreshUnlessBusy() error {
+	if !d.mu.TryLock() {
+		return nil
+	}
+	defer d.mu.Unlock()
+	if d.clock().UnixNano()-d.checkedAt.Load() < int64(d.recheck) {
+		return nil // refreshed by another goroutine since the caller looked
+	}
+	return d.refreshLocked()
+}
+
 // refresh reads statfs and replaces the estimate.
 func (d *DiskSpace) refresh() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.refreshLocked()
+}
+
+func (d *DiskSpace) refreshLocked() error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(d.dir, &st); err != nil {
 		return fmt.Errorf("%w: statfs %s: %w", ErrStorageWrite, d.dir, err)

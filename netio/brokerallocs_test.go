@@ -23,7 +23,10 @@ type allocsRig struct {
 	nc      net.Conn
 	other   net.Conn         // a second connection to the same shard (the long-poll's producer)
 	produce map[int16][]byte // acks -> one pre-encoded produce frame of one 1 KiB record
-	fetch   []byte           // a fetch frame of the last record produced before it
+	// produceLarge is an acks=1 produce of one record larger than the ring driver's receive
+	// buffer: its frame always arrives in pieces, so the frame-read clock runs for it.
+	produceLarge []byte
+	fetch        []byte // a fetch frame of the last record produced before it
 	// poll is a long-poll fetch frame (max wait 30 s, min bytes 1) whose fetch offset,
 	// at pollOffsetAt, is patched in place to the partition's end before each use; next
 	// counts the records produced so far. pollTimeout is the same with a 1 ms wait.
@@ -65,6 +68,14 @@ func startAllocsRig(tb testing.TB, driver string) *allocsRig {
 		r.produce[acks] = wire.AppendRequest(nil, 1, &wire.ProduceRequest{Acks: acks, TimeoutMs: 30_000,
 			Topics: []wire.ProduceTopic{{Topic: "allocs", Partitions: []wire.ProducePartition{{Partition: 0, Records: records}}}}})
 	}
+	bl.Reset()
+	bl.Append(time.Now().UnixMilli(), nil, make([]byte, largeRecordBytes), nil)
+	large, err := bl.Build(nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r.produceLarge = wire.AppendRequest(nil, 1, &wire.ProduceRequest{Acks: wire.AcksLeader, TimeoutMs: 30_000,
+		Topics: []wire.ProduceTopic{{Topic: "allocs", Partitions: []wire.ProducePartition{{Partition: 0, Records: large}}}}})
 	r.fetch = wire.AppendRequest(nil, 1, &wire.FetchRequest{MaxBytes: 1 << 20,
 		Topics: []wire.FetchTopic{{Topic: "allocs", Partitions: []wire.FetchPartition{{Partition: 0, FetchOffset: 0, MaxBytes: 1 << 20}}}}})
 	r.poll, r.pollOffsetAt = longPollFrame(tb, 30_000)
@@ -139,6 +150,9 @@ func (r *allocsRig) run(op string) {
 	case "produce/acks=1":
 		r.roundTrip(r.produce[wire.AcksLeader])
 		r.next++
+	case "produce/acks=1/large":
+		r.roundTrip(r.produceLarge)
+		r.next++
 	case "produce/acks=all":
 		r.roundTrip(r.produce[wire.AcksAll])
 		r.next++
@@ -165,7 +179,10 @@ func (r *allocsRig) run(op string) {
 	}
 }
 
-var allocsOps = []string{"produce/acks=0", "produce/acks=1", "produce/acks=all", "fetch", "fetch/long-poll", "fetch/long-poll-timeout"}
+// largeRecordBytes is produceLarge's record: twice the ring driver's 64 KiB receive buffer.
+const largeRecordBytes = 128 << 10
+
+var allocsOps = []string{"produce/acks=0", "produce/acks=1", "produce/acks=1/large", "produce/acks=all", "fetch", "fetch/long-poll", "fetch/long-poll-timeout"}
 
 // BenchmarkBrokerRequestAllocs: one request at a time from a raw socket into the real
 // broker (the shard-port connection, so no mailbox hop), per driver. allocs/op are the
@@ -191,7 +208,7 @@ func BenchmarkBrokerRequestAllocs(b *testing.B) {
 // here is a new allocation per produced batch. The race detector allocates, so the check
 // runs without it.
 func TestBrokerProduceAllocatesNothing(t *testing.T) {
-	assertBrokerAllocatesNothing(t, "produce/acks=0", "produce/acks=1", "produce/acks=all")
+	assertBrokerAllocatesNothing(t, "produce/acks=0", "produce/acks=1", "produce/acks=1/large", "produce/acks=all")
 }
 
 // The same for fetches: one record by splice from the page cache, a

@@ -225,10 +225,12 @@ type ringConn struct {
 	ops        int // ring ops in flight on this connection
 	dead       bool
 	finished   bool
-	frameTimer *ring.Timer
-	retryTimer *ring.Timer
-	idleTimer  *ring.Timer
-	lastRecv   time.Time
+	frameTimer *ring.Timer // armed while a frame is incomplete (startFrameClock)
+	// frameTimerSpare is the stopped frame timer, reused by the next startFrameClock.
+	frameTimerSpare *ring.Timer
+	retryTimer      *ring.Timer
+	idleTimer       *ring.Timer
+	lastRecv        time.Time
 
 	// Sending: one batch at a time, as a plan of memory and file segments.
 	sending         bool
@@ -417,10 +419,7 @@ func (c *ringConn) parse() {
 				c.startFrameClock()
 				return
 			}
-			if c.frameTimer != nil {
-				c.frameTimer.Stop()
-				c.frameTimer = nil
-			}
+			c.stopFrameClock()
 			req := c.cur
 			c.cur = nil
 			c.dispatch(req)
@@ -468,14 +467,37 @@ func (c *ringConn) parse() {
 
 // startFrameClock arms the frame timer, unless it runs already: a frame must be complete
 // FrameReadTimeout after its first byte arrived, however slowly the rest trickles in.
+//
+// The timer is the connection's one frame timer, reused (Reset) from frame to frame: a
+// produce frame larger than a recv arms it on every request, and allocating it each time (a
+// Timer and a closure) made the shard loop allocate per request, and so meet the garbage
+// collector (a GC assist or a GC start parks the locked shard thread and hands its P over;
+// docs/benchmarks.md, "Session 12: what parks the shard threads").
 func (c *ringConn) startFrameClock() {
 	if c.frameTimer != nil {
 		return
 	}
-	c.frameTimer = c.r.AfterFunc(c.srv.cfg.FrameReadTimeout, func() {
-		c.frameTimer = nil
-		c.failLoop(errors.New("frame not completed within FrameReadTimeout of its first byte"))
-	})
+	if t := c.frameTimerSpare; t != nil {
+		c.frameTimerSpare = nil
+		t.Reset(c.srv.cfg.FrameReadTimeout)
+		c.frameTimer = t
+		return
+	}
+	c.frameTimer = c.r.AfterFunc(c.srv.cfg.FrameReadTimeout, c.frameTimedOut)
+}
+
+// stopFrameClock stops the frame timer (the frame is complete, or dropped) and keeps it for
+// the next frame.
+func (c *ringConn) stopFrameClock() {
+	if c.frameTimer != nil {
+		c.frameTimer.Stop()
+		c.frameTimerSpare, c.frameTimer = c.frameTimer, nil
+	}
+}
+
+func (c *ringConn) frameTimedOut() {
+	c.frameTimer = nil
+	c.failLoop(errors.New("frame not completed within FrameReadTimeout of its first byte"))
 }
 
 // charge takes n bytes from the connection's, its address's and its shard's budgets
@@ -514,10 +536,7 @@ func (c *ringConn) dropCurrent() {
 	}
 	c.releaseLoop(c.cur)
 	c.cur = nil
-	if c.frameTimer != nil {
-		c.frameTimer.Stop()
-		c.frameTimer = nil
-	}
+	c.stopFrameClock()
 }
 
 // complete is called by Reply from any goroutine.

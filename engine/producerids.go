@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ringlog/ringlog/ring"
 )
@@ -203,6 +204,12 @@ func decodeProducerIDs(b []byte) (producerIDsFile, error) {
 func validProducerName(name string) error {
 	if name == "" || len(name) > ProducerNameBytesMax {
 		return fmt.Errorf("%w: %d bytes, want 1 to %d", ErrInvalidProducerName, len(name), ProducerNameBytesMax)
+	}
+	if !utf8.ValidString(name) {
+		// The registry file is JSON, which keeps text only: an invalid byte would be saved
+		// as U+FFFD (three bytes), so the name read back at the next start would differ,
+		// and could be too long to load at all.
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidProducerName)
 	}
 	return nil
 }

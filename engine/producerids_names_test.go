@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -110,5 +111,25 @@ func BenchmarkSetClusterNames(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		p.SetClusterNames(names)
+	}
+}
+
+// TestProducerNameNotUTF8: a name that is not UTF-8 is refused. The registry file is JSON,
+// which saved each invalid byte as U+FFFD: 200 bytes of 0xff became a 600-byte name, and
+// the broker refused to start on its own file ("load producer ids: ... corrupt").
+func TestProducerNameNotUTF8(t *testing.T) {
+	dir := t.TempDir()
+	p, err := LoadProducerIDs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Init(strings.Repeat("\xff", 200), NoProducer); !errors.Is(err, ErrInvalidProducerName) {
+		t.Fatalf("Init of a name that is not UTF-8: %v, want ErrInvalidProducerName", err)
+	}
+	if _, err := p.Init("valid-\u00e9", NoProducer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadProducerIDs(dir); err != nil {
+		t.Fatalf("reopen: %v", err)
 	}
 }

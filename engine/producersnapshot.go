@@ -155,8 +155,8 @@ func parseProducerSnapshotName(name string) (int64, bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(stem, 10, 64)
-	if err != nil || n < 0 {
-		return 0, false
+	if err != nil || n < 0 || stem[0] < '0' || stem[0] > '9' {
+		return 0, false // a sign ("+0000000000000000007"): not a name producerSnapshotPath makes
 	}
 	return n, true
 }

@@ -258,8 +258,8 @@ func parseCleanShutdown(b []byte) int64 {
 		return -1
 	}
 	n, err := strconv.ParseInt(text, 10, 64)
-	if err != nil || n < 0 {
-		return -1
+	if err != nil || n < 0 || strconv.FormatInt(n, 10) != text {
+		return -1 // not what Close writes ("+5", "007")
 	}
 	return n
 }

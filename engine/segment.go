@@ -31,8 +31,8 @@ func parseSegmentName(name string) (base int64, suffix string, ok bool) {
 	for _, s := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 		if stem, found := strings.CutSuffix(name, s); found && len(stem) == baseOffsetDigits {
 			n, err := strconv.ParseInt(stem, 10, 64)
-			if err != nil || n < 0 {
-				return 0, "", false
+			if err != nil || n < 0 || stem[0] < '0' || stem[0] > '9' {
+				return 0, "", false // a sign ("+0000000000000000001", "-0000000000000000000"): not a name segmentPath makes
 			}
 			return n, s, true
 		}

@@ -122,6 +122,7 @@ type options struct {
 	groupSessionMax   time.Duration
 	groupMembersMax   int
 	groupPendingMax   int
+	groupStateBytes   int64
 	offsetsPartitions int
 	// offsetsRF is the replication factor of __consumer_offsets on a cluster.
 	offsetsRF     int
@@ -275,6 +276,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.DurationVar(&o.groupSessionMin, "group-min-session-timeout", 6*time.Second, "shortest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT below it)")
 	fs.DurationVar(&o.groupSessionMax, "group-max-session-timeout", 30*time.Minute, "longest session timeout a consumer group member may ask for (INVALID_SESSION_TIMEOUT above it)")
 	fs.IntVar(&o.groupMembersMax, "group-max-size", 1000, "members one consumer group may have (GROUP_MAX_SIZE_REACHED beyond it)")
+	fs.Int64Var(&o.groupStateBytes, "group-max-state-bytes", 256<<20, "bytes of state the consumer groups of one coordinator shard may keep in memory: members' protocol metadata and assignments, committed offsets with their metadata (COORDINATOR_NOT_AVAILABLE for a JoinGroup, a leader's SyncGroup or an OffsetCommit beyond it)")
 	fs.IntVar(&o.groupPendingMax, "group-max-pending-members", 100_000, "member ids handed out with MEMBER_ID_REQUIRED and not yet used, per coordinator shard (COORDINATOR_NOT_AVAILABLE for a new member beyond it; each expires after its session timeout)")
 	fs.IntVar(&o.offsetsPartitions, "offsets-partitions", 8, "partitions of __consumer_offsets (offsets.topic.num.partitions) when this broker creates it (first start; on a cluster, through the controller at the first group coordinator lookup); an existing topic keeps its count. They count against --max-partitions")
 	fs.IntVar(&o.offsetsRF, "offsets-replication-factor", 3, "offsets.topic.replication.factor: replicas of each __consumer_offsets partition on a cluster (--node-id), lowered to the live brokers when the topic is created; unused by a single broker")
@@ -629,6 +631,9 @@ func (s *settings) validate() error {
 	}
 	if o.groupPendingMax < 1 {
 		return bad("group-max-pending-members", strconv.Itoa(o.groupPendingMax), "at least 1")
+	}
+	if o.groupStateBytes < 1 {
+		return bad("group-max-state-bytes", strconv.FormatInt(o.groupStateBytes, 10), "at least 1")
 	}
 	if o.offsetsPartitions < 1 || o.offsetsPartitions > 1024 {
 		return bad("offsets-partitions", strconv.Itoa(o.offsetsPartitions), "1..1024")

@@ -74,6 +74,7 @@ func (c *Coordinator) deleteGroups(r DeleteGroups) {
 		recs = append(recs, GroupTombstone(d.g.id))
 		d.g.setState(Dead, c.now)
 		c.dropPending(d.g)
+		c.uncountGroup(d.g)
 		delete(c.groups, d.g.id)
 		c.append(d.g, recs, func(code Code) {
 			results[d.index].Err = code

@@ -34,6 +34,18 @@ const (
 	pendingJoinWaitDefault = time.Second
 )
 
+// stateBytesMaxDefault bounds the state the groups of one coordinator keep in memory:
+// members' protocol metadata and assignments, committed offsets with their metadata
+// (Kafka: unbounded). A consumer keeps hundreds of bytes to a few KiB, an offset about
+// offsetEntryBytes, so 256 MiB holds over a million offsets. Without it each JoinGroup
+// could leave a frame's worth (up to 64 MiB) behind for its session timeout, and each
+// OffsetCommit 40 MB (10,000 partitions of 4 KiB metadata) for the offsets' retention.
+const stateBytesMaxDefault = 256 << 20
+
+// offsetEntryBytes is what one committed offset costs besides its topic name and metadata:
+// the map entry (key and value, 72 bytes) and the map's overhead.
+const offsetEntryBytes = 128
+
 // Config configures a Coordinator. Zero fields take the defaults above.
 type Config struct {
 	// OffsetsPartitions is the partition count of __consumer_offsets (placement).
@@ -48,6 +60,11 @@ type Config struct {
 	GroupMembersMax int
 	// GroupsMax bounds the groups of one coordinator (COORDINATOR_NOT_AVAILABLE beyond it).
 	GroupsMax int
+	// StateBytesMax bounds what the groups keep: members' protocol names, metadata and
+	// assignments, and committed offsets (offsetEntryBytes each, plus topic and metadata).
+	// A JoinGroup, a leader's SyncGroup or an OffsetCommit that would take the coordinator
+	// past it is answered COORDINATOR_NOT_AVAILABLE (retriable).
+	StateBytesMax int64
 	// PendingMembersMax bounds the member ids handed out with MEMBER_ID_REQUIRED and not
 	// yet used, over all groups of the coordinator; beyond it a new member is answered
 	// COORDINATOR_NOT_AVAILABLE (retriable). One group holds at most GroupMembersMax of
@@ -87,6 +104,9 @@ func (c Config) withDefaults() Config {
 	if c.GroupsMax <= 0 {
 		c.GroupsMax = groupsMaxDefault
 	}
+	if c.StateBytesMax <= 0 {
+		c.StateBytesMax = stateBytesMaxDefault
+	}
 	if c.PendingMembersMax <= 0 {
 		c.PendingMembersMax = pendingMembersMaxDefault
 	}
@@ -112,6 +132,8 @@ type Coordinator struct {
 	pendingIDs int                       // member ids pending over all groups (MEMBER_ID_REQUIRED)
 	timers     timerHeap                 // each group's next deadline (lazy entries; see timers.go)
 	out        []Output                  // outputs not yet taken by Ready
+
+	stateBytes int64 // what the groups keep (state.go; Config.StateBytesMax)
 }
 
 type pendingAppend struct {
@@ -218,6 +240,9 @@ func (c *Coordinator) Load(now time.Time, partition int32, snap *Snapshot) error
 		}
 	}
 	for _, id := range snap.GroupIDs() {
+		if old := c.groups[id]; old != nil {
+			c.uncountGroup(old) // replaced whole (a partition loads after it unloaded, which uncounted it)
+		}
 		g := c.loadGroup(id, partition, snap.Groups[id])
 		c.groups[id] = g
 		c.schedule(g)
@@ -230,6 +255,9 @@ func (c *Coordinator) Load(now time.Time, partition int32, snap *Snapshot) error
 func (c *Coordinator) loadGroup(id string, partition int32, lg *LoadedGroup) *group {
 	g := newGroup(id, partition, c.now)
 	g.offsets = maps.Clone(lg.Offsets)
+	for tp, v := range g.offsets {
+		c.stateBytes += offsetBytes(tp, v) // stored offsets count, past the bound too
+	}
 	md := lg.Metadata
 	if md == nil {
 		return g
@@ -257,6 +285,7 @@ func (c *Coordinator) loadGroup(id string, partition int32, lg *LoadedGroup) *gr
 		}
 		m.heartbeatDeadline = c.now.Add(m.sessionTimeout)
 		g.addMember(m)
+		c.recount(m) // stored members count, past the bound too: they were accepted once
 	}
 	if len(g.members) > 0 {
 		g.state = Stable
@@ -282,6 +311,7 @@ func (c *Coordinator) Unload(now time.Time, partition int32) {
 		for _, m := range slices.Clone(g.members) {
 			c.answerWaiting(m, CodeNotCoordinator)
 		}
+		c.uncountGroup(g)
 		g.state = Dead
 		c.dropPending(g)
 		delete(c.groups, id)

@@ -49,7 +49,11 @@ type member struct {
 	joinReq                              uint64
 	awaitingSync                         bool // a SyncGroup (syncReq) waits for the leader's assignment
 	syncReq                              uint64
+	counted                              int64 // keptBytes as the coordinator's stateBytes counts it
 }
+
+// keptBytes is what the member keeps of its requests: protocols and assignment.
+func (m *member) keptBytes() int64 { return protocolsBytes(m.protocols) + int64(len(m.assignment)) }
 
 func newGroup(id string, partition int32, now time.Time) *group {
 	return &group{

@@ -6,6 +6,21 @@ import "fmt"
 // sequence of inputs may produce. Run after every input when invariantsEnabled, and by the
 // randomized tests always.
 func (c *Coordinator) checkInvariants() {
+	var kept int64
+	for _, g := range c.groups {
+		for _, m := range g.members {
+			if m.counted != m.keptBytes() {
+				panic(fmt.Sprintf("group: member %q of %q counted as keeping %d bytes, keeps %d", m.id, g.id, m.counted, m.keptBytes()))
+			}
+			kept += m.counted
+		}
+		for tp, v := range g.offsets {
+			kept += offsetBytes(tp, v)
+		}
+	}
+	if kept != c.stateBytes {
+		panic(fmt.Sprintf("group: the groups keep %d bytes, the coordinator counts %d", kept, c.stateBytes))
+	}
 	for id, g := range c.groups {
 		if g.id != id || g.state == Dead {
 			panic(fmt.Sprintf("group: %q indexed as %q in state %s", g.id, id, g.state))

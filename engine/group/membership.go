@@ -29,6 +29,10 @@ func (c *Coordinator) join(r JoinGroup) {
 	if r.RebalanceTimeout <= 0 {
 		r.RebalanceTimeout = rebalanceTimeoutFallback
 	}
+	if c.joinExceeds(c.groups[r.Group], r) {
+		fail(CodeCoordinatorNotAvailable)
+		return
+	}
 	g := c.groups[r.Group]
 	if g == nil {
 		if r.MemberID != "" {
@@ -112,6 +116,7 @@ func (c *Coordinator) addMemberAndRebalance(g *group, r JoinGroup, id string) {
 	}
 	m := &member{id: id, instanceID: r.InstanceID, clientID: r.ClientID, clientHost: r.ClientHost}
 	m.update(r, c.now)
+	c.recount(m)
 	if len(g.members) == 0 {
 		g.protocolType = r.ProtocolType
 	}
@@ -130,6 +135,7 @@ func (c *Coordinator) updateMemberAndRebalance(g *group, m *member, r JoinGroup)
 		c.reply(m.joinReq, JoinGroupResponse{Err: CodeRebalanceInProgress, MemberID: m.id, Generation: -1})
 	}
 	m.update(r, c.now)
+	c.recount(m)
 	if g.state != PreparingRebalance {
 		c.prepareRebalance(g)
 	}
@@ -154,6 +160,7 @@ func (c *Coordinator) staticRejoin(g *group, r JoinGroup) {
 	// Kafka's rule: rebalance only if the restarted member's protocols change the group's
 	// protocol. Its metadata may differ (a restarted consumer owns nothing yet) without one.
 	m.update(r, c.now)
+	c.recount(m)
 	m.awaitingJoin, m.joinReq = false, 0
 	if g.selectProtocol() != g.protocol {
 		c.updateMemberAndRebalance(g, m, r)
@@ -188,6 +195,7 @@ func (c *Coordinator) prepareRebalance(g *group) {
 				m.awaitingSync, m.syncReq = false, 0
 			}
 			m.assignment = nil
+			c.recount(m)
 		}
 	}
 	clear(g.pendingSync)
@@ -280,12 +288,17 @@ func (c *Coordinator) sync(r SyncGroup) {
 		delete(g.pendingSync, m.id)
 		c.reply(r.ReqID, SyncGroupResponse{ProtocolType: g.protocolType, Protocol: g.protocol, Assignment: m.assignment})
 	case CompletingRebalance:
+		assigns := m.id == g.leader && !(g.assignmentPending && g.assignmentPendingGen == g.generation)
+		if assigns && c.assignmentExceeds(g, r.Assignments) {
+			fail(CodeCoordinatorNotAvailable) // as if it never came: the sync deadline applies
+			return
+		}
 		if m.awaitingSync {
 			c.reply(m.syncReq, SyncGroupResponse{Err: CodeRebalanceInProgress})
 		}
 		m.awaitingSync, m.syncReq = true, r.ReqID
 		delete(g.pendingSync, m.id)
-		if m.id == g.leader && !(g.assignmentPending && g.assignmentPendingGen == g.generation) {
+		if assigns {
 			c.storeAssignment(g, r.Assignments)
 		}
 	default:
@@ -308,6 +321,7 @@ func (c *Coordinator) storeAssignment(g *group, assignments []MemberAssignment) 
 		} else {
 			m.assignment = []byte{}
 		}
+		c.recount(m)
 	}
 	generation := g.generation
 	g.assignmentPending, g.assignmentPendingGen = true, generation
@@ -325,6 +339,7 @@ func (c *Coordinator) storeAssignment(g *group, assignments []MemberAssignment) 
 					m.awaitingSync, m.syncReq = false, 0
 				}
 				m.assignment = nil
+				c.recount(m)
 			}
 			c.prepareRebalance(g)
 			return
@@ -420,6 +435,7 @@ func (c *Coordinator) leave(r LeaveGroup) {
 func (c *Coordinator) removeMember(g *group, m *member, code Code) {
 	c.answerWaiting(m, code)
 	g.removeMember(m)
+	c.uncount(m)
 }
 
 func (c *Coordinator) answerWaiting(m *member, code Code) {

@@ -23,6 +23,10 @@ func (c *Coordinator) commit(r OffsetCommit) {
 		failAll(CodeInvalidCommitOffsetSize)
 		return
 	}
+	if c.commitExceeds(c.groups[r.Group], r) {
+		failAll(CodeCoordinatorNotAvailable)
+		return
+	}
 	g := c.groups[r.Group]
 	if g == nil {
 		if r.Generation >= 0 || r.MemberID != "" {
@@ -96,9 +100,9 @@ func (c *Coordinator) storeOffsets(g *group, r OffsetCommit) {
 			}
 			o := r.Offsets[i]
 			if live := c.groups[g.id]; live != nil { // not deleted meanwhile
-				live.offsets[TopicPartition{o.Topic, o.Partition}] = OffsetValue{
+				c.setOffset(live, TopicPartition{o.Topic, o.Partition}, OffsetValue{
 					Offset: o.Offset, LeaderEpoch: o.LeaderEpoch, Metadata: o.Metadata,
-					CommitTimestampMs: nowMs, ExpireTimestampMs: -1}
+					CommitTimestampMs: nowMs, ExpireTimestampMs: -1})
 			}
 		}
 		c.reply(r.ReqID, OffsetCommitResponse{Partitions: results})
@@ -138,7 +142,7 @@ func (c *Coordinator) expireOffsets(g *group) {
 		if g.offsetExpiry(g.offsets[tp], c.cfg.OffsetsRetention).After(c.now) {
 			continue
 		}
-		delete(g.offsets, tp)
+		c.deleteOffset(g, tp)
 		recs = append(recs, OffsetTombstone(g.id, tp.Topic, tp.Partition))
 	}
 	if len(g.offsets) == 0 && g.appendsPending == 0 && len(g.pending) == 0 { // a commit in flight may still add offsets; a pending member may still join

@@ -66,6 +66,9 @@ type GroupsConfig struct {
 	// PendingMembersMax bounds, per coordinator shard, the member ids handed out with
 	// MEMBER_ID_REQUIRED and not yet used (0: 100 000; group.Config.PendingMembersMax).
 	PendingMembersMax int
+	// StateBytesMax bounds, per coordinator shard, the state the groups keep: members'
+	// protocol metadata and assignments, committed offsets (0: 256 MiB; group.Config.StateBytesMax).
+	StateBytesMax int64
 	// OffsetsRetention: offsets of an Empty group are kept this long (0: 7 days).
 	OffsetsRetention time.Duration
 	// Replicated: this broker is a member of a replicated cluster. __consumer_offsets is
@@ -113,8 +116,9 @@ func (b *Broker) groupConfig(partitions int32) group.Config {
 	return group.Config{
 		OffsetsPartitions: partitions,
 		SessionTimeoutMin: gc.SessionTimeoutMin, SessionTimeoutMax: gc.SessionTimeoutMax,
-		GroupMembersMax: gc.GroupMembersMax, PendingMembersMax: gc.PendingMembersMax, OffsetsRetention: gc.OffsetsRetention,
-		Incarnation: uint64(b.now().UnixMilli()),
+		GroupMembersMax: gc.GroupMembersMax, PendingMembersMax: gc.PendingMembersMax, StateBytesMax: gc.StateBytesMax,
+		OffsetsRetention: gc.OffsetsRetention,
+		Incarnation:      uint64(b.now().UnixMilli()),
 	}
 }
 

@@ -26,6 +26,22 @@ func (s *Server) groupDo(p *pending, req group.Request, answer func(group.Respon
 
 func millis(ms int32) time.Duration { return time.Duration(ms) * time.Millisecond }
 
+// uniqueNames is names without repeats, in the order of their first appearance.
+func uniqueNames(names []string) []string {
+	if len(names) < 2 {
+		return names
+	}
+	seen := make(map[string]struct{}, len(names))
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if _, dup := seen[n]; !dup {
+			seen[n] = struct{}{}
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // nullable is s as a nullable string: nil when empty.
 func nullable(s string) *string {
 	if s == "" {

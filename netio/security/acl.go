@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // ACLs. A rule allows or denies one principal (or every principal, "User:*") one operation
@@ -138,6 +139,10 @@ func (a ACL) Validate() error {
 		return errors.New("cluster rules are literal")
 	case len(a.Name) > 255:
 		return errors.New("resource name over 255 bytes")
+	case !utf8.ValidString(a.Name) || !utf8.ValidString(a.Principal):
+		// acls.json keeps text only: the rule would come back from it naming another
+		// resource (each invalid byte saved as U+FFFD), and a deny would stop applying.
+		return errors.New("resource name and principal must be UTF-8")
 	}
 	return nil
 }
@@ -224,23 +229,35 @@ func OpenAuthorizer(dir string, enabled bool, superUsers []string) (*Authorizer,
 	if err != nil || data == nil {
 		return a, err
 	}
-	var f aclFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	rules, err := decodeACLFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ACLFile, err)
 	}
+	a.install(rules)
+	return a, nil
+}
+
+// decodeACLFile decodes the ACL file's contents into valid rules, at most aclsMax.
+func decodeACLFile(data []byte) ([]ACL, error) {
+	var f aclFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
+	}
 	if f.Format != 1 {
-		return nil, fmt.Errorf("%s: format %d, want 1", ACLFile, f.Format)
+		return nil, fmt.Errorf("format %d, want 1", f.Format)
+	}
+	if len(f.ACLs) > aclsMax {
+		return nil, fmt.Errorf("%d rules: the most a broker keeps is %d", len(f.ACLs), aclsMax)
 	}
 	rules := make([]ACL, 0, len(f.ACLs))
 	for i, r := range f.ACLs {
 		acl, err := r.parse()
 		if err != nil {
-			return nil, fmt.Errorf("%s: rule %d: %w", ACLFile, i, err)
+			return nil, fmt.Errorf("rule %d: %w", i, err)
 		}
 		rules = append(rules, acl)
 	}
-	a.install(rules)
-	return a, nil
+	return rules, nil
 }
 
 func (r aclFileRule) parse() (ACL, error) {

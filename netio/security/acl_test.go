@@ -98,6 +98,11 @@ func TestAuthorize(t *testing.T) {
 	if err := a.Add([]security.ACL{rule(security.Allow, "alice", T, "x", L, security.OpRead)}); err == nil {
 		t.Fatal("a principal without User: was accepted")
 	}
+	// acls.json keeps text: a rule naming a resource that is not UTF-8 would reload as a
+	// rule for another name (U+FFFD for each invalid byte), so it is refused.
+	if err := a.Add([]security.ACL{rule(security.Deny, "User:*", G, "grp-\xff", L, security.OpRead)}); err == nil {
+		t.Fatal("a rule naming a resource that is not UTF-8 was accepted")
+	}
 }
 
 func BenchmarkAuthorize(b *testing.B) {

@@ -63,30 +63,45 @@ func OpenCredentials(dir string) (*Credentials, error) {
 	if err != nil || data == nil {
 		return c, err
 	}
-	var f credentialsFile
-	if err := json.Unmarshal(data, &f); err != nil {
+	users, err := decodeCredentialsFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", CredentialsFile, err)
 	}
-	if f.Format != 1 {
-		return nil, fmt.Errorf("%s: format %d, want 1", CredentialsFile, f.Format)
+	c.users = users
+	return c, nil
+}
+
+// decodeCredentialsFile decodes the credentials file's contents: at most usersMax users
+// with valid names, each with valid credentials of known mechanisms.
+func decodeCredentialsFile(data []byte) (map[string]map[string]scram.Credential, error) {
+	var f credentialsFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
 	}
+	if f.Format != 1 {
+		return nil, fmt.Errorf("format %d, want 1", f.Format)
+	}
+	if len(f.Users) > usersMax {
+		return nil, fmt.Errorf("%d users: the most the broker keeps is %d", len(f.Users), usersMax)
+	}
+	users := map[string]map[string]scram.Credential{}
 	for user, mechs := range f.Users {
 		if err := ValidUserName(user); err != nil {
-			return nil, fmt.Errorf("%s: user %q: %w", CredentialsFile, user, err)
+			return nil, fmt.Errorf("user %q: %w", user, err)
 		}
 		for name, s := range mechs {
 			m := scram.ByName(name)
 			cred := scram.Credential{Salt: s.Salt, Iterations: s.Iterations, StoredKey: s.StoredKey, ServerKey: s.ServerKey}
 			if m == nil || !m.Valid(cred) {
-				return nil, fmt.Errorf("%s: user %q: invalid %s credential", CredentialsFile, user, name)
+				return nil, fmt.Errorf("user %q: invalid %s credential", user, name)
 			}
-			if c.users[user] == nil {
-				c.users[user] = map[string]scram.Credential{}
+			if users[user] == nil {
+				users[user] = map[string]scram.Credential{}
 			}
-			c.users[user][name] = cred
+			users[user][name] = cred
 		}
 	}
-	return c, nil
+	return users, nil
 }
 
 // ValidUserName checks a SCRAM user name.

@@ -3,7 +3,9 @@ package controller
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -128,4 +130,32 @@ func snapshotRoundTrip(t *testing.T, fsm *FSM) *FSM {
 		t.Fatal(err)
 	}
 	return restored
+}
+
+// FuzzParseVoters: --controller-voters parses to 1, 3 or 5 voters with distinct positive
+// ids and distinct addresses that raft can dial, or to ErrBadVoters.
+func FuzzParseVoters(f *testing.F) {
+	for _, s := range []string{"1@a:1", "1@a:1,2@b:2,3@c:3", "1@a:1,1@b:2,3@c:3", "1@[::1]:9093", "0@a:1", "1@:1", "1@a:0", "1@a:65536", " 1@a:1 , ", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		voters, err := ParseVoters(s)
+		if err != nil {
+			if !errors.Is(err, ErrBadVoters) {
+				t.Fatalf("error not ErrBadVoters: %v", err)
+			}
+			return
+		}
+		if !votersAllowed[len(voters)] {
+			t.Fatalf("%q: %d voters", s, len(voters))
+		}
+		ids, addrs := map[int32]bool{}, map[string]bool{}
+		for _, v := range voters {
+			host, _, err := net.SplitHostPort(v.Addr)
+			if v.ID < 1 || ids[v.ID] || addrs[v.Addr] || err != nil || host == "" {
+				t.Fatalf("%q: voter %+v", s, v)
+			}
+			ids[v.ID], addrs[v.Addr] = true, true
+		}
+	})
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,37 +23,46 @@ type TransportTLS struct {
 	Client func(addr string) (*tls.Config, error)
 }
 
-// tlsStreamLayer is raft's StreamLayer over TLS: a TLS listener, and TLS dials.
-type tlsStreamLayer struct {
+// streamLayer is raft's StreamLayer: a listener whose connections go through the guard
+// (raftguard.go), plain or TLS, and dials of the same kind.
+type streamLayer struct {
 	net.Listener
 	advertise net.Addr
-	client    func(addr string) (*tls.Config, error)
+	dial      func(address string, timeout time.Duration) (net.Conn, error)
 }
 
-func (l *tlsStreamLayer) Addr() net.Addr { return l.advertise }
+func (l *streamLayer) Addr() net.Addr { return l.advertise }
 
-func (l *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	cfg, err := l.client(string(address))
-	if err != nil {
-		return nil, err
-	}
-	d := &net.Dialer{Timeout: timeout}
-	c, err := tls.DialWithDialer(d, "tcp", string(address), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("raft TLS dial %s: %w", address, err)
-	}
-	return c, nil
+func (l *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return l.dial(string(address), timeout)
 }
 
-// newTransport is raft's TCP transport on bind, plain or (with t) over TLS.
+// newTransport is raft's network transport on bind, plain TCP or (with t) mutual TLS,
+// every accepted connection guarded (raftguard.go).
 func newTransport(bind string, advertise net.Addr, t *TransportTLS, logOutput io.Writer) (*raft.NetworkTransport, error) {
-	if t == nil {
-		return raft.NewTCPTransport(bind, advertise, transportPoolConns, transportTimeout, logOutput)
+	if a, ok := advertise.(*net.TCPAddr); !ok || a.IP == nil || a.IP.IsUnspecified() {
+		return nil, errors.New("raft advertise address is not a usable TCP address") // as raft.NewTCPTransport
 	}
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
 	}
-	layer := &tlsStreamLayer{Listener: tls.NewListener(ln, t.Server), advertise: advertise, client: t.Client}
+	layer := &streamLayer{Listener: &guardedListener{Listener: ln}, advertise: advertise, dial: func(address string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", address, timeout)
+	}}
+	if t != nil {
+		layer.Listener = &guardedListener{Listener: tls.NewListener(ln, t.Server)}
+		layer.dial = func(address string, timeout time.Duration) (net.Conn, error) {
+			cfg, err := t.Client(address)
+			if err != nil {
+				return nil, err
+			}
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", address, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("raft TLS dial %s: %w", address, err)
+			}
+			return c, nil
+		}
+	}
 	return raft.NewNetworkTransport(layer, transportPoolConns, transportTimeout, logOutput), nil
 }

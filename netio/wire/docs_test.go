@@ -93,7 +93,7 @@ func TestDocsVersionedAPIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`Every API is at version 0 except ([A-Za-z, ]+?),\s+which\s+also\s+have\s+version\s+(\d+)`).FindSubmatch(data)
+	m := regexp.MustCompile(`Every API is at version 0 except ([A-Za-z,\s]+?),\s+which\s+also\s+have\s+version\s+(\d+)`).FindSubmatch(data)
 	if m == nil {
 		t.Fatal(`docs/protocol.md: no sentence "Every API is at version 0 except ..., which also have version N"`)
 	}

@@ -212,9 +212,7 @@ func TestCompactKeepsNewestPerKey(t *testing.T) {
 	for i, codec := range []batch.Codec{batch.CodecNone, batch.CodecZstd, batch.CodecNone} {
 		mode := []StorageMode{StoragePageCache, StoragePageCache, StorageDirect}[i]
 		t.Run(codec.String()+"-"+string(mode), func(t *testing.T) {
-			seed := uint64(time.Now().UnixNano())
-			t.Logf("seed %d", seed)
-			rng := rand.New(rand.NewPCG(seed, 1))
+			rng := compactRand(t, 1)
 			dir := t.TempDir()
 			cfg := compactConfig()
 			cfg.Storage, cfg.DirectChunkBytes, cfg.DirectCacheChunks = mode, 16<<10, 2
@@ -282,16 +280,22 @@ func TestCompactKeepsNewestPerKey(t *testing.T) {
 	}
 }
 
-// compactRand returns a generator on stream from a fresh seed, printed (RINGLOG_COMPACT_SEED
-// replays a failed run's).
-func compactRand(t testing.TB, stream uint64) *rand.Rand {
+// compactSeed returns a fresh seed, printed; RINGLOG_COMPACT_SEED replays a failed run's.
+// Every randomized compaction test takes its seed here, or the printed seed replays nothing.
+func compactSeed(t testing.TB) uint64 {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("RINGLOG_COMPACT_SEED"), 10, 64); err == nil {
 		seed = v
 	}
-	t.Logf("seed %d", seed)
-	return rand.New(rand.NewPCG(seed, stream))
+	t.Logf("seed %d (RINGLOG_COMPACT_SEED replays it)", seed)
+	return seed
+}
+
+// compactRand returns a generator on stream from compactSeed.
+func compactRand(t testing.TB, stream uint64) *rand.Rand {
+	t.Helper()
+	return rand.New(rand.NewPCG(compactSeed(t), stream))
 }
 
 // syncedCompactLog opens a compacted log (compactConfig) in a new directory and appends
@@ -497,8 +501,7 @@ func TestCompactPowerLoss(t *testing.T) {
 }
 
 func testCompactPowerLoss(t *testing.T, batches, keys, slots int) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := compactSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 4))
 	cfg := compactConfig()
 	cfg.SegmentBytes = 1 << 10

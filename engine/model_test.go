@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -35,6 +36,18 @@ func (m *logModel) visible() []byte {
 	return out
 }
 
+// modelSeed returns a fresh seed for a deterministic randomized test, printed;
+// RINGLOG_MODEL_SEED replays a failed run's.
+func modelSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := rand.Uint64()
+	if v, err := strconv.ParseUint(os.Getenv("RINGLOG_MODEL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (RINGLOG_MODEL_SEED replays it)", seed)
+	return seed
+}
+
 // TestLogAgainstModel runs random operations — appends, syncs, truncations, resets, record
 // deletion, retention, clean and crash reopens — against the log and the model, and checks
 // after each one that they agree on offsets and on every byte a reader can see.
@@ -52,9 +65,7 @@ func TestLogAgainstModel(t *testing.T) {
 			name += "+prealloc"
 		}
 		t.Run(name, func(t *testing.T) {
-			seed := uint64(rand.Int64())
-			t.Logf("seed %d", seed)
-			rng := rand.New(rand.NewPCG(seed, 4))
+			rng := rand.New(rand.NewPCG(modelSeed(t), 4))
 			dir := t.TempDir()
 			fio := faultio.New(ring.Syscalls{})
 			fio.SkipSyncs = true

@@ -38,9 +38,7 @@ func closeAndReread(t *testing.T, l *Log, dir string, cfg LogConfig, want []byte
 // syncs until WriteStaged, which writes them with one pwritev; what is read back (and what
 // recovery finds after a reopen) is every batch, in order, with the offsets handed out.
 func TestStagedAppendsOneWritePerTurn(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := rand.New(rand.NewPCG(modelSeed(t), 1))
 	dir := t.TempDir()
 	cfg := testConfig(StoragePageCache)
 	cfg.SegmentBytes = 1 << 20

@@ -220,8 +220,8 @@ func TestTables(t *testing.T) {
 }
 
 // testNameMention is a Go test, benchmark or fuzz target named in the docs, optionally a
-// prefix ending in `*` (`TestKgoACL*`).
-var testNameMention = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*\*?`)
+// prefix ending in `*` (`TestKgoACL*`) or, inside a -run pattern, in `.*` (`TestAsync.*`).
+var testNameMention = regexp.MustCompile(`\b(?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*(?:\.\*|\*)?`)
 
 // runPattern ends the text before a test name that go test's -run (or -bench, -fuzz) reads
 // as a pattern.
@@ -292,6 +292,7 @@ func testMentionProblems(t *testing.T, root string, funcs map[string]bool, skip 
 			for _, at := range testNameMention.FindAllStringIndex(line, -1) {
 				name := line[at[0]:at[1]]
 				prefix, wildcard := strings.CutSuffix(name, "*")
+				prefix = strings.TrimSuffix(prefix, ".")
 				// `go test -run TestServer` is a pattern: it names the tests it matches.
 				wildcard = wildcard || runPattern.MatchString(line[:at[0]])
 				found := funcs[prefix]

@@ -318,9 +318,11 @@ func TestAsyncRetentionCrash(t *testing.T) {
 					}
 					crashAndVerify(t, l, qw, fs, powerLoss, cfg, round, written, synced, logStart, start)
 				}
-				if inFlight == 0 || completed == 0 || retiring == 0 {
-					t.Fatalf("crashes with the checkpoint's flushes in flight %d, with a durable checkpoint not yet retired %d, with retired segments' unlinks in flight %d: the test tested nothing",
-						inFlight, completed, retiring)
+				// Retired segments' unlinks run on the log's real ring, so a crash finds them in
+				// flight only by timing (TestAsyncSnapshotCrash says more): counted, not required.
+				if inFlight == 0 || completed == 0 {
+					t.Fatalf("crashes with the checkpoint's flushes in flight %d, with a durable checkpoint not yet retired %d: the test tested nothing",
+						inFlight, completed)
 				}
 				t.Logf("crashes with the checkpoint's flushes in flight %d, with its segments not yet retired %d, with retired segments' unlinks in flight %d",
 					inFlight, completed, retiring)

@@ -31,6 +31,7 @@ package kgodriver
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -253,10 +254,12 @@ func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) 
 
 type consumer struct{ cl *kgo.Client }
 
-func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
+// poll waits for the next fetches and returns the first partition error (the run is over
+// when ctx is: the runner stops polling on an error with ctx done).
+func (c *consumer) poll(ctx context.Context) (kgo.Fetches, error) {
 	fetches := c.cl.PollFetches(ctx)
 	if err := ctx.Err(); err != nil {
-		return err // the run is over (the runner stops polling on an error with ctx done)
+		return nil, err
 	}
 	var firstErr error
 	fetches.EachError(func(topic string, p int32, err error) {
@@ -264,11 +267,43 @@ func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
 			firstErr = fmt.Errorf("kgo driver: fetch %s/%d: %w", topic, p, err)
 		}
 	})
+	return fetches, firstErr
+}
+
+func (c *consumer) Poll(ctx context.Context, handle func(int, []byte)) error {
+	fetches, err := c.poll(ctx)
 	fetches.EachRecord(func(r *kgo.Record) {
 		handle(int(r.Partition), r.Value)
 		r.Recycle() // handle keeps nothing; the slice of records goes back once all are recycled
 	})
-	return firstErr
+	return err
+}
+
+// The runner's per-batch accounting applies to this driver as to the bundled one.
+var _ bench.BatchConsumer = (*consumer)(nil)
+
+// PollBatches hands each partition's records of a fetch to handle as one call
+// (bench.BatchConsumer): kgo's unit of hand-over is a partition's slice of decoded records
+// (one or more stored batches), as the bundled client's is a stored batch. Every record is
+// recycled once handle returns, also those an early-stopping handler did not reach.
+func (c *consumer) PollBatches(ctx context.Context, handle func(int, iter.Seq[[]byte])) error {
+	fetches, err := c.poll(ctx)
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		handle(int(p.Partition), func(yield func([]byte) bool) {
+			for _, r := range p.Records {
+				if !yield(r.Value) {
+					return
+				}
+			}
+		})
+		for _, r := range p.Records {
+			r.Recycle()
+		}
+	})
+	return err
 }
 
 // recordPool recycles the slices kgo decodes fetched records into (kgo.PoolRecords).

@@ -18,14 +18,19 @@
 // in-flight batches are 5), and records, their value buffers and their promises are
 // recycled instead of allocated per record, on produce (a pool of sends) and on fetch
 // (kgo.WithPools with a PoolRecords, every record recycled once handled). Fetches ask for
-// what the bundled consumer asks for, 1 MiB per partition and 16 MiB per response: with 8
-// and 64 MiB kgo read a backlog at 0.6 of the rate (2026-12-01, docs/benchmarks.md).
+// what the bundled consumer asks for (netio/client's defaults since session 6), 4 MiB per
+// partition and 16 MiB per response. The consumer is a bench.BatchConsumer, as the bundled
+// one is: the runner accounts per hand-over (a partition's records of one fetch), not per
+// message, so the harness does the same work per message behind both clients (the payload
+// check).
 //
 // Tried and dropped, kgo against kgo in alternating rounds on fetch-only-1kib
-// (`DRIVERS="kgo kgo-x" bench/kafka-vs-bundled.sh`, 2026-12-01, docs/benchmarks.md): one kgo
+// (`DRIVERS="kgo kgo-x" bench/kafka-vs-bundled.sh`, docs/benchmarks.md): one kgo
 // client shared by all producers of a topic (one connection, as the bundled producers share
 // the bundled client's; larger batches) filled the backlog at 0.89 of the rate (median of 4),
-// and fetches of 128 KiB per partition and 1 MiB per response read it at 0.30.
+// and fetches of 128 KiB per partition and 1 MiB per response read it at 0.30 (2026-12-01);
+// 256 KiB per partition and 2 MiB per response read it at 0.73 and 0.92, and GOGC=400 at
+// 0.98 (4 rounds) against GOGC=100 (2026-12-02, session 13).
 package kgodriver
 
 import (
@@ -58,7 +63,7 @@ const (
 	produceRequestsInflight = 5
 	fetchBytesMax           = 16 << 20
 	batchBytesMax           = 256 << 10 // the bundled producer's BatchBytes default; the workload's batchBytes overrides it
-	partitionFetchBytes     = 1 << 20
+	partitionFetchBytes     = 4 << 20   // the bundled consumer's PartitionMaxBytes default (netio/client)
 )
 
 func init() {
@@ -70,6 +75,8 @@ type Driver struct {
 	address string
 	admin   *kgo.Client
 	configs map[string]string
+	// consumerOpts are the options every consumer client gets besides its assignment.
+	consumerOpts []kgo.Opt
 }
 
 // Open connects to a Kafka-protocol broker.
@@ -87,7 +94,10 @@ func Open(address string, w bench.Workload) (bench.Driver, error) {
 		admin.Close()
 		return nil, fmt.Errorf("kgo driver: reach %s: %w", address, err)
 	}
-	return &Driver{address: address, admin: admin, configs: ringlogdriver.TopicConfigs(w)}, nil
+	return &Driver{address: address, admin: admin, configs: ringlogdriver.TopicConfigs(w), consumerOpts: []kgo.Opt{
+		kgo.FetchMaxWait(pollWaitMax), kgo.FetchMaxBytes(fetchBytesMax), kgo.FetchMaxPartitionBytes(partitionFetchBytes),
+		kgo.WithPools(&recordPool{}),
+	}}, nil
 }
 
 // Info names the client; the broker's storage is whatever it was started with.
@@ -243,9 +253,8 @@ func (d *Driver) NewConsumer(_ context.Context, topic string, partitions []int) 
 	for _, p := range partitions {
 		assigned[int32(p)] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(d.address), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assigned}),
-		kgo.FetchMaxWait(pollWaitMax), kgo.FetchMaxBytes(fetchBytesMax), kgo.FetchMaxPartitionBytes(partitionFetchBytes),
-		kgo.WithPools(&recordPool{}))
+	opts := append([]kgo.Opt{kgo.SeedBrokers(d.address), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: assigned})}, d.consumerOpts...)
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kgo driver: consumer: %w", err)
 	}

@@ -566,12 +566,16 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			var groups groupsSeen
 			defer manyGroups(rng, groupsMax)()
 			// 10 rounds, and up to 100 while no crash has yet hit what the variant is about
-			// (a write in flight; over a recycled file): each round hits it by chance, and
-			// 10 misses in a row happened once in CI (seed 5546 under -race); 40 rounds without
-			// one over a recycled file at 9cf3b9d (seed 26282, -tags invariants), since a
-			// retired file joins the pool only after its rename on the ring completes.
+			// (a write in flight; a retention pass; a roll's seal): each round hits those by
+			// chance, and 10 misses in a row happened once in CI (seed 5546 under -race). A
+			// crash with a write in flight over a recycled file is not left to chance: in the
+			// recycle variant every third round ends with one (recycledWriteInFlight), and the
+			// pool's background preparations are collected after every step (settlePool), so
+			// that a seed replays the same rounds (whether a retired file was in the pool at a
+			// roll was a race with its preparation goroutine; 40 rounds without such a crash at
+			// 9cf3b9d, seed 26282, -tags invariants).
 			untested := func() bool {
-				return lostTorn == 0 || groupsMax > 1 && groups < 2 || variant.recycle && (staleTorn == 0 || retentionTorn == 0) ||
+				return lostTorn == 0 || groupsMax > 1 && groups < 2 || variant.recycle && retentionTorn == 0 ||
 					!variant.prealloc && rollTorn == 0
 			}
 			for round := 0; round < 10 || untested() && round < 100; round++ {
@@ -618,6 +622,10 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 							}
 						}
 					}
+					l.settlePool()
+				}
+				if variant.recycle && round%3 == 2 {
+					recycledWriteInFlight(t, l, qw, rng)
 				}
 				written, synced, staged := l.EndOffset(), l.SyncedOffset(), l.StagedEndOffset()
 				logStart := l.StartOffset()
@@ -642,7 +650,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			if lostTorn == 0 || groupsMax > 1 && groups < 2 {
 				t.Fatalf("crashes that hit a write in flight: %d, most write groups in flight: %d; the test tested nothing", lostTorn, groups)
 			}
-			if variant.recycle && staleTorn == 0 {
+			if variant.recycle && staleTorn == 0 { // recycledWriteInFlight made some
 				t.Fatal("no crash hit a write in flight over a recycled file: the variant tested nothing")
 			}
 			if variant.recycle && retentionTorn == 0 {
@@ -654,6 +662,37 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 			}
 			t.Logf("crashes with writes in flight %d, over a recycled file %d, with a roll's seal in flight %d, with a retention pass in flight %d", lostTorn, staleTorn, rollTorn, retentionTorn)
 		})
+	}
+}
+
+// recycledWriteInFlight drives l, which recycles retired segments, until an append's write
+// over a recycled file (the active segment is a pool file: stale) is queued on qw: it
+// completes qw's ops one at a time, completes retention passes, collects the pool's
+// preparations, appends (rolls take a pool file when one is ready) and enforces retention
+// (which retires segments into the pool). Bounded.
+func recycledWriteInFlight(t *testing.T, l *Log, qw *queuedWrites, rng *rand.Rand) {
+	t.Helper()
+	const stepsMax = 400 // a few rolls of 32 KiB segments, each op completed one at a time
+	for step := 0; !l.active().stale || len(qw.q) == 0; step++ {
+		if step == stepsMax {
+			t.Fatalf("no write over a recycled file in flight after %d steps (pool %d, preparing %d)", step, len(l.recyclePool), l.recyclePreparing)
+		}
+		var err error
+		switch {
+		case len(qw.q) > 0 && !l.active().stale:
+			qw.completeOne()
+		case step%4 == 0:
+			_, err = l.EnforceRetention(time.Now())
+		default:
+			_, err = appendCounted(t, l, rng)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.CompleteRetention(); err != nil {
+			t.Fatal(err)
+		}
+		l.settlePool()
 	}
 }
 

@@ -318,8 +318,10 @@ func TestAsyncRetentionCrash(t *testing.T) {
 					}
 					crashAndVerify(t, l, qw, fs, powerLoss, cfg, round, written, synced, logStart, start)
 				}
-				// Retired segments' unlinks run on the log's real ring, so a crash finds them in
-				// flight only by timing (TestAsyncSnapshotCrash says more): counted, not required.
+				// Retired segments' unlinks are queued on qw (SetAsyncRetention routes the log's
+				// fileJobs to it); whether a round's crash finds one there is drawn by the round:
+				// counted, not required. TestAsyncSnapshotCrash makes such a crash on purpose (a
+				// pruned snapshot's unlink) and TestAsyncRetireOrder checks their order.
 				if inFlight == 0 || completed == 0 {
 					t.Fatalf("crashes with the checkpoint's flushes in flight %d, with a durable checkpoint not yet retired %d: the test tested nothing",
 						inFlight, completed)

@@ -193,26 +193,31 @@ func TestAsyncSnapshotDoesNotWait(t *testing.T) {
 // reported written (kill -9) or synced (power loss), and its producer state agrees with its
 // batches' headers (checkRecoveredProducers): no snapshot claims state the log does not
 // hold, and a lost or partial one falls back to an older one or to the headers.
+//
+// Two kinds of crash are not left to chance: every round with round%4 == 1 ends with a
+// roll's snapshot in flight, every round with round%4 == 3 with a pruned snapshot's unlink
+// in flight (both queued on qw, which is the log's ring here: SetAsyncSnapshots routes the
+// fileJobs to it), the unlink applied but unreported in rounds 3 and 11 and lost in round 7,
+// and a kill -9 there must recover from the newest snapshot in place (a prune that unlinked
+// the wrong one fails it). The guards require those deterministic
+// crashes; what the random rounds hit besides is counted. The appends' timestamps count up
+// from one clock reading, so that a seed replays the same rounds (wall-clock timestamps
+// moved the time index's writes, and with them CrashFS's draws, run to run).
 func TestAsyncSnapshotCrash(t *testing.T) {
 	seed := asyncSeed(t)
-	// Crashes with a pruned snapshot's unlink in flight, over every variant. The unlinks run
-	// on the log's real ring (fileJobs), not on the test's queue, so whether a crash finds
-	// one in flight is a matter of timing: fresh-clone CI at c2a03ac found none in 4 × 30
-	// rounds (seed 9944, which found some when replayed), and seed 4 failed 1 run in 1 here.
-	// The count is reported, not required; TestAsyncRetireOrder checks the unlinks' order
-	// deterministically.
-	pruningAll := 0
-	defer func() { t.Logf("crashes with a pruned snapshot's unlink in flight: %d", pruningAll) }()
 	for _, mode := range storageModes {
 		for _, powerLoss := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/powerloss=%v", mode, powerLoss), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 23))
 				dir := t.TempDir()
 				cfg := snapshotTestConfig(mode)
+				clock := time.Now().UnixMilli()
+				tick := func() int64 { clock++; return clock }
 				// Crashes with a snapshot in flight; with a pruned snapshot's unlink in flight;
 				// recoveries that did not use the newest.
 				inFlight, pruning, fellBack := 0, 0, 0
-				for round := 0; round < 12 || (inFlight < 4 || pruning == 0) && round < 30; round++ {
+				const rounds = 12
+				for round := 0; round < rounds; round++ {
 					fs := faultio.NewCrashFS(ring.Syscalls{})
 					if err := fs.TrackDir(dir); err != nil {
 						t.Fatal(err)
@@ -228,7 +233,7 @@ func TestAsyncSnapshotCrash(t *testing.T) {
 					var seq [2]int32
 					for i, n := 0, 20+rng.IntN(80); i < n; i++ {
 						p := rng.IntN(2)
-						seq[p] = appendIdem(t, l, ids[p], seq[p], 1, 1+rng.IntN(10), time.Now().UnixMilli())
+						seq[p] = appendIdem(t, l, ids[p], seq[p], 1, 1+rng.IntN(10), tick())
 						switch rng.IntN(10) {
 						case 0:
 							if err := l.Sync(); err != nil {
@@ -246,16 +251,26 @@ func TestAsyncSnapshotCrash(t *testing.T) {
 						}
 						mustInvariants(t, l)
 					}
+					switch round % 4 {
+					case 1:
+						seq[0] = snapshotInFlight(t, l, ids[0], seq[0], tick)
+					case 3:
+						seq[0] = pruneInFlight(t, l, qw, ids[0], seq[0], tick)
+						// The unlink reached the directory, its completion not the log (rounds
+						// 3, 11), or it is lost (round 7): neither left to dieMidway's draw.
+						qw.settleUnreported("unlink", round%8 == 3)
+					}
 					written, synced := l.EndOffset(), l.SyncedOffset()
 					newest := int64(-1)
 					if n := len(l.snapshots); n > 0 {
 						newest = l.snapshots[n-1]
 					}
-					if l.SnapshotPending() {
+					snapshotting, pruned := l.SnapshotPending(), l.FileJobsPending() > 0
+					if snapshotting {
 						inFlight++
 						newest = l.snapshot.offset
 					}
-					if l.FileJobsPending() > 0 {
+					if pruned {
 						pruning++
 					}
 					qw.dieMidway()
@@ -278,6 +293,11 @@ func TestAsyncSnapshotCrash(t *testing.T) {
 					if rep.ProducerSnapshot > l2.EndOffset() {
 						t.Fatalf("round %d: recovery used snapshot %d beyond the end %d", round, rep.ProducerSnapshot, l2.EndOffset())
 					}
+					if pruned && !snapshotting && !powerLoss && rep.ProducerSnapshot != newest {
+						names, _ := filepath.Glob(filepath.Join(dir, "*.snapshot*"))
+						t.Fatalf("round %d: kill -9 with a pruned snapshot's unlink in flight: recovery used snapshot %d, want the newest in place %d (snapshot files %v)",
+							round, rep.ProducerSnapshot, newest, names)
+					}
 					if rep.ProducerSnapshot != newest {
 						fellBack++
 					}
@@ -285,13 +305,72 @@ func TestAsyncSnapshotCrash(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if inFlight == 0 {
-					t.Fatal("no crash with a snapshot in flight: the test tested nothing")
+				if forced := rounds / 4; inFlight < forced || pruning < forced {
+					t.Fatalf("crashes with a snapshot in flight %d, with a pruned snapshot's unlink in flight %d; want at least %d of each (the rounds that make one)",
+						inFlight, pruning, forced)
 				}
-				pruningAll += pruning
 				t.Logf("crashes with a snapshot in flight %d, with a pruned snapshot's unlink in flight %d; recoveries that did not start from the newest snapshot %d",
 					inFlight, pruning, fellBack)
 			})
 		}
 	}
+}
+
+// settleUnreported takes the ops of kind off w's queue, as a crash finds them: applied
+// without their completions reported (apply), or lost.
+func (w *queuedWrites) settleUnreported(kind string, apply bool) {
+	q := w.q[:0]
+	for _, x := range w.q {
+		switch {
+		case x.kind() != kind:
+			q = append(q, x)
+		case apply:
+			w.apply(x, x.data)
+		}
+	}
+	w.q = q
+}
+
+// driveStepsMax bounds snapshotInFlight's and pruneInFlight's loops: each needs a few rolls.
+const driveStepsMax = 64
+
+// snapshotInFlight appends producer id's batches until a roll's snapshot is in flight (a
+// roll starts one when none is), and returns the next sequence.
+func snapshotInFlight(t *testing.T, l *Log, id int64, seq int32, tick func() int64) int32 {
+	t.Helper()
+	for step := 0; !l.SnapshotPending(); step++ {
+		if step == driveStepsMax {
+			t.Fatalf("no snapshot in flight after %d rolls", step)
+		}
+		for n := l.SegmentCount(); l.SegmentCount() == n; {
+			seq = appendIdem(t, l, id, seq, 1, 10, tick())
+		}
+	}
+	return seq
+}
+
+// pruneInFlight drives l until a pruned snapshot's unlink is queued on qw and returns
+// producer id's next sequence: it completes qw's ops one at a time (a snapshot's rename
+// prunes the oldest once more than producerSnapshotsKept are in place and a sync covered a
+// newer one, queuing its unlink), syncs, and rolls (each roll starts a snapshot).
+func pruneInFlight(t *testing.T, l *Log, qw *queuedWrites, id int64, seq int32, tick func() int64) int32 {
+	t.Helper()
+	for step := 0; l.FileJobsPending() == 0; step++ {
+		if step == driveStepsMax {
+			t.Fatalf("no pruned snapshot's unlink in flight after %d steps (snapshots %v, durable %d)", step, l.snapshots, l.durableSnapshot)
+		}
+		switch {
+		case len(qw.q) > 0:
+			qw.completeOne()
+		case step%2 == 0:
+			if err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			for n := l.SegmentCount(); l.SegmentCount() == n; {
+				seq = appendIdem(t, l, id, seq, 1, 10, tick())
+			}
+		}
+	}
+	return seq
 }

@@ -43,6 +43,9 @@ import (
 // follow a retirement. churn-fresh creates each new segment as an empty file
 // (recycle.segments -1), churn-recycle renames a retired one into place (the default,
 // engine/recycle.go) so appends overwrite written blocks, as raw-seq does.
+// RINGLOG_BENCH_CHURN_SEGMENT_BYTES sets their segment size (32 MiB unless set; session 13):
+// a roll's costs (seal, retirement, pool preparation, checkpoint: several device cache
+// flushes) are paid per segment, which a broker's 1 GiB default pays 32 times less often.
 //
 // The -4groups modes (async-4groups, churn-recycle-4groups) keep up to 4 write groups in
 // flight per partition (engine.DirectWriteGroupsMax = 4) against the default of one, for

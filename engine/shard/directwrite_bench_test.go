@@ -43,6 +43,9 @@ import (
 // follow a retirement. churn-fresh creates each new segment as an empty file
 // (recycle.segments -1), churn-recycle renames a retired one into place (the default,
 // engine/recycle.go) so appends overwrite written blocks, as raw-seq does.
+// RINGLOG_BENCH_CHURN_SEGMENT_BYTES sets their segment size (32 MiB unless set; session 13):
+// a roll's costs (seal, retirement, pool preparation, checkpoint: several device cache
+// flushes) are paid per segment, which a broker's 1 GiB default pays 32 times less often.
 //
 // The -4groups modes (async-4groups, churn-recycle-4groups) keep up to 4 write groups in
 // flight per partition (engine.DirectWriteGroupsMax = 4) against the default of one, for
@@ -62,9 +65,10 @@ func BenchmarkDirectAppend(b *testing.B) {
 				case "async-prealloc":
 					topic[engine.ConfigPreallocateBytes] = strconv.Itoa(benchPreallocBytes())
 				case "churn-fresh", "churn-recycle", "churn-recycle-4groups":
-					topic[engine.ConfigSegmentBytes] = strconv.Itoa(benchChurnSegmentBytes)
+					segmentBytes := benchChurnSegmentBytes()
+					topic[engine.ConfigSegmentBytes] = strconv.Itoa(segmentBytes)
 					topic[engine.ConfigRetentionBytes] = strconv.Itoa(1 << 20)
-					warmupBytes = (2*benchChurnSegmentBytes + 4<<20) * benchPartitions
+					warmupBytes = (2*segmentBytes + 4<<20) * benchPartitions
 					if mode != "churn-fresh" {
 						delete(topic, engine.ConfigRecycleSegments) // the default
 					}
@@ -85,8 +89,15 @@ func BenchmarkDirectAppend(b *testing.B) {
 	}
 }
 
-// benchChurnSegmentBytes is the segment size of the churn modes: 32 MiB.
-const benchChurnSegmentBytes = 32 << 20
+// benchChurnSegmentBytes is the segment size of the churn modes: 32 MiB, or
+// RINGLOG_BENCH_CHURN_SEGMENT_BYTES (session 13: the per-roll costs against the segment's
+// bytes; the warm-up grows with it, 2 segments and 4 MiB per partition).
+func benchChurnSegmentBytes() int {
+	if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_CHURN_SEGMENT_BYTES")); err == nil && v >= 1<<20 {
+		return v
+	}
+	return 32 << 20
+}
 
 func benchPreallocBytes() int {
 	if v, err := strconv.Atoi(os.Getenv("RINGLOG_BENCH_PREALLOC")); err == nil && v >= 0 {
@@ -152,6 +163,11 @@ type rawDirect struct {
 	// host could cache; its prefill takes as long as its writes).
 	bigEnv string
 	read   bool // after the prefill, read the files (O_DIRECT) instead of writing
+	// fsyncEvery, when set, runs beside the timed writes a goroutine that appends 4 KiB to
+	// a file of its own and fdatasyncs it, one after the other, pausing fsyncEvery between
+	// them (RINGLOG_BENCH_FSYNC_EVERY, a Go duration, sets it): the device cache flushes a
+	// log at its retention limit issues per roll, without the log.
+	fsyncEvery time.Duration
 }
 
 // rawDirectRefs are the raw references of BenchmarkDirectAppend. raw-seq-1MiB-qd64 is the
@@ -184,6 +200,10 @@ var rawDirectRefs = []rawDirect{
 	{name: "ref-16files-falloc-1MiB-qd4", blockBytes: 1 << 20, files: 16, depth: 4, fallocate: true},
 	{name: "ref-seq-1MiB-qd64-big", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 16 << 30, overwrite: true, bigEnv: "RINGLOG_BENCH_BIG_BYTES"},
 	{name: "ref-read-seq-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 512 << 20, overwrite: true, read: true},
+	// Session 13 (docs/benchmarks.md, "Session 13: recycled segments"): ref-16files-1MiB-qd4
+	// with fdatasyncs of another file beside it (10 ms apart unless RINGLOG_BENCH_FSYNC_EVERY
+	// says otherwise).
+	{name: "ref-16files-1MiB-qd4-fsync", blockBytes: 1 << 20, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true, fsyncEvery: 10 * time.Millisecond},
 }
 
 // benchRawDirect writes sequential O_DIRECT blocks as spec says, on a shard's ring
@@ -282,10 +302,48 @@ func benchRawDirect(b *testing.B, spec rawDirect) {
 	}
 	b.SetBytes(block)
 	b.ReportAllocs()
+	stop := startFsyncs(b, dir, spec.fsyncEvery)
 	b.ResetTimer()
-	if err := run(b.N); err != nil {
+	err = run(b.N)
+	b.StopTimer()
+	if syncs := stop(); syncs > 0 {
+		b.ReportMetric(float64(syncs), "fsyncs")
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
+}
+
+// startFsyncs starts the fdatasync loop of rawDirect.fsyncEvery (none when every is 0);
+// stop ends it and returns the fdatasyncs done.
+func startFsyncs(b *testing.B, dir string, every time.Duration) (stop func() int) {
+	if v, err := time.ParseDuration(os.Getenv("RINGLOG_BENCH_FSYNC_EVERY")); err == nil && every > 0 {
+		every = v
+	}
+	if every <= 0 {
+		return func() int { return 0 }
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "fsyncs"), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	quit, done := make(chan struct{}), make(chan int)
+	go func() {
+		defer f.Close()
+		page, syncs := make([]byte, 4096), 0
+		for {
+			select {
+			case <-quit:
+				done <- syncs
+				return
+			case <-time.After(every):
+			}
+			if _, err := f.Write(page); err == nil && unix.Fdatasync(int(f.Fd())) == nil {
+				syncs++
+			}
+		}
+	}()
+	return func() int { close(quit); return <-done }
 }
 
 // readParallel reads n blocks of len(bufs[0]) bytes sequentially from fd round and round

@@ -2,7 +2,8 @@
 """Off-CPU time of the shard loop threads, by where they blocked.
 
 Record the scheduler switches of a benchmark run, then feed perf's script output here
-(docs/benchmarks.md, "Retention's checkpoint off the loop", session 11):
+(docs/benchmarks.md, "Retention's checkpoint off the loop", session 11; the roll's own files
+since session 13):
 
     perf record -e sched:sched_switch -g -o offcpu.data ./shard.test -test.run XXX \
         -test.benchtime 1500ms -test.bench 'BenchmarkDirectAppend/mode=churn-recycle$/batch=64KiB'
@@ -23,6 +24,9 @@ hdr = re.compile(r'^\s*(\S.*?)\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+sched:sched_swi
 fields = re.compile(r'(\w+)=(\S+)')
 
 CATS = [
+    ('roll: new segment files, blocking (newSegment: create, pool rename, index files; O_DIRECT open)', ('engine.(*Log).newSegment', 'engine.openSegmentFiles', ('engine.(*Log).roll', 'engine.openDirectWriter'))),
+    ('roll: sealed segment batch map, blocking (writeOwnBatchMap)', (('engine.(*Log).roll', 'engine.(*Log).writeOwnBatchMap'),)),
+    ('roll: files off the loop (spare preparation, names, batch map; rollasync.go)', ('engine.(*Log).prepareSpare', 'engine.(*Log).spareOpened', 'engine.(*Log).takeSpare', 'engine.(*Log).nameSegment', 'engine.(*Log).segmentNamed', 'engine.(*Log).startOwnBatchMap', 'engine.(*Log).awaitRollNames', 'engine.(*Log).awaitRollFiles', 'engine.(*fileJob).onOpened')),
     ('retention checkpoint, blocking (writeStartOffset: write, fsync, rename, dir fsync)', ('engine.writeStartOffset', 'engine.writeFileAtomic')),
     ('retention, other (startRetention open, completions, CompleteRetention retire renames)', ('engine.(*Log).EnforceRetention', 'engine.(*Log).CompleteRetention', 'engine.(*Log).startRetention', 'engine.(*Log).retention', 'engine.(*Log).awaitRetention')),
     ('Close: producer snapshot write (writeProducerSnapshot)', (('engine.(*Log).Close', 'engine.(*Log).writeProducerSnapshot'),)),

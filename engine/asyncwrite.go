@@ -392,6 +392,9 @@ func (l *Log) writeShared(w *directWriter, idx int) {
 func (l *Log) popFinished() (popped bool) {
 	gs := &l.groups
 	for gs.count > 0 && gs.g[gs.head].finished {
+		if gs.g[gs.head].seg.namesPending && !l.closed && l.failed == nil {
+			break // a roll's new segment whose names are in flight (rollasync.go)
+		}
 		popped = true
 		g := gs.g[gs.head]
 		gs.g[gs.head] = writeGroup{}
@@ -522,6 +525,13 @@ func (l *Log) awaitWrites() error {
 	}
 	for {
 		if l.groups.ops == 0 {
+			if l.spare.names > 0 && l.failed == nil {
+				// Finished groups of a new segment wait for its names (rollasync.go).
+				if err := l.awaitRollNames(); err != nil {
+					return err
+				}
+				continue
+			}
 			if !l.WritesPending() || l.failed != nil {
 				return l.failed
 			}

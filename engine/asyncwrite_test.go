@@ -56,8 +56,10 @@ type queuedWrite struct {
 	data  []byte
 	cut   bool // an ftruncate of fd to off (StartFtruncate), not a write
 	flush bool // an fsync of fd (StartFsync), not a write
-	// rename, when set, is a rename of rename[0] to rename[1] (StartRename), not a write.
-	rename *[2]string
+	// rename, when set, is a rename of rename[0] to rename[1] (StartRename), not a write;
+	// noReplace: with RENAME_NOREPLACE (StartRenameNoReplace).
+	rename    *[2]string
+	noReplace bool
 	// open, when set, is an open of open.path (StartOpen); unlink, an unlink (StartUnlink).
 	open   *queuedOpen
 	unlink string
@@ -121,6 +123,13 @@ func (w *queuedWrites) StartRename(oldPath, newPath string, done func(int, error
 	return nil
 }
 
+// StartRenameNoReplace is StartRename with RENAME_NOREPLACE (a roll naming its new
+// segment's files, rollasync.go).
+func (w *queuedWrites) StartRenameNoReplace(oldPath, newPath string, done func(int, error)) error {
+	w.q = append(w.q, queuedWrite{fd: -1, done: done, index: -1, rename: &[2]string{oldPath, newPath}, noReplace: true})
+	return nil
+}
+
 // StartFtruncate queues a cut of fd to size, completed (or, in dieMidway, lost) in random
 // order with the writes like the ring's IORING_OP_FTRUNCATE. No write of fd may be in
 // flight: the log cuts a sealed file only after its last write completed.
@@ -142,6 +151,9 @@ func (w *queuedWrites) apply(x queuedWrite, data []byte) (int, error) {
 	}
 	if x.flush {
 		return 0, w.fio.Fsync(x.fd)
+	}
+	if x.rename != nil && x.noReplace {
+		return 0, unix.Renameat2(unix.AT_FDCWD, x.rename[0], unix.AT_FDCWD, x.rename[1], unix.RENAME_NOREPLACE)
 	}
 	if x.rename != nil {
 		return 0, os.Rename(x.rename[0], x.rename[1])

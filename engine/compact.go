@@ -272,6 +272,9 @@ func (l *Log) Clean(m *OffsetMap, budgetBytes int64, now time.Time) (CleanProgre
 		p.PassComplete, p.Idle = true, true
 		return p, c.failed
 	}
+	if err := l.awaitRollFiles(); err != nil { // nor be named or have its batch map written (rollasync.go)
+		return p, err
+	}
 	if c.phase != cleanerIdle && (m.owner != l || m.pass != c.pass) {
 		l.abandonPass() // another log used the map meanwhile
 	}

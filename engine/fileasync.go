@@ -32,11 +32,13 @@ import (
 //     contents, never a mix (a leftover *.tmp is removed at OpenLog), and the caller's
 //     done runs only when the last op completed.
 //
-//   - fileJobs unlinks and renames names one after another (IORING_OP_UNLINKAT,
-//     IORING_OP_RENAMEAT): a retired segment's files and batch maps (truncate.go,
-//     recycle.go) and pruned producer snapshots (producersnapshot.go). On ext4 mounted with
-//     discard (journal-less, this project's data disk) unlinking a file's last link discards
-//     its blocks synchronously, on whichever thread unlinks.
+//   - fileJobs unlinks, renames and writes names one after another (IORING_OP_UNLINKAT,
+//     IORING_OP_RENAMEAT, IORING_OP_OPENAT + IORING_OP_WRITE): a retired segment's files and
+//     batch maps (truncate.go, recycle.go), pruned producer snapshots (producersnapshot.go),
+//     a sealed segment's batch map and a new segment's names at a roll (rollasync.go). On
+//     ext4 mounted with discard (journal-less, this project's data disk) unlinking a file's
+//     last link discards its blocks synchronously, on whichever thread unlinks; creating a
+//     file reads its inode's table block from the device when it is not cached.
 //
 // The kernel runs each op on an io-wq worker when it would block; the owner never waits,
 // except where the log must (see awaitFileJobs). Where the ring refuses an op (full, or a
@@ -238,20 +240,38 @@ type fileJobs struct {
 	idle     func() bool  // AwaitWrites' condition, bound once
 }
 
-// fileStep is one namespace change: a rename of from to to, or an unlink of from (to "").
-type fileStep struct{ from, to string }
+// fileStep is one namespace change: a rename of from to to (RENAME_NOREPLACE when
+// noReplace: an existing to fails it with EEXIST), an unlink of from (to ""), or, with
+// data set, a write of data as the whole new contents of from (created or truncated; not
+// synced).
+type fileStep struct {
+	from, to  string
+	noReplace bool
+	data      []byte
+}
+
+// noReplaceRenamer is an AsyncFileOps that also renames with RENAME_NOREPLACE
+// (*ring.Reactor: StartRenameNoReplace). A roll names a new segment's files through it
+// (rollasync.go); without it the roll creates them the blocking way.
+type noReplaceRenamer interface {
+	StartRenameNoReplace(oldPath, newPath string, done func(n int, err error)) error
+}
 
 // fileJob is a sequence of steps, each started when the one before it completed, so that
 // their order holds on disk as far as the file system keeps the order of its metadata
 // changes (and the crash argument never needs more: see docs/storage.md, "Crash model").
-// A failed unlink is logged (ENOENT is not a failure) and the job goes on; a failed rename
-// ends it. then, when set, runs at the end with the failed rename's error.
+// A failed unlink or write is logged (ENOENT is not a failure) and the job goes on; a
+// failed rename ends it. then, when set, runs at the end with the failed rename's error.
 type fileJob struct {
 	l     *Log
 	steps []fileStep
 	next  int
 	then  func(err error)
 	step  func(int, error) // j.stepDone, bound once
+	// A write step's descriptor while its write is in flight (-1: none), and its op
+	// completions.
+	fd              int
+	opened, written func(int, error)
 }
 
 // setFileOps routes the log's unlinks and renames through ops (SetAsyncRetention and
@@ -276,7 +296,7 @@ func (l *Log) FileJobsPending() int { return l.fileJobs.inFlight }
 // startFileJob runs steps in order through the ring (on the owner's thread without one)
 // and then then(err), if set.
 func (l *Log) startFileJob(steps []fileStep, then func(err error)) {
-	j := &fileJob{l: l, steps: steps, then: then}
+	j := &fileJob{l: l, steps: steps, then: then, fd: -1}
 	j.step = j.stepDone
 	l.fileJobs.inFlight++
 	j.run()
@@ -288,21 +308,18 @@ func (j *fileJob) run() {
 	ops := j.l.fileJobs.ops
 	for j.next < len(j.steps) {
 		s := j.steps[j.next]
-		if ops != nil {
-			var err error
-			if s.to == "" {
-				err = ops.StartUnlink(s.from, j.step)
-			} else {
-				err = ops.StartRename(s.from, s.to, j.step)
-			}
-			if err == nil {
-				return
-			}
+		if ops != nil && j.start(ops, s) == nil {
+			return
 		}
 		var err error
-		if s.to == "" {
+		switch {
+		case s.data != nil:
+			err = os.WriteFile(s.from, s.data, 0o644)
+		case s.to == "":
 			err = os.Remove(s.from)
-		} else {
+		case s.noReplace:
+			err = unix.Renameat2(unix.AT_FDCWD, s.from, unix.AT_FDCWD, s.to, unix.RENAME_NOREPLACE)
+		default:
 			err = os.Rename(s.from, s.to)
 		}
 		if !j.done(err) {
@@ -310,6 +327,52 @@ func (j *fileJob) run() {
 		}
 	}
 	j.finish(nil)
+}
+
+// start submits step s through ops; an error means the ring refused it (nothing started).
+func (j *fileJob) start(ops AsyncFileOps, s fileStep) error {
+	switch {
+	case s.data != nil:
+		if j.opened == nil {
+			j.opened, j.written = j.onOpened, j.onWritten
+		}
+		return ops.StartOpen(s.from, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644, j.opened)
+	case s.to == "":
+		return ops.StartUnlink(s.from, j.step)
+	case s.noReplace:
+		r, ok := ops.(noReplaceRenamer)
+		if !ok {
+			return unix.ENOTSUP
+		}
+		return r.StartRenameNoReplace(s.from, s.to, j.step)
+	}
+	return ops.StartRename(s.from, s.to, j.step)
+}
+
+// onOpened: a write step's file is open; write its contents (here, when the ring refuses).
+func (j *fileJob) onOpened(fd int, err error) {
+	if err != nil {
+		j.stepDone(0, err)
+		return
+	}
+	j.fd = fd
+	data := j.steps[j.next].data
+	if j.l.fileJobs.ops.StartWrite(fd, data, 0, j.written) != nil {
+		n, err := unix.Pwrite(fd, data, 0)
+		j.onWritten(n, err)
+	}
+}
+
+// onWritten: a write step's write completed; close the file (no I/O: it is not synced).
+func (j *fileJob) onWritten(n int, err error) {
+	if err == nil && n != len(j.steps[j.next].data) {
+		err = fmt.Errorf("short write: %d of %d bytes: %w", n, len(j.steps[j.next].data), unix.EIO)
+	}
+	if cerr := unix.Close(j.fd); err == nil {
+		err = cerr
+	}
+	j.fd = -1
+	j.stepDone(0, err)
 }
 
 // stepDone is the completion of the step in flight.
@@ -329,6 +392,8 @@ func (j *fileJob) done(err error) bool {
 	case s.to != "":
 		j.finish(fmt.Errorf("rename %s to %s: %w", s.from, s.to, err))
 		return false
+	case s.data != nil:
+		j.l.cfg.Logger.Warn("write file", "path", s.from, "err", err)
 	case !errors.Is(err, unix.ENOENT):
 		j.l.cfg.Logger.Warn("remove file", "path", s.from, "err", err) // OpenLog sweeps what is left
 	}

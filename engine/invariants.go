@@ -22,6 +22,9 @@ func (l *Log) checkInvariants() error {
 		if i > 0 && l.segments[i-1].nextOffset != s.baseOffset {
 			return fmt.Errorf("invariant: segment %d ends at %d, next starts at %d", l.segments[i-1].baseOffset, l.segments[i-1].nextOffset, s.baseOffset)
 		}
+		if s.namesPending && l.EndOffset() > s.baseOffset {
+			return fmt.Errorf("invariant: written end %d inside segment %d, whose names are in flight", l.EndOffset(), s.baseOffset)
+		}
 		if s.direct != nil && i != len(l.segments)-1 && !s.sealing {
 			return fmt.Errorf("invariant: sealed segment %d still has a direct writer", s.baseOffset)
 		}

@@ -126,6 +126,7 @@ type Log struct {
 	retention retentionPass // a retention pass whose checkpoint is in flight (retention.go)
 	snapshot  snapshotPass  // a roll's producer snapshot in flight (snapshotasync.go)
 	fileJobs  fileJobs      // unlinks and renames in flight through the ring (fileasync.go)
+	spare     rollSpare     // the next segment's files, made off the loop (rollasync.go)
 
 	// recyclePool holds the paths of retired .log files kept for new segments (recycle.go),
 	// at most cfg.RecycleSegments.
@@ -385,6 +386,7 @@ func (l *Log) appendBatches(batches [][]byte, assign bool) (AppendResult, error)
 		i = j
 	}
 	l.zeroAhead(l.active()) // prealloc.go
+	l.prepareSpare()        // rollasync.go
 	l.assertInvariants()
 	return res, nil
 }
@@ -568,14 +570,16 @@ func (l *Log) roll() error {
 			return err
 		}
 	}
-	s, err := l.newSegment(old.nextOffset)
-	if err != nil {
-		return err
+	s := l.takeSpare(old.nextOffset) // rollasync.go: files made before the roll, off the loop
+	if s == nil {
+		var err error
+		if s, err = l.newSegment(old.nextOffset); err != nil {
+			return err
+		}
 	}
 	s.markSynced()
 	if err := l.activate(s); err != nil {
-		s.closeFiles()
-		s.removeFiles(l.dir)
+		l.abandonNewSegment(s)
 		return err
 	}
 	if inFlight {
@@ -584,16 +588,29 @@ func (l *Log) roll() error {
 		}
 		l.sealAsync(old)
 	} else if err := l.seal(old); err != nil {
-		s.closeFiles()
-		s.removeFiles(l.dir)
+		l.abandonNewSegment(s)
 		return errors.Join(err, l.activate(old))
 	}
 	l.unsyncedSegments = append(l.unsyncedSegments, old)
 	l.segments = append(l.segments, s)
-	l.dirGen++ // the new segment's directory entry is made durable by the next sync
-	l.writeOwnBatchMap(old)
+	if s.spareNames[0] != "" {
+		l.nameSegment(s) // dirGen moves when its names are in place
+	} else {
+		l.dirGen++ // the new segment's directory entry is made durable by the next sync
+	}
+	l.startOwnBatchMap(old)
 	l.snapshotAfterRoll()
 	return nil
+}
+
+// abandonNewSegment removes the files of s, a roll's new segment, after the roll failed.
+func (l *Log) abandonNewSegment(s *segment) {
+	if s.spareNames[0] != "" {
+		l.abandonSpareSegment(s)
+		return
+	}
+	s.closeFiles()
+	s.removeFiles(l.dir)
 }
 
 // seal ends appends to s: its file is cut to its logical length (dropping direct mode's zero
@@ -865,7 +882,10 @@ func (l *Log) Close() error {
 			err = l.finishActive()
 		}
 	}
-	l.awaitFileJobs() // unlinks and renames in flight (retirements, pruned snapshots) done; pool preparations started
+	if l.fileJobsAsync() {
+		l.closeSpare() // rollasync.go: unused spare files go
+	}
+	l.awaitFileJobs() // unlinks and renames in flight (retirements, pruned snapshots, a spare) done; pool preparations started
 	l.abandonPass()
 	l.closed = true
 	err = errors.Join(err, l.closeFiles())

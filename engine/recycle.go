@@ -295,15 +295,26 @@ func (l *Log) settlePool() {
 // (not synced: poolRetired checks it against the segment and makes it durable) and drops
 // the maps kept in memory. Without a complete map the file will not be recycled.
 func (l *Log) writeOwnBatchMap(old *segment) {
+	path, data, ok := l.takeOwnBatchMap(old)
+	if !ok {
+		return
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		l.cfg.Logger.Warn("write batch map", "dir", l.dir, "segment", old.baseOffset, "err", err)
+	}
+}
+
+// takeOwnBatchMap drops the maps of old kept in memory and returns the own batch map to
+// write (ok false: none, the file will not be recycled). A roll writes it through the ring
+// (rollasync.go), Close with writeOwnBatchMap.
+func (l *Log) takeOwnBatchMap(old *segment) (path string, data []byte, ok bool) {
 	entries := old.batches
 	old.batches, old.oldBatches = nil, nil
 	if entries == nil || old.inode == 0 || old.size == 0 {
-		return
+		return "", nil, false
 	}
 	m := batchMap{inode: old.inode, base: old.baseOffset, size: old.size, next: old.nextOffset, entries: entries}
-	if err := os.WriteFile(filepath.Join(l.dir, batchMapName(batchMapOwnPrefix, old.inode)), encodeBatchMap(m), 0o644); err != nil {
-		l.cfg.Logger.Warn("write batch map", "dir", l.dir, "segment", old.baseOffset, "err", err)
-	}
+	return filepath.Join(l.dir, batchMapName(batchMapOwnPrefix, old.inode)), encodeBatchMap(m), true
 }
 
 // trackBatches starts the own batch map of s, a new empty segment, when the log recycles.

@@ -154,7 +154,8 @@ func (l *Log) awaitRetention() error {
 // at or below it), oldest first, moving the log start offset with them.
 func (l *Log) retireBelow(target int64) (int, error) {
 	deleted := 0
-	for len(l.segments) > 1 && l.segments[1].baseOffset <= target && !l.segments[0].sealing {
+	for len(l.segments) > 1 && l.segments[1].baseOffset <= target && !l.segments[0].sealing &&
+		!l.segments[0].mapWriting && !l.segments[0].namesPending {
 		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}

@@ -67,6 +67,14 @@ type segment struct {
 	// cut to size (asyncwrite.go, "Rolls").
 	sealing bool
 	staged  *stagedWrites // non-nil while the log has staged bytes here (stagedwrite.go)
+	// namesPending: made of a roll's spare files whose renames to the segment's names are in
+	// flight (rollasync.go): the written end does not cross into it meanwhile. spareNames are
+	// the files' temporary names (.log, .index, .timeindex) until then.
+	namesPending bool
+	spareNames   [3]string
+	// mapWriting: sealed by a roll whose write of its batch map is in flight (rollasync.go):
+	// retention does not retire it meanwhile.
+	mapWriting bool
 
 	// Zero-filled space past size (prealloc.go): zero is the last zeroing job (nil when none
 	// is pending), zeroAsked the file end it was asked to reach, zeroed whether the file may

@@ -107,12 +107,24 @@ func (r *Reactor) StartFsync(fd int, datasync bool, done func(n int, err error))
 // synchronously, which stalled the loop at every retention checkpoint. The syscall backend
 // runs it inline. Before Linux 5.11 it reports ErrUnsupported.
 func (r *Reactor) StartRename(oldPath, newPath string, done func(n int, err error)) error {
+	return r.startRename("StartRename", oldPath, newPath, 0, done)
+}
+
+// StartRenameNoReplace is StartRename with RENAME_NOREPLACE: when newPath exists the
+// rename fails with EEXIST and changes nothing, as an O_EXCL create would. engine names a
+// new segment's files this way at a roll (their descriptors were opened under temporary
+// names beforehand).
+func (r *Reactor) StartRenameNoReplace(oldPath, newPath string, done func(n int, err error)) error {
+	return r.startRename("StartRenameNoReplace", oldPath, newPath, unix.RENAME_NOREPLACE, done)
+}
+
+func (r *Reactor) startRename(name, oldPath, newPath string, flags uint32, done func(n int, err error)) error {
 	to, err := unix.BytePtrFromString(newPath)
 	if err != nil {
-		return fmt.Errorf("ring: StartRename to %q: %w", newPath, err)
+		return fmt.Errorf("ring: %s to %q: %w", name, newPath, err)
 	}
-	return r.startPathOp("StartRename", oldPath, done, func(sqe *SQE, from *byte) (pin *byte) {
-		sqe.PrepRenameat(unix.AT_FDCWD, from, unix.AT_FDCWD, to, 0)
+	return r.startPathOp(name, oldPath, done, func(sqe *SQE, from *byte) (pin *byte) {
+		sqe.PrepRenameat(unix.AT_FDCWD, from, unix.AT_FDCWD, to, flags)
 		return to
 	})
 }

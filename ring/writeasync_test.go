@@ -247,6 +247,55 @@ func TestStartRename(t *testing.T) {
 	})
 }
 
+// TestStartRenameNoReplace: the rename completes through the write path and renames onto a
+// free name; onto an existing name it fails with EEXIST and leaves both files as they were.
+func TestStartRenameNoReplace(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		r := newReactor(t, backend, Config{})
+		dir := t.TempDir()
+		from, free, taken := filepath.Join(dir, "spare.tmp"), filepath.Join(dir, "free"), filepath.Join(dir, "taken")
+		for name, data := range map[string]string{from: "new", taken: "old"} {
+			if err := os.WriteFile(name, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := 0
+		var gotErr error
+		done := func(n int, err error) { calls, gotErr = calls+1, err }
+		err := r.StartRenameNoReplace(from, taken, done)
+		if errors.Is(err, ErrUnsupported) && backend == "uring" {
+			t.Skip("IORING_OP_RENAMEAT needs Linux 5.11")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if calls != 0 {
+			t.Fatal("the rename completed inside StartRenameNoReplace")
+		}
+		forceStackMove()
+		if err := r.AwaitWrites(func() bool { return calls == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(gotErr, unix.EEXIST) {
+			t.Fatalf("a rename onto an existing name: %v, want EEXIST", gotErr)
+		}
+		for name, want := range map[string]string{from: "new", taken: "old"} {
+			if b, err := os.ReadFile(name); err != nil || string(b) != want {
+				t.Fatalf("%s after the refused rename: %q, %v; want %q", name, b, err, want)
+			}
+		}
+		if err := r.StartRenameNoReplace(from, free, done); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.AwaitWrites(func() bool { return calls == 2 }); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(free); gotErr != nil || err != nil || string(b) != "new" {
+			t.Fatalf("after the rename: %q, %v, %v", b, err, gotErr)
+		}
+	})
+}
+
 // TestStartUnlink: the unlink completes through the write path (never inside StartUnlink;
 // AwaitWrites waits for it), removes the name and nothing else, and reports a failure's
 // errno there (a missing file, a directory). The path is the caller's string, copied and

@@ -434,14 +434,7 @@ func (c *ringConn) parse() {
 		h, herr := wire.ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
 		req := getRequest(h, c.info, c)
 		if herr != nil {
-			code := wire.ErrInvalidRequest
-			if h.Length > cfg.FrameBytesMax {
-				code = wire.ErrFrameTooLarge
-			}
-			req.fatal = true
-			req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
-			req.ready = true
-			req.replied.Store(true)
+			req.refuseHeader(herr, cfg.FrameBytesMax)
 			c.inflight++
 			c.queue = append(c.queue, req)
 			c.readerDone = true

@@ -424,13 +424,7 @@ func TestAdversarialKafkaConnectionsPerAddress(t *testing.T) {
 			open++
 		}
 	}
-	if open > perAddress {
-		t.Errorf("%d Kafka connections from one address answered, limit %d", open, perAddress)
-	}
-	t.Logf("%d of %d Kafka connections from %s answered (limit %d)", open, len(conns), attacker, perAddress)
-	pr := newProbe(t, b)
-	pr.expectFast("with one address at its connection limit on the Kafka listener")
-	expectSurvived(t, b, probeTopic)
+	expectAddressLimitHeld(t, b, "Kafka ", "answered", open, len(conns), perAddress)
 }
 
 // kafkaConn is a raw Kafka protocol connection: kmsg encodes, nothing checks.

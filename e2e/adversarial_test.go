@@ -740,12 +740,24 @@ func TestAdversarialConnectionsPerAddress(t *testing.T) {
 			open++
 		}
 	}
+	expectAddressLimitHeld(t, b, "", "stayed open", open, len(conns), perAddress)
+}
+
+// expectAddressLimitHeld checks that at most perAddress of the attacker's connections to
+// b's listener (what: "Kafka " or "") were admitted (admitted: how the test told), then
+// that b still serves a probe fast and survived.
+func expectAddressLimitHeld(t *testing.T, b *broker, what, admitted string, open, dialed, perAddress int) {
+	t.Helper()
 	if open > perAddress {
-		t.Errorf("%d connections from one address stayed open, limit %d", open, perAddress)
+		t.Errorf("%d %sconnections from one address %s, limit %d", open, what, admitted, perAddress)
 	}
-	t.Logf("%d of %d connections from %s stayed open (limit %d)", open, len(conns), attacker, perAddress)
+	t.Logf("%d of %d %sconnections from %s %s (limit %d)", open, dialed, what, attacker, admitted, perAddress)
 	pr := newProbe(t, b)
-	pr.expectFast("with one address at its connection limit")
+	if what == "" {
+		pr.expectFast("with one address at its connection limit")
+	} else {
+		pr.expectFast("with one address at its connection limit on the " + what + "listener")
+	}
 	expectSurvived(t, b, probeTopic)
 }
 

@@ -22,9 +22,6 @@ import (
 // --max-request-entries: refused (INVALID_REQUEST) before any work, the connection keeps
 // working.
 func TestAdversarialGroupCounts(t *testing.T) {
-	const entriesMax = 100
-	b := startCapped(t, 1024, "--max-request-entries", strconv.Itoa(entriesMax))
-	fill(t, b, "t", 2, 1<<10, 1<<10)
 	names := func(n int, repeat bool) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -34,11 +31,7 @@ func TestAdversarialGroupCounts(t *testing.T) {
 		}
 		return out
 	}
-	cases := []struct {
-		name   string
-		repeat bool // the API refuses a repeated entry too
-		req    func(n int, repeat bool) wire.Message
-	}{
+	expectEntriesRefused(t, []entriesCase{
 		{"offset commit", true, func(n int, repeat bool) wire.Message {
 			parts := make([]wire.OffsetCommitPartition, n)
 			for i := range parts {
@@ -84,29 +77,7 @@ func TestAdversarialGroupCounts(t *testing.T) {
 			}
 			return &wire.LeaveGroupRequest{Group: "g", Members: members}
 		}},
-	}
-	r := mustDialFrom(t, attacker, b.addr)
-	id := uint32(100)
-	for _, tc := range cases {
-		for _, v := range []struct {
-			what   string
-			n      int
-			repeat bool
-		}{{"repeated entry", 2, true}, {"entries above the limit", entriesMax + 1, false}} {
-			if v.repeat && !tc.repeat {
-				continue
-			}
-			t.Run(tc.name+"/"+v.what, func(t *testing.T) {
-				r.t = t
-				id += 2
-				r.write(wire.AppendRequest(nil, id, tc.req(v.n, v.repeat)))
-				r.expectError(wire.ErrInvalidRequest, id)
-				r.expectWorking(id + 1)
-			})
-		}
-	}
-	r.t = t
-	expectSurvived(t, b, "t")
+	})
 }
 
 // groupMetadataAttack is how a client makes a coordinator keep bytes: each JoinGroup
@@ -453,13 +424,7 @@ func TestAdversarialKafkaConnectionsPerAddress(t *testing.T) {
 			open++
 		}
 	}
-	if open > perAddress {
-		t.Errorf("%d Kafka connections from one address answered, limit %d", open, perAddress)
-	}
-	t.Logf("%d of %d Kafka connections from %s answered (limit %d)", open, len(conns), attacker, perAddress)
-	pr := newProbe(t, b)
-	pr.expectFast("with one address at its connection limit on the Kafka listener")
-	expectSurvived(t, b, probeTopic)
+	expectAddressLimitHeld(t, b, "Kafka ", "answered", open, len(conns), perAddress)
 }
 
 // kafkaConn is a raw Kafka protocol connection: kmsg encodes, nothing checks.

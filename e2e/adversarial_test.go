@@ -475,9 +475,6 @@ func TestAdversarialMetadataNames(t *testing.T) {
 // --max-request-entries: refused (INVALID_REQUEST) before any work, the connection keeps
 // working.
 func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
-	const entriesMax = 100
-	b := startCapped(t, 1024, "--max-request-entries", strconv.Itoa(entriesMax))
-	fill(t, b, "t", 2, 1<<10, 1<<10)
 	names := func(n int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -521,26 +518,23 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 		}
 		return out
 	}
-	cases := []struct {
-		name string
-		req  func(n int, repeat bool) wire.Message
-	}{
-		{"produce", func(n int, repeat bool) wire.Message {
+	expectEntriesRefused(t, []entriesCase{
+		{"produce", true, func(n int, repeat bool) wire.Message {
 			return &wire.ProduceRequest{Acks: wire.AcksLeader, TimeoutMs: 1000, Topics: []wire.ProduceTopic{{Topic: "t", Partitions: produceParts(n, repeat)}}}
 		}},
-		{"fetch", func(n int, repeat bool) wire.Message {
+		{"fetch", true, func(n int, repeat bool) wire.Message {
 			return &wire.FetchRequest{MaxBytes: 1 << 20, Topics: []wire.FetchTopic{{Topic: "t", Partitions: fetchParts(n, repeat)}}}
 		}},
-		{"list offsets", func(n int, repeat bool) wire.Message {
+		{"list offsets", true, func(n int, repeat bool) wire.Message {
 			return &wire.ListOffsetsRequest{Topics: []wire.ListOffsetsTopic{{Topic: "t", Partitions: listParts(n, repeat)}}}
 		}},
-		{"metadata", func(n int, repeat bool) wire.Message {
+		{"metadata", true, func(n int, repeat bool) wire.Message {
 			if repeat {
 				return &wire.MetadataRequest{Topics: []string{"t", "t"}}
 			}
 			return &wire.MetadataRequest{Topics: names(n)}
 		}},
-		{"create topics", func(n int, repeat bool) wire.Message {
+		{"create topics", true, func(n int, repeat bool) wire.Message {
 			ts := make([]wire.CreateTopic, n)
 			for i := range ts {
 				ts[i] = wire.CreateTopic{Topic: fmt.Sprintf("new-%d", i), Partitions: 1}
@@ -550,19 +544,19 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 			}
 			return &wire.CreateTopicsRequest{TimeoutMs: 1000, ValidateOnly: true, Topics: ts}
 		}},
-		{"delete topics", func(n int, repeat bool) wire.Message {
+		{"delete topics", true, func(n int, repeat bool) wire.Message {
 			if repeat {
 				return &wire.DeleteTopicsRequest{TimeoutMs: 1000, Topics: []string{"nope", "nope"}}
 			}
 			return &wire.DeleteTopicsRequest{TimeoutMs: 1000, Topics: names(n)}
 		}},
-		{"describe topics", func(n int, repeat bool) wire.Message {
+		{"describe topics", true, func(n int, repeat bool) wire.Message {
 			if repeat {
 				return &wire.DescribeTopicsRequest{Topics: []string{"t", "t"}}
 			}
 			return &wire.DescribeTopicsRequest{Topics: names(n)}
 		}},
-		{"describe configs", func(n int, repeat bool) wire.Message {
+		{"describe configs", true, func(n int, repeat bool) wire.Message {
 			qs := make([]wire.DescribeConfigsTopic, n)
 			for i := range qs {
 				qs[i].Topic = fmt.Sprintf("name-%d", i)
@@ -572,13 +566,32 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 			}
 			return &wire.DescribeConfigsRequest{Topics: qs}
 		}},
-		{"alter configs", func(n int, repeat bool) wire.Message {
+		{"alter configs", true, func(n int, repeat bool) wire.Message {
 			if repeat {
 				return &wire.AlterConfigsRequest{ValidateOnly: true, Topics: []wire.AlterConfigsTopic{{Topic: "t"}, {Topic: "t"}}}
 			}
 			return &wire.AlterConfigsRequest{ValidateOnly: true, Topics: []wire.AlterConfigsTopic{{Topic: "t", Configs: configs(n)}}}
 		}},
-	}
+	})
+}
+
+// entriesCase is one list-taking API of the entries-limit tests: req builds its request
+// with n entries, all of them one entry when repeat is set.
+type entriesCase struct {
+	name   string
+	repeat bool // the API refuses a repeated entry too, not only too many entries
+	req    func(n int, repeat bool) wire.Message
+}
+
+// expectEntriesRefused starts a broker with --max-request-entries 100 and topic "t", sends
+// each case's request from one attacker connection with an entry repeated (where the case
+// refuses that) and with 101 entries, and expects INVALID_REQUEST for each and the
+// connection still working after it; then that the broker survived.
+func expectEntriesRefused(t *testing.T, cases []entriesCase) {
+	t.Helper()
+	const entriesMax = 100
+	b := startCapped(t, 1024, "--max-request-entries", strconv.Itoa(entriesMax))
+	fill(t, b, "t", 2, 1<<10, 1<<10)
 	r := mustDialFrom(t, attacker, b.addr)
 	id := uint32(100)
 	for _, tc := range cases {
@@ -587,6 +600,9 @@ func TestAdversarialRepeatedAndHugeCounts(t *testing.T) {
 			n      int
 			repeat bool
 		}{{"repeated entry", 2, true}, {"entries above the limit", entriesMax + 1, false}} {
+			if v.repeat && !tc.repeat {
+				continue
+			}
 			t.Run(tc.name+"/"+v.what, func(t *testing.T) {
 				r.t = t
 				id += 2
@@ -724,12 +740,24 @@ func TestAdversarialConnectionsPerAddress(t *testing.T) {
 			open++
 		}
 	}
+	expectAddressLimitHeld(t, b, "", "stayed open", open, len(conns), perAddress)
+}
+
+// expectAddressLimitHeld checks that at most perAddress of the attacker's connections to
+// b's listener (what: "Kafka " or "") were admitted (admitted: how the test told), then
+// that b still serves a probe fast and survived.
+func expectAddressLimitHeld(t *testing.T, b *broker, what, admitted string, open, dialed, perAddress int) {
+	t.Helper()
 	if open > perAddress {
-		t.Errorf("%d connections from one address stayed open, limit %d", open, perAddress)
+		t.Errorf("%d %sconnections from one address %s, limit %d", open, what, admitted, perAddress)
 	}
-	t.Logf("%d of %d connections from %s stayed open (limit %d)", open, len(conns), attacker, perAddress)
+	t.Logf("%d of %d %sconnections from %s %s (limit %d)", open, dialed, what, attacker, admitted, perAddress)
 	pr := newProbe(t, b)
-	pr.expectFast("with one address at its connection limit")
+	if what == "" {
+		pr.expectFast("with one address at its connection limit")
+	} else {
+		pr.expectFast("with one address at its connection limit on the " + what + "listener")
+	}
 	expectSurvived(t, b, probeTopic)
 }
 

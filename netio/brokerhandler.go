@@ -631,10 +631,11 @@ func configMap(entries []wire.ConfigEntry) map[string]string {
 // deadlinePassedResults answers every topic of an admin request whose deadline passed
 // before it ran (version 1, timeout_ms <= 0: wire's DeadlinePassed) REQUEST_TIMED_OUT,
 // with nothing changed, as Kafka's KRaft controller answers (and the Kafka listener).
-func deadlinePassedResults(topics []string, what string) []wire.TopicResult {
+// name reads a topic's name from the request's entry.
+func deadlinePassedResults[T any](topics []T, name func(T) string, what string) []wire.TopicResult {
 	out := make([]wire.TopicResult, len(topics))
-	for i, name := range topics {
-		out[i] = wire.TopicResult{Topic: name, ErrorCode: wire.ErrRequestTimedOut,
+	for i, t := range topics {
+		out[i] = wire.TopicResult{Topic: name(t), ErrorCode: wire.ErrRequestTimedOut,
 			ErrorMessage: "timeout_ms <= 0: the deadline passed before the request ran, so nothing was " + what}
 	}
 	return out
@@ -643,11 +644,7 @@ func deadlinePassedResults(topics []string, what string) []wire.TopicResult {
 func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.CreateTopicsResponse {
 	resp := &wire.CreateTopicsResponse{}
 	if body.DeadlinePassed() {
-		names := make([]string, len(body.Topics))
-		for i, t := range body.Topics {
-			names[i] = t.Topic
-		}
-		resp.Topics = deadlinePassedResults(names, "created")
+		resp.Topics = deadlinePassedResults(body.Topics, func(t wire.CreateTopic) string { return t.Topic }, "created")
 		return resp
 	}
 	for _, t := range body.Topics {
@@ -676,7 +673,7 @@ func (h *BrokerHandler) createTopics(body *wire.CreateTopicsRequest) *wire.Creat
 func (h *BrokerHandler) deleteTopics(body *wire.DeleteTopicsRequest) *wire.DeleteTopicsResponse {
 	resp := &wire.DeleteTopicsResponse{}
 	if body.DeadlinePassed() {
-		resp.Topics = deadlinePassedResults(body.Topics, "deleted")
+		resp.Topics = deadlinePassedResults(body.Topics, func(name string) string { return name }, "deleted")
 		return resp
 	}
 	for _, name := range body.Topics {
@@ -769,11 +766,7 @@ func DescribeTopicConfig(b *shard.Broker, topic string, keys []string) ([]wire.C
 func (h *BrokerHandler) alterConfigs(body *wire.AlterConfigsRequest) *wire.AlterConfigsResponse {
 	resp := &wire.AlterConfigsResponse{}
 	if body.DeadlinePassed() {
-		names := make([]string, len(body.Topics))
-		for i, t := range body.Topics {
-			names[i] = t.Topic
-		}
-		resp.Topics = deadlinePassedResults(names, "changed")
+		resp.Topics = deadlinePassedResults(body.Topics, func(t wire.AlterConfigsTopic) string { return t.Topic }, "changed")
 		return resp
 	}
 	for _, t := range body.Topics {

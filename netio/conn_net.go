@@ -213,16 +213,7 @@ func (c *conn) readRequest(br *bufio.Reader, cfg *Config) (*Request, error) {
 	br.Discard(wire.RequestHeaderBytes)
 	req := getRequest(h, c.info, c)
 	if herr != nil {
-		// The stream cannot be resynchronised: answer with the correlation id we have,
-		// then close.
-		code := wire.ErrInvalidRequest
-		if h.Length > cfg.FrameBytesMax {
-			code = wire.ErrFrameTooLarge
-		}
-		req.fatal = true
-		req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
-		req.ready = true
-		req.replied.Store(true)
+		req.refuseHeader(herr, cfg.FrameBytesMax)
 		return req, nil
 	}
 	n := int(h.Length) - (wire.RequestHeaderBytes - wire.FrameLengthBytes)

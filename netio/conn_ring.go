@@ -225,29 +225,26 @@ type ringConn struct {
 	ops        int // ring ops in flight on this connection
 	dead       bool
 	finished   bool
-	frameTimer *ring.Timer // armed while a frame is incomplete (startFrameClock)
-	// frameTimerSpare is the stopped frame timer, reused by the next startFrameClock.
-	frameTimerSpare *ring.Timer
-	retryTimer      *ring.Timer
-	idleTimer       *ring.Timer
-	lastRecv        time.Time
+	frameClock reusedTimer // armed while a frame is incomplete (startFrameClock)
+	retryTimer *ring.Timer
+	idleTimer  *ring.Timer
+	lastRecv   time.Time
 
 	// Sending: one batch at a time, as a plan of memory and file segments.
-	sending         bool
-	batch           []*Request
-	wbuf            []byte
-	splices         []wire.Splice
-	plan            []sendSegment
-	planFiles       bool // plan has file ranges: it goes out through the pipe
-	planIndex       int
-	segmentOff      int64
-	writeTimer      *ring.Timer
-	writeTimerSpare *ring.Timer // stopped; armWriteTimer reuses it
-	pipeR           int
-	pipeW           int
-	pipeCap         int
-	pipeBytes       int // bytes spliced into the pipe, not yet to the socket
-	spliceOps       int // splice completions still to come for the current step
+	sending    bool
+	batch      []*Request
+	wbuf       []byte
+	splices    []wire.Splice
+	plan       []sendSegment
+	planFiles  bool // plan has file ranges: it goes out through the pipe
+	planIndex  int
+	segmentOff int64
+	writeClock reusedTimer // armed while a batch is being sent (armWriteTimer)
+	pipeR      int
+	pipeW      int
+	pipeCap    int
+	pipeBytes  int // bytes spliced into the pipe, not yet to the socket
+	spliceOps  int // splice completions still to come for the current step
 
 	onRecvBufFn    func(int32, uint32)
 	onRecvDirectFn func(int32, uint32)
@@ -437,14 +434,7 @@ func (c *ringConn) parse() {
 		h, herr := wire.ParseRequestHeader(c.rbuf[c.rstart:c.rend], cfg.FrameBytesMax)
 		req := getRequest(h, c.info, c)
 		if herr != nil {
-			code := wire.ErrInvalidRequest
-			if h.Length > cfg.FrameBytesMax {
-				code = wire.ErrFrameTooLarge
-			}
-			req.fatal = true
-			req.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
-			req.ready = true
-			req.replied.Store(true)
+			req.refuseHeader(herr, cfg.FrameBytesMax)
 			c.inflight++
 			c.queue = append(c.queue, req)
 			c.readerDone = true
@@ -474,30 +464,49 @@ func (c *ringConn) parse() {
 // collector (a GC assist or a GC start parks the locked shard thread and hands its P over;
 // docs/benchmarks.md, "Session 12: what parks the shard threads").
 func (c *ringConn) startFrameClock() {
-	if c.frameTimer != nil {
+	if c.frameClock.pending != nil {
 		return
 	}
-	if t := c.frameTimerSpare; t != nil {
-		c.frameTimerSpare = nil
-		t.Reset(c.srv.cfg.FrameReadTimeout)
-		c.frameTimer = t
-		return
-	}
-	c.frameTimer = c.r.AfterFunc(c.srv.cfg.FrameReadTimeout, c.frameTimedOut)
+	c.frameClock.start(c, c.srv.cfg.FrameReadTimeout, (*ringConn).frameTimedOut)
 }
 
 // stopFrameClock stops the frame timer (the frame is complete, or dropped) and keeps it for
 // the next frame.
-func (c *ringConn) stopFrameClock() {
-	if c.frameTimer != nil {
-		c.frameTimer.Stop()
-		c.frameTimerSpare, c.frameTimer = c.frameTimer, nil
-	}
-}
+func (c *ringConn) stopFrameClock() { c.frameClock.stop() }
 
 func (c *ringConn) frameTimedOut() {
-	c.frameTimer = nil
+	c.frameClock.pending = nil
 	c.failLoop(errors.New("frame not completed within FrameReadTimeout of its first byte"))
+}
+
+// reusedTimer is a connection timer armed and stopped over and over on the loop (the frame
+// clock, the write clock): stop keeps the stopped ring.Timer and the next start Resets it, so
+// only a connection's first start allocates (a Timer and its closure). Allocating per start
+// made the shard loop allocate per request (see startFrameClock). Loop thread only.
+type reusedTimer struct {
+	pending *ring.Timer // armed and not yet fired or stopped; the fire function clears it
+	spare   *ring.Timer // stopped, reused by the next start
+}
+
+// start arms the timer to call fire(c) after d. fire is a method expression such as
+// (*ringConn).frameTimedOut, a static function value: passing it allocates nothing, and the
+// closure over c is made only when there is no spare timer to Reset.
+func (t *reusedTimer) start(c *ringConn, d time.Duration, fire func(*ringConn)) {
+	if s := t.spare; s != nil {
+		t.spare = nil
+		s.Reset(d)
+		t.pending = s
+		return
+	}
+	t.pending = c.r.AfterFunc(d, func() { fire(c) })
+}
+
+// stop stops a pending timer and keeps it for the next start.
+func (t *reusedTimer) stop() {
+	if t.pending != nil {
+		t.pending.Stop()
+		t.spare, t.pending = t.pending, nil
+	}
 }
 
 // charge takes n bytes from the connection's, its address's and its shard's budgets
@@ -610,17 +619,11 @@ func (c *ringConn) trySend() {
 // armWriteTimer starts the WriteTimeout clock of a batch being sent, reusing the timer of
 // the previous batch (no allocation per response).
 func (c *ringConn) armWriteTimer() {
-	if t := c.writeTimerSpare; t != nil {
-		c.writeTimerSpare = nil
-		t.Reset(c.srv.cfg.WriteTimeout)
-		c.writeTimer = t
-		return
-	}
-	c.writeTimer = c.r.AfterFunc(c.srv.cfg.WriteTimeout, c.writeTimedOut)
+	c.writeClock.start(c, c.srv.cfg.WriteTimeout, (*ringConn).writeTimedOut)
 }
 
 func (c *ringConn) writeTimedOut() {
-	c.writeTimer = nil
+	c.writeClock.pending = nil
 	c.failLoop(errors.New("write timeout: client is not reading"))
 }
 
@@ -659,10 +662,7 @@ func (c *ringConn) sendNext() {
 				return // onSentZC finishes the batch once the kernel let go of its pages
 			}
 			c.sending = false
-			if c.writeTimer != nil {
-				c.writeTimer.Stop()
-				c.writeTimerSpare, c.writeTimer = c.writeTimer, nil
-			}
+			c.writeClock.stop()
 			c.finishBatch()
 			c.progress()
 			return
@@ -1050,7 +1050,7 @@ func (c *ringConn) failLoop(err error) {
 	}
 	c.dead = true
 	unix.Shutdown(c.fd, unix.SHUT_RDWR) // completes pending recv and send ops
-	for _, t := range []**ring.Timer{&c.writeTimer, &c.frameTimer, &c.retryTimer, &c.idleTimer} {
+	for _, t := range []**ring.Timer{&c.writeClock.pending, &c.frameClock.pending, &c.retryTimer, &c.idleTimer} {
 		if *t != nil {
 			(*t).Stop()
 			*t = nil

@@ -95,6 +95,22 @@ func getRequest(h wire.RequestHeader, info ConnInfo, owner requestOwner) *Reques
 	return req
 }
 
+// refuseHeader makes r, whose header wire.ParseRequestHeader refused with herr, the
+// connection's last request: answered at once with the correlation id there is
+// (FRAME_TOO_LARGE for a length above frameBytesMax, INVALID_REQUEST otherwise), then the
+// connection closes, as the stream cannot be resynchronised. Both drivers' readers call it
+// before the request is queued or dispatched, so fatal is set directly (not markFatal).
+func (r *Request) refuseHeader(herr error, frameBytesMax uint32) {
+	code := wire.ErrInvalidRequest
+	if r.Header.Length > frameBytesMax {
+		code = wire.ErrFrameTooLarge
+	}
+	r.fatal = true
+	r.response = Response{ErrorCode: code, ErrorMessage: herr.Error()}
+	r.ready = true
+	r.replied.Store(true)
+}
+
 // recycleRequest returns a released request to the pool, keeping only its decoding targets.
 func recycleRequest(req *Request) {
 	produce, fetch := req.produce, req.fetch

@@ -30,6 +30,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -390,6 +391,32 @@ func Files(root string) ([]string, error) {
 	})
 	sort.Strings(files[1:])
 	return files, err
+}
+
+// RecordsFile holds measurements of past runs, which name the tests, metrics and codes of
+// their day: the checks that the docs name only what exists now pass over it.
+const RecordsFile = "docs/benchmarks.md"
+
+// CurrentDocLines calls fn with the lines of each file Files lists under root, in order,
+// except RecordsFile and the files in skip (slash-separated paths relative to root). It stops
+// at the first file it cannot list or read.
+func CurrentDocLines(root string, skip []string, fn func(file string, lines []string)) error {
+	files, err := Files(root)
+	if err != nil {
+		return err
+	}
+	tree := NewTree(root)
+	for _, f := range files {
+		if f == RecordsFile || slices.Contains(skip, f) {
+			continue
+		}
+		src, err := tree.source(f)
+		if err != nil {
+			return err
+		}
+		fn(f, strings.Split(string(src), "\n"))
+	}
+	return nil
 }
 
 // Tree is a set of parsed docs under one root, read on demand.

@@ -263,21 +263,10 @@ func testFuncs(t *testing.T, root string) map[string]bool {
 // sections in skip (file → heading text), which name other projects' tests.
 func testMentionProblems(t *testing.T, root string, funcs map[string]bool, skip map[string]string) []string {
 	t.Helper()
-	files, err := Files(root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var problems []string
-	for _, f := range files {
-		if f == "docs/benchmarks.md" {
-			continue
-		}
-		src, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
-		if err != nil {
-			t.Fatal(err)
-		}
+	err := CurrentDocLines(root, nil, func(f string, lines []string) {
 		skipping, level := false, 0
-		for i, line := range strings.Split(string(src), "\n") {
+		for i, line := range lines {
 			if m := atxHeading.FindStringSubmatch(line); m != nil {
 				if skipping && len(m[1]) <= level {
 					skipping = false
@@ -304,6 +293,9 @@ func testMentionProblems(t *testing.T, root string, funcs map[string]bool, skip 
 				}
 			}
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return problems
 }

@@ -97,20 +97,9 @@ var docMetric = regexp.MustCompile(`ringlog_[a-z0-9_{},]*[a-z0-9}]`)
 // histogram; a name followed by a grep in a command line may be a prefix of exported ones.
 func metricMentionProblems(t *testing.T, root string, names map[string]bool) []string {
 	t.Helper()
-	files, err := doccheck.Files(root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var problems []string
-	for _, f := range files {
-		if f == "docs/benchmarks.md" {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, line := range strings.Split(string(data), "\n") {
+	err := doccheck.CurrentDocLines(root, nil, func(f string, lines []string) {
+		for i, line := range lines {
 			for _, mention := range docMetric.FindAllString(line, -1) {
 				for _, name := range expandBraces(mention) {
 					if !metricExists(name, names, strings.Contains(line, "grep "+name)) {
@@ -119,6 +108,9 @@ func metricMentionProblems(t *testing.T, root string, names map[string]bool) []s
 				}
 			}
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return problems
 }

@@ -203,26 +203,18 @@ func apiKeyMentionProblems(t *testing.T, root string) []string {
 		keyOf[k.String()] = k
 	}
 	mention := regexp.MustCompile(`\b(` + strings.Join(names, "|") + `)(?: API)?(?:, | \()(\d+)(?:\)|,|–)`)
-	files, err := doccheck.Files(root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var problems []string
-	for _, f := range files {
-		if f == "docs/kafka-compatibility.md" || f == "docs/benchmarks.md" {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, line := range strings.Split(string(data), "\n") {
+	err := doccheck.CurrentDocLines(root, []string{"docs/kafka-compatibility.md"}, func(f string, lines []string) {
+		for i, line := range lines {
 			for _, m := range mention.FindAllStringSubmatch(line, -1) {
 				if m[2] != strconv.Itoa(int(keyOf[m[1]])) {
 					problems = append(problems, fmt.Sprintf("%s:%d: %q: %s is key %d", f, i+1, m[0], m[1], keyOf[m[1]]))
 				}
 			}
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return problems
 }

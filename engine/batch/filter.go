@@ -71,16 +71,19 @@ func Filter(dst, b []byte, keepOne bool, keep func(offset, ts int64, r *Record) 
 		return dst, FilterResult{Header: h}, err
 	}
 	res.Removed = int(h.RecordCount) - res.Kept
+	if res.Kept == 0 && keepOne {
+		// The last record stays; when it is the batch's only one, nothing was left out and
+		// the batch is copied as it was (not rebuilt, which would recompress it).
+		kept = append(kept[:0], last...)
+		state.filtered = kept[:0]
+		res.Kept, res.Removed = 1, res.Removed-1
+	}
 	switch {
 	case res.Removed == 0:
 		res.Unchanged = true
 		return append(dst, b...), res, nil
-	case res.Kept == 0 && !keepOne:
-		return dst, res, nil
 	case res.Kept == 0:
-		kept = append(kept[:0], last...)
-		state.filtered = kept[:0]
-		res.Kept, res.Removed = 1, res.Removed-1
+		return dst, res, nil
 	}
 	start := len(dst)
 	dst = append(dst, b[:HeaderSize]...)

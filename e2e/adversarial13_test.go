@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"errors"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -203,4 +207,60 @@ func TestProduceTimeoutZeroAnsweredAtOnce(t *testing.T) {
 		t.Errorf("Kafka listener: code %d, want REQUEST_TIMED_OUT", got.ErrorCode)
 	}
 	t.Logf("Kafka listener answered in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// An OffsetCommit of 9,000 partitions with 1 KiB of metadata each (a 9 MB frame, within
+// the default frame and entry limits) once got no answer within 20 s under heavy load
+// (docs/benchmarks.md). Here: four such commits, each to a new group, on both network
+// drivers, with the default frame timeout (30 s) and the adversarial suite's 3 s, on
+// whatever load the machine has. Each must be answered or the connection closed (a frame
+// that does not arrive within the frame timeout); the time of each is logged.
+func TestAdversarialOffsetCommitHuge(t *testing.T) {
+	metadata := string(make([]byte, 1024))
+	parts := make([]wire.OffsetCommitPartition, adminRepeats)
+	for i := range parts {
+		parts[i] = wire.OffsetCommitPartition{Partition: int32(i), Offset: 1, LeaderEpoch: -1, Metadata: metadata}
+	}
+	for _, drv := range netDrivers {
+		for _, frameTimeout := range []string{"30s", "3s"} {
+			t.Run(drv+"/frame-timeout="+frameTimeout, func(t *testing.T) {
+				b := startCapped(t, 1024, "--net", drv, "--frame-timeout", frameTimeout)
+				pr := newProbe(t, b)
+				for i := range uint32(4) {
+					r := mustDialFrom(t, attacker, b.addr)
+					req := &wire.OffsetCommitRequest{Group: "huge-" + strconv.Itoa(int(i)), Generation: -1, Topics: []wire.OffsetCommitTopic{{Topic: "any", Partitions: parts}}}
+					frame := wire.AppendRequest(nil, i, req)
+					start := time.Now()
+					r.conn.SetDeadline(time.Now().Add(rawTimeout))
+					_, werr := r.conn.Write(frame)
+					h, payload, _, rerr := wire.ReadResponse(r.conn, nil, wire.FrameBytesMaxDefault)
+					took := time.Since(start).Round(time.Millisecond)
+					var resp wire.OffsetCommitResponse
+					switch {
+					case rerr == nil && h.ErrorCode == wire.ErrNone && resp.ReadFrom(payload) == nil && len(resp.Topics) == 1:
+						t.Logf("commit %d (%d bytes): answered %s in %v (load %s)", i, len(frame), resp.Topics[0].Partitions[0].ErrorCode.Name(), took, loadavg())
+					case rerr != nil && !isTimeout(rerr):
+						t.Logf("commit %d (%d bytes): connection closed after %v (write: %v, read: %v; load %s)", i, len(frame), took, werr, rerr, loadavg())
+					default:
+						t.Errorf("commit %d (%d bytes): no answer within %v (write: %v, read: %v, frame error %s; load %s)", i, len(frame), took, werr, rerr, h.ErrorCode.Name(), loadavg())
+					}
+				}
+				pr.expectFast("after 9 MB offset commits")
+				expectSurvived(t, b, probeTopic)
+			})
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

@@ -78,6 +78,10 @@ func (a *PartitionAnswers) AnswerLocked(idx int, set func()) {
 	}
 }
 
+// Expire is the timeout passing now (a request whose timeout_ms is 0 or less): the
+// partitions still waiting are cut off. The timeout must have been armed (Timeout).
+func (a *PartitionAnswers) Expire() { a.timedOut() }
+
 func (a *PartitionAnswers) timedOut() {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -245,12 +245,23 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 	// last partition was handed to its shard: from then on it may be answered, written,
 	// released and reused by another request.
 	pc.mu.Lock()
-	withTimeout := body.Acks == wire.AcksAll && body.TimeoutMs > 0
+	// timeout_ms <= 0 leaves no time to wait for followers: as Kafka's DelayedProduce, whose
+	// timer expires at once, the request is answered when its last partition is handed to
+	// its shard, and the partitions still waiting get REQUEST_TIMED_OUT. That applies when
+	// the request names a replicated topic of a cluster; elsewhere the leader alone is the
+	// ISR and the answer comes with its write (Kafka's append moves a one-replica high
+	// watermark at once).
+	immediate := body.Acks == wire.AcksAll && body.TimeoutMs <= 0 && h.namesReplicated(body)
+	withTimeout := body.Acks == wire.AcksAll && body.TimeoutMs > 0 || immediate
 	if withTimeout {
 		pc.answeredBuf = reuseCleared(pc.answeredBuf, total)
 		pc.answered = pc.answeredBuf
 		pc.timeout = time.Duration(body.TimeoutMs) * time.Millisecond
-		pc.armTimer(h)
+		if immediate {
+			pc.timeout, pc.deadline, pc.stopTimer = 0, time.Now(), noTimer
+		} else {
+			pc.armTimer(h)
+		}
 		// The timer may answer, and so release the request's buffer to the next request,
 		// before the shard has written these bytes: give the shards a copy (one memmove per
 		// acks=all produce with a timeout, into the call's reused buffer).
@@ -294,7 +305,13 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 				}
 				continue
 			}
+			expired := immediate && k == total && pc.expireLocked()
 			pc.mu.Unlock() // the shard may answer inline, on this goroutine
+			if expired {
+				// The answer goes before the last partition reaches its shard; that
+				// partition's unanswered reference keeps pc (and the copied records) alive.
+				pc.reply()
+			}
 			h.b.ProduceFrom(caller(req), tp, batches, body.Acks, pc.answers[idx].fn)
 			if k == total {
 				return // pc and body may belong to another request by now
@@ -302,7 +319,29 @@ func (h *BrokerHandler) produce(req *Request, body *wire.ProduceRequest) {
 			pc.mu.Lock()
 		}
 	}
+	// The last partition failed before reaching a shard, and others still wait.
+	expired := immediate && pc.expireLocked()
 	pc.mu.Unlock()
+	if expired {
+		pc.reply()
+	}
+}
+
+// noTimer stands for the timer of a produce whose timeout passed when it arrived.
+func noTimer() bool { return false }
+
+// namesReplicated reports whether body names a replicated topic of this broker's
+// cluster: only those wait for followers.
+func (h *BrokerHandler) namesReplicated(body *wire.ProduceRequest) bool {
+	if h.cluster == nil {
+		return false
+	}
+	for i := range body.Topics {
+		if h.cluster.Replicated(body.Topics[i].Topic) {
+			return true
+		}
+	}
+	return false
 }
 
 // produceCall gathers one produce request's partition answers. An acks=all produce with a
@@ -508,20 +547,35 @@ func (pc *produceCall) releaseLocked() {
 // timedOut answers the partitions still waiting with REQUEST_TIMED_OUT.
 func (pc *produceCall) timedOut() {
 	pc.mu.Lock()
-	if pc.replied || pc.stopTimer == nil || time.Now().Before(pc.deadline) {
+	if pc.stopTimer == nil || time.Now().Before(pc.deadline) {
 		pc.mu.Unlock()
-		return // answered, or a fire left over from an earlier use of this call
+		return // a fire left over from an earlier use of this call
+	}
+	expired := pc.expireLocked()
+	pc.mu.Unlock()
+	if expired {
+		pc.reply()
+	}
+}
+
+// expireLocked marks the partitions still waiting REQUEST_TIMED_OUT and reports whether
+// the caller must now reply (after unlocking pc.mu); false when pc was answered already.
+func (pc *produceCall) expireLocked() bool {
+	if pc.replied {
+		return false
 	}
 	pc.replied = true
 	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", pc.timeout)
+	if pc.timeout <= 0 {
+		msg = "acks=all with timeout_ms <= 0: answered at once, before replication (as Kafka); the records may still be committed"
+	}
 	for k := range pc.positions {
 		if !pc.answered[k] {
 			out := pc.out(k)
 			out.ErrorCode, out.ErrorMessage = wire.ErrRequestTimedOut, msg
 		}
 	}
-	pc.mu.Unlock()
-	pc.reply()
+	return true
 }
 
 func (h *BrokerHandler) listOffsets(req *Request, body *wire.ListOffsetsRequest) {

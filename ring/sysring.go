@@ -688,28 +688,31 @@ func (r *sysRing) fixedRangeOK(s *SQE) bool {
 	return s.Addr >= start && s.Addr+uint64(s.Len) <= start+uint64(len(b))
 }
 
-// setNonblock puts fd in O_NONBLOCK mode so accept never blocks the loop.
-func setNonblock(fd int) int32 {
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return errRes(err.(unix.Errno))
-	}
-	if fl&unix.O_NONBLOCK == 0 {
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
-			return errRes(err.(unix.Errno))
-		}
-	}
-	return 0
-}
-
 const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness event before yielding
 
+// accept is accept4(2) that never blocks the loop. The kernel's io_accept makes its call
+// non-blocking without touching the listener's flags; from user space only O_NONBLOCK does
+// that, so a blocking listener gets it for this one call and loses it again before the op
+// parks or completes. (It used to keep it for good, so the caller's own blocking accept on
+// that listener returned EAGAIN: TestAcceptLeavesListenerFlags.) The accepted socket gets
+// the op's flags alone (SOCK_NONBLOCK, SOCK_CLOEXEC), as from io_uring: Linux's accept4
+// never copies the listener's O_NONBLOCK.
 func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe
-	if res := setNonblock(int(op.fd)); res < 0 {
-		return res, 0, -1, 0
+	fl, err := unix.FcntlInt(uintptr(op.fd), unix.F_GETFL, 0)
+	if err != nil {
+		return errRes(err.(unix.Errno)), 0, -1, 0
+	}
+	blocking := fl&unix.O_NONBLOCK == 0
+	if blocking {
+		if _, err := unix.FcntlInt(uintptr(op.fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+			return errRes(err.(unix.Errno)), 0, -1, 0
+		}
 	}
 	n, _, e := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(int(op.fd)), uintptr(addrPtr(&s.Addr)), uintptr(addrPtr(&s.Off)), uintptr(s.OpFlags), 0, 0)
+	if blocking {
+		unix.FcntlInt(uintptr(op.fd), unix.F_SETFL, fl) // the listener's own flags again
+	}
 	res := sysRes(n, e)
 	if isAgain(res) || e == unix.EINTR {
 		return res, 0, op.fd, unix.EPOLLIN
@@ -1353,10 +1356,9 @@ func (r *sysRing) completionWaiting() bool {
 }
 
 func (r *sysRing) PeekCQEs(dst []CQE) int {
-	if r.closed {
-		return 0
+	if !r.closed {
+		r.drainInbox()
 	}
-	r.drainInbox()
 	n := 0
 	for n < len(dst) && r.cqHead != r.cqTail {
 		dst[n] = r.cq[r.cqHead&r.cqMask]
@@ -1463,10 +1465,18 @@ func (r *sysRing) UnregisterEventfd() error {
 	return nil
 }
 
+// Close completes every request still waiting — parked socket ops, timeouts, connects
+// waiting to retry — with -ECANCELED, as the kernel cancels a closing io_uring's requests,
+// so none is left holding the caller's memory or a socket it set O_NONBLOCK on (a parked
+// CONNECT's socket gets its blocking mode back). Those completions stay readable with
+// PeekCQEs after Close, so a caller that drains them sees every request answered (they
+// used to vanish: nothing ever completed them, TestSysRingCloseCompletesWaiting). Later
+// submits fail.
 func (r *sysRing) Close() error {
 	if r.closed {
 		return nil
 	}
+	r.cancel(0, CancelAny|CancelAll, -1)
 	r.closed = true
 	sysRingsMu.Lock()
 	delete(sysRings, r.evfd)

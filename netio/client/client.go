@@ -490,7 +490,15 @@ func (c *Client) refreshMetadata(ctx context.Context, topics []string) (*wire.Me
 	var addr string // the broker that answered
 	err := c.atHome(ctx, func(home string) error {
 		addr = home
-		return c.Call(ctx, home, &wire.MetadataRequest{Topics: topics, Version: version}, &resp)
+		err := c.Call(ctx, home, &wire.MetadataRequest{Topics: topics, Version: version}, &resp)
+		if errors.Is(err, wire.ErrUnsupportedVersion) && version > 0 {
+			// An older release at this address than the broker handshaken with (a cluster
+			// mid-upgrade or a broker rolled back): version 0, which every broker serves,
+			// as callHomeVersioned does for the admin APIs.
+			resp = wire.MetadataResponse{}
+			err = c.Call(ctx, home, &wire.MetadataRequest{Topics: topics, Version: 0}, &resp)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -66,3 +66,17 @@ func TestAdminAgainstOlderBroker(t *testing.T) {
 		run(t, c, b)
 	})
 }
+
+// TestMetadataAgainstOlderBroker: a broker the client handshook at Metadata version 1,
+// restarted as a release that serves only version 0, answers UNSUPPORTED_VERSION; the client
+// asks again at version 0 (it gave up with UNSUPPORTED_VERSION before).
+func TestMetadataAgainstOlderBroker(t *testing.T) {
+	c, b := downgradedBroker(t, map[wire.APIKey]uint16{wire.APIMetadata: 0})
+	if err := b.Core.CreateTopic("orders", 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Partitions(ctxT(t), "orders")
+	if err != nil || n != 3 {
+		t.Fatalf("partitions of orders from a Metadata v0 broker: %d, %v", n, err)
+	}
+}

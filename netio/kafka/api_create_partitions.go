@@ -22,7 +22,19 @@ var createPartitionsAPI = api{
 			return
 		}
 		resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
+		names := make([]string, len(r.Topics))
+		for i, t := range r.Topics {
+			names[i] = t.Topic
+		}
+		repeated := repeatedNames(names)
 		for _, t := range r.Topics {
+			if answer, dup := repeated[t.Topic]; dup { // once, as Kafka's controller answers
+				if answer {
+					resp.Topics = append(resp.Topics, createPartitionsResult(t.Topic, kerr.InvalidRequest.Code, duplicateTopicMessage))
+					repeated[t.Topic] = false
+				}
+				continue
+			}
 			code, msg := kerr.InvalidRequest.Code, fmt.Sprintf("topic %q: ringlog cannot add partitions to an existing topic (partitions and their shards are fixed at creation); create a new topic with %d partitions", t.Topic, t.Count)
 			switch topic := s.b.Topic(t.Topic); {
 			case topic == nil:

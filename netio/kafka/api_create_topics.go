@@ -69,7 +69,24 @@ func createTopicResult(topic string, code int16, msg string) kmsg.CreateTopicsRe
 
 func (s *Server) createTopics(r *kmsg.CreateTopicsRequest) *kmsg.CreateTopicsResponse {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
+	names := make([]string, len(r.Topics))
+	for i, t := range r.Topics {
+		names[i] = t.Topic
+	}
+	repeated := repeatedNames(names)
 	for _, t := range r.Topics {
+		if repeated != nil {
+			// A topic named twice is answered once and not created, as Kafka's controller
+			// answers: 9,000 copies of one name were 9,000 creates, each waiting for every
+			// shard (TestAdversarialKafkaRepeatedAdminNames).
+			if answer, dup := repeated[t.Topic]; dup {
+				if answer {
+					resp.Topics = append(resp.Topics, createTopicResult(t.Topic, kerr.InvalidRequest.Code, duplicateTopicMessage))
+					repeated[t.Topic] = false
+				}
+				continue
+			}
+		}
 		partitions, rf, err := s.createTopic(t, r.ValidateOnly, r.TimeoutMillis)
 		rt := createTopicResult(t.Topic, 0, "")
 		if err != nil {

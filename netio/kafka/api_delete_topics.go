@@ -20,7 +20,17 @@ var deleteTopicsAPI = api{
 		}
 		go func() { // waits for every shard
 			resp := r.ResponseKind().(*kmsg.DeleteTopicsResponse)
+			repeated := repeatedNames(r.TopicNames)
 			for _, name := range r.TopicNames {
+				// A topic named twice is answered once and not deleted, as Kafka's
+				// controller answers (each copy was a delete waiting for every shard).
+				if answer, dup := repeated[name]; dup {
+					if answer {
+						resp.Topics = append(resp.Topics, deleteTopicResult(name, kerr.InvalidRequest.Code, str(duplicateTopicMessage)))
+						repeated[name] = false
+					}
+					continue
+				}
 				var err error
 				if s.cfg.Cluster != nil && s.cfg.Cluster.Replicated(name) {
 					err = s.deleteReplicated(name, r.TimeoutMillis)

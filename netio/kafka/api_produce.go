@@ -64,7 +64,15 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 	// answered when it passes even though some partitions still wait for their followers:
 	// those get REQUEST_TIMED_OUT (retriable); their records stay appended and may still
 	// commit (the ringlog listener's rule, netio.PartitionAnswers).
+	//
+	// timeout_ms <= 0 leaves no time to wait for followers: as Kafka's DelayedProduce, whose
+	// timer expires at once, the request is answered once every partition has been handed
+	// to its shard, and those still waiting get REQUEST_TIMED_OUT. That applies when the
+	// request names a replicated topic of a cluster; elsewhere the leader alone is the ISR
+	// and the answer comes with its write, as Kafka's append moves a one-replica high
+	// watermark at once (namesReplicated).
 	var timeout time.Duration
+	immediate := req.Acks == -1 && req.TimeoutMillis <= 0 && s.namesReplicated(req)
 	if req.Acks == -1 && req.TimeoutMillis > 0 {
 		timeout = time.Duration(req.TimeoutMillis) * time.Millisecond
 	}
@@ -84,6 +92,10 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 	if timeout > 0 {
 		answers.Timeout(timeout, func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop })
 	}
+	if immediate {
+		answers.Timeout(0, func(time.Duration, func()) func() bool { return func() bool { return false } })
+		defer answers.Expire() // after the loop's deferred Unlock
+	}
 	// The partitions' answers are written under the answers' lock: the timer may answer
 	// while shards still hold some of the partitions.
 	answers.Lock()
@@ -94,7 +106,7 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 			out, idx := &resp.Topics[i].Partitions[j], k
 			k++
 			records := part.Records
-			if timeout > 0 {
+			if timeout > 0 || immediate {
 				// The timer may answer, and so hand the frame back to the pool, before the
 				// shard has written these bytes: give the shard its own copy.
 				records = append([]byte(nil), records...)
@@ -128,10 +140,27 @@ func (s *Server) produce(p *pending, req *kmsg.ProduceRequest) {
 	}
 }
 
+// namesReplicated reports whether req names a replicated topic of this broker's cluster:
+// only those wait for followers.
+func (s *Server) namesReplicated(req *kmsg.ProduceRequest) bool {
+	if s.cfg.Cluster == nil {
+		return false
+	}
+	for _, t := range req.Topics {
+		if s.cfg.Cluster.Replicated(t.Topic) {
+			return true
+		}
+	}
+	return false
+}
+
 // markTimedOut answers the partitions still waiting (by request position) with
 // REQUEST_TIMED_OUT.
 func markTimedOut(resp *kmsg.ProduceResponse, waiting []bool, timeout time.Duration) {
 	msg := fmt.Sprintf("acks=all: not replicated within the request's timeout (%v); the records may still be committed", timeout)
+	if timeout <= 0 {
+		msg = "acks=all with timeout_ms <= 0: answered at once, before replication (as Kafka); the records may still be committed"
+	}
 	k := 0
 	for i := range resp.Topics {
 		for j := range resp.Topics[i].Partitions {

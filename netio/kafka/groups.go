@@ -42,6 +42,30 @@ func uniqueNames(names []string) []string {
 	return out
 }
 
+// repeatedNames is the set of names that appear more than once in names (nil when none).
+func repeatedNames(names []string) map[string]bool {
+	if len(names) < 2 {
+		return nil
+	}
+	seen := make(map[string]bool, len(names))
+	var repeated map[string]bool
+	for _, n := range names {
+		if seen[n] {
+			if repeated == nil {
+				repeated = map[string]bool{}
+			}
+			repeated[n] = true
+		}
+		seen[n] = true
+	}
+	return repeated
+}
+
+// duplicateTopicMessage is what Kafka's KRaft controller (ControllerApis) answers, with
+// INVALID_REQUEST and once per name, for a topic that CreateTopics, DeleteTopics or
+// CreatePartitions names more than once; none of its copies is acted on.
+const duplicateTopicMessage = "Duplicate topic name."
+
 // nullable is s as a nullable string: nil when empty.
 func nullable(s string) *string {
 	if s == "" {

@@ -69,8 +69,14 @@ func TestRunOverKafka(t *testing.T) {
 	}
 	// Every acknowledged message came back by the end of the run's drain (a share of the
 	// 400 ms window failed under load: the consumers lagged, not lost).
-	if !result.AllDelivered() || result.EndToEnd.Count == 0 {
+	if !result.AllDelivered() {
 		t.Fatalf("consumed %d of %d published, e2e %d", result.Totals.Consumed, result.Totals.Published, result.EndToEnd.Count)
+	}
+	// End-to-end latency is sampled for what the consumers read inside the measured window;
+	// a slow build (-race at load) can read all of it in the drain after it, so the samples
+	// are required only when the window saw a consumed message.
+	if result.Consume.Messages > 0 && result.EndToEnd.Count == 0 {
+		t.Fatalf("%d messages consumed in the window but no end-to-end sample", result.Consume.Messages)
 	}
 	if result.Driver.Name != "kgo" {
 		t.Fatalf("driver info %+v", result.Driver)

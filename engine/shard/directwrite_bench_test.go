@@ -184,6 +184,9 @@ type rawDirect struct {
 // one file of RINGLOG_BENCH_BIG_BYTES (16 GiB unless set) overwritten 64 deep; and
 // ref-read-seq-1MiB-qd64, the reference's file read back with 64 O_DIRECT preads in
 // flight (a rate above any device's says the host serves it from its cache).
+// Session 13 added the log's shape over a 12 GiB footprint (16 files of 768 MiB overwritten
+// 4 and 1 deep: ref-16files-1MiB-qd4-768MiB, -qd1-768MiB), to tell a host cache holding
+// the 1 GiB set from the shape itself.
 var rawDirectRefs = []rawDirect{
 	{name: "raw-seq-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 512 << 20, overwrite: true},
 	{name: "raw-append-1MiB-qd64", blockBytes: 1 << 20, files: 1, depth: 64},
@@ -191,6 +194,8 @@ var rawDirectRefs = []rawDirect{
 	{name: "ref-seq-1MiB-qd64-4GiB", blockBytes: 1 << 20, files: 1, depth: 64, fileBytes: 4 << 30, overwrite: true},
 	{name: "ref-16files-1MiB-qd1", blockBytes: 1 << 20, files: 16, depth: 1, fileBytes: 64 << 20, overwrite: true},
 	{name: "ref-16files-1MiB-qd4", blockBytes: 1 << 20, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
+	{name: "ref-16files-1MiB-qd4-768MiB", blockBytes: 1 << 20, files: 16, depth: 4, fileBytes: 768 << 20, overwrite: true},
+	{name: "ref-16files-1MiB-qd1-768MiB", blockBytes: 1 << 20, files: 16, depth: 1, fileBytes: 768 << 20, overwrite: true},
 	{name: "ref-16files-64KiB-qd4", blockBytes: 64 << 10, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
 	{name: "ref-16files-16KiB-qd4", blockBytes: 16 << 10, files: 16, depth: 4, fileBytes: 64 << 20, overwrite: true},
 	{name: "ref-16files-append-1MiB-qd1", blockBytes: 1 << 20, files: 16, depth: 1},

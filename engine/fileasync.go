@@ -87,8 +87,10 @@ type asyncAtomicWrite struct {
 	path    string // the file replaced; path+tmpSuffix is its temporary file
 	data    []byte // the new contents, kept untouched until their write completed
 	durable bool   // fsync the file before its rename and the directory after it
-	fd      int    // the temporary file's or the directory's descriptor while open; -1
-	done    func(err error)
+	// syncKinds counts the file's and the directory's fsyncs (syncstats.go).
+	syncKinds [2]syncKind
+	fd        int // the temporary file's or the directory's descriptor while open; -1
+	done      func(err error)
 	// The completions of each phase, bound once.
 	opened, written, fileSynced, renamed, dirOpened, dirSynced func(int, error)
 }
@@ -139,6 +141,7 @@ func (w *asyncAtomicWrite) onWritten(n int, err error) {
 	w.data = nil
 	if err == nil && w.durable {
 		if err = w.ops.StartFsync(w.fd, false, w.fileSynced); err == nil {
+			noteSyncs(w.syncKinds[0], 1)
 			w.phase = atomicSyncFile
 			return
 		}
@@ -197,6 +200,8 @@ func (w *asyncAtomicWrite) onDirOpened(fd int, err error) {
 	if err == nil {
 		if err = w.ops.StartFsync(fd, false, w.dirSynced); err != nil {
 			unix.Close(fd)
+		} else {
+			noteSyncs(w.syncKinds[1], 1)
 		}
 	}
 	if err != nil {

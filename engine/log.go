@@ -524,6 +524,7 @@ func (l *Log) Sync() error {
 		defer unix.Close(snapFd)
 	}
 	if gen := l.dirGen; gen > l.dirSyncedGen {
+		noteSyncs(syncSegmentDir, 1)
 		if err := syncDir(l.fio, l.dir); err != nil {
 			return l.fail(fmt.Errorf("sync: %w", err))
 		}
@@ -536,6 +537,7 @@ func (l *Log) Sync() error {
 		l.unsyncedSegments = l.unsyncedSegments[1:]
 	}
 	if snapFd >= 0 {
+		noteSyncs(syncSnapshot, 1)
 		if err := l.fio.Fdatasync(snapFd); err != nil {
 			return l.fail(fmt.Errorf("sync: fdatasync producer snapshot: %w", err))
 		}
@@ -636,6 +638,7 @@ func (l *Log) seal(s *segment) error {
 // syncSegment fdatasyncs s and then persists its index entries (closed adds the final
 // time-index entry). A failed fdatasync fails the log.
 func (l *Log) syncSegment(s *segment, closed bool) error {
+	noteSyncs(syncSegmentData, 1)
 	if err := l.fio.Fdatasync(s.logFd()); err != nil {
 		return l.fail(fmt.Errorf("fdatasync segment %d: %w", s.baseOffset, err))
 	}

@@ -246,7 +246,10 @@ func (p poolPreparation) run() pooledFile {
 		p.logger.Debug("retired segment not kept for reuse: no batch map", "dir", p.dir, "segment", p.want.base, "err", err)
 		return p.fail()
 	}
+	noteSyncs(syncPoolLog, 1)
 	if err = syncFile(p.fio, p.path); err == nil {
+		noteSyncs(syncPoolMapFile, 1)
+		noteSyncs(syncPoolMapDir, 1)
 		err = writeFileAtomic(p.fio, p.dir, batchMapName(batchMapOldPrefix, p.want.inode), encodeBatchMap(m))
 	}
 	if err != nil {

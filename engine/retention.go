@@ -82,6 +82,7 @@ func (l *Log) SetAsyncRetention(ops AsyncFileOps, done func()) {
 	p := &l.retention
 	p.ops, p.done = ops, done
 	p.file.init(ops, l.retentionWritten)
+	p.file.syncKinds = [2]syncKind{syncCheckpointFile, syncCheckpointDir}
 	p.idle = func() bool { return !p.inFlight() }
 	l.setFileOps(ops)
 }

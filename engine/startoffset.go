@@ -54,6 +54,8 @@ func encodeStartOffset(offset int64) []byte {
 
 // writeStartOffset persists offset atomically through fio (writeFileAtomic).
 func writeStartOffset(fio ring.FileIO, dir string, offset int64) error {
+	noteSyncs(syncCheckpointFile, 1)
+	noteSyncs(syncCheckpointDir, 1)
 	if err := writeFileAtomic(fio, dir, startOffsetFileName, encodeStartOffset(offset)); err != nil {
 		return fmt.Errorf("write start offset: %w", err)
 	}

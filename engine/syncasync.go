@@ -115,6 +115,13 @@ func (l *Log) beginSync(borrow bool) (t SyncTicket, ok bool, err error) {
 		t.Fds = append(t.Fds, fd)
 		t.dirGen = l.dirGen
 	}
+	noteSyncs(syncSegmentData, len(t.covers))
+	if t.snapshot >= 0 {
+		noteSyncs(syncSnapshot, 1)
+	}
+	if t.dirGen > 0 {
+		noteSyncs(syncSegmentDir, 1)
+	}
 	t.Offset = l.EndOffset()
 	return t, true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringlog/ringlog/engine"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -30,7 +31,8 @@ type benchProbe struct {
 	wg      sync.WaitGroup
 	samples int
 	inSum   int
-	base    int // ops in flight when idle (the loops' own armed reads)
+	base    int                 // ops in flight when idle (the loops' own armed reads)
+	syncs0  engine.SyncCounters // the engine's fsyncs and fdatasyncs at the start
 }
 
 // benchProbeEvery is the in-flight sampling period: 200 mailbox round trips a second per
@@ -46,6 +48,7 @@ func (p *benchProbe) start(b *testing.B, br *Broker) {
 		p.base += st.InFlight
 	}
 	p.cpu0, p.tasks0 = procCPUTicks("/proc/self/stat"), taskCPUTicks()
+	p.syncs0 = engine.SyncStats()
 	p.t0 = time.Now()
 	p.stopped = make(chan struct{})
 	p.wg.Add(1)
@@ -104,6 +107,23 @@ func (p *benchProbe) stop(b *testing.B, br *Broker) {
 	if p.samples > 0 {
 		b.ReportMetric(float64(p.inSum-p.base*p.samples)/float64(p.samples), "inflight")
 	}
+	p.reportSyncs(b, secs)
+}
+
+// reportSyncs reports the engine's fsyncs and fdatasyncs per second of the timed part
+// (engine.SyncStats; session 14: each costs a device cache flush on ext4): all of them,
+// the retention checkpoint's, the recycle pool preparation's, and the data path's (Sync and
+// the group commit: segments, their directory, producer snapshots).
+func (p *benchProbe) reportSyncs(b *testing.B, secs float64) {
+	now, was := engine.SyncStats(), p.syncs0
+	if now.Total() == was.Total() {
+		return
+	}
+	rate := func(n int64) float64 { return float64(n) / secs }
+	b.ReportMetric(rate(now.Total()-was.Total()), "syncs/s")
+	b.ReportMetric(rate(now.CheckpointFile+now.CheckpointDir-was.CheckpointFile-was.CheckpointDir), "ckpt-syncs/s")
+	b.ReportMetric(rate(now.PoolLog+now.PoolMapFile+now.PoolMapDir-was.PoolLog-was.PoolMapFile-was.PoolMapDir), "pool-syncs/s")
+	b.ReportMetric(rate(now.SegmentData+now.SegmentDir+now.Snapshot-was.SegmentData-was.SegmentDir-was.Snapshot), "data-syncs/s")
 }
 
 func benchRingStats(b *testing.B, br *Broker) []ring.Stats {

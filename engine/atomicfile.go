@@ -31,6 +31,16 @@ const tmpSuffix = ".tmp"
 // On error before the rename the temporary file is removed and dir/name is untouched; an
 // error from step 4 leaves the rename done but perhaps not durable.
 func writeFileAtomic(fio ring.FileIO, dir, name string, data []byte) error {
+	if err := replaceFile(fio, dir, name, data); err != nil {
+		return err
+	}
+	return syncDir(fio, dir)
+}
+
+// replaceFile is writeFileAtomic's steps 1–3: after a crash dir/name holds its old contents
+// or data, never a mix, but the new name is durable only once a later fsync of dir
+// completes (the recycle pool's maps: dirsync.go).
+func replaceFile(fio ring.FileIO, dir, name string, data []byte) error {
 	path := filepath.Join(dir, name)
 	tmp := path + tmpSuffix
 	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
@@ -51,7 +61,7 @@ func writeFileAtomic(fio ring.FileIO, dir, name string, data []byte) error {
 		os.Remove(tmp)
 		return fmt.Errorf("replace %s: %w", path, err)
 	}
-	return syncDir(fio, dir)
+	return nil
 }
 
 // syncDir fsyncs a directory through fio so that file creations, renames and removals in it

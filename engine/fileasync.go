@@ -89,8 +89,12 @@ type asyncAtomicWrite struct {
 	durable bool   // fsync the file before its rename and the directory after it
 	// syncKinds counts the file's and the directory's fsyncs (syncstats.go).
 	syncKinds [2]syncKind
-	fd        int // the temporary file's or the directory's descriptor while open; -1
-	done      func(err error)
+	// dirs, when set, numbers the directory's fsync (dirSeq) and learns of its success
+	// (dirsync.go: the names it covers besides this file's).
+	dirs   *dirSyncs
+	dirSeq uint64
+	fd     int // the temporary file's or the directory's descriptor while open; -1
+	done   func(err error)
 	// The completions of each phase, bound once.
 	opened, written, fileSynced, renamed, dirOpened, dirSynced func(int, error)
 }
@@ -198,10 +202,15 @@ func (w *asyncAtomicWrite) onRenamed(_ int, err error) {
 // onDirOpened: flush the directory.
 func (w *asyncAtomicWrite) onDirOpened(fd int, err error) {
 	if err == nil {
+		var seq uint64
+		if w.dirs != nil {
+			seq = w.dirs.start()
+		}
 		if err = w.ops.StartFsync(fd, false, w.dirSynced); err != nil {
 			unix.Close(fd)
 		} else {
 			noteSyncs(w.syncKinds[1], 1)
+			w.dirSeq = seq
 		}
 	}
 	if err != nil {
@@ -217,6 +226,8 @@ func (w *asyncAtomicWrite) onDirSynced(_ int, err error) {
 	w.fd = -1
 	if err != nil {
 		err = fmt.Errorf("sync dir %s: %w", filepath.Dir(w.path), err)
+	} else if w.dirs != nil {
+		w.dirs.done(w.dirSeq)
 	}
 	w.finish(err)
 }
@@ -253,6 +264,9 @@ type fileStep struct {
 	from, to  string
 	noReplace bool
 	data      []byte
+	// dirSynced, when set, makes the step an fsync of the directory from (opened, synced,
+	// closed) and runs with its result (dirsync.go).
+	dirSynced func(err error)
 }
 
 // noReplaceRenamer is an AsyncFileOps that also renames with RENAME_NOREPLACE
@@ -318,6 +332,8 @@ func (j *fileJob) run() {
 		}
 		var err error
 		switch {
+		case s.dirSynced != nil:
+			err = syncDir(j.l.fio, s.from)
 		case s.data != nil:
 			err = os.WriteFile(s.from, s.data, 0o644)
 		case s.to == "":
@@ -336,11 +352,13 @@ func (j *fileJob) run() {
 
 // start submits step s through ops; an error means the ring refused it (nothing started).
 func (j *fileJob) start(ops AsyncFileOps, s fileStep) error {
+	if (s.data != nil || s.dirSynced != nil) && j.opened == nil {
+		j.opened, j.written = j.onOpened, j.onWritten
+	}
 	switch {
+	case s.dirSynced != nil:
+		return ops.StartOpen(s.from, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0, j.opened)
 	case s.data != nil:
-		if j.opened == nil {
-			j.opened, j.written = j.onOpened, j.onWritten
-		}
 		return ops.StartOpen(s.from, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644, j.opened)
 	case s.to == "":
 		return ops.StartUnlink(s.from, j.step)
@@ -355,12 +373,19 @@ func (j *fileJob) start(ops AsyncFileOps, s fileStep) error {
 }
 
 // onOpened: a write step's file is open; write its contents (here, when the ring refuses).
+// A directory sync step's directory is open; fsync it (here, when the ring refuses).
 func (j *fileJob) onOpened(fd int, err error) {
 	if err != nil {
 		j.stepDone(0, err)
 		return
 	}
 	j.fd = fd
+	if j.steps[j.next].dirSynced != nil {
+		if j.l.fileJobs.ops.StartFsync(fd, false, j.written) != nil {
+			j.onWritten(0, j.l.fio.Fsync(fd))
+		}
+		return
+	}
 	data := j.steps[j.next].data
 	if j.l.fileJobs.ops.StartWrite(fd, data, 0, j.written) != nil {
 		n, err := unix.Pwrite(fd, data, 0)
@@ -369,6 +394,7 @@ func (j *fileJob) onOpened(fd int, err error) {
 }
 
 // onWritten: a write step's write completed; close the file (no I/O: it is not synced).
+// Also the completion of a directory sync step's fsync (no data: n is 0).
 func (j *fileJob) onWritten(n int, err error) {
 	if err == nil && n != len(j.steps[j.next].data) {
 		err = fmt.Errorf("short write: %d of %d bytes: %w", n, len(j.steps[j.next].data), unix.EIO)
@@ -392,8 +418,13 @@ func (j *fileJob) stepDone(_ int, err error) {
 func (j *fileJob) done(err error) bool {
 	s := j.steps[j.next]
 	j.next++
+	if s.dirSynced != nil {
+		s.dirSynced(err)
+	}
 	switch {
 	case err == nil:
+	case s.dirSynced != nil:
+		j.l.cfg.Logger.Warn("sync dir", "dir", s.from, "err", err)
 	case s.to != "":
 		j.finish(fmt.Errorf("rename %s to %s: %w", s.from, s.to, err))
 		return false

@@ -138,6 +138,10 @@ type Log struct {
 	recycleReady     chan pooledFile
 	recycleGen       int
 	poolJobs         sync.WaitGroup
+	// dirs numbers the directory's fsyncs, so that a pool file's map name waits for one
+	// (dirsync.go); poolDirSyncing: syncPoolDir's fsync is in flight.
+	dirs           dirSyncs
+	poolDirSyncing bool
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.
@@ -525,10 +529,12 @@ func (l *Log) Sync() error {
 	}
 	if gen := l.dirGen; gen > l.dirSyncedGen {
 		noteSyncs(syncSegmentDir, 1)
+		seq := l.dirs.start()
 		if err := syncDir(l.fio, l.dir); err != nil {
 			return l.fail(fmt.Errorf("sync: %w", err))
 		}
 		l.dirSyncedGen = gen
+		l.dirs.done(seq)
 	}
 	for len(l.unsyncedSegments) > 0 {
 		if err := l.syncSegment(l.unsyncedSegments[0], true); err != nil {

@@ -112,6 +112,9 @@ type pooledFile struct {
 	inode uint64
 	old   []uint64
 	gen   int
+	// dirMark is the log's directory fsync count when the file was collected: its map's
+	// name is durable, and the file may be taken, once a later one completed (dirsync.go).
+	dirMark uint64
 }
 
 func (f pooledFile) String() string { return f.path }
@@ -248,9 +251,10 @@ func (p poolPreparation) run() pooledFile {
 	}
 	noteSyncs(syncPoolLog, 1)
 	if err = syncFile(p.fio, p.path); err == nil {
+		// The map's name is made durable by the log's next directory fsync, before the file
+		// is taken (takePooled, dirsync.go): no fsync of its own.
 		noteSyncs(syncPoolMapFile, 1)
-		noteSyncs(syncPoolMapDir, 1)
-		err = writeFileAtomic(p.fio, p.dir, batchMapName(batchMapOldPrefix, p.want.inode), encodeBatchMap(m))
+		err = replaceFile(p.fio, p.dir, batchMapName(batchMapOldPrefix, p.want.inode), encodeBatchMap(m))
 	}
 	if err != nil {
 		p.logger.Warn("keep retired segment for reuse", "dir", p.dir, "segment", p.want.base, "err", err)
@@ -279,6 +283,7 @@ func (l *Log) collectPooled() {
 			case f.gen != l.recycleGen || len(l.recyclePool) >= l.cfg.RecycleSegments:
 				l.releasePool([]pooledFile{f})
 			default:
+				f.dirMark = l.dirs.started // its map was renamed into place before this
 				l.recyclePool = append(l.recyclePool, f)
 				recycleStats.pooled.Add(1)
 			}
@@ -338,11 +343,12 @@ func (l *Log) diskTight() bool {
 // (the segment is then marked stale: its file holds an old segment's bytes past its end),
 // else empty files.
 func (l *Log) newSegment(base int64) (*segment, error) {
-	l.collectPooled()
-	for len(l.recyclePool) > 0 {
-		pooled := l.recyclePool[len(l.recyclePool)-1]
+	for {
+		pooled, ok := l.takePooled()
+		if !ok {
+			break
+		}
 		from := pooled.path
-		l.recyclePool = l.recyclePool[:len(l.recyclePool)-1]
 		to := segmentPath(l.dir, base, logSuffix)
 		// NOREPLACE: a name collision must fail like the O_EXCL create it replaces.
 		if err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE); err != nil {

@@ -83,6 +83,7 @@ func (l *Log) SetAsyncRetention(ops AsyncFileOps, done func()) {
 	p.ops, p.done = ops, done
 	p.file.init(ops, l.retentionWritten)
 	p.file.syncKinds = [2]syncKind{syncCheckpointFile, syncCheckpointDir}
+	p.file.dirs = &l.dirs // its directory fsync also covers the pool's map names (dirsync.go)
 	p.idle = func() bool { return !p.inFlight() }
 	l.setFileOps(ops)
 }

@@ -136,6 +136,12 @@ func (l *Log) prepareSpare() {
 	if s.size < int64(l.cfg.SegmentBytes)/2 || !l.spareRolls() {
 		return
 	}
+	if l.poolWaitsForDir() {
+		// A pool file waits only for a directory fsync that covers its map's name: issue
+		// one rather than make a new file; a later call takes the file (dirsync.go).
+		l.syncPoolDir()
+		return
+	}
 	if sp.opened == nil {
 		sp.opened = l.spareOpened
 		sp.namesIdle = func() bool { return l.spare.names == 0 }
@@ -145,10 +151,7 @@ func (l *Log) prepareSpare() {
 	sp.indexPath = segmentPath(l.dir, s.baseOffset, indexSuffix) + tmpSuffix
 	sp.timeIndexPath = segmentPath(l.dir, s.baseOffset, timeIndexSuffix) + tmpSuffix
 	flags := unix.O_RDWR | unix.O_CLOEXEC
-	l.collectPooled()
-	if n := len(l.recyclePool); n > 0 {
-		f := l.recyclePool[n-1]
-		l.recyclePool = l.recyclePool[:n-1]
+	if f, ok := l.takePooled(); ok {
 		sp.pooled, sp.gen, sp.logPath = &f, l.recycleGen, f.path
 	} else {
 		sp.logPath = segmentPath(l.dir, s.baseOffset, logSuffix) + tmpSuffix

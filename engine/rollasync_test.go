@@ -10,6 +10,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // completeWhere completes, in queue order, the queued ops that match (and those their
@@ -338,4 +339,114 @@ func TestAsyncRollFilesKilled(t *testing.T) {
 	if hit == 0 {
 		t.Fatal("no round killed a roll with its names in flight")
 	}
+}
+
+// TestPoolMapNameWaitsForDirSync (session 14): a retired file's preparation for the pool
+// makes its recycled.<inode> map durable with the map's own fsync and no directory fsync;
+// the file is taken for a spare only once a directory fsync that started after the map's
+// rename completed — one issued for it (syncPoolDir) when the log did none meanwhile, or a
+// sync's. Fails if the preparation fsyncs the directory itself, or if a spare takes the file
+// while its map's name is not yet durable (a power loss could then take the map back while
+// the file's next life overwrites what the map describes: recycle.go).
+func TestPoolMapNameWaitsForDirSync(t *testing.T) {
+	rng := rand.New(rand.NewPCG(asyncSeed(t), 14))
+	dir := t.TempDir()
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
+	l := rollFilesLog(t, dir, qw, 2, nil)
+	defer func() {
+		qw.completeSome(10_000)
+		l.Close()
+	}()
+	isDirOp := func(x queuedWrite) bool { return x.open != nil && x.open.path == dir || x.flush && isDirFd(x.fd) }
+	held := func(queuedWrite) bool { return false }
+	appendUntil := func(done func() bool) {
+		t.Helper()
+		for steps := 0; !done(); steps++ {
+			if steps > 2_000 {
+				t.Fatal("appends do not get there")
+			}
+			if _, err := appendCounted(t, l, rng); err != nil {
+				t.Fatal(err)
+			}
+			qw.completeWhere(100, func(x queuedWrite) bool { return !held(x) })
+		}
+	}
+	// Retire into the pool: the checkpoint's directory fsync comes before the retirement,
+	// so it cannot cover the map renamed after it.
+	appendUntil(func() bool { return l.SegmentCount() >= 3 })
+	qw.completeSome(10_000)
+	if l.spare.state == spareReady {
+		l.dropSpare() // made before the pool had a file
+		qw.completeSome(10_000)
+	}
+	before := SyncStats()
+	retireAll(t, l, qw)
+	qw.completeSome(10_000)
+	l.settlePool()
+	after := SyncStats()
+	if len(l.recyclePool) != 2 || after.PoolLog-before.PoolLog != 2 || after.PoolMapFile-before.PoolMapFile != 2 || after.PoolMapDir != before.PoolMapDir {
+		t.Fatalf("pool %v; pool syncs %+v -> %+v: want 2 files, each with its .log's and its map's sync and no directory fsync", l.recyclePool, before, after)
+	}
+	if !l.poolWaitsForDir() {
+		t.Fatal("a pool file can be taken before a directory fsync covered its map's name")
+	}
+	// Half a segment, directory ops held: the spare waits for the fsync issued for the pool
+	// and takes no new file meanwhile.
+	held = isDirOp
+	appendUntil(func() bool { return l.active().size >= int64(l.cfg.SegmentBytes)/2 })
+	for range 3 {
+		if _, err := appendCounted(t, l, rng); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.spare.state != spareNone || len(l.recyclePool) != 2 || qw.completeWhere(1, isDirOp) != 1 {
+		t.Fatalf("spare %d, pool %v, with the pool's directory fsync held: want no spare yet and one directory op in flight", l.spare.state, l.recyclePool)
+	}
+	if SyncStats().PoolMapDir != after.PoolMapDir+1 {
+		t.Fatalf("pool directory fsyncs %d -> %d, want one", after.PoolMapDir, SyncStats().PoolMapDir)
+	}
+	if n := qw.completeWhere(10, isDirOp); n != 1 || l.poolWaitsForDir() {
+		t.Fatalf("after the directory's fsync (%d ops): the pool still waits", n)
+	}
+	held = func(queuedWrite) bool { return false }
+	appendUntil(func() bool { return l.spare.state == spareReady })
+	if l.spare.pooled == nil || len(l.recyclePool) != 1 {
+		t.Fatalf("spare %s, pool %v: want a pool file", l.spare.logPath, l.recyclePool)
+	}
+	// A sync's directory fsync covers a later map too: no fsync of the pool's own.
+	old := l.active()
+	appendUntil(func() bool { return l.active() != old })
+	qw.completeSome(10_000)
+	if l.spare.state == spareReady {
+		l.dropSpare()
+		qw.completeSome(10_000)
+	}
+	retireAll(t, l, qw)
+	qw.completeSome(10_000)
+	l.settlePool()
+	waiting := func() int {
+		n := 0
+		for _, f := range l.recyclePool {
+			if !l.dirs.durableSince(f.dirMark) {
+				n++
+			}
+		}
+		return n
+	}
+	if waiting() != 1 {
+		t.Fatalf("pool %v after a second retirement: want one file waiting for a directory fsync", l.recyclePool)
+	}
+	mark := SyncStats().PoolMapDir
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if waiting() != 0 || SyncStats().PoolMapDir != mark {
+		t.Fatalf("after a sync's directory fsync: pool %v, %d waiting, pool directory fsyncs %d -> %d", l.recyclePool, waiting(), mark, SyncStats().PoolMapDir)
+	}
+}
+
+// isDirFd reports whether fd is an open directory.
+func isDirFd(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 }

@@ -20,6 +20,7 @@ type SyncTicket struct {
 
 	covers []syncedPoint
 	dirGen uint64 // the roll count the directory fsync in Fds covers (0: none in Fds)
+	dirSeq uint64 // the directory fsync's number (dirsync.go)
 	// snapshot is the producer snapshot whose file Fds includes (-1: none).
 	snapshot int64
 	// Offset is the log end offset the sync covers: once EndSync succeeds, SyncedOffset is
@@ -113,7 +114,7 @@ func (l *Log) beginSync(borrow bool) (t SyncTicket, ok bool, err error) {
 			return SyncTicket{}, false, fmt.Errorf("begin sync: open %s: %w", l.dir, err)
 		}
 		t.Fds = append(t.Fds, fd)
-		t.dirGen = l.dirGen
+		t.dirGen, t.dirSeq = l.dirGen, l.dirs.start()
 	}
 	noteSyncs(syncSegmentData, len(t.covers))
 	if t.snapshot >= 0 {
@@ -150,6 +151,9 @@ func (l *Log) EndSync(t SyncTicket, syncErr error) error {
 		return l.failed
 	}
 	l.dirSyncedGen = max(l.dirSyncedGen, t.dirGen)
+	if t.dirGen > 0 {
+		l.dirs.done(t.dirSeq)
+	}
 	for _, c := range t.covers {
 		s := c.s
 		// Only ever raise the synced marks; a truncation meanwhile may have cut s below them.

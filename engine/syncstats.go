@@ -27,7 +27,8 @@ type SyncCounters struct {
 	CheckpointFile, CheckpointDir int64
 	// PoolLog, PoolMapFile and PoolMapDir: a retired .log's preparation for the recycle pool
 	// (recycle.go): the .log's fdatasync, the recycled.<inode> map's fsync, and the
-	// directory fsync that makes the map's name durable.
+	// directory fsync that makes the map's name durable (0 since session 14: the log's next
+	// directory fsync does it, dirsync.go).
 	PoolLog, PoolMapFile, PoolMapDir int64
 }
 

@@ -19,8 +19,10 @@ package engine
 // before the owner collects the file (collectPooled), so its mark is taken at collection;
 // the file is handed to a new segment only once covered passes it (takePooled), and the
 // directory fsync that gets it there is one the log does anyway — the next retention
-// checkpoint's, or a sync's — or, when a roll wants the file before any came, one issued for
-// it (syncPoolDir). Owner goroutine only.
+// checkpoint's, or a sync's. At a retention limit that checkpoint comes one roll after the
+// retirement, so the pool holds one file ahead: the first spare that finds only waiting
+// files takes a new file, and a second one in a row issues the fsync for them (syncPoolDir,
+// prepareSpare). Owner goroutine only.
 type dirSyncs struct {
 	started uint64 // directory fsyncs started so far; the last one's number
 	covered uint64 // the highest number of a directory fsync that completed successfully

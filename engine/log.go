@@ -139,9 +139,10 @@ type Log struct {
 	recycleGen       int
 	poolJobs         sync.WaitGroup
 	// dirs numbers the directory's fsyncs, so that a pool file's map name waits for one
-	// (dirsync.go); poolDirSyncing: syncPoolDir's fsync is in flight.
-	dirs           dirSyncs
-	poolDirSyncing bool
+	// (dirsync.go); poolDirSyncing: syncPoolDir's fsync is in flight; poolMissed: the last
+	// spare took a new file while pool files waited for one (prepareSpare).
+	dirs                       dirSyncs
+	poolDirSyncing, poolMissed bool
 }
 
 // AppendResult describes a successful (or partially successful) AppendBatches.

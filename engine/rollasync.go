@@ -137,10 +137,16 @@ func (l *Log) prepareSpare() {
 		return
 	}
 	if l.poolWaitsForDir() {
-		// A pool file waits only for a directory fsync that covers its map's name: issue
-		// one rather than make a new file; a later call takes the file (dirsync.go).
-		l.syncPoolDir()
-		return
+		// Every pool file waits for a directory fsync that covers its map's name. The first
+		// time, take a new file: the next retention checkpoint's fsync (one per roll at a
+		// retention limit) covers the waiting files before the next spare, and from then on
+		// the pool holds one file ahead. Twice in a row, issue the fsync for them; a later
+		// call takes a file (dirsync.go).
+		if l.poolMissed {
+			l.syncPoolDir()
+			return
+		}
+		l.poolMissed = true
 	}
 	if sp.opened == nil {
 		sp.opened = l.spareOpened
@@ -152,6 +158,7 @@ func (l *Log) prepareSpare() {
 	sp.timeIndexPath = segmentPath(l.dir, s.baseOffset, timeIndexSuffix) + tmpSuffix
 	flags := unix.O_RDWR | unix.O_CLOEXEC
 	if f, ok := l.takePooled(); ok {
+		l.poolMissed = false
 		sp.pooled, sp.gen, sp.logPath = &f, l.recycleGen, f.path
 	} else {
 		sp.logPath = segmentPath(l.dir, s.baseOffset, logSuffix) + tmpSuffix

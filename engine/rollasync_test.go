@@ -140,6 +140,11 @@ func TestAsyncRollFiles(t *testing.T) {
 				if len(l.recyclePool) != 1 {
 					t.Fatalf("pool %v after a retention pass, want one file", l.recyclePool)
 				}
+				// A sync's directory fsync makes the file's map name durable: the spare
+				// may take it (dirsync.go; TestPoolMapNameWaitsForDirSync).
+				if err := l.Sync(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if l.spare.state == spareReady {
 				l.dropSpare() // made before the pool had a file
@@ -344,9 +349,9 @@ func TestAsyncRollFilesKilled(t *testing.T) {
 // TestPoolMapNameWaitsForDirSync (session 14): a retired file's preparation for the pool
 // makes its recycled.<inode> map durable with the map's own fsync and no directory fsync;
 // the file is taken for a spare only once a directory fsync that started after the map's
-// rename completed — one issued for it (syncPoolDir) when the log did none meanwhile, or a
-// sync's. Fails if the preparation fsyncs the directory itself, or if a spare takes the file
-// while its map's name is not yet durable (a power loss could then take the map back while
+// rename completed — a sync's, or one issued for it (syncPoolDir) when two spares in a row
+// find only waiting files. Fails if the preparation fsyncs the directory itself, or if a
+// spare takes the file while its map's name is not yet durable (a power loss could then take the map back while
 // the file's next life overwrites what the map describes: recycle.go).
 func TestPoolMapNameWaitsForDirSync(t *testing.T) {
 	rng := rand.New(rand.NewPCG(asyncSeed(t), 14))
@@ -390,9 +395,17 @@ func TestPoolMapNameWaitsForDirSync(t *testing.T) {
 	if !l.poolWaitsForDir() {
 		t.Fatal("a pool file can be taken before a directory fsync covered its map's name")
 	}
-	// Half a segment, directory ops held: the spare waits for the fsync issued for the pool
-	// and takes no new file meanwhile.
+	// Half a segment, directory ops held: the first spare that finds only waiting files
+	// takes a new file (a retention checkpoint would cover them before the next one).
 	held = isDirOp
+	appendUntil(func() bool { return l.spare.state == spareReady })
+	if l.spare.pooled != nil || len(l.recyclePool) != 2 || qw.completeWhere(1, isDirOp) != 0 {
+		t.Fatalf("first spare %s, pool %v: want a new file, both pool files waiting, no directory op", l.spare.logPath, l.recyclePool)
+	}
+	old := l.active()
+	appendUntil(func() bool { return l.active() != old })
+	// The next one, with no directory fsync meanwhile, waits for one issued for the pool
+	// and takes no new file.
 	appendUntil(func() bool { return l.active().size >= int64(l.cfg.SegmentBytes)/2 })
 	for range 3 {
 		if _, err := appendCounted(t, l, rng); err != nil {
@@ -414,7 +427,7 @@ func TestPoolMapNameWaitsForDirSync(t *testing.T) {
 		t.Fatalf("spare %s, pool %v: want a pool file", l.spare.logPath, l.recyclePool)
 	}
 	// A sync's directory fsync covers a later map too: no fsync of the pool's own.
-	old := l.active()
+	old = l.active()
 	appendUntil(func() bool { return l.active() != old })
 	qw.completeSome(10_000)
 	if l.spare.state == spareReady {

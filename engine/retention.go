@@ -153,17 +153,32 @@ func (l *Log) awaitRetention() error {
 }
 
 // retireBelow retires the closed segments that lie wholly below target (the next one starts
-// at or below it), oldest first, moving the log start offset with them.
+// at or below it), oldest first, and moves the log start offset to target, which must be
+// durable (the checkpoint, or an offset at or below it). A segment whose roll's seal, batch
+// map write or renames are still in flight is not retired yet, nor any after it: it stays,
+// below the start offset and unreadable, until a later call (EnforceRetention retires
+// what lies below the start offset first). The start offset moves to target all the same:
+// a crash from here on recovers the log from the checkpoint, so serving records below it
+// now would show a reader records that a restart takes back.
 func (l *Log) retireBelow(target int64) (int, error) {
 	deleted := 0
-	for len(l.segments) > 1 && l.segments[1].baseOffset <= target && !l.segments[0].sealing &&
-		!l.segments[0].mapWriting && !l.segments[0].namesPending {
+	for l.firstRetirable(target) {
 		if err := l.retireSegment(0); err != nil {
 			return deleted, err
 		}
 		deleted++
-		l.startOffset = max(l.startOffset, l.segments[0].baseOffset)
 	}
+	l.startOffset = max(l.startOffset, target)
 	l.assertInvariants()
 	return deleted, nil
+}
+
+// firstRetirable reports whether the first segment lies wholly below target and its roll is
+// finished (no seal, batch map write or renames in flight), so that retireBelow may retire it.
+func (l *Log) firstRetirable(target int64) bool {
+	if len(l.segments) < 2 || l.segments[1].baseOffset > target {
+		return false
+	}
+	s := l.segments[0]
+	return !s.sealing && !s.mapWriting && !s.namesPending
 }

@@ -253,6 +253,12 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 	if err != nil || l.retention.inFlight() {
 		return retired, err
 	}
+	// What an earlier pass could not retire yet (retireBelow) lies below the durable start
+	// offset already: it goes without a new checkpoint.
+	k, err := l.retireBelow(l.startOffset)
+	if retired += k; err != nil {
+		return retired, err
+	}
 	n, size := 0, l.Size()
 	for ; n < len(l.segments)-1 && l.cfg.CleanupPolicy.Deletes(); n++ {
 		s := l.segments[n]
@@ -281,7 +287,7 @@ func (l *Log) EnforceRetention(now time.Time) (int, error) {
 			return retired, fmt.Errorf("retention: %w", err)
 		}
 	}
-	k, err := l.retireBelow(next)
+	k, err = l.retireBelow(next)
 	return retired + k, err
 }
 

@@ -107,7 +107,7 @@ const (
 	// crashAsyncAcksMax bounds a child's acknowledgements before its kill: a random kill lands
 	// in [crashAsyncAcksMin, crashAsyncAcksMax), a self-kill steers from there.
 	crashAsyncAcksMin = 20
-	crashAsyncAcksMax = 120
+	crashAsyncAcksMax = 90
 	// crashAsyncSteerAcksMax bounds how many acknowledgements a steering child may take to
 	// reach its state: a roll comes every ~13 appends, a retention pass every 8.
 	crashAsyncSteerAcksMax = 400

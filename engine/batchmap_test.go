@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -226,4 +227,58 @@ func TestRecyclePreparationOutlivedByEmptyPool(t *testing.T) {
 	}
 	appendCrashBatches(t, l, 2, 8)
 	checkOffsetRecords(t, l)
+}
+
+// TestRecycleSameBatchSurvivesRecoveryAsync is TestRecycleSameBatchSurvivesRecovery for a
+// log whose rolls take prepared "spare" files (rollasync.go; the shard's reactor, here the
+// tests' queued ring): the roll's spare is a pool file, and the segment made of it must
+// carry that file's previous-life map (takeSpare) so that the appender forces an index entry
+// at each batch with its previous life's CRC. Without the map the identical batches are not
+// seen, and after a process crash following a Sync recovery refuses the synced batches past
+// the last regular index entry. TestCrashSIGKILLAsync's repeat shape meets the same with
+// real kills.
+func TestRecycleSameBatchSurvivesRecoveryAsync(t *testing.T) {
+	dir := t.TempDir()
+	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rand.New(rand.NewPCG(14, 2))}
+	l := rollFilesLog(t, dir, qw, 2, func() {})
+	appendSame := func(n int) {
+		t.Helper()
+		appendSameBatches(t, l, n)
+		qw.completeSome(10_000)
+	}
+	for l.SegmentCount() < 3 {
+		appendSame(1)
+	}
+	retireAll(t, l, qw)
+	qw.completeSome(10_000)
+	l.settlePool()
+	if len(l.recyclePool) == 0 {
+		t.Fatal("retention pooled no file")
+	}
+	if l.spare.state == spareReady {
+		l.dropSpare() // made before the pool had a file
+		qw.completeSome(10_000)
+	}
+	same, reused, spares := RecycleStats().SameCRC, RecycleStats().Reused, RollFileStats().Spare
+	for segments := l.SegmentCount(); l.SegmentCount() == segments; {
+		appendSame(1)
+	}
+	appendSame(20)
+	if RollFileStats().Spare == spares || RecycleStats().Reused == reused || !l.active().stale {
+		t.Fatalf("the roll took no pool file as its spare (spare rolls %d -> %d, reused %d -> %d)",
+			spares, RollFileStats().Spare, reused, RecycleStats().Reused)
+	}
+	if got := RecycleStats().SameCRC - same; got < 20 {
+		t.Fatalf("SameCRC +%d: the identical batches over the recycled spare were not seen", got)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	end := l.EndOffset()
+	l.closeFiles() // the process dies after the sync
+	r, rep := openLog(t, dir, LogConfig{Storage: StorageDirect, Logger: quietLogger}, ring.Syscalls{})
+	defer r.Close()
+	if r.EndOffset() != end {
+		t.Fatalf("recovered log ends at %d, synced end %d; report %+v", r.EndOffset(), end, rep)
+	}
 }

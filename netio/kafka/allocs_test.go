@@ -21,14 +21,14 @@ import (
 // v9, both flexible) over rigPartitions partitions, as one bench consumer's or
 // producer's requests name 8 partitions.
 type kafkaRig struct {
-	nc      net.Conn
-	fetch   []byte // Fetch v12 of every partition from offset 0: each answers rigBatchesPerPartition batches
+	nc    net.Conn
+	fetch []byte // Fetch v12 of every partition from offset 0: each answers rigBatchesPerPartition batches
 	// fetchSmall is the same of rigTopicSmall, whose partitions hold one batch of one
 	// record: a fetch at the head (a consumer keeping up), where per-request costs show.
 	fetchSmall []byte
-	produce []byte // Produce v9 acks=1 of one batch of one 1 KiB record per partition
-	buf     []byte
-	tb      testing.TB
+	produce    []byte // Produce v9 acks=1 of one batch of one 1 KiB record per partition
+	buf        []byte
+	tb         testing.TB
 }
 
 const (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/engine/shard"
+	"github.com/ringlog/ringlog/netio"
 	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -82,7 +83,7 @@ func (s *Server) fetch(p *pending, req *kmsg.FetchRequest) {
 			fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: tp, Offset: part.FetchOffset, MaxBytes: part.PartitionMaxBytes})
 		}
 	}
-	fc.results = growResults(fc.results, len(fr.Partitions))
+	fc.results = netio.GrowFetchResults(fc.results, len(fr.Partitions))
 	fr.Results = fc.results
 	s.b.FetchFrom(shard.CallerNone, *fr, fc.answerFn)
 }
@@ -129,17 +130,6 @@ func getFetchCall() *fetchCall {
 		fc.answerFn, fc.frameFn, fc.releaseFn = fc.answer, fc.frame, fc.release
 	}
 	return fc
-}
-
-// growResults returns results with room for n, keeping its array (and each result's
-// reused arrays) when it is large enough.
-func growResults(results []shard.FetchResult, n int) []shard.FetchResult {
-	if cap(results) < n {
-		grown := make([]shard.FetchResult, n)
-		copy(grown, results[:cap(results)])
-		return grown
-	}
-	return results[:n]
 }
 
 // answer takes the core's results (on a shard loop) and hands them to the writer, which

@@ -29,11 +29,14 @@
 #        runs), not for the whole script: a long series leaves gaps for other measurements
 #        (do not also wrap the script in flock on the same file: it would wait for itself)
 #   DRIVERS="kgo kgo-x" ...            the two drivers (default "ringlog kgo"; ratios are
-#        second/first; a driver whose name starts with kgo gets the Kafka listener)
+#        second/first; a driver whose name starts with kgo gets the Kafka listener); a
+#        driver written DRIVER@BINARY runs against that ringlogd binary instead of the one
+#        built here (an A/B of two broker builds: DRIVERS="kgo@/tmp/a/ringlogd kgo@/tmp/b/ringlogd")
 #   BACKLOG=512MiB ...                 override a catch-up workload's backlogSize
-#   PROFILE=DIR [PROFILE_AFTER=4] [PROFILE_ADDR=127.0.0.1:16061] ...   (a 5 s broker CPU
-#   profile per run, PROFILE_AFTER seconds into it, via ringlogd --debug-addr, and the
-#   client's CPU profile of the whole run, `ringlog bench run --cpuprofile`)
+#   PROFILE=DIR [PROFILE_AFTER=4] [PROFILE_SECONDS=5] [PROFILE_ADDR=127.0.0.1:16061] ...
+#   (a PROFILE_SECONDS broker CPU profile per run, PROFILE_AFTER seconds into it, via
+#   ringlogd --debug-addr, and the client's CPU profile of the whole run,
+#   `ringlog bench run --cpuprofile`)
 #
 # Scheduling: with the kernel's autogroup scheduling on (/proc/sys/kernel/sched_autogroup_enabled,
 # the default on desktop-configured kernels and on this machine), CPU is shared between
@@ -71,11 +74,12 @@ stop_broker() {
 trap '[ -n "$sampler" ] && kill "$sampler" 2>/dev/null; stop_broker; rm -rf "$dir"' EXIT
 # set -e ends the script on a failed command: say which (a full disk has done it).
 trap 'echo "kafka-vs-bundled.sh: line $LINENO: exit status $? ($(df -h --output=avail "$dir" | tail -1 | tr -d " ") free)" >&2' ERR
-# start_broker: a fresh ringlogd on an empty data directory; sets broker, listen and kafka.
+# start_broker [BINARY]: a fresh ringlogd (default bin/ringlogd) on an empty data
+# directory; sets broker, listen and kafka.
 start_broker() {
   rm -rf "$dir/data"
   sync
-  bin/ringlogd --data "$dir/data" --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 --shard-ports off --admin "" "${pprof_flag[@]}" 2>"$dir/broker.log" &
+  "${1:-bin/ringlogd}" --data "$dir/data" --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 --shard-ports off --admin "" "${pprof_flag[@]}" 2>"$dir/broker.log" &
   broker=$!
   for _ in $(seq 100); do grep -q "ringlogd started" "$dir/broker.log" && break; sleep 0.1; done
   local line
@@ -96,7 +100,7 @@ sample() {
   while :; do
     local line=$EPOCHREALTIME
     for pid in "$@"; do
-      if read -r -a f <"/proc/$pid/stat" 2>/dev/null; then line+=" $((f[13] + f[14]))"; else line+=" 0"; fi
+      if { read -r -a f <"/proc/$pid/stat"; } 2>/dev/null; then line+=" $((f[13] + f[14]))"; else line+=" 0"; fi
     done
     echo "$line"
     sleep 0.2
@@ -171,14 +175,19 @@ for round in $(seq "$rounds"); do
   order=("${drivers[@]}")
   [ $((round % 2)) -eq 0 ] && order=("${drivers[1]}" "${drivers[0]}")
   [ -n "$lock" ] && { exec 9>"$lock"; flock 9; }
-  for driver in "${order[@]}"; do
-    start_broker
+  for name in "${order[@]}"; do
+    driver=${name%%@*}
+    binary=
+    [[ "$name" == *@* ]] && binary=${name#*@}
+    start_broker "$binary"
     addr=$listen
     [[ "$driver" == kgo* ]] && addr=$kafka
     load=$(cut -d' ' -f1 /proc/loadavg)
     rm -rf "$dir/out"
     cpuprofile=()
-    [ -n "$profile" ] && cpuprofile=(--cpuprofile "$profile/client-$driver-$round.pprof")
+    tag=$driver
+    [ -n "$binary" ] && tag=$driver-$(basename "$(dirname "$binary")")
+    [ -n "$profile" ] && cpuprofile=(--cpuprofile "$profile/client-$tag-$round.pprof")
     bin/ringlog bench run --driver "$driver" --broker "$addr" --broker-pid "$broker" "${cpuprofile[@]}" \
       --duration "$duration" --warmup "$warmup" --out "$dir/out" "$workload" >"$dir/run.txt" 2>&1 &
     client=$!
@@ -186,7 +195,7 @@ for round in $(seq "$rounds"); do
     sampler=$!
     if [ -n "$profile" ]; then
       sleep "${PROFILE_AFTER:-4}"
-      curl -s -o "$profile/broker-$driver-$round.pprof" "http://${PROFILE_ADDR:-127.0.0.1:16061}/debug/pprof/profile?seconds=5" || true
+      curl -s -o "$profile/broker-$tag-$round.pprof" "http://${PROFILE_ADDR:-127.0.0.1:16061}/debug/pprof/profile?seconds=${PROFILE_SECONDS:-5}" || true
     fi
     if ! wait "$client"; then
       cat "$dir/run.txt"
@@ -198,10 +207,10 @@ for round in $(seq "$rounds"); do
     wait "$sampler" 2>/dev/null || true
     sampler=
     while read -r phase mbs bcpu ccpu; do
-      echo "$round $driver $phase $mbs $bcpu $ccpu $load" >>"$dir/rows"
-      printf '%-6s %-8s %-8s %9s %13s %13s  %s\n' "$round" "$driver" "$phase" "$mbs" "$bcpu" "$ccpu" "$load"
+      echo "$round $name $phase $mbs $bcpu $ccpu $load" >>"$dir/rows"
+      printf '%-6s %-8s %-8s %9s %13s %13s  %s\n' "$round" "$name" "$phase" "$mbs" "$bcpu" "$ccpu" "$load"
     done < <(phases "$dir/out/"*.json "$dir/samples.txt")
-    echo "       $driver wrote $(batches "$dir/data")"
+    echo "       $name wrote $(batches "$dir/data")"
     stop_broker
   done
   [ -n "$lock" ] && exec 9>&-

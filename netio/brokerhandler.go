@@ -204,6 +204,12 @@ func errMessage(err error) string {
 // by the log before anything is written).
 func SplitBatches(records []byte) ([][]byte, error) { return appendBatches(nil, records) }
 
+// AppendBatches is SplitBatches appending to out, for a caller that keeps one array of
+// batches from request to request (the Kafka listener's pooled produce).
+func AppendBatches(out [][]byte, records []byte) ([][]byte, error) {
+	return appendBatches(out, records)
+}
+
 // appendBatches is SplitBatches appending to out.
 func appendBatches(out [][]byte, records []byte) ([][]byte, error) {
 	start := len(out)

@@ -53,14 +53,15 @@ func (h *BrokerHandler) fetch(req *Request, body *wire.FetchRequest) {
 			fr.Partitions = append(fr.Partitions, shard.FetchPartition{TopicPartition: tp, Offset: p.FetchOffset, MaxBytes: p.MaxBytes})
 		}
 	}
-	fc.results = growResults(fc.results, len(fr.Partitions))
+	fc.results = GrowFetchResults(fc.results, len(fr.Partitions))
 	fr.Results = fc.results
 	h.b.FetchFrom(caller(req), *fr, fc.answerFn)
 }
 
-// growResults returns results with room for n, keeping its array (and each result's
-// reused arrays) when it is large enough.
-func growResults(results []shard.FetchResult, n int) []shard.FetchResult {
+// GrowFetchResults returns results with room for n, keeping its array (and each result's
+// reused arrays) when it is large enough: the array a caller passes as
+// shard.FetchRequest.Results from fetch to fetch (this listener's and netio/kafka's).
+func GrowFetchResults(results []shard.FetchResult, n int) []shard.FetchResult {
 	if cap(results) < n {
 		grown := make([]shard.FetchResult, n)
 		copy(grown, results[:cap(results)])

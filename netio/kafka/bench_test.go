@@ -57,8 +57,9 @@ func BenchmarkDecodeProduce(b *testing.B) {
 }
 
 // BenchmarkAppendFetchResponse: encoding a fetch response of 16 partitions whose records
-// are file ranges (kmsg around markers, then the splices), per response; the records
-// themselves are sent by sendfile and not touched. SetBytes counts the records served.
+// are file ranges (their length prefixes in the buffer, the records as splices), per
+// response; the records themselves are sent by sendfile and not touched. SetBytes counts
+// the records served.
 func BenchmarkAppendFetchResponse(b *testing.B) {
 	f, err := os.Create(filepath.Join(b.TempDir(), "segment"))
 	if err != nil {
@@ -82,9 +83,10 @@ func BenchmarkAppendFetchResponse(b *testing.B) {
 	b.SetBytes(16 * recordsPerPartition)
 	b.ReportAllocs()
 	var buf []byte
+	var splices []wire.Splice
+	head := &kmsg.FetchResponse{Version: req.Version}
 	for b.Loop() {
-		var splices []wire.Splice
-		buf, splices = appendFetchResponse(buf[:0], req, results, nil)
+		buf, splices = appendFetchResponse(buf[:0], splices[:0], req, results, head)
 		if len(splices) != 16 || len(buf) == 0 {
 			b.Fatalf("%d splices", len(splices))
 		}

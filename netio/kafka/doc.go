@@ -18,12 +18,18 @@
 //	groups.go        the group APIs' translation to engine/group requests (shard.Groups)
 //	cluster.go       on a replicated cluster: Metadata, leadership checks, the group
 //	                 coordinator, topic creation and deletion through the controller
-//	api_*.go         one file per API key: decode (kmsg), call the core, encode (kmsg)
+//	api_*.go         one file per API key: decode (kmsg), call the core, encode (kmsg;
+//	                 Fetch's response is encoded by hand straight into the writer's buffer,
+//	                 records as splices, and held to kmsg's bytes by a test)
 //	docs_test.go     docs/kafka-compatibility.md's API table held to the served table
 //
 // Request and response bodies are github.com/twmb/franz-go/pkg/kmsg structs; only the
-// request header, which kmsg does not model for servers, is read here. ApiVersions is
-// answered from the registry, so a version is advertised exactly when a handler serves it.
+// request header, which kmsg does not model for servers, is read here, and only the Fetch
+// response (the one whose records go by sendfile) is written here. Fetch and Produce keep
+// their per-request state in pooled calls (fetchCall, produceCall) as the ringlog listener
+// does, so each allocates about a dozen objects per request, none per partition or batch
+// (BenchmarkKafkaRequestAllocs). ApiVersions is answered from the registry, so a version
+// is advertised exactly when a handler serves it.
 //
 // Frames: int32 size, then the request; responses go out in request order per connection
 // (Kafka clients rely on it), and an acks=0 produce gets none. A frame longer than the

@@ -42,9 +42,9 @@ type ThrottledRead struct {
 // run's points all lie on or right of its line, the reads with the least latency on it.
 // The rate is the slope of the lines, one per run, that lie left of every point of their
 // run with the least total gap (a frontier fit). A least-squares fit spread the latency
-// over all points instead and read low where runs were short and reads late: under -race
-// at load 22-32 (session 14) it read 70.4 % and 84.9 % of the quota in 3 of 35 runs of
-// TestKgoProduceQuota; over the reads of 20 passing runs at load 21-33 it read 95.3-100.2 %
+// over all points instead and read low where runs were short and reads late: at load
+// 22-32 (session 14) it read 70.4 % (-race, 1 of 15 runs) and 84.9 % (1 of 19) of the quota
+// in TestKgoProduceQuota; over the reads of 20 passing runs at load 21-33 it read 95.3-100.2 %
 // where the frontier reads 99.9-100.0 %, and over synthetic reads broken into runs of a
 // few responses, 84-96 % where the frontier reads 89-102 %. (The rate from a run's two
 // ends alone came within 7 % of the bound once at load 20.)

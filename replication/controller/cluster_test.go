@@ -225,15 +225,18 @@ func (c *testCluster) mustSubmit(cmd Command) Result {
 	return res
 }
 
-// converge waits until every running voter has applied version v.
+// converge waits until every running voter has applied version v. The version is read
+// once per wait: reading it again for Changed lost the wake-up when the voter applied v in
+// between (it then waited for a change after v that never came: 'voter 2 stuck at version
+// 5, want 5' after testWaitMax, -race at load 26).
 func (c *testCluster) converge(v uint64) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWaitMax)
 	defer cancel()
 	for id, ctrl := range c.ctrls {
-		for ctrl.Version() < v {
+		for at := ctrl.Version(); at < v; at = ctrl.Version() {
 			select {
-			case <-ctrl.Changed(ctrl.Version()):
+			case <-ctrl.Changed(at):
 			case <-ctx.Done():
 				c.t.Fatalf("voter %d stuck at version %d, want %d", id, ctrl.Version(), v)
 			}

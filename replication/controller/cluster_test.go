@@ -225,6 +225,25 @@ func (c *testCluster) mustSubmit(cmd Command) Result {
 	return res
 }
 
+// barrier runs a barrier on the leader and returns that leader, asking the next leader
+// when the leadership moves under it (a loaded machine holds elections: 'barrier:
+// leadership lost while committing log', -race at load 21).
+func (c *testCluster) barrier() *Controller {
+	c.t.Helper()
+	deadline := time.Now().Add(testWaitMax)
+	for {
+		leader := c.leader()
+		err := leader.Barrier(testSubmitMax)
+		if err == nil {
+			return leader
+		}
+		if !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrNotLeader) || time.Now().After(deadline) {
+			c.t.Fatalf("barrier on voter %d: %v", leader.ID(), err)
+		}
+		c.t.Logf("barrier on voter %d: %v; asking the next leader", leader.ID(), err)
+	}
+}
+
 // converge waits until every running voter has applied version v. The version is read
 // once per wait: reading it again for Changed lost the wake-up when the voter applied v in
 // between (it then waited for a change after v that never came: 'voter 2 stuck at version
@@ -377,12 +396,8 @@ func TestClusterRestartsFromDisk(t *testing.T) {
 	for _, id := range c.ids {
 		c.start(id)
 	}
-	leader := c.leader()
 	// A new term: a barrier makes the leader apply everything committed before it.
-	if err := leader.Barrier(testSubmitMax); err != nil {
-		t.Fatal(err)
-	}
-	got := leader.Metadata()
+	got := c.barrier().Metadata()
 	if got.Version < want.Version {
 		t.Fatalf("version %d after restart, want at least %d", got.Version, want.Version)
 	}

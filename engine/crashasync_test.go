@@ -513,6 +513,8 @@ type crashAsyncChild struct {
 	complete  *ring.Timer
 	lastSync  int64
 	lastWrite int64
+	// lostWakeups is the ring's count last reported in a note.
+	lostWakeups uint64
 }
 
 func newCrashAsyncChild(dir string) (*crashAsyncChild, error) {
@@ -609,6 +611,12 @@ func (c *crashAsyncChild) run() error {
 		}
 		if d := time.Since(before); d > time.Second {
 			fmt.Fprintf(c.out, "note slow wait %v, %d in flight before (%d after): %s\n", d, inflight, c.r.Stats().InFlight, st)
+		}
+		// A wait that ran to the ring's bound and found completions (ring.Stats.LostWakeups):
+		// the stall session 14 saw, now at most 10 ms (docs/ring.md, "Bounded waits").
+		if lost := c.r.Stats().LostWakeups; lost > c.lostWakeups {
+			c.lostWakeups = lost
+			fmt.Fprintf(c.out, "note lost wake-up %d: a wait ran to the ring's bound and found completions, %d in flight before: %s\n", lost, inflight, st)
 		}
 		c.stopAt("jobs", "pool", "sync", "writes", "spare", "maps", "seal")
 		c.report("ack", "")

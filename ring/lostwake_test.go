@@ -32,6 +32,9 @@ import (
 // watcher after lostWakeKickAfter: first an eventfd write (the reactor's wake-up), then
 // SIGURG to the thread, and what each kick found is counted.
 //
+// wait=bound waits as the reactor does with file ops in flight (fileOpWaitMax) and counts
+// what the reactor would count as lost wake-ups next to what the watcher saw.
+//
 // It only logs counts (no timing-dependent assertion). Short by default (a few rounds per
 // case); RINGLOG_LOSTWAKE_ROUNDS=N runs N rounds per case, RINGLOG_LOSTWAKE_LOAD=K starts K
 // `yes >/dev/null` processes beside it, RINGLOG_LOSTWAKE_CASES=substring picks cases,
@@ -62,7 +65,7 @@ func TestLostWakeStress(t *testing.T) {
 	for _, flags := range []string{"plain", "coop", "defer"} {
 		for _, shape := range []string{"new", "repeat", "prealloc", "overwrite"} {
 			for _, inflight := range []int{1, 3, 8} {
-				for _, wait := range []string{"timeout", "none"} {
+				for _, wait := range []string{"timeout", "none", "bound"} {
 					name := fmt.Sprintf("%s/%s/inflight=%d/wait=%s", flags, shape, inflight, wait)
 					if pick != "" && !strings.Contains(name, pick) {
 						continue
@@ -115,10 +118,14 @@ type lostWakeTally struct {
 	// longest such completion sat.
 	asleep       uint64
 	maxAsleepSat time.Duration
-	maxSat       time.Duration // longest a visible completion waited for its waiter
-	maxWait      time.Duration
-	delays       []time.Duration // submit to reap, per write
-	workers      []string        // io-wq workers at the first waits that found nothing
+	// wait=bound (the reactor's 10 ms bound): waits that ran to it and found a write's
+	// completion (the reactor's LostWakeups), and those of them whose owner the watcher
+	// saw asleep past a visible completion.
+	boundFound, boundFoundAsleep uint64
+	maxSat                       time.Duration // longest a visible completion waited for its waiter
+	maxWait                      time.Duration
+	delays                       []time.Duration // submit to reap, per write
+	workers                      []string        // io-wq workers at the first waits that found nothing
 }
 
 func (a *lostWakeTally) add(b lostWakeTally) {
@@ -131,6 +138,8 @@ func (a *lostWakeTally) add(b lostWakeTally) {
 	a.kicksSignal += b.kicksSignal
 	a.eintr += b.eintr
 	a.asleep += b.asleep
+	a.boundFound += b.boundFound
+	a.boundFoundAsleep += b.boundFoundAsleep
 	a.maxAsleepSat = max(a.maxAsleepSat, b.maxAsleepSat)
 	a.maxSat = max(a.maxSat, b.maxSat)
 	a.maxWait = max(a.maxWait, b.maxWait)
@@ -147,8 +156,8 @@ func (a lostWakeTally) String() string {
 		slices.Sort(d)
 		return d[min(len(d)-1, int(q*float64(len(d))))]
 	}
-	return fmt.Sprintf("waits %d writes %d lost %d hidden %d timeouts-empty %d kicks eventfd %d signal %d eintr %d; asleep past a visible completion %d (longest %v); max sat %v, max wait %v; write p50 %v p99 %v max %v; io-wq at empty ends %v",
-		a.waits, a.writes, a.lost, a.hidden, a.timeouts, a.kicksEventfd, a.kicksSignal, a.eintr, a.asleep, a.maxAsleepSat.Round(time.Microsecond),
+	return fmt.Sprintf("waits %d writes %d lost %d hidden %d timeouts-empty %d kicks eventfd %d signal %d eintr %d; asleep past a visible completion %d (longest %v); bound expired with a write found %d (owner asleep %d); max sat %v, max wait %v; write p50 %v p99 %v max %v; io-wq at empty ends %v",
+		a.waits, a.writes, a.lost, a.hidden, a.timeouts, a.kicksEventfd, a.kicksSignal, a.eintr, a.asleep, a.maxAsleepSat.Round(time.Microsecond), a.boundFound, a.boundFoundAsleep,
 		a.maxSat.Round(time.Microsecond), a.maxWait.Round(time.Microsecond), p(0.5).Round(time.Microsecond), p(0.99).Round(time.Microsecond), p(1).Round(time.Microsecond), a.workers)
 }
 
@@ -324,8 +333,9 @@ func (c lostWakeCase) wait(r *uringRing, w *lostWakeWatch, tally *lostWakeTally)
 	pending := r.flush()
 	flags := enterGetEvents | enterExtArg
 	r.waitArg = getEventsArg{}
-	if c.waitKind == "timeout" {
-		r.waitTs.SetDuration(int64(lostWakeTimeout))
+	timeout := map[string]time.Duration{"timeout": lostWakeTimeout, "bound": fileOpWaitMax}[c.waitKind]
+	if timeout > 0 {
+		r.waitTs.SetDuration(int64(timeout))
 		r.waitArg.Ts = uint64(uintptr(unsafe.Pointer(&r.waitTs)))
 	}
 	w.visibleAt.Store(0)
@@ -363,7 +373,15 @@ func (c lostWakeCase) wait(r *uringRing, w *lostWakeWatch, tally *lostWakeTally)
 	case 2:
 		tally.kicksSignal++
 	}
-	endedLate := kicked != 0 || c.waitKind == "timeout" && elapsed >= lostWakeTimeout
+	endedLate := kicked != 0 || timeout > 0 && elapsed >= timeout
+	if c.waitKind == "bound" && endedLate && found {
+		// What the reactor counts as a lost wake-up (Stats.LostWakeups), against what the
+		// watcher saw: the owner asleep past a visible completion.
+		tally.boundFound++
+		if w.asleep.Load() {
+			tally.boundFoundAsleep++
+		}
+	}
 	if v := w.visibleAt.Load(); v != 0 {
 		sat := end.Sub(time.Unix(0, v))
 		tally.maxSat = max(tally.maxSat, sat)

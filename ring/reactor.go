@@ -662,9 +662,10 @@ func (r *Reactor) dispatchBacklog() {
 // loop's wait with StartWrite-family ops outstanding, AwaitWrites and the blocking FileIO
 // calls. A wait whose wake-up is lost (docs/ring.md, "Bounded waits") then costs at most
 // this much instead of a hang (AwaitWrites, a blocking call) or the shard's next timer
-// (50 ms). 10 ms: a direct-mode write completes in 0.1–5 ms here (docs/benchmarks.md,
-// session 15), so most waits are woken well before it; a wait that does run to it costs
-// one more io_uring_enter (≈2 µs), at most 100 a second per waiting shard.
+// (50 ms). 10 ms: a 4 KiB O_DIRECT write completes in 0.15–9 ms (p50–p99) on this VM
+// under load (docs/benchmarks.md, session 15), so most waits are woken before it; a wait
+// that does run to it costs one more io_uring_enter (≈2 µs), at most 100 a second per
+// waiting shard.
 const fileOpWaitMax = 10 * time.Millisecond
 
 // boundedWait submits and waits in the kernel for one completion, up to timeout (0: none);

@@ -568,9 +568,10 @@ func (c *crashAsyncChild) completeRetention() {
 func (c *crashAsyncChild) run() error {
 	l := c.l
 	// The shard's loop always has its flush-check timer armed (50 ms by default), so its
-	// waits end at least that often; so do the child's. Without it, a child waited once in
-	// ~20 for a write completion that came only when its wait timed out (the report of
-	// session 14's branch crashdet14).
+	// waits end at least that often; so do the child's. Without it, a child sometimes
+	// slept until its 20 s watchdog (session 14's branch crashdet14): a blocking index write
+	// between turns had reaped the segment writes' completions, and RunOnce dispatched them
+	// and then waited (fixed in session 15: ring's RunOnce, docs/ring.md "Bounded waits").
 	var tick *ring.Timer
 	tick = c.r.AfterFunc(crashAsyncTick, func() { tick.Reset(crashAsyncTick) })
 	watchdog := c.r.AfterFunc(crashAsyncHang/3, func() {

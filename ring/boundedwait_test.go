@@ -151,3 +151,56 @@ func TestBlockingFileIOBoundedWhenWakeLost(t *testing.T) {
 	}
 	checkOneLostWakeup(t, r, lw)
 }
+
+// countWaitsRing wraps a ring and counts the waits (SubmitAndWait with waitNr > 0); a wait
+// submits and returns at once, as one ended by a signal does.
+type countWaitsRing struct {
+	Ring
+	waits int
+}
+
+func (c *countWaitsRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (int, error) {
+	if waitNr > 0 {
+		c.waits++
+	}
+	return c.Ring.Submit()
+}
+
+// TestRunOnceDispatchesReapedCompletionsWithoutWaiting: a blocking FileIO call made between
+// loop turns reaps a StartWrite completion into the backlog; the next RunOnce(true)
+// dispatches it and returns without waiting in the kernel, which has nothing left to wake it
+// for. Before, the turn dispatched the completion and then slept until the next timer: the
+// 20 s stall of engine's TestCrashSIGKILLAsync/repeat (its child's blocking index writes
+// between turns reaped the segment writes it waited for; docs/ring.md, "Bounded waits").
+func TestRunOnceDispatchesReapedCompletionsWithoutWaiting(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r := newReactor(t, "syscall", Config{})
+	cw := &countWaitsRing{Ring: r.ring}
+	r.ring = cw
+	fd, err := unix.Open(filepath.Join(t.TempDir(), "seg"), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	written := false
+	if err := r.StartWrite(fd, []byte("record"), 0, func(n int, err error) { written = err == nil && n == 6 }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Pwrite(fd, []byte("index"), 4096); err != nil { // reaps the write's completion too
+		t.Fatal(err)
+	}
+	if written || len(r.backlog) != 1 {
+		t.Fatalf("after the blocking call: written %v, backlog %d; want the write's completion in the backlog", written, len(r.backlog))
+	}
+	cw.waits = 0
+	if err := r.RunOnce(true); err != nil {
+		t.Fatal(err)
+	}
+	if !written {
+		t.Fatal("RunOnce did not dispatch the reaped write completion")
+	}
+	if cw.waits != 0 {
+		t.Fatalf("RunOnce(true) waited in the kernel %d times after dispatching the reaped completion (a real ring sleeps until the next timer there)", cw.waits)
+	}
+}

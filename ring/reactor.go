@@ -520,7 +520,14 @@ func (r *Reactor) Run() error {
 // what they posted, submit, wait (when block is set and nothing is runnable) until a completion, wake-up or
 // the next timer, then dispatch what arrived. Tests with an injected clock call it with
 // block=false.
+//
+// A turn that starts by dispatching completions reaped outside the loop (the backlog a
+// blocking FileIO call or AwaitWrites made between turns fills) does not wait: those are
+// the completions a caller of RunOnce(true) waits for, and the kernel has nothing left to
+// wake it for them. Before session 15 it waited, until the next timer or for ever
+// (docs/ring.md, "Bounded waits").
 func (r *Reactor) RunOnce(block bool) error {
+	reaped := len(r.backlog) > 0 // completions taken from the kernel before this turn
 	r.dispatchBacklog()
 	r.drainMailbox()
 	r.runTimers()
@@ -536,7 +543,7 @@ func (r *Reactor) RunOnce(block bool) error {
 	}
 	var err error
 	expired := false // the wait below ran to fileOpWaitMax
-	sleep := block && len(r.backlog) == 0 && !r.stopping.Load()
+	sleep := block && !reaped && len(r.backlog) == 0 && !r.stopping.Load()
 	if sleep {
 		r.awake.Store(false) // from here a Post wakes the loop (see awake)
 		if sleep = r.mailbox.empty(); !sleep {

@@ -200,6 +200,9 @@ func TestRunOnceDispatchesReapedCompletionsWithoutWaiting(t *testing.T) {
 	if !written {
 		t.Fatal("RunOnce did not dispatch the reaped write completion")
 	}
+	if st := r.Stats(); st.BacklogTurns != 1 {
+		t.Errorf("BacklogTurns %d, want 1", st.BacklogTurns)
+	}
 	if cw.waits != 0 {
 		t.Fatalf("RunOnce(true) waited in the kernel %d times after dispatching the reaped completion (a real ring sleeps until the next timer there)", cw.waits)
 	}

@@ -35,17 +35,20 @@ import (
 // wait=bound waits as the reactor does with file ops in flight (fileOpWaitMax) and counts
 // what the reactor would count as lost wake-ups next to what the watcher saw.
 //
-// It only logs counts (no timing-dependent assertion). Short by default (a few rounds per
-// case); RINGLOG_LOSTWAKE_ROUNDS=N runs N rounds per case, RINGLOG_LOSTWAKE_LOAD=K starts K
-// `yes >/dev/null` processes beside it, RINGLOG_LOSTWAKE_CASES=substring picks cases,
-// RINGLOG_LOSTWAKE_SEED fixes the seed.
+// It only logs counts (no timing-dependent assertion). Short by default (one round of the
+// wait=bound cases with 3 writes in flight); RINGLOG_LOSTWAKE_ROUNDS=N runs N rounds of
+// every case, RINGLOG_LOSTWAKE_LOAD=K starts K `yes >/dev/null` processes beside it,
+// RINGLOG_LOSTWAKE_CASES=substring picks cases, RINGLOG_LOSTWAKE_SEED fixes the seed.
 func TestLostWakeStress(t *testing.T) {
 	if why := uringUnavailable(); why != "" {
 		t.Skipf("io_uring unavailable: %s", why)
 	}
-	rounds := 2
+	// By default one round of the cases the reactor meets (3 writes in flight, its 10 ms
+	// bound): about a second. RINGLOG_LOSTWAKE_ROUNDS runs every case.
+	rounds, inflights, waits := 1, []int{3}, []string{"bound"}
 	if v := os.Getenv("RINGLOG_LOSTWAKE_ROUNDS"); v != "" {
 		rounds, _ = strconv.Atoi(v)
+		inflights, waits = []int{1, 3, 8}, []string{"timeout", "none", "bound"}
 	}
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("RINGLOG_LOSTWAKE_SEED"); v != "" {
@@ -64,8 +67,8 @@ func TestLostWakeStress(t *testing.T) {
 	var total lostWakeTally
 	for _, flags := range []string{"plain", "coop", "defer"} {
 		for _, shape := range []string{"new", "repeat", "prealloc", "overwrite"} {
-			for _, inflight := range []int{1, 3, 8} {
-				for _, wait := range []string{"timeout", "none", "bound"} {
+			for _, inflight := range inflights {
+				for _, wait := range waits {
 					name := fmt.Sprintf("%s/%s/inflight=%d/wait=%s", flags, shape, inflight, wait)
 					if pick != "" && !strings.Contains(name, pick) {
 						continue

@@ -543,6 +543,9 @@ func (r *Reactor) RunOnce(block bool) error {
 	}
 	var err error
 	expired := false // the wait below ran to fileOpWaitMax
+	if reaped && block {
+		r.stats.backlogTurns++
+	}
 	sleep := block && !reaped && len(r.backlog) == 0 && !r.stopping.Load()
 	if sleep {
 		r.awake.Store(false) // from here a Post wakes the loop (see awake)

@@ -18,6 +18,7 @@ type loopStats struct {
 	// waitsExpired counts bounded waits (fileOpWaitMax) that ran to the bound; lostWakeups
 	// those of them that found completions (see noteBoundedWait).
 	waitsExpired, lostWakeups uint64
+	backlogTurns              uint64 // blocking turns that began with reaped completions (RunOnce)
 }
 
 // Stats is a point-in-time copy of a reactor's counters (see Reactor.Stats).
@@ -46,6 +47,10 @@ type Stats struct {
 	// and did not wake it (an upper bound: a completion that came within the thread's
 	// scheduling delay before the bound counts too).
 	WaitsExpired, LostWakeups uint64
+	// BacklogTurns counts the blocking loop turns that began by dispatching completions
+	// reaped outside the loop (by a blocking FileIO call or AwaitWrites); before session 15
+	// each of them then waited in the kernel for nothing, until the next timer.
+	BacklogTurns uint64
 }
 
 // Stats returns the reactor's counters. Call it on the loop thread (from a Post).
@@ -62,6 +67,7 @@ func (r *Reactor) Stats() Stats {
 		WritesFixed:   r.stats.writesFixed,
 		WaitsExpired:  r.stats.waitsExpired,
 		LostWakeups:   r.stats.lostWakeups,
+		BacklogTurns:  r.stats.backlogTurns,
 	}
 	if !r.stats.started.IsZero() {
 		st.Running = time.Since(r.stats.started)

@@ -186,7 +186,7 @@ func (r *Reactor) startPathOp(name, path string, done func(n int, err error), pr
 // setWriteDone routes slot idx's completion to done (the write path) and counts the op as a
 // file op in flight (Reactor.fileOps) until releaseSlot.
 func (r *Reactor) setWriteDone(idx uint32, done func(n int, err error)) {
-	if r.slots[idx].writeDone == nil {
+	if done != nil && r.slots[idx].writeDone == nil {
 		r.fileOps++
 	}
 	r.slots[idx].writeDone = done

@@ -70,17 +70,25 @@ func (s *lostWakeRing) PeekCQEs(dst []CQE) int {
 // file to write.
 func newLostWakeReactor(t *testing.T) (*Reactor, *lostWakeRing, int) {
 	t.Helper()
+	r, fd := newWrappedReactor(t)
+	lw := &lostWakeRing{Ring: r.ring}
+	r.ring = lw
+	return r, lw, fd
+}
+
+// newWrappedReactor is a syscall-backend reactor owned by the test's (locked) thread, whose
+// ring the caller wraps, and a file to write.
+func newWrappedReactor(t *testing.T) (*Reactor, int) {
+	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	r := newReactor(t, "syscall", Config{})
-	lw := &lostWakeRing{Ring: r.ring}
-	r.ring = lw
 	fd, err := unix.Open(filepath.Join(t.TempDir(), "seg"), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	return r, lw, fd
+	return r, fd
 }
 
 // checkOneLostWakeup: exactly one wait ran to fileOpWaitMax and found the held completions,
@@ -173,16 +181,9 @@ func (c *countWaitsRing) SubmitAndWait(waitNr uint32, timeout time.Duration) (in
 // 20 s stall of engine's TestCrashSIGKILLAsync/repeat (its child's blocking index writes
 // between turns reaped the segment writes it waited for; docs/ring.md, "Bounded waits").
 func TestRunOnceDispatchesReapedCompletionsWithoutWaiting(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	r := newReactor(t, "syscall", Config{})
+	r, fd := newWrappedReactor(t)
 	cw := &countWaitsRing{Ring: r.ring}
 	r.ring = cw
-	fd, err := unix.Open(filepath.Join(t.TempDir(), "seg"), unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	written := false
 	if err := r.StartWrite(fd, []byte("record"), 0, func(n int, err error) { written = err == nil && n == 6 }); err != nil {
 		t.Fatal(err)

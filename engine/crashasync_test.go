@@ -513,6 +513,8 @@ type crashAsyncChild struct {
 	complete  *ring.Timer
 	lastSync  int64
 	lastWrite int64
+	// lostWakeups is the ring's count last reported in a note.
+	lostWakeups uint64
 }
 
 func newCrashAsyncChild(dir string) (*crashAsyncChild, error) {
@@ -566,9 +568,10 @@ func (c *crashAsyncChild) completeRetention() {
 func (c *crashAsyncChild) run() error {
 	l := c.l
 	// The shard's loop always has its flush-check timer armed (50 ms by default), so its
-	// waits end at least that often; so do the child's. Without it, a child waited once in
-	// ~20 for a write completion that came only when its wait timed out (the report of
-	// session 14's branch crashdet14).
+	// waits end at least that often; so do the child's. Without it, a child sometimes
+	// slept until its 20 s watchdog (session 14's branch crashdet14): a blocking index write
+	// between turns had reaped the segment writes' completions, and RunOnce dispatched them
+	// and then waited (fixed in session 15: ring's RunOnce, docs/ring.md "Bounded waits").
 	var tick *ring.Timer
 	tick = c.r.AfterFunc(crashAsyncTick, func() { tick.Reset(crashAsyncTick) })
 	watchdog := c.r.AfterFunc(crashAsyncHang/3, func() {
@@ -609,6 +612,12 @@ func (c *crashAsyncChild) run() error {
 		}
 		if d := time.Since(before); d > time.Second {
 			fmt.Fprintf(c.out, "note slow wait %v, %d in flight before (%d after): %s\n", d, inflight, c.r.Stats().InFlight, st)
+		}
+		// A wait that ran to the ring's bound and found completions (ring.Stats.LostWakeups):
+		// the stall session 14 saw, now at most 10 ms (docs/ring.md, "Bounded waits").
+		if lost := c.r.Stats().LostWakeups; lost > c.lostWakeups {
+			c.lostWakeups = lost
+			fmt.Fprintf(c.out, "note lost wake-up %d: a wait ran to the ring's bound and found completions, %d in flight before: %s\n", lost, inflight, st)
 		}
 		c.stopAt("jobs", "pool", "sync", "writes", "spare", "maps", "seal")
 		c.report("ack", "")

@@ -57,6 +57,10 @@ type Reactor struct {
 	stats       loopStats
 	worked      int          // completions and posts dispatched since the loop last decided to wait
 	writeBufs   writeBuffers // the sparse fixed-buffer table of StartWriteFixed (writeasync.go)
+	// fileOps counts the ops in flight whose completion goes to writeDone (StartWrite and
+	// the other Start* file ops of writeasync.go): while it is above 0 the loop's waits are
+	// bounded by fileOpWaitMax (see boundedWait).
+	fileOps int
 
 	// Shared with other goroutines.
 	mailbox     mailbox
@@ -345,6 +349,9 @@ func (r *Reactor) releaseSlot(idx uint32) {
 		s.pinner.Unpin()
 		s.pinned = false
 	}
+	if s.writeDone != nil {
+		r.fileOps--
+	}
 	s.done, s.writeDone = nil, nil
 	s.busy = false
 	s.gen = (s.gen + 1) & slotGenMask
@@ -513,7 +520,14 @@ func (r *Reactor) Run() error {
 // what they posted, submit, wait (when block is set and nothing is runnable) until a completion, wake-up or
 // the next timer, then dispatch what arrived. Tests with an injected clock call it with
 // block=false.
+//
+// A turn that starts by dispatching completions reaped outside the loop (the backlog a
+// blocking FileIO call or AwaitWrites made between turns fills) does not wait: those are
+// the completions a caller of RunOnce(true) waits for, and the kernel has nothing left to
+// wake it for them. Before session 15 it waited, until the next timer or for ever
+// (docs/ring.md, "Bounded waits").
 func (r *Reactor) RunOnce(block bool) error {
+	reaped := len(r.backlog) > 0 // completions taken from the kernel before this turn
 	r.dispatchBacklog()
 	r.drainMailbox()
 	r.runTimers()
@@ -528,7 +542,11 @@ func (r *Reactor) RunOnce(block bool) error {
 		}
 	}
 	var err error
-	sleep := block && len(r.backlog) == 0 && !r.stopping.Load()
+	expired := false // the wait below ran to fileOpWaitMax
+	if reaped && block {
+		r.stats.backlogTurns++
+	}
+	sleep := block && !reaped && len(r.backlog) == 0 && !r.stopping.Load()
 	if sleep {
 		r.awake.Store(false) // from here a Post wakes the loop (see awake)
 		if sleep = r.mailbox.empty(); !sleep {
@@ -549,10 +567,10 @@ func (r *Reactor) RunOnce(block bool) error {
 				return fmt.Errorf("ring: reactor submit: %w", err)
 			}
 		}
+		var waited time.Duration
 		if !spin || !r.spin() {
-			waitStart := time.Now()
-			_, err = r.ring.SubmitAndWait(1, r.untilNextTimer())
-			r.stats.waitNanos += uint64(time.Since(waitStart))
+			expired, waited, err = r.boundedWait(r.untilNextTimer(), r.fileOps > 0)
+			r.stats.waitNanos += uint64(waited)
 		}
 		r.awake.Store(true)
 	} else {
@@ -563,6 +581,9 @@ func (r *Reactor) RunOnce(block bool) error {
 	}
 	for round := 0; round < reapRoundsMax; round++ {
 		n := r.ring.PeekCQEs(r.cqes)
+		if round == 0 {
+			r.noteBoundedWait(expired, n > 0)
+		}
 		r.dispatchBatch(n)
 		if n < len(r.cqes) {
 			break
@@ -645,6 +666,45 @@ func (r *Reactor) dispatchBacklog() {
 		r.dispatch(&c)
 	}
 	r.backlog = r.backlog[:0]
+}
+
+// fileOpWaitMax bounds every wait in the kernel while file operations are in flight: the
+// loop's wait with StartWrite-family ops outstanding, AwaitWrites and the blocking FileIO
+// calls. A wait whose wake-up is lost (docs/ring.md, "Bounded waits") then costs at most
+// this much instead of a hang (AwaitWrites, a blocking call) or the shard's next timer
+// (50 ms). 10 ms: a 4 KiB O_DIRECT write completes in 0.15–9 ms (p50–p99) on this VM
+// under load (docs/benchmarks.md, session 15), so most waits are woken before it; a wait
+// that does run to it costs one more io_uring_enter (≈2 µs), at most 100 a second per
+// waiting shard.
+const fileOpWaitMax = 10 * time.Millisecond
+
+// boundedWait submits and waits in the kernel for one completion, up to timeout (0: none);
+// with bound set, never longer than fileOpWaitMax. expired reports that the wait ran to
+// that bound (rather than to the caller's own timeout); the caller then tells
+// noteBoundedWait whether it found completions.
+func (r *Reactor) boundedWait(timeout time.Duration, bound bool) (expired bool, waited time.Duration, err error) {
+	bounded := bound && (timeout <= 0 || timeout > fileOpWaitMax)
+	if bounded {
+		timeout = fileOpWaitMax
+	}
+	start := time.Now()
+	_, err = r.ring.SubmitAndWait(1, timeout)
+	waited = time.Since(start)
+	return bounded && err == nil && waited >= fileOpWaitMax, waited, err
+}
+
+// noteBoundedWait counts a wait that ran to fileOpWaitMax, and, when it found completions
+// (found), a lost wake-up: the kernel had work for the waiter and did not wake it. It is an
+// upper bound: a completion that arrived within the thread's scheduling delay before the
+// bound counts too.
+func (r *Reactor) noteBoundedWait(expired, found bool) {
+	if !expired {
+		return
+	}
+	r.stats.waitsExpired++
+	if found {
+		r.stats.lostWakeups++
+	}
 }
 
 func (r *Reactor) armWake() error {
@@ -791,17 +851,21 @@ func (r *Reactor) syncSQE() (*SQE, uint64, error) {
 }
 
 // syncWait submits and waits for the completion tagged tok; other completions reaped on
-// the way go to the backlog.
+// the way go to the backlog. Its waits are bounded by fileOpWaitMax (boundedWait).
 func (r *Reactor) syncWait(tok uint64) (int32, error) {
 	if invariantsEnabled {
 		moveStack()
 	}
 	for {
-		if _, err := r.ring.SubmitAndWait(1, 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+		expired, _, err := r.boundedWait(0, true)
+		if err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
 			return 0, err
 		}
 		for round := 0; round < reapRoundsMax; round++ {
 			n := r.ring.PeekCQEs(r.syncCQEs)
+			if round == 0 {
+				r.noteBoundedWait(expired, n > 0)
+			}
 			found, res := false, int32(0)
 			for i := 0; i < n; i++ {
 				if r.syncCQEs[i].UserData == tok {

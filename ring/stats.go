@@ -15,6 +15,10 @@ type loopStats struct {
 	writesStarted, awaits uint64
 	writesFixed           uint64 // StartWrite ops sent as WRITE_FIXED
 	writeBufferFailures   uint64 // RegisterWriteBuffer updates the kernel refused
+	// waitsExpired counts bounded waits (fileOpWaitMax) that ran to the bound; lostWakeups
+	// those of them that found completions (see noteBoundedWait).
+	waitsExpired, lostWakeups uint64
+	backlogTurns              uint64 // blocking turns that began with reaped completions (RunOnce)
 }
 
 // Stats is a point-in-time copy of a reactor's counters (see Reactor.Stats).
@@ -37,6 +41,16 @@ type Stats struct {
 	WritesStarted, Awaits uint64
 	// WritesFixed counts those sent from registered buffers (WRITE_FIXED).
 	WritesFixed uint64
+	// WaitsExpired counts the waits in the kernel that ran to their bound (10 ms) while
+	// file operations were in flight (docs/ring.md, "Bounded waits"); LostWakeups counts
+	// those of them that then found completions waiting: the kernel had work for the loop
+	// and did not wake it (an upper bound: a completion that came within the thread's
+	// scheduling delay before the bound counts too).
+	WaitsExpired, LostWakeups uint64
+	// BacklogTurns counts the blocking loop turns that began by dispatching completions
+	// reaped outside the loop (by a blocking FileIO call or AwaitWrites); before session 15
+	// each of them then waited in the kernel for nothing, until the next timer.
+	BacklogTurns uint64
 }
 
 // Stats returns the reactor's counters. Call it on the loop thread (from a Post).
@@ -51,6 +65,9 @@ func (r *Reactor) Stats() Stats {
 		WritesStarted: r.stats.writesStarted,
 		Awaits:        r.stats.awaits,
 		WritesFixed:   r.stats.writesFixed,
+		WaitsExpired:  r.stats.waitsExpired,
+		LostWakeups:   r.stats.lostWakeups,
+		BacklogTurns:  r.stats.backlogTurns,
 	}
 	if !r.stats.started.IsZero() {
 		st.Running = time.Since(r.stats.started)

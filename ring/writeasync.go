@@ -48,8 +48,7 @@ func (r *Reactor) startWrite(fd int, p []byte, off int64, index int, done func(n
 		op.sqe.PrepWrite(fd, p, uint64(off))
 		op.Pin(&p[0])
 	}
-	s := &r.slots[op.idx]
-	s.writeDone = done
+	r.setWriteDone(op.idx, done)
 	if err := op.Submit(); err != nil {
 		return err
 	}
@@ -76,7 +75,7 @@ func (r *Reactor) StartFtruncate(fd int, size int64, done func(n int, err error)
 		return err
 	}
 	op.sqe.PrepFtruncate(fd, size)
-	r.slots[op.idx].writeDone = done
+	r.setWriteDone(op.idx, done)
 	return op.Submit()
 }
 
@@ -95,7 +94,7 @@ func (r *Reactor) StartFsync(fd int, datasync bool, done func(n int, err error))
 		return err
 	}
 	op.sqe.PrepFsync(fd, datasync)
-	r.slots[op.idx].writeDone = done
+	r.setWriteDone(op.idx, done)
 	return op.Submit()
 }
 
@@ -180,8 +179,17 @@ func (r *Reactor) startPathOp(name, path string, done func(n int, err error), pr
 	if other := prep(op.sqe, p); other != nil {
 		op.Pin(other)
 	}
-	r.slots[op.idx].writeDone = done
+	r.setWriteDone(op.idx, done)
 	return op.Submit()
+}
+
+// setWriteDone routes slot idx's completion to done (the write path) and counts the op as a
+// file op in flight (Reactor.fileOps) until releaseSlot.
+func (r *Reactor) setWriteDone(idx uint32, done func(n int, err error)) {
+	if done != nil && r.slots[idx].writeDone == nil {
+		r.fileOps++
+	}
+	r.slots[idx].writeDone = done
 }
 
 // WriteBufferSlots is the size of the sparse fixed-buffer table RegisterWriteBuffer fills
@@ -251,6 +259,9 @@ func (r *Reactor) UnregisterWriteBuffer(index int) {
 // backlog, or in the loop's reap batch behind the callback that called it (a produce that
 // rolls a segment, served inline on its connection's loop). Those are taken first; a wait
 // in the kernel for them would never end.
+//
+// Each wait in the kernel lasts at most fileOpWaitMax (a lost wake-up costs that, not a
+// hang; see Stats.LostWakeups).
 func (r *Reactor) AwaitWrites(cond func() bool) error {
 	if invariantsEnabled && unix.Gettid() != r.ownerTid {
 		return fmt.Errorf("%w: AwaitWrites on thread %d, reactor owned by %d", ErrWrongThread, unix.Gettid(), r.ownerTid)
@@ -261,11 +272,15 @@ func (r *Reactor) AwaitWrites(cond func() bool) error {
 			return nil
 		}
 		r.stats.awaits++
-		if _, err := r.ring.SubmitAndWait(1, 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+		expired, _, err := r.boundedWait(0, true)
+		if err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
 			return fmt.Errorf("ring: await writes: %w", err)
 		}
 		for round := 0; round < reapRoundsMax; round++ {
 			n := r.ring.PeekCQEs(r.syncCQEs)
+			if round == 0 {
+				r.noteBoundedWait(expired, n > 0)
+			}
 			for i := 0; i < n; i++ {
 				c := r.syncCQEs[i]
 				if r.isWrite(c.UserData) {

@@ -66,15 +66,23 @@ func benchProduceWindowWarm(b *testing.B, br *Broker, window, records int, tp fu
 		free <- i
 	}
 	fail := make(chan error, 1)
+	starts := make([]time.Time, window) // the timed produces' start, by slot (probe only)
+	timed := false
 	produce := func(n int) {
 		for i := 0; i < n; i++ {
 			slot := <-free
+			if timed && probe != nil {
+				starts[slot] = time.Now()
+			}
 			br.Produce(tp(i), bufs[slot:slot+1], acks, func(r ProduceResult) {
 				if r.Err != nil {
 					select {
 					case fail <- r.Err:
 					default:
 					}
+				}
+				if timed && probe != nil {
+					probe.observe(time.Since(starts[slot]))
 				}
 				free <- slot
 			})
@@ -89,6 +97,8 @@ func benchProduceWindowWarm(b *testing.B, br *Broker, window, records int, tp fu
 	produce(warmup)
 	b.SetBytes(int64(len(bufs[0])))
 	b.ReportAllocs()
+	probe.expect(b.N)
+	timed = true
 	b.ResetTimer()
 	probe.start(b, br)
 	produce(b.N)

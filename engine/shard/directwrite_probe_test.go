@@ -3,9 +3,11 @@ package shard
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +35,39 @@ type benchProbe struct {
 	inSum   int
 	base    int                 // ops in flight when idle (the loops' own armed reads)
 	syncs0  engine.SyncCounters // the engine's fsyncs and fdatasyncs at the start
+	// latencies of the timed produces (Produce to its answer), filled from the shard
+	// loops through latencyCount; reported as produce-p50-µs .. produce-max-ms.
+	latencies    []time.Duration
+	latencyCount atomic.Int64
+}
+
+// expect makes room for the latencies of n produces.
+func (p *benchProbe) expect(n int) {
+	if p != nil {
+		p.latencies = make([]time.Duration, n)
+	}
+}
+
+// observe records one produce's latency (any goroutine).
+func (p *benchProbe) observe(d time.Duration) {
+	if i := p.latencyCount.Add(1) - 1; i < int64(len(p.latencies)) {
+		p.latencies[i] = d
+	}
+}
+
+// reportLatencies reports the recorded produce latencies' percentiles.
+func (p *benchProbe) reportLatencies(b *testing.B) {
+	n := min(int(p.latencyCount.Load()), len(p.latencies))
+	if n == 0 {
+		return
+	}
+	lat := p.latencies[:n]
+	slices.Sort(lat)
+	at := func(q float64) time.Duration { return lat[min(n-1, int(q*float64(n)))] }
+	b.ReportMetric(float64(at(0.5).Microseconds()), "produce-p50-µs")
+	b.ReportMetric(float64(at(0.99).Microseconds()), "produce-p99-µs")
+	b.ReportMetric(float64(at(0.999).Microseconds()), "produce-p99.9-µs")
+	b.ReportMetric(float64(lat[n-1].Microseconds())/1000, "produce-max-ms")
 }
 
 // benchProbeEvery is the in-flight sampling period: 200 mailbox round trips a second per
@@ -101,6 +136,8 @@ func (p *benchProbe) stop(b *testing.B, br *Broker) {
 		writes += st.WritesStarted - p.rings0[i].WritesStarted
 	}
 	b.ReportMetric(busy.Seconds()/secs/float64(len(rings)), "loop-busy")
+	p.reportLatencies(b)
+	reportLostWakeups(b, p.rings0, rings)
 	if writes > 0 {
 		b.ReportMetric(float64(int64(b.N)*p.bytesPerOp)/float64(writes)/1024, "KiB/write")
 	}

@@ -361,7 +361,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if v, _ := m.Value("ringlog_http_requests_total", "endpoint", "fetch", "code", "416"); v != 1 {
 		t.Errorf("HTTP fetches answered 416: %v, want 1", v)
 	}
-	for _, name := range []string{"ringlog_shard_ring_submissions_total", "ringlog_shard_loop_busy_ratio", "ringlog_shard_mailbox_depth",
+	for _, name := range []string{"ringlog_shard_ring_submissions_total", "ringlog_shard_ring_lost_wakeups_total", "ringlog_shard_loop_busy_ratio", "ringlog_shard_mailbox_depth",
 		"ringlog_fsync_latency_seconds", "go_goroutines", "process_resident_memory_bytes"} {
 		if _, ok := m[name]; !ok {
 			t.Errorf("%s missing", name)

@@ -45,6 +45,9 @@ var (
 	descSubmissions = prometheus.NewDesc("ringlog_shard_ring_submissions_total", "Operations the shard queued on its io_uring ring (or the syscall fallback).", shardLabels, nil)
 	descCompletions = prometheus.NewDesc("ringlog_shard_ring_completions_total", "Completions the shard's ring delivered.", shardLabels, nil)
 	descInFlight    = prometheus.NewDesc("ringlog_shard_ring_inflight", "Operations submitted on the shard's ring and not yet completed (queue depth).", shardLabels, nil)
+	descWaitsExp    = prometheus.NewDesc("ringlog_shard_ring_waits_expired_total", "Waits of the shard's loop that ran to their 10 ms bound while file operations were in flight.", shardLabels, nil)
+	descLostWakes   = prometheus.NewDesc("ringlog_shard_ring_lost_wakeups_total", "Waits that ran to their bound and then found completions waiting: the kernel did not wake the loop (an upper bound).", shardLabels, nil)
+	descBacklogTurn = prometheus.NewDesc("ringlog_shard_loop_backlog_turns_total", "Blocking loop turns that began by dispatching completions reaped outside the loop (such a turn does not wait).", shardLabels, nil)
 	descBusy        = prometheus.NewDesc("ringlog_shard_loop_busy_seconds_total", "Time the shard loop spent working (not blocked waiting for completions, wake-ups or timers).", shardLabels, nil)
 	descRunning     = prometheus.NewDesc("ringlog_shard_loop_running_seconds_total", "Time since the shard loop started.", shardLabels, nil)
 	descBusyRatio   = prometheus.NewDesc("ringlog_shard_loop_busy_ratio", "Share of time the shard loop worked since the previous scrape (0..1).", shardLabels, nil)
@@ -124,7 +127,7 @@ func newCollector(core *shard.Broker, srv *netio.Server, rep Replication, groups
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLogStart, descLogEnd, descHighWater, descSize, descSegments, descISR, descLeader,
 		descReplicas, descUnderRepl, descOffline, descCorrupt, descISRShrinks, descISRExpands, descFetchRounds, descReplAppends, descRefusedRnds, descSlowRounds, descLaneKicks, descLaneWakes, descLaneDials, descParks, descLateParks, descSubmissions,
-		descCompletions, descInFlight, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
+		descCompletions, descInFlight, descWaitsExp, descLostWakes, descBacklogTurn, descBusy, descRunning, descBusyRatio, descMailbox, descProduceReqs, descProduceB,
 		descProduceErr, descFetchReqs, descFetchB, descFetchErr, descProduceLat, descFetchLat, descFsyncLat, descFsyncInline,
 		descConns, descRefusedConn, descFrames, descRefusedReq, descSendfile, descBuffered, descScrapeErr,
 		descWBStarted, descWBDropped, descWBWakeups, descZeroJobs, descZeroBytes, descZeroFailed,
@@ -224,6 +227,9 @@ func (c *collector) collectShard(ch chan<- prometheus.Metric, s *shard.ShardStat
 	ch <- counter(descSubmissions, float64(s.Ring.Submitted), label)
 	ch <- counter(descCompletions, float64(s.Ring.Completed), label)
 	ch <- gauge(descInFlight, float64(s.Ring.InFlight), label)
+	ch <- counter(descWaitsExp, float64(s.Ring.WaitsExpired), label)
+	ch <- counter(descLostWakes, float64(s.Ring.LostWakeups), label)
+	ch <- counter(descBacklogTurn, float64(s.Ring.BacklogTurns), label)
 	ch <- counter(descBusy, busy.Seconds(), label)
 	ch <- counter(descRunning, s.Ring.Running.Seconds(), label)
 	ch <- gauge(descBusyRatio, c.busyRatio(s.Shard, loopTimes{busy: busy, running: s.Ring.Running}), label)

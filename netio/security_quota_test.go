@@ -103,7 +103,7 @@ func TestProduceQuota(t *testing.T) {
 		return brokertest.HeldRate(sorted, from)
 	}
 	var stop, throttled atomic.Bool
-	var greedyErr atomic.Pointer[error]
+	var greedyErr brokertest.FirstError
 	var wg sync.WaitGroup
 	for range window {
 		wg.Add(1)
@@ -112,8 +112,7 @@ func TestProduceQuota(t *testing.T) {
 			for !stop.Load() {
 				var resp wire.ProduceResponse
 				if err := greedy.Call(ctx, rb.Addr, bulk, &resp); err != nil || resp.Topics[0].Partitions[0].ErrorCode != wire.ErrNone {
-					err = fmt.Errorf("greedy produce: %v %+v", err, resp)
-					greedyErr.CompareAndSwap(nil, &err)
+					greedyErr.Set(fmt.Errorf("greedy produce: %v %+v", err, resp))
 					return
 				}
 				at := time.Now()
@@ -127,18 +126,11 @@ func TestProduceQuota(t *testing.T) {
 		}()
 	}
 	defer func() { stop.Store(true); wg.Wait() }()
-	greedyFailed := func() bool {
-		if err := greedyErr.Load(); err != nil {
-			t.Error(*err)
-			return true
-		}
-		return false
-	}
 	// The window opens once the greedy tenant has spent its burst (its first throttle),
 	// and then settles more: its debt grows until it covers its requests in flight. It
 	// closes once the broker's account covers measure.
 	for !throttled.Load() {
-		if greedyFailed() || ctx.Err() != nil {
+		if greedyErr.Reported(t) || ctx.Err() != nil {
 			t.Fatal("the greedy tenant stopped before it was throttled")
 		}
 		time.Sleep(5 * time.Millisecond) // a poll, not a measurement clock
@@ -147,14 +139,14 @@ func TestProduceQuota(t *testing.T) {
 	from := time.Now()
 	during := calmLatencies(60)
 	for _, span := account(from); span < measure && time.Since(from) < measureMax; _, span = account(from) {
-		if greedyFailed() {
+		if greedyErr.Reported(t) {
 			t.FailNow()
 		}
 		time.Sleep(20 * time.Millisecond) // a poll, not a measurement clock
 	}
 	stop.Store(true)
 	wg.Wait()
-	if greedyFailed() {
+	if greedyErr.Reported(t) {
 		t.FailNow()
 	}
 	got, span := account(from)

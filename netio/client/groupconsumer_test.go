@@ -115,8 +115,22 @@ func TestGroupConsumersSharePartitions(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			// Let the members settle into one generation, then stop them.
-			time.Sleep(500 * time.Millisecond)
+			// Stop the members once they have settled into one generation that assigns
+			// every partition (a cooperative rebalance first revokes, then assigns in a
+			// generation of its own): stopped in a rebalance, a member's last commit may
+			// be refused. A sleep of 500 ms stood for this wait before.
+			deadline = time.Now().Add(20 * time.Second)
+			for !settled(ctx, t, b.Client, "billing", 3, 6) {
+				select {
+				case err := <-errs:
+					t.Fatal(err)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the members did not settle into a generation that assigns every partition")
+				}
+				time.Sleep(20 * time.Millisecond) // a poll
+			}
 			close(stop)
 			wg.Wait()
 			for k, n := range seen {
@@ -141,6 +155,28 @@ func TestGroupConsumersSharePartitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// settled reports whether group is Stable with members members whose assignments hold
+// partitions partitions between them.
+func settled(ctx context.Context, t *testing.T, c *client.Client, group string, members, partitions int) bool {
+	t.Helper()
+	d, err := c.DescribeGroup(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != "Stable" || len(d.Members) != members {
+		return false
+	}
+	n := 0
+	for _, m := range d.Members {
+		owned, err := client.DecodeMemberAssignment(m.Assignment)
+		if err != nil {
+			t.Fatalf("member %s's assignment: %v", m.MemberID, err)
+		}
+		n += len(owned)
+	}
+	return n == partitions
 }
 
 // TestGroupAdminCalls: list, describe, reset (commit outside the group) and delete.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/ringlog/ringlog/engine/batch"
@@ -129,7 +130,10 @@ func TestFetchCheckerOffForOtherFrames(t *testing.T) {
 }
 
 // FuzzFetchChecker: on any payload, split anywhere, the checker never panics and never
-// vouches for bytes whose batches do not pass their CRC.
+// vouches for bytes whose batches do not pass their CRC. Raw bytes rarely keep a batch's
+// CRC-32C right, so the same input also shapes a well-formed response (shapedResponse:
+// topics, partitions, error messages, batches with fuzz-chosen records, then one damage
+// per partition), on which the checker must vouch for exactly what the reference finds.
 func FuzzFetchChecker(f *testing.F) {
 	resp := &wire.FetchResponse{Topics: []wire.FetchResponseTopic{{Topic: "t", Partitions: []wire.FetchResponsePartition{
 		{Partition: 0, Records: checkerBatches(f, 0, 3, 2)},
@@ -141,18 +145,93 @@ func FuzzFetchChecker(f *testing.F) {
 	f.Add([]byte{}, uint64(3))
 	f.Add([]byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, uint64(4))
 	f.Fuzz(func(t *testing.T, payload []byte, seed uint64) {
-		resp := checkInPieces(rand.New(rand.NewPCG(seed, 0)), payload, 256)
-		if resp == nil {
-			return
+		rng := rand.New(rand.NewPCG(seed, 0))
+		if resp := checkInPieces(rng, payload, 256); resp != nil {
+			for _, topic := range resp.Topics {
+				for _, p := range topic.Partitions {
+					if p.RecordsCRCChecked > referenceChecked(p.Records) {
+						t.Fatalf("vouched for %d bytes, only %d pass their CRC", p.RecordsCRCChecked, referenceChecked(p.Records))
+					}
+				}
+			}
 		}
-		for _, topic := range resp.Topics {
-			for _, p := range topic.Partitions {
-				if p.RecordsCRCChecked > referenceChecked(p.Records) {
-					t.Fatalf("vouched for %d bytes, only %d pass their CRC", p.RecordsCRCChecked, referenceChecked(p.Records))
+		shaped := shapedResponse(t, payload).AppendTo(nil)
+		resp := checkInPieces(rng, shaped, 1+int(seed%4096))
+		if resp == nil {
+			t.Fatalf("a shaped response does not decode: %x", shaped)
+		}
+		for ti, topic := range resp.Topics {
+			for pi, p := range topic.Partitions {
+				if want := referenceChecked(p.Records); p.RecordsCRCChecked != want {
+					t.Fatalf("topic %d partition %d: checked %d bytes, reference %d", ti, pi, p.RecordsCRCChecked, want)
 				}
 			}
 		}
 	})
+}
+
+// shapeReader hands out the bytes of a fuzz input, then zeros.
+type shapeReader []byte
+
+func (r *shapeReader) next() int {
+	if len(*r) == 0 {
+		return 0
+	}
+	b := (*r)[0]
+	*r = (*r)[1:]
+	return int(b)
+}
+
+// shapedResponse builds a Fetch response that decodes from the bytes of shape: up to 3
+// topics of up to 3 partitions, each with an optional error message and up to 3 batches
+// of 1-4 records whose keys and values come from shape, then at most one damage to the
+// records (5 in 8 none, else a flipped bit, a cut, or bytes appended), so the checker sees
+// good, corrupt and partial batches at fuzz-chosen places.
+func shapedResponse(t testing.TB, shape []byte) *wire.FetchResponse {
+	t.Helper()
+	r := shapeReader(shape)
+	b := batch.NewBuilder(batch.BuilderOptions{})
+	resp := &wire.FetchResponse{ThrottleMs: int32(r.next())}
+	for ti := range r.next() % 4 {
+		topic := wire.FetchResponseTopic{Topic: strings.Repeat("t", ti+r.next()%3)}
+		for pi := range r.next() % 4 {
+			p := wire.FetchResponsePartition{Partition: int32(pi), ErrorMessage: strings.Repeat("e", r.next()%4)}
+			var records []byte
+			for range r.next() % 4 {
+				b.Reset()
+				for range 1 + r.next()%4 {
+					key := make([]byte, r.next()%8)
+					value := make([]byte, r.next()%200)
+					for i := range value {
+						value[i] = byte(r.next())
+					}
+					b.Append(int64(r.next()), key, value, nil)
+				}
+				start := len(records)
+				var err error
+				if records, err = b.Build(records); err != nil {
+					t.Fatal(err)
+				}
+				batch.SetBaseOffset(records[start:], int64(r.next()))
+			}
+			switch at := r.next()<<8 | r.next(); r.next() % 8 {
+			case 1:
+				if len(records) > 0 {
+					records[at%len(records)] ^= 1 << (at % 8)
+				}
+			case 2:
+				if len(records) > 0 {
+					records = records[:at%len(records)]
+				}
+			case 3:
+				records = append(records, shape[:min(len(shape), at%64)]...)
+			}
+			p.Records = records
+			topic.Partitions = append(topic.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, topic)
+	}
+	return resp
 }
 
 // BenchmarkFetchChecker: the reader's CRC walk over a 4 MiB answer (4 partitions of

@@ -1,9 +1,15 @@
 package tuning
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -134,12 +140,19 @@ func TestQueueIndex(t *testing.T) {
 	}
 }
 
+// FuzzParseInterrupts: any text parses or is refused with ErrBadInterrupts; a parsed table
+// has one count per CPU in every row and prints (formatInterrupts) as a table that parses
+// back the same. The seeds are the heads of the fixture hosts' tables (header, a few
+// numbered rows, the named ones): whole 10 KiB tables made every new input a 10 KiB one,
+// and minimizing those took the whole -fuzztime (docs/testing.md, "Fuzz targets").
 func FuzzParseInterrupts(f *testing.F) {
 	for _, host := range fixtureHosts {
 		real, _ := fixtureRoots(host).Resolve("/proc/interrupts")
-		if data, err := os.ReadFile(real); err == nil {
-			f.Add(string(data))
+		data, err := os.ReadFile(real)
+		if err != nil {
+			f.Fatal(err)
 		}
+		f.Add(interruptsHead(string(data), 4))
 	}
 	f.Add("  CPU0 CPU1\n 1: 5\n")
 	f.Add("")
@@ -156,7 +169,53 @@ func FuzzParseInterrupts(f *testing.F) {
 				t.Fatalf("irq %d has %d counts for %d CPUs", irq.Number, len(irq.Counts), len(in.CPUs))
 			}
 		}
+		printed := formatInterrupts(in)
+		again, err := ParseInterrupts(printed)
+		if err != nil || !reflect.DeepEqual(again, in) {
+			t.Fatalf("%q parsed as %+v, prints as %q, which parses as %+v, %v", text, in, printed, again, err)
+		}
 	})
+}
+
+// interruptsHead is the header of a /proc/interrupts table, its first rows numbered rows
+// and all the named ones (NMI, LOC, ...).
+func interruptsHead(table string, rows int) string {
+	lines := strings.Split(table, "\n")
+	out := []string{lines[0]}
+	for _, line := range lines[1:] {
+		label, _, _ := strings.Cut(line, ":")
+		_, err := strconv.Atoi(strings.TrimSpace(label))
+		if err != nil || rows > 0 {
+			out = append(out, line)
+		}
+		if err == nil {
+			rows--
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// formatInterrupts prints in as /proc/interrupts does (modern layout, "-" for the hwirq).
+func formatInterrupts(in *Interrupts) string {
+	var b strings.Builder
+	for _, cpu := range in.CPUs {
+		fmt.Fprintf(&b, " CPU%d", cpu)
+	}
+	b.WriteString("\n")
+	for _, irq := range in.IRQs {
+		fmt.Fprintf(&b, "%d:", irq.Number)
+		for _, count := range irq.Counts {
+			fmt.Fprintf(&b, " %d", count)
+		}
+		switch {
+		case irq.Actions != "":
+			fmt.Fprintf(&b, " %s - %s", irq.Chip, irq.Actions)
+		case irq.Chip != "":
+			fmt.Fprintf(&b, " %s", irq.Chip)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func FuzzParseCPUList(f *testing.F) {
@@ -194,17 +253,27 @@ func FuzzParseCPUMask(f *testing.F) {
 	})
 }
 
+// FuzzDecodePlan: any bytes decode to a plan that validates or are refused with an
+// error; a decoded plan writes only where checkWritable allows, prints as text, and
+// written back as a plan file (WriteJSON) decodes to the same plan. The seeds are the
+// golden plans cut to one item of each kind (plannedSeed): whole 7-20 KiB plans made every
+// new input that size, and minimizing those took the whole -fuzztime.
 func FuzzDecodePlan(f *testing.F) {
-	for _, name := range []string{"vm2-shared", "isol8-dedicated"} {
-		if data, err := os.ReadFile("testdata/golden/" + name + ".json"); err == nil {
-			f.Add(data)
+	for _, name := range []string{"vm2-shared", "isol8-dedicated", "numa2-datadir"} {
+		data, err := os.ReadFile("testdata/golden/" + name + ".json")
+		if err != nil {
+			f.Fatal(err)
 		}
+		f.Add(plannedSeed(f, data))
 	}
 	f.Add([]byte(`{"version":1,"irq_mode":"shared","shard_cpus":[0],"items":[{"action":"set","path":"/etc/x","proposed":"1"}]}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		plan, err := DecodePlan(data)
 		if err != nil {
+			if !errors.Is(err, ErrBadPlan) && !errors.Is(err, ErrBadPath) {
+				t.Fatalf("error %v is neither ErrBadPlan nor ErrBadPath", err)
+			}
 			return
 		}
 		for _, item := range plan.Changes() {
@@ -215,7 +284,43 @@ func FuzzDecodePlan(f *testing.F) {
 		if len(plan.ShardCPUs) == 0 {
 			t.Fatal("decoded plan without shards")
 		}
+		if err := plan.WriteText(io.Discard, true); err != nil {
+			t.Fatal(err)
+		}
+		var file bytes.Buffer
+		if err := plan.WriteJSON(&file); err != nil {
+			t.Fatal(err)
+		}
+		again, err := DecodePlan(file.Bytes())
+		if err != nil || !reflect.DeepEqual(again, plan) {
+			t.Fatalf("%q decoded as %+v, writes as %q, which decodes as %+v, %v", data, plan, file.Bytes(), again, err)
+		}
 	})
+}
+
+// plannedSeed is a golden plan file cut to its first item of each kind and action, short
+// explanations and summary, in compact JSON.
+func plannedSeed(t testing.TB, golden []byte) []byte {
+	t.Helper()
+	plan, err := DecodePlan(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	items := plan.Items[:0]
+	for _, item := range plan.Items {
+		if key := item.Kind + string(item.Action); !seen[key] {
+			seen[key] = true
+			item.Why = item.Why[:min(len(item.Why), 20)]
+			items = append(items, item)
+		}
+	}
+	plan.Items, plan.Summary = items, plan.Summary[:min(len(plan.Summary), 1)]
+	data, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func BenchmarkParseInterrupts(b *testing.B) {

@@ -201,7 +201,7 @@ func shapedResponse(t testing.TB, shape []byte) *wire.FetchResponse {
 				b.Reset()
 				for range 1 + r.next()%4 {
 					key := make([]byte, r.next()%8)
-					value := make([]byte, r.next()%200)
+					value := make([]byte, r.next()%64)
 					for i := range value {
 						value[i] = byte(r.next())
 					}

@@ -322,10 +322,17 @@ func asyncSeed(t *testing.T) uint64 {
 // (crashValue), some of them larger than a block.
 func appendCounted(t *testing.T, l *Log, rng *rand.Rand) (AppendResult, error) {
 	t.Helper()
+	return appendCountedUpTo(t, l, rng, 3)
+}
+
+// appendCountedUpTo is appendCounted with 1 to batchesMax batches. One batch is at most 249
+// records of at most 120 bytes, under 30 KiB.
+func appendCountedUpTo(t *testing.T, l *Log, rng *rand.Rand, batchesMax int) (AppendResult, error) {
+	t.Helper()
 	b := batch.NewBuilder(batch.BuilderOptions{})
 	next := l.StagedEndOffset()
 	var batches [][]byte
-	for g := 1 + rng.IntN(3); g > 0; g-- {
+	for g := 1 + rng.IntN(batchesMax); g > 0; g-- {
 		n := 1 + rng.IntN(6)
 		if rng.IntN(4) == 0 {
 			n = 50 + rng.IntN(200)

@@ -116,13 +116,14 @@ func TestAsyncRollFiles(t *testing.T) {
 				}
 			}()
 			held := func(queuedWrite) bool { return false }
+			batchesMax := 3 // per append
 			appendUntil := func(done func() bool) {
 				t.Helper()
 				for steps := 0; !done(); steps++ {
 					if steps > 2_000 { // half a 64 KiB segment takes tens of appends
 						t.Fatal("appends do not get there")
 					}
-					if _, err := appendCounted(t, l, rng); err != nil {
+					if _, err := appendCountedUpTo(t, l, rng, batchesMax); err != nil {
 						t.Fatal(err)
 					}
 					// Complete data writes and the other file work, never a roll's own file
@@ -151,8 +152,13 @@ func TestAsyncRollFiles(t *testing.T) {
 				qw.completeSome(10_000)
 			}
 			held = heldRollOp
-			// Half a segment: the spare's first open goes out, nothing is created here.
+			// Half a segment: the spare's first open goes out, nothing is created here. One
+			// batch per append (under half a segment): the spare is prepared after an append,
+			// so an append that crossed half the segment and also rolled it would roll the
+			// blocking way, into the pool's file (seed 8094 did, session 15).
+			batchesMax = 1
 			appendUntil(func() bool { return l.spare.state == sparePreparing })
+			batchesMax = 3
 			active := l.active()
 			wantLog := segmentPath(dir, active.baseOffset, logSuffix) + tmpSuffix
 			if recycle > 0 {

@@ -264,10 +264,12 @@ func (p poolPreparation) run() pooledFile {
 	return pooledFile{path: p.path, inode: p.want.inode, old: m.entries, gen: p.gen}
 }
 
-// fail removes the file and its maps; the pool gets nothing.
+// fail removes the file's maps, then the file; the pool gets nothing. Maps first, as
+// retireAsync and dropSpare do: once the file is gone its inode may be reused by a new
+// segment file, whose own maps a late unlink would remove.
 func (p poolPreparation) fail() pooledFile {
-	os.Remove(p.path)
 	removeBatchMaps(p.dir, p.want.inode)
+	os.Remove(p.path)
 	return pooledFile{gen: p.gen}
 }
 

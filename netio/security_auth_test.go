@@ -168,3 +168,73 @@ func TestMutualTLSAuthenticates(t *testing.T) {
 	defer cancel()
 	produceAndFetch(t, ctx, rb.Client, "by-certificate")
 }
+
+// TestUserAddedThroughBrokerLogsIn, on both drivers: a user added by AlterUsers over a real
+// connection logs in after the adding connection has gone on sending other requests, and
+// after another user change rewrote the credentials file. The broker kept the salt as a
+// slice of the request's frame buffer, which later frames overwrote: the new user was
+// refused until a restart, and the next change wrote the overwritten salt to the file
+// (session 16, a new user's walkthrough).
+func TestUserAddedThroughBrokerLogsIn(t *testing.T) {
+	for _, driver := range []string{"net", "ring"} {
+		t.Run(driver, func(t *testing.T) {
+			dir := t.TempDir()
+			creds, err := security.OpenCredentials(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addUser(t, creds, "alice", testPassword)
+			authz, err := security.OpenAuthorizer(t.TempDir(), true, []string{"User:alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := &logBuffer{}
+			sec := &netio.Security{Credentials: creds, AuthRequired: true, Authorizer: authz}
+			rb := secureBroker(t, driver, sec, log, client.Config{SASL: &client.SASLConfig{User: "alice", Password: testPassword}})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			const bobPassword = "bob's own long password"
+			if err := rb.Client.UpsertUser(ctx, "bob", bobPassword, 0); err != nil {
+				t.Fatal(err)
+			}
+			// Frames after the AlterUsers, on the same connection and on new ones, reuse
+			// the buffers its salt was read from.
+			produceAndFetch(t, ctx, rb.Client, "after-upsert")
+			login := func(what string) {
+				t.Helper()
+				for _, mech := range []string{scram.SHA256.Name, scram.SHA512.Name} {
+					c, err := client.New(ctx, client.Config{Broker: rb.Addr, SASL: &client.SASLConfig{Mechanism: mech, User: "bob", Password: bobPassword}})
+					if err != nil {
+						t.Fatalf("bob by %s %s: %v", mech, what, err)
+					}
+					if _, err := c.ListTopics(ctx); err != nil {
+						t.Fatalf("bob by %s %s, list: %v", mech, what, err)
+					}
+					c.Close()
+				}
+			}
+			login("after his upsert")
+			if err := rb.Client.UpsertUser(ctx, "carol", "carol's long password", 0); err != nil {
+				t.Fatal(err)
+			}
+			produceAndFetch(t, ctx, rb.Client, "after-second-upsert")
+			login("after another user's upsert")
+			again, err := security.OpenCredentials(dir) // what a restart would load
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range scram.Mechanisms {
+				live, ok1 := creds.Lookup(m, "bob")
+				stored, ok2 := again.Lookup(m, "bob")
+				if !ok1 || !ok2 || !bytes.Equal(live.Salt, stored.Salt) || !bytes.Equal(live.StoredKey, stored.StoredKey) {
+					t.Fatalf("%s: bob's credential in memory and in the file differ (%v %v)", m.Name, ok1, ok2)
+				}
+				// The stored salt is the one his password was salted with.
+				want := m.CredentialFromSalted(m.SaltPassword(bobPassword, stored.Salt, stored.Iterations), stored.Salt, stored.Iterations)
+				if !bytes.Equal(want.StoredKey, stored.StoredKey) {
+					t.Fatalf("%s: bob's stored salt does not match his stored key", m.Name)
+				}
+			}
+		})
+	}
+}

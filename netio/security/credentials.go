@@ -1,6 +1,7 @@
 package security
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -175,7 +176,9 @@ func (c *Credentials) Len() int {
 }
 
 // Set stores user's credential for m from a salted password (computed by whoever knows
-// the password: the CLI, never the broker) and writes the file.
+// the password: the CLI, never the broker) and writes the file. It keeps a copy of salt:
+// the broker's decoded AlterUsers request holds it in a frame buffer that later requests
+// reuse.
 func (c *Credentials) Set(user string, m *scram.Mechanism, salt []byte, iterations int, saltedPassword []byte) error {
 	if err := ValidUserName(user); err != nil {
 		return err
@@ -189,7 +192,7 @@ func (c *Credentials) Set(user string, m *scram.Mechanism, salt []byte, iteratio
 	if len(saltedPassword) != m.Size() {
 		return fmt.Errorf("salted password of %d bytes, want %d for %s", len(saltedPassword), m.Size(), m.Name)
 	}
-	cred := m.CredentialFromSalted(saltedPassword, salt, iterations)
+	cred := m.CredentialFromSalted(saltedPassword, bytes.Clone(salt), iterations)
 	return c.change(func(users map[string]map[string]scram.Credential) error {
 		if users[user] == nil {
 			if len(users) >= usersMax {

@@ -86,3 +86,34 @@ func TestCredentialsFile(t *testing.T) {
 		t.Error("fake salt not stable")
 	}
 }
+
+// TestCredentialsSetKeepsItsOwnSalt: Set copies the salt; the caller's slice (a frame
+// buffer in the broker) may be overwritten afterwards.
+func TestCredentialsSetKeepsItsOwnSalt(t *testing.T) {
+	dir := t.TempDir()
+	c, err := security.OpenCredentials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salt := scram.NewSalt()
+	want := string(salt)
+	if err := c.Set("alice", scram.SHA256, salt, scram.IterationsMin, scram.SHA256.SaltPassword("a long password", salt, scram.IterationsMin)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range salt {
+		salt[i] ^= 0xff
+	}
+	if got, ok := c.Lookup(scram.SHA256, "alice"); !ok || string(got.Salt) != want {
+		t.Fatal("the stored salt changed with the caller's slice")
+	}
+	if err := c.Set("bob", scram.SHA256, salt, scram.IterationsMin, scram.SHA256.SaltPassword("another password", salt, scram.IterationsMin)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := security.OpenCredentials(dir) // the file written by bob's change
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := again.Lookup(scram.SHA256, "alice"); !ok || string(got.Salt) != want {
+		t.Fatal("the credentials file holds a salt the caller overwrote")
+	}
+}

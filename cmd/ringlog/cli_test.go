@@ -234,6 +234,9 @@ func TestTopicCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "created topic orders with 3 partitions") {
 		t.Fatalf("create: %q %v", out, err)
 	}
+	if out, err := run(topicCreate, "single"); err != nil || out != "created topic single with 1 partition\n" {
+		t.Errorf("create with the default partition count: %q %v", out, err)
+	}
 	if _, err := run(topicCreate, "orders", "--partitions", "3"); !errors.Is(err, wire.ErrTopicAlreadyExists) {
 		t.Errorf("create twice: %v, want TOPIC_ALREADY_EXISTS", err)
 	}

@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 )
 
 // TestGroupDescribeEveryPartition: like Kafka's consumer-groups tool, `group describe`
@@ -56,5 +59,62 @@ func TestGroupDescribeEveryPartition(t *testing.T) {
 		if !regexpMatch(`(?m)^\s*`+row, out.String()) {
 			t.Errorf("describe: no row %q:\n%s", row, out.String())
 		}
+	}
+}
+
+// TestGroupResetAndDelete: `group reset --to OFFSET` moves an offset outside a partition's
+// [log start, log end] to the nearer end and says so, as Kafka's consumer-groups tool does
+// (before, 5000 was committed as given, and the group's next consumer was refused
+// OFFSET_OUT_OF_RANGE and reread the partition from its start); `group delete` of a group
+// with members names them and what to do (before: "NON_EMPTY_GROUP: NON_EMPTY_GROUP").
+func TestGroupResetAndDelete(t *testing.T) {
+	addr := startBroker(t)
+	c := dialTest(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.CreateTopic(ctx, "orders", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceTestRecords(t, c, "orders", 0, 10)
+	produceTestRecords(t, c, "orders", 1, 3)
+
+	var out bytes.Buffer
+	if err := groupReset("", []string{"g", "--topic", "orders", "--to", "5", "--broker", addr}, &out); err != nil {
+		t.Fatalf("reset: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"group g orders/0 reset to 5\n", "group g orders/1 reset to 3 (asked 5: past the log end)\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("reset output lacks %q:\n%s", want, out.String())
+		}
+	}
+	committed, err := c.FetchCommitted(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int32]int64{}
+	for _, o := range committed {
+		got[o.Partition] = o.Offset
+	}
+	if got[0] != 5 || got[1] != 3 {
+		t.Errorf("committed %v, want orders/0 at 5 and orders/1 at its log end 3", got)
+	}
+	if err := groupReset("", []string{"g", "--topic", "orders", "--to", "x", "--broker", addr}, &out); err == nil || !strings.Contains(err.Error(), `--to "x": want earliest, latest, an OFFSET or @UNIX_MS`) {
+		t.Errorf("reset --to x: %v", err)
+	}
+
+	gc, err := c.NewGroupConsumer(client.GroupConfig{Group: "g", Consumer: client.ConsumerConfig{MaxWait: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close(context.Background())
+	gc.Subscribe("orders")
+	for len(gc.Assignment()) < 2 {
+		if _, err := gc.Poll(ctx); err != nil {
+			t.Fatalf("poll: %v (assigned %v)", err, gc.Assignment())
+		}
+	}
+	err = groupDelete("", []string{"g", "--broker", addr}, &out)
+	if !errors.Is(err, wire.ErrNonEmptyGroup) || !strings.Contains(err.Error(), "group g has 1 member (state ") || !strings.Contains(err.Error(), "stop its consumers first") {
+		t.Errorf("delete of a group with a member: %v", err)
 	}
 }

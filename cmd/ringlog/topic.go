@@ -64,7 +64,7 @@ func topicCreate(usage string, args []string, stdout io.Writer) error {
 		if err := c.CreateReplicatedTopic(ctx, positional[0], int32(*partitions), int16(*replicationFactor), configs); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "created topic %s with %d partitions\n", positional[0], *partitions)
+		fmt.Fprintf(stdout, "created topic %s with %s\n", positional[0], plural(*partitions, "partition"))
 		return nil
 	})
 }

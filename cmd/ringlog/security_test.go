@@ -106,6 +106,12 @@ func TestUserAndACLCommands(t *testing.T) {
 		err := fn("", args, &out)
 		return out.String(), err
 	}
+	// A data directory no broker has created yet: said so, with what to do (it was "open data
+	// dir lock: open DIR/.lock: no such file or directory").
+	missing := filepath.Join(dir, "not-yet")
+	if _, err := run(userAdd, "admin", "--data", missing, "--password-file", adminPW); err == nil || !strings.Contains(err.Error(), "data directory "+missing+" does not exist: create it first (mkdir -p "+missing) {
+		t.Errorf("user add --data on a missing directory: %v", err)
+	}
 	if out, err := run(userAdd, "admin", "--data", dir, "--password-file", adminPW, "--iterations", "4096"); err != nil || !strings.Contains(out, "set user admin") {
 		t.Fatalf("offline user add: %q %v", out, err)
 	}

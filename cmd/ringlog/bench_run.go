@@ -209,7 +209,7 @@ func benchPeers(args []string) error {
 	var f runFlags
 	f.register(fs)
 	peersBin := fs.String("peers-bin", "", "built bench/peers binary (default: go run it from the source tree)")
-	peer := fs.String("peer", "nats", "peer driver (see `peers run --help`)")
+	peer := fs.String("peer", "nats", "peer driver: nats or rabbitmq (bench/peers: peers run --help)")
 	rounds := fs.Int("rounds", 1, "runs of each system, alternating which goes first (1..20)")
 	dropCache := fs.Bool("drop-cache", true, "sync and drop the page cache before every run (needs root; noted when refused)")
 	if err := parseBenchArgs(fs, args); err != nil {

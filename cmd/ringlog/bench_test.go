@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -334,6 +335,13 @@ func TestBenchHelp(t *testing.T) {
 		}
 		if !strings.HasPrefix(usage.String(), line) || !strings.Contains(usage.String(), "\n  -") {
 			t.Errorf("bench %s -h printed:\n%s", sub, usage.String())
+		}
+		// A flag's value is one word (a `quoted` part of a usage names it: "-peer peers
+		// run --help" until session 16).
+		for _, m := range regexp.MustCompile(`(?m)^  -[a-z0-9-]+ (.+)$`).FindAllStringSubmatch(usage.String(), -1) {
+			if strings.Contains(m[1], " ") {
+				t.Errorf("bench %s -h: value name %q", sub, m[1])
+			}
 		}
 	}
 }

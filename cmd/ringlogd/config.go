@@ -240,7 +240,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (one socket owned by this process: a second broker on it fails with address in use)")
 	fs.IntVar(&o.shards, "shards", 0, "number of shards (default: one per CPU, or one per --cpus entry)")
 	fs.StringVar(&o.cpus, "cpus", "", "pin shard i to the i-th CPU of this list, e.g. 0-3,8")
-	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned by `ringlog tune plan --format json`")
+	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned in this `FILE`, written by ringlog tune plan --format json --out FILE")
 	fs.StringVar(&o.storage, "storage", "page-cache", "storage mode: page-cache or direct")
 	fs.StringVar(&o.io, "io", "auto", "I/O backend: auto, uring or syscall")
 	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")

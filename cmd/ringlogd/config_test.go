@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -363,6 +364,18 @@ func FuzzConfigFile(f *testing.F) {
 		}
 		if !reflect.DeepEqual(s.o, again.o) {
 			t.Fatalf("%q: round trip changed the configuration:\n%+v\n%+v", text, s.o, again.o)
+		}
+	})
+}
+
+// TestFlagUsageValueNames: --help shows each flag's value as one word. Go's flag package
+// takes a `quoted` part of the usage as the value's name: --help printed "-tune-plan
+// ringlog tune plan --format json" until session 16.
+func TestFlagUsageValueNames(t *testing.T) {
+	_, fs := ringlogdCLI()
+	fs.VisitAll(func(f *flag.Flag) {
+		if name, _ := flag.UnquoteUsage(f); strings.ContainsAny(name, " \t") {
+			t.Errorf("--help shows -%s %s", f.Name, name)
 		}
 	})
 }

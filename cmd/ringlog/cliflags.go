@@ -268,6 +268,11 @@ func dial(ctx context.Context, broker string) (*client.Client, error) {
 	}
 	c, err := client.New(ctx, cfg)
 	if err != nil {
+		if cfg.TLS == nil && errors.Is(err, client.ErrConnClosed) && strings.HasSuffix(err.Error(), ": EOF") {
+			// A TLS listener closes a plain client's connection at its first bytes (the
+			// client keeps the cause as text: no io.EOF in the chain).
+			return nil, fmt.Errorf("connect to broker %s: %w (the broker closed the connection: if it serves TLS, ringlogd --tls-cert, give --tls-ca)", broker, err)
+		}
 		return nil, fmt.Errorf("connect to broker %s: %w", broker, err)
 	}
 	return c, nil

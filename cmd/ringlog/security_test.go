@@ -75,8 +75,8 @@ func TestCLIOverTLS(t *testing.T) {
 	if out, err := run(topicList, "--tls-insecure-skip-verify"); err != nil || !strings.Contains(out, "secured") {
 		t.Fatalf("list over TLS without verification: %q %v", out, err)
 	}
-	if _, err := run(topicList); err == nil {
-		t.Fatal("a plain connection to a TLS broker succeeded")
+	if _, err := run(topicList); err == nil || !strings.Contains(err.Error(), "if it serves TLS, ringlogd --tls-cert, give --tls-ca") {
+		t.Fatalf("a plain connection to a TLS broker: %v (want the hint to give --tls-ca)", err)
 	}
 	other := securitytest.NewCA(t, dir, "other")
 	if _, err := run(topicList, "--tls-ca", other.CAFile); err == nil {

@@ -197,7 +197,7 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"t", "--acks", "2"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--acks"},
-		{[]string{"t", "--compression", "brotli"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--compression"},
+		{[]string{"t", "--compression", "brotli"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, `--compression "brotli": want none, gzip, snappy, lz4 or zstd`},
 		{[]string{"t", "--partition", "-2"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--partition"},
 		{[]string{}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "missing TOPIC"},
 		{[]string{"t", "u"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "unexpected argument"},
@@ -474,8 +474,8 @@ func TestProduceErrors(t *testing.T) {
 		t.Errorf("unknown topic: %v", err)
 	}
 	o, _ = parseProduceFlags([]string{"small", "--partition", "5"})
-	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
-		t.Errorf("partition 5 of 2: %v", err)
+	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, wire.ErrUnknownTopicOrPartition) || !strings.Contains(err.Error(), "partition 5 of small: ") || !strings.Contains(err.Error(), "(topic has 2 partitions)") {
+		t.Errorf("partition 5 of 2: %v (want the partition count, as consume says)", err)
 	}
 	// --partition puts every line on one partition; acks=0 still delivers.
 	o, _ = parseProduceFlags([]string{"small", "--partition", "1", "--acks", "0"})

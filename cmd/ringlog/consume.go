@@ -173,7 +173,7 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 	var assigned []int32
 	if o.partition >= 0 {
 		if int(o.partition) >= partitions {
-			return 0, fmt.Errorf("partition %d of %s: %w (topic has %d partitions)", o.partition, o.topic, wire.ErrUnknownTopicOrPartition, partitions)
+			return 0, fmt.Errorf("partition %d of %s: %w (topic has %s)", o.partition, o.topic, wire.ErrUnknownTopicOrPartition, plural(partitions, "partition"))
 		}
 		assigned = []int32{o.partition}
 	} else {

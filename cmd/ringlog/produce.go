@@ -111,7 +111,7 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 		return o, fmt.Errorf("--acks %q: want 0, 1 or all", *acks)
 	}
 	if o.codec, err = batch.ParseCodec(*compression); err != nil {
-		return o, fmt.Errorf("--compression: %w", err)
+		return o, fmt.Errorf("--compression %q: want none, gzip, snappy, lz4 or zstd", *compression)
 	}
 	if *partition < -1 || *partition >= partitionsMax {
 		return o, fmt.Errorf("--partition %d: want a partition number", *partition)
@@ -186,8 +186,12 @@ func (s produceSummary) String() string {
 // stops at the first failed record (the producer has already retried what is retriable).
 func produceLines(ctx context.Context, c *client.Client, o produceOptions, in io.Reader) (produceSummary, error) {
 	start := time.Now()
-	if _, err := c.Partitions(ctx, o.topic); err != nil {
+	partitions, err := c.Partitions(ctx, o.topic)
+	if err != nil {
 		return produceSummary{}, err
+	}
+	if int(o.partition) >= partitions {
+		return produceSummary{}, fmt.Errorf("partition %d of %s: %w (topic has %s)", o.partition, o.topic, wire.ErrUnknownTopicOrPartition, plural(partitions, "partition"))
 	}
 	p := c.NewProducer(client.ProducerConfig{
 		Acks:           o.acks,

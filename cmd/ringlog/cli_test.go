@@ -347,6 +347,9 @@ func TestProduceConsumeLines(t *testing.T) {
 	if !strings.Contains(sum.String(), fmt.Sprintf("produced %d records", lineCount+2)) {
 		t.Errorf("summary text %q", sum.String())
 	}
+	if one := (produceSummary{records: 1, bytes: 10}).String(); !strings.HasPrefix(one, "produced 1 record, 10 bytes in ") {
+		t.Errorf("summary of one record %q", one)
+	}
 
 	// Everything back, with keys, offsets and the same separator.
 	co, err := parseConsumeFlags([]string{"lines", "--broker", addr, "--exit-at-end", "--print-key", "--print-offset", "--key-separator", "|"})

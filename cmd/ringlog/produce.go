@@ -179,7 +179,7 @@ func (s produceSummary) String() string {
 		rate = float64(s.bytes) / 1e6 / seconds
 		recordRate = float64(s.records) / seconds
 	}
-	return fmt.Sprintf("produced %d records, %d bytes in %.3f s (%.2f MB/s, %.0f records/s)", s.records, s.bytes, seconds, rate, recordRate)
+	return fmt.Sprintf("produced %s, %d bytes in %.3f s (%.2f MB/s, %.0f records/s)", plural(int(s.records), "record"), s.bytes, seconds, rate, recordRate)
 }
 
 // produceLines sends one record per line of in and waits for every acknowledgement. It

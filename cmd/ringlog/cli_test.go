@@ -289,14 +289,21 @@ func TestTopicCommands(t *testing.T) {
 	}
 }
 
-func TestBrokerDown(t *testing.T) {
+// closedPort returns a 127.0.0.1 address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	err = topicList("", []string{"--broker", addr}, io.Discard)
+	return addr
+}
+
+func TestBrokerDown(t *testing.T) {
+	addr := closedPort(t)
+	err := topicList("", []string{"--broker", addr}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "connect to broker "+addr) {
 		t.Errorf("broker down: %v", err)
 	}

@@ -33,17 +33,7 @@ func TestGroupDescribeEveryPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gc, err := c.NewGroupConsumer(client.GroupConfig{Group: "g", Consumer: client.ConsumerConfig{MaxWait: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close(context.Background())
-	gc.Subscribe("fresh")
-	for len(gc.Assignment()) < 2 {
-		if _, err := gc.Poll(ctx); err != nil {
-			t.Fatalf("poll: %v (assigned %v)", err, gc.Assignment())
-		}
-	}
+	joinTestGroup(ctx, t, c, "g", "fresh", 2)
 
 	var out bytes.Buffer
 	if err := groupDescribe("", []string{"g", "--broker", addr}, &out); err != nil {
@@ -102,19 +92,26 @@ func TestGroupResetAndDelete(t *testing.T) {
 		t.Errorf("reset --to x: %v", err)
 	}
 
-	gc, err := c.NewGroupConsumer(client.GroupConfig{Group: "g", Consumer: client.ConsumerConfig{MaxWait: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close(context.Background())
-	gc.Subscribe("orders")
-	for len(gc.Assignment()) < 2 {
-		if _, err := gc.Poll(ctx); err != nil {
-			t.Fatalf("poll: %v (assigned %v)", err, gc.Assignment())
-		}
-	}
+	joinTestGroup(ctx, t, c, "g", "orders", 2)
 	err = groupDelete("", []string{"g", "--broker", addr}, &out)
 	if !errors.Is(err, wire.ErrNonEmptyGroup) || !strings.Contains(err.Error(), "group g has 1 member (state ") || !strings.Contains(err.Error(), "stop its consumers first") {
 		t.Errorf("delete of a group with a member: %v", err)
+	}
+}
+
+// joinTestGroup makes a member of group that reads topic and polls until it is assigned
+// the topic's partitions; the member leaves at the end of the test.
+func joinTestGroup(ctx context.Context, t *testing.T, c *client.Client, group, topic string, partitions int) {
+	t.Helper()
+	gc, err := c.NewGroupConsumer(client.GroupConfig{Group: group, Consumer: client.ConsumerConfig{MaxWait: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gc.Close(context.Background()) })
+	gc.Subscribe(topic)
+	for len(gc.Assignment()) < partitions {
+		if _, err := gc.Poll(ctx); err != nil {
+			t.Fatalf("poll: %v (assigned %v)", err, gc.Assignment())
+		}
 	}
 }

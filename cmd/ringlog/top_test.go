@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -105,13 +104,8 @@ func TestTopOverTLS(t *testing.T) {
 // `ringlog top` with nothing at --admin says what to give (it printed only Go's "Get ...:
 // connection refused").
 func TestTopNoAdminListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	err = top(context.Background(), topOptions{admin: addr, interval: 100 * time.Millisecond, rows: 10, once: true}, io.Discard)
+	addr := closedPort(t)
+	err := top(context.Background(), topOptions{admin: addr, interval: 100 * time.Millisecond, rows: 10, once: true}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "nothing listens on "+addr+"; give --admin (or $RINGLOG_ADMIN)") {
 		t.Fatalf("top against a closed port: %v", err)
 	}

@@ -78,6 +78,9 @@ func parseTopFlags(args []string) (topOptions, error) {
 
 func runTop(args []string) error {
 	o, err := parseTopFlags(args)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

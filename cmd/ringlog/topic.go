@@ -23,7 +23,7 @@ func init() {
 }
 
 var topicCommands = map[string]subcommand{
-	"create":   {"topic create NAME --partitions N [--replication-factor R] [--config k=v ...]", topicCreate},
+	"create":   {"topic create NAME [--partitions N] [--replication-factor R] [--config k=v ...]", topicCreate},
 	"list":     {"topic list", topicList},
 	"describe": {"topic describe NAME", topicDescribe},
 	"delete":   {"topic delete NAME", topicDelete},

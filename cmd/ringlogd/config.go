@@ -301,7 +301,7 @@ func loadSettings(args []string, getenv func(string) (string, bool)) (*settings,
 	s := &settings{sources: map[string]source{}}
 	fs := defineFlags(s)
 	s.fs = fs
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -522,6 +522,27 @@ func readTopicDefaults(path string, n *yaml.Node) (map[string]string, error) {
 		m[k.Value] = v.Value
 	}
 	return m, nil
+}
+
+// parseFlags parses the command line. A mistake is one line naming it (with the flag
+// meant, for a near miss), not the line followed by the usage of every flag; -h and
+// --help print that usage (to stderr) and return flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return err
+	case err == nil:
+		return nil
+	}
+	hint := ""
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+		hint = suggest(strings.TrimPrefix(name, "-"), fs)
+	}
+	return fmt.Errorf("%w%s; ringlogd --help lists the flags", err, hint)
 }
 
 // suggest names a known key close to an unknown one (a typo, or Kafka-style dots or

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
-	_ "github.com/ringlog/ringlog/bench/kgodriver"     // --driver kgo: a Kafka client against --kafka-listen
+	"github.com/ringlog/ringlog/bench/kgodriver"       // --driver kgo: a Kafka client against --kafka-listen
 	_ "github.com/ringlog/ringlog/bench/ringlogdriver" // --driver ringlog
 	"golang.org/x/sys/unix"
 )
@@ -36,7 +36,7 @@ type runFlags struct {
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.driver, "driver", "ringlog", "system under test: "+strings.Join(bench.DriverNames(), ", "))
-	benchBrokerVar(fs, &f.broker)
+	fs.StringVar(&f.broker, "broker", "", "broker address HOST:PORT; default: with --driver kgo, a Kafka listener at "+kgodriver.DefaultAddress+" (ringlogd --kafka-listen); else, as for every command, a --broker before the command, then $"+brokerEnv+", then "+brokerDefault)
 	fs.StringVar(&f.out, "out", "bench/results/tmp", "directory for the JSON result and SVG plots (the default is git-ignored)")
 	fs.StringVar(&f.dataDir, "data-dir", ".", "the broker's data directory (for the hardware line's disk)")
 	fs.IntVar(&f.brokerPID, "broker-pid", 0, "broker process id for RSS sampling (default: what the driver reports)")
@@ -50,6 +50,15 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.measuredMin, "measured-messages-min", -1, "keep the measured window open past its duration until this many messages were acknowledged in it (and, with consumers, one came back), at most 1 min more; 0 = a fixed window; -1 = 100, or half of what a paced workload's schedule sends in the window if less")
 }
 
+// defaultBroker is --broker when not given: kgo speaks the Kafka protocol, which the
+// addresses of the other commands (the ringlog protocol's) do not serve.
+func (f *runFlags) defaultBroker() string {
+	if f.driver == "kgo" {
+		return kgodriver.DefaultAddress
+	}
+	return defaultBroker()
+}
+
 // measuredMessagesMin is --measured-messages-min for w.
 func (f *runFlags) measuredMessagesMin(w bench.Workload) int64 {
 	if f.measuredMin < 0 {
@@ -59,6 +68,9 @@ func (f *runFlags) measuredMessagesMin(w bench.Workload) int64 {
 }
 
 func loadWorkloadArg(fs *flag.FlagSet, f *runFlags) (bench.Workload, error) {
+	if f.broker == "" {
+		f.broker = f.defaultBroker()
+	}
 	if fs.NArg() != 1 {
 		return bench.Workload{}, errors.New("want exactly one WORKLOAD file (see bench/workloads/)")
 	}

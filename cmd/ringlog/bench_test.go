@@ -351,11 +351,18 @@ func TestBenchHelp(t *testing.T) {
 // ignored both and dialled 127.0.0.1:9400).
 func TestBenchBrokerDefault(t *testing.T) {
 	defer func() { globalBroker = "" }()
-	parse := func() string {
+	workload := filepath.Join(t.TempDir(), "cli.yaml")
+	if err := os.WriteFile(workload, []byte(cliWorkload), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(args ...string) string {
 		fs := newBenchFlagSet("bench run", "[FLAGS] WORKLOAD")
 		var f runFlags
 		f.register(fs)
-		if err := fs.Parse(nil); err != nil {
+		if err := parseBenchArgs(fs, append(args, workload)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadWorkloadArg(fs, &f); err != nil {
 			t.Fatal(err)
 		}
 		return f.broker
@@ -371,6 +378,14 @@ func TestBenchBrokerDefault(t *testing.T) {
 	globalBroker = "10.0.0.2:1234"
 	if got := parse(); got != "10.0.0.2:1234" {
 		t.Errorf("from the --broker before the command: %q", got)
+	}
+	// kgo speaks the Kafka protocol: its default is the Kafka listener's, never the ringlog
+	// protocol's address (it answered "correlation ID mismatch" there).
+	if got := parse("--driver", "kgo"); got != "127.0.0.1:9092" {
+		t.Errorf("--driver kgo: %q", got)
+	}
+	if got := parse("--driver", "kgo", "--broker", "10.0.0.4:9092"); got != "10.0.0.4:9092" {
+		t.Errorf("--driver kgo --broker: %q", got)
 	}
 	fs := newBenchFlagSet("bench single", "[FLAGS]")
 	broker := benchBrokerFlag(fs)

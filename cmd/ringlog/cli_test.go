@@ -205,6 +205,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"t", "--max", "-1"}, func(a []string) error { _, err := parseConsumeFlags(a); return err }, "--max"},
 		{[]string{"t", "--partitions", "0"}, func(a []string) error { return topicCreate("", a, io.Discard) }, "--partitions"},
 		{[]string{"nosuch"}, runTopic, "unknown subcommand"},
+		// was "repair needs the broker stopped: open data dir lock: ...: no such file or directory"
+		{[]string{"repair", "t", "--data", "/nonexistent/ringlog-data", "--partition", "0", "--truncate-to", "1"}, runTopic, "data directory /nonexistent/ringlog-data does not exist"},
 	} {
 		err := tc.run(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

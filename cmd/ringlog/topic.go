@@ -320,6 +320,9 @@ func topicRepair(usage string, args []string, stdout io.Writer) error {
 	}
 	tp := shard.TopicPartition{Topic: positional[0], Partition: int32(*partition)}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := checkDataDir(*dataDir); err != nil {
+		return err
+	}
 	res, err := shard.RepairPartition(*dataDir, tp, mode, offset, quiet)
 	for _, c := range res.Before {
 		fmt.Fprintf(stdout, "found: %s\n", c)

@@ -286,6 +286,9 @@ func consumeGroup(ctx context.Context, c *client.Client, o consumeOptions, out *
 	}
 	for range pollRoundsMax {
 		records, err := g.Poll(ctx)
+		if errors.Is(err, client.ErrNoCommittedOffset) {
+			return written, fmt.Errorf("%w: give the group offsets first (ringlog group reset %s --topic %s --to earliest|latest|OFFSET|@UNIX_MS), or --from earliest|latest", err, o.group, o.topic)
+		}
 		if err != nil {
 			return written, err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -113,5 +114,28 @@ func joinTestGroup(ctx context.Context, t *testing.T, c *client.Client, group, t
 		if _, err := gc.Poll(ctx); err != nil {
 			t.Fatalf("poll: %v (assigned %v)", err, gc.Assignment())
 		}
+	}
+}
+
+// `consume --group G --from none` on a group without offsets says how to give it some (it
+// said only "no committed offset and auto.offset.reset is none").
+func TestConsumeGroupFromNone(t *testing.T) {
+	addr := startBroker(t)
+	c := dialTest(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.CreateTopic(ctx, "orders", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produceTestRecords(t, c, "orders", 0, 3)
+	o, err := parseConsumeFlags([]string{"orders", "--group", "g", "--from", "none", "--max", "1", "--broker", addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	w := bufio.NewWriter(&out)
+	_, err = consumeGroup(ctx, c, o, w)
+	if !errors.Is(err, client.ErrNoCommittedOffset) || !strings.Contains(err.Error(), "ringlog group reset g --topic orders --to earliest|latest|OFFSET|@UNIX_MS") {
+		t.Fatalf("consume --group --from none without offsets: %v", err)
 	}
 }

@@ -59,13 +59,7 @@ func TestGroupDescribeEveryPartition(t *testing.T) {
 // OFFSET_OUT_OF_RANGE and reread the partition from its start); `group delete` of a group
 // with members names them and what to do (before: "NON_EMPTY_GROUP: NON_EMPTY_GROUP").
 func TestGroupResetAndDelete(t *testing.T) {
-	addr := startBroker(t)
-	c := dialTest(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.CreateTopic(ctx, "orders", 2, nil); err != nil {
-		t.Fatal(err)
-	}
+	addr, c, ctx := brokerWithTopic(t, "orders", 2)
 	produceTestRecords(t, c, "orders", 0, 10)
 	produceTestRecords(t, c, "orders", 1, 3)
 
@@ -120,13 +114,7 @@ func joinTestGroup(ctx context.Context, t *testing.T, c *client.Client, group, t
 // `consume --group G --from none` on a group without offsets says how to give it some (it
 // said only "no committed offset and auto.offset.reset is none").
 func TestConsumeGroupFromNone(t *testing.T) {
-	addr := startBroker(t)
-	c := dialTest(t, addr)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.CreateTopic(ctx, "orders", 1, nil); err != nil {
-		t.Fatal(err)
-	}
+	addr, c, ctx := brokerWithTopic(t, "orders", 1)
 	produceTestRecords(t, c, "orders", 0, 3)
 	o, err := parseConsumeFlags([]string{"orders", "--group", "g", "--from", "none", "--max", "1", "--broker", addr})
 	if err != nil {
@@ -138,4 +126,18 @@ func TestConsumeGroupFromNone(t *testing.T) {
 	if !errors.Is(err, client.ErrNoCommittedOffset) || !strings.Contains(err.Error(), "ringlog group reset g --topic orders --to earliest|latest|OFFSET|@UNIX_MS") {
 		t.Fatalf("consume --group --from none without offsets: %v", err)
 	}
+}
+
+// brokerWithTopic starts a broker holding topic with the given partitions and returns its
+// address, a client of it and a context that ends with the test (30 s at most).
+func brokerWithTopic(t *testing.T, topic string, partitions int32) (string, *client.Client, context.Context) {
+	t.Helper()
+	addr := startBroker(t)
+	c := dialTest(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if err := c.CreateTopic(ctx, topic, partitions, nil); err != nil {
+		t.Fatal(err)
+	}
+	return addr, c, ctx
 }

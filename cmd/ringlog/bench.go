@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,15 +31,32 @@ func init() {
 	benchCommands["run"] = benchCommand{"run a workload file against a broker (or the mem driver)", benchRun}
 	benchCommands["compare"] = benchCommand{"side-by-side table of two result files, with ratios", benchCompare}
 	benchCommands["loopback"] = benchCommand{"loopback TCP bandwidth probe (iperf3-style, in Go)", benchLoopback}
-	benchCommands["peers"] = benchCommand{"run a workload on ringlog and on NATS JetStream, report our/peer ratios", benchPeers}
+	benchCommands["peers"] = benchCommand{"run a workload on ringlog and on a peer (NATS JetStream or RabbitMQ Streams), report our/peer ratios", benchPeers}
 }
 
-// newBenchFlagSet is a bench subcommand's flag set. Its errors and -h usage go to
-// usageOutput (stderr), so that completionSpec reads its flags from -h as for the others.
-func newBenchFlagSet(name string) *flag.FlagSet {
+// newBenchFlagSet is a bench subcommand's flag set; synopsis is what follows its name in
+// the usage line. Its errors and -h usage go to usageOutput (stderr), so that
+// completionSpec reads its flags from -h as for the others; -h is no failure (runBench).
+func newBenchFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(usageOutput)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: ringlog %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
 	return fs
+}
+
+// benchBrokerFlag registers a bench subcommand's --broker: one address, by default the
+// broker every other command uses (defaultBroker).
+func benchBrokerFlag(fs *flag.FlagSet) *string {
+	var broker string
+	benchBrokerVar(fs, &broker)
+	return &broker
+}
+
+func benchBrokerVar(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "broker", defaultBroker(), "broker address HOST:PORT, as for every command: a --broker before the command, else $"+brokerEnv+", else "+brokerDefault+" (with --driver kgo: a Kafka listener, ringlogd --kafka-listen)")
 }
 
 func benchUsage() {
@@ -54,7 +72,11 @@ func benchUsage() {
 }
 
 func runBench(args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		benchUsage()
+		return errors.New("missing subcommand") // as the other commands with subcommands
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		benchUsage()
 		return nil
 	}
@@ -63,7 +85,10 @@ func runBench(args []string) error {
 		benchUsage()
 		return fmt.Errorf("unknown bench subcommand %q", args[0])
 	}
-	return sub.run(args[1:])
+	if err := sub.run(args[1:]); !errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return nil
 }
 
 // Defaults of `ringlog bench disk`: the full matrix (32 cells) finishes in about a minute and
@@ -77,14 +102,14 @@ const (
 )
 
 func benchDisk(args []string) error {
-	fs := newBenchFlagSet("bench disk")
+	fs := newBenchFlagSet("bench disk", "[FLAGS]")
 	dir := fs.String("dir", ".", "directory for the scratch file (use the broker's data disk)")
 	size := fs.String("size", "", "scratch file size: the span random offsets cover and each cell's byte cap (default "+diskSizeDefault+", --quick "+diskSizeQuick+")")
 	cellTime := fs.Duration("cell-time", 0, "time cap per cell (default 2s, --quick 300ms)")
 	quick := fs.Bool("quick", false, "small file and short cells, for a smoke run")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	backend := fs.String("backend", "auto", "I/O path: auto (io_uring reactor, syscall fallback), uring, syscall, threads")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

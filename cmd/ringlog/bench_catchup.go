@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/ringlog/ringlog/bench"
-	"github.com/ringlog/ringlog/bench/ringlogdriver"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,9 +22,9 @@ func init() {
 // a loopback TCP measurement of the same length (bench.CatchUpRounds), and prints the share
 // per round and the medians.
 func benchCatchUp(args []string) error {
-	fs := newBenchFlagSet("bench catchup")
+	fs := newBenchFlagSet("bench catchup", "[FLAGS] WORKLOAD")
 	driver := fs.String("driver", "ringlog", "system under test: "+strings.Join(bench.DriverNames(), ", "))
-	broker := fs.String("broker", ringlogdriver.DefaultAddress, "broker address")
+	broker := benchBrokerFlag(fs)
 	brokerPID := fs.Int("broker-pid", 0, "broker process id for CPU and disk-read sampling (default: what the driver reports)")
 	rounds := fs.Int("rounds", 6, "reads of the backlog, each beside a loopback measurement; read first in odd rounds, loopback first in even ones")
 	backlog := fs.String("backlog", "", "override the workload's backlogSize (e.g. 4GiB)")
@@ -34,7 +33,7 @@ func benchCatchUp(args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the client's, whole run) to this file")
 	traceFile := fs.String("trace", "", "write this process's Go execution trace (the client's, whole run) to this file")
 	out := fs.String("out", "bench/results/tmp", "directory for the JSON report (the default is git-ignored)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	w, err := catchUpWorkload(fs, *backlog)

@@ -136,7 +136,7 @@ type floorRatio struct {
 }
 
 func benchFloor(args []string) error {
-	fs := newBenchFlagSet("bench floor")
+	fs := newBenchFlagSet("bench floor", "[FLAGS]")
 	mode := fs.String("mode", "both", "ingest, serve or both")
 	dir := fs.String("dir", ".", "directory for the scratch files (use the broker's data disk)")
 	conns := fs.Int("conns", 2, "ingest: client connections (the produce-only workloads' producers)")
@@ -153,7 +153,7 @@ func benchFloor(args []string) error {
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	var against listFlag
 	fs.Var(&against, "against", "a result file of ringlog bench run (repeatable): print its broker CPU per GB ÷ the floor's (ingested ÷ ingest; a backlog's ÷ serve)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

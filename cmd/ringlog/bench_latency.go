@@ -40,13 +40,13 @@ const (
 )
 
 func benchPingPong(args []string) error {
-	fs := newBenchFlagSet("bench pingpong")
+	fs := newBenchFlagSet("bench pingpong", "[FLAGS]")
 	size := fs.Int("size", 1024, "bytes each way per round trip")
 	count := fs.Int("count", 100_000, "round trips measured per echo (after a warm-up of 1000)")
 	process := fs.Bool("process", false, "echo from another process (the broker's process boundary) instead of a goroutine of this one (same as --echo proc)")
 	echoes := fs.String("echo", "", "comma-separated echoes, measured in turns: go (a goroutine of this process), proc (a Go echo in another process), uring[:opt+opt...] (an echo on one ring.Reactor loop in another process; options "+uringEchoOptions+"); default go, or proc with --process")
 	rounds := fs.Int("rounds", 1, "the echoes take turns this many times, so load hits all alike")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 || *count < 1 || *count > latencyCountMax || *rounds < 1 || *rounds > latencyRoundsMax || *rounds > *count {
@@ -223,8 +223,8 @@ type singleSeries struct {
 }
 
 func benchSingle(args []string) error {
-	fs := newBenchFlagSet("bench single")
-	broker := fs.String("broker", ringlogdriver.DefaultAddress, "broker address")
+	fs := newBenchFlagSet("bench single", "[FLAGS]")
+	broker := benchBrokerFlag(fs)
 	topic := fs.String("topic", "bench-single", "topic (created with one partition when missing)")
 	size := fs.Int("size", 1024, "record value bytes (and ping-pong bytes each way)")
 	count := fs.Int("count", 20_000, "records per series (after a warm-up of 1000)")
@@ -240,7 +240,7 @@ func benchSingle(args []string) error {
 	readPolls := fs.String("read-poll", "", "comma-separated durations: add a SendSync series per duration, each with its own producer whose ProducerConfig.ReadPoll is that duration (polls the socket before parking), taking turns with the others")
 	syncPlain := fs.Bool("sync-plain", false, "also measure SendSync on a producer with DisableIdempotence (the request --raw-produce sends: no producer id or sequence), so that SendSync minus it is the idempotent producer's cost and it minus raw produce the client library's")
 	brokerPID := fs.Int("broker-pid", 0, "broker process id: also print the broker's CPU per record of each series (from its threads' /proc schedstat)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	var polls []time.Duration

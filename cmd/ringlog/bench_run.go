@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/ringlog/ringlog/bench"
-	_ "github.com/ringlog/ringlog/bench/kgodriver" // --driver kgo: a Kafka client against --kafka-listen
-	"github.com/ringlog/ringlog/bench/ringlogdriver"
+	"github.com/ringlog/ringlog/bench/kgodriver"       // --driver kgo: a Kafka client against --kafka-listen
+	_ "github.com/ringlog/ringlog/bench/ringlogdriver" // --driver ringlog
 	"golang.org/x/sys/unix"
 )
 
@@ -36,7 +36,7 @@ type runFlags struct {
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.driver, "driver", "ringlog", "system under test: "+strings.Join(bench.DriverNames(), ", "))
-	fs.StringVar(&f.broker, "broker", ringlogdriver.DefaultAddress, "broker address")
+	fs.StringVar(&f.broker, "broker", "", "broker address HOST:PORT; default: with --driver kgo, a Kafka listener at "+kgodriver.DefaultAddress+" (ringlogd --kafka-listen); else, as for every command, a --broker before the command, then $"+brokerEnv+", then "+brokerDefault)
 	fs.StringVar(&f.out, "out", "bench/results/tmp", "directory for the JSON result and SVG plots (the default is git-ignored)")
 	fs.StringVar(&f.dataDir, "data-dir", ".", "the broker's data directory (for the hardware line's disk)")
 	fs.IntVar(&f.brokerPID, "broker-pid", 0, "broker process id for RSS sampling (default: what the driver reports)")
@@ -50,6 +50,15 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.measuredMin, "measured-messages-min", -1, "keep the measured window open past its duration until this many messages were acknowledged in it (and, with consumers, one came back), at most 1 min more; 0 = a fixed window; -1 = 100, or half of what a paced workload's schedule sends in the window if less")
 }
 
+// defaultBroker is --broker when not given: kgo speaks the Kafka protocol, which the
+// addresses of the other commands (the ringlog protocol's) do not serve.
+func (f *runFlags) defaultBroker() string {
+	if f.driver == "kgo" {
+		return kgodriver.DefaultAddress
+	}
+	return defaultBroker()
+}
+
 // measuredMessagesMin is --measured-messages-min for w.
 func (f *runFlags) measuredMessagesMin(w bench.Workload) int64 {
 	if f.measuredMin < 0 {
@@ -59,6 +68,9 @@ func (f *runFlags) measuredMessagesMin(w bench.Workload) int64 {
 }
 
 func loadWorkloadArg(fs *flag.FlagSet, f *runFlags) (bench.Workload, error) {
+	if f.broker == "" {
+		f.broker = f.defaultBroker()
+	}
 	if fs.NArg() != 1 {
 		return bench.Workload{}, errors.New("want exactly one WORKLOAD file (see bench/workloads/)")
 	}
@@ -82,10 +94,10 @@ func loadWorkloadArg(fs *flag.FlagSet, f *runFlags) (bench.Workload, error) {
 }
 
 func benchRun(args []string) error {
-	fs := newBenchFlagSet("bench run")
+	fs := newBenchFlagSet("bench run", "[FLAGS] WORKLOAD")
 	var f runFlags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	w, err := loadWorkloadArg(fs, &f)
@@ -153,9 +165,9 @@ func saveResult(dir string, r *bench.Result) (string, error) {
 }
 
 func benchCompare(args []string) error {
-	fs := newBenchFlagSet("bench compare")
+	fs := newBenchFlagSet("bench compare", "[--plots DIR] A.json B.json")
 	plotsDir := fs.String("plots", "", "also write both runs' throughput and latency plots on shared axes into this directory")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
@@ -184,10 +196,10 @@ func benchCompare(args []string) error {
 }
 
 func benchLoopback(args []string) error {
-	fs := newBenchFlagSet("bench loopback")
+	fs := newBenchFlagSet("bench loopback", "[FLAGS]")
 	duration := fs.Duration("duration", 5*time.Second, "how long to measure")
 	streams := fs.Int("streams", 1, "parallel connections")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	mbps, err := bench.LoopbackBandwidth(context.Background(), *duration, *streams)
@@ -205,14 +217,14 @@ func benchLoopback(args []string) error {
 // inherits the other's warm cache or dirty pages; the verdicts use each round's ratio and
 // the summary gives the median.
 func benchPeers(args []string) error {
-	fs := newBenchFlagSet("bench peers")
+	fs := newBenchFlagSet("bench peers", "[FLAGS] WORKLOAD")
 	var f runFlags
 	f.register(fs)
 	peersBin := fs.String("peers-bin", "", "built bench/peers binary (default: go run it from the source tree)")
-	peer := fs.String("peer", "nats", "peer driver (see `peers run --help`)")
+	peer := fs.String("peer", "nats", "peer driver: nats or rabbitmq (bench/peers: peers run --help)")
 	rounds := fs.Int("rounds", 1, "runs of each system, alternating which goes first (1..20)")
 	dropCache := fs.Bool("drop-cache", true, "sync and drop the page cache before every run (needs root; noted when refused)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseBenchArgs(fs, args); err != nil {
 		return err
 	}
 	if *rounds < 1 || *rounds > peersRoundsMax {

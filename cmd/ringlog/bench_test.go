@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,8 @@ duration: 300ms
 `
 
 // TestBenchRunAndCompare drives the CLI entry points: a run on the in-process driver writes
-// a result and well-formed plots, and compare reads two results back.
+// a result and well-formed plots (flags before or after the WORKLOAD: after it, the flags
+// were taken for more WORKLOADs until session 16), and compare reads two results back.
 func TestBenchRunAndCompare(t *testing.T) {
 	dir := t.TempDir()
 	workload := filepath.Join(dir, "cli.yaml")
@@ -35,9 +37,12 @@ func TestBenchRunAndCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "results")
-	for range 2 {
-		if err := runBench([]string{"run", "--driver", "mem", "--out", out, workload}); err != nil {
-			t.Fatal(err)
+	for _, args := range [][]string{
+		{"run", "--driver", "mem", "--out", out, workload},
+		{"run", workload, "--driver", "mem", "--out", out}, // flags after the WORKLOAD, as on every command
+	} {
+		if err := runBench(args); err != nil {
+			t.Fatalf("%q: %v", args, err)
 		}
 	}
 	results, _ := filepath.Glob(filepath.Join(out, "cli-mem-*.json"))
@@ -76,6 +81,7 @@ func TestMain(m *testing.M) {
 func TestBenchRejectsBadArguments(t *testing.T) {
 	dir := t.TempDir()
 	for name, args := range map[string][]string{
+		"no subcommand":       {},
 		"unknown subcommand":  {"nope"},
 		"run without file":    {"run", "--driver", "mem"},
 		"run missing file":    {"run", "--driver", "mem", filepath.Join(dir, "missing.yaml")},
@@ -292,7 +298,7 @@ func TestBenchRunMeasuredMessagesMin(t *testing.T) {
 		{[]string{"--measured-messages-min", "0"}, 0},
 		{[]string{"--measured-messages-min", "7"}, 7},
 	} {
-		fs := newBenchFlagSet("bench run")
+		fs := newBenchFlagSet("bench run", "[FLAGS] WORKLOAD")
 		var f runFlags
 		f.register(fs)
 		if err := fs.Parse(c.args); err != nil {
@@ -301,5 +307,89 @@ func TestBenchRunMeasuredMessagesMin(t *testing.T) {
 		if got := f.measuredMessagesMin(w); got != c.want {
 			t.Errorf("%v: %d, want %d", c.args, got, c.want)
 		}
+	}
+}
+
+// TestBenchHelp: `ringlog bench SUB -h` prints the subcommand's usage line and flags and
+// exits 0, as -h does on every other command (it exited 1 with "ringlog bench: flag: help
+// requested", and the usage named no WORKLOAD).
+func TestBenchHelp(t *testing.T) {
+	var usage strings.Builder
+	usageOutput = &usage
+	defer func() { usageOutput = os.Stderr }()
+	for sub, line := range map[string]string{
+		"run":      "usage: ringlog bench run [FLAGS] WORKLOAD\n",
+		"peers":    "usage: ringlog bench peers [FLAGS] WORKLOAD\n",
+		"catchup":  "usage: ringlog bench catchup [FLAGS] WORKLOAD\n",
+		"compare":  "usage: ringlog bench compare [--plots DIR] A.json B.json\n",
+		"disk":     "usage: ringlog bench disk [FLAGS]\n",
+		"loopback": "usage: ringlog bench loopback [FLAGS]\n",
+		"pingpong": "usage: ringlog bench pingpong [FLAGS]\n",
+		"single":   "usage: ringlog bench single [FLAGS]\n",
+		"floor":    "usage: ringlog bench floor [FLAGS]\n",
+	} {
+		usage.Reset()
+		var stderr strings.Builder
+		if code := runCLI([]string{"bench", sub, "-h"}, &stderr); code != 0 || stderr.Len() != 0 {
+			t.Errorf("bench %s -h: exit %d, stderr %q", sub, code, stderr.String())
+		}
+		if !strings.HasPrefix(usage.String(), line) || !strings.Contains(usage.String(), "\n  -") {
+			t.Errorf("bench %s -h printed:\n%s", sub, usage.String())
+		}
+		// A flag's value is one word (a `quoted` part of a usage names it: "-peer peers
+		// run --help" until session 16).
+		for _, m := range regexp.MustCompile(`(?m)^  -[a-z0-9-]+ (.+)$`).FindAllStringSubmatch(usage.String(), -1) {
+			if strings.Contains(m[1], " ") {
+				t.Errorf("bench %s -h: value name %q", sub, m[1])
+			}
+		}
+	}
+}
+
+// TestBenchBrokerDefault: the bench commands that talk to a broker default to the broker
+// every other command uses: a --broker before the command, then $RINGLOG_BROKER (they
+// ignored both and dialled 127.0.0.1:9400).
+func TestBenchBrokerDefault(t *testing.T) {
+	defer func() { globalBroker = "" }()
+	workload := filepath.Join(t.TempDir(), "cli.yaml")
+	if err := os.WriteFile(workload, []byte(cliWorkload), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(args ...string) string {
+		fs := newBenchFlagSet("bench run", "[FLAGS] WORKLOAD")
+		var f runFlags
+		f.register(fs)
+		if err := parseBenchArgs(fs, append(args, workload)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadWorkloadArg(fs, &f); err != nil {
+			t.Fatal(err)
+		}
+		return f.broker
+	}
+	t.Setenv(brokerEnv, "")
+	if got := parse(); got != brokerDefault {
+		t.Errorf("no --broker, no env: %q", got)
+	}
+	t.Setenv(brokerEnv, "10.0.0.1:1234")
+	if got := parse(); got != "10.0.0.1:1234" {
+		t.Errorf("from $%s: %q", brokerEnv, got)
+	}
+	globalBroker = "10.0.0.2:1234"
+	if got := parse(); got != "10.0.0.2:1234" {
+		t.Errorf("from the --broker before the command: %q", got)
+	}
+	// kgo speaks the Kafka protocol: its default is the Kafka listener's, never the ringlog
+	// protocol's address (it answered "correlation ID mismatch" there).
+	if got := parse("--driver", "kgo"); got != "127.0.0.1:9092" {
+		t.Errorf("--driver kgo: %q", got)
+	}
+	if got := parse("--driver", "kgo", "--broker", "10.0.0.4:9092"); got != "10.0.0.4:9092" {
+		t.Errorf("--driver kgo --broker: %q", got)
+	}
+	fs := newBenchFlagSet("bench single", "[FLAGS]")
+	broker := benchBrokerFlag(fs)
+	if err := fs.Parse([]string{"--broker", "10.0.0.3:1"}); err != nil || *broker != "10.0.0.3:1" {
+		t.Errorf("bench single --broker: %q %v", *broker, err)
 	}
 }

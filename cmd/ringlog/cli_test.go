@@ -197,7 +197,7 @@ func TestFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"t", "--acks", "2"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--acks"},
-		{[]string{"t", "--compression", "brotli"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--compression"},
+		{[]string{"t", "--compression", "brotli"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, `--compression "brotli": want none, gzip, snappy, lz4 or zstd`},
 		{[]string{"t", "--partition", "-2"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "--partition"},
 		{[]string{}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "missing TOPIC"},
 		{[]string{"t", "u"}, func(a []string) error { _, err := parseProduceFlags(a); return err }, "unexpected argument"},
@@ -205,6 +205,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"t", "--max", "-1"}, func(a []string) error { _, err := parseConsumeFlags(a); return err }, "--max"},
 		{[]string{"t", "--partitions", "0"}, func(a []string) error { return topicCreate("", a, io.Discard) }, "--partitions"},
 		{[]string{"nosuch"}, runTopic, "unknown subcommand"},
+		// was "repair needs the broker stopped: open data dir lock: ...: no such file or directory"
+		{[]string{"repair", "t", "--data", "/nonexistent/ringlog-data", "--partition", "0", "--truncate-to", "1"}, runTopic, "data directory /nonexistent/ringlog-data does not exist"},
 	} {
 		err := tc.run(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -233,6 +235,9 @@ func TestTopicCommands(t *testing.T) {
 	out, err := run(topicCreate, "orders", "--partitions", "3", "--config", "retention.ms=60000", "--config", "flush.always=true")
 	if err != nil || !strings.Contains(out, "created topic orders with 3 partitions") {
 		t.Fatalf("create: %q %v", out, err)
+	}
+	if out, err := run(topicCreate, "single"); err != nil || out != "created topic single with 1 partition\n" {
+		t.Errorf("create with the default partition count: %q %v", out, err)
 	}
 	if _, err := run(topicCreate, "orders", "--partitions", "3"); !errors.Is(err, wire.ErrTopicAlreadyExists) {
 		t.Errorf("create twice: %v, want TOPIC_ALREADY_EXISTS", err)
@@ -286,14 +291,21 @@ func TestTopicCommands(t *testing.T) {
 	}
 }
 
-func TestBrokerDown(t *testing.T) {
+// closedPort returns a 127.0.0.1 address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	err = topicList("", []string{"--broker", addr}, io.Discard)
+	return addr
+}
+
+func TestBrokerDown(t *testing.T) {
+	addr := closedPort(t)
+	err := topicList("", []string{"--broker", addr}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "connect to broker "+addr) {
 		t.Errorf("broker down: %v", err)
 	}
@@ -343,6 +355,9 @@ func TestProduceConsumeLines(t *testing.T) {
 	}
 	if !strings.Contains(sum.String(), fmt.Sprintf("produced %d records", lineCount+2)) {
 		t.Errorf("summary text %q", sum.String())
+	}
+	if one := (produceSummary{records: 1, bytes: 10}).String(); !strings.HasPrefix(one, "produced 1 record, 10 bytes in ") {
+		t.Errorf("summary of one record %q", one)
 	}
 
 	// Everything back, with keys, offsets and the same separator.
@@ -471,8 +486,8 @@ func TestProduceErrors(t *testing.T) {
 		t.Errorf("unknown topic: %v", err)
 	}
 	o, _ = parseProduceFlags([]string{"small", "--partition", "5"})
-	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, wire.ErrUnknownTopicOrPartition) {
-		t.Errorf("partition 5 of 2: %v", err)
+	if _, err := produceLines(ctx, c, o, strings.NewReader("a\n")); !errors.Is(err, wire.ErrUnknownTopicOrPartition) || !strings.Contains(err.Error(), "partition 5 of small: ") || !strings.Contains(err.Error(), "(topic has 2 partitions)") {
+		t.Errorf("partition 5 of 2: %v (want the partition count, as consume says)", err)
 	}
 	// --partition puts every line on one partition; acks=0 still delivers.
 	o, _ = parseProduceFlags([]string{"small", "--partition", "1", "--acks", "0"})

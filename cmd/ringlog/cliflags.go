@@ -60,13 +60,30 @@ func printUsage(fs *flag.FlagSet) {
 // --partitions 3` and `topic create --partitions 3 NAME` are the same) and returns the
 // positionals in order. "--" ends flag parsing.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	positional, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(fs)
+		return nil, errHelp
+	}
+	return positional, err
+}
+
+// parseBenchArgs is parseArgs for the bench subcommands, whose flag sets print their own
+// usage: flags may follow the WORKLOAD (`bench run smoke.json --driver mem`), and
+// fs.Args() holds the positionals afterwards.
+func parseBenchArgs(fs *flag.FlagSet, args []string) error {
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	return fs.Parse(append([]string{"--"}, positional...)) // sets fs.Args(), no flag
+}
+
+// parseInterleaved parses the flags among args and returns the positionals in order.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for range flagParseRoundsMax {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printUsage(fs)
-				return nil, errHelp
-			}
 			return nil, err
 		}
 		rest := fs.Args()
@@ -100,17 +117,23 @@ func wantArgs(positional []string, names ...string) error {
 // commas; a repeated --broker adds to it. The client uses the first seed that answers and
 // learns the cluster's other brokers from metadata.
 func brokerFlag(fs *flag.FlagSet) *string {
-	def := globalBroker
-	if def == "" {
-		def = os.Getenv(brokerEnv)
-	}
-	if def == "" {
-		def = brokerDefault
-	}
+	def := defaultBroker()
 	connSecurityFlags(fs)
 	f := &brokerListFlag{addrs: &def}
 	fs.Var(f, "broker", "seed broker addresses HOST:PORT[,HOST:PORT...] (repeatable; env "+brokerEnv+")")
 	return f.addrs
+}
+
+// defaultBroker is the broker a command talks to without its own --broker: a --broker
+// given before the command, then $RINGLOG_BROKER, then 127.0.0.1:9400.
+func defaultBroker() string {
+	if globalBroker != "" {
+		return globalBroker
+	}
+	if env := os.Getenv(brokerEnv); env != "" {
+		return env
+	}
+	return brokerDefault
 }
 
 // brokerListFlag is --broker: the first use replaces the default, later ones append.
@@ -245,6 +268,11 @@ func dial(ctx context.Context, broker string) (*client.Client, error) {
 	}
 	c, err := client.New(ctx, cfg)
 	if err != nil {
+		if cfg.TLS == nil && errors.Is(err, client.ErrConnClosed) && strings.HasSuffix(err.Error(), ": EOF") {
+			// A TLS listener closes a plain client's connection at its first bytes (the
+			// client keeps the cause as text: no io.EOF in the chain).
+			return nil, fmt.Errorf("connect to broker %s: %w (the broker closed the connection: if it serves TLS, ringlogd --tls-cert, give --tls-ca)", broker, err)
+		}
 		return nil, fmt.Errorf("connect to broker %s: %w", broker, err)
 	}
 	return c, nil

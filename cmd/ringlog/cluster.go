@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -10,14 +11,25 @@ import (
 	"strings"
 
 	"github.com/ringlog/ringlog/netio/client"
+	"github.com/ringlog/ringlog/netio/wire"
 	"github.com/ringlog/ringlog/replication/cluster"
 	"github.com/ringlog/ringlog/replication/controller"
 )
 
 func init() {
 	register("cluster", "describe a replicated cluster (brokers, protocol versions, controller leader, partitions' leaders, replicas, ISR); finalize its protocol version", func(args []string) error {
-		return runSubcommands("cluster", clusterCommands, args)
+		return clusterOnly(runSubcommands("cluster", clusterCommands, args))
 	})
+}
+
+// clusterOnly says what a NOT_CONTROLLER from a broker that runs alone means: the command
+// needs a replicated cluster (ringlogd --node-id), and retrying will not help although the
+// code's own text says "retry".
+func clusterOnly(err error) error {
+	if errors.Is(err, wire.ErrNotController) && strings.Contains(err.Error(), "this broker is not part of a cluster") {
+		return fmt.Errorf("%w (a broker started without --node-id runs alone: this command needs a replicated cluster, docs/replication.md)", err)
+	}
+	return err
 }
 
 var clusterCommands = map[string]subcommand{

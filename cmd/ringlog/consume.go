@@ -173,7 +173,7 @@ func consumeRecords(ctx context.Context, c *client.Client, o consumeOptions, out
 	var assigned []int32
 	if o.partition >= 0 {
 		if int(o.partition) >= partitions {
-			return 0, fmt.Errorf("partition %d of %s: %w (topic has %d partitions)", o.partition, o.topic, wire.ErrUnknownTopicOrPartition, partitions)
+			return 0, fmt.Errorf("partition %d of %s: %w (topic has %s)", o.partition, o.topic, wire.ErrUnknownTopicOrPartition, plural(partitions, "partition"))
 		}
 		assigned = []int32{o.partition}
 	} else {
@@ -286,6 +286,9 @@ func consumeGroup(ctx context.Context, c *client.Client, o consumeOptions, out *
 	}
 	for range pollRoundsMax {
 		records, err := g.Poll(ctx)
+		if errors.Is(err, client.ErrNoCommittedOffset) {
+			return written, fmt.Errorf("%w: give the group offsets first (ringlog group reset %s --topic %s --to earliest|latest|OFFSET|@UNIX_MS), or --from earliest|latest", err, o.group, o.topic)
+		}
 		if err != nil {
 			return written, err
 		}

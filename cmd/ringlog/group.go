@@ -66,14 +66,36 @@ func dash(s string) string {
 }
 
 func groupDelete(usage string, args []string, stdout io.Writer) error {
-	return deleteNamed("group", "GROUP", usage, args, stdout, (*client.Client).DeleteGroup)
+	return deleteNamed("group", "GROUP", usage, args, stdout, func(c *client.Client, ctx context.Context, groupID string) error {
+		err := c.DeleteGroup(ctx, groupID)
+		if errors.Is(err, wire.ErrNonEmptyGroup) {
+			// The broker's answer names only the code; say who is in the way and what to do.
+			if e := requireEmptyGroup(ctx, c, groupID); e != nil {
+				return e
+			}
+		}
+		return err
+	})
+}
+
+// requireEmptyGroup refuses a group with members: the broker accepts offset commits from
+// outside a group and deletes a group only while it is empty.
+func requireEmptyGroup(ctx context.Context, c *client.Client, groupID string) error {
+	d, err := c.DescribeGroup(ctx, groupID)
+	if err != nil {
+		return err
+	}
+	if n := len(d.Members); n > 0 {
+		return fmt.Errorf("group %s has %s (state %s): %w; stop its consumers first", groupID, plural(n, "member"), d.State, wire.ErrNonEmptyGroup)
+	}
+	return nil
 }
 
 func groupReset(usage string, args []string, stdout io.Writer) error {
 	fs := newFlagSet("group reset", usage)
 	broker := brokerFlag(fs)
 	topic := fs.String("topic", "", "topic whose partitions are reset (required)")
-	to := fs.String("to", "", "earliest, latest, an OFFSET, or @UNIX_MS (the first record at or after that time; latest when none)")
+	to := fs.String("to", "", "earliest, latest, an OFFSET (one outside the partition's log start..log end becomes the nearer end), or @UNIX_MS (the first record at or after that time; latest when none)")
 	positional, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -86,42 +108,44 @@ func groupReset(usage string, args []string, stdout io.Writer) error {
 	}
 	target, err := parseFrom(*to)
 	if err != nil {
-		return fmt.Errorf("--to: %w", err)
+		return fmt.Errorf("--to %q: want earliest, latest, an OFFSET or @UNIX_MS", *to)
 	}
 	groupID := positional[0]
 	return withClient(*broker, func(ctx context.Context, c *client.Client) error {
-		d, err := c.DescribeGroup(ctx, groupID)
-		if err != nil {
+		if err := requireEmptyGroup(ctx, c, groupID); err != nil {
 			return err
-		}
-		if len(d.Members) > 0 {
-			return fmt.Errorf("group %s has %d members (state %s): %w; stop its consumers first", groupID, len(d.Members), d.State, wire.ErrNonEmptyGroup)
 		}
 		partitions, err := c.Partitions(ctx, *topic)
 		if err != nil {
 			return err
 		}
 		offsets := make([]client.CommittedOffset, 0, partitions)
+		notes := make([]string, 0, partitions)
 		for p := range int32(partitions) {
-			off, err := resolveOffset(ctx, c, *topic, p, target)
+			off, note, err := resolveOffset(ctx, c, *topic, p, target)
 			if err != nil {
 				return err
 			}
 			offsets = append(offsets, client.CommittedOffset{TopicPartition: client.TopicPartition{Topic: *topic, Partition: p}, Offset: off})
+			notes = append(notes, note)
 		}
 		// The broker refuses the commit too when a member joined meanwhile.
 		if err := c.CommitOffsets(ctx, groupID, offsets); err != nil {
 			return err
 		}
-		for _, o := range offsets {
-			fmt.Fprintf(stdout, "group %s %s/%d reset to %d\n", groupID, o.Topic, o.Partition, o.Offset)
+		for i, o := range offsets {
+			fmt.Fprintf(stdout, "group %s %s/%d reset to %d%s\n", groupID, o.Topic, o.Partition, o.Offset, notes[i])
 		}
 		return nil
 	})
 }
 
-// resolveOffset turns a --to value into an offset of one partition.
-func resolveOffset(ctx context.Context, c *client.Client, topic string, partition int32, to client.Offset) (int64, error) {
+// resolveOffset turns a --to value into an offset of one partition. An OFFSET outside the
+// partition's [log start, log end] becomes the nearer end, as Kafka's consumer-groups tool
+// does, and note says so: committed past the end, the group's next consumer would be
+// refused OFFSET_OUT_OF_RANGE and start over at its reset policy (`consume --group`:
+// earliest), reading the whole partition again.
+func resolveOffset(ctx context.Context, c *client.Client, topic string, partition int32, to client.Offset) (off int64, note string, err error) {
 	var ts int64
 	switch s := to.String(); {
 	case s == "earliest":
@@ -131,13 +155,31 @@ func resolveOffset(ctx context.Context, c *client.Client, topic string, partitio
 	case strings.HasPrefix(s, "@"):
 		ts, _ = strconv.ParseInt(s[1:], 10, 64)
 	default:
-		return strconv.ParseInt(s, 10, 64)
+		want, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, "", err
+		}
+		start, err := c.ListOffset(ctx, topic, partition, wire.TimestampEarliest)
+		if err != nil {
+			return 0, "", err
+		}
+		end, err := c.ListOffset(ctx, topic, partition, wire.TimestampLatest)
+		if err != nil {
+			return 0, "", err
+		}
+		switch {
+		case want > end:
+			return end, fmt.Sprintf(" (asked %d: past the log end)", want), nil
+		case want < start:
+			return start, fmt.Sprintf(" (asked %d: below the log start)", want), nil
+		}
+		return want, "", nil
 	}
-	off, err := c.ListOffset(ctx, topic, partition, ts)
+	off, err = c.ListOffset(ctx, topic, partition, ts)
 	if err == nil && off < 0 { // no record at or after the time: the end
 		off, err = c.ListOffset(ctx, topic, partition, wire.TimestampLatest)
 	}
-	return off, err
+	return off, "", err
 }
 
 func groupDescribe(usage string, args []string, stdout io.Writer) error {

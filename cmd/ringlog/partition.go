@@ -23,7 +23,7 @@ import (
 
 func init() {
 	register("partition", "reassign a replicated partition's replicas, elect preferred leaders", func(args []string) error {
-		return runSubcommands("partition", partitionCommands, args)
+		return clusterOnly(runSubcommands("partition", partitionCommands, args))
 	})
 }
 

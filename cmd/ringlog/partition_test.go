@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,22 @@ func TestParseBrokerIDs(t *testing.T) {
 		"1,,2": "not a broker id", strings.Repeat("1,", 16) + "1": "at most 16"} {
 		if _, err := parseBrokerIDs(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("parseBrokerIDs(%q): %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+// On a broker that runs alone, the cluster and partition commands say that they need a
+// replicated cluster (they printed only NOT_CONTROLLER's "...; retry").
+func TestClusterCommandsOnASingleBroker(t *testing.T) {
+	addr := startBroker(t)
+	for _, args := range [][]string{
+		{"cluster", "describe", "--broker", addr},
+		{"partition", "elect-leader", "orders", "--broker", addr},
+	} {
+		var stderr bytes.Buffer
+		code := runCLI(args, &stderr)
+		if code != 1 || !strings.Contains(stderr.String(), "NOT_CONTROLLER") || !strings.Contains(stderr.String(), "this command needs a replicated cluster") {
+			t.Errorf("%q: exit %d: %s", args, code, stderr.String())
 		}
 	}
 }

@@ -111,7 +111,7 @@ func parseProduceFlags(args []string) (produceOptions, error) {
 		return o, fmt.Errorf("--acks %q: want 0, 1 or all", *acks)
 	}
 	if o.codec, err = batch.ParseCodec(*compression); err != nil {
-		return o, fmt.Errorf("--compression: %w", err)
+		return o, fmt.Errorf("--compression %q: want none, gzip, snappy, lz4 or zstd", *compression)
 	}
 	if *partition < -1 || *partition >= partitionsMax {
 		return o, fmt.Errorf("--partition %d: want a partition number", *partition)
@@ -179,15 +179,19 @@ func (s produceSummary) String() string {
 		rate = float64(s.bytes) / 1e6 / seconds
 		recordRate = float64(s.records) / seconds
 	}
-	return fmt.Sprintf("produced %d records, %d bytes in %.3f s (%.2f MB/s, %.0f records/s)", s.records, s.bytes, seconds, rate, recordRate)
+	return fmt.Sprintf("produced %s, %d bytes in %.3f s (%.2f MB/s, %.0f records/s)", plural(int(s.records), "record"), s.bytes, seconds, rate, recordRate)
 }
 
 // produceLines sends one record per line of in and waits for every acknowledgement. It
 // stops at the first failed record (the producer has already retried what is retriable).
 func produceLines(ctx context.Context, c *client.Client, o produceOptions, in io.Reader) (produceSummary, error) {
 	start := time.Now()
-	if _, err := c.Partitions(ctx, o.topic); err != nil {
+	partitions, err := c.Partitions(ctx, o.topic)
+	if err != nil {
 		return produceSummary{}, err
+	}
+	if int(o.partition) >= partitions {
+		return produceSummary{}, fmt.Errorf("partition %d of %s: %w (topic has %s)", o.partition, o.topic, wire.ErrUnknownTopicOrPartition, plural(partitions, "partition"))
 	}
 	p := c.NewProducer(client.ProducerConfig{
 		Acks:           o.acks,

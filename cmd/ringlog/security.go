@@ -78,6 +78,9 @@ func runSubcommands(name string, cmds map[string]subcommand, args []string) erro
 // offline runs fn on a stopped broker's data directory, holding the broker's lock so that
 // a broker cannot start (or be running) meanwhile.
 func offline(dataDir string, fn func() error) error {
+	if err := checkDataDir(dataDir); err != nil {
+		return err
+	}
 	lock, err := shard.LockDataDir(dataDir)
 	if err != nil {
 		if errors.Is(err, shard.ErrDataDirInUse) {
@@ -87,6 +90,21 @@ func offline(dataDir string, fn func() error) error {
 	}
 	defer lock.Close()
 	return fn()
+}
+
+// checkDataDir refuses a --data that is not a directory, saying so: the lock file's open
+// would fail with a bare ENOENT (before a broker's first start there is no directory yet;
+// ringlogd creates it).
+func checkDataDir(dataDir string) error {
+	switch fi, err := os.Stat(dataDir); {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("data directory %s does not exist: create it first (mkdir -p %s, owned by the broker's user) or check the path against ringlogd's --data", dataDir, dataDir)
+	case err != nil:
+		return fmt.Errorf("data directory: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("data directory %s is not a directory", dataDir)
+	}
+	return nil
 }
 
 const userPasswordEnv = "RINGLOG_USER_PASSWORD"

@@ -75,8 +75,8 @@ func TestCLIOverTLS(t *testing.T) {
 	if out, err := run(topicList, "--tls-insecure-skip-verify"); err != nil || !strings.Contains(out, "secured") {
 		t.Fatalf("list over TLS without verification: %q %v", out, err)
 	}
-	if _, err := run(topicList); err == nil {
-		t.Fatal("a plain connection to a TLS broker succeeded")
+	if _, err := run(topicList); err == nil || !strings.Contains(err.Error(), "if it serves TLS, ringlogd --tls-cert, give --tls-ca") {
+		t.Fatalf("a plain connection to a TLS broker: %v (want the hint to give --tls-ca)", err)
 	}
 	other := securitytest.NewCA(t, dir, "other")
 	if _, err := run(topicList, "--tls-ca", other.CAFile); err == nil {
@@ -105,6 +105,12 @@ func TestUserAndACLCommands(t *testing.T) {
 		var out bytes.Buffer
 		err := fn("", args, &out)
 		return out.String(), err
+	}
+	// A data directory no broker has created yet: said so, with what to do (it was "open data
+	// dir lock: open DIR/.lock: no such file or directory").
+	missing := filepath.Join(dir, "not-yet")
+	if _, err := run(userAdd, "admin", "--data", missing, "--password-file", adminPW); err == nil || !strings.Contains(err.Error(), "data directory "+missing+" does not exist: create it first (mkdir -p "+missing) {
+		t.Errorf("user add --data on a missing directory: %v", err)
 	}
 	if out, err := run(userAdd, "admin", "--data", dir, "--password-file", adminPW, "--iterations", "4096"); err != nil || !strings.Contains(out, "set user admin") {
 		t.Fatalf("offline user add: %q %v", out, err)

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -77,6 +78,9 @@ func parseTopFlags(args []string) (topOptions, error) {
 
 func runTop(args []string) error {
 	o, err := parseTopFlags(args)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -99,7 +103,7 @@ func top(ctx context.Context, o topOptions, out io.Writer) error {
 	}
 	prev, err := scrape.Fetch(ctx, hc, url)
 	if err != nil {
-		return err
+		return firstScrapeError(err, o, tc != nil)
 	}
 	prevAt := time.Now()
 	for round := 0; round < topRoundsMax; round++ {
@@ -130,6 +134,19 @@ func top(ctx context.Context, o topOptions, out io.Writer) error {
 		prev, prevAt = cur, now
 	}
 	return nil
+}
+
+// firstScrapeError adds to a failed first scrape what the usual causes are and what to
+// do: no admin listener at --admin, or one that serves HTTPS (ringlogd --tls-cert with
+// --admin-tls on answers plain HTTP with 400).
+func firstScrapeError(err error, o topOptions, overTLS bool) error {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%w: nothing listens on %s; give --admin (or $%s) the broker's admin address, ringlogd --admin", err, o.admin, adminEnv)
+	case !overTLS && strings.Contains(err.Error(), "400 Bad Request"):
+		return fmt.Errorf("%w: the admin listener may serve HTTPS (ringlogd --tls-cert with --admin-tls on): give --tls-ca", err)
+	}
+	return err
 }
 
 // renderTop writes the table for the interval between prev and cur.

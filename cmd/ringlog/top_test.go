@@ -88,8 +88,8 @@ func TestTopOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	o := topOptions{admin: n.Admin.Addr(), interval: 100 * time.Millisecond, rows: 10, once: true}
-	if err := top(ctx, o, io.Discard); err == nil {
-		t.Fatal("top without --tls-ca scraped an HTTPS admin listener")
+	if err := top(ctx, o, io.Discard); err == nil || !strings.Contains(err.Error(), "give --tls-ca") {
+		t.Fatalf("top without --tls-ca against an HTTPS admin listener: %v (want a hint to give --tls-ca)", err)
 	}
 	o.tls.CAFile = ca.CAFile
 	var out strings.Builder
@@ -98,5 +98,15 @@ func TestTopOverTLS(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "SHARD") {
 		t.Fatalf("top over TLS printed %q", out.String())
+	}
+}
+
+// `ringlog top` with nothing at --admin says what to give (it printed only Go's "Get ...:
+// connection refused").
+func TestTopNoAdminListener(t *testing.T) {
+	addr := closedPort(t)
+	err := top(context.Background(), topOptions{admin: addr, interval: 100 * time.Millisecond, rows: 10, once: true}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "nothing listens on "+addr+"; give --admin (or $RINGLOG_ADMIN)") {
+		t.Fatalf("top against a closed port: %v", err)
 	}
 }

@@ -23,7 +23,7 @@ func init() {
 }
 
 var topicCommands = map[string]subcommand{
-	"create":   {"topic create NAME --partitions N [--replication-factor R] [--config k=v ...]", topicCreate},
+	"create":   {"topic create NAME [--partitions N] [--replication-factor R] [--config k=v ...]", topicCreate},
 	"list":     {"topic list", topicList},
 	"describe": {"topic describe NAME", topicDescribe},
 	"delete":   {"topic delete NAME", topicDelete},
@@ -64,7 +64,7 @@ func topicCreate(usage string, args []string, stdout io.Writer) error {
 		if err := c.CreateReplicatedTopic(ctx, positional[0], int32(*partitions), int16(*replicationFactor), configs); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "created topic %s with %d partitions\n", positional[0], *partitions)
+		fmt.Fprintf(stdout, "created topic %s with %s\n", positional[0], plural(*partitions, "partition"))
 		return nil
 	})
 }
@@ -320,6 +320,9 @@ func topicRepair(usage string, args []string, stdout io.Writer) error {
 	}
 	tp := shard.TopicPartition{Topic: positional[0], Partition: int32(*partition)}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := checkDataDir(*dataDir); err != nil {
+		return err
+	}
 	res, err := shard.RepairPartition(*dataDir, tp, mode, offset, quiet)
 	for _, c := range res.Before {
 		fmt.Fprintf(stdout, "found: %s\n", c)

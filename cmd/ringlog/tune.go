@@ -25,7 +25,7 @@ func init() {
 const tuneUsage = `usage: ringlog tune COMMAND [FLAGS]
 
 commands:
-  check     report what is off; exit status 1 when an important item is
+  check     report what is off; exit status 1 when an important item is off
   plan      print the plan (--format text|json; json is the file --tune-plan and apply --plan read)
   apply     show what would change (dry run); --yes writes, after saving a revert script (needs root)
   show      print what discovery found (CPUs, nodes, NICs, disks, IRQs, settings) as JSON
@@ -53,6 +53,10 @@ type tuneFlags struct {
 func newTuneFlags(name string, output io.Writer) *tuneFlags {
 	f := &tuneFlags{set: flag.NewFlagSet("tune "+name, flag.ContinueOnError)}
 	f.set.SetOutput(output)
+	f.set.Usage = func() { // -h is no failure: runTune
+		fmt.Fprintf(f.set.Output(), "usage: ringlog tune %s [FLAGS]\n\nflags:\n", name)
+		f.set.PrintDefaults()
+	}
 	f.set.StringVar(&f.shards, "shards", "all", "number of shards, or all (one per physical core available to shards)")
 	f.set.StringVar(&f.irqMode, "irq-mode", "dedicated", "dedicated (NIC IRQs on CPUs without shards) or shared (on the shard serving the queue)")
 	f.set.StringVar(&f.cpus, "cpus", "", "shard CPUs to use instead of choosing (kernel list format, e.g. 2-5,8)")
@@ -126,19 +130,16 @@ func runTune(args []string, stdout io.Writer) error {
 		}
 		return nil
 	}
-	switch args[0] {
-	case "check":
-		return tuneCheck(args[1:], stdout)
-	case "plan":
-		return tunePlan(args[1:], stdout)
-	case "apply":
-		return tuneApply(args[1:], stdout)
-	case "show":
-		return tuneShow(args[1:], stdout)
-	case "snapshot":
-		return tuneSnapshot(args[1:], stdout)
+	run, ok := map[string]func([]string, io.Writer) error{
+		"check": tuneCheck, "plan": tunePlan, "apply": tuneApply, "show": tuneShow, "snapshot": tuneSnapshot,
+	}[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown tune command %q (want check, plan, apply, show or snapshot)", args[0])
 	}
-	return fmt.Errorf("unknown tune command %q (want check, plan, apply, show or snapshot)", args[0])
+	if err := run(args[1:], stdout); !errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return nil
 }
 
 func parseTuneFlags(f *tuneFlags, args []string) error {

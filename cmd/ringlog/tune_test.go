@@ -129,3 +129,14 @@ func TestTuneShow(t *testing.T) {
 		}
 	}
 }
+
+// `ringlog tune SUB -h` prints the subcommand's usage line and flags and succeeds, as -h
+// does on every other command (it failed with "ringlog tune: flag: help requested").
+func TestTuneHelp(t *testing.T) {
+	for _, sub := range []string{"check", "plan", "apply", "show", "snapshot"} {
+		out, err := runTuneOutput(t, sub, "-h")
+		if err != nil || !strings.HasPrefix(out, "usage: ringlog tune "+sub+" [FLAGS]\n") || !strings.Contains(out, "\n  -sys-root") {
+			t.Errorf("tune %s -h: %v\n%s", sub, err, out)
+		}
+	}
+}

@@ -16,6 +16,10 @@ var (
 
 func init() {
 	register("version", "print the version and commit of this ringlog", func(args []string) error {
+		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+			fmt.Fprintln(usageOutput, "usage: ringlog version    (also ringlog --version)")
+			return nil
+		}
 		if len(args) > 0 {
 			return fmt.Errorf("unexpected argument %q", args[0])
 		}

@@ -240,7 +240,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:9400", "address every shard accepts on (one socket owned by this process: a second broker on it fails with address in use)")
 	fs.IntVar(&o.shards, "shards", 0, "number of shards (default: one per CPU, or one per --cpus entry)")
 	fs.StringVar(&o.cpus, "cpus", "", "pin shard i to the i-th CPU of this list, e.g. 0-3,8")
-	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned by `ringlog tune plan --format json`")
+	fs.StringVar(&o.tunePlan, "tune-plan", "", "pin shards as planned in this `FILE`, written by ringlog tune plan --format json --out FILE")
 	fs.StringVar(&o.storage, "storage", "page-cache", "storage mode: page-cache or direct")
 	fs.StringVar(&o.io, "io", "auto", "I/O backend: auto, uring or syscall")
 	fs.BoolVar(&o.flushAlways, "flush-always", false, "fdatasync before acknowledging every produce (topics may override with flush.always)")
@@ -301,7 +301,7 @@ func loadSettings(args []string, getenv func(string) (string, bool)) (*settings,
 	s := &settings{sources: map[string]source{}}
 	fs := defineFlags(s)
 	s.fs = fs
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -522,6 +522,27 @@ func readTopicDefaults(path string, n *yaml.Node) (map[string]string, error) {
 		m[k.Value] = v.Value
 	}
 	return m, nil
+}
+
+// parseFlags parses the command line. A mistake is one line naming it (with the flag
+// meant, for a near miss), not the line followed by the usage of every flag; -h and
+// --help print that usage (to stderr) and return flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return err
+	case err == nil:
+		return nil
+	}
+	hint := ""
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+		hint = suggest(strings.TrimPrefix(name, "-"), fs)
+	}
+	return fmt.Errorf("%w%s; ringlogd --help lists the flags", err, hint)
 }
 
 // suggest names a known key close to an unknown one (a typo, or Kafka-style dots or

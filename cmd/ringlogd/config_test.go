@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -125,7 +126,8 @@ func TestConfigRefusals(t *testing.T) {
 		"peer ca without tls":       {args: []string{"--inter-broker-tls-ca", "ca.pem"}, kind: ErrConflict, want: "--inter-broker-tls-ca needs --tls-cert"},
 		"bad peer mechanism":        {args: []string{"--inter-broker-sasl-mechanism", "PLAIN"}, kind: ErrConflict, want: "--inter-broker-sasl-mechanism"},
 		"unexpected argument":       {args: []string{"serve"}, want: `unexpected argument "serve"`},
-		"unknown flag":              {args: []string{"--listne", "a:1"}, want: "flag provided but not defined: -listne"},
+		"unknown flag":              {args: []string{"--listne", "a:1"}, want: `flag provided but not defined: -listne (did you mean "listen"?); ringlogd --help lists the flags`},
+		"kafka-style flag":          {args: []string{"--max_connections", "10"}, want: `-max_connections (did you mean "max-connections"?)`},
 		"bad topic-defaults flag":   {args: []string{"--topic-defaults", "retention.ms"}, want: "want key=value"},
 		"too many write groups":     {args: []string{"--direct-write-groups", "9"}, want: "direct-write-groups"},
 		"retention check too often": {args: []string{"--retention-check-interval", "1ms"}, want: "retention-check-interval"},
@@ -363,6 +365,18 @@ func FuzzConfigFile(f *testing.F) {
 		}
 		if !reflect.DeepEqual(s.o, again.o) {
 			t.Fatalf("%q: round trip changed the configuration:\n%+v\n%+v", text, s.o, again.o)
+		}
+	})
+}
+
+// TestFlagUsageValueNames: --help shows each flag's value as one word. Go's flag package
+// takes a `quoted` part of the usage as the value's name: --help printed "-tune-plan
+// ringlog tune plan --format json" until session 16.
+func TestFlagUsageValueNames(t *testing.T) {
+	_, fs := ringlogdCLI()
+	fs.VisitAll(func(f *flag.Flag) {
+		if name, _ := flag.UnquoteUsage(f); strings.ContainsAny(name, " \t") {
+			t.Errorf("--help shows -%s %s", f.Name, name)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -436,11 +437,31 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 			return base, fmt.Errorf("unknown topic config %q", k)
 		}
 		if err != nil {
-			return base, fmt.Errorf("topic config %s=%q: %w", k, v, err)
+			return base, fmt.Errorf("topic config %s=%q: %w", k, v, plainNumError(err))
 		}
 	}
 	if _, err := c.withDefaults(); err != nil {
 		return base, err
 	}
 	return c, nil
+}
+
+// plainNumError says what a config value should have been instead of strconv's
+// `strconv.ParseInt: parsing "abc": invalid syntax`.
+func plainNumError(err error) error {
+	var ne *strconv.NumError
+	if !errors.As(err, &ne) {
+		return err
+	}
+	want := "an integer"
+	switch ne.Func {
+	case "ParseBool":
+		return errors.New("want true or false")
+	case "ParseFloat":
+		want = "a number"
+	}
+	if errors.Is(ne.Err, strconv.ErrRange) {
+		return fmt.Errorf("want %s in range", want)
+	}
+	return fmt.Errorf("want %s", want)
 }

@@ -50,6 +50,12 @@ func TestLogConfigRanges(t *testing.T) {
 		{ConfigMinCleanableDirtyRatio, "NaN", "min.cleanable.dirty.ratio"},
 		{ConfigMinCleanableDirtyRatio, "1", ""},
 		{ConfigMinCleanableDirtyRatio, "0.01", ""},
+		// Values that do not parse say what was wanted, not strconv's wording.
+		{ConfigRetentionMs, "abc", `topic config retention.ms="abc": want an integer`},
+		{ConfigRetentionBytes, "99999999999999999999", "want an integer in range"},
+		{ConfigFlushAlways, "yes please", "want true or false"},
+		{ConfigMinCleanableDirtyRatio, "half", "want a number"},
+		{ConfigRecycleSegments, "1.5", "want an integer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {

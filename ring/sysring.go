@@ -688,6 +688,10 @@ func (r *sysRing) fixedRangeOK(s *SQE) bool {
 	return s.Addr >= start && s.Addr+uint64(s.Len) <= start+uint64(len(b))
 }
 
+// acceptFlagsMu serializes accept's O_NONBLOCK toggle across the process's rings (see
+// accept). It is held for three fcntl calls and one accept4 that cannot block.
+var acceptFlagsMu sync.Mutex
+
 const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness event before yielding
 
 // accept is accept4(2) that never blocks the loop. The kernel's io_accept makes its call
@@ -697,15 +701,26 @@ const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness 
 // that listener returned EAGAIN: TestAcceptLeavesListenerFlags.) The accepted socket gets
 // the op's flags alone (SOCK_NONBLOCK, SOCK_CLOEXEC), as from io_uring: Linux's accept4
 // never copies the listener's O_NONBLOCK.
+//
+// O_NONBLOCK belongs to the open file description, which every dup of the listener shares:
+// a broker's shards each accept on their own dup of one listening socket (netio.ServeRing),
+// on their own threads. Unserialized, a shard that read the flags while another shard's
+// call had set O_NONBLOCK took the listener for non-blocking, the other call then took the
+// flag off, and the first shard's accept4 blocked its loop until the next connection came
+// (TestSysAcceptSharedListenerNeverBlocks). acceptFlagsMu makes the read, the toggle and
+// the call one step for every ring of the process.
 func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe
+	acceptFlagsMu.Lock()
 	fl, err := unix.FcntlInt(uintptr(op.fd), unix.F_GETFL, 0)
 	if err != nil {
+		acceptFlagsMu.Unlock()
 		return errRes(err.(unix.Errno)), 0, -1, 0
 	}
 	blocking := fl&unix.O_NONBLOCK == 0
 	if blocking {
 		if _, err := unix.FcntlInt(uintptr(op.fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+			acceptFlagsMu.Unlock()
 			return errRes(err.(unix.Errno)), 0, -1, 0
 		}
 	}
@@ -713,6 +728,7 @@ func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	if blocking {
 		unix.FcntlInt(uintptr(op.fd), unix.F_SETFL, fl) // the listener's own flags again
 	}
+	acceptFlagsMu.Unlock()
 	res := sysRes(n, e)
 	if isAgain(res) || e == unix.EINTR {
 		return res, 0, op.fd, unix.EPOLLIN

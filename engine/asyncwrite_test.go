@@ -405,9 +405,7 @@ func testAsyncAcknowledgeInOrder(t *testing.T, seed uint64, groupsMax int) {
 	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 64 << 10, IndexIntervalBytes: 512,
 		DirectChunkBytes: 8 << 10, DirectCacheChunks: 2, Logger: quietLogger}
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
-	if l.Mode() != StorageDirect {
-		t.Skip("no O_DIRECT here")
-	}
+	skipUnlessDirect(t, l, dir, StorageDirect)
 	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
 	fw := &fixedQueuedWrites{queuedWrites: qw, t: t, slots: make([][]byte, 3)}
 	last, hooks := int64(0), 0
@@ -493,9 +491,7 @@ func TestAsyncDirectWriteFailureAcknowledgesNothingAfter(t *testing.T) {
 		dir := t.TempDir()
 		cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 1 << 20, DirectChunkBytes: 8 << 10, Logger: quietLogger}
 		l, _ := openLog(t, dir, cfg, ring.Syscalls{})
-		if l.Mode() != StorageDirect {
-			t.Skip("no O_DIRECT here")
-		}
+		skipUnlessDirect(t, l, dir, StorageDirect)
 		fio := faultio.New(ring.Syscalls{})
 		fio.Inject(faultio.Rule{Op: faultio.OpPwrite, Errno: unix.EIO, After: 5 + rng.IntN(20), Times: 1})
 		qw := &queuedWrites{fio: fio, rng: rng}
@@ -605,9 +601,7 @@ func TestAsyncDirectCrashWithWritesInFlight(t *testing.T) {
 				live := cfg
 				live.ZeroFileIO = fs // zeroing (prealloc) and pool preparation (recycle) sync through it
 				l, _ := openLog(t, dir, live, fs)
-				if l.Mode() != StorageDirect {
-					t.Skip("no O_DIRECT here")
-				}
+				skipUnlessDirect(t, l, dir, StorageDirect)
 				start := l.EndOffset()
 				qw := &queuedWrites{fio: fs, rng: rng}
 				l.SetAsyncWriter(qw, func() {})
@@ -755,9 +749,7 @@ func TestAsyncDirectRollDoesNotWait(t *testing.T) {
 		cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 32 << 10, IndexIntervalBytes: 512,
 			DirectChunkBytes: 8 << 10, Logger: quietLogger, RecycleSegments: -1}
 		l, _ := openLog(t, dir, cfg, ring.Syscalls{})
-		if l.Mode() != StorageDirect {
-			t.Skip("no O_DIRECT here")
-		}
+		skipUnlessDirect(t, l, dir, StorageDirect)
 		qw := &countingWrites{queuedWrites: &queuedWrites{fio: ring.Syscalls{}, rng: rng}}
 		last := int64(0)
 		l.SetAsyncWriter(qw, func() {
@@ -908,9 +900,7 @@ func TestDirectRollReusesChunks(t *testing.T) {
 	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 64 << 10, DirectChunkBytes: 8 << 10,
 		DirectCacheChunks: 2, Logger: quietLogger}
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
-	if l.Mode() != StorageDirect {
-		t.Skip("no O_DIRECT here")
-	}
+	skipUnlessDirect(t, l, dir, StorageDirect)
 	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
 	fw := &fixedQueuedWrites{queuedWrites: qw, t: t, slots: make([][]byte, 64)}
 	l.SetAsyncWriter(fw, func() {})
@@ -990,9 +980,7 @@ func TestAsyncDirectGroupAfterFinishedGroup(t *testing.T) {
 	dir := t.TempDir()
 	cfg := LogConfig{Storage: StorageDirect, SegmentBytes: 1 << 20, DirectChunkBytes: 64 << 10, Logger: quietLogger}
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
-	if l.Mode() != StorageDirect {
-		t.Skip("no O_DIRECT here")
-	}
+	skipUnlessDirect(t, l, dir, StorageDirect)
 	rng := rand.New(rand.NewPCG(1, 1))
 	defer manyGroups(rng, 4)()
 	DirectGroupMinBytes = 0

@@ -280,7 +280,10 @@ func runCrashAsyncChild(t *testing.T, dir, shape string, seed uint64, target str
 		case "nodirect":
 			cmd.Process.Kill()
 			cmd.Wait()
-			t.Skip("no O_DIRECT here")
+			if err := directRefused(dir); err != nil {
+				t.Skipf("direct mode unavailable: the child's log came up in page-cache mode, and %v", err)
+			}
+			t.Fatalf("the child's log came up in page-cache mode, but %s's file system takes O_DIRECT", dir)
 		default:
 			cmd.Process.Kill()
 			cmd.Wait()

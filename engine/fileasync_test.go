@@ -19,7 +19,7 @@ func retireLog(t *testing.T, dir string, mode StorageMode, qw *queuedWrites, seg
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
 	if l.Mode() != mode {
 		l.Close()
-		t.Skip("no O_DIRECT here")
+		skipUnlessDirect(t, l, dir, mode)
 	}
 	l.SetAsyncRetention(qw, func() {})
 	l.SetAsyncSnapshots(qw)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ringlog/ringlog/engine/batch"
 	"github.com/ringlog/ringlog/ring"
+	"golang.org/x/sys/unix"
 )
 
 // fileIOCase is one FileIO implementation every log test runs under.
@@ -44,6 +46,47 @@ func newTestReactor(t testing.TB) ring.FileIO {
 }
 
 var storageModes = []StorageMode{StoragePageCache, StorageDirect}
+
+// skipUnlessDirect is for a test whose log in dir asked for mode want. When the log came up
+// in another mode it skips t if want is direct mode and dir's file system refuses O_DIRECT
+// (a tmpfs before Linux 6.6, which CI's TMPDIR may be: the log falls back to page-cache
+// mode and there is nothing direct to test), and fails t otherwise (then the fall-back is a
+// bug). The test's own probe decides, not the engine's: a broken engine probe must fail
+// the test, not skip it.
+func skipUnlessDirect(t testing.TB, l *Log, dir string, want StorageMode) {
+	t.Helper()
+	if l.Mode() == want {
+		return
+	}
+	if want == StorageDirect {
+		err := directRefused(dir)
+		if err != nil {
+			t.Skipf("direct mode unavailable: the log came up in %s mode, and %v", l.Mode(), err)
+		}
+		t.Fatalf("mode %s, want %s: %s's file system takes O_DIRECT", l.Mode(), want, dir)
+	}
+	t.Fatalf("mode %s, want %s", l.Mode(), want)
+}
+
+// directRefused is nil when dir's file system takes an O_DIRECT open and an aligned write.
+func directRefused(dir string) error {
+	path := filepath.Join(dir, ".test-direct-probe")
+	defer os.Remove(path)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_DIRECT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("O_DIRECT open in %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	buf, err := unix.Mmap(-1, 0, blockBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return fmt.Errorf("mmap: %w", err)
+	}
+	defer unix.Munmap(buf)
+	if _, err := unix.Pwrite(fd, buf, 0); err != nil {
+		return fmt.Errorf("aligned O_DIRECT write in %s: %w", dir, err)
+	}
+	return nil
+}
 
 // forEachBackend runs fn for every (FileIO, storage mode) pair.
 func forEachBackend(t *testing.T, fn func(t *testing.T, fio ring.FileIO, mode StorageMode)) {

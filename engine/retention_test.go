@@ -266,9 +266,7 @@ func TestAsyncRetentionCrash(t *testing.T) {
 					live := cfg
 					live.ZeroFileIO = fs // the recycle pool's preparation renames and syncs through it, as the log's own work does
 					l, _ := openLog(t, dir, live, fs)
-					if l.Mode() != mode {
-						t.Skip("no O_DIRECT here")
-					}
+					skipUnlessDirect(t, l, dir, mode)
 					start := l.EndOffset()
 					qw := &queuedWrites{fio: fs, rng: rng}
 					l.SetAsyncRetention(qw, func() {})
@@ -461,7 +459,7 @@ func TestRetentionStartsAtCheckpointBesideBusySegment(t *testing.T) {
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
 	if l.Mode() != StorageDirect {
 		l.Close()
-		t.Skip("no O_DIRECT here")
+		skipUnlessDirect(t, l, dir, StorageDirect)
 	}
 	qw := &queuedWrites{fio: ring.Syscalls{}, rng: rng}
 	l.SetAsyncRetention(qw, func() {})

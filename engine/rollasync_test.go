@@ -70,7 +70,7 @@ func rollFilesLog(t *testing.T, dir string, qw *queuedWrites, recycle int, writt
 	l, _ := openLog(t, dir, cfg, ring.Syscalls{})
 	if l.Mode() != StorageDirect {
 		l.Close()
-		t.Skip("no O_DIRECT here")
+		skipUnlessDirect(t, l, dir, StorageDirect)
 	}
 	l.SetAsyncWriter(qw, written)
 	l.SetAsyncRetention(qw, func() {})

@@ -223,9 +223,7 @@ func TestAsyncSnapshotCrash(t *testing.T) {
 						t.Fatal(err)
 					}
 					l, _ := openLog(t, dir, cfg, fs)
-					if l.Mode() != mode {
-						t.Skip("no O_DIRECT here")
-					}
+					skipUnlessDirect(t, l, dir, mode)
 					qw := &queuedWrites{fio: fs, rng: rng}
 					l.SetAsyncSnapshots(qw)
 					// Fresh producer ids per round: each starts at sequence 0.

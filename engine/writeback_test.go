@@ -35,8 +35,10 @@ func TestWritebackRequestsFollowAppends(t *testing.T) {
 		w := idleWriteback(every)
 		cfg := testConfig(mode)
 		cfg.Writeback = w
-		l, _ := openLog(t, t.TempDir(), cfg, fio)
+		dir := t.TempDir()
+		l, _ := openLog(t, dir, cfg, fio)
 		defer l.Close()
+		skipUnlessDirect(t, l, dir, mode)
 		l.SetStagedWrites(func() {}) // false (no staging) in direct mode
 		appendSome(t, l, 0, 300, 1000)
 		for seq := 300; seq < 400; seq++ {

@@ -202,3 +202,27 @@ func postAccepted(r *Reactor, fn func()) error {
 		runtime.Gosched()
 	}
 }
+
+// kernelRelease is the running kernel's release (uname -r).
+func kernelRelease(t testing.TB) string {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// kernelAtLeast reports whether the running kernel's release is at least version
+// ("major.minor", as Opcode.MinKernel gives it; "?" is never reached).
+func kernelAtLeast(t testing.TB, version string) bool {
+	t.Helper()
+	var wantMajor, wantMinor, major, minor int
+	if _, err := fmt.Sscanf(version, "%d.%d", &wantMajor, &wantMinor); err != nil {
+		return false
+	}
+	if _, err := fmt.Sscanf(kernelRelease(t), "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("kernel release %q: %v", kernelRelease(t), err)
+	}
+	return major > wantMajor || major == wantMajor && minor >= wantMinor
+}

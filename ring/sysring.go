@@ -688,6 +688,28 @@ func (r *sysRing) fixedRangeOK(s *SQE) bool {
 	return s.Addr >= start && s.Addr+uint64(s.Len) <= start+uint64(len(b))
 }
 
+// fileFlagsMu serializes the O_NONBLOCK toggles of accept and splice across the process's
+// rings (see accept). It is held for a few fcntl calls and one call that cannot block.
+var fileFlagsMu sync.Mutex
+
+// nonblockOnce makes fd O_NONBLOCK for one call when it is a blocking socket, pipe or other
+// file that can block (a regular file cannot), and returns the flags to restore, or -1 when
+// there is nothing to restore. Call with fileFlagsMu held.
+func nonblockOnce(fd int) int {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil || fl&unix.O_NONBLOCK != 0 {
+		return -1
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFREG {
+		return -1
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+		return -1
+	}
+	return fl
+}
+
 const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness event before yielding
 
 // accept is accept4(2) that never blocks the loop. The kernel's io_accept makes its call
@@ -697,15 +719,26 @@ const acceptBurstMax = 64 // multishot completions (accept, recv) per readiness 
 // that listener returned EAGAIN: TestAcceptLeavesListenerFlags.) The accepted socket gets
 // the op's flags alone (SOCK_NONBLOCK, SOCK_CLOEXEC), as from io_uring: Linux's accept4
 // never copies the listener's O_NONBLOCK.
+//
+// O_NONBLOCK belongs to the open file description, which every dup of the listener shares:
+// a broker's shards each accept on their own dup of one listening socket (netio.ServeRing),
+// on their own threads. Unserialized, a shard that read the flags while another shard's
+// call had set O_NONBLOCK took the listener for non-blocking, the other call then took the
+// flag off, and the first shard's accept4 blocked its loop until the next connection came
+// (TestSysAcceptSharedListenerNeverBlocks). fileFlagsMu makes the read, the toggle and
+// the call one step for every ring of the process.
 func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	s := &op.sqe
+	fileFlagsMu.Lock()
 	fl, err := unix.FcntlInt(uintptr(op.fd), unix.F_GETFL, 0)
 	if err != nil {
+		fileFlagsMu.Unlock()
 		return errRes(err.(unix.Errno)), 0, -1, 0
 	}
 	blocking := fl&unix.O_NONBLOCK == 0
 	if blocking {
 		if _, err := unix.FcntlInt(uintptr(op.fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+			fileFlagsMu.Unlock()
 			return errRes(err.(unix.Errno)), 0, -1, 0
 		}
 	}
@@ -713,6 +746,7 @@ func (r *sysRing) accept(op *sysOp) (int32, uint32, int32, uint32) {
 	if blocking {
 		unix.FcntlInt(uintptr(op.fd), unix.F_SETFL, fl) // the listener's own flags again
 	}
+	fileFlagsMu.Unlock()
 	res := sysRes(n, e)
 	if isAgain(res) || e == unix.EINTR {
 		return res, 0, op.fd, unix.EPOLLIN
@@ -866,8 +900,24 @@ func (r *sysRing) splice(op *sysOp) (int32, uint32, int32, uint32) {
 		op.offOut = int64(s.Off)
 		pOut = unsafe.Pointer(&op.offOut)
 	}
+	// SPLICE_F_NONBLOCK makes only the pipe's side non-blocking: a socket (or other file)
+	// side blocks as its own O_NONBLOCK says, and the connections the ring driver accepts are
+	// blocking. A splice into a socket whose peer stopped reading then blocked the loop (e2e
+	// TestStalledReader and TestAdversarialFetchDescriptorsNeverRead under
+	// RINGLOG_IO=syscall: a shard's thread in splice(2)); io_uring's splice waits in an io-wq
+	// worker instead. So each blocking side is made non-blocking for the call, as accept's
+	// listener is.
 	flags := uintptr(s.OpFlags&^SpliceFdInFixed) | unix.SPLICE_F_NONBLOCK
+	fileFlagsMu.Lock()
+	flIn, flOut := nonblockOnce(int(fdIn)), nonblockOnce(int(op.fd))
 	n, _, e := unix.Syscall6(unix.SYS_SPLICE, uintptr(int(fdIn)), uintptr(pIn), uintptr(int(op.fd)), uintptr(pOut), uintptr(s.Len), flags)
+	if flIn >= 0 {
+		unix.FcntlInt(uintptr(int(fdIn)), unix.F_SETFL, flIn)
+	}
+	if flOut >= 0 {
+		unix.FcntlInt(uintptr(int(op.fd)), unix.F_SETFL, flOut)
+	}
+	fileFlagsMu.Unlock()
 	res := sysRes(n, e)
 	if !isAgain(res) {
 		return res, 0, -1, 0

@@ -77,7 +77,17 @@ func TestForwardNotBehindStuckForward(t *testing.T) {
 	if asker == newLeader {
 		asker = others[1]
 	}
-	tc.waitFor(fmt.Sprintf("node %d to see leader %d", asker, newLeader), func(v *cluster.View) bool { return v.ControllerLeader == newLeader }, tc.node(asker))
+	// A forward needs the new leader's address in the asker's metadata too: a registration
+	// the frozen leader committed may reach the asker only from the new leader (a full e2e
+	// run under RINGLOG_IO=syscall asked too early once: "controller leader 2 has not
+	// registered its address").
+	tc.waitFor(fmt.Sprintf("node %d to see leader %d and its address", asker, newLeader), func(v *cluster.View) bool {
+		if v.ControllerLeader != newLeader || v.Metadata == nil {
+			return false
+		}
+		b := v.Metadata.Brokers[newLeader]
+		return b != nil && b.Address != ""
+	}, tc.node(asker))
 	t.Logf("controller leader %d frozen; node %d leads %v later; asking node %d", frozenID, newLeader, time.Since(frozenAt).Round(time.Millisecond), asker)
 	select {
 	case <-stuckDone[asker]:

@@ -57,6 +57,9 @@ func (s *Server) ServeRing(r *ring.Reactor, ln *net.TCPListener, shard int) erro
 	if err != nil {
 		return fmt.Errorf("serve ring shard %d: dup listener: %w", shard, err)
 	}
+	if s.cfg.MemorySendZC && !r.Probe().Supported(ring.OpSendZC) {
+		s.cfg.Logf("netio: shard %d: MemorySendZC is set but this ring has no SEND_ZC (Linux 6.0+): memory is sent with SEND", shard)
+	}
 	l := &ringListener{srv: s, r: r, file: f, fd: int(f.Fd()), shard: shard}
 	s.mu.Lock()
 	if s.closed {
@@ -629,6 +632,7 @@ func (c *ringConn) writeTimedOut() {
 
 func (c *ringConn) buildPlan() {
 	c.plan, c.planIndex, c.segmentOff, c.planFiles = c.plan[:0], 0, 0, false
+	zc := c.srv.cfg.MemorySendZC && c.r.Probe().Supported(ring.OpSendZC)
 	prev := 0
 	for _, s := range c.splices {
 		if s.At > prev {
@@ -641,7 +645,7 @@ func (c *ringConn) buildPlan() {
 				c.planFiles = true
 			}
 		} else if len(s.Data) > 0 {
-			c.plan = append(c.plan, sendSegment{data: s.Data, zc: c.srv.cfg.MemorySendZC && len(s.Data) >= sendZCBytesMin})
+			c.plan = append(c.plan, sendSegment{data: s.Data, zc: zc && len(s.Data) >= sendZCBytesMin})
 		}
 	}
 	if prev < len(c.wbuf) {

@@ -262,7 +262,8 @@ type Config struct {
 	// SEND; a batch holding such a send is released only once the kernel's notification
 	// says it let go of the pages. Off by default: it lost the A/B on loopback
 	// (BenchmarkServerFetchEgress, docs/benchmarks.md), where the kernel copies
-	// zero-copy sends anyway.
+	// zero-copy sends anyway. A ring without SEND_ZC (before Linux 6.0) sends with SEND
+	// (ServeRing logs it).
 	MemorySendZC bool
 	// TLS, when set, makes every connection of Serve a TLS server connection (crypto/tls)
 	// with this configuration; the handshake must finish within FrameReadTimeout. File

@@ -137,9 +137,13 @@ func TestMemorySendZC(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 8<<10) // 128 KiB
 	small := []byte("tail of the cache")
 	want := append(append([]byte{}, big...), small...)
-	for _, zc := range []bool{false, true} {
-		t.Run(fmt.Sprintf("zc=%v", zc), func(t *testing.T) {
-			_, addr := testServer(t, "ring", &memFetchHandler{chunks: [][]byte{big, small}}, netio.Config{MemorySendZC: zc})
+	for _, tc := range []struct {
+		driver string
+		zc     bool
+	}{{"ring", false}, {"ring", true}, {"ring-nosendzc", true}} { // the last: a kernel before SEND_ZC
+		zc := tc.zc
+		t.Run(fmt.Sprintf("%s/zc=%v", tc.driver, zc), func(t *testing.T) {
+			_, addr := testServer(t, tc.driver, &memFetchHandler{chunks: [][]byte{big, small}}, netio.Config{MemorySendZC: zc})
 			c := dialRaw(t, addr)
 			frame := wire.AppendRequest(nil, 1, &wire.FetchRequest{})
 			if _, err := c.nc.Write(append(append(append([]byte{}, frame...), frame...), frame...)); err != nil {

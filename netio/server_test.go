@@ -65,10 +65,13 @@ func startServer(t testing.TB, driver string, h netio.Handler, cfg netio.Config)
 				t.Errorf("Serve returned %v", err)
 			}
 		}
-	case "ring", "ring-syscall":
+	case "ring", "ring-syscall", "ring-nosendzc":
 		rcfg := ring.Config{Entries: 256, SingleIssuer: true, DeferTaskrun: true, Backend: "uring"}
-		if driver == "ring-syscall" {
+		switch driver {
+		case "ring-syscall":
 			rcfg = ring.Config{Entries: 256, Backend: "syscall"}
+		case "ring-nosendzc": // a kernel before SEND_ZC (Linux 6.0)
+			rcfg.HideOps = []ring.Opcode{ring.OpSendZC}
 		}
 		ready := make(chan error, 1)
 		loopDone := make(chan struct{})

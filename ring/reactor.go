@@ -135,7 +135,7 @@ func NewReactor(cfg Config) (*Reactor, error) {
 	}
 	r := &Reactor{
 		ring:     rg,
-		probe:    rg.Probe(),
+		probe:    hideOps(rg.Probe(), cfg.HideOps),
 		cfg:      cfg,
 		cqes:     make([]CQE, reapBatch),
 		syncCQEs: make([]CQE, reapBatch),
@@ -182,7 +182,21 @@ func (r *Reactor) Ring() Ring { return r.ring }
 // Backend returns the ring's backend name.
 func (r *Reactor) Backend() string { return r.ring.Backend() }
 
-// Probe returns the ring's op/feature probe.
+// hideOps returns p without ops (Config.HideOps); p itself when there are none.
+func hideOps(p *Probe, ops []Opcode) *Probe {
+	if len(ops) == 0 || p == nil {
+		return p
+	}
+	masked := *p
+	for _, op := range ops {
+		if int(op) < len(masked.ops) {
+			masked.ops[op] = false
+		}
+	}
+	return &masked
+}
+
+// Probe returns the ring's op/feature probe (less Config.HideOps).
 func (r *Reactor) Probe() *Probe { return r.probe }
 
 // Op is a reserved submission: fill SQE() with a Prep helper, Pin any Go memory it points

@@ -111,6 +111,9 @@ type Config struct {
 	// up to this much CPU after every burst of work. At most SpinBeforeWaitMax.
 	SpinBeforeWait time.Duration
 	Now            func() time.Time // clock for AfterFunc (default time.Now); tests inject one
+	// HideOps lists ops the reactor's Probe reports missing, and refuses, though the kernel
+	// has them: a caller's fallback for an older kernel can then be tested on a new one.
+	HideOps []Opcode
 }
 
 // SpinBeforeWaitMax bounds Config.SpinBeforeWait: a spin is meant to bridge one request's

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"runtime"
+
+	"github.com/ringlog/ringlog/internal/buildinfo"
 )
 
 // Version and Commit identify the build, set at link time by `make release`
@@ -29,5 +31,5 @@ func init() {
 }
 
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "ringlog %s (commit %s, %s, %s/%s)\n", Version, Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "ringlog %s (commit %s, %s, %s/%s)\n", Version, buildinfo.Commit(Commit), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ringlog/ringlog/internal/buildinfo"
 	"github.com/ringlog/ringlog/netio/node"
 	"github.com/ringlog/ringlog/netio/security"
 	"github.com/ringlog/ringlog/replication/cluster"
@@ -218,7 +219,7 @@ func run(args []string, log *slog.Logger, level *slog.LevelVar) error {
 		backend = s.Backend
 		log.Info("shard", "index", s.Index, "cpu", s.CPU, "numa_node", numaNode, "io", s.Backend)
 	}
-	log.Info("ringlogd started", "version", Version, "commit", Commit, "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "kafka", n.KafkaAddr, "shards", shards, "gomaxprocs", procs, "net", n.Net,
+	log.Info("ringlogd started", "version", Version, "commit", buildinfo.Commit(Commit), "listen", n.ListenAddr, "admin", adminAddr, "shard_addrs", strings.Join(n.ShardAddrs, ","), "kafka", n.KafkaAddr, "shards", shards, "gomaxprocs", procs, "net", n.Net,
 		"storage", o.storage, "io", backend, "data", o.dataDir, "topics", len(n.Core.Topics()), "node_id", o.nodeID,
 		"tls", serverTLS != nil, "auth", o.security.auth, "acl", o.security.acl)
 

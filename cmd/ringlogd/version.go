@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+
+	"github.com/ringlog/ringlog/internal/buildinfo"
 )
 
 // Commit is the source revision the binary was built from, set at link time
@@ -12,5 +14,5 @@ var Commit = "unknown"
 
 // printVersion is --version's output: one line, name, version, commit, Go and platform.
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "ringlogd %s (commit %s, %s, %s/%s)\n", Version, Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "ringlogd %s (commit %s, %s, %s/%s)\n", Version, buildinfo.Commit(Commit), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ringlog/ringlog/internal/textdist"
 	"github.com/ringlog/ringlog/ring"
 )
 
@@ -336,6 +337,29 @@ const (
 	ConfigFollowerThrottledReplicas = "follower.replication.throttled.replicas"
 )
 
+// TopicConfigKeys lists every key LogConfigFromMap understands (TestTopicConfigKeysKnown
+// keeps it so).
+func TopicConfigKeys() []string {
+	return []string{ConfigSegmentBytes, ConfigSegmentMs, ConfigIndexIntervalBytes, ConfigRetentionMs,
+		ConfigRetentionBytes, ConfigFlushMessages, ConfigFlushMs, ConfigFlushAlways, ConfigStorageMode,
+		ConfigPreallocateBytes, ConfigRecycleSegments, ConfigMaxMessageBytes, ConfigCleanupPolicy,
+		ConfigDeleteRetentionMs, ConfigMinCleanableDirtyRatio, ConfigProducerIDExpirationMs,
+		ConfigMinInsyncReplicas, ConfigLeaderThrottledReplicas, ConfigFollowerThrottledReplicas}
+}
+
+// nearestTopicConfigKey is a known key within 3 edits of key (a typo, underscores or
+// dashes for dots), or "".
+func nearestTopicConfigKey(key string) string {
+	normal := strings.NewReplacer("_", ".", "-", ".").Replace(strings.ToLower(key))
+	best, bestDistance := "", 4
+	for _, k := range TopicConfigKeys() {
+		if d := textdist.Levenshtein(normal, k); d < bestDistance {
+			best, bestDistance = k, d
+		}
+	}
+	return best
+}
+
 // ThrottledReplicas is a parsed *.replication.throttled.replicas value: every replica
 // (All, Kafka's "*") or the listed PARTITION:BROKER pairs; an empty value lists none.
 type ThrottledReplicas struct {
@@ -434,6 +458,9 @@ func LogConfigFromMap(base LogConfig, m map[string]string) (LogConfig, error) {
 		case ConfigLeaderThrottledReplicas, ConfigFollowerThrottledReplicas:
 			_, err = ParseThrottledReplicas(v)
 		default:
+			if near := nearestTopicConfigKey(k); near != "" {
+				return base, fmt.Errorf("unknown topic config %q (did you mean %q?)", k, near)
+			}
 			return base, fmt.Errorf("unknown topic config %q", k)
 		}
 		if err != nil {

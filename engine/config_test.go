@@ -37,6 +37,8 @@ func TestLogConfigRanges(t *testing.T) {
 		{ConfigMinInsyncReplicas, "0", "min.insync.replicas"},
 		{ConfigMinInsyncReplicas, "-1", "min.insync.replicas"},
 		{"no.such.key", "1", "unknown topic config"},
+		{"retention.msec", "1", `unknown topic config "retention.msec" (did you mean "retention.ms"?)`},
+		{"segment_bytes", "1048576", `(did you mean "segment.bytes"?)`},
 		{ConfigCleanupPolicy, "compact", ""},
 		{ConfigCleanupPolicy, "delete", ""},
 		{ConfigCleanupPolicy, "compact,delete", ""},
@@ -85,5 +87,18 @@ func TestCleanupPolicyParse(t *testing.T) {
 	c, _ := LogConfig{}.Resolved()
 	if c.CleanupPolicy != CleanupDelete || c.DeleteRetentionMs != 86_400_000 || c.MinCleanableDirtyRatio != 0.5 || c.CleanupPolicy.Compacts() {
 		t.Fatalf("defaults %q %d %v", c.CleanupPolicy, c.DeleteRetentionMs, c.MinCleanableDirtyRatio)
+	}
+}
+
+// TestTopicConfigKeysKnown: every key TopicConfigKeys lists is one LogConfigFromMap
+// understands (a bad value is refused for the value, not as an unknown key).
+func TestTopicConfigKeysKnown(t *testing.T) {
+	for _, k := range TopicConfigKeys() {
+		if _, err := LogConfigFromMap(LogConfig{}, map[string]string{k: "\x00bad"}); err != nil && strings.Contains(err.Error(), "unknown topic config") {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+	if got := nearestTopicConfigKey("zzzz"); got != "" {
+		t.Errorf("a key far from every known one got a suggestion: %q", got)
 	}
 }

@@ -89,16 +89,30 @@ func testKill9(t *testing.T, storage string, configs map[string]string, ackMode 
 	var all []acked // acknowledged over every round
 	next := 0
 	reused := 0.0 // segments that took a retired file, summed over the rounds (each kill resets the counter)
+	lastRound := false
 	stop := b.kill
 	if retained {
 		stop = func() {
-			if v, ok := scrapeMetrics(t, "http://"+b.admin).Value("ringlog_recycle_reused_total"); ok {
-				reused += v
+			// The case is about kills among recycled segments. How many rolls a round sees
+			// depends on how fast the machine acknowledges (CI once saw none in 5 rounds), so
+			// when no segment has taken a retired file by the last round, that round goes on
+			// producing until one has (bounded) and is killed then.
+			deadline := time.Now().Add(soakScaled(60 * time.Second))
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				v, _ := scrapeMetrics(t, "http://"+b.admin).Value("ringlog_recycle_reused_total")
+				if reused+v > 0 || !lastRound || time.Now().After(deadline) {
+					reused += v
+					break
+				}
+				<-tick.C
 			}
 			b.kill()
 		}
 	}
 	for round := range rounds {
+		lastRound = round == rounds-1
 		if round > 0 {
 			b.restart()
 		}

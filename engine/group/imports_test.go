@@ -7,13 +7,13 @@ import (
 )
 
 // The boundaries of this package (on top of the module's imports_test.go): the coordinator
-// links only engine, engine/batch and what they link (ring), never the broker core
+// links only engine, engine/batch and what they link (ring, internal/textdist), never the broker core
 // (engine/shard), the server, replication or the CLI; the assignors link nothing of ours,
 // so that the bundled client can run them.
 func TestImportBoundaries(t *testing.T) {
 	const module = "github.com/ringlog/ringlog/"
 	allowed := map[string][]string{
-		module + "engine/group":        {"engine", "engine/batch", "ring", "engine/group", "engine/group/assign"},
+		module + "engine/group":        {"engine", "engine/batch", "ring", "internal/textdist", "engine/group", "engine/group/assign"},
 		module + "engine/group/assign": {"engine/group/assign"},
 	}
 	for pkg, ok := range allowed {

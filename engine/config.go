@@ -351,13 +351,7 @@ func TopicConfigKeys() []string {
 // dashes for dots), or "".
 func nearestTopicConfigKey(key string) string {
 	normal := strings.NewReplacer("_", ".", "-", ".").Replace(strings.ToLower(key))
-	best, bestDistance := "", 4
-	for _, k := range TopicConfigKeys() {
-		if d := textdist.Levenshtein(normal, k); d < bestDistance {
-			best, bestDistance = k, d
-		}
-	}
-	return best
+	return textdist.Nearest(normal, TopicConfigKeys(), 3)
 }
 
 // ThrottledReplicas is a parsed *.replication.throttled.replicas value: every replica

@@ -549,15 +549,13 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // underscores instead of dashes).
 func suggest(key string, fs *flag.FlagSet) string {
 	normal := strings.NewReplacer("_", "-", ".", "-").Replace(strings.ToLower(key))
-	best, bestDistance := "", 3
+	var names []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if commandOnly[f.Name] {
-			return
-		}
-		if d := textdist.Levenshtein(normal, f.Name); d < bestDistance {
-			best, bestDistance = f.Name, d
+		if !commandOnly[f.Name] {
+			names = append(names, f.Name)
 		}
 	})
+	best := textdist.Nearest(normal, names, 2)
 	if best == "" {
 		return ""
 	}

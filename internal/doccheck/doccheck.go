@@ -536,12 +536,11 @@ func (t *Tree) checkLink(from *Doc, dest string) string {
 
 // nearest suggests the anchor closest to a missing one, for the problem's message.
 func nearest(anchor string, anchors map[string]bool) string {
-	best, bestDistance := "", len(anchor)/2+1
+	names := make([]string, 0, len(anchors))
 	for a := range anchors {
-		if d := textdist.Levenshtein(anchor, a); d < bestDistance || d == bestDistance && a < best {
-			best, bestDistance = a, d
-		}
+		names = append(names, a)
 	}
+	best := textdist.Nearest(anchor, names, len(anchor)/2)
 	if best == "" {
 		return ""
 	}

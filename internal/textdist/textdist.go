@@ -1,5 +1,6 @@
 // Package textdist owns the edit distance used to suggest the nearest known name for a
-// mistyped one: ringlogd's configuration keys and the doc checker's anchors.
+// mistyped one: ringlogd's flags and configuration keys, topic config keys (engine) and the doc
+// checker's anchors.
 package textdist
 
 // Levenshtein returns the number of single-byte insertions, deletions and substitutions that
@@ -22,4 +23,16 @@ func Levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// Nearest returns the candidate closest to word, at most maxDistance edits away (ties go to
+// the alphabetically first), or "" when none is that close.
+func Nearest(word string, candidates []string, maxDistance int) string {
+	best, bestDistance := "", maxDistance+1
+	for _, c := range candidates {
+		if d := Levenshtein(word, c); d < bestDistance || d == bestDistance && c < best {
+			best, bestDistance = c, d
+		}
+	}
+	return best
 }

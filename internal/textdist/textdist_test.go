@@ -24,3 +24,26 @@ func TestLevenshtein(t *testing.T) {
 		}
 	}
 }
+
+func TestNearest(t *testing.T) {
+	keys := []string{"retention.ms", "retention.bytes", "segment.ms", "segment.bytes"}
+	for _, c := range []struct {
+		word string
+		max  int
+		want string
+	}{
+		{"retention.msec", 3, "retention.ms"},
+		{"retention.msec", 1, ""},       // 2 edits away, more than allowed
+		{"segment.xs", 1, "segment.ms"}, // one substitution
+		{"b", 0, ""},                    // nothing is that close
+		{"segment.ms", 0, "segment.ms"}, // itself
+		{"x", 20, "segment.ms"},         // far from all: the fewest edits (10) wins
+	} {
+		if got := Nearest(c.word, keys, c.max); got != c.want {
+			t.Errorf("Nearest(%q, %d) = %q, want %q", c.word, c.max, got, c.want)
+		}
+	}
+	if got := Nearest("ab", []string{"ad", "ac"}, 1); got != "ac" {
+		t.Errorf("a tie went to %q, want the alphabetically first, ac", got)
+	}
+}

@@ -98,7 +98,7 @@ func TestReplicationRandomFaults(t *testing.T) {
 	if len(acked) == 0 {
 		t.Fatal("nothing was acknowledged")
 	}
-	leader := tc.leader("chaos")
+	leader := tc.leaderAnswering(t, "chaos")
 	got, _ := readAll(t, leader.client(t), leader.addr, "chaos")
 	for off, want := range acked {
 		if !bytes.Equal(got[off], want) {

@@ -264,6 +264,34 @@ func producePartition(ctx context.Context, c *client.Client, addr, topic string,
 }
 
 // readAll fetches partition 0 of topic from addr up to its high watermark: offset -> value.
+// leaderAnswering is the topic's leader as the views name it, once that broker answers a
+// fetch of partition 0 as leader. A broker killed and restarted within its session can stay
+// named in the views until the controller moves the role, and then never leads again: asking
+// it alone ran readAll into its deadline (TestReplicationRandomFaults, seed
+// 1796292186423146762). Bounded by 60 s; then it returns whom the views name.
+func (tc *testCluster) leaderAnswering(t *testing.T, topic string) *broker {
+	t.Helper()
+	ctx := testContext(t, 60*time.Second)
+	for {
+		b := tc.leader(topic)
+		if b == nil || ctx.Err() != nil {
+			return b
+		}
+		req := &wire.FetchRequest{MaxBytes: 1, Topics: []wire.FetchTopic{{Topic: topic, Partitions: []wire.FetchPartition{{Partition: 0, MaxBytes: 1}}}}}
+		var resp wire.FetchResponse
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := tc.c.Call(cctx, b.addr, req, &resp)
+		cancel()
+		if err == nil && resp.Topics[0].Partitions[0].ErrorCode != wire.ErrNotLeaderOrWrongShard {
+			return b
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func readAll(t *testing.T, c *client.Client, addr, topic string) (map[int64][]byte, int64) {
 	t.Helper()
 	ctx := testContext(t, 30*time.Second)
